@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Creates (once) and activates the project's Python environment, cached outside the clone
+# under ~/.cache/hulk/venv-<hash of requirements/dev.txt>. Source it: `. .ci/env.sh`.
+# Installing torch (the CUDA build from PyPI, several GB) happens only on a cold cache.
+set -euo pipefail
+_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+_cache=${HULK_CACHE:-$HOME/.cache/hulk}
+_hash=$(cat "$_root/requirements/dev.txt" | sha256sum | cut -c1-12)
+_venv="$_cache/venv-py$(python3 -c 'import sys;print(f"{sys.version_info[0]}{sys.version_info[1]}")')-$_hash"
+if [ ! -f "$_venv/.complete" ]; then
+  echo "[env] creating $_venv (cold: downloads torch, takes minutes)" >&2
+  rm -rf "$_venv"
+  python3 -m venv "$_venv"
+  "$_venv/bin/pip" install -q --upgrade pip
+  PIP_CACHE_DIR="$_cache/pip" "$_venv/bin/pip" install --progress-bar off -r "$_root/requirements/dev.txt" >&2
+  touch "$_venv/.complete"
+fi
+if [ ! -f "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)" ] || [ "$_root/pyproject.toml" -nt "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)" ]; then
+  "$_venv/bin/pip" install -q --no-deps --no-build-isolation -e "$_root" >&2 2>/dev/null || "$_venv/bin/pip" install -q --no-deps -e "$_root" >&2
+  touch "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)"
+fi
+export VIRTUAL_ENV="$_venv"
+export PATH="$_venv/bin:$PATH"
+export HULK_CACHE="$_cache"
+set +euo pipefail

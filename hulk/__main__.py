@@ -1,0 +1,3 @@
+from hulk.cli import main
+
+raise SystemExit(main())

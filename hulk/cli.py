@@ -1,0 +1,38 @@
+"""The ``hulk`` command: a thin dispatcher.
+
+Each subcommand lives with its package and is imported only when used, so ``hulk plan``
+never pays for kopf or the Kubernetes client, and ``hulk probe`` never imports torch.
+A subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("hulk_planner.cli", "preview a placement plan for training jobs on a cluster"),
+    "train": ("hulk_planner.gnn.cli", "generate labelled clusters and train the GNN planner"),
+    "sandbox": ("hulk_sandbox.cli", "run a local Kubernetes control plane with kwok GPU nodes"),
+    "operator": ("hulk_operator.cli", "run the HulkTrainingJob operator"),
+    "probe": ("hulk_probe.cli", "run the latency probe agent"),
+    "demo": ("hulk_operator.demo", "the operator on the sandbox with the paper's cluster"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="hulk", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+        parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.parse_args(argv)
+        return 0 if argv else 2
+    name = argv[0]
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    sub_parser = argparse.ArgumentParser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
+    module.add_arguments(sub_parser)
+    args = sub_parser.parse_args(argv[1:])
+    return int(module.run(args) or 0)

@@ -1,0 +1,277 @@
+"""The cost model: predicted seconds per optimizer step of any plan, independent of how the
+plan was found. docs/cost-model.md gives every formula with its source; in short, for a job
+with ``p`` stages, ``R`` data-parallel replicas and ``m`` micro-batches per replica:
+
+- compute of stage k per micro-batch (forward + backward): ``6 * P/L * n_k * b * s / C_k``,
+  ``C_k`` the slowest replica's FLOP/s times ``EFFICIENCY``;
+- tensor-parallel stages add 4 ring all-reduces of ``b*s*h`` 16-bit values per layer;
+- activations between stages: ``b*s*h`` 16-bit values each way per micro-batch, costing
+  ``latency + bytes / bandwidth`` on the slowest replica's link;
+- pipeline (GPipe and 1F1B alike): fill and drain through every stage and link, then
+  ``m - 1`` more micro-batches at the pace of the slowest stage or link;
+- data parallelism: a ring all-reduce of each stage's 16-bit gradients among its replicas,
+  ``2(R-1) * latency + 2(R-1)/R * bytes / bandwidth`` on the ring's slowest hop;
+- memory per server: 16 bytes per parameter it holds (mixed-precision Adam) plus
+  ``s*b*h*34`` bytes per layer per micro-batch in flight (selective recomputation), with
+  ``p - k`` micro-batches in flight at stage k under 1F1B, within ``MEMORY_USABLE`` of its
+  GPU memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server
+from hulk_planner.topology import Network
+
+EFFICIENCY = 0.40  # achieved fraction of peak FLOP/s (Megatron-LM reaches 0.52 on A100s)
+FLOPS_PER_PARAM_TOKEN = 6.0  # forward + backward (Kaplan et al. 2020; Megatron Eq. 3)
+BYTES_PER_PARAM = 16.0  # fp16 weights + grads, fp32 master, Adam m and v (ZeRO)
+ACTIVATION_FACTOR = 34.0  # bytes per s*b*h per layer, selective recomputation (Korthikanti)
+BYTES_PER_VALUE = 2.0  # 16-bit activations and gradients on the wire
+MEMORY_USABLE = 0.90  # of GPU memory, the rest for the CUDA context and fragmentation
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """Where the predicted step time goes (seconds)."""
+
+    total: float
+    compute: float
+    pipeline_comm: float
+    data_parallel: float
+    bubble: float
+    memory_ok: bool
+
+
+def micro_batches(job: Job, replicas: int) -> int:
+    """Micro-batches per pipeline replica per optimizer step."""
+    return max(1, math.ceil(job.global_batch_size / (job.micro_batch_size * max(1, replicas))))
+
+
+def activation_bytes_per_layer(job: Job) -> float:
+    m = job.model
+    return m.sequence_length * job.micro_batch_size * m.hidden_size * ACTIVATION_FACTOR
+
+
+def params_per_layer(job: Job) -> float:
+    return job.model.parameters / job.model.layers
+
+
+def memory_need_bytes(job: Job) -> float:
+    """GPU memory a job needs at the least: its training state, plus one micro-batch of
+    activations through every layer."""
+    return job.model.parameters * BYTES_PER_PARAM + job.model.layers * activation_bytes_per_layer(
+        job
+    )
+
+
+def server_capacity(server: Server) -> float:
+    return server.memory_bytes * MEMORY_USABLE
+
+
+def stage_memory(job: Job, layers: int, in_flight: int, split: int = 1) -> float:
+    """Bytes a server of a stage needs: ``layers`` layers, ``in_flight`` micro-batches of
+    activations, its share of a tensor-parallel split."""
+    per_layer = params_per_layer(job) * BYTES_PER_PARAM + in_flight * activation_bytes_per_layer(job)
+    return layers * per_layer / split
+
+
+def ring_time(net: Network, ids: Sequence[int], nbytes: float) -> float:
+    """Ring all-reduce of ``nbytes`` among servers ``ids``, the ring going in the order the
+    plan lists them (Thakur, Rabenseifner and Gropp 2005), paced by its slowest hop."""
+    p = len(ids)
+    if p < 2:
+        return 0.0
+    a = np.asarray(ids)
+    b = np.roll(a, -1)
+    lat = float(net.latency_ms[a, b].max()) / 1e3
+    bw = float(net.bandwidth_gbps[a, b].min()) * 1e9 / 8
+    return 2 * (p - 1) * lat + 2 * (p - 1) / p * nbytes / bw
+
+
+class CostModel:
+    """Scores plans on one cluster. ``job_seconds`` is ``inf`` for a plan that does not fit
+    in memory or needs a pair of servers that cannot communicate."""
+
+    def __init__(self, cluster: Cluster, network: Network | None = None) -> None:
+        self.cluster = cluster
+        self.net = network or Network(cluster)
+        self.flops = np.array([s.flops * EFFICIENCY for s in cluster.servers])
+        self.capacity = np.array([server_capacity(s) for s in cluster.servers])
+
+    def breakdown(self, job: Job, jp: JobPlan) -> StepBreakdown:
+        if all(st.parallelism == "data" for st in jp.stages):
+            sizes = {len(st.nodes) for st in jp.stages}
+            if len(sizes) == 1:
+                grid = np.array([self.net.ids(st.nodes) for st in jp.stages])
+                layers = np.array([st.num_layers for st in jp.stages], dtype=float)
+                return self._data_breakdown(job, grid, layers, jp.micro_batches)
+        return self._general_breakdown(job, jp)
+
+    def data_seconds(self, job: Job, grid: np.ndarray, layers: np.ndarray, m: int) -> float:
+        """Step time of a data-parallel pipeline given as server ids ``grid[stage, replica]``
+        and layers per stage (the planners' fast path; same numbers as ``job_seconds``)."""
+        return self._data_breakdown(job, grid, layers.astype(float), m).total
+
+    def _data_breakdown(
+        self, job: Job, grid: np.ndarray, layers: np.ndarray, m: int
+    ) -> StepBreakdown:
+        """Vectorised cost of a pure data-parallel pipeline: ``grid[k, r]`` is the server of
+        stage k in replica r."""
+        net = self.net
+        p, r = grid.shape
+        b, s, h = job.micro_batch_size, job.model.sequence_length, job.model.hidden_size
+        flop_per_layer = FLOPS_PER_PARAM_TOKEN * params_per_layer(job) * b * s
+        msg = b * s * h * BYTES_PER_VALUE
+        stage_t = flop_per_layer * layers / self.flops[grid].min(axis=1)
+        in_flight = np.minimum(m, p - np.arange(p))
+        need = layers * (
+            params_per_layer(job) * BYTES_PER_PARAM + in_flight * activation_bytes_per_layer(job)
+        )
+        memory_ok = bool((need <= self.capacity[grid].min(axis=1)).all())
+        if p > 1:
+            lat = net.latency_ms[grid[:-1], grid[1:]] / 1e3
+            transfer = msg / (net.bandwidth_gbps[grid[:-1], grid[1:]] * 1e9 / 8)
+            link_t = (lat + transfer).max(axis=1)
+            link_bw = transfer.max(axis=1)
+        else:
+            link_t = link_bw = np.zeros(0)
+        dp = 0.0
+        if r > 1:
+            nxt = np.roll(grid, -1, axis=1)
+            hop_lat = net.latency_ms[grid, nxt].max(axis=1) / 1e3
+            hop_bw = net.bandwidth_gbps[grid, nxt].min(axis=1) * 1e9 / 8
+            grads = params_per_layer(job) * layers * BYTES_PER_VALUE
+            dp = float((2 * (r - 1) * hop_lat + 2 * (r - 1) / r * grads / hop_bw).max())
+        return self._combine(list(stage_t), list(link_t), list(link_bw), dp, m, memory_ok)
+
+    @staticmethod
+    def _combine(
+        stage_t: list[float],
+        link_t: list[float],
+        link_bw: list[float],
+        dp: float,
+        m: int,
+        memory_ok: bool,
+    ) -> StepBreakdown:
+        """Fill and drain through every stage and link (each way), then ``m - 1`` more
+        micro-batches at the pace of the slowest stage or link, then the gradient all-reduce."""
+        compute = float(sum(stage_t))
+        comm = 2 * float(sum(link_t))
+        pace = float(max(max(stage_t), max(link_bw, default=0.0)))
+        pipe = compute + comm + (m - 1) * pace
+        total = pipe + dp
+        if not memory_ok or not math.isfinite(total):
+            total = math.inf
+        return StepBreakdown(
+            total=total,
+            compute=m * compute / len(stage_t),
+            pipeline_comm=comm,
+            data_parallel=dp,
+            bubble=pipe - m * float(max(stage_t)),
+            memory_ok=memory_ok,
+        )
+
+    def _general_breakdown(self, job: Job, jp: JobPlan) -> StepBreakdown:
+        """Any mix of data and tensor stages (stage by stage)."""
+        net = self.net
+        b, s, h = job.micro_batch_size, job.model.sequence_length, job.model.hidden_size
+        m = jp.micro_batches
+        p = len(jp.stages)
+        flop_per_layer = FLOPS_PER_PARAM_TOKEN * params_per_layer(job) * b * s
+        msg = b * s * h * BYTES_PER_VALUE
+        stage_t: list[float] = []
+        link_t: list[float] = []
+        link_bw: list[float] = []
+        dp = 0.0
+        memory_ok = True
+        ids_by_stage = [net.ids(st.nodes) for st in jp.stages]
+        for k, st in enumerate(jp.stages):
+            ids = ids_by_stage[k]
+            in_flight = min(m, p - k)
+            if st.parallelism == "tensor":
+                t = len(ids)
+                c = float(self.flops[ids].min()) * t
+                comm = st.num_layers * 4 * ring_time(net, ids, msg)
+                stage_t.append(flop_per_layer * st.num_layers / c + comm)
+                need = stage_memory(job, st.num_layers, in_flight, t)
+            else:
+                c = float(self.flops[ids].min())
+                stage_t.append(flop_per_layer * st.num_layers / c)
+                need = stage_memory(job, st.num_layers, in_flight)
+                grads = params_per_layer(job) * st.num_layers * BYTES_PER_VALUE
+                dp = max(dp, ring_time(net, ids, grads))
+            if need > float(self.capacity[ids].min()):
+                memory_ok = False
+            if k + 1 < p:
+                nxt = ids_by_stage[k + 1]
+                if st.parallelism == "data" and jp.stages[k + 1].parallelism == "data":
+                    lat = net.latency_ms[ids, nxt]
+                    bw = net.bandwidth_gbps[ids, nxt]
+                else:  # a tensor group's output is replicated: its best link carries it
+                    sub = net.latency_ms[np.ix_(ids, nxt)]
+                    i, j = divmod(int(np.argmin(sub)), len(nxt))
+                    lat = np.array([sub[i, j]])
+                    bw = np.array([net.bandwidth_gbps[ids[i], nxt[j]]])
+                transfer = msg / (bw * 1e9 / 8)
+                link_t.append(float((lat / 1e3 + transfer).max()))
+                link_bw.append(float(transfer.max()))
+        return self._combine(stage_t, link_t, link_bw, dp, m, memory_ok)
+
+    def job_seconds(self, job: Job, jp: JobPlan) -> float:
+        """Predicted seconds per optimizer step; ``inf`` if infeasible."""
+        return self.breakdown(job, jp).total
+
+    def plan_seconds(self, plan: Plan, jobs: Sequence[Job]) -> dict[str, float]:
+        """Per placed job, its predicted step time."""
+        by_name = {j.name: j for j in jobs}
+        return {jp.name: self.job_seconds(by_name[jp.name], jp) for jp in plan.jobs}
+
+    def with_predictions(self, plan: Plan, jobs: Sequence[Job]) -> Plan:
+        """The plan with every job's ``predicted_iteration_seconds`` filled in."""
+        times = self.plan_seconds(plan, jobs)
+        return replace(
+            plan,
+            jobs=tuple(replace(jp, predicted_iteration_seconds=times[jp.name]) for jp in plan.jobs),
+        )
+
+
+def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
+    """Raise ``InvalidRequest`` unless the plan is well formed: known jobs and servers, each
+    server used once, every job's layers covered in order, equal replicas per data stage,
+    micro-batches consistent with the batch sizes."""
+    by_name = {j.name: j for j in jobs}
+    used: dict[str, str] = {}
+    for jp in plan.jobs:
+        job = by_name.get(jp.name)
+        if job is None:
+            raise InvalidRequest(f"jobs[{jp.name}]", "names a job that was not requested")
+        expect = 0
+        replicas = None
+        for k, st in enumerate(jp.stages):
+            where = f"jobs[{jp.name}].stages[{k}]"
+            if st.layers[0] != expect:
+                raise InvalidRequest(f"{where}.layers", f"starts at {st.layers[0]}, not {expect}")
+            expect = st.layers[1]
+            for n in st.nodes:
+                if n not in cluster.index:
+                    raise InvalidRequest(f"{where}.nodes", f"unknown server {n!r}")
+                if n in used:
+                    raise InvalidRequest(f"{where}.nodes", f"{n} is also used by {used[n]}")
+                used[n] = jp.name
+            if st.parallelism == "data":
+                if replicas is not None and len(st.nodes) != replicas:
+                    raise InvalidRequest(f"{where}.nodes", "data stages need equal replica counts")
+                replicas = len(st.nodes)
+        if expect != job.model.layers:
+            raise InvalidRequest(
+                f"jobs[{jp.name}].stages", f"cover layers up to {expect}, not {job.model.layers}"
+            )
+        if jp.micro_batches != micro_batches(job, jp.replicas):
+            raise InvalidRequest(f"jobs[{jp.name}].microBatches", "does not match the batch sizes")

@@ -1,0 +1,36 @@
+"""The planner's exception tree: everything a caller must handle derives from ``HulkError``.
+
+- ``InvalidRequest``: the input is wrong (a field is missing, negative, unknown...). The
+  message names the field and says how to fix it. The operator maps it to a permanent
+  failure; the CLI prints it on one line and exits with code 2.
+- ``NoFeasiblePlan``: the input is valid but no placement exists (not enough GPU memory,
+  no server can reach another). The operator keeps the job Pending and retries when the
+  cluster changes.
+"""
+
+from __future__ import annotations
+
+
+class HulkError(Exception):
+    """Base class of every error the planner raises on purpose."""
+
+
+class InvalidRequest(HulkError, ValueError):
+    """Bad input. ``field`` is a dotted path such as ``spec.nodes[3].gpus``."""
+
+    def __init__(self, field: str, problem: str, fix: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        text = f"{field}: {problem}" if field else problem
+        if fix:
+            text += f" ({fix})"
+        super().__init__(text)
+
+
+class NoFeasiblePlan(HulkError):
+    """No valid placement exists; ``reason`` says which resource is short."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

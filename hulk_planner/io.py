@@ -1,0 +1,334 @@
+"""Reading and writing the public file formats (``shared/spec/planning-interface.md``).
+
+``ClusterTopology`` and ``HulkTrainingJob`` documents come in (YAML or JSON, one or many per
+file); ``PlacementPlan`` goes out. Every problem raises ``InvalidRequest`` whose field is the
+path inside the document, e.g. ``spec.nodes[3].gpus``, so the CLI can print one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.model import (
+    Cluster,
+    Job,
+    JobPlan,
+    Link,
+    ModelSpec,
+    Plan,
+    RegionLink,
+    Server,
+    Stage,
+    Unplaced,
+)
+from hulk_planner.presets import preset, preset_model
+
+API_VERSION = "hulk.dev/v1alpha1"
+
+
+def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(doc, Mapping):
+        raise InvalidRequest(where, f"must be a mapping, got {type(doc).__name__}")
+    if key not in doc or doc[key] is None:
+        raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing")
+    return doc[key]
+
+
+def _number(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
+    if default is not ... and doc.get(key) is None:
+        return default
+    value = _require(doc, key, where)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{where}.{key}", f"must be a number, got {value!r}")
+    return value
+
+
+def _check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}")
+    if doc.get("kind") != kind:
+        raise InvalidRequest(f"{source}: kind", f"is {doc.get('kind')!r}", f"expected {kind!r}")
+    api = doc.get("apiVersion")
+    if api != API_VERSION:
+        raise InvalidRequest(f"{source}: apiVersion", f"is {api!r}", f"use {API_VERSION!r}")
+    return doc
+
+
+def load_documents(path: str | Path) -> list[Any]:
+    """All YAML/JSON documents of a file (JSON is YAML), skipping empty ones."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InvalidRequest(str(p), f"cannot be read: {exc.strerror}", "check the path") from None
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark else str(p)
+        raise InvalidRequest(where, "is not valid YAML or JSON", str(exc).splitlines()[0]) from None
+
+
+def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
+    _check_kind(doc, "ClusterTopology", source)
+    spec = _require(doc, "spec", "")
+    nodes = _require(spec, "nodes", "spec")
+    if not isinstance(nodes, list):
+        raise InvalidRequest("spec.nodes", "must be a list of servers")
+    servers = []
+    for i, n in enumerate(nodes):
+        w = f"spec.nodes[{i}]"
+        name = _require(n, "name", w)
+        servers.append(
+            Server(
+                name=str(name),
+                region=str(_require(n, "region", w)).strip(),
+                gpus=_number(n, "gpus", w),
+                gpu_memory_gib=_number(n, "gpuMemoryGiB", w),
+                gpu_tflops=_number(n, "gpuTFLOPS", w),
+                gpu_product=n.get("gpuProduct"),
+                compute_capability=n.get("computeCapability"),
+                zone=n.get("zone"),
+            )
+        )
+    links = []
+    for i, lk in enumerate(spec.get("links") or []):
+        w = f"spec.links[{i}]"
+        links.append(
+            Link(
+                str(_require(lk, "a", w)),
+                str(_require(lk, "b", w)),
+                _number(lk, "latencyMs", w),
+                _number(lk, "bandwidthGbps", w, None),
+            )
+        )
+    region_links = []
+    for i, lk in enumerate(spec.get("regionLinks") or []):
+        w = f"spec.regionLinks[{i}]"
+        region_links.append(
+            RegionLink(
+                str(_require(lk, "a", w)),
+                str(_require(lk, "b", w)),
+                _number(lk, "latencyMs", w),
+                _number(lk, "bandwidthGbps", w, None),
+            )
+        )
+    name = (doc.get("metadata") or {}).get("name") or "cluster"
+    return Cluster(str(name), tuple(servers), tuple(links), tuple(region_links))
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    nodes = []
+    for s in cluster.servers:
+        node: dict[str, Any] = {
+            "name": s.name,
+            "region": s.region,
+            "gpus": s.gpus,
+            "gpuMemoryGiB": s.gpu_memory_gib,
+            "gpuTFLOPS": s.gpu_tflops,
+        }
+        for key, value in (
+            ("gpuProduct", s.gpu_product),
+            ("computeCapability", s.compute_capability),
+            ("zone", s.zone),
+        ):
+            if value is not None:
+                node[key] = value
+        nodes.append(node)
+
+    def link(lk: Link | RegionLink) -> dict[str, Any]:
+        out: dict[str, Any] = {"a": lk.a, "b": lk.b, "latencyMs": lk.latency_ms}
+        if lk.bandwidth_gbps is not None:
+            out["bandwidthGbps"] = lk.bandwidth_gbps
+        return out
+
+    spec: dict[str, Any] = {"nodes": nodes, "links": [link(lk) for lk in cluster.links]}
+    if cluster.region_links:
+        spec["regionLinks"] = [link(lk) for lk in cluster.region_links]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterTopology",
+        "metadata": {"name": cluster.name},
+        "spec": spec,
+    }
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    docs = load_documents(path)
+    if len(docs) != 1:
+        raise InvalidRequest(str(path), f"holds {len(docs)} documents", "give one ClusterTopology")
+    return cluster_from_dict(docs[0], str(path))
+
+
+def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Job:
+    """A job from a ``HulkTrainingJob`` manifest (fields the planner does not need are ignored)."""
+    _check_kind(doc, "HulkTrainingJob", source)
+    meta = _require(doc, "metadata", "")
+    name = _require(meta, "name", "metadata")
+    spec = _require(doc, "spec", "")
+    model = _require(spec, "model", "spec")
+    if not isinstance(model, Mapping):
+        raise InvalidRequest("spec.model", "must be a mapping")
+    training = spec.get("training") or {}
+    defaults: tuple[int, int] | None = None
+    if model.get("preset"):
+        base = preset_model(str(model["preset"]))
+        p = preset(str(model["preset"]))
+        defaults = (p.global_batch_size, p.micro_batch_size)
+        overrides = {
+            k: model[v]
+            for k, v in (
+                ("parameters", "parameters"),
+                ("layers", "layers"),
+                ("hidden_size", "hiddenSize"),
+                ("sequence_length", "sequenceLength"),
+                ("attention_heads", "attentionHeads"),
+            )
+            if model.get(v) is not None
+        }
+        spec_model = ModelSpec(
+            overrides.get("parameters", base.parameters),
+            overrides.get("layers", base.layers),
+            overrides.get("hidden_size", base.hidden_size),
+            overrides.get("sequence_length", base.sequence_length),
+            overrides.get("attention_heads", base.attention_heads),
+            base.preset,
+        )
+    else:
+        w = "spec.model"
+        try:
+            spec_model = ModelSpec(
+                _number(model, "parameters", w),
+                _number(model, "layers", w),
+                _number(model, "hiddenSize", w),
+                _number(model, "sequenceLength", w),
+                _number(model, "attentionHeads", w, None),
+            )
+        except InvalidRequest as exc:
+            if "missing" in exc.problem:
+                raise InvalidRequest(
+                    exc.field, exc.problem, "give spec.model.preset or all four model sizes"
+                ) from None
+            raise
+    if defaults is None and not training:
+        raise InvalidRequest("spec.training", "is required when no preset is named",
+                             "give globalBatchSize and microBatchSize")
+    w = "spec.training"
+    gbs = _number(training, "globalBatchSize", w, defaults[0] if defaults else ...)
+    mbs = _number(training, "microBatchSize", w, defaults[1] if defaults else ...)
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidRequest("spec.priority", f"must be a whole number, got {priority!r}")
+    return Job(str(name), spec_model, gbs, mbs, priority)
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    m = job.model
+    model: dict[str, Any] = {"preset": m.preset} if m.preset else {}
+    model.update(
+        {
+            "parameters": m.parameters,
+            "layers": m.layers,
+            "hiddenSize": m.hidden_size,
+            "sequenceLength": m.sequence_length,
+        }
+    )
+    if m.attention_heads:
+        model["attentionHeads"] = m.attention_heads
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": job.name},
+        "spec": {
+            "model": model,
+            "training": {
+                "globalBatchSize": job.global_batch_size,
+                "microBatchSize": job.micro_batch_size,
+            },
+        },
+    }
+
+
+def load_jobs(paths: Iterable[str | Path]) -> list[Job]:
+    jobs: list[Job] = []
+    for path in paths:
+        for i, doc in enumerate(load_documents(path)):
+            source = f"{path}#{i}"
+            try:
+                jobs.append(job_from_dict(doc, source))
+            except InvalidRequest as exc:
+                if exc.field.startswith(source):
+                    raise
+                raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
+    names = [j.name for j in jobs]
+    for n in names:
+        if names.count(n) > 1:
+            raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
+    return jobs
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    def seconds(x: float) -> float | None:
+        return None if math.isnan(x) or math.isinf(x) else round(x, 4)
+
+    out: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "PlacementPlan",
+        "planner": plan.planner,
+        "jobs": [
+            {
+                "name": j.name,
+                "stages": [
+                    {"layers": list(s.layers), "nodes": list(s.nodes), "parallelism": s.parallelism}
+                    for s in j.stages
+                ],
+                "microBatches": j.micro_batches,
+                "predictedIterationSeconds": seconds(j.predicted_iteration_seconds),
+            }
+            for j in plan.jobs
+        ],
+        "unplaced": [{"name": u.name, "reason": u.reason} for u in plan.unplaced],
+    }
+    if plan.notes:
+        out["notes"] = list(plan.notes)
+    return out
+
+
+def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Plan:
+    _check_kind(doc, "PlacementPlan", source)
+    jobs = []
+    for i, j in enumerate(doc.get("jobs") or []):
+        w = f"jobs[{i}]"
+        stages = tuple(
+            Stage(
+                tuple(_require(s, "layers", f"{w}.stages[{k}]")),  # type: ignore[arg-type]
+                tuple(_require(s, "nodes", f"{w}.stages[{k}]")),
+                s.get("parallelism", "data"),
+            )
+            for k, s in enumerate(_require(j, "stages", w))
+        )
+        t = j.get("predictedIterationSeconds")
+        jobs.append(
+            JobPlan(
+                str(_require(j, "name", w)),
+                stages,
+                int(_number(j, "microBatches", w)),
+                float(t) if t is not None else math.nan,
+            )
+        )
+    unplaced = tuple(Unplaced(u["name"], u.get("reason", "")) for u in doc.get("unplaced") or [])
+    return Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced)
+
+
+def dump_plan(plan: Plan, fmt: str = "json") -> str:
+    data = plan_to_dict(plan)
+    if fmt == "yaml":
+        return yaml.safe_dump(data, sort_keys=False)
+    return json.dumps(data, indent=2)

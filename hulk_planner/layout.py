@@ -1,0 +1,182 @@
+"""Laying one job over a set of servers: pipeline order, replicas and layer balance.
+
+Every planner that decides *which* servers train a job (search, GNN) calls ``layout_job``
+to decide *how*:
+
+1. Order the regions along a short path (nearest neighbour from each start, keep the
+   shortest), servers inside a region fastest first. Consecutive stages then cross as few
+   slow links as possible, and the replicas of one stage sit side by side, mostly in one
+   region: data parallelism stays inside regions, pipeline stages span regions (the
+   heuristic Sailor, SOSP'25, also found best).
+2. For a few replica counts ``R`` (and ``p = min(layers, n // R)`` stages), keep the
+   ``R * p`` fastest servers, cut the order into stages of ``R`` and balance layers.
+3. Balance layers by water-filling: each next layer goes to the stage that would finish it
+   soonest, never past a stage's memory (``cost.stage_memory``).
+4. Score every candidate with the cost model and keep the fastest.
+
+``repair_job`` keeps a running job's healthy stages where they are and replaces only lost
+servers, for re-planning after a failure.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from hulk_planner.cost import (
+    CostModel,
+    activation_bytes_per_layer,
+    micro_batches,
+    params_per_layer,
+)
+from hulk_planner.model import Job, JobPlan, Stage
+
+_STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
+
+
+def order_servers(cost: CostModel, names: Sequence[str]) -> list[str]:
+    """Servers in pipeline order: regions along a short path, fastest servers first."""
+    net = cost.net
+    ids = net.ids(list(names))
+    path = net.region_path(frozenset(int(net.region[i]) for i in ids))
+    pos = {r: k for k, r in enumerate(path)}
+    ids.sort(key=lambda i: (pos[int(net.region[i])], -cost.flops[i], i))
+    return [net.names[i] for i in ids]
+
+
+def balance_layers(
+    cost: CostModel, job: Job, stages: Sequence[Sequence[str]], m: int
+) -> list[int] | None:
+    """Layers per stage minimising the slowest stage within memory; None if they don't fit."""
+    grid = [cost.net.ids(list(nodes)) for nodes in stages]
+    counts = _balance(cost, job, grid, m)
+    return None if counts is None else [int(c) for c in counts]
+
+
+def _balance(cost: CostModel, job: Job, grid: Sequence[Sequence[int]], m: int) -> np.ndarray | None:
+    p, total = len(grid), job.model.layers
+    if p > total:
+        return None
+    if len({len(g) for g in grid}) == 1:
+        arr = np.asarray(grid)
+        speed = cost.flops[arr].min(axis=1)
+        room = cost.capacity[arr].min(axis=1)
+    else:
+        speed = np.array([cost.flops[g].min() for g in grid])
+        room = np.array([cost.capacity[g].min() for g in grid])
+    in_flight = np.minimum(m, p - np.arange(p))
+    cap = (room // (params_per_layer(job) * 16.0 + in_flight * activation_bytes_per_layer(job)))
+    cap = cap.astype(np.int64)
+    if cap.min() < 1 or cap.sum() < total:
+        return None
+    # Start below the ideal split in proportion to speed, then hand out the rest one layer at
+    # a time to the stage that would finish it soonest (water-filling), within memory.
+    counts = np.minimum(cap, np.maximum(1, np.floor(total * speed / speed.sum()) - 1)).astype(np.int64)
+    left = total - int(counts.sum())
+    heap = [((counts[k] + 1) / speed[k], k) for k in range(p) if counts[k] < cap[k]]
+    heapq.heapify(heap)
+    for _ in range(left):
+        _, k = heapq.heappop(heap)
+        counts[k] += 1
+        if counts[k] < cap[k]:
+            heapq.heappush(heap, ((counts[k] + 1) / speed[k], k))
+    return counts
+
+
+def make_job_plan(job: Job, stages: Sequence[Sequence[str]], counts: Sequence[int]) -> JobPlan:
+    out, start = [], 0
+    for nodes, n in zip(stages, counts, strict=True):
+        out.append(Stage((start, start + n), tuple(nodes), "data"))
+        start += n
+    return JobPlan(job.name, tuple(out), micro_batches(job, len(stages[0])))
+
+
+def _candidates(n: int, layers: int) -> list[tuple[int, int]]:
+    """(replicas, stages) pairs to try for n servers."""
+    seen, out = set(), []
+    for p in (*_STAGE_COUNTS, min(n, layers)):
+        if p > layers or p > n:
+            continue
+        r = n // p
+        if (r, p) not in seen:
+            seen.add((r, p))
+            out.append((r, p))
+    return out
+
+
+def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | None:
+    """The fastest layout of ``job`` on (a subset of) ``names``; None if nothing fits."""
+    if not names:
+        return None
+    net = cost.net
+    order = net.ids(order_servers(cost, list(names)))
+    by_speed = sorted(order, key=lambda i: -cost.flops[i])
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    for r, p in _candidates(len(order), job.model.layers):
+        keep = set(by_speed[: r * p])
+        grid = np.array([i for i in order if i in keep]).reshape(p, r)
+        m = micro_batches(job, r)
+        counts = _balance(cost, job, grid, m)
+        if counts is None:
+            continue
+        t = cost.data_seconds(job, grid, counts, m)
+        if best is None or t < best[0]:
+            best = (t, grid, counts)
+    if best is None or not math.isfinite(best[0]):
+        return None
+    t, grid, counts = best
+    stages = [[net.names[i] for i in row] for row in grid]
+    return replace(make_job_plan(job, stages, [int(c) for c in counts]), predicted_iteration_seconds=t)
+
+
+def repair_job(
+    cost: CostModel, job: Job, previous: JobPlan, free: Collection[str]
+) -> JobPlan | None:
+    """Keep ``previous`` where its servers still exist; put each lost server's place on the
+    free server that gives the fastest plan. None if a lost server has no replacement."""
+    alive = set(cost.net.index)
+    pool = [n for n in free if n in alive and n not in previous.nodes]
+    stages = [list(st.nodes) for st in previous.stages]
+    for k, nodes in enumerate(stages):
+        for r, name in enumerate(nodes):
+            if name in alive:
+                continue
+            best_name, best_t = None, math.inf
+            for cand in _nearest(cost, pool, [n for st in stages for n in st if n in alive])[:8]:
+                nodes[r] = cand
+                counts = [st.num_layers for st in previous.stages]
+                t = cost.job_seconds(job, make_job_plan(job, stages, counts))
+                if t < best_t:
+                    best_name, best_t = cand, t
+            if best_name is None:
+                return None
+            nodes[r] = best_name
+            pool.remove(best_name)
+    counts = [st.num_layers for st in previous.stages]
+    jp = make_job_plan(job, stages, counts)
+    t = cost.job_seconds(job, jp)
+    if not math.isfinite(t):
+        counts2 = balance_layers(cost, job, stages, jp.micro_batches)
+        if counts2 is None:
+            return None
+        jp = make_job_plan(job, stages, counts2)
+        t = cost.job_seconds(job, jp)
+    return replace(jp, predicted_iteration_seconds=t) if math.isfinite(t) else None
+
+
+def _nearest(cost: CostModel, pool: Sequence[str], anchors: Sequence[str]) -> list[str]:
+    """Pool servers by mean latency to the anchors, then by speed."""
+    if not pool:
+        return []
+    net = cost.net
+    ids = net.ids(list(pool))
+    if anchors:
+        lat = net.latency_ms[np.ix_(ids, net.ids(list(anchors)))].mean(axis=1)
+    else:
+        lat = np.zeros(len(ids))
+    order = sorted(range(len(ids)), key=lambda k: (lat[k], -cost.flops[ids[k]]))
+    return [pool[k] for k in order]

@@ -1,0 +1,294 @@
+"""The planner's data model: servers, links, clusters, training jobs and plans.
+
+Every class validates itself in ``__post_init__`` and raises ``InvalidRequest`` naming the
+offending field, so a bad value is caught where it enters, not deep inside a planner.
+Field names are the Python spellings of the public file format
+(``../shared/spec/planning-interface.md``); ``hulk_planner.io`` maps between the two.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from hulk_planner.errors import InvalidRequest
+
+Parallelism = Literal["data", "tensor"]
+GIB = 1024**3
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def _positive(where: str, value: float, *, integer: bool = False, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(where, f"must be a number, got {value!r}")
+    if integer and not float(value).is_integer():
+        raise InvalidRequest(where, f"must be a whole number, got {value!r}")
+    if math.isnan(value) or math.isinf(value):
+        raise InvalidRequest(where, f"must be finite, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "zero or more" if allow_zero else "greater than zero"
+        raise InvalidRequest(where, f"must be {bound}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """One GPU server: a node of the cluster graph.
+
+    ``gpu_memory_gib`` and ``gpu_tflops`` are per GPU; ``gpu_tflops`` is the peak dense
+    16-bit tensor throughput. The planner treats a server as one pipeline worker whose GPUs
+    split each layer over the server's own interconnect.
+    """
+
+    name: str
+    region: str
+    gpus: int
+    gpu_memory_gib: float
+    gpu_tflops: float
+    gpu_product: str | None = None
+    compute_capability: str | None = None
+    zone: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"server {self.name!r}" if isinstance(self.name, str) and self.name else "server"
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidRequest("name", "every server needs a non-empty name")
+        if not isinstance(self.region, str) or not self.region.strip():
+            raise InvalidRequest(f"{where}.region", "must be a non-empty string")
+        _positive(f"{where}.gpus", self.gpus, integer=True)
+        _positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib)
+        _positive(f"{where}.gpuTFLOPS", self.gpu_tflops)
+
+    @property
+    def memory_bytes(self) -> float:
+        """All GPU memory of the server, in bytes."""
+        return self.gpus * self.gpu_memory_gib * GIB
+
+    @property
+    def flops(self) -> float:
+        """Peak 16-bit FLOP/s of all the server's GPUs."""
+        return self.gpus * self.gpu_tflops * 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An undirected link between two servers; ``latency_ms`` is one-way for 64 bytes."""
+
+    a: str
+    b: str
+    latency_ms: float
+    bandwidth_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        where = f"link {self.a}-{self.b}"
+        if self.a == self.b:
+            raise InvalidRequest(where, "a link joins two different servers")
+        _positive(f"{where}.latencyMs", self.latency_ms, allow_zero=True)
+        if self.bandwidth_gbps is not None:
+            _positive(f"{where}.bandwidthGbps", self.bandwidth_gbps)
+
+    @property
+    def key(self) -> frozenset[str]:
+        return frozenset((self.a, self.b))
+
+
+@dataclass(frozen=True, slots=True)
+class RegionLink:
+    """Latency between any server of region ``a`` and any of region ``b`` (optional field
+    ``regionLinks`` of a topology; ``a == b`` gives the intra-region default). Used where no
+    server-level link is given, so large clusters need not list every server pair."""
+
+    a: str
+    b: str
+    latency_ms: float
+    bandwidth_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive(f"regionLink {self.a}-{self.b}.latencyMs", self.latency_ms, allow_zero=True)
+        if self.bandwidth_gbps is not None:
+            _positive(f"regionLink {self.a}-{self.b}.bandwidthGbps", self.bandwidth_gbps)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Servers plus the links between them. Server names are unique; links name servers."""
+
+    name: str
+    servers: tuple[Server, ...]
+    links: tuple[Link, ...] = ()
+    region_links: tuple[RegionLink, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise InvalidRequest("spec.nodes", "the cluster has no servers", "list at least one")
+        seen: set[str] = set()
+        for s in self.servers:
+            if s.name in seen:
+                raise InvalidRequest(f"server {s.name!r}", "name is used twice", "make names unique")
+            seen.add(s.name)
+        pairs: set[frozenset[str]] = set()
+        for link in self.links:
+            for end in (link.a, link.b):
+                if end not in seen:
+                    raise InvalidRequest(
+                        f"link {link.a}-{link.b}",
+                        f"names unknown server {end!r}",
+                        "every link end must be listed in spec.nodes",
+                    )
+            if link.key in pairs:
+                raise InvalidRequest(f"link {link.a}-{link.b}", "is listed twice", "keep one")
+            pairs.add(link.key)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {s.name: i for i, s in enumerate(self.servers)}
+
+    def server(self, name: str) -> Server:
+        return self.servers[self.index[name]]
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.region for s in self.servers))
+
+    def without(self, names: Iterable[str]) -> Cluster:
+        """The cluster less the named servers and their links."""
+        gone = set(names)
+        return Cluster(
+            self.name,
+            tuple(s for s in self.servers if s.name not in gone),
+            tuple(lk for lk in self.links if lk.a not in gone and lk.b not in gone),
+            self.region_links,
+        )
+
+    def with_servers(self, servers: Sequence[Server], links: Sequence[Link] = ()) -> Cluster:
+        """The cluster plus new servers and links."""
+        return Cluster(
+            self.name, self.servers + tuple(servers), self.links + tuple(links), self.region_links
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A transformer's size: what the cost model needs to know of it."""
+
+    parameters: int
+    layers: int
+    hidden_size: int
+    sequence_length: int
+    attention_heads: int | None = None
+    preset: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive("spec.model.parameters", self.parameters, integer=True)
+        _positive("spec.model.layers", self.layers, integer=True)
+        _positive("spec.model.hiddenSize", self.hidden_size, integer=True)
+        _positive("spec.model.sequenceLength", self.sequence_length, integer=True)
+        if self.attention_heads is not None:
+            _positive("spec.model.attentionHeads", self.attention_heads, integer=True)
+
+    @property
+    def heads(self) -> int:
+        return self.attention_heads or max(1, self.hidden_size // 128)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A training job: one model trained with a global batch split into micro-batches."""
+
+    name: str
+    model: ModelSpec
+    global_batch_size: int
+    micro_batch_size: int
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _DNS1123.match(self.name):
+            raise InvalidRequest(
+                "metadata.name",
+                f"{self.name!r} is not a valid job name",
+                "use lowercase letters, digits and '-', as Kubernetes names do",
+            )
+        _positive("spec.training.globalBatchSize", self.global_batch_size, integer=True)
+        _positive("spec.training.microBatchSize", self.micro_batch_size, integer=True)
+        if self.micro_batch_size > self.global_batch_size:
+            raise InvalidRequest(
+                "spec.training.microBatchSize",
+                f"{self.micro_batch_size} is larger than globalBatchSize {self.global_batch_size}",
+                "make microBatchSize at most globalBatchSize",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One pipeline stage: layers ``[start, end)`` held by ``nodes``.
+
+    With ``parallelism == "data"`` every node holds the whole stage (replica r of the
+    pipeline is the r-th node of each stage); with ``"tensor"`` the nodes split each layer.
+    """
+
+    layers: tuple[int, int]
+    nodes: tuple[str, ...]
+    parallelism: Parallelism = "data"
+
+    def __post_init__(self) -> None:
+        start, end = self.layers
+        if not 0 <= start < end:
+            raise InvalidRequest("stages[].layers", f"{list(self.layers)} is not a range [start, end)")
+        if not self.nodes:
+            raise InvalidRequest("stages[].nodes", "a stage needs at least one node")
+        if self.parallelism not in ("data", "tensor"):
+            raise InvalidRequest(
+                "stages[].parallelism", f"{self.parallelism!r} is unknown", "use 'data' or 'tensor'"
+            )
+
+    @property
+    def num_layers(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """Where one job runs: its stages in pipeline order."""
+
+    name: str
+    stages: tuple[Stage, ...]
+    micro_batches: int
+    predicted_iteration_seconds: float = math.nan
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n for st in self.stages for n in st.nodes)
+
+    @property
+    def replicas(self) -> int:
+        st = self.stages[0]
+        return len(st.nodes) if st.parallelism == "data" else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A job that got no servers, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The result of planning: placed jobs and the jobs that could not be placed."""
+
+    planner: str
+    jobs: tuple[JobPlan, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def job(self, name: str) -> JobPlan | None:
+        return next((j for j in self.jobs if j.name == name), None)
+
+    @property
+    def assignment(self) -> dict[str, str]:
+        """Server name -> job name, for every server the plan uses."""
+        return {n: j.name for j in self.jobs for n in j.nodes}

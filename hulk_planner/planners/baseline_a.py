@@ -1,0 +1,44 @@
+"""Baseline A (the Hulk paper): data parallelism on every server whose memory holds the whole
+model. Each server trains a full replica; gradients are all-reduced over a ring of all of
+them. Several jobs divide the fitting servers as ``split.split_servers`` says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hulk_planner.cost import CostModel, micro_batches, server_capacity, stage_memory
+from hulk_planner.model import Job, JobPlan, Plan, Server, Stage, Unplaced
+from hulk_planner.planners.split import split_servers
+
+
+def holds_model(job: Job, server: Server) -> bool:
+    return stage_memory(job, job.model.layers, 1) <= server_capacity(server)
+
+
+def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
+    unplaced = []
+    fitting = []
+    for job in jobs:
+        if any(holds_model(job, s) for s in cost.cluster.servers):
+            fitting.append(job)
+        else:
+            need = stage_memory(job, job.model.layers, 1) / 2**30
+            biggest = max(server_capacity(s) for s in cost.cluster.servers) / 2**30
+            unplaced.append(
+                Unplaced(job.name, f"no server holds the whole model: needs {need:.0f} GiB, "
+                         f"the largest server has {biggest:.0f} GiB usable")
+            )
+    shares, reasons = split_servers(cost, fitting, eligible=holds_model, need=lambda job: 0.0)
+    placed = []
+    for job in fitting:
+        if job.name not in shares:
+            unplaced.append(Unplaced(job.name, reasons.get(job.name, "no fitting server left")))
+            continue
+        nodes = tuple(shares[job.name])
+        jp = JobPlan(
+            job.name,
+            (Stage((0, job.model.layers), nodes, "data"),),
+            micro_batches(job, len(nodes)),
+        )
+        placed.append(jp)
+    return cost.with_predictions(Plan("baseline-a", tuple(placed), tuple(unplaced)), jobs)

@@ -1,0 +1,233 @@
+"""The search planner: simulated annealing over which servers train which job.
+
+State: each job's set of servers (the rest are free). A job's plan is ``layout_job`` of its
+set, so the search only decides membership; the layout decides order, replicas and layers.
+
+Objective (minimised): the sum over jobs of ``log(step seconds)``, i.e. the geometric mean
+of the step times, so a job's relative speed-up counts the same whatever its size; a job
+whose set holds no feasible layout costs ``UNPLACED_PENALTY`` plus its missing memory
+fraction (so the search is pulled towards placing it). With a previous plan, each server
+taken from the job it served costs ``STICKINESS``.
+
+Moves: move a server to another job or to the free pool; take a free server; swap two
+servers between jobs; move a job's servers in one region to another job. Targets favour
+regions a job already uses. The start is a greedy region-by-region fill (``greedy_start``)
+or a given assignment (the GNN's). Temperature falls geometrically over the budget; the
+best state seen is returned. The same seed and iteration budget give the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity
+from hulk_planner.errors import NoFeasiblePlan
+from hulk_planner.layout import layout_job
+from hulk_planner.model import Job, JobPlan, Plan, Unplaced
+from hulk_planner.planners.split import step_flops
+
+UNPLACED_PENALTY = 100.0
+STICKINESS = 0.002
+T_START, T_END = 0.05, 0.0005
+
+
+class _Evaluator:
+    """Cached layouts: (job, frozenset of servers) -> (plan or None, objective term)."""
+
+    def __init__(self, cost: CostModel, jobs: Sequence[Job]) -> None:
+        self.cost = cost
+        self.jobs = {j.name: j for j in jobs}
+        self.cache: dict[tuple[str, frozenset[str]], tuple[JobPlan | None, float]] = {}
+        self.capacity = {s.name: server_capacity(s) for s in cost.cluster.servers}
+
+    def __call__(self, job: str, servers: frozenset[str]) -> tuple[JobPlan | None, float]:
+        key = (job, servers)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        jp = layout_job(self.cost, self.jobs[job], servers) if servers else None
+        if jp is not None and math.isfinite(jp.predicted_iteration_seconds):
+            value = (jp, math.log(jp.predicted_iteration_seconds))
+        else:
+            need = memory_need_bytes(self.jobs[job])
+            have = sum(self.capacity[n] for n in servers)
+            value = (None, UNPLACED_PENALTY + max(0.0, 1.0 - have / need))
+        if len(self.cache) > 200_000:
+            self.cache.clear()
+        self.cache[key] = value
+        return value
+
+
+def greedy_start(cost: CostModel, jobs: Sequence[Job]) -> dict[str, str]:
+    """Largest job first, each fills whole regions, nearest first, until it has its memory
+    need (with 25% room) and its share of compute by demand."""
+    net = cost.net
+    free = {s.name for s in cost.cluster.servers}
+    by_region: dict[int, list[str]] = {}
+    for s in sorted(cost.cluster.servers, key=lambda s: -s.flops):
+        by_region.setdefault(int(net.region[net.index[s.name]]), []).append(s.name)
+    total_flops = float(cost.flops.sum())
+    demand = sum(step_flops(j) for j in jobs) or 1.0
+    assign: dict[str, str] = {}
+    for job in sorted(jobs, key=lambda j: -memory_need_bytes(j)):
+        need = memory_need_bytes(job) * 1.25
+        target = total_flops * step_flops(job) / demand
+        regions = sorted(
+            by_region,
+            key=lambda r: -sum(cost.flops[net.index[n]] for n in by_region[r] if n in free),
+        )
+        if not regions:
+            break
+        seed = regions[0]
+        rep = net.representative
+        regions.sort(key=lambda r: net.latency_ms[rep[seed], rep[r]])
+        memory = flops = 0.0
+        for r in regions:
+            for n in by_region[r]:
+                if n not in free:
+                    continue
+                if memory >= need and flops >= target:
+                    break
+                assign[n] = job.name
+                free.discard(n)
+                memory += float(cost.capacity[net.index[n]])
+                flops += float(cost.flops[net.index[n]])
+    return assign
+
+
+def search_plan(
+    cost: CostModel,
+    jobs: Sequence[Job],
+    *,
+    seed: int = 0,
+    time_budget_s: float = 5.0,
+    max_iterations: int | None = None,
+    initial_assignment: Mapping[str, str] | None = None,
+    previous: Mapping[str, str] | None = None,
+    name: str = "search",
+) -> Plan:
+    """Anneal from ``initial_assignment`` (server -> job; default ``greedy_start``) for
+    ``time_budget_s`` seconds or ``max_iterations`` moves, whichever ends first."""
+    rng = random.Random(seed)
+    evaluate = _Evaluator(cost, jobs)
+    names = [j.name for j in jobs]
+    if not names:
+        return Plan(name)
+    start = dict(initial_assignment) if initial_assignment is not None else greedy_start(cost, jobs)
+    sets: dict[str | None, set[str]] = {j: set() for j in names}
+    sets[None] = set()
+    for s in cost.cluster.servers:
+        owner = start.get(s.name)
+        sets[owner if owner in sets else None].add(s.name)
+    region_of = {s.name: s.region for s in cost.cluster.servers}
+    sticky = dict(previous or {})
+
+    def stick(job: str | None, members: set[str]) -> float:
+        return sum(STICKINESS for n in members if n in sticky and sticky[n] != job)
+
+    terms = {j: evaluate(j, frozenset(sets[j]))[1] + stick(j, sets[j]) for j in names}
+    current = sum(terms.values())
+    best_sets = {k: set(v) for k, v in sets.items()}
+    best = current
+    all_servers = [s.name for s in cost.cluster.servers]
+    owner_of = {n: j for j, members in sets.items() for n in members}
+    deadline = time.perf_counter() + time_budget_s
+    limit = max_iterations if max_iterations is not None else 10**12
+    it = 0
+    while it < limit and (max_iterations is not None or time.perf_counter() < deadline):
+        it += 1
+        frac = min(1.0, it / limit) if max_iterations else 1 - (deadline - time.perf_counter()) / time_budget_s
+        temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
+        changes = _propose(rng, names, sets, owner_of, all_servers, region_of)
+        if not changes:
+            continue
+        touched = {j for n, src, dst in changes for j in (src, dst) if j is not None}
+        for n, src, dst in changes:
+            sets[src].discard(n)
+            sets[dst].add(n)
+        new_terms = {j: evaluate(j, frozenset(sets[j]))[1] + stick(j, sets[j]) for j in touched}
+        delta = sum(new_terms[j] - terms[j] for j in touched)
+        if delta <= 0 or rng.random() < math.exp(-delta / temp):
+            terms.update(new_terms)
+            current += delta
+            for n, _src, dst in changes:
+                owner_of[n] = dst
+            if current < best - 1e-12:
+                best = current
+                best_sets = {k: set(v) for k, v in sets.items()}
+        else:
+            for n, src, dst in changes:
+                sets[dst].discard(n)
+                sets[src].add(n)
+    return _to_plan(name, cost, jobs, best_sets, evaluate)
+
+
+def _propose(
+    rng: random.Random,
+    names: list[str],
+    sets: dict[str | None, set[str]],
+    owner_of: dict[str, str | None],
+    all_servers: list[str],
+    region_of: dict[str, str],
+) -> list[tuple[str, str | None, str | None]]:
+    kind = rng.random()
+    n = rng.choice(all_servers)
+    src = owner_of[n]
+    if kind < 0.55:  # move one server to a job (often one already in its region) or free it
+        local = [j for j in names if j != src and any(region_of[x] == region_of[n] for x in sets[j])]
+        options: list[str | None] = [j for j in names if j != src]
+        if src is not None:
+            options.append(None)
+        if not options:
+            return []
+        dst = rng.choice(local) if local and rng.random() < 0.6 else rng.choice(options)
+        return [(n, src, dst)]
+    if kind < 0.85:  # swap with a server of another owner
+        m = rng.choice(all_servers)
+        if owner_of[m] == src:
+            return []
+        return [(n, src, owner_of[m]), (m, owner_of[m], src)]
+    # move every server of n's region held by src to another job (or free them)
+    options = [j for j in names if j != src] + ([None] if src is not None else [])
+    if not options:
+        return []
+    dst = rng.choice(options)
+    return [(x, src, dst) for x in sets[src] if region_of[x] == region_of[n]]
+
+
+def _to_plan(
+    name: str,
+    cost: CostModel,
+    jobs: Sequence[Job],
+    sets: dict[str | None, set[str]],
+    evaluate: _Evaluator,
+) -> Plan:
+    placed, unplaced = [], []
+    free_memory = float(np.sum(cost.capacity))
+    for job in jobs:
+        jp, _ = evaluate(job.name, frozenset(sets[job.name]))
+        if jp is None:
+            need = memory_need_bytes(job) / 2**30
+            unplaced.append(
+                Unplaced(
+                    job.name,
+                    f"needs {need:.0f} GiB of GPU memory in servers that can reach each other; "
+                    f"the cluster has {free_memory / 2**30:.0f} GiB usable, shared with the "
+                    "other jobs",
+                )
+            )
+        else:
+            placed.append(jp)
+    return Plan(name, tuple(placed), tuple(unplaced))
+
+
+def require_all_placed(plan: Plan) -> Plan:
+    """Raise ``NoFeasiblePlan`` if nothing could be placed at all."""
+    if not plan.jobs and plan.unplaced:
+        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in plan.unplaced))
+    return plan

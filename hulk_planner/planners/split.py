@@ -1,0 +1,85 @@
+"""How the baselines divide a cluster among several jobs.
+
+The paper's baselines are single-job systems; to run several jobs at once they need the
+servers divided. The division below is the one an operator of such a system would make by
+hand, and it is generous to the baselines:
+
+- each job's share of compute is proportional to its compute demand per optimizer step
+  (``6 * parameters * tokens``), so every job's step takes about as long;
+- every job first gets the GPU memory it needs (``cost.memory_need_bytes``), so that a job
+  is left out only when the memory is really not there;
+- servers are handed out in blocks, in the cluster's listed order grouped by region, so a
+  job's servers stay in as few regions as possible (a topology-unaware system could do worse);
+- the largest job (by memory need) chooses first.
+
+A job whose memory need cannot be met from what is left is reported as unplaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hulk_planner.cost import MEMORY_USABLE, CostModel, memory_need_bytes
+from hulk_planner.model import Job, Server
+
+
+def step_flops(job: Job) -> float:
+    return 6.0 * job.model.parameters * job.global_batch_size * job.model.sequence_length
+
+
+def region_grouped(servers: Sequence[Server]) -> list[Server]:
+    first: dict[str, int] = {}
+    for i, s in enumerate(servers):
+        first.setdefault(s.region, i)
+    return sorted(servers, key=lambda s: (first[s.region], servers.index(s)))
+
+
+def split_servers(
+    cost: CostModel,
+    jobs: Sequence[Job],
+    eligible: Callable[[Job, Server], bool] = lambda job, server: True,
+    need: Callable[[Job], float] = memory_need_bytes,
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """(job name -> its servers, job name -> reason it got none).
+
+    First every job, largest first, takes the next eligible servers until it has its memory
+    need (at least one server); then each takes more until its compute reaches its share of
+    the cluster by demand; the last job takes what is left.
+    """
+    pool = region_grouped(cost.cluster.servers)
+    usable = {s.name: s.memory_bytes * MEMORY_USABLE for s in pool}
+    order = sorted(jobs, key=lambda j: -need(j))
+    taken: dict[str, list[Server]] = {j.name: [] for j in order}
+    reasons: dict[str, str] = {}
+    for job in order:
+        memory = 0.0
+        for s in list(pool):
+            if taken[job.name] and memory >= need(job):
+                break
+            if eligible(job, s):
+                taken[job.name].append(s)
+                memory += usable[s.name]
+                pool.remove(s)
+        if not taken[job.name] or memory < need(job):
+            have = memory + sum(usable[s.name] for s in pool if eligible(job, s))
+            reasons[job.name] = (
+                f"needs {need(job) / 2**30:.0f} GiB of GPU memory, {have / 2**30:.0f} GiB "
+                "left for it"
+            )
+            pool.extend(taken.pop(job.name))
+            pool = region_grouped(pool)
+    placed = [j for j in order if j.name in taken]
+    total_flops = sum(s.flops for s in cost.cluster.servers)
+    demand = sum(step_flops(j) for j in placed) or 1.0
+    for idx, job in enumerate(placed):
+        last = idx == len(placed) - 1
+        target = total_flops * step_flops(job) / demand
+        flops = sum(s.flops for s in taken[job.name])
+        for s in list(pool):
+            if not last and flops >= target:
+                break
+            if eligible(job, s):
+                taken[job.name].append(s)
+                flops += s.flops
+                pool.remove(s)
+    return {k: [s.name for s in v] for k, v in taken.items()}, reasons

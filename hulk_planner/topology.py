@@ -1,0 +1,123 @@
+"""The network between servers as dense matrices, resolved once per cluster.
+
+Latency of a server pair, in order of precedence:
+
+1. a server-level link (``spec.links``);
+2. a region-level link (``spec.regionLinks``; ``a == b`` is the intra-region value);
+3. a relay over the best path of known links (shortest path by latency; its bandwidth is the
+   narrowest hop). Relaying is allowed because traffic between two servers that cannot reach
+   each other directly can be forwarded by a server both can reach, as overlay networks do;
+   the extra latency steers planners away from such pairs on their own;
+4. otherwise the pair is unreachable (``inf``): a plan that needs it is infeasible.
+
+Bandwidth where a link gives none: 10 Gb/s inside a region and 2 Gb/s between regions,
+from public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across regions
+(CrossPipe, ATC'25, citing Strati et al. 2024); see docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hulk_planner.model import Cluster
+
+DEFAULT_INTRA_REGION_GBPS = 10.0
+DEFAULT_CROSS_REGION_GBPS = 2.0
+# Relaying by Floyd-Warshall costs O(n^3); above this size missing pairs stay unreachable
+# unless region links fill them (large clusters should give regionLinks).
+RELAY_MAX_SERVERS = 1500
+
+
+class Network:
+    """Latency (ms) and bandwidth (Gb/s) between every pair of a cluster's servers."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.names = [s.name for s in cluster.servers]
+        self.index = dict(cluster.index)
+        n = len(self.names)
+        regions = sorted(set(cluster.regions))
+        region_id = {r: i for i, r in enumerate(regions)}
+        self.region = np.array([region_id[s.region] for s in cluster.servers], dtype=np.int32)
+        same = self.region[:, None] == self.region[None, :]
+        lat = np.full((n, n), np.inf)
+        bw = np.where(same, DEFAULT_INTRA_REGION_GBPS, DEFAULT_CROSS_REGION_GBPS).astype(float)
+        if cluster.region_links:
+            k = len(regions)
+            rlat = np.full((k, k), np.inf)
+            rbw = np.full((k, k), np.nan)
+            for rl in cluster.region_links:
+                if rl.a in region_id and rl.b in region_id:
+                    i, j = region_id[rl.a], region_id[rl.b]
+                    rlat[i, j] = rlat[j, i] = rl.latency_ms
+                    if rl.bandwidth_gbps:
+                        rbw[i, j] = rbw[j, i] = rl.bandwidth_gbps
+            lat = rlat[self.region][:, self.region]
+            given = rbw[self.region][:, self.region]
+            bw = np.where(np.isnan(given), bw, given)
+        for link in cluster.links:
+            i, j = self.index[link.a], self.index[link.b]
+            lat[i, j] = lat[j, i] = link.latency_ms
+            if link.bandwidth_gbps:
+                bw[i, j] = bw[j, i] = link.bandwidth_gbps
+        np.fill_diagonal(lat, 0.0)
+        self.direct = np.isfinite(lat)
+        if not self.direct.all() and n <= RELAY_MAX_SERVERS:
+            lat, bw = _relay(lat, bw)
+        np.fill_diagonal(bw, np.inf)
+        self.latency_ms = lat
+        self.bandwidth_gbps = bw
+        self.region_names = regions
+        self.representative = {
+            int(r): int(np.flatnonzero(self.region == r)[0]) for r in np.unique(self.region)
+        }
+        self._paths: dict[frozenset[int], list[int]] = {}
+
+    def region_path(self, regions: frozenset[int]) -> list[int]:
+        """Regions in a short visiting order (nearest neighbour from every start, the
+        shortest kept), between each region's first server; cached per set of regions."""
+        cached = self._paths.get(regions)
+        if cached is not None:
+            return cached
+        regs = sorted(regions)
+        if len(regs) <= 1:
+            path = regs
+        else:
+            reps = [self.representative[r] for r in regs]
+            lat = self.latency_ms[np.ix_(reps, reps)]
+            best: tuple[float, list[int]] = (np.inf, list(range(len(regs))))
+            for start in range(len(regs)):
+                order, rest, total = [start], set(range(len(regs))) - {start}, 0.0
+                while rest:
+                    nxt = min(rest, key=lambda j: (lat[order[-1], j], j))
+                    total += float(lat[order[-1], nxt])
+                    order.append(nxt)
+                    rest.remove(nxt)
+                if total < best[0]:
+                    best = (total, order)
+            path = [regs[i] for i in best[1]]
+        self._paths[regions] = path
+        return path
+
+    def ids(self, names: list[str] | tuple[str, ...]) -> list[int]:
+        return [self.index[n] for n in names]
+
+    def latency(self, a: str, b: str) -> float:
+        return float(self.latency_ms[self.index[a], self.index[b]])
+
+    def reachable(self, a: str, b: str) -> bool:
+        return bool(np.isfinite(self.latency_ms[self.index[a], self.index[b]]))
+
+
+def _relay(lat: np.ndarray, bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All-pairs shortest latency paths (Floyd-Warshall, vectorised), carrying the path's
+    narrowest bandwidth along; pairs with a direct link keep it when it is the shortest."""
+    lat = lat.copy()
+    bw = bw.copy()
+    for k in range(lat.shape[0]):
+        via = lat[:, k : k + 1] + lat[k : k + 1, :]
+        better = via < lat
+        if better.any():
+            lat = np.where(better, via, lat)
+            bw = np.where(better, np.minimum(bw[:, k : k + 1], bw[k : k + 1, :]), bw)
+    return lat, bw
