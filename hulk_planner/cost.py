@@ -78,7 +78,9 @@ def server_capacity(server: Server) -> float:
 def stage_memory(job: Job, layers: int, in_flight: int, split: int = 1) -> float:
     """Bytes a server of a stage needs: ``layers`` layers, ``in_flight`` micro-batches of
     activations, its share of a tensor-parallel split."""
-    per_layer = params_per_layer(job) * BYTES_PER_PARAM + in_flight * activation_bytes_per_layer(job)
+    per_layer = params_per_layer(job) * BYTES_PER_PARAM + in_flight * activation_bytes_per_layer(
+        job
+    )
     return layers * per_layer / split
 
 

@@ -83,7 +83,11 @@ def random_cluster(
     links = []
     for i, s in enumerate(servers):
         for t in servers[i + 1 :]:
-            key = (s.region, t.region) if (s.region, t.region) in pair_latency else (t.region, s.region)
+            key = (
+                (s.region, t.region)
+                if (s.region, t.region) in pair_latency
+                else (t.region, s.region)
+            )
             if s.region != t.region and rng.random() < drop_fraction:
                 continue
             jitter = rng.uniform(0.95, 1.05)

@@ -218,8 +218,11 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
                 ) from None
             raise
     if defaults is None and not training:
-        raise InvalidRequest("spec.training", "is required when no preset is named",
-                             "give globalBatchSize and microBatchSize")
+        raise InvalidRequest(
+            "spec.training",
+            "is required when no preset is named",
+            "give globalBatchSize and microBatchSize",
+        )
     w = "spec.training"
     gbs = _number(training, "globalBatchSize", w, defaults[0] if defaults else ...)
     mbs = _number(training, "microBatchSize", w, defaults[1] if defaults else ...)

@@ -9,7 +9,8 @@ to decide *how*:
    region: data parallelism stays inside regions, pipeline stages span regions (the
    heuristic Sailor, SOSP'25, also found best).
 2. For a few replica counts ``R`` (and ``p = min(layers, n // R)`` stages), keep the
-   ``R * p`` fastest servers, cut the order into stages of ``R`` and balance layers.
+   ``R * p`` fastest servers, cut the order into stages of ``R`` and balance layers; the
+   same again with only the servers of the region holding most of the set's compute.
 3. Balance layers by water-filling: each next layer goes to the stage that would finish it
    soonest, never past a stage's memory (``cost.stage_memory``).
 4. Score every candidate with the cost model and keep the fastest.
@@ -57,7 +58,9 @@ def balance_layers(
     return None if counts is None else [int(c) for c in counts]
 
 
-def _balance(cost: CostModel, job: Job, grid: Sequence[Sequence[int]], m: int) -> np.ndarray | None:
+def _balance(
+    cost: CostModel, job: Job, grid: Sequence[Sequence[int]] | np.ndarray, m: int
+) -> np.ndarray | None:
     p, total = len(grid), job.model.layers
     if p > total:
         return None
@@ -69,13 +72,15 @@ def _balance(cost: CostModel, job: Job, grid: Sequence[Sequence[int]], m: int) -
         speed = np.array([cost.flops[g].min() for g in grid])
         room = np.array([cost.capacity[g].min() for g in grid])
     in_flight = np.minimum(m, p - np.arange(p))
-    cap = (room // (params_per_layer(job) * 16.0 + in_flight * activation_bytes_per_layer(job)))
+    cap = room // (params_per_layer(job) * 16.0 + in_flight * activation_bytes_per_layer(job))
     cap = cap.astype(np.int64)
     if cap.min() < 1 or cap.sum() < total:
         return None
     # Start below the ideal split in proportion to speed, then hand out the rest one layer at
     # a time to the stage that would finish it soonest (water-filling), within memory.
-    counts = np.minimum(cap, np.maximum(1, np.floor(total * speed / speed.sum()) - 1)).astype(np.int64)
+    counts = np.minimum(cap, np.maximum(1, np.floor(total * speed / speed.sum()) - 1)).astype(
+        np.int64
+    )
     left = total - int(counts.sum())
     heap = [((counts[k] + 1) / speed[k], k) for k in range(p) if counts[k] < cap[k]]
     heapq.heapify(heap)
@@ -114,23 +119,34 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         return None
     net = cost.net
     order = net.ids(order_servers(cost, list(names)))
-    by_speed = sorted(order, key=lambda i: -cost.flops[i])
+    # Candidates: the whole set, and the region holding most of the set's compute alone
+    # (a job often runs best inside one region, leaving its far servers unused).
+    subsets = [order]
+    per_region: dict[int, list[int]] = {}
+    for i in order:
+        per_region.setdefault(int(net.region[i]), []).append(i)
+    if len(per_region) > 1:
+        subsets.append(max(per_region.values(), key=lambda ids: float(cost.flops[ids].sum())))
     best: tuple[float, np.ndarray, np.ndarray] | None = None
-    for r, p in _candidates(len(order), job.model.layers):
-        keep = set(by_speed[: r * p])
-        grid = np.array([i for i in order if i in keep]).reshape(p, r)
-        m = micro_batches(job, r)
-        counts = _balance(cost, job, grid, m)
-        if counts is None:
-            continue
-        t = cost.data_seconds(job, grid, counts, m)
-        if best is None or t < best[0]:
-            best = (t, grid, counts)
+    for subset in subsets:
+        by_speed = sorted(subset, key=lambda i: -cost.flops[i])
+        for r, p in _candidates(len(subset), job.model.layers):
+            keep = set(by_speed[: r * p])
+            grid = np.array([i for i in subset if i in keep]).reshape(p, r)
+            m = micro_batches(job, r)
+            counts = _balance(cost, job, grid, m)
+            if counts is None:
+                continue
+            t = cost.data_seconds(job, grid, counts, m)
+            if best is None or t < best[0]:
+                best = (t, grid, counts)
     if best is None or not math.isfinite(best[0]):
         return None
     t, grid, counts = best
     stages = [[net.names[i] for i in row] for row in grid]
-    return replace(make_job_plan(job, stages, [int(c) for c in counts]), predicted_iteration_seconds=t)
+    return replace(
+        make_job_plan(job, stages, [int(c) for c in counts]), predicted_iteration_seconds=t
+    )
 
 
 def repair_job(
@@ -141,7 +157,7 @@ def repair_job(
     alive = set(cost.net.index)
     pool = [n for n in free if n in alive and n not in previous.nodes]
     stages = [list(st.nodes) for st in previous.stages]
-    for k, nodes in enumerate(stages):
+    for _k, nodes in enumerate(stages):
         for r, name in enumerate(nodes):
             if name in alive:
                 continue

@@ -127,7 +127,9 @@ class Cluster:
         seen: set[str] = set()
         for s in self.servers:
             if s.name in seen:
-                raise InvalidRequest(f"server {s.name!r}", "name is used twice", "make names unique")
+                raise InvalidRequest(
+                    f"server {s.name!r}", "name is used twice", "make names unique"
+                )
             seen.add(s.name)
         pairs: set[frozenset[str]] = set()
         for link in self.links:
@@ -236,7 +238,9 @@ class Stage:
     def __post_init__(self) -> None:
         start, end = self.layers
         if not 0 <= start < end:
-            raise InvalidRequest("stages[].layers", f"{list(self.layers)} is not a range [start, end)")
+            raise InvalidRequest(
+                "stages[].layers", f"{list(self.layers)} is not a range [start, end)"
+            )
         if not self.nodes:
             raise InvalidRequest("stages[].nodes", "a stage needs at least one node")
         if self.parallelism not in ("data", "tensor"):

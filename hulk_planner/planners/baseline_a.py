@@ -25,8 +25,11 @@ def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
             need = stage_memory(job, job.model.layers, 1) / 2**30
             biggest = max(server_capacity(s) for s in cost.cluster.servers) / 2**30
             unplaced.append(
-                Unplaced(job.name, f"no server holds the whole model: needs {need:.0f} GiB, "
-                         f"the largest server has {biggest:.0f} GiB usable")
+                Unplaced(
+                    job.name,
+                    f"no server holds the whole model: needs {need:.0f} GiB, "
+                    f"the largest server has {biggest:.0f} GiB usable",
+                )
             )
     shares, reasons = split_servers(cost, fitting, eligible=holds_model, need=lambda job: 0.0)
     placed = []

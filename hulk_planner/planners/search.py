@@ -51,6 +51,7 @@ class _Evaluator:
         if hit is not None:
             return hit
         jp = layout_job(self.cost, self.jobs[job], servers) if servers else None
+        value: tuple[JobPlan | None, float]
         if jp is not None and math.isfinite(jp.predicted_iteration_seconds):
             value = (jp, math.log(jp.predicted_iteration_seconds))
         else:
@@ -141,7 +142,11 @@ def search_plan(
     it = 0
     while it < limit and (max_iterations is not None or time.perf_counter() < deadline):
         it += 1
-        frac = min(1.0, it / limit) if max_iterations else 1 - (deadline - time.perf_counter()) / time_budget_s
+        frac = (
+            min(1.0, it / limit)
+            if max_iterations
+            else 1 - (deadline - time.perf_counter()) / time_budget_s
+        )
         temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
         changes = _propose(rng, names, sets, owner_of, all_servers, region_of)
         if not changes:
@@ -179,7 +184,9 @@ def _propose(
     n = rng.choice(all_servers)
     src = owner_of[n]
     if kind < 0.55:  # move one server to a job (often one already in its region) or free it
-        local = [j for j in names if j != src and any(region_of[x] == region_of[n] for x in sets[j])]
+        local = [
+            j for j in names if j != src and any(region_of[x] == region_of[n] for x in sets[j])
+        ]
         options: list[str | None] = [j for j in names if j != src]
         if src is not None:
             options.append(None)

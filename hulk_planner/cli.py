@@ -1,0 +1,248 @@
+"""``hulk plan``: preview where training jobs would run, and how fast.
+
+With no arguments it plans the Hulk paper's four jobs on the paper's 47-server cluster and
+compares the plan with baselines A, B and C. Bad input prints one line naming the field and
+the fix, and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from hulk_planner.errors import HulkError, InvalidRequest
+from hulk_planner.model import Cluster, Job, Plan
+
+BASELINES = ("baseline-a", "baseline-b", "baseline-c")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="ClusterTopology YAML/JSON (default: the Hulk paper's 47-server cluster)",
+    )
+    parser.add_argument(
+        "--jobs",
+        metavar="FILE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="HulkTrainingJob manifests (default: the paper's four jobs)",
+    )
+    parser.add_argument(
+        "--planner",
+        default="hulk",
+        help="hulk (default), search, baseline-a, baseline-b, baseline-c",
+    )
+    parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the cluster coloured by job")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="search time for the hulk and search planners",
+    )
+    parser.add_argument(
+        "--previous",
+        metavar="FILE",
+        help="the PlacementPlan now running: keep healthy servers where they are",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="plan against a live cluster's nodes, links and pending jobs (read only)",
+    )
+    parser.add_argument("--namespace", help="with --kubeconfig: only this namespace's jobs")
+    parser.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="table output: skip the comparison with baselines A/B/C",
+    )
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job]]:
+    from hulk_planner import datasets, io
+
+    jobs: list[Job] = io.load_jobs(args.jobs) if args.jobs else []
+    if args.kubeconfig:
+        try:
+            from hulk_operator.preview import cluster_from_kubeconfig, jobs_from_kubeconfig
+        except ImportError as exc:
+            raise InvalidRequest(
+                "--kubeconfig",
+                f"needs the operator extras ({exc.name})",
+                "pip install 'hulk[operator]'",
+            ) from None
+        cluster = cluster_from_kubeconfig(args.kubeconfig)
+        if not jobs:
+            jobs = jobs_from_kubeconfig(args.kubeconfig, args.namespace)
+    elif args.cluster:
+        cluster = io.load_cluster(args.cluster)
+    else:
+        cluster = datasets.paper_cluster()
+    if not jobs and not args.jobs and not args.kubeconfig:
+        jobs = datasets.paper_jobs()
+    if not jobs:
+        raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
+    return cluster, jobs
+
+
+def _check_fits(cluster: Cluster, jobs: Sequence[Job]) -> None:
+    from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
+
+    total = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
+    for job in jobs:
+        need = memory_need_bytes(job)
+        if need > total:
+            raise InvalidRequest(
+                f"job {job.name}",
+                f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, the whole cluster "
+                f"has {total / 2**30:.0f} GiB usable",
+                "add servers, or use a smaller model or microBatchSize",
+            )
+
+
+def _regions(cluster: Cluster, nodes: Sequence[str]) -> str:
+    counts = Counter(cluster.server(n).region for n in nodes)
+    return ", ".join(f"{r}x{c}" for r, c in counts.most_common())
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if math.isinf(seconds):
+        return "inf"
+    return f"{seconds:,.2f}s" if seconds < 1e5 else f"{seconds:.2e}s"
+
+
+def render_table(cluster: Cluster, plan: Plan, compare: dict[str, Plan | str] | None) -> str:
+    lines = [
+        f"planner: {plan.planner}    cluster: {cluster.name} "
+        f"({len(cluster.servers)} servers, {len(cluster.regions)} regions)",
+        "",
+    ]
+    for jp in plan.jobs:
+        shape = f"{len(jp.stages)} stages x {jp.replicas} replicas"
+        lines.append(
+            f"{jp.name}: {shape}, {jp.micro_batches} micro-batches, "
+            f"predicted step {_fmt(jp.predicted_iteration_seconds)}"
+        )
+        lines.append(f"  servers: {_regions(cluster, jp.nodes)}")
+        for k, st in enumerate(jp.stages):
+            where = ", ".join(st.nodes)
+            lines.append(
+                f"  stage {k:>2} layers [{st.layers[0]:>3},{st.layers[1]:>3})  "
+                f"{st.parallelism:<6} {where}"
+            )
+    for u in plan.unplaced:
+        lines.append(f"{u.name}: NOT PLACED: {u.reason}")
+    if compare:
+        lines += ["", "predicted step time per job (ratio = baseline / " + plan.planner + ")"]
+        names = [jp.name for jp in plan.jobs] + [u.name for u in plan.unplaced]
+        cols = [plan.planner, *compare]
+        lines.append(f"{'job':<16}" + "".join(f"{c:>24}" for c in cols))
+        ratios: dict[str, list[float]] = {c: [] for c in compare}
+        for name in names:
+            mine = plan.job(name)
+            row = f"{name:<16}{_fmt(mine.predicted_iteration_seconds if mine else None):>24}"
+            for c, other in compare.items():
+                theirs = other.job(name) if isinstance(other, Plan) else None
+                if theirs is None:
+                    row += f"{'not placed':>24}"
+                    continue
+                cell = _fmt(theirs.predicted_iteration_seconds)
+                if mine and mine.predicted_iteration_seconds > 0:
+                    r = theirs.predicted_iteration_seconds / mine.predicted_iteration_seconds
+                    ratios[c].append(r)
+                    cell += f" ({r:,.2f}x)" if r < 1e4 else f" ({r:.1e}x)"
+                row += f"{cell:>24}"
+            lines.append(row)
+        row = f"{'geometric mean':<16}{'1.00x':>24}"
+        for c in compare:
+            rs = ratios[c]
+            g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan
+            row += f"{(f'{g:,.2f}x' if rs else '-'):>24}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except HulkError as exc:
+        print(f"hulk plan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hulk_planner import io
+    from hulk_planner.api import PLANNERS, plan
+    from hulk_planner.cost import CostModel
+
+    if args.planner not in PLANNERS:
+        raise InvalidRequest(
+            "--planner", f"unknown planner {args.planner!r}", f"use one of {', '.join(PLANNERS)}"
+        )
+    cluster, jobs = _inputs(args)
+    _check_fits(cluster, jobs)
+    previous = None
+    if args.previous:
+        docs = io.load_documents(args.previous)
+        if len(docs) != 1:
+            raise InvalidRequest("--previous", "must hold one PlacementPlan")
+        previous = io.plan_from_dict(docs[0], args.previous)
+    cost = CostModel(cluster)
+    result = plan(
+        cluster,
+        jobs,
+        args.planner,
+        seed=args.seed,
+        time_budget_s=args.time_budget,
+        previous=previous,
+        cost=cost,
+    )
+    if args.plot:
+        from hulk_planner.plot import plot_plan
+
+        plot_plan(cluster, result, args.plot)
+    if args.output in ("json", "yaml"):
+        print(io.dump_plan(result, args.output), end="" if args.output == "yaml" else "\n")
+        return 0
+    compare: dict[str, Plan | str] | None = None
+    if not args.no_compare:
+        compare = {}
+        for name in BASELINES:
+            if name == args.planner:
+                continue
+            try:
+                compare[name] = plan(cluster, jobs, name, cost=cost)
+            except HulkError as exc:
+                compare[name] = str(exc)
+    print(render_table(cluster, result, compare))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hulk plan", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def plan_json(argv: list[str]) -> dict[str, Any]:
+    """Run ``hulk plan -o json`` in-process and return the parsed plan (for tests)."""
+    import contextlib
+    import io as _io
+
+    buf = _io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main([*argv, "--output", "json"])
+    if code:
+        raise RuntimeError(f"hulk plan exited {code}")
+    return dict(json.loads(buf.getvalue()))

@@ -1,0 +1,105 @@
+"""Drawing a cluster and a plan, like the Hulk paper's figures: servers grouped by region,
+coloured by the job they train, each job's pipeline drawn as a path through its stages."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import networkx as nx
+
+from hulk_planner.model import Cluster, Plan
+
+PALETTE = (
+    "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
+    "#469990", "#9a6324", "#800000", "#808000", "#000075", "#fabed4",
+)  # fmt: skip
+
+
+def cluster_graph(cluster: Cluster) -> nx.Graph:
+    """The cluster as a networkx graph: servers with their attributes, links with latency."""
+    g = nx.Graph(name=cluster.name)
+    for s in cluster.servers:
+        g.add_node(
+            s.name,
+            region=s.region,
+            gpus=s.gpus,
+            tflops=s.gpu_tflops,
+            memory_gib=s.gpu_memory_gib * s.gpus,
+        )
+    for lk in cluster.links:
+        g.add_edge(lk.a, lk.b, latency_ms=lk.latency_ms)
+    return g
+
+
+def _positions(cluster: Cluster) -> dict[str, tuple[float, float]]:
+    regions = list(cluster.regions)
+    pos: dict[str, tuple[float, float]] = {}
+    for k, region in enumerate(regions):
+        angle = 2 * math.pi * k / max(1, len(regions))
+        cx, cy = 10 * math.cos(angle), 10 * math.sin(angle)
+        members = [s.name for s in cluster.servers if s.region == region]
+        radius = 0.4 + 0.25 * math.sqrt(len(members))
+        for i, name in enumerate(members):
+            a = 2 * math.pi * i / max(1, len(members))
+            pos[name] = (cx + radius * math.cos(a), cy + radius * math.sin(a))
+    return pos
+
+
+def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None = None) -> Path:
+    """Write a PNG of ``plan`` on ``cluster`` to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = cluster_graph(cluster)
+    pos = _positions(cluster)
+    owner = plan.assignment
+    colours = {jp.name: PALETTE[i % len(PALETTE)] for i, jp in enumerate(plan.jobs)}
+    fig, ax = plt.subplots(figsize=(11, 9), dpi=110)
+    short = [(a, b) for a, b, d in g.edges(data=True) if d["latency_ms"] <= 20]
+    nx.draw_networkx_edges(g, pos, edgelist=short, ax=ax, edge_color="#dddddd", width=0.5)
+    for jp in plan.jobs:
+        path_edges = []
+        for k in range(len(jp.stages) - 1):
+            for a, b in zip(jp.stages[k].nodes, jp.stages[k + 1].nodes, strict=False):
+                path_edges.append((a, b))
+        nx.draw_networkx_edges(
+            nx.Graph(path_edges), pos, ax=ax, edge_color=colours[jp.name], width=2.2, alpha=0.8
+        )
+    node_colours = [colours.get(owner.get(n, ""), "#bbbbbb") for n in g.nodes]
+    sizes = [60 + 12 * g.nodes[n]["gpus"] for n in g.nodes]
+    nx.draw_networkx_nodes(
+        g,
+        pos,
+        ax=ax,
+        node_color=node_colours,
+        node_size=sizes,
+        edgecolors="#333333",
+        linewidths=0.6,
+    )
+    for k, region in enumerate(cluster.regions):
+        angle = 2 * math.pi * k / max(1, len(cluster.regions))
+        ax.text(
+            12.6 * math.cos(angle),
+            12.6 * math.sin(angle),
+            region,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="#333333",
+        )
+    for jp in plan.jobs:
+        label = f"{jp.name}: {len(jp.nodes)} servers, {jp.predicted_iteration_seconds:.2f}s/step"
+        ax.scatter([], [], color=colours[jp.name], label=label)
+    ax.scatter([], [], color="#bbbbbb", label="unused")
+    ax.legend(loc="lower left", fontsize=8, frameon=False)
+    ax.set_title(title or f"{plan.planner} plan on {cluster.name}")
+    ax.set_axis_off()
+    ax.set_xlim(-14, 14)
+    ax.set_ylim(-14, 14)
+    out = Path(path)
+    fig.savefig(out, bbox_inches="tight")
+    plt.close(fig)
+    return out
