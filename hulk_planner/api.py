@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from hulk_planner.cost import CostModel, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.layout import repair_job
-from hulk_planner.model import Cluster, Job, JobPlan, Plan
+from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced
 from hulk_planner.planners.baseline_a import plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
@@ -99,11 +99,34 @@ def plan(
         result = PLANNERS[planner](cost, jobs, options)
     else:
         result = _replan(cost, jobs, planner, options, previous)
+    result = _drop_infeasible(cost, cost.with_predictions(result, jobs), jobs)
     if not result.jobs and result.unplaced:
         raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in result.unplaced))
-    result = cost.with_predictions(result, jobs)
     validate_plan(result, cluster, jobs)
     return result
+
+
+def _drop_infeasible(cost: CostModel, result: Plan, jobs: Sequence[Job]) -> Plan:
+    """Report as unplaced any job whose plan the cost model scores ``inf`` (the baselines
+    spread a job over every server of its share, even servers that cannot reach each other)."""
+    bad = [jp for jp in result.jobs if not math.isfinite(jp.predicted_iteration_seconds)]
+    if not bad:
+        return result
+    by_name = {j.name: j for j in jobs}
+    unplaced = [
+        Unplaced(
+            jp.name,
+            "its servers do not hold it in GPU memory"
+            if not cost.breakdown(by_name[jp.name], jp).memory_ok
+            else "its servers cannot all reach each other",
+        )
+        for jp in bad
+    ]
+    return replace(
+        result,
+        jobs=tuple(jp for jp in result.jobs if jp not in bad),
+        unplaced=result.unplaced + tuple(unplaced),
+    )
 
 
 def _replan(

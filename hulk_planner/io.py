@@ -76,6 +76,27 @@ def load_documents(path: str | Path) -> list[Any]:
         raise InvalidRequest(where, "is not valid YAML or JSON", str(exc).splitlines()[0]) from None
 
 
+def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    """An optional list field (absent or null is empty)."""
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{where}.{key}", f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """An optional mapping field (absent or null is empty)."""
+    value = doc.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        name = f"{where}.{key}" if where else key
+        raise InvalidRequest(name, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
 def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
     _check_kind(doc, "ClusterTopology", source)
     spec = _require(doc, "spec", "")
@@ -99,7 +120,7 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
             )
         )
     links = []
-    for i, lk in enumerate(spec.get("links") or []):
+    for i, lk in enumerate(_list(spec, "links", "spec")):
         w = f"spec.links[{i}]"
         links.append(
             Link(
@@ -110,7 +131,7 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
             )
         )
     region_links = []
-    for i, lk in enumerate(spec.get("regionLinks") or []):
+    for i, lk in enumerate(_list(spec, "regionLinks", "spec")):
         w = f"spec.regionLinks[{i}]"
         region_links.append(
             RegionLink(
@@ -120,7 +141,7 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
                 _number(lk, "bandwidthGbps", w, None),
             )
         )
-    name = (doc.get("metadata") or {}).get("name") or "cluster"
+    name = _mapping(doc, "metadata", "").get("name") or "cluster"
     return Cluster(str(name), tuple(servers), tuple(links), tuple(region_links))
 
 
@@ -176,7 +197,7 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
     model = _require(spec, "model", "spec")
     if not isinstance(model, Mapping):
         raise InvalidRequest("spec.model", "must be a mapping")
-    training = spec.get("training") or {}
+    training = _mapping(spec, "training", "spec")
     defaults: tuple[int, int] | None = None
     if model.get("preset"):
         base = preset_model(str(model["preset"]))
@@ -245,17 +266,20 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     )
     if m.attention_heads:
         model["attentionHeads"] = m.attention_heads
+    spec: dict[str, Any] = {
+        "model": model,
+        "training": {
+            "globalBatchSize": job.global_batch_size,
+            "microBatchSize": job.micro_batch_size,
+        },
+    }
+    if job.priority:
+        spec["priority"] = job.priority
     return {
         "apiVersion": API_VERSION,
         "kind": "HulkTrainingJob",
         "metadata": {"name": job.name},
-        "spec": {
-            "model": model,
-            "training": {
-                "globalBatchSize": job.global_batch_size,
-                "microBatchSize": job.micro_batch_size,
-            },
-        },
+        "spec": spec,
     }
 
 
@@ -306,6 +330,15 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Plan:
     _check_kind(doc, "PlacementPlan", source)
+    try:
+        return _plan_from_dict(doc)
+    except InvalidRequest:
+        raise
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise InvalidRequest(source, "is not a valid PlacementPlan", str(exc)) from None
+
+
+def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     jobs = []
     for i, j in enumerate(doc.get("jobs") or []):
         w = f"jobs[{i}]"
@@ -327,7 +360,8 @@ def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Pla
             )
         )
     unplaced = tuple(Unplaced(u["name"], u.get("reason", "")) for u in doc.get("unplaced") or [])
-    return Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced)
+    notes = tuple(str(n) for n in doc.get("notes") or ())
+    return Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced, notes)
 
 
 def dump_plan(plan: Plan, fmt: str = "json") -> str:

@@ -31,6 +31,7 @@ import numpy as np
 from hulk_planner.cost import (
     CostModel,
     activation_bytes_per_layer,
+    memory_need_bytes,
     micro_batches,
     params_per_layer,
 )
@@ -81,6 +82,11 @@ def _balance(
     counts = np.minimum(cap, np.maximum(1, np.floor(total * speed / speed.sum()) - 1)).astype(
         np.int64
     )
+    # The floor of one layer per stage can overshoot when speeds differ widely (5 layers on
+    # one fast and four slow stages started at [3, 1, 1, 1, 1]): take layers back from the
+    # stage that would finish last (p <= total, so this stops with every stage at >= 1).
+    while counts.sum() > total:
+        counts[int(np.argmax(np.where(counts > 1, counts / speed, -np.inf)))] -= 1
     left = total - int(counts.sum())
     heap = [((counts[k] + 1) / speed[k], k) for k in range(p) if counts[k] < cap[k]]
     heapq.heapify(heap)
@@ -128,18 +134,30 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     if len(per_region) > 1:
         subsets.append(max(per_region.values(), key=lambda ids: float(cost.flops[ids].sum())))
     best: tuple[float, np.ndarray, np.ndarray] | None = None
+
+    def consider(grid: np.ndarray) -> None:
+        nonlocal best
+        m = micro_batches(job, grid.shape[1])
+        counts = _balance(cost, job, grid, m)
+        if counts is not None:
+            t = cost.data_seconds(job, grid, counts, m)
+            if best is None or t < best[0]:
+                best = (t, grid, counts)
+
     for subset in subsets:
         by_speed = sorted(subset, key=lambda i: -cost.flops[i])
         for r, p in _candidates(len(subset), job.model.layers):
             keep = set(by_speed[: r * p])
-            grid = np.array([i for i in subset if i in keep]).reshape(p, r)
-            m = micro_batches(job, r)
-            counts = _balance(cost, job, grid, m)
-            if counts is None:
-                continue
-            t = cost.data_seconds(job, grid, counts, m)
-            if best is None or t < best[0]:
-                best = (t, grid, counts)
+            consider(np.array([i for i in subset if i in keep]).reshape(p, r))
+    if (best is None or not math.isfinite(best[0])) and float(
+        cost.capacity[order].sum()
+    ) >= memory_need_bytes(job):
+        # Nothing fits with the fastest servers first. Under 1F1B the first stages keep the
+        # most micro-batches in flight, so the servers hold the most layers in ascending
+        # order of memory, the largest last (rearrangement inequality): try that too.
+        by_room = sorted(order, key=lambda i: (cost.capacity[i], i))
+        for r, p in _candidates(len(by_room), job.model.layers):
+            consider(np.array(by_room[len(by_room) - r * p :]).reshape(p, r))
     if best is None or not math.isfinite(best[0]):
         return None
     t, grid, counts = best
@@ -166,7 +184,7 @@ def repair_job(
                 nodes[r] = cand
                 counts = [st.num_layers for st in previous.stages]
                 t = cost.job_seconds(job, make_job_plan(job, stages, counts))
-                if t < best_t:
+                if best_name is None or t < best_t:  # inf with the old layers: rebalanced below
                     best_name, best_t = cand, t
             if best_name is None:
                 return None

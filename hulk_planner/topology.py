@@ -63,7 +63,11 @@ class Network:
         np.fill_diagonal(lat, 0.0)
         self.direct = np.isfinite(lat)
         if not self.direct.all() and n <= RELAY_MAX_SERVERS:
-            lat, bw = _relay(lat, bw)
+            # Relays fill only the pairs with no link: a given link keeps its latency even
+            # where a relay would be shorter (precedence above), whatever other pairs lack.
+            relay_lat, relay_bw = _relay(lat, bw)
+            lat = np.where(self.direct, lat, relay_lat)
+            bw = np.where(self.direct, bw, relay_bw)
         np.fill_diagonal(bw, np.inf)
         self.latency_ms = lat
         self.bandwidth_gbps = bw
@@ -111,7 +115,7 @@ class Network:
 
 def _relay(lat: np.ndarray, bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """All-pairs shortest latency paths (Floyd-Warshall, vectorised), carrying the path's
-    narrowest bandwidth along; pairs with a direct link keep it when it is the shortest."""
+    narrowest bandwidth along (``Network`` keeps the given value of every linked pair)."""
     lat = lat.copy()
     bw = bw.copy()
     for k in range(lat.shape[0]):

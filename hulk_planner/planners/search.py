@@ -29,7 +29,6 @@ from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity
 from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
-from hulk_planner.planners.split import step_flops
 
 UNPLACED_PENALTY = 100.0
 STICKINESS = 0.002
@@ -66,18 +65,18 @@ class _Evaluator:
 
 def greedy_start(cost: CostModel, jobs: Sequence[Job]) -> dict[str, str]:
     """Largest job first, each fills whole regions, nearest first, until it has its memory
-    need (with 25% room) and its share of compute by demand."""
+    need (with 25% room) and an equal share of the cluster's compute: with step times about
+    inversely proportional to compute, equal shares maximise the sum of log speeds, the
+    search's objective (proportional fairness)."""
     net = cost.net
     free = {s.name for s in cost.cluster.servers}
     by_region: dict[int, list[str]] = {}
     for s in sorted(cost.cluster.servers, key=lambda s: -s.flops):
         by_region.setdefault(int(net.region[net.index[s.name]]), []).append(s.name)
-    total_flops = float(cost.flops.sum())
-    demand = sum(step_flops(j) for j in jobs) or 1.0
+    target = float(cost.flops.sum()) / max(1, len(jobs))
     assign: dict[str, str] = {}
     for job in sorted(jobs, key=lambda j: -memory_need_bytes(j)):
         need = memory_need_bytes(job) * 1.25
-        target = total_flops * step_flops(job) / demand
         regions = sorted(
             by_region,
             key=lambda r: -sum(cost.flops[net.index[n]] for n in by_region[r] if n in free),

@@ -31,7 +31,8 @@ def region_grouped(servers: Sequence[Server]) -> list[Server]:
     first: dict[str, int] = {}
     for i, s in enumerate(servers):
         first.setdefault(s.region, i)
-    return sorted(servers, key=lambda s: (first[s.region], servers.index(s)))
+    order = sorted(range(len(servers)), key=lambda i: (first[servers[i].region], i))
+    return [servers[i] for i in order]  # (keyed by position: servers.index was O(n^2))
 
 
 def split_servers(

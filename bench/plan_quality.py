@@ -1,0 +1,180 @@
+"""Plan quality: how much slower each baseline's plan is than hulk's, by the cost model.
+
+    python bench/plan_quality.py [--quick] [--seed N]
+
+Scenarios: the Hulk paper's cluster with its 4 jobs and with 6 (+ RoBERTa-large,
+XLNet-large), and generated multi-region clusters of 100-300 servers with 4-6 preset jobs
+(--quick: the paper's two and one generated cluster of 100). For each it prints, per job,
+every baseline's predicted step time as a ratio to hulk's, their geometric mean over the
+jobs both place, whether hulk places every job some baseline places, and how much the
+search planner given 10x hulk's default time budget improves on hulk (geometric mean).
+Hulk runs with its default budget, so its figures depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hulk_planner.api import HULK_BUDGET_S, plan
+from hulk_planner.cost import CostModel
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.errors import NoFeasiblePlan
+from hulk_planner.generate import random_cluster
+from hulk_planner.model import Cluster, Job, Plan
+from hulk_planner.presets import preset, preset_model
+
+BASELINES = ("baseline-a", "baseline-b", "baseline-c")
+
+
+@dataclass
+class Scenario:
+    name: str
+    cluster: Cluster
+    jobs: list[Job]
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    best_baseline: str
+    best_ratio: float
+    all_placed: bool
+    search_gain: float
+
+
+def preset_jobs(names: Sequence[str]) -> list[Job]:
+    return [
+        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
+        for n in names
+    ]
+
+
+def scenarios(quick: bool) -> list[Scenario]:
+    paper = paper_cluster()
+    out = [
+        Scenario("paper, 4 jobs", paper, paper_jobs(4)),
+        Scenario("paper, 6 jobs", paper, paper_jobs(6)),
+    ]
+    generated = [
+        (100, 11, ("llama2-13b", "t5-11b", "gpt2-xl", "bert-large")),
+        (200, 12, ("opt-175b", "llama2-7b", "gpt3-xl", "roberta-large", "xlnet-large")),
+        (300, 13, ("llama2-70b", "t5-11b", "llama2-7b", "gpt2-xl", "bert-large", "xlnet-large")),
+    ]
+    for n, seed, names in generated[:1] if quick else generated:
+        c = random_cluster(n, seed=seed)
+        out.append(Scenario(f"generated {n}, {len(names)} jobs", c, preset_jobs(names)))
+    return out
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def fmt_s(seconds: float) -> str:
+    return f"{seconds:,.2f}s" if seconds < 1e5 else f"{seconds:.2e}s"
+
+
+def fmt_x(ratio: float) -> str:
+    return f"{ratio:,.2f}x" if ratio < 1e4 else f"{ratio:.1e}x"
+
+
+def planned(c: Cluster, jobs: Sequence[Job], planner: str, cost: CostModel, **kw: float) -> Plan:
+    try:
+        return plan(c, jobs, planner, cost=cost, **kw)  # type: ignore[arg-type]
+    except NoFeasiblePlan as exc:
+        return Plan(planner, notes=(f"no feasible plan: {exc.reason}",))
+
+
+def run_scenario(sc: Scenario, seed: int) -> Outcome:
+    c, jobs = sc.cluster, sc.jobs
+    cost = CostModel(c)
+    print(
+        f"== {sc.name}: {c.name} ({len(c.servers)} servers, {len(c.regions)} regions, "
+        f"{sum(s.gpus for s in c.servers)} GPUs)"
+    )
+    t0 = time.perf_counter()
+    hulk = planned(c, jobs, "hulk", cost, seed=seed)
+    hulk_s = time.perf_counter() - t0
+    baselines = {b: planned(c, jobs, b, cost) for b in BASELINES}
+    print(f"{'job':<16}{'hulk':>12}" + "".join(f"{b:>22}" for b in BASELINES))
+    ratios: dict[str, list[float]] = {b: [] for b in BASELINES}
+    all_placed = True
+    for job in jobs:
+        mine = hulk.job(job.name)
+        row = (
+            f"{job.name:<16}{fmt_s(mine.predicted_iteration_seconds) if mine else 'NOT PLACED':>12}"
+        )
+        for b, p in baselines.items():
+            theirs = p.job(job.name)
+            if theirs is None:
+                row += f"{'not placed':>22}"
+                continue
+            if mine is None:
+                all_placed = False
+                row += f"{fmt_s(theirs.predicted_iteration_seconds):>22}"
+                continue
+            r = theirs.predicted_iteration_seconds / mine.predicted_iteration_seconds
+            ratios[b].append(r)
+            row += f"{fmt_s(theirs.predicted_iteration_seconds) + ' (' + fmt_x(r) + ')':>22}"
+        print(row)
+    gms = {b: geomean(ratios[b]) for b in BASELINES}
+    print(
+        f"{'geometric mean':<16}{'1.00x':>12}"
+        + "".join(f"{fmt_x(g) if ratios[b] else '-':>22}" for b, g in gms.items())
+    )
+    best = min((b for b in BASELINES if ratios[b]), key=gms.__getitem__, default="-")
+    best_ratio = gms.get(best, math.nan)
+    print(
+        f"best baseline: {best}, {fmt_x(best_ratio)} hulk's step time "
+        f"(hulk {100 * (1 - 1 / best_ratio):.1f}% below it; goal: > 1.25x)"
+    )
+    print(f"every job placed by a baseline is placed by hulk: {'yes' if all_placed else 'NO'}")
+    budget = 10 * HULK_BUDGET_S
+    search = planned(c, jobs, "search", cost, seed=seed, time_budget_s=budget)
+    both = [j.name for j in jobs if hulk.job(j.name) and search.job(j.name)]
+    h = geomean([hulk.job(n).predicted_iteration_seconds for n in both])  # type: ignore[union-attr]
+    s = geomean([search.job(n).predicted_iteration_seconds for n in both])  # type: ignore[union-attr]
+    gain = 1 - s / h
+    extra = len(search.jobs) - len(hulk.jobs)
+    more = f"; places {extra:+d} jobs" if extra else ""
+    print(
+        f"search with 10x hulk's budget ({budget:.1f}s vs {HULK_BUDGET_S:.1f}s; hulk took "
+        f"{hulk_s:.2f}s): improves on hulk by {100 * gain:.1f}% (geometric mean over "
+        f"{len(both)} jobs; goal < 2%){more}"
+    )
+    print()
+    return Outcome(sc.name, best, best_ratio, all_placed, gain)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, smaller scenarios")
+    parser.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    args = parser.parse_args()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    print(
+        f"plan quality ({'quick' if args.quick else 'full'}), seed {args.seed}, "
+        f"{os.cpu_count()} CPUs, load average {load:.1f}\n"
+    )
+    outcomes = [run_scenario(sc, args.seed) for sc in scenarios(args.quick)]
+    print("== summary")
+    print(
+        f"{'scenario':<28}{'best baseline':>16}{'its ratio':>12}{'all placed':>12}"
+        f"{'search 10x gain':>18}"
+    )
+    for o in outcomes:
+        print(
+            f"{o.scenario:<28}{o.best_baseline:>16}{fmt_x(o.best_ratio):>12}"
+            f"{'yes' if o.all_placed else 'NO':>12}{100 * o.search_gain:>17.1f}%"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

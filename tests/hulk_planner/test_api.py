@@ -1,0 +1,173 @@
+"""The planning facade: planner choice, input checks, predictions, and re-planning with a
+previous plan (healthy servers stay where they are)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from planner_helpers import assert_valid_plan, cluster, server, tiny_job
+
+from hulk_planner import api
+from hulk_planner.api import PLANNERS, plan
+from hulk_planner.cost import CostModel
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.layout import make_job_plan, repair_job
+from hulk_planner.model import Cluster, JobPlan, Plan
+
+
+def test_planner_registry_has_hulk_search_and_the_baselines() -> None:
+    assert {"hulk", "search", "baseline-a", "baseline-b", "baseline-c"} <= set(PLANNERS)
+
+
+def test_unknown_planner_names_the_option() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        plan(cluster([server("a")]), [tiny_job()], "alpa")
+    assert exc.value.field == "--planner" and "alpa" in exc.value.problem
+
+
+def test_duplicate_job_names_and_bad_budget() -> None:
+    c = cluster([server("a")])
+    with pytest.raises(InvalidRequest) as exc:
+        plan(c, [tiny_job(), tiny_job()])
+    assert exc.value.field == "metadata.name"
+    with pytest.raises(InvalidRequest) as exc:
+        plan(c, [tiny_job()], time_budget_s=0)
+    assert exc.value.field == "--time-budget"
+
+
+def test_no_jobs_is_an_empty_plan() -> None:
+    result = plan(cluster([server("a")]), [], "baseline-b")
+    assert result == Plan("baseline-b")
+
+
+def test_nothing_placed_raises_no_feasible_plan_with_every_reason() -> None:
+    c = cluster([server("a", memory_gib=0.001)])
+    with pytest.raises(NoFeasiblePlan) as exc:
+        plan(c, [tiny_job("one"), tiny_job("two")], max_iterations=10)
+    assert "one:" in exc.value.reason and "two:" in exc.value.reason
+
+
+@pytest.mark.parametrize("planner", list(PLANNERS))
+def test_every_placed_job_carries_the_cost_models_prediction(planner: str) -> None:
+    c = paper_cluster()
+    jobs = paper_jobs()
+    model = CostModel(c)
+    result = plan(c, jobs, planner, max_iterations=30, cost=model)
+    for jp in result.jobs:
+        job = next(j for j in jobs if j.name == jp.name)
+        assert jp.predicted_iteration_seconds == model.job_seconds(job, jp)
+        assert math.isfinite(jp.predicted_iteration_seconds)
+
+
+# ---- re-planning with a previous plan ----
+
+
+@pytest.fixture(scope="module")
+def paper_plan() -> tuple[Cluster, Plan]:
+    c = paper_cluster()
+    return c, plan(c, paper_jobs(), max_iterations=150)
+
+
+def positions(jp: JobPlan) -> set[tuple[int, int, str]]:
+    """(stage, replica, server) of every server of a job."""
+    return {(k, r, n) for k, st in enumerate(jp.stages) for r, n in enumerate(st.nodes)}
+
+
+def test_nothing_changed_keeps_every_job_exactly(paper_plan: tuple[Cluster, Plan]) -> None:
+    c, before = paper_plan
+    after = plan(c, paper_jobs(), previous=before, max_iterations=30)
+    for jp in before.jobs:
+        assert after.job(jp.name) is not None
+        assert after.job(jp.name).stages == jp.stages  # type: ignore[union-attr]
+
+
+def test_a_new_job_goes_on_free_servers_and_old_jobs_stay(
+    paper_plan: tuple[Cluster, Plan],
+) -> None:
+    c, before = paper_plan
+    jobs = paper_jobs(6)
+    after = plan(c, jobs, previous=before, max_iterations=60)
+    assert_valid_plan(after, c, jobs)
+    for jp in before.jobs:
+        assert after.job(jp.name).stages == jp.stages  # type: ignore[union-attr]
+    assert {"roberta-large", "xlnet-large"} <= {jp.name for jp in after.jobs}
+
+
+def test_a_finished_job_frees_its_servers(paper_plan: tuple[Cluster, Plan]) -> None:
+    c, before = paper_plan
+    jobs = [j for j in paper_jobs() if j.name != "bert-large"]
+    after = plan(c, jobs, previous=before, max_iterations=30)
+    assert after.job("bert-large") is None and not after.unplaced
+    for jp in before.jobs:
+        if jp.name != "bert-large":
+            assert after.job(jp.name).stages == jp.stages  # type: ignore[union-attr]
+
+
+def test_losing_one_server_keeps_the_rest_of_its_job_in_place(
+    paper_plan: tuple[Cluster, Plan],
+) -> None:
+    # For every server of every job: remove it and re-plan. The other jobs never move.
+    # When the in-place repair is within REPAIR_TOLERANCE of the old step time, the job's
+    # other servers keep their stage and replica, and only the lost one is replaced;
+    # otherwise the job is re-planned (and may move) but is still placed.
+    c, before = paper_plan
+    jobs = paper_jobs()
+    by_name = {j.name: j for j in jobs}
+    used = set(before.assignment)
+    repaired_in_place = 0
+    for jp in before.jobs:
+        for lost in jp.nodes:
+            smaller = c.without([lost])
+            after = plan(smaller, jobs, previous=before, max_iterations=40)
+            assert_valid_plan(after, smaller, jobs)
+            for other in before.jobs:
+                if other.name != jp.name:
+                    assert after.job(other.name).stages == other.stages  # type: ignore[union-attr]
+            new = after.job(jp.name)
+            assert new is not None
+            free = [s.name for s in smaller.servers if s.name not in used]
+            fixed = repair_job(CostModel(smaller), by_name[jp.name], jp, free)
+            limit = jp.predicted_iteration_seconds * (1 + api.REPAIR_TOLERANCE)
+            if fixed is not None and fixed.predicted_iteration_seconds <= limit:
+                kept = {p for p in positions(jp) if p[2] != lost}
+                assert kept <= positions(new), (jp.name, lost)
+                assert len(new.nodes) == len(jp.nodes)
+                repaired_in_place += 1
+    assert repaired_in_place > 0
+
+
+def test_repair_on_a_hand_built_cluster_replaces_only_the_lost_server() -> None:
+    names = "abcde"
+    c = cluster([server(n) for n in names], [(x, y, 1.0) for x in names for y in names if x < y])
+    job = tiny_job()
+    model = CostModel(c)
+    two_stages = make_job_plan(job, [["a", "b"], ["c", "d"]], [2, 2])
+    previous = Plan(
+        "hulk",
+        (
+            JobPlan(
+                job.name,
+                two_stages.stages,
+                two_stages.micro_batches,
+                model.job_seconds(job, two_stages),
+            ),
+        ),
+    )
+    after = plan(c.without(["c"]), [job], previous=previous, max_iterations=20)
+    (jp,) = after.jobs
+    assert jp.stages[0].nodes == ("a", "b")
+    assert jp.stages[1].nodes == ("e", "d")  # the spare takes c's place as replica 0
+    assert [st.layers for st in jp.stages] == [(0, 2), (2, 4)]
+    assert jp.predicted_iteration_seconds == pytest.approx(
+        previous.jobs[0].predicted_iteration_seconds
+    )
+
+
+def test_baselines_ignore_previous() -> None:
+    c = paper_cluster()
+    jobs = paper_jobs()
+    fresh = plan(c, jobs, "baseline-b")
+    with_previous = plan(c, jobs, "baseline-b", previous=fresh)
+    assert fresh == with_previous

@@ -1,0 +1,310 @@
+"""The cost model on tiny hand-built clusters, every expected value worked out by hand from
+docs/cost-model.md (numbers in ``planner_helpers``: 1e12 FLOP/s servers, a 4-layer job whose
+layer takes 1.5e-4 s per micro-batch, 2e5-byte activations, 8 Gb/s = 1e9 B/s links)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from planner_helpers import (
+    LAYER_ACTIVATION_BYTES,
+    LAYER_SECONDS,
+    LAYER_STATE_BYTES,
+    MESSAGE_BYTES,
+    cluster,
+    server,
+    tiny_job,
+    usable_gib,
+)
+
+from hulk_planner import cost as cm
+from hulk_planner.cost import CostModel, micro_batches, ring_time, validate_plan
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.generate import random_cluster
+from hulk_planner.layout import make_job_plan
+from hulk_planner.model import Cluster, Job, JobPlan, Link, ModelSpec, Plan, Server, Stage
+from hulk_planner.topology import Network
+
+REL = 1e-9
+
+
+def data_plan(job: Job, stages: list[list[str]], counts: list[int]) -> JobPlan:
+    return make_job_plan(job, stages, counts)
+
+
+def two_servers(latency_ms: float = 10.0, gbps: float = 8.0) -> Cluster:
+    return cluster([server("a"), server("b")], [("a", "b", latency_ms, gbps)])
+
+
+def test_constants_are_the_documented_ones() -> None:
+    assert cm.EFFICIENCY == 0.40
+    assert cm.FLOPS_PER_PARAM_TOKEN == 6.0
+    assert cm.BYTES_PER_PARAM == 16.0
+    assert cm.ACTIVATION_FACTOR == 34.0
+    assert cm.BYTES_PER_VALUE == 2.0
+    assert cm.MEMORY_USABLE == 0.90
+
+
+def test_micro_batches_per_replica() -> None:
+    job = tiny_job(global_batch=8, micro_batch=1)
+    assert [micro_batches(job, r) for r in (1, 2, 3, 8, 9)] == [8, 4, 3, 1, 1]
+    assert micro_batches(tiny_job(global_batch=10, micro_batch=4), 1) == 3  # ceil(10 / 4)
+
+
+def test_single_server_step_is_m_times_the_compute() -> None:
+    c = cluster([server("a")])
+    job = tiny_job()
+    seconds = CostModel(c).job_seconds(job, data_plan(job, [["a"]], [4]))
+    # fill: 4 layers * 1.5e-4; then 7 more micro-batches at the same pace
+    assert seconds == pytest.approx(8 * 4 * LAYER_SECONDS, rel=REL)
+
+
+def test_compute_scales_with_gpus_and_tflops() -> None:
+    job = tiny_job()
+    for gpus, tflops in [(2, 2.5), (1, 10.0), (4, 5.0)]:
+        c = cluster([server("a", gpus=gpus, tflops=tflops)])
+        speed = gpus * tflops / 2.5  # in units of 1e12 FLOP/s
+        seconds = CostModel(c).job_seconds(job, data_plan(job, [["a"]], [4]))
+        assert seconds == pytest.approx(8 * 4 * LAYER_SECONDS / speed, rel=REL)
+
+
+def test_two_stage_pipeline_fill_drain_then_pace_of_slowest_stage() -> None:
+    c = two_servers(latency_ms=10.0, gbps=8.0)
+    job = tiny_job()
+    bd = CostModel(c).breakdown(job, data_plan(job, [["a"], ["b"]], [2, 2]))
+    stage = 2 * LAYER_SECONDS  # 3e-4
+    transfer = MESSAGE_BYTES / 1e9  # 2e-4 < stage: the stages set the pace
+    link = 10e-3 + transfer
+    expected = 2 * stage + 2 * link + (8 - 1) * stage
+    assert expected == pytest.approx(0.0231)
+    assert bd.total == pytest.approx(expected, rel=REL)
+    assert bd.pipeline_comm == pytest.approx(2 * link, rel=REL)
+    assert bd.data_parallel == 0.0 and bd.memory_ok
+
+
+def test_a_slow_link_sets_the_pipeline_pace() -> None:
+    c = two_servers(latency_ms=10.0, gbps=0.8)  # 1e8 B/s: 2e-3 s a message
+    job = tiny_job()
+    seconds = CostModel(c).job_seconds(job, data_plan(job, [["a"], ["b"]], [2, 2]))
+    transfer = MESSAGE_BYTES / 1e8
+    expected = 2 * (2 * LAYER_SECONDS) + 2 * (10e-3 + transfer) + 7 * transfer
+    assert seconds == pytest.approx(expected, rel=REL)
+
+
+def test_unequal_stages_pace_is_the_slowest_stage() -> None:
+    c = two_servers(latency_ms=0.0, gbps=8000.0)  # a nearly free link
+    job = tiny_job()
+    seconds = CostModel(c).job_seconds(job, data_plan(job, [["a"], ["b"]], [3, 1]))
+    transfer = MESSAGE_BYTES / 1e12
+    expected = 4 * LAYER_SECONDS + 2 * transfer + 7 * 3 * LAYER_SECONDS
+    assert seconds == pytest.approx(expected, rel=REL)
+
+
+def test_data_parallel_ring_all_reduce() -> None:
+    c = two_servers(latency_ms=10.0, gbps=8.0)
+    job = tiny_job()
+    bd = CostModel(c).breakdown(job, data_plan(job, [["a", "b"]], [4]))
+    m = 4  # ceil(8 / (1 * 2))
+    grads = 1e6 * 2  # all 4 layers' 16-bit gradients
+    ring = 2 * (2 - 1) * 10e-3 + 2 * (2 - 1) / 2 * grads / 1e9
+    assert bd.data_parallel == pytest.approx(ring, rel=REL)
+    assert bd.total == pytest.approx(m * 4 * LAYER_SECONDS + ring, rel=REL)
+
+
+def test_ring_is_paced_by_its_slowest_hop_in_listed_order() -> None:
+    # ring a -> b -> c -> a: hops of 1, 2 and 7 ms; the slowest bandwidth 2 Gb/s (b-c)
+    c = cluster(
+        [server("a"), server("b"), server("c")],
+        [("a", "b", 1.0, 8.0), ("b", "c", 2.0, 2.0), ("a", "c", 7.0, 8.0)],
+    )
+    net = Network(c)
+    nbytes = 3e6
+    expected = 2 * 2 * 7e-3 + 2 * 2 / 3 * nbytes / (2e9 / 8)
+    assert ring_time(net, net.ids(["a", "b", "c"]), nbytes) == pytest.approx(expected, rel=REL)
+    assert ring_time(net, net.ids(["a"]), nbytes) == 0.0
+    job = tiny_job(global_batch=3)
+    seconds = CostModel(c).breakdown(job, data_plan(job, [["a", "b", "c"]], [4]))
+    assert seconds.data_parallel == pytest.approx(ring_time(net, net.ids(["a", "b", "c"]), 2e6))
+
+
+def test_tensor_parallel_stage() -> None:
+    c = two_servers(latency_ms=10.0, gbps=8.0)
+    job = tiny_job()
+    jp = JobPlan("tiny", (Stage((0, 4), ("a", "b"), "tensor"),), micro_batches(job, 1))
+    compute = 4 * LAYER_SECONDS / 2  # two servers split each layer
+    allreduce = 2 * 1 * 10e-3 + 2 * 1 / 2 * MESSAGE_BYTES / 1e9
+    stage = compute + 4 * 4 * allreduce  # four all-reduces per layer
+    assert CostModel(c).job_seconds(job, jp) == pytest.approx(8 * stage, rel=REL)
+
+
+def test_memory_need_and_infeasible_plans_cost_inf() -> None:
+    job = tiny_job()
+    need = 4 * (LAYER_STATE_BYTES + LAYER_ACTIVATION_BYTES)  # one stage, one micro-batch
+    assert cm.memory_need_bytes(job) == pytest.approx(need)
+    assert cm.stage_memory(job, 4, 1) == pytest.approx(need)
+    assert cm.stage_memory(job, 4, 1, split=2) == pytest.approx(need / 2)
+    enough = cluster([server("a", memory_gib=usable_gib(need * 1.001))])
+    short = cluster([server("a", memory_gib=usable_gib(need * 0.999))])
+    jp = data_plan(job, [["a"]], [4])
+    assert math.isfinite(CostModel(enough).job_seconds(job, jp))
+    bd = CostModel(short).breakdown(job, jp)
+    assert not bd.memory_ok and math.isinf(bd.total)
+
+
+def test_1f1b_keeps_more_micro_batches_in_flight_in_early_stages() -> None:
+    job = tiny_job()
+    first = 2 * (LAYER_STATE_BYTES + 2 * LAYER_ACTIVATION_BYTES)  # min(m, p - 0) = 2
+    last = 2 * (LAYER_STATE_BYTES + 1 * LAYER_ACTIVATION_BYTES)  # min(m, p - 1) = 1
+    small = usable_gib((first + last) / 2)  # holds the last stage, not the first
+    c = cluster([server("big"), server("small", memory_gib=small)], [("big", "small", 1.0)])
+    model = CostModel(c)
+    assert math.isfinite(model.job_seconds(job, data_plan(job, [["big"], ["small"]], [2, 2])))
+    assert math.isinf(model.job_seconds(job, data_plan(job, [["small"], ["big"]], [2, 2])))
+
+
+def test_tensor_split_divides_the_memory_need() -> None:
+    job = tiny_job()
+    need = cm.stage_memory(job, 4, 1)
+    half = usable_gib(need * 0.6)  # one server is too small, two share it
+    c = cluster([server("a", memory_gib=half), server("b", memory_gib=half)], [("a", "b", 1.0)])
+    tensor = JobPlan("tiny", (Stage((0, 4), ("a", "b"), "tensor"),), 8)
+    alone = data_plan(job, [["a"]], [4])
+    assert math.isfinite(CostModel(c).job_seconds(job, tensor))
+    assert math.isinf(CostModel(c).job_seconds(job, alone))
+
+
+def test_unreachable_servers_make_a_plan_infeasible() -> None:
+    c = cluster([server("a"), server("b", "r2")])  # no link at all
+    job = tiny_job()
+    assert math.isinf(CostModel(c).job_seconds(job, data_plan(job, [["a"], ["b"]], [2, 2])))
+    assert math.isinf(CostModel(c).job_seconds(job, data_plan(job, [["a", "b"]], [4])))
+    assert math.isfinite(CostModel(c).job_seconds(job, data_plan(job, [["a"]], [4])))
+
+
+def test_plan_seconds_and_with_predictions() -> None:
+    c = two_servers()
+    job, other = tiny_job(), tiny_job("other", layers=2, parameters=500_000)
+    plan = Plan("x", (data_plan(job, [["a"]], [4]), data_plan(other, [["b"]], [2])), notes=("n",))
+    model = CostModel(c)
+    times = model.plan_seconds(plan, [job, other])
+    assert times == {
+        "tiny": pytest.approx(32 * LAYER_SECONDS),
+        "other": pytest.approx(16 * LAYER_SECONDS),
+    }
+    filled = model.with_predictions(plan, [job, other])
+    assert [jp.predicted_iteration_seconds for jp in filled.jobs] == list(times.values())
+    assert filled.notes == ("n",) and filled.jobs[0].stages == plan.jobs[0].stages
+
+
+# ---- validate_plan ----
+
+
+def _bad(plan_jobs: tuple[JobPlan, ...], c: Cluster, jobs: list[Job], field_part: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        validate_plan(Plan("x", plan_jobs), c, jobs)
+    assert field_part in exc.value.field
+
+
+def test_validate_plan_catches_every_kind_of_mistake() -> None:
+    c = cluster([server(n) for n in "abcd"])
+    job = tiny_job()
+    ok = data_plan(job, [["a", "b"], ["c", "d"]], [2, 2])
+    validate_plan(Plan("x", (ok,)), c, [job])
+    gap = JobPlan("tiny", (Stage((0, 2), ("a",)), Stage((3, 4), ("b",))), 8)
+    _bad((gap,), c, [job], "stages[1].layers")
+    short = JobPlan("tiny", (Stage((0, 3), ("a",)),), 8)
+    _bad((short,), c, [job], "jobs[tiny].stages")
+    twice = JobPlan("tiny", (Stage((0, 2), ("a",)), Stage((2, 4), ("a",))), 8)
+    _bad((twice,), c, [job], "stages[1].nodes")
+    unknown = JobPlan("tiny", (Stage((0, 4), ("zz",)),), 8)
+    _bad((unknown,), c, [job], "stages[0].nodes")
+    uneven = JobPlan("tiny", (Stage((0, 2), ("a", "b")), Stage((2, 4), ("c",))), 4)
+    _bad((uneven,), c, [job], "stages[1].nodes")
+    wrong_m = JobPlan("tiny", (Stage((0, 4), ("a", "b")),), 8)  # 2 replicas: 4 micro-batches
+    _bad((wrong_m,), c, [job], "microBatches")
+    _bad((data_plan(tiny_job("ghost"), [["a"]], [4]),), c, [job], "jobs[ghost]")
+    other = data_plan(tiny_job("other"), [["a"]], [4])
+    _bad((data_plan(job, [["a"]], [4]), other), c, [job, tiny_job("other")], "nodes")
+
+
+# ---- properties ----
+
+
+def _random_plan(rng: random.Random, c: Cluster, job: Job) -> JobPlan:
+    names = [s.name for s in c.servers]
+    rng.shuffle(names)
+    p = rng.randint(1, min(len(names), job.model.layers))
+    r = rng.randint(1, len(names) // p)
+    cuts = sorted(rng.sample(range(1, job.model.layers), p - 1))
+    bounds = [0, *cuts, job.model.layers]
+    stages = [names[k * r : (k + 1) * r] for k in range(p)]
+    return data_plan(job, stages, [bounds[k + 1] - bounds[k] for k in range(p)])
+
+
+def _random_job(rng: random.Random) -> Job:
+    model = ModelSpec(rng.randint(10**6, 10**9), rng.randint(1, 12), rng.choice([256, 1024]), 128)
+    return Job("j", model, rng.randint(1, 64), 1)
+
+
+def _scaled(c: Cluster, rng: random.Random, latency: bool) -> Cluster:
+    if latency:
+        links = tuple(
+            Link(lk.a, lk.b, lk.latency_ms * rng.choice([1.0, 1.0, 1.5, 10.0])) for lk in c.links
+        )
+        return Cluster(c.name, c.servers, links, c.region_links)
+    servers = tuple(
+        Server(s.name, s.region, s.gpus, s.gpu_memory_gib, s.gpu_tflops * rng.choice([1, 1, 2, 8]))
+        for s in c.servers
+    )
+    return Cluster(c.name, servers, c.links, c.region_links)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 9),
+    seed=st.integers(0, 10**6),
+    regions=st.integers(1, 3),
+    latency=st.booleans(),
+)
+def test_higher_latency_or_faster_gpus_never_hurt_the_same_plan(
+    n: int, seed: int, regions: int, latency: bool
+) -> None:
+    # Bandwidths are the defaults (random_cluster gives none), so a longer relay cannot
+    # bring a wider pipe: raising latency must never lower the step time, and raising
+    # TFLOPS must never raise it.
+    rng = random.Random(seed)
+    c = random_cluster(n, seed=seed, regions=regions)
+    job = _random_job(rng)
+    jp = _random_plan(rng, c, job)
+    before = CostModel(c).job_seconds(job, jp)
+    after = CostModel(_scaled(c, rng, latency)).job_seconds(job, jp)
+    if latency:
+        assert after >= before * (1 - 1e-12) or (math.isinf(before) and math.isinf(after))
+    else:
+        assert after <= before * (1 + 1e-12) or (math.isinf(before) and math.isinf(after))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 9), seed=st.integers(0, 10**6), regions=st.integers(1, 3))
+def test_vectorised_data_path_agrees_with_the_general_path(n: int, seed: int, regions: int) -> None:
+    rng = random.Random(seed)
+    c = random_cluster(n, seed=seed, regions=regions)
+    job = _random_job(rng)
+    jp = _random_plan(rng, c, job)
+    model = CostModel(c)
+    fast = model.breakdown(job, jp)
+    slow = model._general_breakdown(job, jp)
+    assert fast.memory_ok == slow.memory_ok
+    if math.isinf(fast.total):
+        assert math.isinf(slow.total)
+    else:
+        assert fast.total == pytest.approx(slow.total, rel=1e-9)
+        assert fast.data_parallel == pytest.approx(slow.data_parallel, rel=1e-9)
+    grid = np.array([model.net.ids(st_.nodes) for st_ in jp.stages])
+    layers = np.array([st_.num_layers for st_ in jp.stages])
+    assert model.data_seconds(job, grid, layers, jp.micro_batches) == fast.total

@@ -1,0 +1,376 @@
+"""The public file formats (shared/spec/planning-interface.md): ClusterTopology and
+HulkTrainingJob in, PlacementPlan out, with the spec's exact field names, round trips, and
+errors that name the path of the bad field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hulk_planner import io
+from hulk_planner.datasets import paper_cluster
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.generate import random_cluster
+from hulk_planner.model import Job, JobPlan, ModelSpec, Plan, Stage, Unplaced
+from hulk_planner.presets import PRESETS, preset_model
+
+API = "hulk.dev/v1alpha1"
+
+# The spec's examples, with every optional field the readers know.
+CLUSTER_YAML = """
+apiVersion: hulk.dev/v1alpha1
+kind: ClusterTopology
+metadata: {name: three-cities}
+spec:
+  nodes:
+  - {name: bj-0, region: Beijing, gpus: 8, gpuMemoryGiB: 40, gpuTFLOPS: 312,
+     gpuProduct: A100-SXM4-40GB}
+  - {name: bj-1, region: Beijing, gpus: 4, gpuMemoryGiB: 24, gpuTFLOPS: 111.1,
+     computeCapability: '8.6', zone: beijing-a}
+  - {name: ca-0, region: California, gpus: 2, gpuMemoryGiB: 32, gpuTFLOPS: 125}
+  links:
+  - {a: bj-0, b: bj-1, latencyMs: 10.0, bandwidthGbps: 10}
+  - {a: bj-0, b: ca-0, latencyMs: 89.1}
+  regionLinks:
+  - {a: Beijing, b: California, latencyMs: 95.0, bandwidthGbps: 1.5}
+"""
+
+JOB_YAML = """
+apiVersion: hulk.dev/v1alpha1
+kind: HulkTrainingJob
+metadata: {name: gpt2-xl}
+spec:
+  model:
+    preset: gpt2-xl
+    parameters: 1557611200
+    layers: 48
+    hiddenSize: 1600
+    sequenceLength: 1024
+    attentionHeads: 25
+  training:
+    globalBatchSize: 512
+    microBatchSize: 4
+"""
+
+PLAN_JSON = """
+{
+  "apiVersion": "hulk.dev/v1alpha1",
+  "kind": "PlacementPlan",
+  "planner": "hulk",
+  "jobs": [
+    {
+      "name": "gpt2-xl",
+      "stages": [
+        {"layers": [0, 20],  "nodes": ["bj-0", "bj-1"], "parallelism": "data"},
+        {"layers": [20, 48], "nodes": ["bj-2", "bj-3"], "parallelism": "data"}
+      ],
+      "microBatches": 64,
+      "predictedIterationSeconds": 2.31
+    },
+    {
+      "name": "t5",
+      "stages": [{"layers": [0, 48], "nodes": ["ca-0", "ca-1"], "parallelism": "tensor"}],
+      "microBatches": 64,
+      "predictedIterationSeconds": null
+    }
+  ],
+  "unplaced": [{"name": "opt-175b", "reason": "needs 2800 GiB of GPU memory, 1900 GiB free"}]
+}
+"""
+
+
+def cluster_doc() -> dict[str, Any]:
+    return dict(yaml.safe_load(CLUSTER_YAML))
+
+
+def job_doc() -> dict[str, Any]:
+    return dict(yaml.safe_load(JOB_YAML))
+
+
+# ---- ClusterTopology ----
+
+
+def test_cluster_dict_object_dict_round_trip_keeps_the_spec_field_names() -> None:
+    doc = cluster_doc()
+    c = io.cluster_from_dict(doc)
+    assert [s.name for s in c.servers] == ["bj-0", "bj-1", "ca-0"]
+    bj1 = c.server("bj-1")
+    assert (bj1.gpus, bj1.gpu_memory_gib, bj1.gpu_tflops) == (4, 24, 111.1)
+    assert (bj1.compute_capability, bj1.zone) == ("8.6", "beijing-a")
+    assert c.links[1].bandwidth_gbps is None
+    assert c.region_links[0].bandwidth_gbps == 1.5
+    assert io.cluster_to_dict(c) == doc
+
+
+def test_cluster_from_file_and_object_dict_object_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER_YAML)
+    c = io.load_cluster(path)
+    assert io.cluster_from_dict(io.cluster_to_dict(c)) == c
+    paper = paper_cluster()
+    assert io.cluster_from_dict(json.loads(json.dumps(io.cluster_to_dict(paper)))) == paper
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 10_000), explicit=st.booleans())
+def test_generated_clusters_round_trip(n: int, seed: int, explicit: bool) -> None:
+    c = random_cluster(n, seed=seed, explicit_links=explicit)
+    doc = io.cluster_to_dict(c)
+    again = io.cluster_from_dict(yaml.safe_load(yaml.safe_dump(doc)))
+    assert again == c
+    assert io.cluster_to_dict(again) == doc
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "problem"),
+    [
+        (lambda d: d["spec"]["nodes"][1].pop("gpus"), "spec.nodes[1].gpus", "missing"),
+        (lambda d: d["spec"]["nodes"][0].pop("name"), "spec.nodes[0].name", "missing"),
+        (lambda d: d["spec"].pop("nodes"), "spec.nodes", "missing"),
+        (lambda d: d.pop("spec"), "spec", "missing"),
+        (lambda d: d["spec"]["nodes"][2].update(gpuTFLOPS="fast"), "spec.nodes[2].gpuTFLOPS", ""),
+        (lambda d: d["spec"]["links"][0].pop("latencyMs"), "spec.links[0].latencyMs", "missing"),
+        (lambda d: d["spec"]["links"][1].update(latencyMs=-1), "link bj-0-ca-0.latencyMs", ""),
+        (lambda d: d["spec"]["links"][1].update(b="zz-9"), "link bj-0-zz-9", "'zz-9'"),
+        (lambda d: d["spec"]["nodes"][1].update(name="bj-0"), "server 'bj-0'", "twice"),
+        (lambda d: d["spec"]["nodes"][0].update(gpus=-8), "server 'bj-0'.gpus", ""),
+        (lambda d: d["spec"].update(links={"a": 1}), "spec.links", "list"),
+        (lambda d: d.update(metadata="x"), "metadata", "mapping"),
+        (lambda d: d["spec"]["regionLinks"][0].update(latencyMs=-2), "latencyMs", ""),
+    ],
+)
+def test_cluster_errors_name_the_field(mutate: Any, field: str, problem: str) -> None:
+    doc = cluster_doc()
+    mutate(doc)
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert field in exc.value.field
+    assert problem in exc.value.problem
+
+
+def test_kind_and_api_version_are_checked() -> None:
+    doc = cluster_doc()
+    doc["kind"] = "HulkTrainingJob"
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc, "c.yaml")
+    assert exc.value.field == "c.yaml: kind"
+    doc = cluster_doc()
+    doc["apiVersion"] = "hulk.dev/v2"
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc, "c.yaml")
+    assert exc.value.field == "c.yaml: apiVersion"
+    with pytest.raises(InvalidRequest):
+        io.cluster_from_dict(["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_load_cluster_wants_exactly_one_document(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(CLUSTER_YAML + "\n---\n" + CLUSTER_YAML)
+    with pytest.raises(InvalidRequest, match="2 documents"):
+        io.load_cluster(path)
+
+
+# ---- HulkTrainingJob ----
+
+
+def test_job_dict_object_dict_round_trip() -> None:
+    doc = job_doc()
+    job = io.job_from_dict(doc)
+    assert job.model == preset_model("gpt2-xl")
+    assert (job.global_batch_size, job.micro_batch_size) == (512, 4)
+    assert io.job_to_dict(job) == doc
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_job_round_trips(name: str) -> None:
+    p = PRESETS[name]
+    job = Job(name, preset_model(name), p.global_batch_size, p.micro_batch_size, priority=3)
+    doc = io.job_to_dict(job)
+    assert doc["spec"]["model"]["preset"] == name
+    assert doc["spec"]["priority"] == 3
+    assert io.job_from_dict(yaml.safe_load(yaml.safe_dump(doc))) == job
+
+
+def test_custom_model_job_round_trips_without_a_preset() -> None:
+    job = Job("custom", ModelSpec(123_456_789, 12, 768, 512), 64, 8)
+    doc = io.job_to_dict(job)
+    assert "preset" not in doc["spec"]["model"]
+    assert "priority" not in doc["spec"]
+    assert io.job_from_dict(doc) == job
+
+
+def test_preset_only_job_takes_the_preset_sizes_and_default_batch() -> None:
+    doc: dict[str, Any] = {
+        "apiVersion": API,
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": "bert", "namespace": "ml"},
+        "spec": {"model": {"preset": "BERT-Large"}, "template": {"spec": {"containers": []}}},
+    }
+    job = io.job_from_dict(doc)
+    p = PRESETS["bert-large"]
+    assert job.model.parameters == p.parameters and job.model.layers == p.layers
+    assert job.model.preset == "bert-large"
+    assert (job.global_batch_size, job.micro_batch_size) == (
+        p.global_batch_size,
+        p.micro_batch_size,
+    )
+    doc["spec"]["model"]["layers"] = 12  # a preset with an override
+    doc["spec"]["training"] = {"microBatchSize": 2}
+    job = io.job_from_dict(doc)
+    assert job.model.layers == 12 and job.model.hidden_size == p.hidden_size
+    assert (job.global_batch_size, job.micro_batch_size) == (p.global_batch_size, 2)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["spec"]["model"].update(preset="gpt-5"), "spec.model.preset"),
+        (lambda d: d["spec"]["model"].pop("preset") and d["spec"]["model"].pop("hiddenSize"),
+         "spec.model.hiddenSize"),
+        (lambda d: d["spec"]["model"].pop("preset") and d["spec"].pop("training"),
+         "spec.training"),
+        (lambda d: d["spec"]["training"].update(microBatchSize=1024),
+         "spec.training.microBatchSize"),
+        (lambda d: d["spec"]["training"].update(globalBatchSize=-4),
+         "spec.training.globalBatchSize"),
+        (lambda d: d["spec"].update(training="lots"), "spec.training"),
+        (lambda d: d["spec"].pop("model"), "spec.model"),
+        (lambda d: d["metadata"].update(name="Big_Job"), "metadata.name"),
+        (lambda d: d.pop("metadata"), "metadata"),
+        (lambda d: d["spec"].update(priority="high"), "spec.priority"),
+    ],
+)  # fmt: skip
+def test_job_errors_name_the_field(mutate: Any, field: str) -> None:
+    doc = job_doc()
+    mutate(doc)
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert exc.value.field == field
+
+
+def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path) -> None:
+    both = tmp_path / "jobs.yaml"
+    other = job_doc()
+    other["metadata"]["name"] = "second"
+    both.write_text(JOB_YAML + "\n---\n\n---\n" + yaml.safe_dump(other))
+    jobs = io.load_jobs([both])
+    assert [j.name for j in jobs] == ["gpt2-xl", "second"]
+    again = tmp_path / "again.yaml"
+    again.write_text(JOB_YAML)
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_jobs([both, again])
+    assert exc.value.field == "metadata.name" and "gpt2-xl" in exc.value.problem
+    bad = job_doc()
+    del bad["spec"]["training"]["globalBatchSize"]
+    del bad["spec"]["model"]["preset"]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(JOB_YAML + "\n---\n" + yaml.safe_dump(bad))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_jobs([broken])
+    assert exc.value.field == f"{broken}#1: spec.training.globalBatchSize"
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(missing)
+    assert exc.value.field == str(missing) and "cannot be read" in exc.value.problem
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("spec:\n  nodes: [\n")
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(bad)
+    assert exc.value.field.startswith(f"{bad}:")  # with the line number
+    assert "YAML" in exc.value.problem
+
+
+# ---- PlacementPlan ----
+
+
+def test_plan_dict_object_dict_round_trip_with_the_spec_fields() -> None:
+    doc = json.loads(PLAN_JSON)
+    plan = io.plan_from_dict(doc)
+    gpt = plan.jobs[0]
+    assert gpt.stages[1] == Stage((20, 48), ("bj-2", "bj-3"), "data")
+    assert gpt.micro_batches == 64 and gpt.predicted_iteration_seconds == 2.31
+    assert math.isnan(plan.jobs[1].predicted_iteration_seconds)
+    assert plan.jobs[1].stages[0].parallelism == "tensor"
+    assert plan.unplaced == (Unplaced("opt-175b", "needs 2800 GiB of GPU memory, 1900 GiB free"),)
+    assert io.plan_to_dict(plan) == doc
+    assert json.loads(io.dump_plan(plan)) == doc
+    assert yaml.safe_load(io.dump_plan(plan, "yaml")) == doc
+
+
+def test_plan_object_dict_object_round_trip_keeps_notes() -> None:
+    plan = Plan(
+        "search",
+        (JobPlan("j", (Stage((0, 3), ("a",)), Stage((3, 4), ("b",))), 8, 1.23456789),),
+        (Unplaced("k", "no room"),),
+        ("replanned after a failure",),
+    )
+    doc = io.plan_to_dict(plan)
+    assert doc["jobs"][0]["predictedIterationSeconds"] == 1.2346  # rounded to 0.1 ms
+    back = io.plan_from_dict(doc)
+    assert back.notes == plan.notes
+    assert back.jobs[0].stages == plan.jobs[0].stages
+    assert io.plan_to_dict(back) == doc
+
+
+def test_infinite_prediction_is_written_as_null() -> None:
+    plan = Plan("x", (JobPlan("j", (Stage((0, 1), ("a",)),), 1, math.inf),))
+    assert json.loads(io.dump_plan(plan))["jobs"][0]["predictedIterationSeconds"] is None
+
+
+# ---- every malformed value is an InvalidRequest, never a crash ----
+
+ODD_VALUES = st.sampled_from(
+    [None, "x", -1, 0, 1.5, True, [], {}, [1], {"a": 1}, math.nan, math.inf, 10**30]
+)
+
+
+def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _set(doc: Any, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+CUSTOM_JOB = job_doc()
+del CUSTOM_JOB["spec"]["model"]["preset"]
+READERS = [
+    (cluster_doc(), io.cluster_from_dict),
+    (job_doc(), io.job_from_dict),
+    (CUSTOM_JOB, io.job_from_dict),
+    (json.loads(PLAN_JSON), io.plan_from_dict),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), which=st.integers(0, len(READERS) - 1))
+def test_malformed_documents_raise_only_invalid_request(data: st.DataObject, which: int) -> None:
+    base, read = READERS[which]
+    doc = copy.deepcopy(base)
+    for _ in range(data.draw(st.integers(1, 2))):
+        path = data.draw(st.sampled_from(_paths(doc)))
+        _set(doc, path, copy.deepcopy(data.draw(ODD_VALUES)))
+    try:
+        read(doc)
+    except InvalidRequest as exc:
+        assert str(exc).strip() and "\n" not in str(exc)

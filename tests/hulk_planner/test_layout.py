@@ -1,0 +1,254 @@
+"""Laying a job over a set of servers (order, replicas, layer balance) and repairing a
+running job after it loses a server."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from planner_helpers import (
+    LAYER_ACTIVATION_BYTES,
+    LAYER_STATE_BYTES,
+    cluster,
+    server,
+    tiny_job,
+    usable_gib,
+)
+
+from hulk_planner.cost import CostModel, micro_batches
+from hulk_planner.generate import random_cluster
+from hulk_planner.layout import (
+    balance_layers,
+    layout_job,
+    make_job_plan,
+    order_servers,
+    repair_job,
+)
+from hulk_planner.model import Job, ModelSpec
+from hulk_planner.presets import preset, preset_model
+
+
+def test_order_servers_follows_regions_fastest_first() -> None:
+    servers = [
+        server("x-slow", "X", tflops=2.5),
+        server("z-0", "Z"),
+        server("y-0", "Y"),
+        server("x-fast", "X", tflops=10.0),
+    ]
+    c = cluster(
+        servers,
+        [
+            ("x-slow", "x-fast", 1.0),
+            ("x-slow", "y-0", 10.0),
+            ("x-fast", "y-0", 10.0),
+            ("y-0", "z-0", 10.0),
+            ("x-slow", "z-0", 20.0),
+            ("x-fast", "z-0", 20.0),
+        ],
+    )
+    order = order_servers(CostModel(c), ["z-0", "x-slow", "y-0", "x-fast"])
+    assert order in (["x-fast", "x-slow", "y-0", "z-0"], ["z-0", "y-0", "x-fast", "x-slow"])
+
+
+def test_balance_gives_layers_in_proportion_to_speed() -> None:
+    c = cluster([server("fast", tflops=7.5), server("slow")], [("fast", "slow", 1.0)])
+    job = tiny_job(layers=8)
+    # 3x faster: 6 and 2 layers finish at the same time
+    assert balance_layers(CostModel(c), job, [["fast"], ["slow"]], 8) == [6, 2]
+
+
+def test_balance_never_hands_out_more_layers_than_the_model_has() -> None:
+    # Regression: the start below the ideal split floors every stage at one layer, which
+    # overshot (3 + 1 + 1 + 1 + 1 = 7 layers of 5) when one stage was far faster.
+    servers = [server("fast", gpus=8, tflops=312.0)] + [server(f"s{i}") for i in range(4)]
+    c = cluster(servers)
+    job = tiny_job(layers=5)
+    counts = balance_layers(CostModel(c), job, [[s.name] for s in servers], 8)
+    assert counts == [1, 1, 1, 1, 1]  # five stages, five layers: one each
+    counts = balance_layers(CostModel(c), tiny_job(layers=6), [[s.name] for s in servers], 8)
+    assert counts == [2, 1, 1, 1, 1]  # the spare layer goes to the fast server
+
+
+def test_balance_respects_memory_and_reports_none_when_it_cannot_fit() -> None:
+    job = tiny_job(layers=4)
+    one_layer = LAYER_STATE_BYTES + 2 * LAYER_ACTIVATION_BYTES  # first stage: 2 in flight
+    tight = usable_gib(one_layer * 1.5)  # holds one layer of the first stage
+    c = cluster([server("fast", memory_gib=tight, tflops=25.0), server("slow")])
+    counts = balance_layers(CostModel(c), job, [["fast"], ["slow"]], 8)
+    assert counts == [1, 3]  # speed alone would give the fast server all but one
+    tiny = cluster([server("a", memory_gib=tight), server("b", memory_gib=tight)])
+    assert balance_layers(CostModel(tiny), job, [["a"], ["b"]], 8) is None
+    assert balance_layers(CostModel(tiny), tiny_job(layers=1), [["a"], ["b"]], 8) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_balance_is_the_best_split_within_memory(data: st.DataObject) -> None:
+    # Brute force over every cut of L layers into p contiguous stages: the balance
+    # minimises the slowest stage's compute time among the splits that fit in memory.
+    p = data.draw(st.integers(1, 4))
+    layers = data.draw(st.integers(p, 9))
+    servers = [
+        server(
+            f"s{i}",
+            gpus=data.draw(st.integers(1, 8)),
+            memory_gib=data.draw(st.sampled_from([0.01, 0.02, 0.05, 1.0])),
+            tflops=data.draw(st.sampled_from([2.5, 10.0, 100.0, 312.0])),
+        )
+        for i in range(p)
+    ]
+    c = cluster(servers)
+    model = CostModel(c)
+    job = tiny_job(layers=layers)
+    stages = [[s.name] for s in servers]
+    got = balance_layers(model, job, stages, 8)
+
+    def slowest(counts: list[int]) -> float:
+        return max(n / model.flops[i] for i, n in enumerate(counts))
+
+    best = math.inf
+    for cuts in itertools.combinations(range(1, layers), p - 1):
+        bounds = [0, *cuts, layers]
+        counts = [bounds[k + 1] - bounds[k] for k in range(p)]
+        if model.breakdown(job, make_job_plan(job, stages, counts)).memory_ok:
+            best = min(best, slowest(counts))
+    if math.isinf(best):
+        assert got is None
+    else:
+        assert got is not None and sum(got) == layers and min(got) >= 1
+        assert model.breakdown(job, make_job_plan(job, stages, got)).memory_ok
+        assert slowest(got) <= best * (1 + 1e-9)
+
+
+def _check_layout(model: CostModel, job: Job, names: list[str]) -> None:
+    jp = layout_job(model, job, names)
+    if jp is None:
+        return
+    assert set(jp.nodes) <= set(names) and len(set(jp.nodes)) == len(jp.nodes)
+    assert jp.stages[0].layers[0] == 0 and jp.stages[-1].layers[1] == job.model.layers
+    for a, b in itertools.pairwise(jp.stages):
+        assert a.layers[1] == b.layers[0]
+    assert len({len(s.nodes) for s in jp.stages}) == 1
+    assert jp.micro_batches == micro_batches(job, jp.replicas)
+    seconds = model.job_seconds(job, jp)
+    assert math.isfinite(seconds) and model.breakdown(job, jp).memory_ok
+    assert jp.predicted_iteration_seconds == pytest.approx(seconds, rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 14),
+    seed=st.integers(0, 10**6),
+    regions=st.integers(1, 4),
+    name=st.sampled_from(["bert-large", "gpt2-xl", "t5-11b", "llama2-7b", "custom"]),
+)
+def test_layout_covers_layers_in_order_within_memory(
+    n: int, seed: int, regions: int, name: str
+) -> None:
+    c = random_cluster(n, seed=seed, regions=regions)
+    rng = random.Random(seed)
+    if name == "custom":
+        model_spec = ModelSpec(rng.randint(10**6, 10**9), rng.randint(1, 10), 512, 256)
+        job = Job("j", model_spec, rng.randint(1, 32), 1)
+    else:
+        job = Job("j", preset_model(name), preset(name).global_batch_size, 1)
+    names = [s.name for s in c.servers]
+    model = CostModel(c)
+    _check_layout(model, job, names)
+    _check_layout(model, job, rng.sample(names, rng.randint(1, n)))
+
+
+def test_layout_is_none_when_the_servers_cannot_hold_the_job() -> None:
+    job = tiny_job()
+    small = usable_gib(LAYER_STATE_BYTES)  # not even one layer with its activations
+    c = cluster([server("a", memory_gib=small), server("b", memory_gib=small)])
+    assert layout_job(CostModel(c), job, ["a", "b"]) is None
+    assert layout_job(CostModel(c), job, []) is None
+
+
+def test_layout_puts_the_largest_memory_last_when_speed_order_does_not_fit() -> None:
+    # Under 1F1B stage 0 keeps 2 micro-batches in flight (1.08e7 B a layer), stage 1 one
+    # (7.4e6 B). Fast "a" (2.9e7 B usable) first and small "b" (1.2e7 B) second hold 2 + 1
+    # layers of 4; "b" first and "a" last hold 1 + 3. Regression: only speed order was tried.
+    c = cluster(
+        [
+            server("a", memory_gib=usable_gib(2.9e7), tflops=25.0),
+            server("b", memory_gib=usable_gib(1.2e7)),
+        ],
+        [("a", "b", 1.0)],
+    )
+    jp = layout_job(CostModel(c), tiny_job(), ["a", "b"])
+    assert jp is not None
+    assert [(st_.nodes, st_.layers) for st_ in jp.stages] == [(("b",), (0, 1)), (("a",), (1, 4))]
+
+
+def test_layout_prefers_one_fast_server_over_a_pipeline_across_an_ocean() -> None:
+    c = cluster([server("a", "r1"), server("b", "r2")], [("a", "b", 200.0)])
+    jp = layout_job(CostModel(c), tiny_job(), ["a", "b"])
+    assert jp is not None and len(jp.nodes) == 1
+
+
+# ---- repair ----
+
+
+def _four_identical() -> tuple[CostModel, Job]:
+    links = [(x, y, 1.0) for x, y in itertools.combinations("abcd", 2)]
+    c = cluster([server(n) for n in "abcd"], links)
+    return CostModel(c), tiny_job()
+
+
+def test_repair_keeps_healthy_stages_and_replaces_only_the_lost_server() -> None:
+    model, job = _four_identical()
+    before = make_job_plan(job, [["a"], ["b"]], [2, 2])
+    after_loss = CostModel(model.cluster.without(["b"]))
+    fixed = repair_job(after_loss, job, before, ["c", "d"])
+    assert fixed is not None
+    assert fixed.stages[0] == before.stages[0]  # a keeps stage 0 and its layers
+    assert fixed.stages[1].layers == (2, 4) and fixed.stages[1].nodes[0] in ("c", "d")
+    # identical servers and links: the repaired step takes as long as before
+    assert fixed.predicted_iteration_seconds == pytest.approx(model.job_seconds(job, before))
+
+
+def test_repair_of_a_replica_keeps_the_other_replicas() -> None:
+    model, job = _four_identical()
+    before = make_job_plan(job, [["a", "b"]], [4])
+    fixed = repair_job(CostModel(model.cluster.without(["a"])), job, before, ["c", "d"])
+    assert fixed is not None
+    assert fixed.stages[0].nodes[1] == "b" and fixed.stages[0].nodes[0] in ("c", "d")
+
+
+def test_repair_with_nothing_lost_is_the_same_plan() -> None:
+    model, job = _four_identical()
+    before = make_job_plan(job, [["a"], ["b"]], [3, 1])
+    fixed = repair_job(model, job, before, ["c", "d"])
+    assert fixed is not None and fixed.stages == before.stages
+
+
+def test_repair_fails_without_a_free_server() -> None:
+    model, job = _four_identical()
+    before = make_job_plan(job, [["a"], ["b"]], [2, 2])
+    assert repair_job(CostModel(model.cluster.without(["b"])), job, before, []) is None
+    # a server of another job is not free
+    assert repair_job(CostModel(model.cluster.without(["b"])), job, before, ["a"]) is None
+
+
+def test_repair_rebalances_layers_when_the_replacement_is_smaller() -> None:
+    # Regression: when no replacement could hold the lost stage's layers, every candidate
+    # scored inf and the repair gave up before its own rebalancing step.
+    job = tiny_job()
+    last_stage_one_layer = LAYER_STATE_BYTES + LAYER_ACTIVATION_BYTES
+    spare = usable_gib(last_stage_one_layer * 1.3)  # one layer of the last stage, not two
+    c = cluster(
+        [server("a"), server("b"), server("c", memory_gib=spare)],
+        [("a", "b", 1.0), ("a", "c", 1.0), ("b", "c", 1.0)],
+    )
+    before = make_job_plan(job, [["a"], ["b"]], [2, 2])
+    fixed = repair_job(CostModel(c.without(["b"])), job, before, ["c"])
+    assert fixed is not None
+    assert [st_.nodes for st_ in fixed.stages] == [("a",), ("c",)]
+    assert [st_.layers for st_ in fixed.stages] == [(0, 3), (3, 4)]
+    assert math.isfinite(fixed.predicted_iteration_seconds)

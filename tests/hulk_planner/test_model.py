@@ -1,0 +1,234 @@
+"""The data model validates itself and names the offending field (``InvalidRequest.field``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from planner_helpers import cluster, server, tiny_job
+
+from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
+from hulk_planner.model import (
+    GIB,
+    Cluster,
+    Job,
+    JobPlan,
+    Link,
+    ModelSpec,
+    Plan,
+    RegionLink,
+    Server,
+    Stage,
+    Unplaced,
+)
+
+
+def field_of(exc: pytest.ExceptionInfo[InvalidRequest]) -> str:
+    return exc.value.field
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "problem"),
+    [
+        ({"gpus": -1}, "server 'bj-0'.gpus", "greater than zero"),
+        ({"gpus": 0}, "server 'bj-0'.gpus", "greater than zero"),
+        ({"gpus": 2.5}, "server 'bj-0'.gpus", "whole number"),
+        ({"gpus": True}, "server 'bj-0'.gpus", "number"),
+        ({"gpu_memory_gib": 0}, "server 'bj-0'.gpuMemoryGiB", "greater than zero"),
+        ({"gpu_memory_gib": math.inf}, "server 'bj-0'.gpuMemoryGiB", "finite"),
+        ({"gpu_tflops": math.nan}, "server 'bj-0'.gpuTFLOPS", "finite"),
+        ({"gpu_tflops": "312"}, "server 'bj-0'.gpuTFLOPS", "number"),
+        ({"region": "  "}, "server 'bj-0'.region", "non-empty"),
+        ({"name": ""}, "name", "non-empty"),
+    ],
+)
+def test_server_rejects_bad_fields(kwargs: dict[str, Any], field: str, problem: str) -> None:
+    args: dict[str, Any] = {
+        "name": "bj-0",
+        "region": "Beijing",
+        "gpus": 8,
+        "gpu_memory_gib": 40,
+        "gpu_tflops": 312.0,
+    }
+    args.update(kwargs)
+    with pytest.raises(InvalidRequest) as exc:
+        Server(**args)
+    assert field_of(exc) == field
+    assert problem in exc.value.problem
+
+
+def test_server_totals_are_per_gpu_times_gpus() -> None:
+    s = Server("bj-0", "Beijing", 8, 40, 312.0)
+    assert s.memory_bytes == 8 * 40 * 2**30
+    assert s.flops == pytest.approx(8 * 312e12)
+
+
+def test_link_latency_must_not_be_negative_and_names_the_field() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        Link("a", "b", -0.5)
+    assert field_of(exc) == "link a-b.latencyMs"
+    assert "-0.5" in str(exc.value)
+
+
+def test_link_zero_latency_is_allowed_but_bandwidth_must_be_positive() -> None:
+    assert Link("a", "b", 0.0).latency_ms == 0.0
+    with pytest.raises(InvalidRequest) as exc:
+        Link("a", "b", 1.0, 0.0)
+    assert field_of(exc) == "link a-b.bandwidthGbps"
+
+
+def test_link_joins_two_different_servers_and_is_undirected() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        Link("a", "a", 1.0)
+    assert field_of(exc) == "link a-a"
+    assert Link("a", "b", 1.0).key == Link("b", "a", 9.0).key
+
+
+def test_region_link_latency_must_not_be_negative() -> None:
+    assert RegionLink("r1", "r1", 0.0).latency_ms == 0.0  # intra-region default may be zero
+    with pytest.raises(InvalidRequest) as exc:
+        RegionLink("r1", "r2", -3)
+    assert field_of(exc) == "regionLink r1-r2.latencyMs"
+
+
+def test_cluster_needs_servers() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        Cluster("empty", ())
+    assert field_of(exc) == "spec.nodes"
+
+
+def test_cluster_rejects_duplicate_server_names() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        cluster([server("a"), server("b"), server("a", "r2")])
+    assert field_of(exc) == "server 'a'"
+    assert "twice" in exc.value.problem
+
+
+def test_cluster_rejects_a_link_to_an_unknown_server() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        cluster([server("a"), server("b")], [("a", "zz", 1.0)])
+    assert field_of(exc) == "link a-zz"
+    assert "'zz'" in exc.value.problem
+
+
+def test_cluster_rejects_a_pair_listed_twice_in_either_direction() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        cluster([server("a"), server("b")], [("a", "b", 1.0), ("b", "a", 2.0)])
+    assert "twice" in exc.value.problem
+
+
+def test_cluster_without_and_with_servers() -> None:
+    c = cluster(
+        [server("a"), server("b"), server("c", "r2")],
+        [("a", "b", 1.0), ("b", "c", 2.0), ("a", "c", 3.0)],
+    )
+    assert c.regions == ("r1", "r2")
+    less = c.without(["b"])
+    assert [s.name for s in less.servers] == ["a", "c"]
+    assert [(lk.a, lk.b) for lk in less.links] == [("a", "c")]
+    more = less.with_servers([server("d", "r3")], [Link("c", "d", 4.0)])
+    assert [s.name for s in more.servers] == ["a", "c", "d"]
+    assert more.index == {"a": 0, "c": 1, "d": 2}
+    assert more.server("d").region == "r3"
+    with pytest.raises(InvalidRequest):
+        less.with_servers([], [Link("a", "b", 1.0)])  # b is gone
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("spec.model.parameters", {"parameters": 0}),
+        ("spec.model.layers", {"layers": -2}),
+        ("spec.model.hiddenSize", {"hidden_size": 1.5}),
+        ("spec.model.sequenceLength", {"sequence_length": 0}),
+        ("spec.model.attentionHeads", {"attention_heads": 0}),
+    ],
+)
+def test_model_spec_rejects_bad_sizes(field: str, kwargs: dict[str, Any]) -> None:
+    args: dict[str, Any] = {
+        "parameters": 1000,
+        "layers": 2,
+        "hidden_size": 64,
+        "sequence_length": 16,
+    }
+    args.update(kwargs)
+    with pytest.raises(InvalidRequest) as exc:
+        ModelSpec(**args)
+    assert field_of(exc) == field
+
+
+def test_model_heads_default_to_hidden_over_128_at_least_one() -> None:
+    assert ModelSpec(1000, 2, 1024, 16).heads == 8
+    assert ModelSpec(1000, 2, 64, 16).heads == 1
+    assert ModelSpec(1000, 2, 64, 16, attention_heads=4).heads == 4
+
+
+@pytest.mark.parametrize("name", ["GPT2", "my_job", "-job", "job-", ""])
+def test_job_name_must_be_a_kubernetes_name(name: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        Job(name, ModelSpec(1000, 2, 64, 16), 8, 1)
+    assert field_of(exc) == "metadata.name"
+
+
+def test_job_batch_sizes() -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        Job("j", ModelSpec(1000, 2, 64, 16), 4, 8)
+    assert field_of(exc) == "spec.training.microBatchSize"
+    with pytest.raises(InvalidRequest) as exc:
+        Job("j", ModelSpec(1000, 2, 64, 16), 0, 1)
+    assert field_of(exc) == "spec.training.globalBatchSize"
+    assert Job("j.v2", ModelSpec(1000, 2, 64, 16), 8, 8).micro_batch_size == 8
+
+
+@pytest.mark.parametrize(
+    ("layers", "nodes", "parallelism", "field"),
+    [
+        ((3, 3), ("a",), "data", "stages[].layers"),
+        ((-1, 2), ("a",), "data", "stages[].layers"),
+        ((0, 2), (), "data", "stages[].nodes"),
+        ((0, 2), ("a",), "pipeline", "stages[].parallelism"),
+    ],
+)
+def test_stage_validation(
+    layers: tuple[int, int], nodes: tuple[str, ...], parallelism: Any, field: str
+) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        Stage(layers, nodes, parallelism)
+    assert field_of(exc) == field
+
+
+def test_job_plan_nodes_replicas_and_plan_assignment() -> None:
+    data = JobPlan(
+        "j",
+        (Stage((0, 2), ("a", "b")), Stage((2, 4), ("c", "d"))),
+        micro_batches=4,
+    )
+    tensor = JobPlan("k", (Stage((0, 4), ("e", "f", "g"), "tensor"),), micro_batches=8)
+    assert data.nodes == ("a", "b", "c", "d")
+    assert data.replicas == 2
+    assert tensor.replicas == 1  # tensor nodes split one replica
+    assert math.isnan(data.predicted_iteration_seconds)
+    plan = Plan("hulk", (data, tensor), (Unplaced("x", "too big"),))
+    assert plan.job("k") is tensor
+    assert plan.job("x") is None
+    assert plan.assignment == {n: "j" for n in "abcd"} | {n: "k" for n in "efg"}
+
+
+def test_error_types_and_message() -> None:
+    err = InvalidRequest("spec.nodes[3].gpus", "must be greater than zero", "give a count")
+    assert str(err) == "spec.nodes[3].gpus: must be greater than zero (give a count)"
+    assert isinstance(err, ValueError) and isinstance(err, HulkError)
+    assert str(InvalidRequest("", "bad")) == "bad"
+    nf = NoFeasiblePlan("not enough memory")
+    assert nf.reason == "not enough memory" and isinstance(nf, HulkError)
+    assert not isinstance(nf, ValueError)
+
+
+def test_helpers_build_what_the_docstring_says() -> None:
+    # The hand computations of the other tests rest on these numbers.
+    s = server("a")
+    assert s.flops * 0.4 == pytest.approx(1e12)
+    job = tiny_job()
+    assert job.model.parameters / job.model.layers == 250_000
+    assert GIB == 2**30

@@ -1,0 +1,256 @@
+"""``hulk plan`` end to end, through ``python -m hulk`` in a subprocess.
+
+(Named test_plan_cli.py, not test_cli.py: tests/hulk_sandbox/test_cli.py has that basename and
+the suite imports test modules by basename.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hulk_planner import io
+from hulk_planner.cost import validate_plan
+from hulk_planner.datasets import PAPER_JOBS, paper_cluster, paper_jobs
+
+API = "hulk.dev/v1alpha1"
+
+
+def hulk(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hulk", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def cluster_doc() -> dict[str, Any]:
+    nodes = [
+        {"name": f"bj-{i}", "region": "Beijing", "gpus": 8, "gpuMemoryGiB": 40, "gpuTFLOPS": 312}
+        for i in range(3)
+    ] + [
+        {"name": "ca-0", "region": "California", "gpus": 4, "gpuMemoryGiB": 24, "gpuTFLOPS": 111.1}
+    ]
+    links = [
+        {"a": "bj-0", "b": "bj-1", "latencyMs": 1.0, "bandwidthGbps": 10},
+        {"a": "bj-0", "b": "bj-2", "latencyMs": 1.0},
+        {"a": "bj-1", "b": "bj-2", "latencyMs": 1.5},
+        {"a": "bj-0", "b": "ca-0", "latencyMs": 89.1},
+    ]
+    return {
+        "apiVersion": API,
+        "kind": "ClusterTopology",
+        "metadata": {"name": "two-cities"},
+        "spec": {"nodes": nodes, "links": links},
+    }
+
+
+def job_doc(name: str = "gpt2-xl", **model: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": name},
+        "spec": {"model": model or {"preset": name}},
+    }
+
+
+def write(path: Path, *docs: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    cluster = write(tmp_path / "cluster.yaml", cluster_doc())
+    jobs = write(tmp_path / "jobs.yaml", job_doc("gpt2-xl"), job_doc("bert-large"))
+    return cluster, jobs
+
+
+def test_no_arguments_plans_the_papers_jobs_and_compares_with_the_baselines() -> None:
+    out = hulk("plan")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    text = out.stdout
+    assert "planner: hulk" in text and "hulk-paper (47 servers" in text
+    for name in PAPER_JOBS:
+        assert re.search(rf"^{name}: \d+ stages x \d+ replicas, .*predicted step", text, re.M)
+    assert text.count("  servers: ") == 4
+    assert re.search(r"^  stage +0 layers \[ +0,", text, re.M)
+    header = next(line for line in text.splitlines() if line.startswith("job "))
+    assert header.split() == ["job", "hulk", "baseline-a", "baseline-b", "baseline-c"]
+    gm = next(line for line in text.splitlines() if line.startswith("geometric mean"))
+    ratios = [float(x.rstrip("x").replace(",", "")) for x in gm.split()[2:]]
+    assert ratios[0] == 1.0 and len(ratios) == 4
+    assert min(ratios[1:]) > 1.25  # hulk beats every baseline by more than 25%
+
+
+def test_json_output_is_a_placement_plan(tmp_path: Path) -> None:
+    out = hulk("plan", "--output", "json", "--time-budget", "0.2")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["apiVersion"] == API and doc["kind"] == "PlacementPlan"
+    assert doc["planner"] == "hulk"
+    assert sorted(j["name"] for j in doc["jobs"]) == sorted(PAPER_JOBS)
+    assert doc["unplaced"] == []
+    for job in doc["jobs"]:
+        assert set(job) >= {"name", "stages", "microBatches", "predictedIterationSeconds"}
+        for stage in job["stages"]:
+            assert set(stage) == {"layers", "nodes", "parallelism"}
+    validate_plan(io.plan_from_dict(doc), paper_cluster(), paper_jobs())
+
+
+def test_yaml_output_with_given_files_and_a_baseline(files: tuple[Path, Path]) -> None:
+    cluster, jobs = files
+    out = hulk(
+        "plan", "--cluster", cluster, "--jobs", jobs, "--planner", "baseline-b", "-o", "yaml"
+    )
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load(out.stdout)
+    assert doc["kind"] == "PlacementPlan" and doc["planner"] == "baseline-b"
+    assert {j["name"] for j in doc["jobs"]} | {u["name"] for u in doc["unplaced"]} == {
+        "gpt2-xl",
+        "bert-large",
+    }
+
+
+def test_table_for_given_files(files: tuple[Path, Path]) -> None:
+    cluster, jobs = files
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--time-budget", "0.1", "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    assert "cluster: two-cities (4 servers, 2 regions)" in out.stdout
+    assert "gpt2-xl:" in out.stdout and "bert-large:" in out.stdout
+    assert "geometric mean" in out.stdout
+
+
+def test_previous_plan_keeps_jobs_in_place(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    cluster, jobs = files
+    first = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    assert first.returncode == 0, first.stderr
+    previous = tmp_path / "previous.json"
+    previous.write_text(first.stdout)
+    again = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--previous", previous)
+    assert again.returncode == 0, again.stderr
+    stages = {j["name"]: j["stages"] for j in json.loads(first.stdout)["jobs"]}
+    assert {j["name"]: j["stages"] for j in json.loads(again.stdout)["jobs"]} == stages
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    png = tmp_path / "plan.png"
+    out = hulk("plan", "--plot", png, "--time-budget", "0.2", "--no-compare")
+    assert out.returncode == 0, out.stderr
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+
+
+def _bad_link(doc: dict[str, Any]) -> None:
+    doc["spec"]["links"][3]["b"] = "zz-9"
+
+
+def _negative_latency(doc: dict[str, Any]) -> None:
+    doc["spec"]["links"][1]["latencyMs"] = -4.0
+
+
+def _missing_gpus(doc: dict[str, Any]) -> None:
+    del doc["spec"]["nodes"][1]["gpus"]
+
+
+def _duplicate_name(doc: dict[str, Any]) -> None:
+    doc["spec"]["nodes"][2]["name"] = "bj-0"
+
+
+CLUSTER_ERRORS = [
+    (_bad_link, "zz-9"),
+    (_negative_latency, "link bj-0-bj-2.latencyMs"),
+    (_missing_gpus, "spec.nodes[1].gpus"),
+    (_duplicate_name, "server 'bj-0'"),
+]
+
+
+def assert_one_line_error(out: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("hulk plan: error: ")
+    for word in words:
+        assert word in lines[0]
+    assert out.stdout == ""
+
+
+@pytest.mark.parametrize(("mutate", "field"), CLUSTER_ERRORS)
+def test_bad_cluster_gives_one_line_naming_the_field(
+    tmp_path: Path, files: tuple[Path, Path], mutate: Any, field: str
+) -> None:
+    doc = cluster_doc()
+    mutate(doc)
+    bad = write(tmp_path / "bad.yaml", doc)
+    assert_one_line_error(hulk("plan", "--cluster", bad, "--jobs", files[1]), field)
+
+
+@pytest.mark.parametrize(
+    ("second", "words"),
+    [
+        (job_doc("custom", parameters=10**9, layers=12, sequenceLength=512),
+         ("spec.model.hiddenSize", "#1")),
+        (job_doc("custom", preset="gpt-5"), ("spec.model.preset", "gpt-5", "#1")),
+        (job_doc("gpt2-xl"), ("metadata.name", "gpt2-xl", "twice")),
+    ],
+)  # fmt: skip
+def test_bad_job_gives_one_line_naming_the_field(
+    tmp_path: Path, files: tuple[Path, Path], second: dict[str, Any], words: tuple[str, ...]
+) -> None:
+    jobs = write(tmp_path / "jobs.yaml", job_doc("gpt2-xl"), second)
+    assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), *words)
+
+
+def test_a_job_that_fits_nowhere(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    jobs = write(tmp_path / "big.yaml", job_doc("opt-175b"))
+    assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), "opt-175b", "GiB")
+
+
+def test_a_job_that_fits_in_total_but_on_no_set_of_servers(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    # one 60B-parameter layer (960 GiB of state) cannot be cut into pipeline stages and is
+    # larger than any server, though the four servers hold 1,000+ GiB together
+    jobs = write(
+        tmp_path / "wide.yaml",
+        job_doc("wide", parameters=60 * 10**9, layers=1, hiddenSize=1024, sequenceLength=128),
+    )
+    assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), "wide")
+
+
+def test_unknown_planner(files: tuple[Path, Path]) -> None:
+    out = hulk("plan", "--cluster", files[0], "--jobs", files[1], "--planner", "alpa")
+    assert_one_line_error(out, "--planner", "alpa", "baseline-a")
+
+
+def test_unreadable_files(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert_one_line_error(hulk("plan", "--cluster", missing), str(missing), "cannot be read")
+    assert_one_line_error(hulk("plan", "--jobs", missing), str(missing))
+    assert_one_line_error(hulk("plan", "--cluster", tmp_path), "cannot be read")  # a directory
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spec: [unclosed\n")
+    assert_one_line_error(hulk("plan", "--cluster", broken), str(broken), "YAML")
+    garbage = tmp_path / "previous.json"
+    garbage.write_text(json.dumps({"apiVersion": API, "kind": "PlacementPlan", "jobs": 5}))
+    out = hulk("plan", "--cluster", files[0], "--jobs", files[1], "--previous", garbage)
+    assert_one_line_error(out, str(garbage))
+
+
+def test_the_dispatcher() -> None:
+    help_ = hulk("--help")
+    assert help_.returncode == 0 and "plan" in help_.stdout
+    assert hulk("plan", "--help").returncode == 0
+    assert hulk("no-such-command").returncode == 2

@@ -1,0 +1,48 @@
+"""Drawing a plan: the cluster graph and the PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner_helpers import cluster, server
+
+from hulk_planner.api import plan
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.generate import random_cluster
+from hulk_planner.model import Plan
+from hulk_planner.plot import cluster_graph, plot_plan
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_cluster_graph_has_every_server_and_link() -> None:
+    c = cluster(
+        [server("a", gpus=2, memory_gib=40), server("b", "r2", tflops=312.0)],
+        [("a", "b", 12.5)],
+    )
+    g = cluster_graph(c)
+    assert set(g.nodes) == {"a", "b"}
+    assert g.nodes["a"] == {"region": "r1", "gpus": 2, "tflops": 2.5, "memory_gib": 80}
+    assert g.edges["a", "b"]["latency_ms"] == 12.5
+    assert g.graph["name"] == "hand-built"
+
+
+def test_paper_cluster_graph_matches_the_loader() -> None:
+    c = paper_cluster()
+    g = cluster_graph(c)
+    assert g.number_of_nodes() == 47 and g.number_of_edges() == len(c.links)
+
+
+def test_plot_plan_writes_a_png(tmp_path: Path) -> None:
+    c = paper_cluster()
+    result = plan(c, paper_jobs(), max_iterations=30)
+    out = plot_plan(c, result, tmp_path / "paper.png", title="paper")
+    data = out.read_bytes()
+    assert out == tmp_path / "paper.png"
+    assert data[:8] == PNG and len(data) > 10_000
+
+
+def test_plot_of_an_empty_plan_and_a_generated_cluster(tmp_path: Path) -> None:
+    c = random_cluster(20, seed=4)
+    out = plot_plan(c, Plan("hulk"), tmp_path / "empty.png")
+    assert out.read_bytes()[:8] == PNG
