@@ -19,6 +19,9 @@ if [ ! -f "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)" ] || [ "$
   "$_venv/bin/pip" install -q --no-deps --no-build-isolation -e "$_root" >&2 2>/dev/null || "$_venv/bin/pip" install -q --no-deps -e "$_root" >&2
   touch "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)"
 fi
+# The checkout's packages come first on the path whatever the editable install recorded
+# (it maps packages found at install time; new packages would otherwise be missed).
+export PYTHONPATH="$_root${PYTHONPATH:+:$PYTHONPATH}"
 export VIRTUAL_ENV="$_venv"
 export PATH="$_venv/bin:$PATH"
 export HULK_CACHE="$_cache"

@@ -1,0 +1,185 @@
+"""The agent: wires the echo server, measurer, discovery, publisher and metrics together.
+
+Start-up, in order: listen for echoes; write our address on our Node; create our
+NodeLatency object if missing; then watch the Nodes for peers, probe them on schedule,
+and patch our status once per publish interval. Kubernetes calls are blocking and run
+off the event loop (discovery on its own thread, writes in the default executor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from typing import Any
+
+from hulk_probe.config import ProbeConfig, format_hostport
+from hulk_probe.discovery import NodeDirectory
+from hulk_probe.echo import EchoServer
+from hulk_probe.kube import load_api_client
+from hulk_probe.measurer import Measurer
+from hulk_probe.metrics import MetricsServer, ProbeMetrics
+from hulk_probe.publisher import Publisher, status_body
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(RuntimeError):
+    """Start-up cannot go on; the message is one line for the user."""
+
+
+def make_api_client(kubeconfig: str | None) -> Any:
+    from kubernetes.config import ConfigException
+
+    try:
+        return load_api_client(kubeconfig)
+    except (ConfigException, OSError) as exc:
+        where = kubeconfig or "the default kubeconfig"
+        raise StartupError(f"cannot load Kubernetes config from {where}: {exc}") from None
+
+
+def _specific_host(host: str) -> str | None:
+    try:
+        return None if ipaddress.ip_address(host).is_unspecified else host
+    except ValueError:
+        return None
+
+
+class Agent:
+    def __init__(self, config: ProbeConfig, api_factory: Any = make_api_client) -> None:
+        self.config = config
+        self.api_factory = api_factory
+        self.metrics = ProbeMetrics(config.node_name)
+        self.echo = EchoServer(*config.listen)
+        self.measurer = Measurer(
+            config.node_name,
+            config.probe,
+            self.metrics,
+            local_host=_specific_host(config.listen[0]),
+        )
+        self.ready = False
+        self._beat = time.monotonic()
+        self._publisher: Publisher | None = None
+        self._last_publish_error: str | None = None
+        self._counts = (0, 0)  # (peers, reachable) as of the last publish; read by /healthz
+
+    def health(self) -> tuple[bool, str]:
+        stale = time.monotonic() - self._beat > 3 * self.config.publish_interval_s + 5
+        ok = self.echo.serving and not stale
+        peers, reachable = self._counts  # not the measurer's dicts: another thread owns them
+        writes = self._publisher.writes if self._publisher else 0
+        text = (
+            f"{'ok' if ok else 'unhealthy'} node={self.config.node_name} "
+            f"ready={str(self.ready).lower()} peers={peers} "
+            f"reachable={reachable} writes={writes}"
+        )
+        if self._last_publish_error:
+            text += f" last_error={self._last_publish_error!r}"
+        return ok, text
+
+    async def _startup(self, directory: NodeDirectory, publisher: Publisher) -> None:
+        """Advertise and create our object, retrying while the API is unavailable."""
+        from kubernetes.client.exceptions import ApiException
+
+        delay = 1.0
+        while True:
+            try:
+                uid = await asyncio.to_thread(directory.advertise, self.config.advertise)
+                await asyncio.to_thread(publisher.ensure_object, uid)
+                return
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise StartupError(
+                        f"node {self.config.node_name!r} not found, or the NodeLatency CRD "
+                        "is not installed (kubectl apply -f crds/nodelatencies.hulk.dev.yaml)"
+                    ) from None
+                if exc.status in (401, 403):
+                    raise StartupError(
+                        f"the API refused us ({exc.status} {exc.reason}): check the agent's RBAC"
+                    ) from None
+                problem = f"{exc.status} {exc.reason}"
+            except Exception as exc:  # urllib3's errors carry their cause in .reason
+                problem = str(getattr(exc, "reason", None) or exc)[:300]
+            log.warning("cannot reach the API yet (%s); retrying in %.0fs", problem, delay)
+            self.metrics.api_errors.labels(self.config.node_name, "startup").inc()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def _publish_loop(self, publisher: Publisher) -> None:
+        period = self.config.publish_interval_s
+        next_at = time.monotonic() + period
+        while True:
+            self._beat = time.monotonic()
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            estimates = self.measurer.estimates()
+            self._counts = (len(estimates), sum(1 for e in estimates.values() if e.reachable))
+            body = status_body(estimates, time.time(), self.config.probe.interval_s)
+            try:
+                await asyncio.to_thread(publisher.write_status, body)
+                self._last_publish_error = None
+            except Exception as exc:
+                self._last_publish_error = f"{type(exc).__name__}: {exc}"[:200]
+                log.warning("publishing status failed: %s", self._last_publish_error)
+                self.metrics.api_errors.labels(self.config.node_name, "status").inc()
+            next_at += period
+            if next_at < time.monotonic():  # fell behind: skip, never burst
+                next_at = time.monotonic() + period
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.config
+        bound = await self.echo.start()
+        log.info(
+            "echo server on %s, advertised as %s",
+            format_hostport(bound),
+            format_hostport(cfg.advertise),
+        )
+        server = None
+        if cfg.metrics is not None:
+            server = MetricsServer(cfg.metrics, self.metrics.registry, self.health).start()
+            log.info("metrics on http://%s/metrics", format_hostport(server.address))
+        loop = asyncio.get_running_loop()
+
+        def on_peers(peers: dict[str, tuple[str, int]]) -> None:
+            loop.call_soon_threadsafe(self.measurer.set_peers, peers)
+
+        api_client = self.api_factory(cfg.kubeconfig)  # thread-safe: shared by both
+        directory = NodeDirectory(
+            api_client, cfg.node_name, on_peers, overrides=cfg.peer_addresses, metrics=self.metrics
+        )
+        self._publisher = Publisher(api_client, cfg.node_name, self.metrics)
+        tasks: list[asyncio.Task[None]] = []
+        waiter = asyncio.create_task(stop.wait())
+        try:
+            startup = asyncio.create_task(self._startup(directory, self._publisher))
+            await asyncio.wait([waiter, startup], return_when=asyncio.FIRST_COMPLETED)
+            if not startup.done():  # asked to stop while still starting
+                startup.cancel()
+                return
+            startup.result()
+            directory.start()
+            tasks = [
+                asyncio.create_task(self.measurer.run()),
+                asyncio.create_task(self._publish_loop(self._publisher)),
+            ]
+            self.ready = True
+            log.info(
+                "ready: probing every %gs, publishing every %gs",
+                cfg.probe.interval_s,
+                cfg.publish_interval_s,
+            )
+            done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not waiter:
+                    task.result()  # a crashed loop: surface it
+        finally:
+            waiter.cancel()
+            directory.stop()
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await self.echo.close()
+            if server is not None:
+                server.close()

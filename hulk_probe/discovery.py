@@ -1,0 +1,160 @@
+"""Peer discovery through the Kubernetes API.
+
+Each agent writes its echo address into an annotation of its own Node object
+(``hulk.dev/probe-address: HOST:PORT``, as flannel does with its public IP) and watches the
+Nodes: every other Node with that annotation is a peer. Nodes change rarely, so the watch
+costs next to nothing, whereas watching the NodeLatency objects would send every agent
+every other agent's status at every interval (N² traffic).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from hulk_probe import ADDRESS_ANNOTATION
+from hulk_probe.config import ConfigError, format_hostport, parse_hostport
+from hulk_probe.kube import Kube
+from hulk_probe.metrics import ProbeMetrics
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+
+
+def peers_from_nodes(
+    nodes: Iterable[Mapping[str, Any]],
+    self_name: str,
+    overrides: Mapping[str, Address] | None = None,
+) -> dict[str, Address]:
+    """Peer name -> address for every annotated Node but ``self_name``.
+
+    ``overrides`` replaces the published address of a peer (a proxy, a tunnel); it does
+    not add peers that publish nothing, since no agent runs there.
+    """
+    overrides = overrides or {}
+    peers: dict[str, Address] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        text = (meta.get("annotations") or {}).get(ADDRESS_ANNOTATION)
+        if not name or not text or name == self_name:
+            continue
+        try:
+            peers[name] = overrides.get(name) or parse_hostport(text, f"node {name}")
+        except ConfigError as exc:
+            log.warning("ignoring peer with a bad %s annotation: %s", ADDRESS_ANNOTATION, exc)
+    return peers
+
+
+def _slim(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Only what discovery reads: a Node's name and our annotation (Nodes are big)."""
+    meta = node.get("metadata") or {}
+    address = (meta.get("annotations") or {}).get(ADDRESS_ANNOTATION)
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "annotations": {ADDRESS_ANNOTATION: address} if address else {},
+        }
+    }
+
+
+class NodeDirectory:
+    """Publishes this node's address and follows the other nodes' (on its own thread)."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        node_name: str,
+        on_peers: Callable[[dict[str, Address]], None],
+        overrides: Mapping[str, Address] | None = None,
+        metrics: ProbeMetrics | None = None,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.kube = Kube(api_client)
+        self.node_name = node_name
+        self.on_peers = on_peers
+        self.overrides = dict(overrides or {})
+        self.metrics = metrics
+        self.watch_timeout_s = watch_timeout_s
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._peers: dict[str, Address] | None = None
+        self._stop = threading.Event()
+        self.writes = 0
+
+    def advertise(self, address: Address) -> str:
+        """Set the annotation on our Node if it differs (one write); returns the Node's uid."""
+        value = format_hostport(address)
+        path = f"/api/v1/nodes/{self.node_name}"
+        meta = self.kube.request("GET", path)["metadata"]
+        if (meta.get("annotations") or {}).get(ADDRESS_ANNOTATION) != value:
+            self.kube.merge_patch(path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: value}}})
+            self.writes += 1
+            if self.metrics is not None:
+                self.metrics.api_writes.labels(self.node_name, "annotation").inc()
+        return str(meta["uid"])
+
+    def _emit(self) -> None:
+        peers = peers_from_nodes(self._nodes.values(), self.node_name, self.overrides)
+        if peers != self._peers:
+            self._peers = peers
+            self.on_peers(dict(peers))
+
+    def _list(self) -> str:
+        listing = self.kube.request("GET", "/api/v1/nodes")
+        self._nodes = {n["metadata"]["name"]: _slim(n) for n in listing.get("items", [])}
+        self._emit()
+        return str(listing["metadata"]["resourceVersion"])
+
+    def run(self) -> None:
+        """List, then watch from the list's version; relist after any error or expiry."""
+        from kubernetes.client.exceptions import ApiException
+
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                version = self._list()
+                backoff = 1.0
+                while not self._stop.is_set():
+                    for event in self.kube.watch("/api/v1/nodes", version, self.watch_timeout_s):
+                        version = self._apply(event) or version
+            except ApiException as exc:
+                if exc.status != 410:  # 410: our version expired; relisting is the cure
+                    self._api_error(f"{exc.status} {exc.reason}")
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+            except Exception as exc:  # network trouble: keep trying, never die
+                self._api_error(f"{type(exc).__name__}: {exc}")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _apply(self, event: Mapping[str, Any]) -> str | None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            from kubernetes.client.exceptions import ApiException
+
+            raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
+        meta = obj.get("metadata") or {}
+        if kind in ("ADDED", "MODIFIED"):
+            self._nodes[meta["name"]] = _slim(obj)
+            self._emit()
+        elif kind == "DELETED":
+            self._nodes.pop(meta.get("name", ""), None)
+            self._emit()
+        return meta.get("resourceVersion")
+
+    def _api_error(self, text: str) -> None:
+        log.warning("watching nodes failed, retrying: %s", text)
+        if self.metrics is not None:
+            self.metrics.api_errors.labels(self.node_name, "watch-nodes").inc()
+
+    def stop(self) -> None:
+        """Stop after the current watch call (the thread is a daemon: exit needs no join)."""
+        self._stop.set()
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="discovery", daemon=True)
+        thread.start()
+        return thread

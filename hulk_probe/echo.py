@@ -1,0 +1,252 @@
+"""Both ends of the probe's wire protocol: a TCP echo server and a client that times one
+64-byte round trip over a kept-open connection.
+
+A probe message is exactly 64 bytes: ``magic(8) seq(8) sent_ns(8) dwell_ns(8) pad(32)``.
+The server sends each 64-byte message back with ``dwell_ns`` filled in: the time the
+message spent in the server, from the kernel's receive timestamp to the reply. The
+client takes its own kernel receive timestamp of the reply too (``SO_TIMESTAMPNS``), so
+
+    round trip = (kernel receive time of the reply - send time) - server dwell
+
+is the time on the wire and in the kernels only: a process that waits for a core (on a
+busy machine, with 50 agents on two cores) does not inflate the sample, as it would with
+user-space clocks. This is how TWAMP reflectors report their own turnaround. Without
+kernel timestamps (not Linux) the client falls back to its own clock and a dwell of 0.
+
+Connections stay open between probes (TCP_NODELAY), so a sample is one message's round
+trip, never a handshake; a failed or timed-out probe closes the connection and the next
+probe opens a new one. Both ends run as event-loop callbacks, without tasks or streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+
+from hulk_probe import PROBE_SIZE
+
+MAGIC = b"HULKPRB1"
+_HEADER = struct.Struct("!8sQqq")  # magic, seq, sent_ns, dwell_ns
+_DWELL = slice(24, 32)
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_CMSG_SPACE = socket.CMSG_SPACE(16)
+
+
+def make_message(seq: int) -> bytes:
+    header = _HEADER.pack(MAGIC, seq & 0xFFFFFFFFFFFFFFFF, time.time_ns(), 0)
+    return header + b"\0" * (PROBE_SIZE - len(header))
+
+
+def _prepare(sock: socket.socket) -> None:
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        pass  # no kernel timestamps here: user-space clocks it is
+
+
+def _receive(sock: socket.socket, size: int) -> tuple[bytes, int]:
+    """Up to ``size`` bytes and when the kernel received them (ns, CLOCK_REALTIME)."""
+    data, ancillary, _flags, _address = sock.recvmsg(size, _CMSG_SPACE)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+            seconds, nanoseconds = struct.unpack("@qq", payload[:16])
+            return data, seconds * 1_000_000_000 + nanoseconds
+    return data, time.time_ns()
+
+
+class EchoServer:
+    """Answers every 64-byte probe message on as many connections as peers open."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._listener: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conns: dict[socket.socket, bytearray] = {}
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the bound (host, port), which tells an ephemeral port."""
+        self._loop = asyncio.get_running_loop()
+        family, _, _, _, address = (
+            await self._loop.getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        )[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        self._loop.add_reader(sock.fileno(), self._accept)
+        bound = sock.getsockname()
+        return bound[0], bound[1]
+
+    @property
+    def serving(self) -> bool:
+        return self._listener is not None
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    async def close(self) -> None:
+        if self._listener is not None and self._loop is not None:
+            self._loop.remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+        for conn in list(self._conns):
+            self._drop(conn)
+
+    def _accept(self) -> None:
+        assert self._listener is not None and self._loop is not None
+        try:
+            conn, _ = self._listener.accept()
+        except OSError:  # BlockingIOError (another wake-up took it), ECONNABORTED, EMFILE
+            return
+        _prepare(conn)
+        self._conns[conn] = bytearray()
+        self._loop.add_reader(conn.fileno(), self._on_data, conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        if self._conns.pop(conn, None) is not None and self._loop is not None:
+            self._loop.remove_reader(conn.fileno())
+        conn.close()
+
+    def _on_data(self, conn: socket.socket) -> None:
+        try:
+            data, received = _receive(conn, 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        if not data:
+            self._drop(conn)
+            return
+        buf = self._conns[conn]
+        buf += data
+        replies = bytearray()
+        while len(buf) >= PROBE_SIZE:
+            message = bytearray(buf[:PROBE_SIZE])
+            del buf[:PROBE_SIZE]
+            if message.startswith(MAGIC):
+                message[_DWELL] = struct.pack("!q", max(0, time.time_ns() - received))
+            replies += message
+        if replies:
+            try:
+                complete = conn.send(replies) == len(replies)
+            except OSError:
+                complete = False
+            if not complete:  # a peer that does not read its echoes: let it go
+                self._drop(conn)
+
+
+class ProbeError(Exception):
+    """A failed probe; ``reason`` is one of connect, timeout, io, garbled."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class EchoClient:
+    """A kept-open connection to one peer's echo server."""
+
+    def __init__(
+        self, address: tuple[str, int], timeout_s: float, local_host: str | None = None
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.local_host = local_host
+        self._sock: socket.socket | None = None
+        self._seq = 0
+
+    async def _connect(self) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        family, _, _, _, address = (await loop.getaddrinfo(*self.address, type=socket.SOCK_STREAM))[
+            0
+        ]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            if self.local_host:
+                sock.bind((self.local_host, 0))
+            await loop.sock_connect(sock, address)
+            _prepare(sock)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    async def _exchange(self, sock: socket.socket, message: bytes) -> tuple[bytes, int, int]:
+        """Send; returns the reply, our send time and the reply's receive time (ns)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        reply = bytearray()
+        received = [0]
+
+        def readable() -> None:
+            try:
+                data, received[0] = _receive(sock, PROBE_SIZE - len(reply))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not data and not done.done():
+                done.set_exception(ConnectionResetError("connection closed by the peer"))
+            reply.extend(data)
+            if len(reply) >= PROBE_SIZE and not done.done():
+                done.set_result(None)
+
+        loop.add_reader(sock.fileno(), readable)
+        try:
+            sent = time.time_ns()
+            if sock.send(message) != len(message):
+                raise ConnectionError("short send")
+            await done
+        finally:
+            loop.remove_reader(sock.fileno())
+        return bytes(reply), sent, received[0]
+
+    async def round_trip(self) -> float:
+        """Seconds for one 64-byte message to go to the peer and come back."""
+        stage = "connect"
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if self._sock is None:
+                    self._sock = await self._connect()
+                stage = "io"
+                self._seq += 1
+                message = make_message(self._seq)
+                start = time.perf_counter()
+                reply, sent, received = await self._exchange(self._sock, message)
+                elapsed = time.perf_counter() - start
+        except TimeoutError:
+            self.close()
+            raise ProbeError("timeout", f"no answer within {self.timeout_s:g}s") from None
+        except OSError as exc:
+            self.close()
+            raise ProbeError(stage, str(exc) or type(exc).__name__) from None
+        if reply[:24] != message[:24] or reply[32:] != message[32:]:
+            self.close()
+            raise ProbeError("garbled", "the echo differs from the message sent")
+        (dwell,) = struct.unpack("!q", reply[_DWELL])
+        total = (received - sent) / 1e9
+        if not 0 < total <= elapsed + 0.001:  # the wall clock jumped: trust only our own
+            return elapsed
+        return total - dwell / 1e9 if 0 <= dwell / 1e9 < total else total
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None

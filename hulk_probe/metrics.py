@@ -1,0 +1,154 @@
+"""Prometheus metrics of one agent, and the HTTP server for ``/metrics`` and ``/healthz``.
+
+Exposition is prometheus-client's own (its registry and WSGI app); this module only adds
+``/healthz`` beside it on the same threaded server.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, make_wsgi_app
+
+from hulk_probe.estimator import Estimate
+
+PAIR = ("source", "target")
+
+
+class ProbeMetrics:
+    def __init__(self, source: str, registry: CollectorRegistry | None = None) -> None:
+        self.source = source
+        self.registry = registry if registry is not None else CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        r = self.registry
+        self.latency = Gauge(
+            "hulk_probe_one_way_latency_seconds",
+            "Estimated one-way latency (median round trip / 2) of a 64-byte "
+            "message from source to target",
+            PAIR,
+            registry=r,
+        )
+        self.samples = Gauge(
+            "hulk_probe_samples", "Round trips the estimate is based on", PAIR, registry=r
+        )
+        self.reachable = Gauge(
+            "hulk_probe_peer_reachable",
+            "1 if the target answers, 0 if marked unreachable",
+            PAIR,
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "hulk_probe_last_success_timestamp_seconds",
+            "Unix time of the last successful probe",
+            PAIR,
+            registry=r,
+        )
+        self.errors = Counter(
+            "hulk_probe_errors",
+            "Failed probes by reason (connect, timeout, io, garbled)",
+            (*PAIR, "reason"),
+            registry=r,
+        )
+        self.peers = Gauge("hulk_probe_peers", "Peers currently probed", ["source"], registry=r)
+        self.api_writes = Counter(
+            "hulk_probe_api_writes",
+            "Writes to the Kubernetes API by kind (annotation, create, status)",
+            ["source", "kind"],
+            registry=r,
+        )
+        self.api_errors = Counter(
+            "hulk_probe_api_errors",
+            "Failed Kubernetes API calls",
+            ["source", "operation"],
+            registry=r,
+        )
+
+    def observe(self, target: str, estimate: Estimate) -> None:
+        labels = (self.source, target)
+        if estimate.one_way_ms is not None:
+            self.latency.labels(*labels).set(estimate.one_way_ms / 1000.0)
+        self.samples.labels(*labels).set(estimate.samples)
+        if estimate.reachable is not None:
+            self.reachable.labels(*labels).set(1 if estimate.reachable else 0)
+        if estimate.last_success is not None:
+            self.last_success.labels(*labels).set(estimate.last_success)
+
+    def error(self, target: str, reason: str) -> None:
+        self.errors.labels(self.source, target, reason).inc()
+
+    def forget(self, target: str) -> None:
+        """Drop a peer that left, so its series stop being exported."""
+        for gauge in (self.latency, self.samples, self.reachable, self.last_success):
+            try:
+                gauge.remove(self.source, target)
+            except KeyError:
+                pass
+
+
+Health = Callable[[], tuple[bool, str]]
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def make_app(registry: CollectorRegistry, health: Health) -> Callable[..., Iterable[bytes]]:
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            ok, text = health()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable",
+                [("Content-Type", "text/plain; charset=utf-8")],
+            )
+            return [text.encode() + b"\n"]
+        if path in ("/metrics", "/"):
+            return metrics_app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try /metrics or /healthz\n"]
+
+    return app
+
+
+class MetricsServer:
+    """``/metrics`` and ``/healthz`` on a daemon thread."""
+
+    def __init__(
+        self, address: tuple[str, int], registry: CollectorRegistry, health: Health
+    ) -> None:
+        server_class = _Server6 if ":" in address[0] else _Server
+        self._httpd = make_server(
+            address[0],
+            address[1],
+            make_app(registry, health),
+            server_class=server_class,
+            handler_class=_QuietHandler,
+        )
+        self.address: tuple[str, int] = self._httpd.server_address[:2]  # type: ignore[assignment]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="metrics", daemon=True
+        )
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
