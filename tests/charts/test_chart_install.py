@@ -1,0 +1,487 @@
+"""The rendered chart against the sandbox's real API server (RBAC authorization, admission,
+Pod Security, CEL): every object is accepted; the RBAC grants what the components need and
+denies what they do not; the probe's node-patch policy lets it set its own annotation and
+nothing else; the operator's pod passes the "restricted" Pod Security level.
+
+Objects are applied with server-side apply in Helm's order (CRDs first, waiting until they
+are served; hooks last). Cluster-scoped objects the test created are deleted afterwards,
+except the hulk.dev CRDs (identical to crds/, which other tests also install).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from hulk_sandbox.sandbox import Sandbox
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+Render = Callable[..., list[dict[str, Any]]]
+MANAGER = "hulk-chart-test"
+ANNOTATION = "hulk.dev/probe-address"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def _is_hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
+class Applier:
+    """Server-side apply through the dynamic client; remembers what it created."""
+
+    def __init__(self, api: Any, cache: Path) -> None:
+        from kubernetes.dynamic import DynamicClient
+
+        self.api = api
+        self.dyn = DynamicClient(api, cache_file=str(cache))
+        self.created: list[tuple[Any, str, str | None]] = []
+
+    def resource(self, obj: dict[str, Any]) -> Any:
+        return self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+
+    def exists(self, obj: dict[str, Any]) -> bool:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        meta = obj["metadata"]
+        try:
+            self.resource(obj).get(name=meta["name"], namespace=meta.get("namespace"))
+            return True
+        except NotFoundError:
+            return False
+
+    def apply(self, obj: dict[str, Any]) -> Any:
+        res = self.resource(obj)
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") if res.namespaced else None
+        existed = self.exists(obj)
+        out = res.server_side_apply(
+            body=obj,
+            name=meta["name"],
+            namespace=namespace,
+            field_manager=MANAGER,
+            force_conflicts=True,
+        )
+        assert out.metadata.uid, f"{obj['kind']}/{meta['name']} not stored"
+        if not existed:
+            self.created.append((res, meta["name"], namespace))
+        return out
+
+    def clean_up(self, namespace: str, keep_crds: set[str]) -> None:
+        """Leave the shared sandbox as it was: the release's pods gone (the DaemonSet put
+        one, with host ports, on every node), its cluster-scoped objects deleted, and the
+        CRDs it created deleted and gone, except the hulk.dev ones (equal to crds/, which
+        other tests install too). The namespace fixture deletes the namespace."""
+        from kubernetes import client
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        gone: list[tuple[Any, str]] = []
+        for res, name, ns in reversed(self.created):
+            if res.kind == "CustomResourceDefinition" and (
+                name in keep_crds or name.endswith(".hulk.dev")
+            ):
+                continue
+            if ns is not None and res.kind not in ("Deployment", "DaemonSet"):
+                continue
+            try:
+                res.delete(name=name, namespace=ns)
+                gone.append((res, name))
+            except NotFoundError:
+                pass
+        core = client.CoreV1Api(self.api)
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        deadline = time.monotonic() + 60
+        for res, name in gone:
+            if res.kind != "CustomResourceDefinition":
+                continue
+            while time.monotonic() < deadline:
+                try:
+                    res.get(name=name)
+                except NotFoundError:
+                    break
+                time.sleep(0.2)
+        while core.list_namespaced_pod(namespace).items and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def wait_established(self, name: str, timeout: float = 60.0) -> None:
+        crds = self.dyn.resources.get(
+            api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            conditions = crds.get(name=name).status.conditions or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                return
+            assert time.monotonic() < deadline, f"CRD {name} not Established"
+            time.sleep(0.2)
+
+
+# Keep the shared sandbox's load low (other tests time latencies on it): the DaemonSet on
+# one region's 5 nodes instead of all 47, and one install for the module's tests. Each
+# release's probes take host ports 7471-7472, so two releases need different regions.
+FEW_NODES = "probe.nodeSelector.topology\\.kubernetes\\.io/region=beijing"
+OTHER_FEW_NODES = "probe.nodeSelector.topology\\.kubernetes\\.io/region=tokyo"
+
+
+@contextmanager
+def own_namespace(api: Any, prefix: str) -> Iterator[str]:
+    """A fresh namespace, deleted afterwards and waited for, pods and all."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core: Any = client.CoreV1Api(api)
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core.delete_namespace(name)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                core.read_namespace(name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    break
+                raise
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def installed(
+    sandbox: Sandbox, render: Render, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The chart (default values, the probe on a few nodes) applied as release
+    hulk-<suffix> in a namespace of its own."""
+    with sandbox.api_client() as api, own_namespace(api, "chart") as namespace:
+        release = f"hulk-{namespace.removeprefix('chart-')}"
+        objs = render(namespace=namespace, release=release, set_values=[FEW_NODES])
+        applier = Applier(api, tmp_path_factory.mktemp("discovery") / "discovery.json")
+        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+        preexisting = {c["metadata"]["name"] for c in crds if applier.exists(c)}
+        try:
+            for crd in crds:
+                applier.apply(crd)
+            for crd in crds:
+                applier.wait_established(crd["metadata"]["name"])
+            applier.dyn.resources.invalidate_cache()
+            rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
+            accepted = [applier.apply(o) for o in rest if not _is_hook(o)]
+            accepted += [applier.apply(o) for o in rest if _is_hook(o)]
+            yield {
+                "objs": objs,
+                "release": release,
+                "api": api,
+                "accepted": accepted,
+                "crds": crds,
+                "namespace": namespace,
+            }
+        finally:
+            applier.clean_up(namespace, keep_crds=preexisting)
+
+
+def test_every_rendered_object_is_accepted(installed: dict[str, Any]) -> None:
+    objs = installed["objs"]
+    kinds = {o["kind"] for o in objs}
+    assert {
+        "CustomResourceDefinition",
+        "Deployment",
+        "DaemonSet",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ServiceAccount",
+        "Service",
+        "ConfigMap",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ClusterKopfPeering",
+    } <= kinds
+    assert len(installed["accepted"]) + len(installed["crds"]) == len(objs)
+
+
+def _review(api: Any, user: str, verb: str, group: str, resource: str, sub: str = "") -> bool:
+    from kubernetes import client
+
+    body = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{user.split(':')[2]}"],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb,
+                group=group,
+                resource=resource,
+                subresource=sub or None,
+                namespace="default" if resource in ("pods", "services", "events") else None,
+            ),
+        )
+    )
+    review: Any = client.AuthorizationV1Api(api).create_subject_access_review(body)
+    return bool(review.status.allowed)
+
+
+# What each ServiceAccount must NOT be able to do (its ClusterRole's rules are checked as
+# granted one by one, from the rendered chart).
+SPARE: dict[str, list[tuple[str, str, str, str]]] = {
+    "operator": [
+        ("get", "", "secrets", ""),
+        ("list", "", "configmaps", ""),
+        ("patch", "", "nodes", ""),
+        ("delete", "", "nodes", ""),
+        ("create", "", "pods", "exec"),
+        ("deletecollection", "", "pods", ""),
+        ("delete", "hulk.dev", "hulktrainingjobs", ""),
+        ("create", "hulk.dev", "hulktrainingjobs", ""),
+        ("patch", "hulk.dev", "nodelatencies", ""),
+        ("delete", "", "services", ""),
+        ("create", "apps", "deployments", ""),
+        ("create", "apiextensions.k8s.io", "customresourcedefinitions", ""),
+        ("create", "kopf.dev", "clusterkopfpeerings", ""),
+        ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+    ],
+    "probe": [
+        ("get", "", "secrets", ""),
+        ("list", "", "pods", ""),
+        ("update", "", "nodes", "status"),
+        ("delete", "", "nodes", ""),
+        ("create", "", "nodes", ""),
+        ("delete", "hulk.dev", "nodelatencies", ""),
+        ("list", "hulk.dev", "nodelatencies", ""),
+        ("get", "hulk.dev", "hulktrainingjobs", ""),
+        ("create", "", "events", ""),
+    ],
+}
+
+
+def _needed(objs: list[dict[str, Any]], role: str) -> list[tuple[str, str, str, str]]:
+    [cluster_role] = [
+        o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == role
+    ]
+    out = []
+    for rule in cluster_role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                base, _, sub = resource.partition("/")
+                out += [(verb, group, base, sub) for verb in rule["verbs"]]
+    return out
+
+
+@pytest.mark.parametrize("component", ["operator", "probe"])
+def test_rbac_grants_what_is_needed_and_nothing_else(
+    installed: dict[str, Any], component: str
+) -> None:
+    namespace = installed["namespace"]
+    name = f"{installed['release']}-{component}"
+    user = f"system:serviceaccount:{namespace}:{name}"
+    api = installed["api"]
+    needed = _needed(installed["objs"], name)
+    assert needed
+    for verb, group, resource, sub in needed:
+        assert _review(api, user, verb, group, resource, sub), (verb, resource, sub)
+    for verb, group, resource, sub in SPARE[component]:
+        assert not _review(api, user, verb, group, resource, sub), (verb, resource, sub)
+
+
+def _node_patch(api: Any, name: str, patch: dict[str, Any]) -> int:
+    """HTTP status of a merge patch of Node ``name`` (200, or the error's status)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        client.CoreV1Api(api).patch_node(name, patch, _content_type="application/merge-patch+json")
+        return 200
+    except ApiException as exc:
+        return int(exc.status)
+
+
+def test_probe_may_patch_only_its_own_address_annotation(
+    installed: dict[str, Any], sandbox: Sandbox
+) -> None:
+    from kubernetes import client
+
+    namespace = installed["namespace"]
+    admin = installed["api"]
+    nodes: Any = client.CoreV1Api(admin).list_node().items
+    own, other = nodes[0].metadata, nodes[1].metadata
+    own_name, other_name = str(own.name), str(other.name)
+    saved = {str(m.name): (m.annotations or {}).get(ANNOTATION) for m in (own, other)}
+    user = f"system:serviceaccount:{namespace}:{installed['release']}-probe"
+    try:
+        with sandbox.api_client() as probe, sandbox.api_client() as nodeless:
+            for api in (probe, nodeless):
+                api.set_default_header("Impersonate-User", user)
+            probe.set_default_header(
+                f"Impersonate-Extra-{NODE_NAME_EXTRA.replace('/', '%2F')}", own_name
+            )
+            label = {"metadata": {"labels": {"hulk-chart-test": "x"}}}
+            # The policy takes effect once the API server has loaded it: wait for a denial.
+            deadline = time.monotonic() + 30
+            while (status := _node_patch(probe, own_name, label)) == 200:
+                _node_patch(admin, own_name, {"metadata": {"labels": {"hulk-chart-test": None}}})
+                assert time.monotonic() < deadline, "the node-patch policy never took effect"
+                time.sleep(0.5)
+            assert status in (403, 422)
+            mine = {"metadata": {"annotations": {ANNOTATION: "10.9.9.9:7471"}}}
+            assert _node_patch(probe, own_name, mine) == 200
+            assert _node_patch(probe, other_name, mine) in (403, 422)
+            assert _node_patch(nodeless, own_name, mine) in (403, 422)
+            foreign = {"metadata": {"annotations": {"example.com/x": "1"}}}
+            assert _node_patch(probe, own_name, foreign) in (403, 422)
+            taint = {"spec": {"unschedulable": True}}
+            assert _node_patch(probe, own_name, taint) in (403, 422)
+    finally:
+        for name, value in saved.items():
+            _node_patch(
+                admin,
+                name,
+                {
+                    "metadata": {
+                        "annotations": {ANNOTATION: value},
+                        "labels": {"hulk-chart-test": None},
+                    }
+                },
+            )
+
+
+def test_operator_pod_passes_restricted_pod_security(
+    installed: dict[str, Any], sandbox: Sandbox
+) -> None:
+    """The operator's pod is admitted where Pod Security enforces "restricted"; the probe's
+    is not (hostNetwork, hostPort), which is why its namespace must allow "privileged"."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core: Any = client.CoreV1Api(installed["api"])
+    ns = f"psa-{uuid.uuid4().hex[:8]}"
+    labels = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns, labels=labels)))
+    try:
+        templates = {
+            o["kind"]: o["spec"]["template"]
+            for o in installed["objs"]
+            if o["kind"] in ("Deployment", "DaemonSet")
+        }
+
+        def pod(kind: str) -> dict[str, Any]:
+            template = templates[kind]
+            spec = dict(template["spec"], serviceAccountName="default")
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "spec": spec,
+                "metadata": {"name": kind.lower(), "labels": template["metadata"]["labels"]},
+            }
+
+        deadline = time.monotonic() + 60
+        while True:  # the ServiceAccount admission plugin needs "default" to exist
+            try:
+                core.read_namespaced_service_account("default", ns)
+                break
+            except ApiException:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        core.create_namespaced_pod(ns, pod("Deployment"), dry_run="All")
+        with pytest.raises(ApiException) as err:
+            core.create_namespaced_pod(ns, pod("DaemonSet"), dry_run="All")
+        assert err.value.status == 403 and "hostNetwork" in str(err.value.body)
+    finally:
+        core.delete_namespace(ns)
+
+
+def test_helm_install_upgrade_uninstall(sandbox: Sandbox, chart_tools: dict[str, str]) -> None:
+    """The real Helm flow on the sandbox: install (CRDs templated, the peering hook after
+    them), upgrade, uninstall (CRDs kept). CRDs that other tests already created are first
+    marked for adoption by the release, as charts/hulk/README.md tells users to do."""
+    import subprocess
+
+    from kubernetes import client
+
+    chart = str(Path(__file__).resolve().parents[2] / "charts" / "hulk")
+    with sandbox.api_client() as api, own_namespace(api, "helm") as namespace:
+        release = f"hulk-{namespace.removeprefix('helm-')}"
+        helm = [chart_tools["HELM"], "--kubeconfig", str(sandbox.kubeconfig), "-n", namespace]
+
+        def run(*args: str) -> str:
+            few = ["--set", OTHER_FEW_NODES] if args[0] in ("install", "upgrade") else []
+            proc = subprocess.run([*helm, *args, *few], capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:  # say what Helm was waiting for
+                pods: Any = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+                states = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
+                pytest.fail(f"helm {args[0]}: {proc.stderr}\npods: {states}")
+            return proc.stdout
+
+        ext: Any = client.ApiextensionsV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        present = {c.metadata.name for c in ext.list_custom_resource_definition().items}
+        crds = [
+            "hulktrainingjobs.hulk.dev",
+            "nodelatencies.hulk.dev",
+            "clusterkopfpeerings.kopf.dev",
+            "kopfpeerings.kopf.dev",
+        ]
+        adopt = {
+            "metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {
+                    "meta.helm.sh/release-name": release,
+                    "meta.helm.sh/release-namespace": namespace,
+                },
+            }
+        }
+        for name in crds:
+            if name in present:
+                ext.patch_custom_resource_definition(name, adopt)
+        try:
+            run("install", release, chart, "--wait", "--timeout", "180s")
+            peering = custom.get_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", release
+            )
+            assert peering["metadata"]["name"] == release
+            run(
+                "upgrade",
+                release,
+                chart,
+                "--set",
+                "probe.interval=20",
+                "--wait",
+                "--timeout",
+                "180s",
+            )
+            ds: Any = client.AppsV1Api(api).read_namespaced_daemon_set(
+                f"{release}-probe", namespace
+            )
+            env = {e.name: e.value for e in ds.spec.template.spec.containers[0].env}
+            assert env["HULK_PROBE_INTERVAL"] == "20"
+            assert "deployed" in run("status", release)
+            run("uninstall", release, "--wait", "--timeout", "180s")
+            left = {c.metadata.name for c in ext.list_custom_resource_definition().items}
+            assert set(crds) <= left  # helm.sh/resource-policy: keep
+            roles: Any = client.RbacAuthorizationV1Api(api).list_cluster_role().items
+            assert not [r for r in roles if r.metadata.name.startswith(release)]
+        finally:
+            subprocess.run([*helm, "uninstall", release], capture_output=True, timeout=300)
+            try:
+                custom.delete_cluster_custom_object(
+                    "kopf.dev", "v1", "clusterkopfpeerings", release
+                )
+            except client.exceptions.ApiException:
+                pass
+            for name in crds:
+                if name.endswith(".kopf.dev") and name not in present:
+                    ext.delete_custom_resource_definition(name)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(
+                c.metadata.name.endswith(".kopf.dev") and c.metadata.name not in present
+                for c in ext.list_custom_resource_definition().items
+            ):
+                time.sleep(0.2)
