@@ -1,0 +1,165 @@
+"""The control plane works: API version, nodes, garbage collector, scheduler, namespaces."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from hulk_planner.datasets import paper_cluster
+from hulk_planner.model import Server
+from hulk_sandbox.nodes import GPU, is_ready
+from hulk_sandbox.sandbox import Sandbox
+
+pytestmark = pytest.mark.sandbox
+
+
+def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def core(sandbox: Sandbox) -> Iterator[Any]:
+    """CoreV1Api, typed Any: the generated models make every field Optional."""
+    with sandbox.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+def pod(name: str, *, gpus: int = 0, node: str | None = None, owner: Any = None) -> client.V1Pod:
+    limits = {GPU: str(gpus)} if gpus else None
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, owner_references=owner),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="busybox",
+                    resources=client.V1ResourceRequirements(limits=limits),
+                )
+            ],
+            node_selector={"kubernetes.io/hostname": node} if node else None,
+        ),
+    )
+
+
+def test_version_is_the_real_one(sandbox: Sandbox) -> None:
+    with sandbox.api_client() as api:
+        info = client.VersionApi(api).get_code()
+    assert info.git_version.startswith("v1.35."), info.git_version
+    assert (info.major, info.minor) == ("1", "35")
+
+
+def test_paper_nodes_are_ready_with_gpu_labels(core: Any) -> None:
+    servers = {s.name: s for s in paper_cluster().servers}
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    assert set(servers) <= set(nodes)
+    for name, server in servers.items():
+        node = nodes[name]
+        assert is_ready(node), name
+        assert node.status.allocatable[GPU] == str(server.gpus)
+        labels = node.metadata.labels
+        assert labels["kubernetes.io/hostname"] == name
+        assert labels["topology.kubernetes.io/region"]
+        assert labels["nvidia.com/gpu.count"] == str(server.gpus)
+    assert len({n.metadata.labels["topology.kubernetes.io/region"] for n in nodes.values()}) > 5
+
+
+def test_pods_run_and_namespace_deletion_finishes(core: Any) -> None:
+    ns = f"gone-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    eventually(lambda: core.list_namespaced_service_account(ns).items, what="default SA")
+    core.create_namespaced_pod(ns, pod("p"))
+    eventually(
+        lambda: core.read_namespaced_pod("p", ns).status.phase == "Running", what="pod Running"
+    )
+    core.delete_namespace(ns)
+
+    def gone() -> bool:
+        return ns not in {n.metadata.name for n in core.list_namespace().items}
+
+    eventually(gone, timeout=90, what=f"namespace {ns} deleted")
+
+
+def test_garbage_collector_deletes_pods_of_a_deleted_owner(core: Any, namespace: str) -> None:
+    owner = core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner"))
+    )
+    ref = [
+        client.V1OwnerReference(
+            api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid
+        )
+    ]
+    for i in range(3):
+        core.create_namespaced_pod(namespace, pod(f"owned-{i}", owner=ref))
+    core.create_namespaced_pod(namespace, pod("free"))
+
+    def running() -> int:
+        pods = core.list_namespaced_pod(namespace).items
+        return sum(p.status.phase == "Running" for p in pods) == 4
+
+    eventually(running, what="4 pods Running")
+    core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
+
+    def only_free_left() -> bool:
+        return [p.metadata.name for p in core.list_namespaced_pod(namespace).items] == ["free"]
+
+    eventually(only_free_left, what="owned pods deleted by the garbage collector")
+
+
+def test_scheduler_binds_gpu_pods_only_while_gpus_are_free(
+    sandbox: Sandbox, core: Any, namespace: str
+) -> None:
+    name = f"sched-{uuid.uuid4().hex[:6]}"
+    sandbox.add_node(Server(name, "Testland", gpus=4, gpu_memory_gib=80, gpu_tflops=989))
+    try:
+        core.create_namespaced_pod(namespace, pod("big", gpus=4, node=name))
+        big = eventually(
+            lambda: (
+                (p := core.read_namespaced_pod("big", namespace)).status.phase == "Running" and p
+            ),
+            what="the 4-GPU pod Running",
+        )
+        assert big.spec.node_name == name
+
+        core.create_namespaced_pod(namespace, pod("late", gpus=1, node=name))
+
+        def unschedulable() -> bool:
+            p = core.read_namespaced_pod("late", namespace)
+            conds = p.status.conditions or []
+            return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conds)
+
+        eventually(unschedulable, what="the scheduler to find no room for the 1-GPU pod")
+        late = core.read_namespaced_pod("late", namespace)
+        assert late.spec.node_name is None and late.status.phase == "Pending"
+
+        core.delete_namespaced_pod("big", namespace)
+        late = eventually(
+            lambda: (
+                (p := core.read_namespaced_pod("late", namespace)).status.phase == "Running" and p
+            ),
+            what="the 1-GPU pod bound once the GPUs are free",
+        )
+        assert late.spec.node_name == name
+    finally:
+        sandbox.delete_node(name)
+
+
+def test_add_and_delete_node(sandbox: Sandbox, core: Any) -> None:
+    name = f"extra-{uuid.uuid4().hex[:6]}"
+    sandbox.add_node(Server(name, "Paris", gpus=2, gpu_memory_gib=24, gpu_tflops=100))
+    assert is_ready(core.read_node(name))
+    sandbox.delete_node(name)
+    eventually(
+        lambda: name not in {n.metadata.name for n in core.list_node().items}, what="node gone"
+    )
