@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from hulk_planner.cost import CostModel, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.gnn import gnn_planner
 from hulk_planner.layout import repair_job
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced
 from hulk_planner.planners.baseline_a import plan_baseline_a
@@ -60,13 +61,14 @@ def _hulk(cost: CostModel, jobs: Sequence[Job], o: Options) -> Plan:
 
 Planner = Callable[[CostModel, Sequence[Job], Options], Plan]
 PLANNERS: dict[str, Planner] = {
-    "hulk": _hulk,
+    "hulk": gnn_planner,  # the GNN planner (hulk_planner/gnn, docs/gnn.md)
+    "gnn": gnn_planner,
     "search": _search,
     "baseline-a": lambda cost, jobs, o: plan_baseline_a(cost, jobs),
     "baseline-b": lambda cost, jobs, o: plan_baseline_b(cost, jobs),
     "baseline-c": lambda cost, jobs, o: plan_baseline_c(cost, jobs),
 }
-ADAPTS_TO_PREVIOUS = {"hulk", "search"}
+ADAPTS_TO_PREVIOUS = {"hulk", "gnn", "search"}
 
 
 def plan(
@@ -100,6 +102,7 @@ def plan(
     else:
         result = _replan(cost, jobs, planner, options, previous)
     result = _drop_infeasible(cost, cost.with_predictions(result, jobs), jobs)
+    result = replace(result, planner=planner)  # the name asked for (hulk runs the GNN)
     if not result.jobs and result.unplaced:
         raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in result.unplaced))
     validate_plan(result, cluster, jobs)

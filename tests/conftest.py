@@ -27,11 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from hulk_sandbox.sandbox import Sandbox
 
 _LOGS_KEY = pytest.StashKey[Path]()
+
+# CI runs the property tests derandomized, so a run is reproducible; locally they explore.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,34 +1,42 @@
 """The cluster as a graph: built with networkx, converted once to arrays (and to PyG ``Data``).
 
-Nodes are servers, in the cluster's order. Node features (``NODE_FEATURES``, all scaled to
-about [-1, 1] so that one model serves clusters of 20 and of 5,000 servers):
+Nodes are servers, in the cluster's order. Node features (``NODE_FEATURES``, scaled to
+about [-1, 1], relative to the cluster where that matters, so that one model serves
+clusters of 20 and of 5,000 servers):
 
-- hardware: log GPU count, log per-GPU TFLOPS, log per-GPU memory, and the server's FLOP/s
-  and memory relative to the cluster's mean server (log ratios);
+- hardware: log GPU count, per-GPU TFLOPS and memory; the server's FLOP/s and memory
+  relative to the cluster's mean server (log ratios) and as percentile ranks (FLOP/s also
+  within its region); log usable memory of the server and of its region;
 - place: the server's region as 3 coordinates, a classical multidimensional scaling (MDS)
-  of the region-to-region latency matrix divided by the largest latency, each axis's sign
-  fixed so the largest region has positive coordinates (MDS is defined up to rotation and
+  of the region-to-region latency matrix over the largest latency, each axis's sign fixed
+  so the largest region has positive coordinates (MDS is defined up to rotation and
   reflection, so the model also gets rotation-free summaries): the region's share of the
-  cluster's servers, FLOP/s and memory, the server's mean latency to every other server and
-  to the nearest other region (both divided by the largest latency), its intra-region
-  latency.
+  cluster's servers, FLOP/s (also as a log) and memory, its rank by FLOP/s, the mean
+  latency to every other server, to the nearest other region and to the strongest region,
+  and the intra-region latency, all over the largest region-to-region latency.
 
-Edges carry ``EDGE_FEATURES``: latency (``log1p(ms) / log1p(max ms)`` and ``ms / max ms``),
-log bandwidth, and a same-region flag. Pairs without a link (and no region link) are absent;
-relayed pairs are not edges.
+Region-to-region latencies are means over up to ``REGION_SAMPLE`` servers per region, so
+nothing here reads the whole n x n matrices of ``topology.Network``.
+
+Edges carry ``EDGE_FEATURES``: latency (``log1p(ms) / log1p(scale)`` and ``ms / scale``,
+the scale being the largest region-to-region latency), log bandwidth, and a same-region
+flag; ``edge_weight`` is the closeness ``exp(-ms / 50)`` used by the GCN layers. Pairs
+without a direct link (server- or region-level) are absent; relayed paths are not edges.
 
 Sparsity. A dense graph of 5,000 servers has 25 million edges, so every cluster, small or
 large, gets the same sparse pattern: each server links to its ``k_intra`` lowest-latency
-servers of its own region (ties, which region-level latencies make common, broken by a
-fixed pseudo-random order) and to one server in each of its ``k_cross`` nearest other
-regions; the union is made undirected. With the defaults (8 and 4) a server has 12 to
-about 24 neighbours whatever the cluster's size, so training on 20-500 servers transfers to
-5,000. Only pairs with a direct (server- or region-level) link are eligible.
+servers of its own region (ties, which region-level latencies make the rule, broken by a
+fixed pseudo-random order) and to one server (pseudo-random, with a direct link) in each of
+its ``k_cross`` nearest other regions; the union is made undirected. With the defaults (8
+and 4) a server has 12 to about 40 neighbours (mean about 22) whatever the cluster's size,
+so training on 20-500 servers transfers to 5,000.
 
-Jobs become ``JOB_FEATURES`` rows: size of the model (log parameters, layers, hidden size,
+Jobs become ``JOB_FEATURES`` rows: the model's size (log parameters, layers, hidden size,
 sequence length, batch sizes), its memory need and compute demand relative to the cluster's
-usable memory and FLOP/s, and its share of the jobs' parameters (the paper sizes each job's
-class by that ratio).
+usable memory and FLOP/s, its share of the jobs' parameters (the paper sizes each job's
+class by that ratio), memory needs and compute demand, and its rank by need.
+``PAIR_FEATURES`` name the (node, job) feature pairs whose difference the network computes
+for every (server, job) pair.
 """
 
 from __future__ import annotations
@@ -41,13 +49,9 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 import numpy as np
 
-from hulk_planner.cost import (
-    EFFICIENCY,
-    FLOPS_PER_PARAM_TOKEN,
-    MEMORY_USABLE,
-    memory_need_bytes,
-)
+from hulk_planner.cost import EFFICIENCY, MEMORY_USABLE, memory_need_bytes
 from hulk_planner.model import GIB, Cluster, Job
+from hulk_planner.planners.split import step_flops
 from hulk_planner.topology import Network
 
 if TYPE_CHECKING:
@@ -68,6 +72,14 @@ NODE_FEATURES = (
     "mean_latency",
     "nearest_region_latency",
     "intra_latency",
+    "flops_rank",
+    "flops_rank_in_region",
+    "memory_rank",
+    "region_rank",
+    "latency_to_top_region",
+    "log_server_memory",
+    "log_region_memory",
+    "log_region_flops_share",
 )
 EDGE_FEATURES = ("log_latency", "latency", "log_bandwidth", "same_region")
 JOB_FEATURES = (
@@ -82,6 +94,18 @@ JOB_FEATURES = (
     "parameter_share",
     "log_memory_need",
     "inverse_jobs",
+    "demand_share",
+    "need_share",
+    "need_rank",
+    "log_demand_share",
+)
+# (server, job) pair features: differences of a node and a job feature on the same scale,
+# computed inside the network for every pair (does the server alone, or its region, hold
+# the job's memory? does the region's share of FLOP/s match the job's share of demand?)
+PAIR_FEATURES = (
+    ("log_server_memory", "log_memory_need"),
+    ("log_region_memory", "log_memory_need"),
+    ("log_region_flops_share", "log_demand_share"),
 )
 K_INTRA = 8
 K_CROSS = 4
@@ -104,28 +128,39 @@ class GraphArrays:
         return len(self.names)
 
 
+REGION_SAMPLE = 32
+
+
 def _region_matrix(net: Network) -> tuple[np.ndarray, np.ndarray]:
-    """Mean finite latency between regions [K, K] and servers per region [K]."""
+    """Mean finite latency between regions [K, K] and servers per region [K].
+
+    Each region is represented by up to ``REGION_SAMPLE`` of its servers (evenly spaced
+    in cluster order), so a 5,000-server cluster costs K^2 small blocks, not n^2 reads;
+    with region-level latencies the sample is exact, with server links it averages the
+    sampled pairs. Same-server pairs are left out; regions that never meet get the
+    largest known latency."""
     k = int(net.region.max()) + 1
-    onehot = np.zeros((len(net.region), k))
-    onehot[np.arange(len(net.region)), net.region] = 1.0
-    finite = np.isfinite(net.latency_ms)
-    lat = np.where(finite, net.latency_ms, 0.0)
-    total = onehot.T @ lat @ onehot
-    count = onehot.T @ finite.astype(float) @ onehot
-    sizes = onehot.sum(axis=0)
-    # the diagonal counts each server with itself (latency 0); leave those pairs out
-    diag_pairs = sizes * (sizes - 1)
-    count[np.diag_indices(k)] -= sizes
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    sizes = np.bincount(net.region, minlength=k).astype(float)
+    sample = []
     for r in range(k):
-        if diag_pairs[r] == 0:
-            mean[r, r] = 0.0
-    # regions that never meet: the largest known latency stands in
-    fill = np.nanmax(mean) if np.isfinite(np.nanmax(mean)) else 1.0
+        m = np.flatnonzero(net.region == r)
+        step = max(1, len(m) // REGION_SAMPLE)
+        sample.append(m[::step][:REGION_SAMPLE])
+    mean = np.full((k, k), np.nan)
+    for a in range(k):
+        for b in range(a, k):
+            block = net.latency_ms[np.ix_(sample[a], sample[b])]
+            ok = np.isfinite(block)
+            if a == b:
+                np.fill_diagonal(ok, False)
+                if len(sample[a]) < 2:
+                    mean[a, a] = 0.0
+                    continue
+            if ok.any():
+                mean[a, b] = mean[b, a] = float(block[ok].mean())
+    fill = float(np.nanmax(mean)) if np.isfinite(mean).any() else 1.0
     mean = np.where(np.isnan(mean), fill, mean)
-    return (mean + mean.T) / 2, sizes
+    return mean, sizes
 
 
 def _mds(dist: np.ndarray, dims: int, sizes: np.ndarray) -> np.ndarray:
@@ -147,60 +182,90 @@ def _mds(dist: np.ndarray, dims: int, sizes: np.ndarray) -> np.ndarray:
     return coords
 
 
-def _tie_break(n: int) -> np.ndarray:
-    """A fixed pseudo-random [n, n] matrix in [0, 1) to order equal latencies."""
-    i = np.arange(n, dtype=np.uint64)[:, None]
-    j = np.arange(n, dtype=np.uint64)[None, :]
-    h = (i * np.uint64(0x9E3779B1) + j * np.uint64(0x85EBCA77)) % np.uint64(1_000_003)
-    h = (h + (i ^ j) * np.uint64(2654435761)) % np.uint64(1_000_003)
+def _rank(values: np.ndarray) -> np.ndarray:
+    """Percentile rank in [0, 1] (ties share their mean rank; a single value gets 0.5)."""
+    n = len(values)
+    if n <= 1:
+        return np.full(n, 0.5)
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(n)
+    ranks[order] = np.arange(n, dtype=float)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse] / (n - 1)
+
+
+def _jitter(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """A fixed pseudo-random [len(rows), len(cols)] matrix in [0, 1), from server indices,
+    to order equal latencies (region-level latencies make ties the rule)."""
+    r = rows.astype(np.int64)[:, None]
+    c = cols.astype(np.int64)[None, :]
+    h = (r * 2654435761 + c * 40503 + (r ^ c) * 97) % 1_000_003
     return h.astype(np.float64) / 1_000_003.0
 
 
 def sparse_neighbours(
-    net: Network, k_intra: int = K_INTRA, k_cross: int = K_CROSS
+    net: Network,
+    k_intra: int = K_INTRA,
+    k_cross: int = K_CROSS,
+    region_latency: np.ndarray | None = None,
 ) -> list[tuple[int, int]]:
-    """Undirected edges (i < j) of the sparse pattern described in the module docstring."""
+    """Undirected edges (i < j) of the sparse pattern described in the module docstring.
+
+    Intra-region neighbours come from each region's own latency block; cross-region ones
+    go to the ``k_cross`` regions nearest by mean latency, one server each (a fixed
+    pseudo-random member with a direct link). No n x n temporary is built, so 5,000
+    servers take well under a second."""
     n = len(net.names)
     if n < 2:
         return []
-    lat = np.where(net.direct, net.latency_ms, np.inf)
-    np.fill_diagonal(lat, np.inf)
-    finite = np.isfinite(lat)
-    scale = float(lat[finite].max()) if finite.any() else 1.0
-    # equal latencies are ordered by a fixed pseudo-random jitter, far below any real gap
-    key = lat + _tie_break(n) * 1e-6 * max(scale, 1e-3)
-    same = net.region[:, None] == net.region[None, :]
-    edges: set[tuple[int, int]] = set()
-    intra = np.where(same, key, np.inf)
-    kk = min(k_intra, n - 1)
-    if kk > 0:
-        nearest = np.argpartition(intra, kk - 1, axis=1)[:, :kk] if kk < n else None
-        if nearest is not None:
-            rows = np.repeat(np.arange(n), kk)
-            cols = nearest.ravel()
-            ok = np.isfinite(intra[rows, cols])
-            for a, b in zip(rows[ok].tolist(), cols[ok].tolist(), strict=True):
-                edges.add((min(a, b), max(a, b)))
+    if region_latency is None:
+        region_latency, _ = _region_matrix(net)
     regions = np.unique(net.region)
-    if len(regions) > 1 and k_cross > 0:
-        cross = np.where(same, np.inf, key)
-        # per region: the best server of that region for every server (min over its columns)
-        best_in = np.full((n, len(regions)), np.inf)
-        arg_in = np.zeros((n, len(regions)), dtype=np.int64)
-        for r_pos, r in enumerate(regions):
-            cols = np.flatnonzero(net.region == r)
-            sub = cross[:, cols]
-            pick = np.argmin(sub, axis=1)
-            best_in[:, r_pos] = sub[np.arange(n), pick]
-            arg_in[:, r_pos] = cols[pick]
-        kc = min(k_cross, len(regions) - 1)
-        order = np.argsort(best_in, axis=1)[:, :kc]
-        for a in range(n):
-            for r_pos in order[a].tolist():
-                if math.isfinite(best_in[a, r_pos]):
-                    b = int(arg_in[a, r_pos])
-                    edges.add((min(a, b), max(a, b)))
-    return sorted(edges)
+    members = {int(r): np.flatnonzero(net.region == r) for r in regions}
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    for r in regions.tolist():
+        rows = members[r]
+        kk = min(k_intra, len(rows) - 1)
+        if kk <= 0:
+            continue
+        sub = np.ix_(rows, rows)
+        block = np.where(net.direct[sub], net.latency_ms[sub], np.inf)
+        scale = max(float(np.max(block, initial=0.0, where=np.isfinite(block))), 1e-3)
+        block = block + _jitter(rows, rows) * 1e-6 * scale
+        np.fill_diagonal(block, np.inf)
+        near = np.argpartition(block, kk - 1, axis=1)[:, :kk]
+        ok = np.isfinite(np.take_along_axis(block, near, axis=1)).ravel()
+        src.append(np.repeat(rows, kk)[ok])
+        dst.append(rows[near].ravel()[ok])
+    kc = min(k_cross, len(regions) - 1)
+    if kc > 0:
+        off = region_latency[np.ix_(regions, regions)].astype(float)
+        np.fill_diagonal(off, np.inf)
+        for a_pos, r in enumerate(regions.tolist()):
+            rows = members[r]
+            for b_pos in np.argsort(off[a_pos], kind="stable")[:kc].tolist():
+                cols = members[int(regions[b_pos])]
+                start = _jitter(rows, np.array([b_pos]))[:, 0] * len(cols)
+                start = start.astype(np.int64)
+                # up to 4 tries for a member with a direct link
+                for t in range(min(4, len(cols))):
+                    cand = cols[(start + t) % len(cols)]
+                    ok = net.direct[rows, cand]
+                    if ok.any():
+                        src.append(rows[ok])
+                        dst.append(cand[ok])
+                    rows, start = rows[~ok], start[~ok]
+                    if not len(rows):
+                        break
+                rows = members[r]
+    if not src:
+        return []
+    a = np.concatenate(src)
+    b = np.concatenate(dst)
+    pairs = np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1), axis=0)
+    return [(int(x), int(y)) for x, y in pairs.tolist() if x != y]
 
 
 def build_graph(
@@ -230,6 +295,12 @@ def build_graph(
     off = region_lat + np.diag(np.full(k, np.inf))
     nearest_region = off.min(axis=1) if k > 1 else np.zeros(k)
     mean_lat = (region_lat @ sizes - np.diag(region_lat)) / max(n - 1, 1)
+    in_region = np.zeros(n)
+    for r in range(k):
+        members = np.flatnonzero(reg == r)
+        in_region[members] = _rank(flops[members])
+    region_order = _rank(-region_flops) if k > 1 else np.zeros(k)
+    top = int(np.argmax(region_flops))
     x = np.column_stack(
         [
             np.log2(gpus) / 3.0,
@@ -244,14 +315,22 @@ def build_graph(
             (mean_lat / lat_scale)[reg],
             (nearest_region / lat_scale)[reg],
             (np.diag(region_lat) / lat_scale)[reg],
+            _rank(flops),
+            in_region,
+            _rank(mem),
+            region_order[reg],
+            (region_lat[top] / lat_scale)[reg],
+            np.log10(mem * MEMORY_USABLE) / 4.0,
+            np.log10(region_mem * mem.sum() * MEMORY_USABLE)[reg] / 4.0,
+            np.log10(np.maximum(region_flops, 1e-6))[reg] / 2.0,
         ]
     ).astype(np.float32)
     g = nx.Graph(name=cluster.name, latency_scale=lat_scale)
     for i, s in enumerate(servers):
         g.add_node(i, name=s.name, region=s.region, x=x[i])
-    max_ms = float(np.max(net.latency_ms[np.isfinite(net.latency_ms)], initial=1.0))
-    log_max = math.log1p(max(max_ms, 1e-3))
-    for a, b in sparse_neighbours(net, k_intra, k_cross):
+    max_ms = lat_scale
+    log_max = math.log1p(max_ms)
+    for a, b in sparse_neighbours(net, k_intra, k_cross, region_lat):
         ms = float(net.latency_ms[a, b])
         bw = float(net.bandwidth_gbps[a, b])
         attr = np.array(
@@ -296,11 +375,13 @@ def job_features(jobs: Sequence[Job], cluster: Cluster) -> np.ndarray:
     usable = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
     flops = sum(s.flops for s in cluster.servers) * EFFICIENCY
     total_params = sum(j.model.parameters for j in jobs) or 1
+    needs = np.array([memory_need_bytes(j) for j in jobs], dtype=float)
+    demands = np.array([step_flops(j) for j in jobs], dtype=float)
+    need_rank = _rank(-needs) if len(jobs) > 1 else np.zeros(len(jobs))
     rows = []
-    for j in jobs:
+    for k, j in enumerate(jobs):
         m = j.model
         need = memory_need_bytes(j)
-        step_flops = FLOPS_PER_PARAM_TOKEN * m.parameters * j.global_batch_size * m.sequence_length
         rows.append(
             [
                 math.log10(m.parameters) / 12.0,
@@ -310,10 +391,14 @@ def job_features(jobs: Sequence[Job], cluster: Cluster) -> np.ndarray:
                 math.log10(j.global_batch_size) / 3.0,
                 math.log10(j.micro_batch_size) / 2.0,
                 need / usable,
-                math.log10(step_flops / flops) / 3.0,
+                math.log10(demands[k] / flops) / 3.0,
                 m.parameters / total_params,
                 math.log10(need / GIB) / 4.0,
                 1.0 / len(jobs),
+                demands[k] / demands.sum(),
+                needs[k] / needs.sum(),
+                need_rank[k],
+                math.log10(max(demands[k] / demands.sum(), 1e-6)) / 2.0,
             ]
         )
     return np.asarray(rows, dtype=np.float32).reshape(len(jobs), len(JOB_FEATURES))

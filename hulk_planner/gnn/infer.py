@@ -129,9 +129,11 @@ class _Segments:
     def __init__(self, target: np.ndarray, num_nodes: int) -> None:
         self.order = np.argsort(target, kind="stable")
         sorted_t = target[self.order]
-        self.starts = np.flatnonzero(np.r_[True, sorted_t[1:] != sorted_t[:-1]]) if len(
-            sorted_t
-        ) else np.zeros(0, dtype=np.int64)
+        self.starts = (
+            np.flatnonzero(np.r_[True, sorted_t[1:] != sorted_t[:-1]])
+            if len(sorted_t)
+            else np.zeros(0, dtype=np.int64)
+        )
         self.nodes = sorted_t[self.starts] if len(sorted_t) else np.zeros(0, dtype=np.int64)
         self.num_nodes = num_nodes
         self.count = np.bincount(target, minlength=num_nodes).astype(np.float32)
@@ -199,14 +201,17 @@ class NumpyHulkGNN:
         hidden = z.shape[1]
         # pair MLP's first layer split over [z, g, z*g]: no [N, J, 3H] tensor is built
         w0 = self.w["pair.0.weight"]
-        wz, wg, wzg = w0[:, :hidden], w0[:, hidden : 2 * hidden], w0[:, 2 * hidden :]
+        wz, wg = w0[:, :hidden], w0[:, hidden : 2 * hidden]
+        wzg, wp = w0[:, 2 * hidden : 3 * hidden], w0[:, 3 * hidden :]
+        node_p = g.x[:, self.config.get("pair_node", [])]  # [N, P]
+        job_p = job_x[:, self.config.get("pair_job", [])]  # [J, P]
         zpart = z @ wz.T + self.w["pair.0.bias"]  # [N, H]
         gpart = gj @ wg.T  # [J, H]
         out = np.empty((len(z), jobs), dtype=np.float32)
         w2 = self.w["pair.2.weight"][0]
         b2 = float(self.w["pair.2.bias"][0])
         for k in range(jobs):
-            pre = zpart + gpart[k] + (z * gj[k]) @ wzg.T
+            pre = zpart + gpart[k] + (z * gj[k]) @ wzg.T + (node_p - job_p[k]) @ wp.T
             out[:, k] = _relu(pre) @ w2 + b2
         idle = self._lin("idle", z)
         return np.concatenate([idle, out], axis=1)

@@ -1,0 +1,161 @@
+"""GNN planner quality on generated clusters never seen in training.
+
+For each of ``--clusters`` unseen clusters (the training generator, another seed): the
+search planner with ``--budget`` seconds (default 60) gives the labels and the reference
+step time; a second search with another seed measures how far the labeller agrees with
+itself (the ceiling of any agreement figure). Printed per cluster and summarised:
+
+- agreement of the GNN's decoded assignment (before refinement) and of the final hulk plan
+  with the search labels: per server, and up to twin servers (``gnn_common``);
+- hulk's step time (geometric mean over jobs) over search's: the goal is a median <= 1.05;
+- ablation: the same refinement (``--refine-iterations`` moves, and the default time
+  budget) from the GNN's start, from a random start (random scores through the same
+  decoding) and from the search planner's greedy start.
+
+Search runs are cached under ``$HULK_CACHE/bench``; the first run takes about
+clusters * budget * 2 / workers seconds.
+
+    python bench/gnn_quality.py [--clusters 20] [--budget 60] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import time
+
+import numpy as np
+from gnn_common import (
+    agreement,
+    agreement_up_to_twins,
+    cached_search,
+    geo_mean,
+    median,
+    unseen,
+)
+
+from hulk_planner.cost import CostModel
+from hulk_planner.gnn.decode import assign, refine
+from hulk_planner.gnn.planner import plan_gnn, refine_budget, scores
+from hulk_planner.planners.search import greedy_start
+
+
+def _search_job(args: tuple[int, float, int]) -> tuple[int, int, dict]:
+    index, budget, seed = args
+    cluster, jobs = unseen(index)
+    return index, seed, cached_search(cluster, jobs, budget, seed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clusters", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=60.0, help="search seconds (60)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--refine-iterations", default="0,100,400", help="ablation move budgets (0,100,400)"
+    )
+    ap.add_argument("--no-ceiling", action="store_true", help="skip the second search seed")
+    args = ap.parse_args()
+
+    budgets = [int(b) for b in args.refine_iterations.split(",")]
+    seeds = (0,) if args.no_ceiling else (0, 1)
+    tasks = [(i, args.budget, s) for s in seeds for i in range(args.clusters)]
+    t0 = time.perf_counter()
+    results: dict[tuple[int, int], dict] = {}
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        for i, s, r in pool.imap_unordered(_search_job, tasks):
+            results[(i, s)] = r
+    print(f"search runs ready ({time.perf_counter() - t0:.0f} s, cached for next time)\n")
+
+    head = (
+        f"{'#':>2} {'servers':>7} {'jobs':>4} | {'agree':>6} {'twins':>6} {'final':>6} "
+        f"{'s-vs-s':>6} {'s-twin':>6} | {'search':>7} {'hulk':>7} {'ratio':>6} {'hulk s':>6} "
+        f"| @{budgets[-1]} moves: {'gnn':>6} {'random':>6} {'greedy':>6} {'par.sh':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for i in range(args.clusters):
+        cluster, jobs = unseen(i)
+        cost = CostModel(cluster)
+        ref = results[(i, 0)]
+        labels = ref["assignment"]
+        t = time.perf_counter()
+        logits = scores(cost, jobs)
+        start = assign(cost, jobs, logits)
+        final = plan_gnn(cost, jobs, seed=0)
+        hulk_s = time.perf_counter() - t
+        hulk_geo = geo_mean(final, jobs)
+        row = {
+            "agree": agreement(start, labels, cluster),
+            "twins": agreement_up_to_twins(start, labels, cluster),
+            "final": agreement(final.assignment, labels, cluster),
+            "ratio": hulk_geo / ref["geo"] if math.isfinite(ref["geo"]) else math.nan,
+            "hulk_s": hulk_s,
+        }
+        if not args.no_ceiling:
+            other = results[(i, 1)]["assignment"]
+            row["ss"] = agreement(other, labels, cluster)
+            row["ss_twin"] = agreement_up_to_twins(other, labels, cluster)
+        # ablation: same refinement (moves) from each start
+        rng = np.random.default_rng(i)
+        starts = {
+            "gnn": start,
+            "random": assign(cost, jobs, rng.normal(size=logits.shape)),
+            "greedy": greedy_start(cost, jobs),
+            "par.sh": assign(cost, jobs, logits, share="parameters"),
+        }
+        for it in budgets:
+            for name, st in starts.items():
+                p = refine(cost, jobs, st, refine_iterations=it, seed=0)
+                row[f"{name}@{it}"] = geo_mean(p, jobs) / ref["geo"]
+        rows.append(row)
+        print(
+            f"{i:>2} {len(cluster.servers):>7} {len(jobs):>4} | {row['agree']:>6.3f} "
+            f"{row['twins']:>6.3f} {row['final']:>6.3f} {row.get('ss', math.nan):>6.3f} "
+            f"{row.get('ss_twin', math.nan):>6.3f} | {ref['geo']:>7.3f} {hulk_geo:>7.3f} "
+            f"{row['ratio']:>6.3f} {hulk_s:>6.2f} | {'':>10}"
+            + "".join(f" {row[f'{k}@{budgets[-1]}']:>6.3f}" for k in starts),
+            flush=True,
+        )
+
+    def col(k: str) -> list[float]:
+        return [r[k] for r in rows if k in r and math.isfinite(r[k])]
+
+    print()
+    print(
+        f"unseen clusters: {len(rows)}; search budget {args.budget:.0f} s; hulk refinement "
+        f"{refine_budget(20):.1f}-{refine_budget(500):.1f} s by size"
+    )
+    print(
+        f"agreement with search labels, GNN decoded (mean): {np.mean(col('agree')):.3f} "
+        f"per server, {np.mean(col('twins')):.3f} up to twins   [goal >= 0.95]"
+    )
+    print(f"agreement, final hulk plan (mean): {np.mean(col('final')):.3f}")
+    if not args.no_ceiling:
+        print(
+            f"search vs search (seed 0 vs 1, same budget): {np.mean(col('ss')):.3f} per "
+            f"server, {np.mean(col('ss_twin')):.3f} up to twins   [the labeller's ceiling]"
+        )
+    ratios = col("ratio")
+    print(
+        f"step time hulk / search-{args.budget:.0f}s: median {median(ratios):.3f}, "
+        f"mean {np.mean(ratios):.3f}, worst {max(ratios):.3f}, "
+        f"hulk better on {sum(r < 1 for r in ratios)}/{len(ratios)}   [goal median <= 1.05]"
+    )
+    print(f"hulk wall per cluster: median {median(col('hulk_s')):.2f} s")
+    for it in budgets:
+        print(
+            f"ablation, {it} refinement moves, step time / search (median; mean): "
+            + ", ".join(
+                f"{k} start {median(col(f'{k}@{it}')):.3f}; {np.mean(col(f'{k}@{it}')):.3f}"
+                for k in ("gnn", "random", "greedy", "par.sh")
+            )
+        )
+    print("  (gnn: the GNN's decoded start; random: random scores, same decoding; greedy: the")
+    print("   search planner's own start; par.sh: GNN with the paper's parameter-ratio shares)")
+
+
+if __name__ == "__main__":
+    main()

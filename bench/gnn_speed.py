@@ -1,0 +1,121 @@
+"""GNN planner speed.
+
+1. 1,000 servers (4 paper jobs): hulk's wall time (graph, inference, decoding, its default
+   refinement) and plan cost; then the search planner from its greedy start with budgets
+   doubling from 1 s until it reaches hulk's cost (geometric mean of step times, within
+   0.1%), or ``--max-search`` seconds. Goal: hulk at least 50x faster than that search.
+2. 5,000 servers and 10 jobs (every preset) through ``api.plan`` (network matrices, cost
+   model, graph, inference, decoding, refinement), with torch/numpy held to 2 threads.
+   Goal: under 10 s on 2 CPU cores.
+
+    python bench/gnn_speed.py [--max-search 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
+os.environ.setdefault("MKL_NUM_THREADS", "2")
+
+import time
+
+from gnn_common import geo_mean
+
+from hulk_planner.cost import CostModel
+from hulk_planner.generate import random_cluster
+from hulk_planner.gnn.planner import Timings, plan_gnn
+from hulk_planner.model import Job
+from hulk_planner.planners.search import search_plan
+from hulk_planner.presets import PRESETS, preset, preset_model
+
+
+def jobs_of(names: list[str]) -> list[Job]:
+    return [
+        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
+        for n in names
+    ]
+
+
+def thousand(max_search: float) -> None:
+    cluster = random_cluster(1000, 7)
+    jobs = jobs_of(["opt-175b", "t5-11b", "gpt2-xl", "bert-large"])
+    t = time.perf_counter()
+    cost = CostModel(cluster)
+    net_s = time.perf_counter() - t
+    tm = Timings()
+    t = time.perf_counter()
+    hulk = plan_gnn(cost, jobs, seed=0, timings=tm)
+    hulk_s = time.perf_counter() - t
+    target = geo_mean(hulk, jobs)
+    print(f"== 1,000 servers ({len(cluster.regions)} regions), 4 jobs; cost model {net_s:.2f} s")
+    print(
+        f"hulk: {hulk_s:.2f} s (graph {tm.graph_s:.2f}, inference {tm.inference_s:.2f}, "
+        f"decode+refine {tm.decode_s:.2f}); geometric-mean step {target:.4f} s"
+    )
+    budget = 1.0
+    reached = None
+    while budget <= max_search:
+        t = time.perf_counter()
+        p = search_plan(cost, jobs, seed=0, time_budget_s=budget)
+        took = time.perf_counter() - t
+        g = geo_mean(p, jobs)
+        print(f"search {budget:>6.0f} s budget: {g:.4f} s ({g / target:.3f}x hulk's)", flush=True)
+        if g <= target * 1.001:
+            reached = took
+            break
+        budget *= 2
+    if reached is None:
+        print(
+            f"search did not reach hulk's cost within {max_search:.0f} s: hulk is more than "
+            f"{max_search / hulk_s:.0f}x faster (goal >= 50x)"
+        )
+    else:
+        print(
+            f"search reached hulk's cost in {reached:.0f} s: hulk is {reached / hulk_s:.0f}x "
+            f"faster (goal >= 50x)"
+        )
+    print()
+
+
+def five_thousand() -> None:
+    from hulk_planner.api import plan
+
+    cluster = random_cluster(5000, 1)
+    jobs = jobs_of(sorted(PRESETS))
+    t = time.perf_counter()
+    cost = CostModel(cluster)
+    net_s = time.perf_counter() - t
+    tm = Timings()
+    t = time.perf_counter()
+    p = plan_gnn(cost, jobs, seed=0, timings=tm)
+    gnn_s = time.perf_counter() - t
+    print(f"== 5,000 servers ({len(cluster.regions)} regions), {len(jobs)} jobs")
+    print(
+        f"cost model (network matrices) {net_s:.2f} s; hulk {gnn_s:.2f} s (graph "
+        f"{tm.graph_s:.2f}, inference {tm.inference_s:.2f}, decode+refine {tm.decode_s:.2f}); "
+        f"{len(p.jobs)} placed, geometric-mean step {geo_mean(p, jobs):.3f} s"
+    )
+    t = time.perf_counter()
+    plan(cluster, jobs, "hulk")
+    api_s = time.perf_counter() - t
+    print(
+        f"api.plan(cluster, jobs, 'hulk') end to end: {api_s:.2f} s on {os.cpu_count()} CPUs "
+        f"(goal < 10 s on 2 cores)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-search", type=float, default=256.0)
+    ap.add_argument("--skip-1000", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_1000:
+        thousand(args.max_search)
+    five_thousand()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""``hulk operator``: run the HulkTrainingJob operator (kopf) against a cluster.
+
+    hulk operator --all-namespaces --metrics-port 9090
+    hulk operator --namespace team-a --namespace team-b --install-crds
+
+Leader election: kopf peering (``--peering``, default ``hulk``) pauses every replica but the
+one with the highest ``--priority`` (random by default, so two replicas never tie); the
+peering resources come with ``--install-crds`` (or ``--standalone`` to run without).
+Liveness: ``--liveness`` serves kopf's probe endpoint (``/healthz``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+
+from hulk_operator.config import OperatorConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = OperatorConfig()
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                        "~/.kube/config, else in-cluster)")  # fmt: skip
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="serve this namespace (repeat for more; globs allowed)",
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="serve every namespace (the default)"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=d.metrics_port,
+        help="serve Prometheus metrics on this port (0: off)",
+    )
+    parser.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="liveness endpoint URL ('' to turn off)",
+    )
+    parser.add_argument("--peering", default="hulk", help="kopf peering name")
+    parser.add_argument("--standalone", action="store_true", help="no peering")
+    parser.add_argument(
+        "--priority", type=int, default=None, help="peering priority (default: random)"
+    )
+    parser.add_argument(
+        "--install-crds",
+        action="store_true",
+        help="apply the CRDs (HulkTrainingJob, kopf peering) first",
+    )
+    parser.add_argument("--planner", default=d.planner, help="planner (default: hulk)")
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=d.reconcile_interval_s,
+        help="seconds between reconciliations of a job",
+    )
+    parser.add_argument(
+        "--same-region-latency-ms",
+        type=float,
+        default=d.same_region_latency_ms,
+        help="fallback latency within a region, when not measured",
+    )
+    parser.add_argument(
+        "--cross-region-latency-ms",
+        type=float,
+        default=d.cross_region_latency_ms,
+        help="fallback latency across regions, when not measured",
+    )
+    parser.add_argument(
+        "--latency-max-age-s",
+        type=float,
+        default=d.latency_max_age_s,
+        help="ignore NodeLatency measurements older than this (seconds)",
+    )
+    parser.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="do not compute the baselines' predicted step times",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def config_from_args(args: argparse.Namespace) -> OperatorConfig:
+    return OperatorConfig.from_env(
+        planner=args.planner,
+        reconcile_interval_s=args.reconcile_interval,
+        same_region_latency_ms=args.same_region_latency_ms,
+        cross_region_latency_ms=args.cross_region_latency_ms,
+        latency_max_age_s=args.latency_max_age_s,
+        metrics_port=args.metrics_port,
+        baselines=False if args.no_baselines else None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    cfg = config_from_args(args)
+    # The timer's interval is read when the handlers are imported.
+    os.environ["HULK_OPERATOR_RECONCILE_INTERVAL_S"] = str(cfg.reconcile_interval_s)
+    import hulk_operator.handlers  # noqa: F401
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.install_crds:
+        from hulk_operator import crd, kube
+
+        with kube.make_client(args.kubeconfig) as api:
+            names = crd.install(api, peering=not args.standalone)
+        logging.info("CRDs installed: %s", ", ".join(names))
+    memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg)
+    kopf.run(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        standalone=args.standalone,
+        peering_name=None if args.standalone else args.peering,
+        priority=args.priority if args.priority is not None else random.randint(1, 2**30),
+        liveness_endpoint=args.liveness or None,
+        memo=memo,
+    )
+    return 0

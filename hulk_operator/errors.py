@@ -1,0 +1,71 @@
+"""The one place where errors become conditions and kopf's retry decisions.
+
+- ``InvalidRequest`` (the job's spec is wrong): condition ``Failed=True`` with reason
+  ``InvalidSpec`` and the planner's message (it names the field); permanent, never retried
+  until the spec changes.
+- ``NoFeasiblePlan`` / an unplaced job: ``Planned=False``, reason ``Unschedulable``; the job
+  stays Pending and is planned again whenever the cluster changes.
+- Kubernetes API errors: 409 Conflict is success for idempotent creates; 404 on delete is
+  success; anything else is temporary and retried with a delay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kopf
+
+from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
+
+INVALID_SPEC = "InvalidSpec"
+UNSCHEDULABLE = "Unschedulable"
+PLANNER_ERROR = "PlannerError"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a failure shows in the job's status."""
+
+    condition: str  # "Failed" or "Planned"
+    failed: bool  # the condition's status: True for Failed, False for Planned
+    reason: str
+    message: str
+    permanent: bool
+
+
+def classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, InvalidRequest):
+        return Outcome("Failed", True, INVALID_SPEC, str(exc), permanent=True)
+    if isinstance(exc, NoFeasiblePlan):
+        return Outcome("Planned", False, UNSCHEDULABLE, exc.reason, permanent=False)
+    if isinstance(exc, HulkError):
+        return Outcome("Planned", False, PLANNER_ERROR, str(exc), permanent=False)
+    return Outcome("Planned", False, PLANNER_ERROR, f"{type(exc).__name__}: {exc}", False)
+
+
+def unplaced(reason: str) -> Outcome:
+    return Outcome("Planned", False, UNSCHEDULABLE, reason, permanent=False)
+
+
+def to_kopf(exc: BaseException, delay: float = 5.0) -> kopf.PermanentError | kopf.TemporaryError:
+    """The kopf error to raise for ``exc`` (PermanentError stops retries)."""
+    out = classify(exc)
+    if out.permanent:
+        return kopf.PermanentError(out.message)
+    return kopf.TemporaryError(out.message, delay=delay)
+
+
+def api_status(exc: BaseException) -> int | None:
+    """The HTTP status of a kubernetes-client ApiException, else None."""
+    return getattr(exc, "status", None) if type(exc).__name__ == "ApiException" else None
+
+
+def api_message(exc: BaseException) -> str:
+    """The API server's own message (e.g. the schema error naming the field)."""
+    import json
+
+    body = getattr(exc, "body", None)
+    try:
+        return str(json.loads(body)["message"]) if body else str(exc)
+    except (ValueError, KeyError, TypeError):
+        return str(body or exc)

@@ -1,0 +1,344 @@
+"""The kopf handlers of the HulkTrainingJob operator (``kopf run -m hulk_operator.handlers``).
+
+- Indexes (``@kopf.index``) keep the cluster in memory: ``hulk_nodes`` (Node -> NodeInfo),
+  ``hulk_jobs`` (HulkTrainingJob -> JobEntry) and ``hulk_pods`` (stage pods by job).
+- ``hulktrainingjob_create``/``_update`` validate the spec; a bad one fails permanently.
+- ``hulktrainingjob_reconcile`` (a timer, every ``reconcile_interval_s``) does the work:
+  plans pending jobs together, re-plans jobs that lost servers, keeps the pods in line with
+  the plan and writes the status through ``patch.status``.
+Deleting a job needs no handler: its pods and Service go by garbage collection (owner
+references); the timer's kopf finalizer is only there to stop the timer first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
+from hulk_operator import status as st
+from hulk_operator.config import OperatorConfig
+from hulk_operator.errors import classify, to_kopf
+from hulk_operator.inventory import Latencies, NodeInfo, node_info, read_latencies
+from hulk_operator.metrics import Metrics
+from hulk_operator.placement import JobEntry, Key, Placer, Snapshot
+from hulk_operator.reconcile import Context, PodEntry, reconcile
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.io import job_from_dict
+
+INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
+LATENCY_CACHE_S = 10.0
+
+
+class _QuietTimers(logging.Filter):
+    """Drops kopf's "Timer ... succeeded." line, logged every tick of every job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (msg.startswith("Timer ") and msg.endswith(" succeeded."))
+
+
+@kopf.on.login()
+def operator_login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
+    """Credentials from ``memo.kubeconfig`` (``hulk operator --kubeconfig``), else
+    ``$KUBECONFIG`` or ``~/.kube/config``, else the in-cluster service account."""
+    cfg = kube.configuration(memo.get("kubeconfig"))
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        token=(cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or "").split(" ")[
+            -1
+        ]
+        or None,
+        scheme="Bearer" if cfg.api_key else None,
+    )
+
+
+@kopf.on.startup()
+async def operator_startup(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    cfg: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
+    memo.config = cfg
+    # Keep kopf's bookkeeping in annotations under our own prefix and out of .status,
+    # which belongs to the job's users.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hulk.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="hulk.dev", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "hulk.dev/kopf-finalizer"
+    # Post our own kopf.event() calls (Planned, Replanned...) as Kubernetes Events.
+    settings.posting.level = logging.INFO
+    # Blocking (sync) handlers and API calls share a small thread pool.
+    settings.execution.max_workers = 8
+    # Notice an API server restart quickly instead of waiting on a dead watch.
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    # Stop the timers promptly when a job is deleted or the operator stops.
+    settings.process.ultimate_exiting_timeout = 10
+    logging.getLogger("kopf.objects").addFilter(_QuietTimers())
+    memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
+    memo.metrics = memo.get("metrics") or Metrics()
+    if cfg.metrics_port:
+        memo.metrics.serve(cfg.metrics_port)
+    if "plan_fn" not in memo:
+        from hulk_planner.api import plan
+
+        memo.plan_fn = plan
+
+    def on_round(seconds: float, decisions: Mapping[Key, Any]) -> None:
+        memo.metrics.planning_seconds.observe(seconds)
+
+    memo.placer = Placer(
+        memo.plan_fn,
+        planner=cfg.planner,
+        batch_window_s=cfg.batch_window_s,
+        same_region_ms=cfg.same_region_latency_ms,
+        cross_region_ms=cfg.cross_region_latency_ms,
+        budget_s=cfg.planning_budget_s,
+        baselines=cfg.baselines,
+        on_round=on_round,
+    )
+    memo.recent = {}
+    memo.latency = (-LATENCY_CACHE_S, Latencies())
+    logger.info(f"Hulk operator started (planner {cfg.planner}, tick {INTERVAL_S:g} s)")
+
+
+@kopf.on.cleanup()
+async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
+    api = memo.get("api")
+    if api is not None and not memo.get("keep_api"):
+        api.close()
+
+
+@kopf.on.probe(id="jobs")
+def operator_probe(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness: how many jobs are reserved for placement right now."""
+    placer = memo.get("placer")
+    return len(placer.reserved) if placer else 0
+
+
+# -- indexes -----------------------------------------------------------------------------
+
+
+@kopf.index("nodes")
+def hulk_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
+    return {name: node_info(body)}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def hulk_jobs(
+    namespace: str | None,
+    name: str,
+    uid: str,
+    body: kopf.Body,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[Key, JobEntry]:
+    return {
+        (namespace or "", name): job_entry(namespace or "", name, uid, body, meta, spec, status)
+    }
+
+
+@kopf.index("pods", labels={LABEL_JOB: kopf.PRESENT})
+def hulk_pods(
+    namespace: str | None,
+    name: str,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[Key, PodEntry]:
+    owner = next(
+        (
+            o.get("name")
+            for o in meta.get("ownerReferences") or []
+            if o.get("kind") == "HulkTrainingJob"
+        ),
+        None,
+    )
+    job = owner or meta.get("labels", {}).get(LABEL_JOB)
+    return {
+        (namespace or "", str(job)): PodEntry(
+            name=name,
+            node=spec.get("nodeName")
+            or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
+            phase=str(status.get("phase") or "Pending"),
+            gated=bool(spec.get("schedulingGates")),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+    }
+
+
+def job_entry(
+    namespace: str,
+    name: str,
+    uid: str,
+    body: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> JobEntry:
+    raw = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {"name": name},
+        "spec": dict(spec),
+    }
+    job, error = None, None
+    try:
+        job = job_from_dict(raw)
+    except InvalidRequest as exc:
+        error = str(exc)
+    plan = st.job_plan_from_status(name, status)
+    tmpl_spec = (spec.get("template") or {}).get("spec") or {}
+    return JobEntry(
+        key=(namespace, name),
+        uid=uid,
+        generation=int(meta.get("generation") or 0),
+        job=job,
+        error=error,
+        plan_nodes=frozenset(plan.nodes) if plan else frozenset(),
+        phase=status.get("phase"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        tolerations=tuple(tmpl_spec.get("tolerations") or ()),
+        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        allowed_regions=tuple(spec.get("allowedRegions") or ()),
+    )
+
+
+def _one(store: Any) -> Any:
+    return next(iter(store), None) if store is not None else None
+
+
+# -- job handlers -------------------------------------------------------------------------
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_: Any) -> None:
+    """Validates the spec; an invalid one fails permanently (the reason is posted as an
+    Event and shown in the ``Failed`` condition by the timer)."""
+    try:
+        job_from_dict(dict(body))
+    except InvalidRequest as exc:
+        raise to_kopf(exc) from exc
+    logger.debug(f"job {name} accepted")
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def hulktrainingjob_update(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """A changed spec is planned again from scratch (the old pods go when the new plan's
+    pods are created)."""
+    try:
+        job_from_dict(dict(body))
+    except InvalidRequest as exc:
+        raise to_kopf(exc) from exc
+    memo.placer.forget((namespace or "", name))
+    if status.get("plan") is not None:
+        patch.status["plan"] = None
+        patch.status["phase"] = st.PENDING
+        logger.info(f"spec of {name} changed: planning it again")
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def hulktrainingjob_delete(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Forgets the job (its pods and Service are garbage-collected by Kubernetes)."""
+    memo.placer.forget((namespace or "", name))
+    memo.metrics.set_predicted(namespace or "", name, None)
+
+
+# kopf passes the indexes by name; its TimerFn protocol does not list them.
+@kopf.timer(GROUP, VERSION, PLURAL, interval=INTERVAL_S)  # type: ignore[arg-type]
+async def hulktrainingjob_reconcile(
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    hulk_nodes: kopf.Index[str, NodeInfo],
+    hulk_jobs: kopf.Index[Key, JobEntry],
+    hulk_pods: kopf.Index[Key, PodEntry],
+    **_: Any,
+) -> None:
+    key = (namespace or "", name)
+    entry = _one(hulk_jobs.get(key))
+    if entry is None or entry.deleting:
+        return
+    nodes = {n: _one(s) for n, s in hulk_nodes.items()}
+    pods = {key: list(hulk_pods.get(key, []))}
+
+    async def snapshot() -> Snapshot:
+        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods)
+
+    def event(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+
+    ctx = Context(
+        api=memo.api,
+        config=memo.config,
+        placer=memo.placer,
+        metrics=memo.metrics,
+        nodes=nodes,
+        pods=pods,
+        snapshot=snapshot,
+        event=event,
+        recent=memo.recent,
+    )
+    try:
+        new = await reconcile(ctx, entry, body, status)
+    except Exception as exc:
+        if classify(exc).permanent:
+            raise to_kopf(exc) from exc
+        raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=2.0) from exc
+    changed = st.diff(status, new)
+    if changed:
+        patch.status.update(changed)
+    memo.metrics.set_phases(_one(s).phase or st.PENDING for s in hulk_jobs.values() if _one(s))
+
+
+async def build_snapshot(
+    memo: kopf.Memo, hulk_nodes: Any, hulk_jobs: Any, hulk_pods: Any
+) -> Snapshot:
+    """The cluster now: servers, measured latencies, jobs, and who holds which server."""
+    import asyncio
+
+    nodes = {n: _one(s) for n, s in hulk_nodes.items() if _one(s) is not None}
+    jobs = {k: _one(s) for k, s in hulk_jobs.items() if _one(s) is not None}
+    held: dict[str, Key] = {}
+    for k, e in jobs.items():
+        for n in e.plan_nodes:
+            held[n] = k
+    for k, store in hulk_pods.items():
+        for p in store:
+            if p.node and p.phase not in ("Succeeded", "Failed"):
+                held.setdefault(p.node, k)
+    when, latencies = memo.latency
+    if time.monotonic() - when >= LATENCY_CACHE_S:
+        cfg: OperatorConfig = memo.config
+        items = await asyncio.to_thread(
+            kube.list_objects, memo.api, GROUP, VERSION, "nodelatencies"
+        )
+        latencies = read_latencies(items, cfg.latency_max_age_s)
+        memo.latency = (time.monotonic(), latencies)
+    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held)

@@ -1,0 +1,293 @@
+"""The cluster as the planner sees it, from Node objects and NodeLatency measurements.
+
+A Node becomes a planner ``Server`` from (see ``docs/operator.md``):
+
+- region: label ``topology.kubernetes.io/region`` (``unlabelled`` when absent); zone:
+  ``topology.kubernetes.io/zone``;
+- GPUs: ``status.allocatable["nvidia.com/gpu"]`` (not the ``gpu.count`` label);
+- memory per GPU: GPU Feature Discovery's ``nvidia.com/gpu.memory`` (MiB);
+- TFLOPS per GPU: annotation ``hulk.dev/gpu-tflops`` if set, else from
+  ``nvidia.com/gpu.product``, else from ``nvidia.com/gpu.compute.major``/``minor``.
+
+Nodes whose GPUs are MIG slices (``nvidia.com/mig.strategy`` other than ``none``, or a
+``-MIG-`` product) or time-sliced (product ending in ``-SHARED``) are not offered to the
+planner: a slice is not a pipeline worker with the labelled memory and speed.
+
+Health: a node hosts stages while it is Ready, not cordoned and has no NoExecute taint
+(other than ones the job tolerates); new stages go only where no NoSchedule taint is left
+untolerated (``nvidia.com/gpu:NoSchedule`` is always tolerated).
+
+Latency: fresh probe measurements (``hulk_probe.links``) give server links; every pair
+without one falls back to region-level estimates (same region: ``same_region_latency_ms``;
+else ``cross_region_latency_ms``) and the job's status says so. A pair with a fresh
+"unreachable" report gets neither a link nor a fallback (the planner's own rule for pairs
+without a latency then applies: a relay through a server both reach, else unreachable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hulk_operator import GPU
+from hulk_planner.hardware import normalize_capability, tflops_for
+from hulk_planner.model import Cluster, Link, RegionLink, Server
+
+REGION = "topology.kubernetes.io/region"
+ZONE = "topology.kubernetes.io/zone"
+PRODUCT = "nvidia.com/gpu.product"
+MEMORY = "nvidia.com/gpu.memory"
+MAJOR = "nvidia.com/gpu.compute.major"
+MINOR = "nvidia.com/gpu.compute.minor"
+MIG = "nvidia.com/mig.strategy"
+TFLOPS_ANNOTATION = "hulk.dev/gpu-tflops"
+UNLABELLED = "unlabelled"
+ALWAYS_TOLERATED = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str | None
+    effect: str
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the operator keeps of a Node (the value of the ``nodes`` index)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    server: Server | None = None
+    problem: str | None = None  # why it is no planner server, if it is not
+    ready: bool = True
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+
+    def sick(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
+        """Why running stages must leave this node, or None while it can keep them."""
+        if not self.ready:
+            return "NotReady"
+        if self.unschedulable:
+            return "Cordoned"
+        for t in self.taints:
+            if t.effect == "NoExecute" and not tolerates([*ALWAYS_TOLERATED, *tolerations], t):
+                return f"Tainted {t.key}:NoExecute"
+        return None
+
+    def offers(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """Whether new stage pods may go here."""
+        if self.server is None or self.sick(tolerations):
+            return False
+        tol = [*ALWAYS_TOLERATED, *tolerations]
+        return all(
+            tolerates(tol, t) for t in self.taints if t.effect in ("NoSchedule", "NoExecute")
+        )
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    """Kubernetes' toleration matching for one taint."""
+    for tol in tolerations:
+        effect = tol.get("effect")
+        if effect and effect != taint.effect:
+            continue
+        key = tol.get("key")
+        if tol.get("operator", "Equal") == "Exists":
+            if not key or key == taint.key:
+                return True
+        elif key == taint.key and (tol.get("value") or None) == (taint.value or None):
+            return True
+    return False
+
+
+def _float(text: Any) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def _quantity(text: Any) -> int:
+    try:
+        return int(str(text))
+    except ValueError:
+        return 0
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    """A Node object (dict) -> :class:`NodeInfo`. Pure."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    name = str(meta.get("name"))
+    labels: dict[str, str] = dict(meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = tuple(
+        Taint(str(t.get("key")), t.get("value"), str(t.get("effect")))
+        for t in spec.get("taints") or []
+    )
+    if any(
+        t.key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable") for t in taints
+    ):
+        ready = False
+    info = dict(
+        name=name,
+        labels=labels,
+        ready=ready,
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+    gpus = _quantity((status.get("allocatable") or {}).get(GPU, 0))
+    product = labels.get(PRODUCT)
+    problem = None
+    capability = None
+    if labels.get(MAJOR):
+        capability = normalize_capability(f"{labels[MAJOR]}.{labels.get(MINOR, '0')}")
+    memory_mib = _float(labels.get(MEMORY))
+    tflops = _float(annotations.get(TFLOPS_ANNOTATION)) or tflops_for(product, capability)
+    if gpus <= 0:
+        problem = "no allocatable nvidia.com/gpu"
+    elif labels.get(MIG, "none") not in ("none", "") or "-MIG-" in (product or "").upper():
+        problem = "GPUs are MIG slices"
+    elif (product or "").upper().endswith("-SHARED"):
+        problem = "GPUs are time-sliced (-SHARED)"
+    elif memory_mib is None:
+        problem = f"label {MEMORY} is missing"
+    elif tflops is None:
+        problem = f"unknown GPU speed (set annotation {TFLOPS_ANNOTATION})"
+    if problem:
+        return NodeInfo(**info, problem=problem)  # type: ignore[arg-type]
+    assert memory_mib is not None and tflops is not None
+    server = Server(
+        name=name,
+        region=labels.get(REGION) or UNLABELLED,
+        gpus=gpus,
+        gpu_memory_gib=memory_mib / 1024,
+        gpu_tflops=tflops,
+        gpu_product=product,
+        compute_capability=capability,
+        zone=labels.get(ZONE),
+    )
+    return NodeInfo(**info, server=server)  # type: ignore[arg-type]
+
+
+def selected(
+    info: NodeInfo, selector: Mapping[str, str] | None, regions: Sequence[str] | None
+) -> bool:
+    """The job's ``nodeSelector`` and ``allowedRegions`` constraints."""
+    if selector and any(info.labels.get(k) != v for k, v in selector.items()):
+        return False
+    if regions and (info.server is None or info.server.region not in regions):
+        return False
+    return True
+
+
+Pair = frozenset[str]
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """What the probe's NodeLatency objects say about server pairs: fresh one-way
+    latencies (``hulk_probe.links``), and pairs with a fresh "unreachable" report."""
+
+    measured: Mapping[Pair, float] = field(default_factory=dict)
+    unreachable: frozenset[Pair] = frozenset()
+
+
+def unreachable_pairs(
+    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
+) -> frozenset[Pair]:
+    """Pairs that a fresh report (its object's ``status.lastPublished`` at most
+    ``max_age_s`` old) marks ``reachable: false``: the same veto ``hulk_probe.links``
+    applies, which drops the link; here it also rules out a fallback for the pair."""
+    out = set()
+    for obj in latency_objects:
+        source = (obj.get("metadata") or {}).get("name")
+        status = obj.get("status") or {}
+        try:
+            published = datetime.fromisoformat(str(status.get("lastPublished")))
+        except ValueError:
+            continue
+        published = published if published.tzinfo else published.replace(tzinfo=UTC)
+        if not source or (now - published).total_seconds() > max_age_s:
+            continue
+        for entry in status.get("peers") or []:
+            peer = entry.get("node")
+            if entry.get("reachable") is False and isinstance(peer, str) and peer != source:
+                out.add(frozenset((source, peer)))
+    return frozenset(out)
+
+
+def read_latencies(
+    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime | None = None
+) -> Latencies:
+    """NodeLatency objects -> :class:`Latencies` (links by the probe's pure function)."""
+    from hulk_probe.links import links_from_node_latencies
+
+    items = list(latency_objects)
+    when = now or datetime.now(UTC)
+    return Latencies(
+        links_from_node_latencies(items, when, max_age_s),
+        unreachable_pairs(items, max_age_s, when),
+    )
+
+
+def build_cluster(
+    servers: Sequence[Server],
+    latencies: Latencies,
+    *,
+    same_region_ms: float,
+    cross_region_ms: float,
+    name: str = "kubernetes",
+) -> Cluster:
+    """Servers, their measured links, and region-level fallbacks for every other pair
+    except the unreachable ones: a region pair holding one gets a link for each of its
+    other server pairs instead of a region link, so the unreachable pair has no latency."""
+    names = {s.name for s in servers}
+    cut = {p for p in latencies.unreachable if p <= names and len(p) == 2}
+    links = {
+        p: ms for p, ms in latencies.measured.items() if p <= names and len(p) == 2 and p not in cut
+    }
+    region = {s.name: s.region for s in servers}
+    broken = {frozenset(region[n] for n in p) for p in cut}
+    by_region: dict[str, list[str]] = {}
+    for s in sorted(servers, key=lambda s: s.name):
+        by_region.setdefault(s.region, []).append(s.name)
+    regions = sorted(by_region)
+    region_links = []
+    for i, a in enumerate(regions):
+        for b in regions[i:]:
+            ms = same_region_ms if a == b else cross_region_ms
+            if frozenset((a, b)) not in broken:
+                region_links.append(RegionLink(a, b, ms))
+                continue
+            for x in by_region[a]:
+                for y in by_region[b]:
+                    pair = frozenset((x, y))
+                    if x != y and pair not in cut:
+                        links.setdefault(pair, ms)
+    rows = sorted((min(p), max(p), ms) for p, ms in links.items())
+    server_links = tuple(Link(a, b, ms) for a, b, ms in rows)
+    return Cluster(name, tuple(servers), server_links, tuple(region_links))
+
+
+def _pairs(nodes: Sequence[str]) -> list[Pair]:
+    ns = sorted(set(nodes))
+    return [frozenset((a, b)) for i, a in enumerate(ns) for b in ns[i + 1 :]]
+
+
+def estimated_pairs(nodes: Sequence[str], latencies: Latencies) -> int:
+    """How many pairs of ``nodes`` have no measurement (their latency is an estimate)."""
+    return sum(
+        1 for p in _pairs(nodes) if p not in latencies.measured and p not in latencies.unreachable
+    )
+
+
+def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> int:
+    """How many pairs of ``nodes`` are reported unreachable (no link, no fallback)."""
+    return sum(1 for p in _pairs(nodes) if p in latencies.unreachable)

@@ -1,0 +1,142 @@
+"""The few Kubernetes API calls the operator makes, with the kubernetes client (blocking:
+the handlers run them in threads). Every call is idempotent: creating what exists (409)
+and deleting what is gone (404) both count as success."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+MERGE = "application/merge-patch+json"
+
+
+def configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """Client settings from ``kubeconfig`` (or ``$KUBECONFIG``/``~/.kube/config``), else
+    the in-cluster service account."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    cfg = client.Configuration()
+    if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+        config.load_kube_config(config_file=path, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    return cfg
+
+
+def make_client(kubeconfig: str | None = None, pool: int = 16) -> client.ApiClient:
+    cfg = configuration(kubeconfig)
+    cfg.connection_pool_maxsize = pool
+    return client.ApiClient(cfg)
+
+
+def _ok(exc: ApiException, *statuses: int) -> bool:
+    return exc.status in statuses
+
+
+def create_pods(
+    api: client.ApiClient, pods: Sequence[Mapping[str, Any]], delay_s: float = 0.0, workers: int = 8
+) -> list[str]:
+    """Creates the pods (409 is fine); returns the names created now. With ``delay_s``
+    (a testing knob) they are created one at a time with a pause between."""
+    core = client.CoreV1Api(api)
+
+    def one(pod: Mapping[str, Any]) -> str | None:
+        try:
+            core.create_namespaced_pod(pod["metadata"]["namespace"], pod)  # type: ignore[arg-type]
+            return str(pod["metadata"]["name"])
+        except ApiException as exc:
+            if _ok(exc, 409):
+                return None
+            raise
+
+    if delay_s > 0:
+        out = []
+        for p in pods:
+            name = one(p)
+            if name:
+                out.append(name)
+            time.sleep(delay_s)
+        return out
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+        return [n for n in ex.map(one, pods) if n]
+
+
+def ungate(api: client.ApiClient, namespace: str, names: Iterable[str], workers: int = 8) -> None:
+    """Lifts the scheduling gates of the pods, so the scheduler binds them."""
+    core = client.CoreV1Api(api)
+
+    def one(name: str) -> None:
+        try:
+            core.patch_namespaced_pod(
+                name, namespace, {"spec": {"schedulingGates": None}}, _content_type=MERGE
+            )
+        except ApiException as exc:
+            if not _ok(exc, 404):
+                raise
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+        list(ex.map(one, names))
+
+
+def delete_pods(
+    api: client.ApiClient,
+    namespace: str,
+    names: Iterable[str],
+    force: Iterable[str] = (),
+    workers: int = 8,
+) -> None:
+    """Deletes the pods; those in ``force`` (their node is gone) with grace period 0."""
+    core = client.CoreV1Api(api)
+    forced = set(force)
+
+    def one(name: str) -> None:
+        try:
+            core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=0 if name in forced else None
+            )
+        except ApiException as exc:
+            if not _ok(exc, 404):
+                raise
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+        list(ex.map(one, names))
+
+
+def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> None:
+    try:
+        ns = service["metadata"]["namespace"]
+        client.CoreV1Api(api).create_namespaced_service(ns, service)  # type: ignore[arg-type]
+    except ApiException as exc:
+        if not _ok(exc, 409):
+            raise
+
+
+def list_objects(
+    api: client.ApiClient, group: str, version: str, plural: str, namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """Raw JSON items of a custom resource ([] when its CRD is not installed)."""
+    custom = client.CustomObjectsApi(api)
+    resp: Any
+    try:
+        if namespace:
+            resp = custom.list_namespaced_custom_object(
+                group, version, namespace, plural, _preload_content=False
+            )
+        else:
+            resp = custom.list_cluster_custom_object(group, version, plural, _preload_content=False)
+    except ApiException as exc:
+        if _ok(exc, 404):
+            return []
+        raise
+    return list(json.loads(resp.data)["items"])
+
+
+def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
+    resp: Any = client.CoreV1Api(api).list_node(_preload_content=False)
+    return list(json.loads(resp.data)["items"])

@@ -1,0 +1,281 @@
+"""Pure builders of what the operator creates for a job: one pod per (stage, server) and a
+headless Service. Dicts in, dicts out, no cluster needed (tested in
+``tests/hulk_operator/test_manifests.py``).
+
+Names are deterministic, so a restarted operator recreates exactly the same objects:
+
+- Service: the job's name (a DNS-1035 label; hashed down when too long).
+- Pod hostname (stable DNS ``<hostname>.<service>``): ``<job>-<stage>-<replica>``, the
+  same whichever server holds that slot, so neighbours' addresses never change.
+- Pod name: ``<hostname>-<hash>``, where the hash covers the whole pod (server, layers,
+  env, template). A pod that must change gets a new name: the new one is created while the
+  old one is deleted, and pods that need not change keep their name and are left alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hulk_operator import (
+    ANNOTATION_SPEC_HASH,
+    API_VERSION,
+    GANG_GATE,
+    GPU,
+    KIND,
+    LABEL_JOB,
+    LABEL_REPLICA,
+    LABEL_STAGE,
+)
+from hulk_planner.model import JobPlan
+
+DEFAULT_MASTER_PORT = 29500
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _digest(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """``text`` when it is a DNS-1035 label of at most ``limit`` characters, else a
+    deterministic one: a cut prefix plus a hash of the whole text."""
+    if len(text) <= limit and _DNS1035.match(text):
+        return text
+    clean = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if not clean or not clean[0].isalpha():
+        clean = "h-" + clean
+    return f"{clean[: limit - 9].rstrip('-')}-{_digest(text, 8)}"
+
+
+def service_name(job: str) -> str:
+    return dns_label(job)
+
+
+def job_label(job: str) -> str:
+    """The ``hulk.dev/job`` label value (label values hold at most 63 characters)."""
+    return job if len(job) <= 63 else f"{job[:54].rstrip('-.')}-{_digest(job, 8)}"
+
+
+def hostname(job: str, stage: int, replica: int) -> str:
+    return dns_label(f"{job}-{stage}-{replica}")
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One stage pod's place in the pipeline: stage ``stage``, ``replica``-th server of it."""
+
+    stage: int
+    replica: int
+    node: str
+    rank: int
+
+
+def slots(job_plan: JobPlan) -> list[Slot]:
+    """Pods in pipeline order; rank 0 (stage 0, first server) is the master."""
+    out: list[Slot] = []
+    for i, st in enumerate(job_plan.stages):
+        for j, node in enumerate(st.nodes):
+            out.append(Slot(i, j, node, len(out)))
+    return out
+
+
+def neighbour(job_plan: JobPlan, stage: int, replica: int) -> int:
+    """Which server of stage ``stage`` talks to replica ``replica`` of an adjacent stage:
+    the same replica when data-parallel, else the stage's first server."""
+    st = job_plan.stages[stage]
+    if st.parallelism == "data" and replica < len(st.nodes):
+        return replica
+    return 0
+
+
+def stage_env(
+    job: str, job_plan: JobPlan, slot: Slot, gpus: int, master_port: int = DEFAULT_MASTER_PORT
+) -> list[dict[str, str]]:
+    """The variables a training program needs (PyTorchJob's and torchrun's, plus Hulk's)."""
+    svc = service_name(job)
+
+    def addr(stage: int, replica: int) -> str:
+        return f"{hostname(job, stage, replica)}.{svc}"
+
+    n = len(job_plan.stages)
+    st = job_plan.stages[slot.stage]
+    world = sum(len(s.nodes) for s in job_plan.stages)
+    prev = (
+        addr(slot.stage - 1, neighbour(job_plan, slot.stage - 1, slot.replica))
+        if slot.stage
+        else ""
+    )
+    nxt = (
+        addr(slot.stage + 1, neighbour(job_plan, slot.stage + 1, slot.replica))
+        if slot.stage + 1 < n
+        else ""
+    )
+    master = addr(0, 0)
+    pairs = [
+        ("MASTER_ADDR", master),
+        ("MASTER_PORT", str(master_port)),
+        ("WORLD_SIZE", str(world)),
+        ("RANK", str(slot.rank)),
+        ("PET_NNODES", str(world)),
+        ("PET_NPROC_PER_NODE", str(gpus)),
+        ("PET_NODE_RANK", str(slot.rank)),
+        ("PET_MASTER_ADDR", master),
+        ("PET_MASTER_PORT", str(master_port)),
+        ("PYTHONUNBUFFERED", "1"),
+        ("HULK_STAGE_INDEX", str(slot.stage)),
+        ("HULK_NUM_STAGES", str(n)),
+        ("HULK_LAYER_START", str(st.layers[0])),
+        ("HULK_LAYER_END", str(st.layers[1])),
+        ("HULK_PREV_STAGE_ADDR", prev),
+        ("HULK_NEXT_STAGE_ADDR", nxt),
+        ("HULK_STAGE_REPLICA", str(slot.replica)),
+        ("HULK_STAGE_NODES", str(len(st.nodes))),
+        ("HULK_STAGE_PARALLELISM", st.parallelism),
+        ("HULK_MICRO_BATCHES", str(job_plan.micro_batches)),
+        ("HULK_NODE_NAME", slot.node),
+    ]
+    return [{"name": k, "value": v} for k, v in pairs]
+
+
+def owner_reference(job: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:
+    for c in containers:
+        res = c.get("resources") or {}
+        if GPU in (res.get("limits") or {}) or GPU in (res.get("requests") or {}):
+            return True
+    return False
+
+
+def stage_pod(
+    *,
+    job: str,
+    namespace: str,
+    uid: str,
+    template: Mapping[str, Any],
+    job_plan: JobPlan,
+    slot: Slot,
+    gpus: int,
+    master_port: int = DEFAULT_MASTER_PORT,
+    gated: bool = True,
+) -> dict[str, Any]:
+    """The pod of one pipeline slot.
+
+    Pinned with a ``kubernetes.io/hostname`` node selector (not ``nodeName``), so the
+    scheduler still checks that it fits; requests the server's ``gpus`` unless the template
+    already asks for GPUs; tolerates ``nvidia.com/gpu:NoSchedule``; created behind the
+    ``hulk.dev/gang`` scheduling gate, lifted once every pod of the job exists (``gated``)."""
+    tmpl = copy.deepcopy(dict(template))
+    meta = tmpl.get("metadata") or {}
+    spec = tmpl.get("spec") or {}
+    containers = spec.get("containers") or []
+    if not containers:
+        raise ValueError("spec.template.spec.containers must name at least one container")
+    host = hostname(job, slot.stage, slot.replica)
+    labels = {
+        **(meta.get("labels") or {}),
+        LABEL_JOB: job_label(job),
+        LABEL_STAGE: str(slot.stage),
+        LABEL_REPLICA: str(slot.replica),
+    }
+    env = stage_env(job, job_plan, slot, gpus, master_port)
+    ours = {e["name"] for e in env}
+    set_gpus = not _requests_gpus(containers)
+    for i, c in enumerate(containers):
+        c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env
+        if set_gpus and i == 0:
+            res = c.setdefault("resources", {})
+            res.setdefault("limits", {})[GPU] = str(gpus)
+            res.setdefault("requests", {})[GPU] = str(gpus)
+    spec["containers"] = containers
+    spec["hostname"] = host
+    spec["subdomain"] = service_name(job)
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), "kubernetes.io/hostname": slot.node}
+    tolerations = list(spec.get("tolerations") or [])
+    gpu_toleration = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+    if gpu_toleration not in tolerations:
+        tolerations.append(gpu_toleration)
+    spec["tolerations"] = tolerations
+    spec.setdefault("restartPolicy", "OnFailure")
+    spec.pop("nodeName", None)
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [owner_reference(job, uid)],
+        },
+        "spec": spec,
+    }
+    digest = _digest(json.dumps(body, sort_keys=True), 10)
+    body["metadata"]["name"] = f"{host}-{digest[:5]}"
+    body["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = digest
+    if gated:
+        spec["schedulingGates"] = [{"name": GANG_GATE}]
+    return body
+
+
+def desired_pods(
+    *,
+    job: str,
+    namespace: str,
+    uid: str,
+    template: Mapping[str, Any],
+    job_plan: JobPlan,
+    gpus: Mapping[str, int],
+    master_port: int = DEFAULT_MASTER_PORT,
+) -> dict[str, dict[str, Any]]:
+    """Pod name -> manifest for every slot of the plan; ``gpus`` maps server -> GPUs."""
+    pods = [
+        stage_pod(
+            job=job,
+            namespace=namespace,
+            uid=uid,
+            template=template,
+            job_plan=job_plan,
+            slot=s,
+            gpus=gpus[s.node],
+            master_port=master_port,
+        )
+        for s in slots(job_plan)
+    ]
+    return {p["metadata"]["name"]: p for p in pods}
+
+
+def headless_service(
+    *, job: str, namespace: str, uid: str, master_port: int = DEFAULT_MASTER_PORT
+) -> dict[str, Any]:
+    """The Service that gives every stage pod the DNS name ``<hostname>.<service>``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job),
+            "namespace": namespace,
+            "labels": {LABEL_JOB: job_label(job)},
+            "ownerReferences": [owner_reference(job, uid)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_JOB: job_label(job)},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "master", "port": master_port, "targetPort": master_port}],
+        },
+    }

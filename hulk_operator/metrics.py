@@ -1,0 +1,67 @@
+"""Prometheus metrics (prometheus-client), served on ``--metrics-port``.
+
+- ``hulk_plans_total{result}``: planning rounds by result (placed, unplaced, error).
+- ``hulk_planning_seconds``: time the planner took per round (histogram).
+- ``hulk_replans_total{reason}``: re-plans of running jobs by cause.
+- ``hulk_jobs{phase}``: jobs by phase.
+- ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from hulk_operator.status import PHASES
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.plans = Counter("hulk_plans_total", "Planning results per job", ["result"], registry=r)
+        self.planning_seconds = Histogram(
+            "hulk_planning_seconds",
+            "Seconds per planning round",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.replans = Counter(
+            "hulk_replans_total", "Re-plans of running jobs", ["reason"], registry=r
+        )
+        self.jobs = Gauge("hulk_jobs", "HulkTrainingJobs by phase", ["phase"], registry=r)
+        self.predicted = Gauge(
+            "hulk_predicted_iteration_seconds",
+            "Predicted seconds per training iteration",
+            ["namespace", "job"],
+            registry=r,
+        )
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def set_phases(self, phases: Iterable[str]) -> None:
+        counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+        for p in phases:
+            counts[p] = counts.get(p, 0) + 1
+        for phase, n in counts.items():
+            self.jobs.labels(phase=phase).set(n)
+
+    def set_predicted(self, namespace: str, job: str, seconds: float | None) -> None:
+        if seconds is None:
+            try:
+                self.predicted.remove(namespace, job)
+            except KeyError:
+                pass
+        else:
+            self.predicted.labels(namespace=namespace, job=job).set(seconds)
+
+    def text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode()
+
+
+def labels_of(samples: Mapping[str, float]) -> list[str]:  # pragma: no cover - helper for docs
+    return sorted(samples)

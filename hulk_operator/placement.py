@@ -1,0 +1,405 @@
+"""Placement: pending jobs are planned together on the servers no job holds.
+
+:func:`plan_pending` is pure (a snapshot and a planner function in, decisions out). The
+:class:`Placer` wraps it for the operator: one planning round at a time (an asyncio lock),
+a short batch window so jobs applied together are planned together, and in-memory
+reservations for decisions not yet written to a job's status, so two rounds never hand out
+the same server. Jobs whose constraints differ (``allowedRegions``, ``nodeSelector``,
+tolerations) are planned in groups, highest priority first, each on what the previous
+groups left. Gang semantics: a job gets a server for every stage or nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hulk_operator.errors import classify
+from hulk_operator.inventory import (
+    Latencies,
+    NodeInfo,
+    build_cluster,
+    cut_pairs,
+    estimated_pairs,
+    selected,
+)
+from hulk_planner.errors import HulkError
+from hulk_planner.model import Cluster, Job, JobPlan, Plan
+
+Key = tuple[str, str]  # (namespace, name)
+PlanFn = Callable[..., Plan]
+BASELINES = ("baseline-a", "baseline-b", "baseline-c")
+WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """What the operator keeps of a HulkTrainingJob (the value of the ``jobs`` index)."""
+
+    key: Key
+    uid: str
+    generation: int
+    job: Job | None  # None when the spec is invalid
+    error: str | None
+    plan_nodes: frozenset[str]
+    phase: str | None
+    deleting: bool
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    allowed_regions: tuple[str, ...] = ()
+
+    @property
+    def pending(self) -> bool:
+        return (
+            self.job is not None
+            and not self.plan_nodes
+            and not self.deleting
+            and self.phase not in ("Failed", "Succeeded")
+        )
+
+    @property
+    def constraints(self) -> tuple[Any, ...]:
+        tol = tuple(sorted(repr(sorted(t.items())) for t in self.tolerations))
+        return (self.node_selector, self.allowed_regions, tol)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A planning result for one job: a plan, or why there is none."""
+
+    key: Key
+    job_plan: JobPlan | None
+    cluster: Cluster | None
+    reason: str
+    planner: str
+    estimated: int = 0  # pairs of the job's servers whose latency is an estimate
+    unreachable: int = 0  # pairs of the job's servers reported unreachable
+    baselines: Mapping[str, float | None] = field(default_factory=dict)
+    made: float = field(default_factory=time.monotonic)
+    base: JobPlan | None = None  # for a re-plan: the plan it replaces
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(self.job_plan.nodes) if self.job_plan else frozenset()
+
+
+@dataclass
+class Snapshot:
+    nodes: Mapping[str, NodeInfo]
+    latencies: Latencies
+    jobs: Mapping[Key, JobEntry]
+    held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
+
+    def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
+        """Servers this job may get: unheld, healthy, matching its constraints."""
+        mine = set(also)
+        out = []
+        for info in self.nodes.values():
+            holder = self.held.get(info.name)
+            if holder is not None and holder != entry.key and info.name not in mine:
+                continue
+            if info.name in mine:
+                ok = info.server is not None and info.sick(entry.tolerations) is None
+            else:
+                ok = info.offers(entry.tolerations)
+            sel = dict(entry.node_selector)
+            if ok and selected(info, sel, entry.allowed_regions):
+                out.append(info)
+        return sorted(out, key=lambda i: i.name)
+
+
+def _planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
+    """Planner job name -> key: the job's name, or ``<name>.<namespace>`` when two
+    namespaces use the same name."""
+    names = [e.key[1] for e in entries]
+    return {
+        (k[1] if names.count(k[1]) == 1 else f"{k[1]}.{k[0]}"): k for k in (e.key for e in entries)
+    }
+
+
+def _rename(job: Job, name: str) -> Job:
+    return job if job.name == name else replace(job, name=name)
+
+
+def plan_group(
+    entries: Sequence[JobEntry],
+    servers: Sequence[NodeInfo],
+    snap: Snapshot,
+    plan_fn: PlanFn,
+    *,
+    planner: str,
+    same_region_ms: float,
+    cross_region_ms: float,
+    budget_s: float | None = None,
+    previous: Plan | None = None,
+    baselines: bool = False,
+) -> dict[Key, Decision]:
+    """Plans ``entries`` together on ``servers``; every entry gets a decision."""
+    if not servers:
+        return {
+            e.key: Decision(e.key, None, None, "no free server matches the job", planner)
+            for e in entries
+        }
+    cluster = build_cluster(
+        [i.server for i in servers if i.server is not None],
+        snap.latencies,
+        same_region_ms=same_region_ms,
+        cross_region_ms=cross_region_ms,
+    )
+    names = _planner_names(entries)
+    by_key = {e.key: e for e in entries}
+    jobs = [_rename(by_key[k].job, n) for n, k in names.items()]  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {"seed": 0, "time_budget_s": budget_s}
+    if previous is not None:
+        kwargs["previous"] = previous
+    try:
+        result = plan_fn(cluster, jobs, planner, **kwargs)
+    except (HulkError, ValueError) as exc:
+        reason = classify(exc).message
+        return {k: Decision(k, None, cluster, reason, planner) for k in names.values()}
+    extra: dict[str, dict[str, float | None]] = {n: {} for n in names}
+    if baselines:
+        for name in BASELINES:
+            try:
+                other = plan_fn(cluster, jobs, name, seed=0)
+            except (HulkError, ValueError):
+                other = Plan(name)
+            for n in names:
+                jp = other.job(n)
+                t = jp.predicted_iteration_seconds if jp else None
+                extra[n][name] = None if t is None or t != t else round(t, 4)
+    out: dict[Key, Decision] = {}
+    for n, k in names.items():
+        jp = result.job(n)
+        if jp is not None:
+            jp = replace(jp, name=k[1])
+            out[k] = Decision(
+                k,
+                jp,
+                cluster,
+                "",
+                planner,
+                estimated=estimated_pairs(jp.nodes, snap.latencies),
+                unreachable=cut_pairs(jp.nodes, snap.latencies),
+                baselines=extra[n],
+            )
+        else:
+            why = next((u.reason for u in result.unplaced if u.name == n), "not placed")
+            out[k] = Decision(k, None, cluster, why, planner)
+    return out
+
+
+def plan_pending(
+    snap: Snapshot,
+    plan_fn: PlanFn,
+    *,
+    planner: str = "hulk",
+    same_region_ms: float = 1.0,
+    cross_region_ms: float = 100.0,
+    budget_s: float | None = None,
+    baselines: bool = False,
+    decided: Collection[Key] = (),
+) -> dict[Key, Decision]:
+    """Decisions for every pending job of the snapshot, planned together per constraint
+    group (highest priority first); placed servers are taken out for later groups. Jobs
+    in ``decided`` already have a decision that their status does not show yet: they are
+    not planned again (their servers are in ``snap.held``)."""
+    pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
+    groups: dict[tuple[Any, ...], list[JobEntry]] = {}
+    for e in sorted(pending, key=lambda e: e.key):
+        groups.setdefault(e.constraints, []).append(e)
+    order = sorted(groups.values(), key=lambda g: -max(e.job.priority for e in g if e.job))
+    held = dict(snap.held)
+    out: dict[Key, Decision] = {}
+    for group in order:
+        view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held)
+        keys = {e.key for e in group}
+        # Servers that the group's own leftover pods sit on (after a crash) are theirs.
+        mine = [n for n, k in held.items() if k in keys]
+        servers = view.free(group[0], also=mine)
+        decisions = plan_group(
+            group,
+            servers,
+            view,
+            plan_fn,
+            planner=planner,
+            same_region_ms=same_region_ms,
+            cross_region_ms=cross_region_ms,
+            budget_s=budget_s,
+            baselines=baselines,
+        )
+        for k, d in decisions.items():
+            for n in d.nodes:
+                held[n] = k
+        out.update(decisions)
+    return out
+
+
+def _same(a: JobPlan, b: JobPlan) -> bool:
+    return (a.stages, a.micro_batches) == (b.stages, b.micro_batches)
+
+
+class Placer:
+    """The operator's planning rounds (see the module's docstring)."""
+
+    def __init__(
+        self,
+        plan_fn: PlanFn,
+        *,
+        planner: str = "hulk",
+        batch_window_s: float = 0.3,
+        same_region_ms: float = 1.0,
+        cross_region_ms: float = 100.0,
+        budget_s: float | None = None,
+        baselines: bool = False,
+        on_round: Callable[[float, dict[Key, Decision]], None] | None = None,
+    ) -> None:
+        self.plan_fn = plan_fn
+        self.planner = planner
+        self.batch_window_s = batch_window_s
+        self.opts = dict(
+            same_region_ms=same_region_ms, cross_region_ms=cross_region_ms, budget_s=budget_s
+        )
+        self.baselines = baselines
+        self.on_round = on_round
+        self.lock = asyncio.Lock()
+        # Placed, possibly not yet in the job's status. A reservation is final: it is handed
+        # to its job (``decide``) and never replaced by a later round, so a job's status is
+        # only ever written from one decision per placement or re-plan.
+        self.reserved: dict[Key, Decision] = {}
+        self.unplaced: dict[Key, tuple[Any, Decision]] = {}  # last failure and its inputs
+        self._used: set[int] = set()
+
+    def first_use(self, decision: Decision) -> bool:
+        """True the first time a decision is applied (for events and counters)."""
+        if id(decision) in self._used:
+            return False
+        self._used.add(id(decision))
+        if len(self._used) > 10_000:
+            self._used = {id(d) for d in self.reserved.values()} | {
+                id(d) for _, d in self.unplaced.values()
+            }
+        return True
+
+    def prune(self, jobs: Mapping[Key, JobEntry]) -> None:
+        """Drops reservations that the jobs' statuses now show (or whose job is gone)."""
+        for k, d in list(self.reserved.items()):
+            e = jobs.get(k)
+            if e is None or e.deleting or e.plan_nodes == d.nodes:
+                del self.reserved[k]
+
+    def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
+        out = dict(base)
+        for k, d in self.reserved.items():
+            for n in d.nodes:
+                out[n] = k
+        return out
+
+    @staticmethod
+    def fingerprint(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
+        return (
+            tuple(i.name for i in snap.free(entry)),
+            entry.generation,
+            tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
+        )
+
+    async def decide(
+        self, key: Key, snapshot: Callable[[], Awaitable[Snapshot]]
+    ) -> Decision | None:
+        """This job's decision: a reservation made by an earlier round, the same failure
+        as last time when nothing changed, or a fresh round over all pending jobs."""
+        async with self.lock:
+            if key in self.reserved:
+                return self.reserved[key]
+            snap = await snapshot()
+            self.prune(snap.jobs)
+            entry = snap.jobs.get(key)
+            if entry is None or not entry.pending:
+                return None
+            snap.held = self.held(snap.held)
+            last = self.unplaced.get(key)
+            if last is not None and last[0] == self.fingerprint(snap, entry):
+                return last[1]
+            await asyncio.sleep(self.batch_window_s)
+            snap = await snapshot()
+            self.prune(snap.jobs)
+            snap.held = self.held(snap.held)
+            started = time.perf_counter()
+            decisions = await asyncio.to_thread(
+                plan_pending,
+                snap,
+                self.plan_fn,
+                planner=self.planner,
+                baselines=self.baselines,
+                decided=set(self.reserved),
+                **self.opts,  # type: ignore[arg-type]
+            )
+            if self.on_round:
+                self.on_round(time.perf_counter() - started, decisions)
+            after = Snapshot(snap.nodes, snap.latencies, snap.jobs, dict(snap.held))
+            for k, d in decisions.items():
+                if d.job_plan is not None:
+                    self.reserved[k] = d
+                    self.unplaced.pop(k, None)
+                    for n in d.nodes:
+                        after.held[n] = k  # type: ignore[index]
+            for k, d in decisions.items():
+                if d.job_plan is None and k in snap.jobs:
+                    self.unplaced[k] = (self.fingerprint(after, snap.jobs[k]), d)
+            return decisions.get(key)
+
+    async def replan(
+        self,
+        entry: JobEntry,
+        current: JobPlan,
+        snapshot: Callable[[], Awaitable[Snapshot]],
+    ) -> Decision:
+        """A new plan for a running job that lost servers: its healthy servers plus free
+        ones, keeping healthy stages where they are when the cost model allows."""
+        async with self.lock:
+            snap = await snapshot()
+            self.prune(snap.jobs)
+            snap.held = self.held(snap.held)
+            servers = snap.free(entry, also=current.nodes)
+            started = time.perf_counter()
+            decisions = await asyncio.to_thread(
+                plan_group,
+                [entry],
+                servers,
+                snap,
+                self.plan_fn,
+                planner=self.planner,
+                previous=Plan(self.planner, (current,)),
+                baselines=self.baselines,
+                **self.opts,  # type: ignore[arg-type]
+            )
+            if self.on_round:
+                self.on_round(time.perf_counter() - started, decisions)
+            d = replace(decisions[entry.key], base=current)
+            if d.job_plan is not None:
+                self.reserved[entry.key] = d
+            return d
+
+    def pending_write(self, key: Key, shown: JobPlan) -> Decision | None:
+        """This job's re-plan whose status write is not visible yet: a reservation made
+        from exactly the plan the status still shows (``shown``), less than
+        ``WRITE_TIMEOUT_S`` ago (after that the write is taken as lost). A reservation that
+        the status already shows is dropped."""
+        d = self.reserved.get(key)
+        if d is None or d.job_plan is None:
+            return None
+        if d.base is not None and _same(d.base, shown):
+            if time.monotonic() - d.made < WRITE_TIMEOUT_S:
+                return d
+            del self.reserved[key]
+            return None
+        if _same(d.job_plan, shown):
+            del self.reserved[key]
+        return None
+
+    def forget(self, key: Key) -> None:
+        self.reserved.pop(key, None)
+        self.unplaced.pop(key, None)

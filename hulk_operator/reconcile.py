@@ -1,0 +1,292 @@
+"""One reconciliation of one job, run by its kopf timer: plan it if pending, re-plan it
+if it lost servers, make its pods match its plan, and compute its new status.
+
+Level-triggered and idempotent: the desired pods follow from ``status.plan`` alone and
+their names are deterministic, so running this any number of times, or after a crash at
+any point, converges on exactly one pod per slot and no other pod of the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hulk_operator import manifests, recovery
+from hulk_operator import status as st
+from hulk_operator.config import OperatorConfig
+from hulk_operator.errors import INVALID_SPEC, UNSCHEDULABLE
+from hulk_operator.inventory import NodeInfo
+from hulk_operator.metrics import Metrics
+from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
+from hulk_planner.model import JobPlan
+
+
+@dataclass(frozen=True)
+class PodEntry:
+    """What the operator keeps of a stage pod (the value of the ``pods`` index)."""
+
+    name: str
+    node: str | None
+    phase: str
+    gated: bool
+    deleting: bool
+
+
+@dataclass
+class Context:
+    """What a reconciliation needs from the operator (built by the handlers)."""
+
+    api: Any
+    config: OperatorConfig
+    placer: Placer
+    metrics: Metrics
+    nodes: Mapping[str, NodeInfo]
+    pods: Mapping[tuple[str, str], list[PodEntry]]
+    snapshot: Callable[[], Awaitable[Snapshot]]
+    event: Callable[[str, str, str], None]  # (type, reason, message)
+    recent: dict[str, float]  # pod name -> when this operator created it
+
+
+async def reconcile(
+    ctx: Context, entry: JobEntry, body: Mapping[str, Any], status: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The job's new status fields (only those to change need patching)."""
+    ns, name = entry.key
+    gen = entry.generation
+    conds = list(status.get("conditions") or [])
+    new: dict[str, Any] = {"observedGeneration": gen}
+    if entry.job is None:
+        new["phase"] = st.PHASE_FAILED
+        new["conditions"] = st.set_condition(
+            conds, st.FAILED, True, INVALID_SPEC, entry.error or "invalid spec", gen
+        )
+        return new
+    if status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED) and status.get("plan") is None:
+        return {}
+    spec = body.get("spec") or {}
+    plan = st.job_plan_from_status(name, status)
+    gpus = st.plan_gpus(status)
+    replans = int(status.get("replans") or 0)
+    force: set[str] = set()
+    replanned: tuple[JobPlan, dict[str, str]] | None = None
+    if plan is None:
+        decision = await ctx.placer.decide(entry.key, ctx.snapshot)
+        if decision is None:
+            return {}
+        if decision.job_plan is None:
+            await _remove_all(ctx, entry.key)  # gang: all stages or none
+            if ctx.placer.first_use(decision):
+                ctx.metrics.plans.labels(result="unplaced").inc()
+            new["phase"] = st.PENDING
+            new["conditions"] = st.set_condition(
+                conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
+            )
+            ctx.metrics.set_predicted(ns, name, None)
+            return new
+        plan, gpus = decision.job_plan, _gpus(decision)
+        new.update(_placed_fields(decision))
+        new["phase"] = st.PLACING
+        conds = st.set_condition(
+            conds, st.PLANNED, True, "Planned", _planned_message(decision), gen
+        )
+        conds = _estimated(conds, decision, ctx.config, gen)
+        if ctx.placer.first_use(decision):
+            ctx.metrics.plans.labels(result="placed").inc()
+            ctx.event("Normal", "Planned", _planned_message(decision))
+    else:
+        if ctx.placer.pending_write(entry.key, plan) is not None:
+            # We re-planned exactly this plan a moment ago (pods synced, counted, Event
+            # posted); its status patch is not visible yet. Wait for it: re-planning or
+            # re-writing from the stale status would write a second, uncounted plan.
+            return {}
+        lost = recovery.lost_servers(plan, ctx.nodes, entry.tolerations)
+        if lost:
+            reason = sorted(set(lost.values()))[0].split()[0]
+            decision = await ctx.placer.replan(entry, plan, ctx.snapshot)
+            ctx.metrics.replans.labels(reason=reason).inc()
+            new["replans"] = replans + 1
+            if decision.job_plan is None:
+                await _remove_all(ctx, entry.key, force=set(lost))
+                msg = recovery.event_message(lost, plan, None, 0, 0)
+                ctx.event("Warning", "ReplanFailed", msg)
+                new.update(
+                    {
+                        "phase": st.PENDING,
+                        "plan": None,
+                        "numStages": 0,
+                        "numNodes": 0,
+                        "regions": "",
+                        "predictedIterationSeconds": None,
+                    }
+                )
+                conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", msg, gen)
+                new["conditions"] = st.set_condition(
+                    conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
+                )
+                ctx.placer.forget(entry.key)
+                ctx.metrics.set_predicted(ns, name, None)
+                return new
+            replanned, force = (plan, lost), set(lost)
+            plan, gpus = decision.job_plan, _gpus(decision)
+            new.update(_placed_fields(decision))
+            conds = _estimated(conds, decision, ctx.config, gen)
+            new["phase"] = st.PLACING
+    diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
+    if replanned is not None:
+        old, lost = replanned
+        msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
+        ctx.event("Warning", "Replanned", msg)
+        reason = sorted(set(lost.values()))[0].split()[0]
+        conds = st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
+    desired = set(diff.create) | set(diff.keep)
+    new.update(_phase(ctx, entry, desired, conds, gen))
+    seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
+    ctx.metrics.set_predicted(ns, name, seconds)
+    return new
+
+
+def _gpus(decision: Decision) -> dict[str, int]:
+    assert decision.cluster is not None and decision.job_plan is not None
+    return {n: decision.cluster.server(n).gpus for n in decision.job_plan.nodes}
+
+
+def _placed_fields(decision: Decision) -> dict[str, Any]:
+    assert decision.cluster is not None and decision.job_plan is not None
+    jp = decision.job_plan
+    out = {
+        "plan": st.plan_status(jp, decision.cluster, decision.planner),
+        "predictedIterationSeconds": st.seconds(jp.predicted_iteration_seconds),
+        **st.summary(jp, decision.cluster),
+    }
+    if decision.baselines:
+        out["baselines"] = [
+            {"planner": k, "predictedIterationSeconds": v}
+            for k, v in sorted(decision.baselines.items())
+        ]
+    return out
+
+
+def _planned_message(d: Decision) -> str:
+    assert d.job_plan is not None and d.cluster is not None
+    jp = d.job_plan
+    regions = len({d.cluster.server(n).region for n in jp.nodes})
+    t = jp.predicted_iteration_seconds
+    step = f"; predicted {t:.3g} s per iteration" if not math.isnan(t) else ""
+    return (
+        f"{len(jp.stages)} stage(s) on {len(jp.nodes)} server(s) in {regions} "
+        f"region(s) by planner {d.planner}{step}"
+    )
+
+
+def _estimated(
+    conds: list[dict[str, Any]], d: Decision, cfg: OperatorConfig, gen: int
+) -> list[dict[str, Any]]:
+    cut = (
+        f"; {d.unreachable} pair(s) reported unreachable had no latency (no link, no estimate)"
+        if d.unreachable
+        else ""
+    )
+    if d.estimated:
+        msg = (
+            f"{d.estimated} server pair(s) had no fresh latency measurement; used "
+            f"{cfg.same_region_latency_ms:g} ms within a region and "
+            f"{cfg.cross_region_latency_ms:g} ms across regions{cut}"
+        )
+        return st.set_condition(conds, st.ESTIMATED, True, "FallbackLatency", msg, gen)
+    msg = f"every {'reachable ' if cut else ''}server pair's latency was measured{cut}"
+    return st.set_condition(conds, st.ESTIMATED, False, "Measured", msg, gen)
+
+
+async def _remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None = None) -> None:
+    from hulk_operator import kube
+
+    pods = [p for p in ctx.pods.get(key, []) if not p.deleting]
+    if pods:
+        forced = [p.name for p in pods if p.node in (force or set()) or p.node not in ctx.nodes]
+        await asyncio.to_thread(kube.delete_pods, ctx.api, key[0], [p.name for p in pods], forced)
+
+
+async def _sync_pods(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    plan: JobPlan,
+    gpus: Mapping[str, int],
+    force: set[str] | None = None,
+) -> recovery.PodDiff:
+    """Creates missing pods (behind the gang gate), deletes pods not in the plan, and lifts
+    the gates once every pod of the plan exists."""
+    from hulk_operator import kube
+
+    ns, name = entry.key
+    desired = manifests.desired_pods(
+        job=name,
+        namespace=ns,
+        uid=entry.uid,
+        template=spec.get("template") or {},
+        job_plan=plan,
+        gpus=gpus,
+        master_port=int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT),
+    )
+    pods = {p.name: p for p in ctx.pods.get(entry.key, [])}
+    live = [n for n, p in pods.items() if not p.deleting]
+    diff = recovery.pod_diff(live, list(desired))
+    now = time.monotonic()
+    create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
+    if create:
+        svc = manifests.headless_service(
+            job=name, namespace=ns, uid=entry.uid, master_port=int(spec.get("masterPort") or 29500)
+        )
+        await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
+        made = await asyncio.to_thread(
+            kube.create_pods, ctx.api, [desired[n] for n in create], ctx.config.create_delay_s
+        )
+        for n in made:
+            ctx.recent[n] = now
+    if diff.delete:
+        gone = (force or set()) | {
+            p.node for p in pods.values() if p.node and p.node not in ctx.nodes
+        }
+        forced = [n for n in diff.delete if pods[n].node in gone]
+        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
+    gated = [n for n in desired if n not in pods or pods[n].gated]
+    if gated:
+        await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
+    for n in [n for n, t in ctx.recent.items() if now - t > 60]:
+        del ctx.recent[n]
+    return diff
+
+
+def _phase(
+    ctx: Context, entry: JobEntry, desired: set[str], conds: list[dict[str, Any]], gen: int
+) -> dict[str, Any]:
+    """Running once every desired pod (by name) runs and no other pod of the job is left."""
+    live = {p.name: p for p in ctx.pods.get(entry.key, []) if not p.deleting}
+    pods = {n: p for n, p in live.items() if n in desired}
+    want = len(desired)
+    phases = [p.phase for p in pods.values()]
+    running = sum(1 for p in phases if p == "Running")
+    out: dict[str, Any] = {}
+    if want and sum(1 for p in phases if p == "Succeeded") == want:
+        out["phase"] = st.SUCCEEDED
+        conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
+    elif running == want and len(live) == want:
+        out["phase"] = st.RUNNING
+        conds = st.set_condition(
+            conds, st.READY, True, "AllStagesRunning", f"{running}/{want} stage pods running", gen
+        )
+        old = st.condition({"conditions": conds}, st.REPLANNING)
+        if old and old["status"] == "True":
+            conds = st.set_condition(conds, st.REPLANNING, False, "Recovered", old["message"], gen)
+    else:
+        out["phase"] = st.PLACING
+        conds = st.set_condition(
+            conds, st.READY, False, "StagesStarting", f"{running}/{want} stage pods running", gen
+        )
+    conds = st.set_condition(conds, st.FAILED, False, "NoFailure", "no stage failed", gen)
+    out["conditions"] = conds
+    return out

@@ -1,0 +1,84 @@
+"""Recovery: noticing that a running job lost servers, and working out which pods move.
+
+A stage's server is lost when its Node is deleted, goes NotReady, is cordoned, or gets a
+NoExecute taint the job does not tolerate. The job is then re-planned (see
+``Placer.replan``: healthy servers plus free ones, with the old plan as ``previous`` so
+healthy stages stay put when the cost model allows) and only the pods whose manifest
+changed are replaced: the pod name carries a hash of its manifest (``manifests``), so a
+pod whose server, layers and neighbours are unchanged keeps its name and keeps running.
+If no new plan exists, every pod of the job is removed (never leave a master running after
+its workers died) and the job goes back to Pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hulk_operator.inventory import NodeInfo
+from hulk_planner.model import JobPlan
+
+
+def lost_servers(
+    job_plan: JobPlan, nodes: Mapping[str, NodeInfo], tolerations: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, str]:
+    """Server -> why the job must leave it (``Deleted``, ``NotReady``, ``Cordoned``...)."""
+    out: dict[str, str] = {}
+    for name in job_plan.nodes:
+        info = nodes.get(name)
+        if info is None:
+            out[name] = "Deleted"
+        else:
+            why = info.sick(tolerations)
+            if why:
+                out[name] = why
+    return out
+
+
+@dataclass(frozen=True)
+class PodDiff:
+    create: tuple[str, ...]  # desired pods that do not exist
+    delete: tuple[str, ...]  # existing pods that are not desired (moved, stale, orphaned)
+    keep: tuple[str, ...]
+
+
+def pod_diff(existing: Sequence[str], desired: Sequence[str]) -> PodDiff:
+    have, want = set(existing), set(desired)
+    return PodDiff(
+        tuple(sorted(want - have)), tuple(sorted(have - want)), tuple(sorted(have & want))
+    )
+
+
+def moves(old: JobPlan, new: JobPlan) -> list[str]:
+    """Human-readable changes, e.g. ``stage 2: beijing-3 -> xian-40`` and
+    ``layers moved in stages 3, 4`` (every change that replaces a pod is named)."""
+    out = []
+    shifted = []
+    for i, st in enumerate(new.stages):
+        before = old.stages[i] if i < len(old.stages) else None
+        nodes = before.nodes if before else ()
+        if tuple(st.nodes) != tuple(nodes):
+            gone = [n for n in nodes if n not in st.nodes]
+            came = [n for n in st.nodes if n not in nodes]
+            if gone or came:
+                out.append(f"stage {i}: {','.join(gone) or '-'} -> {','.join(came) or '-'}")
+            else:
+                out.append(f"stage {i}: reordered")
+        elif before is not None and before.layers != st.layers:
+            shifted.append(str(i))
+    if shifted:
+        out.append(f"layers moved in stage(s) {', '.join(shifted)}")
+    if len(new.stages) != len(old.stages):
+        out.append(f"{len(old.stages)} -> {len(new.stages)} stages")
+    return out
+
+
+def event_message(
+    lost: Mapping[str, str], old: JobPlan, new: JobPlan | None, replaced: int, kept: int
+) -> str:
+    causes = ", ".join(f"{n} {why.lower()}" for n, why in sorted(lost.items()))
+    if new is None:
+        return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
+    changed = "; ".join(moves(old, new)) or "no stage moved"
+    return f"{causes}; {changed}; {replaced} pod(s) replaced, {kept} kept"

@@ -1,0 +1,136 @@
+"""The job's status: the plan as shown to users (and read back), and metav1-style
+conditions (type, status, reason, message, lastTransitionTime, observedGeneration).
+
+Condition types: ``Planned``, ``Ready``, ``Replanning``, ``Failed`` and
+``LatencyEstimated`` (the plan used fallback latencies for some server pairs)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hulk_planner.model import Cluster, JobPlan, Stage
+
+PLANNED, READY, REPLANNING, FAILED, ESTIMATED = (
+    "Planned",
+    "Ready",
+    "Replanning",
+    "Failed",
+    "LatencyEstimated",
+)
+CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, ESTIMATED)
+
+PENDING, PLACING, RUNNING, SUCCEEDED = "Pending", "Placing", "Running", "Succeeded"
+PHASE_FAILED = "Failed"
+PHASES = (PENDING, PLACING, RUNNING, SUCCEEDED, PHASE_FAILED)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]] | None,
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str | None = None,
+) -> list[dict[str, Any]]:
+    """The list with condition ``type_`` set; ``lastTransitionTime`` moves only when the
+    status flips. Conditions keep the order of :data:`CONDITION_TYPES`."""
+    text = "True" if status else "False"
+    by_type = {str(c.get("type")): dict(c) for c in conditions or []}
+    old = by_type.get(type_)
+    changed = old is None or old.get("status") != text
+    by_type[type_] = {
+        "type": type_,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": (now or now_rfc3339())
+        if changed or old is None
+        else old["lastTransitionTime"],
+        **({"observedGeneration": generation} if generation is not None else {}),
+    }
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(by_type.values(), key=lambda c: (order.get(c["type"], 99), c["type"]))
+
+
+def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in (status or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def seconds(x: float) -> float | None:
+    return None if math.isnan(x) or math.isinf(x) else round(x, 4)
+
+
+def plan_status(job_plan: JobPlan, cluster: Cluster, planner: str) -> dict[str, Any]:
+    """``status.plan``: stages in pipeline order with servers, regions and layer ranges.
+    The same block is what a dry run shows, and what the operator reads back."""
+    stages = []
+    for i, st in enumerate(job_plan.stages):
+        servers = [cluster.server(n) for n in st.nodes]
+        stages.append(
+            {
+                "index": i,
+                "layers": {"start": st.layers[0], "end": st.layers[1]},
+                "parallelism": st.parallelism,
+                "nodes": [{"name": s.name, "region": s.region, "gpus": s.gpus} for s in servers],
+            }
+        )
+    return {"planner": planner, "microBatches": job_plan.micro_batches, "stages": stages}
+
+
+def job_plan_from_status(name: str, status: Mapping[str, Any] | None) -> JobPlan | None:
+    """The plan recorded in ``status.plan``, or None if there is none (or it is unreadable)."""
+    plan = (status or {}).get("plan") or {}
+    try:
+        stages = tuple(
+            Stage(
+                (int(s["layers"]["start"]), int(s["layers"]["end"])),
+                tuple(str(n["name"]) for n in s["nodes"]),
+                s.get("parallelism", "data"),
+            )
+            for s in plan["stages"]
+        )
+        return JobPlan(
+            name,
+            stages,
+            int(plan["microBatches"]),
+            float((status or {}).get("predictedIterationSeconds") or math.nan),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def plan_gpus(status: Mapping[str, Any] | None) -> dict[str, int]:
+    """Server -> GPUs as recorded in ``status.plan`` (so pods do not depend on the node
+    still being there)."""
+    out: dict[str, int] = {}
+    for s in ((status or {}).get("plan") or {}).get("stages") or []:
+        for n in s.get("nodes") or []:
+            out[str(n["name"])] = int(n.get("gpus") or 1)
+    return out
+
+
+def summary(job_plan: JobPlan, cluster: Cluster) -> dict[str, Any]:
+    """Printer-column helpers: ``numStages``, ``numNodes``, ``regions``."""
+    regions = list(dict.fromkeys(cluster.server(n).region for n in job_plan.nodes))
+    return {
+        "numStages": len(job_plan.stages),
+        "numNodes": len(job_plan.nodes),
+        "regions": ",".join(regions),
+    }
+
+
+def diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level status keys of ``new`` that differ from ``old`` (a merge patch)."""
+    old = old or {}
+    return {k: v for k, v in new.items() if old.get(k) != v}

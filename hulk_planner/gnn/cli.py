@@ -1,0 +1,145 @@
+"""``hulk train``: generate labelled clusters and train the GNN planner.
+
+The default run (64 clusters of 20-500 servers labelled by the search planner with 1,500
+moves each, 60 epochs) takes a few minutes on 2 CPU cores and writes
+``out/gnn/hulk-gnn.pt`` and ``.json``; ``--output hulk_planner/gnn/weights/hulk-gnn.pt``
+replaces the shipped weights (the settings they were made with are in
+``hulk_planner/gnn/weights/hulk-gnn.json``). Labelled examples are cached as JSON lines
+under ``$HULK_CACHE/gnn-data/`` (``--data`` to choose the file), and a run that stops is
+resumed from the examples already written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from hulk_planner.gnn.data import Example, GenerationSettings, generate_to_file
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("data generation")
+    d = GenerationSettings()
+    g.add_argument(
+        "--examples", type=int, default=d.examples, help="labelled clusters (%(default)s)"
+    )
+    g.add_argument("--min-servers", type=int, default=d.min_servers, help="(%(default)s)")
+    g.add_argument("--max-servers", type=int, default=d.max_servers, help="(%(default)s)")
+    g.add_argument(
+        "--max-jobs", type=int, default=d.max_jobs, help="jobs per cluster, at most (%(default)s)"
+    )
+    g.add_argument(
+        "--iterations",
+        type=int,
+        default=d.iterations,
+        help="search moves per label (%(default)s); more is slower and better",
+    )
+    g.add_argument(
+        "--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (%(default)s)"
+    )
+    g.add_argument("--data", type=Path, help="JSON-lines file of examples (default: a cache file)")
+    t = parser.add_argument_group("training")
+    from hulk_planner.gnn.train import TrainSettings
+
+    s = TrainSettings()
+    t.add_argument("--epochs", type=int, default=s.epochs, help="(%(default)s)")
+    t.add_argument(
+        "--batch-size", type=int, default=s.batch_size, help="graphs per batch (%(default)s)"
+    )
+    t.add_argument("--lr", type=float, default=s.lr, help="peak learning rate (%(default)s)")
+    t.add_argument("--hidden", type=int, default=s.hidden, help="embedding size (%(default)s)")
+    t.add_argument("--gcn-layers", type=int, default=s.gcn_layers, help="(%(default)s)")
+    t.add_argument("--device", default=s.device, help="auto (CUDA when present), cpu or cuda")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds generation and training (%(default)s)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("out/gnn/hulk-gnn.pt"),
+        help="weights file; settings go next to it as .json (%(default)s)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _cache_path(settings: GenerationSettings) -> Path:
+    d = settings.as_dict()
+    d.pop("examples")  # a longer run extends the same file
+    key = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("HULK_CACHE", Path.home() / ".cache" / "hulk"))
+    return root / "gnn-data" / f"examples-{key}.jsonl"
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    gen = GenerationSettings(
+        examples=args.examples,
+        min_servers=args.min_servers,
+        max_servers=args.max_servers,
+        max_jobs=args.max_jobs,
+        iterations=args.iterations,
+        seed=args.seed,
+    )
+    if gen.examples < 2 or not 2 <= gen.min_servers <= gen.max_servers:
+        print(
+            "hulk train: need --examples >= 2 and 2 <= --min-servers <= --max-servers",
+            file=sys.stderr,
+        )
+        return 2
+    path = args.data or _cache_path(gen)
+    t0 = time.perf_counter()
+
+    def bar(it: Iterator[Example], total: int) -> Iterator[Example]:
+        return iter(tqdm(it, total=total, desc="label", unit="cluster", disable=args.quiet))
+
+    examples = generate_to_file(gen, path, workers=args.workers, progress=bar)
+    t_gen = time.perf_counter() - t0
+    print(f"{len(examples)} labelled clusters in {path} ({t_gen:.0f} s)")
+
+    import torch
+
+    from hulk_planner.gnn.train import TrainSettings, example_data, file_sha256, save, train
+
+    torch.set_num_threads(max(1, args.workers))
+    settings = TrainSettings(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        hidden=args.hidden,
+        gcn_layers=args.gcn_layers,
+        seed=args.seed,
+        device=args.device,
+    )
+    t1 = time.perf_counter()
+    data = [example_data(ex) for ex in tqdm(examples, desc="graphs", disable=args.quiet)]
+
+    def log(e: object) -> None:
+        from hulk_planner.gnn.train import EpochLog
+
+        assert isinstance(e, EpochLog)
+        msg = (
+            f"epoch {e.epoch:3d}  loss {e.loss:.4f}  acc {e.accuracy:.4f}  "
+            f"val_loss {e.val_loss:.4f}  val_acc {e.val_accuracy:.4f}  {e.seconds:.1f}s"
+        )
+        tqdm.write(msg) if not args.quiet else print(msg)
+
+    model, logs = train(data, settings, on_epoch=log, progress=not args.quiet)
+    t_train = time.perf_counter() - t1
+    weights, meta = save(
+        model,
+        args.output,
+        generation={**gen.as_dict(), "data_file": path.name, "data_sha256": file_sha256(path)},
+        training=settings,
+        logs=logs,
+        extra={"wall_seconds": {"generation": round(t_gen, 1), "training": round(t_train, 1)}},
+    )
+    size = weights.stat().st_size
+    print(f"wrote {weights} ({size / 1024:.0f} KiB) and {meta}")
+    return 0

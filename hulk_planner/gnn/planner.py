@@ -1,0 +1,157 @@
+"""The ``hulk`` planner: the trained GNN's scores, Algorithm 1's decoding, a short search.
+
+``plan_gnn(cost, jobs, ...)`` is what ``hulk_planner.api`` calls (as ``hulk`` and ``gnn``).
+The shipped weights (``weights/hulk-gnn.pt``, settings in ``weights/hulk-gnn.json``) are
+read once per process, without torch (``infer.py``); inference runs in numpy unless
+``HULK_GNN_DEVICE`` (or ``device=``) says ``torch``, ``cuda`` or ``cpu`` (torch on that
+device). Re-planning after servers come or go is just planning again on the new cluster:
+the graph is rebuilt and inference re-run; ``sticky`` (server -> its previous job) makes
+the decoding and the refinement prefer to keep servers where they were.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hulk_planner.cost import CostModel
+from hulk_planner.gnn.decode import Share, decode
+from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features
+from hulk_planner.gnn.infer import NumpyHulkGNN, load_weights
+from hulk_planner.model import Job, Plan
+
+WEIGHTS_NAME = "hulk-gnn.pt"
+
+
+def default_weights() -> Path:
+    return Path(str(resources.files("hulk_planner.gnn") / "weights" / WEIGHTS_NAME))
+
+
+def refine_budget(servers: int) -> float:
+    """Default refinement seconds: 0.5 s plus 1 s per 1,000 servers, at most 2 s."""
+    return min(2.0, 0.5 + servers / 1000.0)
+
+
+@dataclass
+class Timings:
+    graph_s: float = 0.0
+    inference_s: float = 0.0
+    decode_s: float = 0.0
+
+
+@lru_cache(maxsize=4)
+def _numpy_model(path: str) -> NumpyHulkGNN:
+    w = load_weights(path)
+    return NumpyHulkGNN(w["state_dict"], w["config"])
+
+
+@lru_cache(maxsize=4)
+def _torch_model(path: str, device: str) -> Any:
+    import torch
+
+    from hulk_planner.gnn.model import HulkGNN
+
+    w = load_weights(path)
+    model = HulkGNN(**{k: w["config"][k] for k in ("hidden", "gcn_layers")})
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in w["state_dict"].items()})
+    return model.to(device).eval()
+
+
+def scores(
+    cost: CostModel,
+    jobs: Sequence[Job],
+    weights: str | Path | None = None,
+    device: str | None = None,
+    timings: Timings | None = None,
+) -> np.ndarray:
+    """The network's logits [servers, 1 + jobs] (column 0 idle) for this cluster."""
+    path = str(weights or default_weights())
+    device = device or os.environ.get("HULK_GNN_DEVICE", "numpy")
+    t0 = time.perf_counter()
+    arrays = graph_arrays(build_graph(cost.cluster, cost.net))
+    jx = job_features(jobs, cost.cluster)
+    t1 = time.perf_counter()
+    if device == "numpy":
+        out = _numpy_model(path).scores(arrays, jx)
+    else:
+        import torch
+
+        from hulk_planner.gnn.graph import to_data
+
+        dev = "cuda" if device == "torch" and torch.cuda.is_available() else device
+        dev = "cpu" if dev == "torch" else dev
+        data = to_data(arrays, jx).to(dev)
+        with torch.no_grad():
+            logits = _torch_model(path, dev)(
+                data.x, data.edge_index, data.edge_attr, data.edge_weight, data.job_x
+            )
+        out = logits.cpu().numpy()
+    if timings is not None:
+        timings.graph_s += t1 - t0
+        timings.inference_s += time.perf_counter() - t1
+    return out
+
+
+def plan_gnn(
+    cost: CostModel,
+    jobs: Sequence[Job],
+    *,
+    seed: int = 0,
+    time_budget_s: float | None = None,
+    max_iterations: int | None = None,
+    sticky: Mapping[str, str] | None = None,
+    share: Share = "model",
+    weights: str | Path | None = None,
+    device: str | None = None,
+    timings: Timings | None = None,
+    name: str = "hulk",
+) -> Plan:
+    """Plan with the GNN: scores, decoding, ``time_budget_s`` of refinement (default
+    ``refine_budget``; ``max_iterations`` instead bounds the refinement by moves)."""
+    if not jobs:
+        return Plan(name)
+    path = Path(weights) if weights else default_weights()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"GNN weights not found at {path}; train them with `hulk train` or plan with "
+            "--planner search"
+        )
+    logits = scores(cost, jobs, path, device, timings)
+    t = time.perf_counter()
+    budget = (
+        time_budget_s if time_budget_s is not None else refine_budget(len(cost.cluster.servers))
+    )
+    result = decode(
+        cost,
+        jobs,
+        logits,
+        refine_s=budget,
+        refine_iterations=max_iterations,
+        seed=seed,
+        share=share,
+        sticky=sticky,
+        name=name,
+    )
+    if timings is not None:
+        timings.decode_s += time.perf_counter() - t
+    return replace(result, planner=name)
+
+
+def planner(cost: CostModel, jobs: Sequence[Job], options: Any) -> Plan:
+    """The ``api.PLANNERS`` entry: ``options`` is ``api.Options``."""
+    return plan_gnn(
+        cost,
+        jobs,
+        seed=options.seed,
+        time_budget_s=options.time_budget_s,
+        max_iterations=options.max_iterations,
+        sticky=options.sticky,
+    )

@@ -1,0 +1,1 @@
+"""Trained weights of the GNN planner (``hulk-gnn.pt``) and their settings (``.json``)."""

@@ -1,0 +1,147 @@
+"""Helpers of the operator's end-to-end tests (a real API server, kwok nodes)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+
+from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION
+from hulk_operator.config import OperatorConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = OperatorConfig(batch_window_s=0.3)
+LATENCIES = "nodelatencies"
+T = TypeVar("T")
+
+
+def paper_manifests() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / "examples" / "paper-jobs.yaml").read_text()) if d]
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    base = copy.deepcopy(paper_manifests()[0])
+    base["metadata"] = {"name": name}
+    base["spec"]["model"] = {"preset": "bert-large"}
+    base["spec"].update(spec)
+    return base
+
+
+def wait(what: str, fn: Callable[[], T | None], timeout: float = 60.0, every: float = 0.2) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api, self.ns = api, namespace
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def apply(self, body: dict[str, Any]) -> Any:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
+
+    def job(self, name: str) -> Any:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def jobs(self) -> list[Any]:
+        found: Any = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)
+        return list(found["items"])
+
+    def delete_job(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def pods(self, job: str | None = None) -> list[Any]:
+        sel = f"{LABEL_JOB}={job}" if job else LABEL_JOB
+        return list(self.core.list_namespaced_pod(self.ns, label_selector=sel).items)
+
+    def live_pods(self, job: str | None = None) -> list[Any]:
+        return [p for p in self.pods(job) if p.metadata.deletion_timestamp is None]
+
+    def phase(self, name: str) -> str | None:
+        return (self.job(name).get("status") or {}).get("phase")
+
+    def all_running(self, names: list[str]) -> bool:
+        return all(self.phase(n) == "Running" for n in names)
+
+    def events(self, reason: str) -> list[Any]:
+        return [e for e in self.core.list_namespaced_event(self.ns).items if e.reason == reason]
+
+
+def plan_nodes(job: dict[str, Any]) -> list[str]:
+    stages = ((job.get("status") or {}).get("plan") or {}).get("stages") or []
+    return [n["name"] for s in stages for n in s["nodes"]]
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+@contextmanager
+def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
+    """Deletes the namespace's jobs while the operator still runs (kopf's finalizer)."""
+    try:
+        yield
+    finally:
+        for j in kube.jobs():
+            try:
+                kube.delete_job(j["metadata"]["name"])
+            except client.ApiException:
+                pass
+        wait("jobs deleted", lambda: not kube.jobs(), timeout)
+
+
+def publish_latencies(
+    api: client.ApiClient, rows: dict[str, dict[str, float | None]], at: datetime | None = None
+) -> None:
+    """Writes NodeLatency objects as the probe would: ``rows[node][peer]`` is the one-way
+    latency in ms measured from ``node``, or None for a peer reported unreachable."""
+    custom = client.CustomObjectsApi(api)
+    stamp = (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for node, peers in rows.items():
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeLatency",
+            "metadata": {"name": node},
+        }
+        try:
+            custom.create_cluster_custom_object(GROUP, VERSION, LATENCIES, body)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        entries = [
+            {"node": p, "reachable": False, "samples": 0, "consecutiveFailures": 3}
+            if ms is None
+            else {"node": p, "reachable": True, "latencyMs": ms, "samples": 8, "lastUpdated": stamp}
+            for p, ms in sorted(peers.items())
+        ]
+        status = {"lastPublished": stamp, "intervalSeconds": 2.0, "peers": entries}
+        custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, LATENCIES, node, {"status": status}
+        )
+
+
+def forget_latencies(api: client.ApiClient, nodes: Iterable[str]) -> None:
+    custom = client.CustomObjectsApi(api)
+    for node in nodes:
+        try:
+            custom.delete_cluster_custom_object(GROUP, VERSION, LATENCIES, node)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,273 @@
+"""The operator end to end on the sandbox: a real API server, scheduler and controller
+manager, the Hulk paper's 47 servers as kwok nodes, the operator in this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hjob_helpers import (
+    CONFIG,
+    ROOT,
+    Kube,
+    cleanup_jobs,
+    condition,
+    manifest,
+    paper_manifests,
+    plan_nodes,
+    wait,
+)
+from kubernetes import client
+
+from hulk_operator.runner import OperatorThread
+from hulk_planner.datasets import paper_cluster
+from hulk_planner.model import Server
+
+pytestmark = pytest.mark.sandbox
+PAPER = [m["metadata"]["name"] for m in paper_manifests()]
+
+
+def check_pods_match_plans(kube: Kube, names: list[str]) -> None:
+    used: list[str] = []
+    for name in names:
+        job = kube.job(name)
+        nodes = plan_nodes(job)
+        pods = kube.live_pods(name)
+        assert sorted(p.spec.node_name for p in pods) == sorted(nodes), name
+        assert all(p.status.phase == "Running" for p in pods), name
+        assert len({p.spec.hostname for p in pods}) == len(pods)  # one pod per slot
+        for p in pods:
+            assert p.spec.node_selector["kubernetes.io/hostname"] == p.spec.node_name
+            assert p.metadata.owner_references[0].uid == job["metadata"]["uid"]
+        used += nodes
+    assert len(used) == len(set(used)), "a server is used twice"
+
+
+def test_paper_jobs_land_on_planned_servers_and_run(kube: Kube, operator: Any) -> None:
+    start = time.monotonic()
+    for m in paper_manifests():
+        kube.apply(m)
+    wait("the paper's jobs Running", lambda: kube.all_running(PAPER), timeout=90)
+    elapsed = time.monotonic() - start
+    check_pods_match_plans(kube, PAPER)
+    for name in PAPER:
+        job = kube.job(name)
+        s = job["status"]
+        assert condition(job, "Planned")["status"] == "True"
+        assert condition(job, "Ready")["status"] == "True"
+        assert s["numStages"] == len(s["plan"]["stages"]) and s["predictedIterationSeconds"] > 0
+        assert {b["planner"] for b in s["baselines"]} == {"baseline-a", "baseline-b", "baseline-c"}
+        assert condition(job, "LatencyEstimated")["status"] in ("True", "False")
+        env = {e.name: e.value for e in kube.live_pods(name)[0].spec.containers[0].env}
+        assert {"MASTER_ADDR", "WORLD_SIZE", "PET_NNODES", "HULK_LAYER_END"} <= set(env)
+    svc: Any = kube.core.read_namespaced_service("gpt2-xl", kube.ns)
+    assert svc.spec.cluster_ip == "None"
+    print(f"apply -> all Running: {elapsed:.1f}s")
+
+
+def check_status_matches_pods(kube: Kube, name: str) -> None:
+    """Every live pod sits where ``status.plan`` puts its (stage, replica), with its layers."""
+    stages = kube.job(name)["status"]["plan"]["stages"]
+    pods = kube.live_pods(name)
+    assert len(pods) == sum(len(s["nodes"]) for s in stages), name
+    for p in pods:
+        st = stages[int(p.metadata.labels["hulk.dev/stage"])]
+        assert p.spec.node_name == st["nodes"][int(p.metadata.labels["hulk.dev/replica"])]["name"]
+        env = {e.name: e.value for e in p.spec.containers[0].env}
+        assert (int(env["HULK_LAYER_START"]), int(env["HULK_LAYER_END"])) == (
+            st["layers"]["start"],
+            st["layers"]["end"],
+        )
+
+
+def test_deleting_a_node_replaces_exactly_the_affected_stages(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    for m in paper_manifests()[2:]:  # gpt2-xl and bert-large
+        kube.apply(m)
+    names = PAPER[2:]
+    wait("jobs Running", lambda: kube.all_running(names), timeout=60)
+    victim_job = max(names, key=lambda n: len(plan_nodes(kube.job(n))))
+    before = {p.metadata.name: p for n in names for p in kube.live_pods(n)}
+    victim = plan_nodes(kube.job(victim_job))[-1]
+    server = paper_cluster().server(victim)
+    # A free twin of the victim: the cost model can then keep every healthy stage as it is.
+    spare = replace(server, name=f"{victim}-spare")
+    sandbox.add_node(spare)
+    sandbox.delete_node(victim)
+    try:
+        wait("a re-plan", lambda: (kube.job(victim_job)["status"].get("replans") or 0) >= 1, 30)
+        wait(
+            "jobs Running again",
+            lambda: (
+                kube.all_running(names)
+                and all(victim not in plan_nodes(kube.job(n)) for n in names)
+            ),
+            timeout=60,
+        )
+        time.sleep(2 * CONFIG.reconcile_interval_s)  # a second, uncounted plan would show
+        after = {p.metadata.name: p for n in names for p in kube.live_pods(n)}
+        moved = {n for n, p in before.items() if p.spec.node_name == victim}
+        assert len(moved) == 1 and not moved & set(after)
+        # Only the lost stage's pod changed: every other pod keeps its name and uid.
+        assert {n: p.metadata.uid for n, p in before.items() if n not in moved} == {
+            n: p.metadata.uid for n, p in after.items() if n in before
+        }
+        assert len(after) == len(before)
+        (new,) = set(after) - set(before)
+        assert after[new].spec.node_name != victim
+        assert after[new].metadata.labels == before[next(iter(moved))].metadata.labels
+        # Status, pods, the Event and the count tell the same story.
+        check_pods_match_plans(kube, names)
+        for n in names:
+            check_status_matches_pods(kube, n)
+        job = kube.job(victim_job)
+        assert job["status"]["replans"] == 1
+        (event,) = kube.events("Replanned")
+        kept = len([p for p in before.values() if p.metadata.labels["hulk.dev/job"] == victim_job])
+        assert victim in event.message and f"1 pod(s) replaced, {kept - 1} kept" in event.message
+        assert "layers moved" not in event.message
+        other = next(n for n in names if n != victim_job)
+        assert (kube.job(other)["status"].get("replans") or 0) == 0
+    finally:
+        sandbox.add_node(server)
+        sandbox.delete_node(spare.name)
+
+
+def test_a_job_that_cannot_fit_stays_pending_then_a_new_node_starts_it(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    kube.apply(manifest("needs-new-region", allowedRegions=["mars"]))
+    huge = manifest("too-big")
+    huge["spec"]["model"] = {
+        "parameters": 10**14,
+        "layers": 96,
+        "hiddenSize": 12288,
+        "sequenceLength": 2048,
+    }
+    huge["spec"]["training"] = {"globalBatchSize": 256, "microBatchSize": 1}
+    kube.apply(huge)
+    for name in ("needs-new-region", "too-big"):
+
+        def unplanned(n: str = name) -> bool:
+            return bool(condition(kube.job(n), "Planned").get("status") == "False")
+
+        wait(f"{name} Planned=False", unplanned, timeout=30)
+        job = kube.job(name)
+        c = condition(job, "Planned")
+        assert job["status"]["phase"] == "Pending" and c["reason"] == "Unschedulable"
+        assert c["message"]
+        assert not kube.pods(name)
+    assert "GiB" in condition(kube.job("too-big"), "Planned")["message"]
+    extra = Server("mars-0", "mars", 8, 80, 989.0, "NVIDIA-H100-80GB-HBM3", "9.0")
+    sandbox.add_node(extra)
+    try:
+        wait("the pending job Running", lambda: kube.phase("needs-new-region") == "Running", 30)
+        assert plan_nodes(kube.job("needs-new-region")) == ["mars-0"]
+        assert kube.phase("too-big") == "Pending"
+    finally:
+        for j in ("needs-new-region",):
+            kube.delete_job(j)
+        wait("pods gone", lambda: not kube.live_pods("needs-new-region"), 60)
+        sandbox.delete_node("mars-0")
+
+
+def test_deleting_a_job_leaves_no_pod(kube: Kube, operator: Any) -> None:
+    kube.apply(paper_manifests()[3])
+    wait("bert Running", lambda: kube.phase("bert-large") == "Running", 60)
+    assert kube.pods("bert-large")
+    kube.delete_job("bert-large")
+    wait(
+        "no pod and no service",
+        lambda: (
+            not kube.pods("bert-large") and not kube.core.list_namespaced_service(kube.ns).items
+        ),
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"model": {"layers": 4}}, "spec.model"),
+        ({"model": {"preset": "bert-large", "layers": -1}}, "spec.model.layers"),
+        (
+            {
+                "model": {"preset": "gpt2-xl"},
+                "training": {"globalBatchSize": 4, "microBatchSize": 8},
+            },
+            "microBatchSize",
+        ),
+        (
+            {"model": {"preset": "gpt2-xl"}, "template": {"spec": {"containers": []}}},
+            "spec.template.spec.containers",
+        ),
+        ({"model": {"preset": "gpt2-xl"}, "priority": "high"}, "spec.priority"),
+    ],
+)
+def test_invalid_manifests_are_rejected_naming_the_field(
+    kube: Kube, spec: dict[str, Any], field: str
+) -> None:
+    body = manifest("bad")
+    body["spec"].update(spec)
+    with pytest.raises(client.ApiException) as err:
+        kube.apply(body)
+    assert err.value.status == 422
+    assert field in str(err.value.body), err.value.body
+
+
+def test_unknown_preset_fails_with_a_condition(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("nope", model={"preset": "gpt-17"}))
+    wait("Failed", lambda: kube.phase("nope") == "Failed", 30)
+    job = kube.job("nope")
+    c = condition(job, "Failed")
+    assert c["status"] == "True" and c["reason"] == "InvalidSpec"
+    assert "spec.model.preset" in c["message"]
+
+
+def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    env = {**os.environ, "HULK_OPERATOR_CREATE_DELAY_S": "0.25", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "hulk",
+        "operator",
+        "--kubeconfig",
+        sandbox.kubeconfig,
+        "-n",
+        namespace,
+        "--standalone",
+        "--liveness",
+        "",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        for m in paper_manifests():
+            kube.apply(m)
+        wait("some pods", lambda: len(kube.pods()) >= 3, timeout=60, every=0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    created = len(kube.pods())
+    with (
+        OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=CONFIG),
+        cleanup_jobs(kube),
+    ):
+        wait("the paper's jobs Running", lambda: kube.all_running(PAPER), timeout=120)
+        time.sleep(2 * CONFIG.reconcile_interval_s)
+        check_pods_match_plans(kube, PAPER)
+        planned = sum(len(plan_nodes(kube.job(n))) for n in PAPER)
+        live = kube.live_pods()
+        assert len(live) == planned, "duplicate or orphan pods"
+        assert len({p.metadata.name for p in live}) == len(live)
+        print(f"killed after {created} pod(s); {planned} pods after restart")

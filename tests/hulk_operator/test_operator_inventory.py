@@ -1,0 +1,200 @@
+"""Pure tests of Node -> Server, health, constraints and the latency fallback."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from hulk_operator import inventory
+from hulk_operator.inventory import Taint, node_info, tolerates
+from hulk_planner.datasets import paper_cluster
+from hulk_sandbox.nodes import node_manifest
+
+
+def node(**over: Any) -> dict[str, Any]:
+    body = {
+        "metadata": {
+            "name": "bj-0",
+            "labels": {
+                "topology.kubernetes.io/region": "beijing",
+                "topology.kubernetes.io/zone": "bj-a",
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                "nvidia.com/gpu.memory": "40960",
+                "nvidia.com/gpu.count": "8",
+            },
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    for path, value in over.items():
+        where: Any = body
+        keys = path.split("__")
+        for k in keys[:-1]:
+            where = where.setdefault(k, {})
+        where[keys[-1]] = value
+    return body
+
+
+def test_gfd_labels_become_a_server() -> None:
+    info = node_info(node())
+    assert info.problem is None and info.server is not None
+    s = info.server
+    assert (s.region, s.gpus, s.gpu_memory_gib, s.gpu_tflops, s.zone) == (
+        "beijing",
+        8,
+        40.0,
+        312.0,
+        "bj-a",
+    )
+    assert info.offers() and info.sick() is None
+
+
+def test_allocatable_not_label_counts_gpus() -> None:
+    info = node_info(node(status__allocatable={"nvidia.com/gpu": "6"}))
+    assert info.server is not None and info.server.gpus == 6
+
+
+def test_every_paper_node_from_the_sandbox_is_usable() -> None:
+    cluster = paper_cluster()
+    for server in cluster.servers:
+        body = node_manifest(server)
+        body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        info = node_info(body)
+        assert info.server is not None, (server.name, info.problem)
+        assert info.server.gpus == server.gpus
+        assert info.server.gpu_tflops == server.gpu_tflops
+
+
+def test_unusable_nodes_say_why() -> None:
+    assert "allocatable" in str(node_info(node(status__allocatable={})).problem)
+    assert "MIG" in str(
+        node_info(
+            node(
+                metadata__labels={
+                    **node()["metadata"]["labels"],
+                    "nvidia.com/mig.strategy": "mixed",
+                }
+            )
+        ).problem
+    )
+    labels = copy.deepcopy(node()["metadata"]["labels"])
+    labels["nvidia.com/gpu.product"] = "Tesla-T4-SHARED"
+    assert "time-sliced" in str(node_info(node(metadata__labels=labels)).problem)
+    labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-40GB"
+    del labels["nvidia.com/gpu.memory"]
+    assert "memory" in str(node_info(node(metadata__labels=labels)).problem)
+    labels = {"nvidia.com/gpu.memory": "1000", "nvidia.com/gpu.product": "Mystery"}
+    assert "speed" in str(node_info(node(metadata__labels=labels)).problem)
+    labels["hulk.dev/x"] = "1"
+    body = node(metadata__labels=labels, metadata__annotations={"hulk.dev/gpu-tflops": "50"})
+    info = node_info(body)
+    assert info.server is not None and info.server.gpu_tflops == 50.0
+    assert info.server.region == inventory.UNLABELLED
+
+
+def test_health_readiness_cordon_taints() -> None:
+    assert (
+        node_info(node(status__conditions=[{"type": "Ready", "status": "False"}])).sick()
+        == "NotReady"
+    )
+    assert node_info(node(spec__unschedulable=True)).sick() == "Cordoned"
+    noexec = node_info(node(spec__taints=[{"key": "maint", "effect": "NoExecute"}]))
+    assert noexec.sick() == "Tainted maint:NoExecute"
+    assert noexec.sick([{"key": "maint", "operator": "Exists"}]) is None
+    nosched = node_info(node(spec__taints=[{"key": "x", "value": "y", "effect": "NoSchedule"}]))
+    assert nosched.sick() is None and not nosched.offers()
+    assert nosched.offers([{"key": "x", "value": "y", "effect": "NoSchedule"}])
+    gpu = node_info(node(spec__taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))
+    assert gpu.offers()
+    unreachable = node_info(
+        node(spec__taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}])
+    )
+    assert not unreachable.ready
+
+
+def test_tolerations() -> None:
+    t = Taint("k", "v", "NoSchedule")
+    assert tolerates([{"operator": "Exists"}], t)
+    assert tolerates([{"key": "k", "operator": "Equal", "value": "v"}], t)
+    assert not tolerates([{"key": "k", "value": "w"}], t)
+    assert not tolerates([{"key": "k", "operator": "Exists", "effect": "NoExecute"}], t)
+
+
+def test_constraints() -> None:
+    info = node_info(node())
+    assert inventory.selected(info, {"nvidia.com/gpu.count": "8"}, ["beijing"])
+    assert not inventory.selected(info, {"nvidia.com/gpu.count": "4"}, None)
+    assert not inventory.selected(info, None, ["shanghai"])
+
+
+def latency_object(name: str, stamp: str, **peers: float | None) -> dict[str, Any]:
+    """A NodeLatency object; a peer given None is reported unreachable."""
+    rows = [
+        {"node": n, "reachable": False, "samples": 0, "consecutiveFailures": 3}
+        if ms is None
+        else {"node": n, "reachable": True, "latencyMs": ms, "lastUpdated": stamp, "samples": 5}
+        for n, ms in peers.items()
+    ]
+    return {"metadata": {"name": name}, "status": {"lastPublished": stamp, "peers": rows}}
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+STAMP = "2026-01-01T00:00:00Z"
+
+
+def servers(names: str, region: str = "beijing") -> list[Any]:
+    found = [
+        node_info(node(metadata__name=n, metadata__labels={**LABELS, REGION: region})).server
+        for n in names
+    ]
+    return [s for s in found if s is not None]
+
+
+LABELS = node()["metadata"]["labels"]
+REGION = "topology.kubernetes.io/region"
+
+
+def test_links_measured_and_fallback() -> None:
+    lat = inventory.read_latencies([latency_object("a", STAMP, b=10.0)], 60, NOW)
+    assert lat.measured == {frozenset(("a", "b")): 10.0} and not lat.unreachable
+    cluster = inventory.build_cluster(servers("abc"), lat, same_region_ms=1, cross_region_ms=80)
+    assert [(lk.a, lk.b, lk.latency_ms) for lk in cluster.links] == [("a", "b", 10.0)]
+    assert [(r.a, r.b, r.latency_ms) for r in cluster.region_links] == [("beijing", "beijing", 1)]
+    assert inventory.estimated_pairs(["a", "b", "c"], lat) == 2
+
+
+def test_stale_measurements_fall_back() -> None:
+    old = "2025-12-31T23:50:00Z"  # 10 minutes before NOW
+    lat = inventory.read_latencies([latency_object("a", old, b=10.0, c=None)], 60, NOW)
+    assert lat == inventory.Latencies()
+    assert inventory.estimated_pairs(["a", "b", "c"], lat) == 3
+
+
+def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -> None:
+    objs = [latency_object("a", STAMP, b=None, c=2.0), latency_object("b", STAMP, a=3.0)]
+    lat = inventory.read_latencies(objs, 60, NOW)
+    ab = frozenset("ab")
+    assert lat.unreachable == {ab} and lat.measured == {frozenset("ac"): 2.0}
+    both = servers("ab") + servers("cd", region="tokyo")
+    cluster = inventory.build_cluster(both, lat, same_region_ms=1, cross_region_ms=80)
+    # beijing-beijing holds the cut pair: no region link there, a link for every other pair.
+    assert sorted((r.a, r.b) for r in cluster.region_links) == [
+        ("beijing", "tokyo"),
+        ("tokyo", "tokyo"),
+    ]
+    assert ab not in {lk.key for lk in cluster.links}
+    assert {lk.key: lk.latency_ms for lk in cluster.links} == {frozenset("ac"): 2.0}
+    from hulk_planner.topology import Network
+
+    net = Network(cluster)
+    assert not net.direct[net.index["a"], net.index["b"]]  # no latency of its own
+    assert net.latency("a", "c") == 2.0 and net.latency("c", "d") == 1.0
+    assert inventory.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c
+    assert inventory.cut_pairs(["a", "b", "c"], lat) == 1
+    # Without other servers to relay through, the pair is unusable.
+    alone = inventory.build_cluster(servers("ab"), lat, same_region_ms=1, cross_region_ms=80)
+    assert not Network(alone).reachable("a", "b")

@@ -1,0 +1,107 @@
+"""The probe's NodeLatency measurements on the sandbox: ``hulk plan --kubeconfig`` and the
+operator plan with them, fall back to region estimates where they are missing or stale
+(and say so), and give a pair freshly reported unreachable no latency at all."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hjob_helpers import (
+    ROOT,
+    Kube,
+    condition,
+    forget_latencies,
+    manifest,
+    paper_manifests,
+    plan_nodes,
+    publish_latencies,
+    wait,
+)
+
+from hulk_operator.inventory import Latencies, build_cluster
+from hulk_operator.preview import cluster_from_kubeconfig
+from hulk_planner.api import plan
+from hulk_planner.io import job_from_dict
+from hulk_planner.topology import Network
+
+pytestmark = pytest.mark.sandbox
+TOKYO = [f"tokyo-{i}" for i in range(25, 30)]
+Publish = Callable[..., None]
+
+
+@pytest.fixture
+def latencies(sandbox: Any, crds: None) -> Iterator[Publish]:
+    """``latencies(rows, at=None)`` publishes NodeLatency objects; they go after the test."""
+    published: set[str] = set()
+    with sandbox.api_client() as api:
+
+        def publish(rows: dict[str, dict[str, float | None]], at: datetime | None = None) -> None:
+            published.update(rows)
+            publish_latencies(api, rows, at)
+
+        try:
+            yield publish
+        finally:
+            forget_latencies(api, published)
+
+
+def test_the_preview_cluster_uses_measured_latencies(sandbox: Any, latencies: Publish) -> None:
+    latencies({"tokyo-25": {"tokyo-26": 40.0}, "tokyo-26": {"tokyo-25": 44.0, "tokyo-27": None}})
+    latencies({"tokyo-28": {"tokyo-29": 7.0}}, at=datetime.now(UTC) - timedelta(hours=1))
+    cluster = cluster_from_kubeconfig(sandbox.kubeconfig)
+    links = {lk.key: lk.latency_ms for lk in cluster.links}
+    assert links[frozenset(("tokyo-25", "tokyo-26"))] == 42.0  # the mean of both directions
+    net = Network(cluster)
+    assert net.latency("tokyo-25", "tokyo-26") == 42.0
+    assert net.latency("tokyo-28", "tokyo-29") == 1.0  # stale: the same-region estimate
+    assert net.latency("tokyo-25", "beijing-0") == 100.0  # never measured: cross-region
+    # Reported unreachable: no link and no estimate (the planner may only relay it).
+    assert frozenset(("tokyo-26", "tokyo-27")) not in links
+    assert ("tokyo", "tokyo") not in {(r.a, r.b) for r in cluster.region_links}
+    assert not net.direct[net.index["tokyo-26"], net.index["tokyo-27"]]
+
+
+def test_the_operator_plans_with_measured_latencies(
+    sandbox: Any, kube: Kube, operator: Any, latencies: Publish
+) -> None:
+    far = "tokyo-25"
+    latencies({a: {b: 300.0 if far in (a, b) else 0.5 for b in TOKYO if b != a} for a in TOKYO})
+    near = manifest("near", allowedRegions=["tokyo"])
+    # Without measurements, the planner uses every Tokyo server, the far one included.
+    servers = [s for s in cluster_from_kubeconfig(sandbox.kubeconfig).servers if s.name in TOKYO]
+    alone = build_cluster(servers, Latencies(), same_region_ms=1.0, cross_region_ms=100.0)
+    assert far in plan(alone, [job_from_dict(near)]).jobs[0].nodes
+    kube.apply(near)
+    kube.apply(manifest("estimated", allowedRegions=["quanzhou"]))
+    wait("both placed", lambda: all(plan_nodes(kube.job(n)) for n in ("near", "estimated")), 60)
+    job = kube.job("near")
+    assert far not in plan_nodes(job) and len(plan_nodes(job)) >= 2
+    c = condition(job, "LatencyEstimated")
+    assert (c["status"], c["reason"]) == ("False", "Measured"), c
+    c = condition(kube.job("estimated"), "LatencyEstimated")
+    assert (c["status"], c["reason"]) == ("True", "FallbackLatency"), c
+    assert "no fresh latency measurement" in c["message"] and "1 ms within a region" in c["message"]
+
+
+def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube: Kube) -> None:
+    for m in paper_manifests():
+        kube.apply(m)
+    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    cmd += ["--namespace", kube.ns, "-o", "json"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    preview = json.loads(out.stdout)
+    names = {m["metadata"]["name"] for m in paper_manifests()}
+    assert {j["name"] for j in preview["jobs"]} == names
+    used = [n for j in preview["jobs"] for s in j["stages"] for n in s["nodes"]]
+    live = {n.metadata.name for n in kube.core.list_node().items}
+    assert set(used) <= live and len(used) == len(set(used))
+    assert all(j["predictedIterationSeconds"] > 0 for j in preview["jobs"])
+    # A preview writes nothing: no pod, no status.
+    assert not kube.pods() and not any(j.get("status") for j in kube.jobs())

@@ -1,0 +1,163 @@
+"""Pure tests of the stage pod and Service builders (no cluster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hulk_operator import GANG_GATE, GPU, LABEL_JOB, LABEL_STAGE, manifests
+from hulk_planner.model import JobPlan, Stage
+
+TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"app": "train"}},
+    "spec": {
+        "containers": [
+            {
+                "name": "trainer",
+                "image": "train:1",
+                "env": [{"name": "RANK", "value": "99"}, {"name": "KEEP", "value": "1"}],
+            }
+        ]
+    },
+}
+PLAN = JobPlan(
+    "gpt2-xl",
+    (Stage((0, 20), ("bj-0", "bj-1")), Stage((20, 48), ("sh-0", "sh-1"))),
+    micro_batches=64,
+)
+GPUS = {"bj-0": 8, "bj-1": 4, "sh-0": 8, "sh-1": 8}
+
+
+def pods() -> dict[str, dict[str, Any]]:
+    return manifests.desired_pods(
+        job="gpt2-xl", namespace="ml", uid="u-1", template=TEMPLATE, job_plan=PLAN, gpus=GPUS
+    )
+
+
+def env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_one_pod_per_stage_server_in_pipeline_order() -> None:
+    ps = list(pods().values())
+    assert [p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in ps] == [
+        "bj-0",
+        "bj-1",
+        "sh-0",
+        "sh-1",
+    ]
+    assert [env(p)["RANK"] for p in ps] == ["0", "1", "2", "3"]
+    assert all("nodeName" not in p["spec"] for p in ps)
+
+
+def test_pod_pinning_labels_owner_gpus_toleration_gate() -> None:
+    p = next(iter(pods().values()))
+    assert p["metadata"]["labels"] == {
+        "app": "train",
+        LABEL_JOB: "gpt2-xl",
+        LABEL_STAGE: "0",
+        "hulk.dev/replica": "0",
+    }
+    owner = p["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "HulkTrainingJob" and owner["uid"] == "u-1" and owner["controller"]
+    c = p["spec"]["containers"][0]
+    assert c["resources"]["limits"][GPU] == "8" and c["resources"]["requests"][GPU] == "8"
+    assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in p["spec"]["tolerations"]
+    assert p["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert p["spec"]["hostname"] == "gpt2-xl-0-0" and p["spec"]["subdomain"] == "gpt2-xl"
+
+
+def test_training_env() -> None:
+    ps = list(pods().values())
+    first, last = env(ps[1]), env(ps[3])
+    assert first["MASTER_ADDR"] == "gpt2-xl-0-0.gpt2-xl" == first["PET_MASTER_ADDR"]
+    assert first["MASTER_PORT"] == "29500" == first["PET_MASTER_PORT"]
+    assert first["WORLD_SIZE"] == "4" == first["PET_NNODES"]
+    assert first["PET_NPROC_PER_NODE"] == "4" and first["PET_NODE_RANK"] == "1"
+    assert first["PYTHONUNBUFFERED"] == "1" and first["KEEP"] == "1"
+    assert (first["HULK_STAGE_INDEX"], first["HULK_NUM_STAGES"]) == ("0", "2")
+    assert (first["HULK_LAYER_START"], first["HULK_LAYER_END"]) == ("0", "20")
+    assert first["HULK_PREV_STAGE_ADDR"] == ""
+    assert first["HULK_NEXT_STAGE_ADDR"] == "gpt2-xl-1-1.gpt2-xl"  # same replica
+    assert (
+        last["HULK_PREV_STAGE_ADDR"] == "gpt2-xl-0-1.gpt2-xl" and last["HULK_NEXT_STAGE_ADDR"] == ""
+    )
+    assert (last["HULK_LAYER_START"], last["HULK_LAYER_END"]) == ("20", "48")
+    names = [e["name"] for e in ps[1]["spec"]["containers"][0]["env"]]
+    assert names.count("RANK") == 1  # the template's RANK is replaced, not duplicated
+
+
+def test_names_are_deterministic_and_change_only_with_the_pod() -> None:
+    a, b = pods(), pods()
+    assert list(a) == list(b)
+    moved = JobPlan(
+        "gpt2-xl", (Stage((0, 20), ("bj-0", "bj-1")), Stage((20, 48), ("sh-0", "xa-9"))), 64
+    )
+    c = manifests.desired_pods(
+        job="gpt2-xl",
+        namespace="ml",
+        uid="u-1",
+        template=TEMPLATE,
+        job_plan=moved,
+        gpus={**GPUS, "xa-9": 8},
+    )
+    assert set(a) & set(c) == set(list(a)[:3])  # only the moved slot gets a new pod
+
+
+def test_template_gpu_request_wins() -> None:
+    tmpl = {"spec": {"containers": [{"name": "t", "resources": {"limits": {GPU: 2}}}]}}
+    p = manifests.stage_pod(
+        job="j",
+        namespace="n",
+        uid="u",
+        template=tmpl,
+        job_plan=PLAN,
+        slot=manifests.slots(PLAN)[0],
+        gpus=8,
+    )
+    assert p["spec"]["containers"][0]["resources"] == {"limits": {GPU: 2}}
+
+
+def test_template_without_containers_is_refused() -> None:
+    with pytest.raises(ValueError, match="containers"):
+        manifests.stage_pod(
+            job="j",
+            namespace="n",
+            uid="u",
+            template={"spec": {}},
+            job_plan=PLAN,
+            slot=manifests.slots(PLAN)[0],
+            gpus=1,
+        )
+
+
+def test_headless_service() -> None:
+    svc = manifests.headless_service(job="gpt2-xl", namespace="ml", uid="u-1")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {LABEL_JOB: "gpt2-xl"}
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["metadata"]["ownerReferences"][0]["name"] == "gpt2-xl"
+
+
+def test_long_and_odd_names_become_valid_labels() -> None:
+    long = "x" * 80
+    assert len(manifests.service_name(long)) <= 63
+    assert manifests.service_name("1job")[0].isalpha()
+    assert manifests.service_name("a.b") != "a.b"
+    assert len(manifests.job_label(long)) <= 63
+    assert manifests.dns_label(long) == manifests.dns_label(long)
+
+
+def test_tensor_stage_neighbour_is_its_first_server() -> None:
+    plan = JobPlan("j", (Stage((0, 4), ("a", "b")), Stage((4, 8), ("c", "d"), "tensor")), 4)
+    p = manifests.stage_pod(
+        job="j",
+        namespace="n",
+        uid="u",
+        template=TEMPLATE,
+        job_plan=plan,
+        slot=manifests.slots(plan)[1],
+        gpus=1,
+    )
+    assert env(p)["HULK_NEXT_STAGE_ADDR"] == "j-1-0.j"

@@ -1,0 +1,249 @@
+"""Placement, recovery and status logic without a cluster (the real planner, in memory)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from hulk_operator import recovery
+from hulk_operator import status as st
+from hulk_operator.inventory import Latencies, NodeInfo, node_info
+from hulk_operator.placement import JobEntry, Placer, Snapshot, plan_pending
+from hulk_planner.api import plan
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.model import Job, ModelSpec, Plan
+from hulk_sandbox.nodes import node_manifest
+
+
+def nodes() -> dict[str, NodeInfo]:
+    out = {}
+    for s in paper_cluster().servers:
+        body = node_manifest(s)
+        body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        out[s.name] = node_info(body)
+    return out
+
+
+def entry(job: Job, ns: str = "ml", **kw: Any) -> JobEntry:
+    base = dict(
+        key=(ns, job.name),
+        uid=f"uid-{job.name}",
+        generation=1,
+        job=job,
+        error=None,
+        plan_nodes=frozenset(),
+        phase=None,
+        deleting=False,
+    )
+    base.update(kw)
+    return JobEntry(**base)  # type: ignore[arg-type]
+
+
+def snap(entries: list[JobEntry], held: dict[str, Any] | None = None) -> Snapshot:
+    return Snapshot(nodes(), Latencies(), {e.key: e for e in entries}, held or {})
+
+
+def test_paper_jobs_planned_together_on_disjoint_servers() -> None:
+    jobs = [entry(j) for j in paper_jobs()]
+    decisions = plan_pending(snap(jobs), plan, baselines=True)
+    assert set(decisions) == {e.key for e in jobs}
+    used: list[str] = []
+    for d in decisions.values():
+        assert d.job_plan is not None, d.reason
+        used += d.job_plan.nodes
+        assert d.estimated > 0 or len(d.job_plan.nodes) == 1  # no probe data: estimates
+        assert set(d.baselines) == {"baseline-a", "baseline-b", "baseline-c"}
+    assert len(used) == len(set(used))
+
+
+def test_held_servers_are_not_offered() -> None:
+    bert = entry(paper_jobs()[3])
+    all_nodes = set(nodes())
+    held = {n: ("other", "job") for n in sorted(all_nodes)[:-1]}
+    d = plan_pending(snap([bert], held), plan)[bert.key]
+    if d.job_plan is not None:
+        assert set(d.job_plan.nodes) <= all_nodes - set(held)
+
+
+def test_job_that_cannot_fit_gets_a_reason() -> None:
+    huge = Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1)
+    d = plan_pending(snap([entry(huge)]), plan)[("ml", "huge")]
+    assert d.job_plan is None and d.reason
+
+
+def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
+    bert = paper_jobs()[3]
+    region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]
+    a = entry(bert, "a", allowed_regions=(region,))
+    b = entry(bert, "b")
+    decisions = plan_pending(snap([a, b]), plan)
+    da, db = decisions[a.key], decisions[b.key]
+    assert da.job_plan and db.job_plan
+    assert da.job_plan.name == db.job_plan.name == "bert-large"
+    assert all(nodes()[n].server.region == region for n in da.job_plan.nodes)  # type: ignore[union-attr]
+    assert not set(da.job_plan.nodes) & set(db.job_plan.nodes)
+
+
+def test_placer_batches_reserves_and_caches_failures() -> None:
+    calls: list[int] = []
+
+    def counting(*args: Any, **kw: Any) -> Plan:
+        calls.append(len(args[1]))
+        return plan(*args, **kw)
+
+    jobs = [entry(j) for j in paper_jobs()]
+    state = snap(jobs)
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(state.nodes, state.latencies, state.jobs, dict(state.held))
+
+    async def main() -> None:
+        placer = Placer(counting, batch_window_s=0.01)
+        got = await asyncio.gather(*(placer.decide(e.key, snapshot) for e in jobs))
+        assert all(d is not None and d.job_plan for d in got)
+        assert calls == [4]  # one round for the four jobs
+        assert set(placer.reserved) == {e.key for e in jobs}
+        held = placer.held({})
+        assert len(held) == sum(len(d.nodes) for d in got if d)
+        # Once the statuses show the plans, the reservations go.
+        for e, d in zip(jobs, got, strict=True):
+            assert d is not None
+            state.jobs[e.key] = replace(e, plan_nodes=d.nodes)  # type: ignore[index]
+        placer.prune(state.jobs)
+        assert not placer.reserved
+        huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
+        state.jobs[huge.key] = huge  # type: ignore[index]
+        first = await placer.decide(huge.key, snapshot)
+        again = await placer.decide(huge.key, snapshot)
+        assert first is again and first is not None and first.job_plan is None
+        assert calls == [4, 1]  # nothing changed: no new round
+
+    asyncio.run(main())
+
+
+def test_replan_keeps_healthy_stages() -> None:
+    gpt = entry(paper_jobs()[2])
+    state = snap([gpt])
+    d = plan_pending(state, plan)[gpt.key]
+    assert d.job_plan is not None
+    current = d.job_plan
+    lost = current.nodes[-1]
+    left = {n: i for n, i in state.nodes.items() if n != lost}
+    running = replace(gpt, plan_nodes=frozenset(current.nodes))
+
+    async def snapshot() -> Snapshot:
+        held = {n: gpt.key for n in current.nodes}
+        return Snapshot(left, Latencies(), {gpt.key: running}, held)
+
+    new = asyncio.run(Placer(plan).replan(running, current, snapshot))
+    assert new.job_plan is not None and lost not in new.job_plan.nodes
+    kept = set(current.nodes) - {lost}
+    assert kept <= set(new.job_plan.nodes)
+    assert recovery.lost_servers(current, left) == {lost: "Deleted"}
+    msg = recovery.event_message({lost: "Deleted"}, current, new.job_plan, 1, len(kept))
+    assert lost in msg and "1 pod(s) replaced" in msg
+
+
+def test_pod_diff() -> None:
+    d = recovery.pod_diff(["a", "b", "old"], ["a", "b", "new"])
+    assert (d.create, d.delete, d.keep) == (("new",), ("old",), ("a", "b"))
+
+
+def test_conditions_keep_transition_time_until_status_flips() -> None:
+    c = st.set_condition([], st.READY, False, "Starting", "0/2", 1, now="t1")
+    c = st.set_condition(c, st.READY, False, "Starting", "1/2", 1, now="t2")
+    assert c[0]["lastTransitionTime"] == "t1" and c[0]["message"] == "1/2"
+    c = st.set_condition(c, st.READY, True, "Running", "2/2", 1, now="t3")
+    c = st.set_condition(c, st.PLANNED, True, "Planned", "ok", 1, now="t3")
+    assert [x["type"] for x in c] == [st.PLANNED, st.READY]
+    assert c[1]["lastTransitionTime"] == "t3" and c[1]["observedGeneration"] == 1
+
+
+def test_plan_status_round_trip() -> None:
+    cluster = paper_cluster()
+    jp = plan(cluster, paper_jobs()[2:3]).jobs[0]
+    status: dict[str, Any] = {
+        "plan": st.plan_status(jp, cluster, "hulk"),
+        "predictedIterationSeconds": 1.5,
+    }
+    back = st.job_plan_from_status(jp.name, status)
+    assert back is not None and back.stages == jp.stages
+    assert set(st.plan_gpus(status)) == set(jp.nodes)
+    first = status["plan"]["stages"][0]
+    assert {"index", "layers", "parallelism", "nodes"} <= set(first)
+    assert {"name", "region", "gpus"} <= set(first["nodes"][0])
+    assert st.job_plan_from_status("x", {}) is None
+    assert st.diff({"a": 1, "b": 2}, {"a": 1, "b": 3}) == {"b": 3}
+
+
+@pytest.mark.parametrize("bad", [{"plan": {"stages": [{}]}}, {"plan": "x"}])
+def test_unreadable_status_plan_is_none(bad: dict[str, Any]) -> None:
+    assert st.job_plan_from_status("x", bad) is None
+
+
+def test_a_reserved_job_is_not_planned_again_by_a_later_round() -> None:
+    """A round started by another job must not re-plan a job whose decision is reserved
+    but not yet in its status (that wrote a second, uncounted plan)."""
+    gpt, bert = (entry(j) for j in paper_jobs()[2:4])
+    state = snap([gpt])
+    planned: list[list[str]] = []
+
+    def recording(*args: Any, **kw: Any) -> Plan:
+        planned.append([j.name for j in args[1]])
+        return plan(*args, **kw)
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(state.nodes, state.latencies, dict(state.jobs), dict(state.held))
+
+    async def main() -> None:
+        placer = Placer(recording, batch_window_s=0.0)
+        first = await placer.decide(gpt.key, snapshot)
+        assert first is not None and first.job_plan is not None
+        state.jobs[bert.key] = bert  # type: ignore[index]
+        other = await placer.decide(bert.key, snapshot)  # gpt's status is still empty
+        assert other is not None and other.job_plan is not None
+        assert planned == [["gpt2-xl"], ["bert-large"]]
+        assert placer.reserved[gpt.key] is first
+        assert not first.nodes & other.nodes
+        assert await placer.decide(gpt.key, snapshot) is first
+
+    asyncio.run(main())
+
+
+def test_a_replan_waits_for_its_status_write_then_is_dropped() -> None:
+    gpt = entry(paper_jobs()[2])
+    state = snap([gpt])
+    d = plan_pending(state, plan)[gpt.key]
+    assert d.job_plan is not None
+    current = d.job_plan
+    left = {n: i for n, i in state.nodes.items() if n != current.nodes[0]}
+    running = replace(gpt, plan_nodes=frozenset(current.nodes))
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(left, Latencies(), {gpt.key: running}, {n: gpt.key for n in current.nodes})
+
+    placer = Placer(plan)
+    new = asyncio.run(placer.replan(running, current, snapshot))
+    assert new.job_plan is not None and new.base == current
+    # The status still shows the old plan: the re-plan is pending, nothing to redo.
+    assert placer.pending_write(gpt.key, current) is new
+    # Another plan in the status (a stale reservation): never reused.
+    other = replace(current, micro_batches=current.micro_batches + 1)
+    assert placer.pending_write(gpt.key, other) is None and gpt.key in placer.reserved
+    # The status shows the re-plan: the reservation goes.
+    assert placer.pending_write(gpt.key, new.job_plan) is None
+    assert gpt.key not in placer.reserved
+
+
+def test_event_names_stages_whose_layers_moved() -> None:
+    from hulk_planner.model import JobPlan, Stage
+
+    old = JobPlan("j", (Stage((0, 4), ("a",)), Stage((4, 8), ("b",)), Stage((8, 12), ("c",))), 4)
+    new = JobPlan("j", (Stage((0, 5), ("a",)), Stage((5, 8), ("b",)), Stage((8, 12), ("d",))), 4)
+    msg = recovery.event_message({"c": "Deleted"}, old, new, 3, 0)
+    assert msg == (
+        "c deleted; stage 2: c -> d; layers moved in stage(s) 0, 1; 3 pod(s) replaced, 0 kept"
+    )

@@ -1,0 +1,96 @@
+"""A tiny end-to-end run: label clusters, train, save, plan with the result (CPU, seconds)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+from hulk_planner.cost import CostModel, validate_plan  # noqa: E402
+from hulk_planner.gnn import cli  # noqa: E402
+from hulk_planner.gnn.data import (  # noqa: E402
+    Example,
+    GenerationSettings,
+    generate_to_file,
+    load_examples,
+)
+from hulk_planner.gnn.infer import read_pt  # noqa: E402
+from hulk_planner.gnn.planner import plan_gnn  # noqa: E402
+from hulk_planner.gnn.train import TrainSettings, example_data, save, train  # noqa: E402
+
+TINY = GenerationSettings(examples=4, min_servers=20, max_servers=30, max_jobs=3, iterations=40)
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
+    path = tmp_path_factory.mktemp("data") / "ex.jsonl"
+    out = generate_to_file(TINY, path, workers=1)
+    assert len(out) == 4 and load_examples(path) == out
+    # resuming reads the file instead of labelling again; a prefix is a shorter data set
+    again = generate_to_file(TINY, path, workers=1)
+    assert [e.to_json() for e in again] == [e.to_json() for e in out]
+    short = GenerationSettings(**{**TINY.as_dict(), "examples": 2, "presets": TINY.presets})
+    assert [e.to_json() for e in generate_to_file(short, path)] == [e.to_json() for e in out[:2]]
+    return out
+
+
+def test_examples_are_labelled(examples: list[Example]) -> None:
+    for ex in examples:
+        cluster = ex.cluster()
+        assert 20 <= len(cluster.servers) <= 30
+        jobs = {j.name for j in ex.jobs}
+        assert set(ex.labels) <= set(cluster.index)
+        assert set(ex.labels.values()) <= jobs
+        data = example_data(ex)
+        assert data.y.shape == (len(cluster.servers),)
+        assert int(data.y.max()) <= len(ex.jobs)
+        assert data.job_x.shape[0] == len(ex.jobs)
+
+
+def test_train_save_and_plan(examples: list[Example], tmp_path: Path) -> None:
+    data = [example_data(ex) for ex in examples]
+    settings = TrainSettings(epochs=3, batch_size=2, hidden=16, gcn_layers=1, device="cpu")
+    model, logs = train(data, settings, progress=False)
+    assert [e.epoch for e in logs] == [1, 2, 3]
+    assert all(0.0 <= e.accuracy <= 1.0 and e.loss > 0 for e in logs)
+    # seeded: the same settings give the same weights
+    model2, _ = train(data, settings, progress=False)
+    for (k, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+    weights, meta = save(
+        model, tmp_path / "w.pt", generation=TINY.as_dict(), training=settings, logs=logs
+    )
+    info = json.loads(meta.read_text())
+    assert info["generation"]["iterations"] == 40 and info["training"]["epochs"] == 3
+    assert len(info["epochs"]) == 3 and info["model"]["hidden"] == 16
+    assert read_pt(weights)["config"]["gcn_layers"] == 1
+    ex = examples[0]
+    cluster, jobs = ex.cluster(), ex.job_list()
+    plan = plan_gnn(CostModel(cluster), jobs, weights=weights, max_iterations=20)
+    validate_plan(plan, cluster, jobs)
+    assert plan.planner == "hulk" and plan.jobs
+
+
+def test_cli_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    out = tmp_path / "gnn" / "hulk-gnn.pt"
+    args = parser.parse_args(
+        [
+            "--examples", "3", "--min-servers", "20", "--max-servers", "24",
+            "--max-jobs", "2", "--iterations", "20", "--workers", "1",
+            "--epochs", "2", "--hidden", "8", "--gcn-layers", "1", "--device", "cpu",
+            "--data", str(tmp_path / "d.jsonl"), "--output", str(out), "--quiet",
+        ]
+    )  # fmt: skip
+    assert cli.run(args) == 0
+    text = capsys.readouterr().out
+    assert "epoch   1" in text and "val_acc" in text and "wrote" in text
+    assert out.exists() and out.with_suffix(".json").exists()
+    bad = parser.parse_args(["--examples", "1", "--data", str(tmp_path / "x.jsonl")])
+    assert cli.run(bad) == 2
