@@ -54,14 +54,35 @@ def wait_established(api: client.ApiClient, names: list[str], timeout: float = 6
             time.sleep(0.1)
 
 
+def wait_served(api: client.ApiClient, crds: list[dict[str, Any]], timeout: float = 60.0) -> None:
+    """Waits until the API server's watch cache serves each resource: right after a CRD is
+    Established, lists from the cache (and so a watch, e.g. kopf's) answer 429 "storage is
+    (re)initializing" for a moment, and kopf then retries with a backoff of seconds."""
+    custom = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+        while True:
+            try:
+                custom.list_cluster_custom_object(
+                    spec["group"], version, spec["names"]["plural"], limit=1, resource_version="0"
+                )
+                break
+            except ApiException as exc:
+                if exc.status not in (404, 429, 503) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
 def install(api: client.ApiClient, *, peering: bool = True) -> list[str]:
     """Applies the CRDs and waits until they are served; returns their names."""
     paths = [JOB_CRD] + ([LATENCY_CRD] if LATENCY_CRD.exists() else [])
     paths += [PEERING_CRDS] if peering else []
-    names = []
-    for path in paths:
-        for doc in documents(path):
-            apply_crd(api, doc)
-            names.append(doc["metadata"]["name"])
+    docs = [doc for path in paths for doc in documents(path)]
+    for doc in docs:
+        apply_crd(api, doc)
+    names = [doc["metadata"]["name"] for doc in docs]
     wait_established(api, names)
+    wait_served(api, docs)
     return names

@@ -82,8 +82,11 @@ async def operator_startup(
     # Notice an API server restart quickly instead of waiting on a dead watch.
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
-    # Stop the timers promptly when a job is deleted or the operator stops.
+    # Stop the timers promptly when a job is deleted or the operator stops. A deleted
+    # job's timer caught mid-tick (e.g. planning) finishes that tick; kopf then checks
+    # again after `cancellation_polling` (default 60 s, which held deletions for a minute).
     settings.process.ultimate_exiting_timeout = 10
+    settings.background.cancellation_polling = 0.5
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
     memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     memo.metrics = memo.get("metrics") or Metrics()

@@ -3,10 +3,12 @@
 :func:`plan_pending` is pure (a snapshot and a planner function in, decisions out). The
 :class:`Placer` wraps it for the operator: one planning round at a time (an asyncio lock),
 a short batch window so jobs applied together are planned together, and in-memory
-reservations for decisions not yet written to a job's status, so two rounds never hand out
-the same server. Jobs whose constraints differ (``allowedRegions``, ``nodeSelector``,
-tolerations) are planned in groups, highest priority first, each on what the previous
-groups left. Gang semantics: a job gets a server for every stage or nothing.
+reservations for decisions not yet written to a job's status: a reserved job is not planned
+again and its servers stay held, so two rounds never hand out the same server (before,
+a later round re-planned reserved jobs and pinned pods of two jobs to one server). Jobs
+whose constraints differ (``allowedRegions``, ``nodeSelector``, tolerations) are planned in
+groups, highest priority first, each on what the previous groups left. Gang semantics: a
+job gets a server for every stage or nothing.
 """
 
 from __future__ import annotations

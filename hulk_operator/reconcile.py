@@ -135,6 +135,8 @@ async def reconcile(
             new.update(_placed_fields(decision))
             conds = _estimated(conds, decision, ctx.config, gen)
             new["phase"] = st.PLACING
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
     diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
     if replanned is not None:
         old, lost = replanned

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -26,6 +27,7 @@ from hjob_helpers import (
 from kubernetes import client
 
 from hulk_operator.runner import OperatorThread
+from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster
 from hulk_planner.model import Server
 
@@ -190,6 +192,34 @@ def test_deleting_a_job_leaves_no_pod(kube: Kube, operator: Any) -> None:
         ),
         timeout=60,
     )
+
+
+def test_deleting_a_job_while_it_is_being_planned_is_prompt(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """The job's timer is caught mid-tick: kopf waits for it, and must notice it has
+    exited within a second, not after its default minute of polling."""
+    planning = threading.Event()
+
+    def slow_plan(*args: Any, **kw: Any) -> Any:
+        planning.set()
+        time.sleep(1.0)
+        return plan(*args, **kw)
+
+    memo = {"plan_fn": slow_plan}
+    with (
+        OperatorThread(
+            sandbox.kubeconfig, namespaces=[namespace], config=CONFIG, extra_memo=memo
+        ),  # fmt: skip
+        cleanup_jobs(kube),
+    ):
+        kube.apply(manifest("slow"))
+        wait("planning", planning.is_set, 30, every=0.02)
+        start = time.monotonic()
+        kube.delete_job("slow")
+        wait("the job gone", lambda: not kube.jobs(), 30)
+        assert time.monotonic() - start < 15  # one tick (4 planner calls), not a minute
+        wait("no pod", lambda: not kube.live_pods("slow"), 30)
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,8 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube:
     names = {m["metadata"]["name"] for m in paper_manifests()}
     assert {j["name"] for j in preview["jobs"]} == names
     used = [n for j in preview["jobs"] for s in j["stages"] for n in s["nodes"]]
-    live = {n.metadata.name for n in kube.core.list_node().items}
+    nodes: Any = kube.core.list_node()
+    live = {n.metadata.name for n in nodes.items}
     assert set(used) <= live and len(used) == len(set(used))
     assert all(j["predictedIterationSeconds"] > 0 for j in preview["jobs"])
     # A preview writes nothing: no pod, no status.
