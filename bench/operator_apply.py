@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
 from operator_common import Cluster, paper_jobs, sandbox, summary, wait
 
@@ -30,7 +31,7 @@ def main() -> None:
                     ns = k.namespace()
                     t0 = time.monotonic()
                     k.apply(ns, paper_jobs())
-                    wait(lambda ns=ns: k.all_pods_running(ns, 4), 120)
+                    wait(partial(k.all_pods_running, ns, 4), 120)
                     times.append(time.monotonic() - t0)
                     print(f"trial {i}: {times[-1]:.2f}s, {k.planned(ns)} pods", flush=True)
                     k.delete_all(ns)

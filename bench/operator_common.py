@@ -50,7 +50,9 @@ class Cluster:
 
     def namespace(self) -> str:
         name = f"bench-{uuid.uuid4().hex[:8]}"
-        self.core.create_namespace({"metadata": {"name": name}})
+        from kubernetes import client
+
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         wait(lambda: self.core.list_namespaced_service_account(name).items, 60)
         return name
 
@@ -61,11 +63,10 @@ class Cluster:
             )
 
     def jobs(self, ns: str) -> list[dict[str, Any]]:
-        return list(
-            self.custom.list_namespaced_custom_object(
-                "hulk.dev", "v1alpha1", ns, "hulktrainingjobs"
-            )["items"]
+        found: Any = self.custom.list_namespaced_custom_object(
+            "hulk.dev", "v1alpha1", ns, "hulktrainingjobs"
         )
+        return list(found["items"])
 
     def pods(self, ns: str) -> list[Any]:
         return list(self.core.list_namespaced_pod(ns, label_selector="hulk.dev/job").items)

@@ -36,11 +36,11 @@ def main() -> None:
                     victim = nodes[(i * 7) % len(nodes)]
                     t0 = time.monotonic()
                     box.delete_node(victim)
-                    wait(
-                        lambda pods=pods: {p.metadata.name for p in k.pods(ns)} - set(pods),
-                        60,
-                        every=0.02,
-                    )
+
+                    def replacements(old: dict[str, str] = pods) -> set[str]:
+                        return {p.metadata.name for p in k.pods(ns)} - set(old)
+
+                    wait(replacements, 60, every=0.02)
                     times.append(time.monotonic() - t0)
                     print(
                         f"trial {i}: {victim} deleted, replacement after {times[-1]:.2f}s",

@@ -5,7 +5,9 @@
 
 Leader election: kopf peering (``--peering``, default ``hulk``) pauses every replica but the
 one with the highest ``--priority`` (random by default, so two replicas never tie); the
-peering resources come with ``--install-crds`` (or ``--standalone`` to run without).
+peering CRDs come with ``--install-crds`` (or ``--standalone`` to run without), and the
+peering object itself is created at startup when missing (``crd.ensure_peering``: kopf
+would otherwise wait for it, paused and silent).
 Liveness: ``--liveness`` serves kopf's probe endpoint (``/healthz``).
 """
 
@@ -118,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
         with kube.make_client(args.kubeconfig) as api:
             names = crd.install(api, peering=not args.standalone)
         logging.info("CRDs installed: %s", ", ".join(names))
+    if not args.standalone:
+        # kopf starts paused and stays paused, silently, until its peering object exists.
+        from hulk_operator import crd, kube
+
+        with kube.make_client(args.kubeconfig) as api:
+            crd.ensure_peering(api, args.peering, namespaces=args.namespace)
     memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg)
     kopf.run(
         clusterwide=not args.namespace,

@@ -1,10 +1,12 @@
 """Installing the CustomResourceDefinitions the operator needs: ``HulkTrainingJob``
 (``crds/hulktrainingjobs.hulk.dev.yaml``), the probe's ``NodeLatency`` when its file is
-there, and kopf's peering resources (for leader election)."""
+there, and kopf's peering resources (for leader election) and peering object."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +88,74 @@ def install(api: client.ApiClient, *, peering: bool = True) -> list[str]:
     wait_established(api, names)
     wait_served(api, docs)
     return names
+
+
+PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
+log = logging.getLogger(__name__)
+
+
+def ensure_peering(
+    api: client.ApiClient, name: str, *, namespaces: Sequence[str] = ()
+) -> list[str]:
+    """Creates kopf's peering object ``name`` where it is missing, so that an operator run
+    with ``--peering NAME`` does not stay paused (kopf starts paused and waits, silently,
+    until the object exists): a ``ClusterKopfPeering`` when the operator serves every
+    namespace (no ``namespaces``), else a ``KopfPeering`` in each namespace named exactly
+    (a glob's namespaces are not known yet; create those by hand). Idempotent; returns what
+    it created. A missing peering CRD is logged as one warning, and nothing is created."""
+    custom = client.CustomObjectsApi(api)
+    made: list[str] = []
+    if not namespaces:
+        where: list[str | None] = [None]
+    else:
+        where = [ns for ns in namespaces if not any(c in ns for c in "*?[!")]
+        for glob in sorted(set(namespaces) - {w for w in where if w}):
+            log.warning("kopf peering %r: create its KopfPeering in the namespaces of %r "
+                        "yourself (a glob)", name, glob)  # fmt: skip
+    for ns in where:
+        kind = "ClusterKopfPeering" if ns is None else "KopfPeering"
+        plural = f"{kind.lower()}s"
+        body = {
+            "apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}",
+            "kind": kind,
+            "metadata": {"name": name, **({"namespace": ns} if ns else {})},
+        }
+        try:  # read first: with RBAC lacking ``create``, creating an existing one is a 403
+            if ns is None:
+                custom.get_cluster_custom_object(PEERING_GROUP, PEERING_VERSION, plural, name)
+            else:
+                custom.get_namespaced_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, ns, plural, name
+                )
+            continue  # it exists: kopf will use it
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        try:
+            if ns is None:
+                custom.create_cluster_custom_object(PEERING_GROUP, PEERING_VERSION, plural, body)
+            else:
+                custom.create_namespaced_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, ns, plural, body
+                )
+        except ApiException as exc:
+            if exc.status == 409:  # made meanwhile (another replica)
+                continue
+            if exc.status == 403:
+                log.warning("kopf peering %r: not allowed to create its %s (RBAC: create on "
+                            "%s): create it by hand", name, kind, plural)  # fmt: skip
+                continue
+            if exc.status == 404 and ns is not None and "requested resource" not in str(exc.body):
+                log.warning("kopf peering %r: namespace %r not found", name, ns)
+                continue
+            if exc.status == 404:  # no such resource: the CRD is not installed
+                log.warning(
+                    "kopf peering %r: the %s CRD is not installed (--install-crds or "
+                    "%s): the operator stays paused until it and the object exist",
+                    name, kind, PEERING_CRDS.name,
+                )  # fmt: skip
+                return made
+            raise
+        made.append(f"{kind} {ns}/{name}" if ns else f"{kind} {name}")
+        log.info("kopf peering: created %s %r%s", kind, name, f" in {ns}" if ns else "")
+    return made

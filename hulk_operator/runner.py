@@ -40,6 +40,11 @@ class OperatorThread:
 
     def _main(self) -> None:
         try:
+            if not self.standalone and self.peering_name:
+                from hulk_operator import crd, kube
+
+                with kube.make_client(self.memo.kubeconfig) as api:
+                    crd.ensure_peering(api, self.peering_name, namespaces=self.namespaces)
             asyncio.run(
                 kopf.operator(
                     clusterwide=not self.namespaces,

@@ -40,7 +40,7 @@ OPERATOR_RULES = {
     ("", "events"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},
-    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
     ("", "namespaces"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }

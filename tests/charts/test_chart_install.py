@@ -243,7 +243,6 @@ SPARE: dict[str, list[tuple[str, str, str, str]]] = {
         ("delete", "", "services", ""),
         ("create", "apps", "deployments", ""),
         ("create", "apiextensions.k8s.io", "customresourcedefinitions", ""),
-        ("create", "kopf.dev", "clusterkopfpeerings", ""),
         ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
     ],
     "probe": [

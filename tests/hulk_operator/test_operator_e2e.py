@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from hulk_operator.runner import OperatorThread
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster
 from hulk_planner.model import Server
+from hulk_sandbox.nodes import FAKE_ANNOTATION, is_ready
 
 pytestmark = pytest.mark.sandbox
 PAPER = [m["metadata"]["name"] for m in paper_manifests()]
@@ -301,3 +303,84 @@ def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
         assert len(live) == planned, "duplicate or orphan pods"
         assert len({p.metadata.name for p in live}) == len(live)
         print(f"killed after {created} pod(s); {planned} pods after restart")
+
+
+def check_one_stage_replaced(
+    kube: Kube, name: str, victim: str, before: dict[str, Any], cause: str
+) -> None:
+    """After ``victim`` was lost: the job re-planned once away from it, only the pod on it
+    was replaced (every other pod keeps its name and uid), and the Event names the cause."""
+    wait("a re-plan", lambda: (kube.job(name)["status"].get("replans") or 0) >= 1, 30)
+    wait(
+        "the job Running again away from the lost node",
+        lambda: kube.all_running([name]) and victim not in plan_nodes(kube.job(name)),
+        timeout=30,
+    )
+    time.sleep(2 * CONFIG.reconcile_interval_s)  # a second, uncounted plan would show
+    after = {p.metadata.name: p for p in kube.live_pods(name)}
+    moved = {n for n, p in before.items() if p.spec.node_name == victim}
+    assert len(moved) == 1 and not moved & set(after)
+    assert {n: p.metadata.uid for n, p in before.items() if n not in moved} == {
+        n: p.metadata.uid for n, p in after.items() if n in before
+    }
+    (new,) = set(after) - set(before)
+    assert after[new].spec.node_name != victim
+    check_pods_match_plans(kube, [name])
+    check_status_matches_pods(kube, name)
+    job = kube.job(name)
+    assert job["status"]["replans"] == 1
+    (event,) = kube.events("Replanned")
+    assert f"{victim} {cause.lower()}" in event.message, event.message
+    assert f"1 pod(s) replaced, {len(before) - 1} kept" in event.message
+    assert condition(job, "Replanning")["status"] == "False"  # all pods run again
+
+
+def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> None:
+    kube.apply(paper_manifests()[3])  # bert-large
+    name = PAPER[3]
+    wait("bert Running", lambda: kube.phase(name) == "Running", 60)
+    before = {p.metadata.name: p for p in kube.live_pods(name)}
+    victim = plan_nodes(kube.job(name))[-1]
+    kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
+    try:
+        check_one_stage_replaced(kube, name, victim, before, "Cordoned")
+    finally:
+        kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
+    node: Any = kube.core.read_node(victim)
+    assert not node.spec.unschedulable
+
+
+def test_a_node_going_not_ready_replaces_only_its_stage(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """kwok keeps its nodes Ready (its node-initialize stage sets Ready=True on any node it
+    manages that is not Ready): without its annotation it lets the node go, and the node's
+    Ready condition, written through the status subresource, stays False."""
+    kube.apply(paper_manifests()[3])
+    name = PAPER[3]
+    wait("bert Running", lambda: kube.phase(name) == "Running", 60)
+    before = {p.metadata.name: p for p in kube.live_pods(name)}
+    victim = plan_nodes(kube.job(name))[-1]
+    server = paper_cluster().server(victim)
+    try:
+        kube.core.patch_node(victim, {"metadata": {"annotations": {FAKE_ANNOTATION: None}}})
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ready = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "heartbeat stopped by the test",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        # A strategic merge patch: conditions merge by type, the others stay.
+        kube.core.patch_node_status(victim, {"status": {"conditions": [ready]}})
+        check_one_stage_replaced(kube, name, victim, before, "NotReady")
+        assert not is_ready(kube.core.read_node(victim))  # kwok did not take it back
+    finally:
+        # Back as the sandbox made it: a fresh kwok node, Ready, without the not-ready
+        # taints the node lifecycle controller added meanwhile.
+        sandbox.delete_node(victim)
+        nodes: Any = kube.core.list_node
+        wait("the node gone", lambda: victim not in {n.metadata.name for n in nodes().items}, 30)
+        sandbox.add_node(server)

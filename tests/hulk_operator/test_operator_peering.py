@@ -1,0 +1,98 @@
+"""kopf peering: ``hulk operator --peering NAME`` creates its peering object when missing.
+
+With a named peering kopf starts paused and stays paused, silently, until its
+ClusterKopfPeering (every namespace) or KopfPeering (per served namespace) exists; the
+operator creates it at startup (``crd.ensure_peering``), and says so in one line when the
+peering CRDs themselves are absent."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+from hjob_helpers import ROOT, Kube, cleanup_jobs, manifest, wait
+from kubernetes import client
+
+from hulk_operator import crd
+
+pytestmark = pytest.mark.sandbox
+GROUP, VERSION = crd.PEERING_GROUP, crd.PEERING_VERSION
+
+
+def _crd_names() -> list[str]:
+    return [d["metadata"]["name"] for d in crd.documents(crd.PEERING_CRDS)]
+
+
+def _present(api: client.ApiClient) -> set[str]:
+    ext = client.ApiextensionsV1Api(api)
+    items: Any = ext.list_custom_resource_definition().items
+    return {c.metadata.name for c in items} & set(_crd_names())
+
+
+def test_peering_objects_are_created_at_startup(
+    sandbox: Any, namespace: str, kube: Kube, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = f"hulk-test-{uuid.uuid4().hex[:6]}"
+    with sandbox.api_client() as api:
+        custom = client.CustomObjectsApi(api)
+        ext = client.ApiextensionsV1Api(api)
+        had = _present(api)
+        if not had:  # no peering CRD: one clear line, nothing created, no error
+            with caplog.at_level(logging.WARNING, logger=crd.log.name):
+                assert crd.ensure_peering(api, name) == []
+            (record,) = [r for r in caplog.records if r.name == crd.log.name]
+            text = record.getMessage()
+            assert record.levelno == logging.WARNING and "\n" not in text
+            assert "ClusterKopfPeering CRD is not installed" in text and name in text
+        docs = crd.documents(crd.PEERING_CRDS)
+        for doc in docs:
+            crd.apply_crd(api, doc)
+        crd.wait_established(api, _crd_names())
+        crd.wait_served(api, docs)
+        try:
+            # Every namespace: a ClusterKopfPeering, created once.
+            assert crd.ensure_peering(api, name) == [f"ClusterKopfPeering {name}"]
+            assert crd.ensure_peering(api, name) == []
+            custom.get_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
+            # `hulk operator -n NS --peering NAME` creates its KopfPeering and is not paused.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
+                 "-n", namespace, "--peering", name, "--liveness", ""],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            try:
+                with cleanup_jobs(kube):
+                    kube.apply(manifest("peered"))
+                    wait("the job Running", lambda: kube.phase("peered") == "Running", 45)
+                    obj: Any = custom.get_namespaced_custom_object(
+                        GROUP, VERSION, namespace, "kopfpeerings", name
+                    )
+                    assert obj["metadata"]["name"] == name
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        finally:
+            try:
+                custom.delete_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+            for crd_name in set(_crd_names()) - had:  # leave the sandbox as it was
+                ext.delete_custom_resource_definition(crd_name)
+            deadline = time.monotonic() + 30
+            while _present(api) - had and time.monotonic() < deadline:
+                time.sleep(0.2)
