@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from hulk_operator.config import OperatorConfig
     from hulk_operator.runner import OperatorThread
     from hulk_planner.datasets import paper_cluster
+    from hulk_probe.replay import publish_latencies
     from hulk_sandbox.sandbox import Sandbox
 
     paper = paper_cluster()
@@ -100,6 +101,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         with box.api_client() as api:
             crd.install(api, peering=False)
+            # No probe agents here (every sandbox node is this machine): replay the paper's
+            # measured latencies as NodeLatency objects, the shape the probe publishes.
+            rows: dict[str, dict[str, float | None]] = {s.name: {} for s in paper.servers}
+            for link in paper.links:
+                rows[link.a][link.b] = link.latency_ms
+                rows[link.b][link.a] = link.latency_ms
+            publish_latencies(api, rows)
+            print(f"published the paper's {len(paper.links)} measured links as NodeLatency")
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             core.create_namespace({"metadata": {"name": args.namespace}})  # type: ignore[arg-type]
             _wait(

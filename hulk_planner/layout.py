@@ -170,35 +170,43 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
 def repair_job(
     cost: CostModel, job: Job, previous: JobPlan, free: Collection[str]
 ) -> JobPlan | None:
-    """Keep ``previous`` where its servers still exist; put each lost server's place on the
-    free server that gives the fastest plan. None if a lost server has no replacement."""
+    """Keep ``previous`` where its servers still exist and put each lost server's stage on a
+    free server. Candidates are the free servers closest to the lost stage's pipeline
+    neighbours (its replica's previous and next stages); each is scored with the old layer
+    split and with the split rebalanced, and the fastest kept (the old split wins ties, as
+    it moves no layers). None if a lost server has no replacement that fits."""
     alive = set(cost.net.index)
     pool = [n for n in free if n in alive and n not in previous.nodes]
     stages = [list(st.nodes) for st in previous.stages]
-    for _k, nodes in enumerate(stages):
+    old_counts = [st.num_layers for st in previous.stages]
+    m = micro_batches(job, len(stages[0]))
+    counts = list(old_counts)
+    for k, nodes in enumerate(stages):
         for r, name in enumerate(nodes):
             if name in alive:
                 continue
-            best_name, best_t = None, math.inf
-            for cand in _nearest(cost, pool, [n for st in stages for n in st if n in alive])[:8]:
+            neighbours = [
+                stages[j][r] for j in (k - 1, k + 1)
+                if 0 <= j < len(stages) and stages[j][r] in alive
+            ]  # fmt: skip
+            best: tuple[float, str, list[int]] | None = None
+            for cand in _nearest(cost, pool, neighbours)[:8]:
                 nodes[r] = cand
-                counts = [st.num_layers for st in previous.stages]
-                t = cost.job_seconds(job, make_job_plan(job, stages, counts))
-                if best_name is None or t < best_t:  # inf with the old layers: rebalanced below
-                    best_name, best_t = cand, t
-            if best_name is None:
+                options = [counts]
+                balanced = balance_layers(cost, job, stages, m)
+                if balanced is not None and balanced != counts:
+                    options.append(balanced)
+                for split in options:
+                    t = cost.job_seconds(job, make_job_plan(job, stages, split))
+                    if best is None or t < best[0]:
+                        best = (t, cand, split)
+            if best is None or not math.isfinite(best[0]):
                 return None
-            nodes[r] = best_name
-            pool.remove(best_name)
-    counts = [st.num_layers for st in previous.stages]
+            nodes[r] = best[1]
+            counts = best[2]
+            pool.remove(best[1])
     jp = make_job_plan(job, stages, counts)
     t = cost.job_seconds(job, jp)
-    if not math.isfinite(t):
-        counts2 = balance_layers(cost, job, stages, jp.micro_batches)
-        if counts2 is None:
-            return None
-        jp = make_job_plan(job, stages, counts2)
-        t = cost.job_seconds(job, jp)
     return replace(jp, predicted_iteration_seconds=t) if math.isfinite(t) else None
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,7 +17,6 @@ from hulk_operator.config import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = OperatorConfig(batch_window_s=0.3)
-LATENCIES = "nodelatencies"
 T = TypeVar("T")
 
 
@@ -107,41 +105,3 @@ def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
         wait("jobs deleted", lambda: not kube.jobs(), timeout)
 
 
-def publish_latencies(
-    api: client.ApiClient, rows: dict[str, dict[str, float | None]], at: datetime | None = None
-) -> None:
-    """Writes NodeLatency objects as the probe would: ``rows[node][peer]`` is the one-way
-    latency in ms measured from ``node``, or None for a peer reported unreachable."""
-    custom = client.CustomObjectsApi(api)
-    stamp = (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    for node, peers in rows.items():
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "NodeLatency",
-            "metadata": {"name": node},
-        }
-        try:
-            custom.create_cluster_custom_object(GROUP, VERSION, LATENCIES, body)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-        entries = [
-            {"node": p, "reachable": False, "samples": 0, "consecutiveFailures": 3}
-            if ms is None
-            else {"node": p, "reachable": True, "latencyMs": ms, "samples": 8, "lastUpdated": stamp}
-            for p, ms in sorted(peers.items())
-        ]
-        status = {"lastPublished": stamp, "intervalSeconds": 2.0, "peers": entries}
-        custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, LATENCIES, node, {"status": status}
-        )
-
-
-def forget_latencies(api: client.ApiClient, nodes: Iterable[str]) -> None:
-    custom = client.CustomObjectsApi(api)
-    for node in nodes:
-        try:
-            custom.delete_cluster_custom_object(GROUP, VERSION, LATENCIES, node)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise

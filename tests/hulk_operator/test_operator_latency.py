@@ -16,11 +16,9 @@ from hjob_helpers import (
     ROOT,
     Kube,
     condition,
-    forget_latencies,
     manifest,
     paper_manifests,
     plan_nodes,
-    publish_latencies,
     wait,
 )
 
@@ -29,6 +27,7 @@ from hulk_operator.preview import cluster_from_kubeconfig
 from hulk_planner.api import plan
 from hulk_planner.io import job_from_dict
 from hulk_planner.topology import Network
+from hulk_probe.replay import forget_latencies, publish_latencies
 
 pytestmark = pytest.mark.sandbox
 TOKYO = [f"tokyo-{i}" for i in range(25, 30)]
