@@ -13,14 +13,20 @@
    most likely job within ``SHARE_SLACK`` times its quota. Servers the network cannot
    tell apart (same region and hardware get the same scores) are thus split among jobs
    in proportion, where a per-server argmax would give them all to one job.
-   ``share=None`` is that plain argmax.
+   ``share=None`` is that plain argmax. ``decode`` (``share="best"``, the default) builds
+   the model's and the paper's starts and keeps the one with the better objective once
+   laid out (``bench/gnn_quality.py`` ablates both).
 3. **Memory.** Jobs in order of need (largest first): a job whose servers hold less than
    its margin takes more, most likely first, from idle servers and from jobs that keep
    their own margin; a job that cannot get it is left to the refinement (and reported
    unplaced if it stays short).
-4. **Layout.** Each job's servers are laid out by the core (``layout.layout_job``: stage
+4. **Feasible layouts.** A job whose servers hold its memory but admit no layout (the
+   activations of in-flight micro-batches, a stage's smallest server) takes ~25% more
+   memory a round, most likely servers first, from idle servers and from smaller jobs
+   (which are checked after it), for up to ``FEASIBILITY_ROUNDS`` rounds.
+5. **Layout.** Each job's servers are laid out by the core (``layout.layout_job``: stage
    ordering along low-latency paths, replicas, layer balancing to compute and memory).
-5. **Refinement.** ``search_plan`` anneals from this assignment for a short budget (the
+6. **Refinement.** ``search_plan`` anneals from this assignment for a short budget (the
    search keeps the best state it sees, so refinement never makes the start worse).
 """
 
@@ -33,10 +39,12 @@ from typing import Literal
 import numpy as np
 
 from hulk_planner.cost import CostModel, memory_need_bytes
+from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, Plan
 from hulk_planner.planners.search import search_plan
 
 MEMORY_MARGIN = 1.25
+FEASIBILITY_ROUNDS = 8
 SHARE_SLACK = 1.5
 STICKY_BONUS = 4.0
 Share = Literal["model", "parameters"] | None
@@ -56,7 +64,7 @@ def assign(
     share: Share = "model",
     sticky: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Steps 1-3: server name -> job name for every server given a job (others idle).
+    """Steps 1-4: server name -> job name for every server given a job (others idle).
 
     ``logits`` is [N, 1 + J] in the cluster's server order, column 0 idle."""
     n, classes = logits.shape
@@ -120,6 +128,28 @@ def assign(
                 held[cur - 1] -= cap[i]
             owner[i] = k + 1
             held[k] += cap[i]
+    # 4. layouts: a job whose servers hold its memory but admit no layout (activations of
+    # in-flight micro-batches, the smallest server of a stage) grows by ~25% a round
+    for k in sorted(range(jn), key=lambda k: -need[k]):
+        for _ in range(FEASIBILITY_ROUNDS):
+            mine = [names[i] for i in np.flatnonzero(owner == k + 1)]
+            if layout_job(cost, jobs[k], mine) is not None:
+                break
+            goal = held[k] * 1.25 + 1.0
+            later = {
+                c + 1 for c in range(jn) if need[c] < need[k] or (need[c] == need[k] and c > k)
+            }
+            for i in np.argsort(-p[:, k + 1], kind="stable").tolist():
+                if held[k] >= goal:
+                    break
+                cur = int(owner[i])
+                if cur == 0 or cur in later:
+                    if cur > 0:
+                        held[cur - 1] -= cap[i]
+                    owner[i] = k + 1
+                    held[k] += cap[i]
+            else:
+                break
     return {names[i]: jobs[int(owner[i]) - 1].name for i in range(n) if owner[i] > 0}
 
 
@@ -131,12 +161,22 @@ def decode(
     refine_s: float = 0.5,
     refine_iterations: int | None = None,
     seed: int = 0,
-    share: Share = "model",
+    share: Share | Literal["best"] = "best",
     sticky: Mapping[str, str] | None = None,
     name: str = "hulk",
 ) -> Plan:
-    """Steps 1-5: the plan (layouts by the core, refined by a short search)."""
-    start = assign(cost, jobs, logits, share=share, sticky=sticky)
+    """Steps 1-6: the plan (layouts by the core, refined by a short search).
+
+    ``share="best"`` (default) decodes with both quotas, the model's and the paper's
+    parameter ratio, lays both out and refines the one with the better objective (the
+    search planner's: sum of log step times, unplaced jobs worst)."""
+    if share == "best":
+        options = [
+            assign(cost, jobs, logits, share=s, sticky=sticky) for s in ("model", "parameters")
+        ]
+        start = min(options, key=lambda a: start_objective(cost, jobs, a))
+    else:
+        start = assign(cost, jobs, logits, share=share, sticky=sticky)
     return refine(
         cost,
         jobs,
@@ -147,6 +187,18 @@ def decode(
         sticky=sticky,
         name=name,
     )
+
+
+def start_objective(cost: CostModel, jobs: Sequence[Job], start: Mapping[str, str]) -> float:
+    """The search planner's objective of a start as laid out by the core: the sum of log
+    step times, ``inf`` if a job has no layout."""
+    total = 0.0
+    for job in jobs:
+        jp = layout_job(cost, job, [n for n, j in start.items() if j == job.name])
+        if jp is None or not math.isfinite(jp.predicted_iteration_seconds):
+            return math.inf
+        total += math.log(jp.predicted_iteration_seconds)
+    return total
 
 
 def refine(
@@ -160,7 +212,7 @@ def refine(
     sticky: Mapping[str, str] | None = None,
     name: str = "hulk",
 ) -> Plan:
-    """Steps 4-5 from any start: ``search_plan`` lays out every job with the core's
+    """Steps 5-6 from any start: ``search_plan`` lays out every job with the core's
     ``layout_job`` and anneals for ``refine_s`` seconds (or ``refine_iterations`` moves;
     zero gives the start's own layout)."""
     return search_plan(

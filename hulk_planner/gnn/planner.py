@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,8 +36,8 @@ def default_weights() -> Path:
 
 
 def refine_budget(servers: int) -> float:
-    """Default refinement seconds: 0.5 s plus 1 s per 1,000 servers, at most 2 s."""
-    return min(2.0, 0.5 + servers / 1000.0)
+    """Default refinement seconds: 1 s plus 1 s per 1,000 servers, at most 2 s."""
+    return min(2.0, 1.0 + servers / 1000.0)
 
 
 @dataclass
@@ -108,7 +108,7 @@ def plan_gnn(
     time_budget_s: float | None = None,
     max_iterations: int | None = None,
     sticky: Mapping[str, str] | None = None,
-    share: Share = "model",
+    share: Share | Literal["best"] = "best",
     weights: str | Path | None = None,
     device: str | None = None,
     timings: Timings | None = None,

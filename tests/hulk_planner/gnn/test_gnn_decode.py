@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from hulk_planner.cost import CostModel, memory_need_bytes, validate_plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
-from hulk_planner.gnn.decode import MEMORY_MARGIN, assign, decode, softmax
+from hulk_planner.gnn.decode import MEMORY_MARGIN, SHARE_SLACK, assign, decode, softmax
+from hulk_planner.layout import layout_job
 
 CLUSTER = paper_cluster()
 COST = CostModel(CLUSTER)
@@ -32,6 +33,18 @@ def test_every_job_gets_its_memory(seed: int, scale: float) -> None:
         assert set(a.values()) <= {j.name for j in JOBS}
         for job in JOBS:
             assert _held(a, job.name) >= memory_need_bytes(job) * MEMORY_MARGIN
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_job_gets_a_feasible_layout(seed: int) -> None:
+    """Memory alone is not enough (activations, a stage's smallest server): the decoded
+    servers of every job admit a layout."""
+    logits = np.random.default_rng(seed).normal(size=(N, len(JOBS) + 1)) * 4
+    logits[:, 0] += 3.0  # the network leans towards leaving servers idle
+    a = assign(COST, JOBS, logits)
+    for job in JOBS:
+        servers = [n for n, j in a.items() if j == job.name]
+        assert layout_job(COST, job, servers) is not None, job.name
 
 
 def test_all_idle_logits_still_place_every_job() -> None:
@@ -67,7 +80,7 @@ def test_parameter_share_caps_small_jobs() -> None:
     bert = JOBS[3]
     cap = max(params[3] / params.sum() * total, memory_need_bytes(bert) * MEMORY_MARGIN)
     biggest = float(COST.capacity.max())
-    assert _held(a, bert.name) <= cap + biggest
+    assert _held(a, bert.name) <= SHARE_SLACK * cap + biggest
 
 
 def test_sticky_servers_stay() -> None:
