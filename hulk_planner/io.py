@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -31,6 +31,7 @@ from hulk_planner.model import (
 from hulk_planner.presets import preset, preset_model
 
 API_VERSION = "hulk.dev/v1alpha1"
+L = TypeVar("L", Link, RegionLink)
 
 
 def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
@@ -97,6 +98,22 @@ def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
+    """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields)."""
+    out = []
+    for i, lk in enumerate(_list(spec, key, "spec")):
+        w = f"spec.{key}[{i}]"
+        out.append(
+            kind(
+                str(_require(lk, "a", w)),
+                str(_require(lk, "b", w)),
+                _number(lk, "latencyMs", w),
+                _number(lk, "bandwidthGbps", w, None),
+            )
+        )
+    return out
+
+
 def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
     _check_kind(doc, "ClusterTopology", source)
     spec = _require(doc, "spec", "")
@@ -119,30 +136,10 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
                 zone=n.get("zone"),
             )
         )
-    links = []
-    for i, lk in enumerate(_list(spec, "links", "spec")):
-        w = f"spec.links[{i}]"
-        links.append(
-            Link(
-                str(_require(lk, "a", w)),
-                str(_require(lk, "b", w)),
-                _number(lk, "latencyMs", w),
-                _number(lk, "bandwidthGbps", w, None),
-            )
-        )
-    region_links = []
-    for i, lk in enumerate(_list(spec, "regionLinks", "spec")):
-        w = f"spec.regionLinks[{i}]"
-        region_links.append(
-            RegionLink(
-                str(_require(lk, "a", w)),
-                str(_require(lk, "b", w)),
-                _number(lk, "latencyMs", w),
-                _number(lk, "bandwidthGbps", w, None),
-            )
-        )
+    links = tuple(_links(spec, "links", Link))
+    region_links = tuple(_links(spec, "regionLinks", RegionLink))
     name = _mapping(doc, "metadata", "").get("name") or "cluster"
-    return Cluster(str(name), tuple(servers), tuple(links), tuple(region_links))
+    return Cluster(str(name), tuple(servers), links, region_links)
 
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
