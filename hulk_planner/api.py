@@ -29,7 +29,7 @@ from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import search_plan
 
 REPAIR_TOLERANCE = 0.10
-HULK_BUDGET_S = 0.6
+HULK_BUDGET_S = 0.6  # the pre-GNN hulk search budget: bench/plan_*.py compare against 10x it
 SEARCH_BUDGET_S = 10.0
 
 
@@ -52,11 +52,6 @@ def _search(cost: CostModel, jobs: Sequence[Job], o: Options) -> Plan:
         initial_assignment=o.initial,
         previous=o.sticky,
     )
-
-
-def _hulk(cost: CostModel, jobs: Sequence[Job], o: Options) -> Plan:
-    budget = o.time_budget_s if o.time_budget_s is not None else HULK_BUDGET_S
-    return replace(_search(cost, jobs, replace(o, time_budget_s=budget)), planner="hulk")
 
 
 Planner = Callable[[CostModel, Sequence[Job], Options], Plan]

@@ -8,12 +8,10 @@ the fix, and exits with code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from hulk_planner.errors import HulkError, InvalidRequest
 from hulk_planner.model import Cluster, Job, Plan
@@ -233,16 +231,3 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hulk plan", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
-
-
-def plan_json(argv: list[str]) -> dict[str, Any]:
-    """Run ``hulk plan -o json`` in-process and return the parsed plan (for tests)."""
-    import contextlib
-    import io as _io
-
-    buf = _io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main([*argv, "--output", "json"])
-    if code:
-        raise RuntimeError(f"hulk plan exited {code}")
-    return dict(json.loads(buf.getvalue()))

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity
-from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
 
@@ -230,10 +229,3 @@ def _to_plan(
         else:
             placed.append(jp)
     return Plan(name, tuple(placed), tuple(unplaced))
-
-
-def require_all_placed(plan: Plan) -> Plan:
-    """Raise ``NoFeasiblePlan`` if nothing could be placed at all."""
-    if not plan.jobs and plan.unplaced:
-        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in plan.unplaced))
-    return plan
