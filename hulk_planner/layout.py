@@ -29,6 +29,8 @@ from dataclasses import replace
 import numpy as np
 
 from hulk_planner.cost import (
+    BYTES_PER_PARAM,
+    SMALL_GRID,
     CostModel,
     activation_bytes_per_layer,
     memory_need_bytes,
@@ -55,39 +57,39 @@ def balance_layers(
 ) -> list[int] | None:
     """Layers per stage minimising the slowest stage within memory; None if they don't fit."""
     grid = [cost.net.ids(list(nodes)) for nodes in stages]
-    counts = _balance(cost, job, grid, m)
-    return None if counts is None else [int(c) for c in counts]
+    return _balance(cost, job, grid, m)
 
 
 def _balance(
     cost: CostModel, job: Job, grid: Sequence[Sequence[int]] | np.ndarray, m: int
-) -> np.ndarray | None:
+) -> list[int] | None:
     p, total = len(grid), job.model.layers
     if p > total:
         return None
-    if len({len(g) for g in grid}) == 1:
+    if p * len(grid[0]) > SMALL_GRID and len({len(row) for row in grid}) == 1:
         arr = np.asarray(grid)
-        speed = cost.flops[arr].min(axis=1)
-        room = cost.capacity[arr].min(axis=1)
-    else:
-        speed = np.array([cost.flops[g].min() for g in grid])
-        room = np.array([cost.capacity[g].min() for g in grid])
-    in_flight = np.minimum(m, p - np.arange(p))
-    cap = room // (params_per_layer(job) * 16.0 + in_flight * activation_bytes_per_layer(job))
-    cap = cap.astype(np.int64)
-    if cap.min() < 1 or cap.sum() < total:
+        speed = cost.flops[arr].min(axis=1).tolist()
+        room = cost.capacity[arr].min(axis=1).tolist()
+    else:  # plain Python: numpy's per-call overhead dominates on the search's small grids
+        flops, capacity = cost.flops_list, cost.capacity_list
+        speed = [min([flops[i] for i in row]) for row in grid]
+        room = [min([capacity[i] for i in row]) for row in grid]
+    per_layer = params_per_layer(job) * BYTES_PER_PARAM
+    act = activation_bytes_per_layer(job)
+    cap = [int(room[k] // (per_layer + min(m, p - k) * act)) for k in range(p)]
+    if min(cap) < 1 or sum(cap) < total:
         return None
     # Start below the ideal split in proportion to speed, then hand out the rest one layer at
     # a time to the stage that would finish it soonest (water-filling), within memory.
-    counts = np.minimum(cap, np.maximum(1, np.floor(total * speed / speed.sum()) - 1)).astype(
-        np.int64
-    )
+    fastest = sum(speed)
+    counts = [min(cap[k], max(1, math.floor(total * speed[k] / fastest) - 1)) for k in range(p)]
     # The floor of one layer per stage can overshoot when speeds differ widely (5 layers on
     # one fast and four slow stages started at [3, 1, 1, 1, 1]): take layers back from the
     # stage that would finish last (p <= total, so this stops with every stage at >= 1).
-    while counts.sum() > total:
-        counts[int(np.argmax(np.where(counts > 1, counts / speed, -np.inf)))] -= 1
-    left = total - int(counts.sum())
+    while sum(counts) > total:
+        k = max(range(p), key=lambda k: counts[k] / speed[k] if counts[k] > 1 else -math.inf)
+        counts[k] -= 1
+    left = total - sum(counts)
     heap = [((counts[k] + 1) / speed[k], k) for k in range(p) if counts[k] < cap[k]]
     heapq.heapify(heap)
     for _ in range(left):
@@ -133,22 +135,29 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         per_region.setdefault(int(net.region[i]), []).append(i)
     if len(per_region) > 1:
         subsets.append(max(per_region.values(), key=lambda ids: float(cost.flops[ids].sum())))
-    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    best: tuple[float, list[list[int]], list[int]] | None = None
+    small = net.rows is not None
 
-    def consider(grid: np.ndarray) -> None:
+    def consider(chosen: list[int], p: int, r: int) -> None:
         nonlocal best
-        m = micro_batches(job, grid.shape[1])
-        counts = _balance(cost, job, grid, m)
-        if counts is not None:
-            t = cost.data_seconds(job, grid, counts, m)
-            if best is None or t < best[0]:
-                best = (t, grid, counts)
+        rows = [chosen[k * r : (k + 1) * r] for k in range(p)]
+        m = micro_batches(job, r)
+        counts = _balance(cost, job, rows, m)
+        if counts is None:
+            return
+        if small and len(chosen) <= SMALL_GRID:
+            t = cost.data_seconds_rows(job, rows, counts, m)
+        else:
+            t = cost.data_seconds(job, np.array(rows), np.array(counts), m)
+        if best is None or t < best[0]:
+            best = (t, rows, counts)
 
+    flops = cost.flops_list
     for subset in subsets:
-        by_speed = sorted(subset, key=lambda i: -cost.flops[i])
+        by_speed = sorted(subset, key=lambda i: -flops[i])
         for r, p in _candidates(len(subset), job.model.layers):
             keep = set(by_speed[: r * p])
-            consider(np.array([i for i in subset if i in keep]).reshape(p, r))
+            consider([i for i in subset if i in keep], p, r)
     if (best is None or not math.isfinite(best[0])) and float(
         cost.capacity[order].sum()
     ) >= memory_need_bytes(job):
@@ -157,14 +166,12 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         # order of memory, the largest last (rearrangement inequality): try that too.
         by_room = sorted(order, key=lambda i: (cost.capacity[i], i))
         for r, p in _candidates(len(by_room), job.model.layers):
-            consider(np.array(by_room[len(by_room) - r * p :]).reshape(p, r))
+            consider(by_room[len(by_room) - r * p :], p, r)
     if best is None or not math.isfinite(best[0]):
         return None
     t, grid, counts = best
     stages = [[net.names[i] for i in row] for row in grid]
-    return replace(
-        make_job_plan(job, stages, [int(c) for c in counts]), predicted_iteration_seconds=t
-    )
+    return replace(make_job_plan(job, stages, counts), predicted_iteration_seconds=t)
 
 
 def repair_job(

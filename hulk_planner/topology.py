@@ -26,6 +26,7 @@ DEFAULT_CROSS_REGION_GBPS = 2.0
 # Relaying by Floyd-Warshall costs O(n^3); above this size missing pairs stay unreachable
 # unless region links fill them (large clusters should give regionLinks).
 RELAY_MAX_SERVERS = 1500
+ROWS_MAX_SERVERS = 1000
 
 
 class Network:
@@ -76,6 +77,11 @@ class Network:
             int(r): int(np.flatnonzero(self.region == r)[0]) for r in np.unique(self.region)
         }
         self._paths: dict[frozenset[int], list[int]] = {}
+        # The matrices as Python lists, for the cost model's plain-Python path on small grids
+        # (kept only for clusters small enough that two n x n lists of floats are cheap).
+        self.rows: tuple[list[list[float]], list[list[float]]] | None = (
+            (lat.tolist(), bw.tolist()) if n <= ROWS_MAX_SERVERS else None
+        )
 
     def region_path(self, regions: frozenset[int]) -> list[int]:
         """Regions in a short visiting order (nearest neighbour from every start, the

@@ -308,3 +308,26 @@ def test_vectorised_data_path_agrees_with_the_general_path(n: int, seed: int, re
     grid = np.array([model.net.ids(st_.nodes) for st_ in jp.stages])
     layers = np.array([st_.num_layers for st_ in jp.stages])
     assert model.data_seconds(job, grid, layers, jp.micro_batches) == fast.total
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    p=st.integers(1, 6),
+    r=st.integers(1, 5),
+    m=st.integers(1, 12),
+)
+def test_plain_python_path_gives_the_vectorised_paths_numbers(
+    seed: int, p: int, r: int, m: int
+) -> None:
+    """``data_seconds_rows`` (the search's small-grid path) repeats ``_data_breakdown``'s
+    formulas in plain Python: the same step time to the last bit, infeasible memory too."""
+    rng = random.Random(seed)
+    c = random_cluster(p * r + rng.randint(0, 4), seed=seed, regions=rng.randint(1, 4))
+    job = _random_job(rng)
+    model = CostModel(c)
+    ids = rng.sample(range(len(c.servers)), p * r)
+    rows = [ids[k * r : (k + 1) * r] for k in range(p)]
+    layers = [rng.randint(1, 40) for _ in range(p)]
+    vectorised = model._data_breakdown(job, np.array(rows), np.array(layers, dtype=float), m)
+    assert model.data_seconds_rows(job, rows, layers, m) == vectorised.total
