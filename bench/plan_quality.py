@@ -7,8 +7,10 @@ XLNet-large), and generated multi-region clusters of 100-300 servers with 4-6 pr
 (--quick: the paper's two and one generated cluster of 100). For each it prints, per job,
 every baseline's predicted step time as a ratio to hulk's, their geometric mean over the
 jobs both place, whether hulk places every job some baseline places, and how much the
-search planner given 10x hulk's default time budget improves on hulk (geometric mean).
-Hulk runs with its default budget, so its figures depend on the machine and its load.
+search planner improves on hulk when given 10x the wall time hulk took (geometric mean over
+the jobs; per seed of ``--seeds``, then the median: both are randomised searches, so one
+seed's figure moves by a few percent). Hulk runs with its default budget (a wall-clock
+refinement), so its figures depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hulk_planner.api import HULK_BUDGET_S, plan
+from hulk_planner.api import plan
 from hulk_planner.cost import CostModel
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import NoFeasiblePlan
@@ -45,7 +48,7 @@ class Outcome:
     best_baseline: str
     best_ratio: float
     all_placed: bool
-    search_gain: float
+    search_gains: list[float]
 
 
 def preset_jobs(names: Sequence[str]) -> list[Job]:
@@ -91,7 +94,7 @@ def planned(c: Cluster, jobs: Sequence[Job], planner: str, cost: CostModel, **kw
         return Plan(planner, notes=(f"no feasible plan: {exc.reason}",))
 
 
-def run_scenario(sc: Scenario, seed: int) -> Outcome:
+def run_scenario(sc: Scenario, seed: int, seeds: int) -> Outcome:
     c, jobs = sc.cluster, sc.jobs
     cost = CostModel(c)
     print(
@@ -135,7 +138,30 @@ def run_scenario(sc: Scenario, seed: int) -> Outcome:
         f"(hulk {100 * (1 - 1 / best_ratio):.1f}% below it; goal: > 1.25x)"
     )
     print(f"every job placed by a baseline is placed by hulk: {'yes' if all_placed else 'NO'}")
-    budget = 10 * HULK_BUDGET_S
+    gains = []
+    for s in range(seed, seed + seeds):
+        if s == seed:
+            mine, took = hulk, hulk_s
+        else:
+            t0 = time.perf_counter()
+            mine = planned(c, jobs, "hulk", cost, seed=s)
+            took = time.perf_counter() - t0
+        gain, line = search_gain(c, jobs, cost, mine, took, s)
+        gains.append(gain)
+        print(line)
+    print(
+        f"search with 10x hulk's time, median gain over hulk: "
+        f"{100 * statistics.median(gains):.1f}% (goal < 2%)"
+    )
+    print()
+    return Outcome(sc.name, best, best_ratio, all_placed, gains)
+
+
+def search_gain(
+    c: Cluster, jobs: Sequence[Job], cost: CostModel, hulk: Plan, hulk_s: float, seed: int
+) -> tuple[float, str]:
+    """How much the search planner, given 10x the seconds hulk took, improves on hulk."""
+    budget = 10 * hulk_s
     search = planned(c, jobs, "search", cost, seed=seed, time_budget_s=budget)
     both = [j.name for j in jobs if hulk.job(j.name) and search.job(j.name)]
     h = geomean([hulk.job(n).predicted_iteration_seconds for n in both])  # type: ignore[union-attr]
@@ -143,35 +169,37 @@ def run_scenario(sc: Scenario, seed: int) -> Outcome:
     gain = 1 - s / h
     extra = len(search.jobs) - len(hulk.jobs)
     more = f"; places {extra:+d} jobs" if extra else ""
-    print(
-        f"search with 10x hulk's budget ({budget:.1f}s vs {HULK_BUDGET_S:.1f}s; hulk took "
-        f"{hulk_s:.2f}s): improves on hulk by {100 * gain:.1f}% (geometric mean over "
-        f"{len(both)} jobs; goal < 2%){more}"
+    return gain, (
+        f"seed {seed}: hulk {h:.4f}s in {hulk_s:.2f}s, search {s:.4f}s in {budget:.1f}s "
+        f"(geometric means over {len(both)} jobs): search improves on hulk by "
+        f"{100 * gain:.1f}%{more}"
     )
-    print()
-    return Outcome(sc.name, best, best_ratio, all_placed, gain)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, smaller scenarios")
-    parser.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="seeds of the 10x search check (default 3)"
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     print(
         f"plan quality ({'quick' if args.quick else 'full'}), seed {args.seed}, "
         f"{os.cpu_count()} CPUs, load average {load:.1f}\n"
     )
-    outcomes = [run_scenario(sc, args.seed) for sc in scenarios(args.quick)]
+    outcomes = [run_scenario(sc, args.seed, args.seeds) for sc in scenarios(args.quick)]
     print("== summary")
     print(
         f"{'scenario':<28}{'best baseline':>16}{'its ratio':>12}{'all placed':>12}"
-        f"{'search 10x gain':>18}"
+        f"{'search 10x gain (median)':>26}"
     )
     for o in outcomes:
+        gain = 100 * statistics.median(o.search_gains)
         print(
             f"{o.scenario:<28}{o.best_baseline:>16}{fmt_x(o.best_ratio):>12}"
-            f"{'yes' if o.all_placed else 'NO':>12}{100 * o.search_gain:>17.1f}%"
+            f"{'yes' if o.all_placed else 'NO':>12}{gain:>25.1f}%"
         )
     return 0
 

@@ -10,10 +10,13 @@ fraction (so the search is pulled towards placing it). With a previous plan, eac
 taken from the job it served costs ``STICKINESS``.
 
 Moves: move a server to another job or to the free pool; take a free server; swap two
-servers between jobs; move a job's servers in one region to another job. Targets favour
-regions a job already uses. The start is a greedy region-by-region fill (``greedy_start``)
-or a given assignment (the GNN's). Temperature falls geometrically over the budget; the
-best state seen is returned. The same seed and iteration budget give the same plan.
+servers between jobs (half the time the partner is drawn from a job picked uniformly, so a
+job of one server gets its share of swaps); let two small jobs trade their whole sets; move
+a job's servers in one region to another job. Targets favour regions a job already uses.
+The start is a greedy region-by-region fill (``greedy_start``) or a given assignment (the
+GNN's). Temperature falls geometrically over ``ANNEAL_SHARE`` of the budget; the rest
+polishes the best state seen (``_polish``: every single move, then every swap, first
+improvement taken, until none helps). The same seed and iteration budget give the same plan.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,6 +35,8 @@ from hulk_planner.model import Job, JobPlan, Plan, Unplaced
 UNPLACED_PENALTY = 100.0
 STICKINESS = 0.002
 T_START, T_END = 0.05, 0.0005
+EXCHANGE_MAX = 4  # servers: jobs this small may trade their whole sets in one move
+ANNEAL_SHARE = 0.8  # of the budget; the rest polishes the best state to a local optimum
 
 
 class _Evaluator:
@@ -135,15 +140,17 @@ def search_plan(
     best = current
     all_servers = [s.name for s in cost.cluster.servers]
     owner_of = {n: j for j, members in sets.items() for n in members}
-    deadline = time.perf_counter() + time_budget_s
-    limit = max_iterations if max_iterations is not None else 10**12
+    t0 = time.perf_counter()
+    anneal_s = time_budget_s * ANNEAL_SHARE
+    deadline = t0 + anneal_s
+    limit = int(max_iterations * ANNEAL_SHARE) if max_iterations is not None else 10**12
     it = 0
     while it < limit and (max_iterations is not None or time.perf_counter() < deadline):
         it += 1
         frac = (
             min(1.0, it / limit)
             if max_iterations
-            else 1 - (deadline - time.perf_counter()) / time_budget_s
+            else 1 - (deadline - time.perf_counter()) / anneal_s
         )
         temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
         changes = _propose(rng, names, sets, owner_of, all_servers, region_of)
@@ -167,7 +174,76 @@ def search_plan(
             for n, src, dst in changes:
                 sets[dst].discard(n)
                 sets[src].add(n)
+    if max_iterations is not None:
+        moves_left: float = max_iterations - limit
+        polish_deadline = math.inf
+    else:
+        moves_left, polish_deadline = math.inf, t0 + time_budget_s
+    best_sets = _polish(
+        rng, names, best_sets, lambda j, m: evaluate(j, frozenset(m))[1] + stick(j, m),
+        moves_left, polish_deadline,
+    )  # fmt: skip
     return _to_plan(name, cost, jobs, best_sets, evaluate)
+
+
+def _polish(
+    rng: random.Random,
+    names: list[str],
+    sets: dict[str | None, set[str]],
+    term: Callable[[str, set[str]], float],
+    moves: float,
+    deadline: float,
+) -> dict[str | None, set[str]]:
+    """Descend to a local optimum: every server to every other job (or free), then every
+    swap of two servers of different owners, first improvement taken, until a full round
+    improves nothing or ``moves`` moves or the ``deadline`` pass. The annealing's random
+    proposals rarely hit the one swap that helps (a small job trading its server for a
+    faster one); a sweep tries each."""
+    owner_of = {n: j for j, members in sets.items() for n in members}
+    servers = sorted(owner_of)
+    terms = {j: term(j, sets[j]) for j in names}
+    done = 0
+
+    def attempt(changes: list[tuple[str, str | None, str | None]]) -> bool:
+        nonlocal done
+        done += 1
+        touched = {j for _, a, b in changes for j in (a, b) if j is not None}
+        for n, a, b in changes:
+            sets[a].discard(n)
+            sets[b].add(n)
+        new = {j: term(j, sets[j]) for j in touched}
+        if sum(new[j] - terms[j] for j in touched) < -1e-9:
+            terms.update(new)
+            for n, _, b in changes:
+                owner_of[n] = b
+            return True
+        for n, a, b in changes:
+            sets[b].discard(n)
+            sets[a].add(n)
+        return False
+
+    def spent() -> bool:
+        return done >= moves or time.perf_counter() >= deadline
+
+    improved = True
+    while improved and not spent():
+        improved = False
+        rng.shuffle(servers)
+        for n in servers:
+            for dst in [*names, None]:
+                if spent():
+                    return sets
+                if dst != owner_of[n] and attempt([(n, owner_of[n], dst)]):
+                    improved = True
+                    break
+        for k, n in enumerate(servers):
+            for m in servers[k + 1 :]:
+                if spent():
+                    return sets
+                a, b = owner_of[n], owner_of[m]
+                if a != b and attempt([(n, a, b), (m, b, a)]):
+                    improved = True
+    return sets
 
 
 def _propose(
@@ -193,10 +269,24 @@ def _propose(
         dst = rng.choice(local) if local and rng.random() < 0.6 else rng.choice(options)
         return [(n, src, dst)]
     if kind < 0.85:  # swap with a server of another owner
-        m = rng.choice(all_servers)
+        if rng.random() < 0.5:
+            m = rng.choice(all_servers)
+        else:  # a server of a job picked uniformly: small jobs get their share of swaps
+            pool = sets[rng.choice(names)]
+            if not pool:
+                return []
+            m = rng.choice(sorted(pool))
         if owner_of[m] == src:
             return []
         return [(n, src, owner_of[m]), (m, owner_of[m], src)]
+    if kind < 0.92 and src is not None and len(sets[src]) <= EXCHANGE_MAX:
+        # two small jobs trade their whole sets (a swap of one server each is the case of one)
+        small = [j for j in names if j != src and len(sets[j]) <= EXCHANGE_MAX]
+        if not small:
+            return []
+        other: str | None = rng.choice(small)
+        trade = [(x, src, other) for x in sets[src]] + [(x, other, src) for x in sets[other]]
+        return trade
     # move every server of n's region held by src to another job (or free them)
     options = [j for j in names if j != src] + ([None] if src is not None else [])
     if not options:

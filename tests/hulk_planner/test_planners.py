@@ -4,6 +4,7 @@ best baseline by more than 25% in geometric-mean step time."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -21,7 +22,7 @@ from hulk_planner.model import Cluster, Job, ModelSpec, Plan
 from hulk_planner.planners.baseline_a import holds_model, plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
-from hulk_planner.planners.search import greedy_start, search_plan
+from hulk_planner.planners.search import _Evaluator, _polish, greedy_start, search_plan
 from hulk_planner.planners.split import region_grouped, split_servers
 from hulk_planner.presets import PRESETS, preset, preset_model
 
@@ -231,6 +232,51 @@ def test_search_never_ends_worse_than_its_start(paper_cost: CostModel) -> None:
     times_before = [jp.predicted_iteration_seconds for jp in before.jobs]
     times_after = [jp.predicted_iteration_seconds for jp in after.jobs]
     assert geomean(times_after) <= geomean(times_before)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(2, 9), seed=st.integers(0, 10**6), jobs=jobs_strategy())
+def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: list[Job]) -> None:
+    """``_polish`` with no budget limit returns a local optimum: no server moved to another
+    job (or freed) and no two servers swapped lowers the search's objective."""
+    c = random_cluster(n, seed=seed)
+    cost = CostModel(c)
+    evaluate = _Evaluator(cost, jobs)
+    names = [j.name for j in jobs]
+
+    def term(job: str, members: set[str]) -> float:
+        return evaluate(job, frozenset(members))[1]
+
+    rng = random.Random(seed)
+    sets: dict[str | None, set[str]] = {j: set() for j in [*names, None]}
+    for s in c.servers:
+        sets[rng.choice([*names, None])].add(s.name)
+    out = _polish(rng, names, sets, term, math.inf, math.inf)
+
+    def objective(state: dict[str | None, set[str]]) -> float:
+        return sum(term(j, state[j]) for j in names)
+
+    assert sorted(x for m in out.values() for x in m) == sorted(s.name for s in c.servers)
+    base = objective(out)
+    owner = {x: j for j, m in out.items() for x in m}
+    for x in owner:
+        for dst in [*names, None]:
+            if dst == owner[x]:
+                continue
+            moved = {j: set(m) for j, m in out.items()}
+            moved[owner[x]].discard(x)
+            moved[dst].add(x)
+            assert objective(moved) >= base - 1e-9
+    for x in owner:
+        for y in owner:
+            if owner[x] == owner[y]:
+                continue
+            swapped = {j: set(m) for j, m in out.items()}
+            swapped[owner[x]].discard(x)
+            swapped[owner[y]].discard(y)
+            swapped[owner[x]].add(y)
+            swapped[owner[y]].add(x)
+            assert objective(swapped) >= base - 1e-9
 
 
 def test_search_stops_on_its_time_budget(paper: Cluster, paper_cost: CostModel) -> None:
