@@ -285,8 +285,8 @@ def _propose(
         if not small:
             return []
         other: str | None = rng.choice(small)
-        trade = [(x, src, other) for x in sets[src]] + [(x, other, src) for x in sets[other]]
-        return trade
+        mine: str | None = src
+        return [(x, mine, other) for x in sets[mine]] + [(x, other, mine) for x in sets[other]]
     # move every server of n's region held by src to another job (or free them)
     options = [j for j in names if j != src] + ([None] if src is not None else [])
     if not options:
