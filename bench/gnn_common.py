@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import hulk_planner
 from hulk_planner.cost import CostModel
 from hulk_planner.gnn.data import GenerationSettings, example_spec
 from hulk_planner.model import Cluster, Job, Plan
@@ -69,6 +70,15 @@ def unseen(index: int) -> tuple[Cluster, list[Job]]:
     return random_cluster(n, cseed, regions), [r.job() for r in recipes]
 
 
+def search_code_digest() -> str:
+    """A digest of the code a search result depends on, so a changed search is re-run."""
+    root = Path(hulk_planner.__file__).parent
+    h = hashlib.sha256()
+    for rel in ("planners/search.py", "layout.py", "cost.py", "topology.py"):
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()[:12]
+
+
 def cached_search(
     cluster: Cluster, jobs: Sequence[Job], budget_s: float, seed: int = 0
 ) -> dict[str, Any]:
@@ -81,6 +91,7 @@ def cached_search(
             [j.name for j in jobs],
             budget_s,
             seed,
+            search_code_digest(),
         ],
         sort_keys=True,
     )

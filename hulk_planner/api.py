@@ -29,7 +29,6 @@ from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import search_plan
 
 REPAIR_TOLERANCE = 0.10
-HULK_BUDGET_S = 0.6  # the pre-GNN hulk search budget: bench/plan_*.py compare against 10x it
 SEARCH_BUDGET_S = 10.0
 
 

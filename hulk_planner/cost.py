@@ -36,7 +36,9 @@ BYTES_PER_PARAM = 16.0  # fp16 weights + grads, fp32 master, Adam m and v (ZeRO)
 ACTIVATION_FACTOR = 34.0  # bytes per s*b*h per layer, selective recomputation (Korthikanti)
 BYTES_PER_VALUE = 2.0  # 16-bit activations and gradients on the wire
 MEMORY_USABLE = 0.90  # of GPU memory, the rest for the CUDA context and fragmentation
-SMALL_GRID = 96  # grids of at most this many servers are scored in plain Python
+# Grids scored in plain Python rather than numpy (where that is faster, measured): up to
+# SMALL_GRID servers, or SMALL_PIPELINE stages of one replica (no loops over replicas).
+SMALL_GRID, SMALL_PIPELINE = 48, 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +125,15 @@ class CostModel:
     def data_seconds(self, job: Job, grid: np.ndarray, layers: np.ndarray, m: int) -> float:
         """Step time of a data-parallel pipeline given as server ids ``grid[stage, replica]``
         and layers per stage (the planners' fast path; same numbers as ``job_seconds``)."""
-        if grid.size <= SMALL_GRID and self.net.rows is not None:
+        if self.plain_python(*grid.shape):
             return self.data_seconds_rows(job, grid.tolist(), layers.tolist(), m)
         return self._data_breakdown(job, grid, layers.astype(float), m).total
+
+    def plain_python(self, p: int, r: int) -> bool:
+        """Whether ``data_seconds`` scores a ``p`` x ``r`` grid with ``data_seconds_rows``."""
+        return self.net.rows is not None and (
+            p * r <= SMALL_GRID or (r == 1 and p <= SMALL_PIPELINE)
+        )
 
     def data_seconds_rows(
         self, job: Job, rows: list[list[int]], layers: list[int], m: int

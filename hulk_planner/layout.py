@@ -66,7 +66,7 @@ def _balance(
     p, total = len(grid), job.model.layers
     if p > total:
         return None
-    if p * len(grid[0]) > SMALL_GRID and len({len(row) for row in grid}) == 1:
+    if p * len(grid[0]) > 2 * SMALL_GRID and len({len(row) for row in grid}) == 1:
         arr = np.asarray(grid)
         speed = cost.flops[arr].min(axis=1).tolist()
         room = cost.capacity[arr].min(axis=1).tolist()
@@ -136,7 +136,6 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     if len(per_region) > 1:
         subsets.append(max(per_region.values(), key=lambda ids: float(cost.flops[ids].sum())))
     best: tuple[float, list[list[int]], list[int]] | None = None
-    small = net.rows is not None
 
     def consider(chosen: list[int], p: int, r: int) -> None:
         nonlocal best
@@ -145,7 +144,7 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         counts = _balance(cost, job, rows, m)
         if counts is None:
             return
-        if small and len(chosen) <= SMALL_GRID:
+        if cost.plain_python(p, r):
             t = cost.data_seconds_rows(job, rows, counts, m)
         else:
             t = cost.data_seconds(job, np.array(rows), np.array(counts), m)
