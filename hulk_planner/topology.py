@@ -26,7 +26,7 @@ DEFAULT_CROSS_REGION_GBPS = 2.0
 # Relaying by Floyd-Warshall costs O(n^3); above this size missing pairs stay unreachable
 # unless region links fill them (large clusters should give regionLinks).
 RELAY_MAX_SERVERS = 1500
-ROWS_MAX_SERVERS = 1000
+ROWS_MAX_SERVERS = 500  # two 500 x 500 lists of floats: about 16 MB
 
 
 class Network:

@@ -252,3 +252,22 @@ def test_repair_rebalances_layers_when_the_replacement_is_smaller() -> None:
     assert [st_.nodes for st_ in fixed.stages] == [("a",), ("c",)]
     assert [st_.layers for st_ in fixed.stages] == [(0, 3), (3, 4)]
     assert math.isfinite(fixed.predicted_iteration_seconds)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 60))
+def test_layout_is_the_same_without_the_plain_python_path(seed: int, n: int) -> None:
+    """Clusters above ``topology.ROWS_MAX_SERVERS`` are scored by numpy alone: the layout of
+    any set must not depend on which path scored it."""
+    rng = random.Random(seed)
+    c = random_cluster(max(n, 2), seed=seed, regions=rng.randint(1, 5))
+    name = rng.choice(("gpt2-xl", "bert-large", "t5-11b", "llama2-7b"))
+    job = Job(name, preset_model(name), preset(name).global_batch_size, 1)
+    names = rng.sample([s.name for s in c.servers], rng.randint(1, len(c.servers)))
+    fast = CostModel(c)
+    numpy_only = CostModel(c)
+    numpy_only.net.rows = None
+    a, b = layout_job(fast, job, names), layout_job(numpy_only, job, names)
+    assert (a is None) == (b is None)
+    if a is not None and b is not None:
+        assert a == b
