@@ -131,20 +131,25 @@ def search_plan(
     region_of = {s.name: s.region for s in cost.cluster.servers}
     sticky = dict(previous or {})
 
-    def stick(job: str | None, members: set[str]) -> float:
-        return sum(STICKINESS for n in members if n in sticky and sticky[n] != job)
+    def term(job: str, members: set[str]) -> float:
+        moved = sum(STICKINESS for n in members if n in sticky and sticky[n] != job)
+        return evaluate(job, frozenset(members))[1] + moved
 
-    terms = {j: evaluate(j, frozenset(sets[j]))[1] + stick(j, sets[j]) for j in names}
-    current = sum(terms.values())
-    best_sets = {k: set(v) for k, v in sets.items()}
-    best = current
+    state = _State(names, sets, term)
+    current = best = state.total()
+    best_sets = state.copy_sets()
     all_servers = [s.name for s in cost.cluster.servers]
-    owner_of = {n: j for j, members in sets.items() for n in members}
     t0 = time.perf_counter()
     anneal_s = time_budget_s * ANNEAL_SHARE
     deadline = t0 + anneal_s
     limit = int(max_iterations * ANNEAL_SHARE) if max_iterations is not None else 10**12
     it = 0
+    temp = T_START
+
+    def metropolis(delta: float) -> bool:
+        """Always downhill; uphill with probability exp(-delta / temperature)."""
+        return delta <= 0 or rng.random() < math.exp(-delta / temp)
+
     while it < limit and (max_iterations is not None or time.perf_counter() < deadline):
         it += 1
         frac = (
@@ -153,74 +158,83 @@ def search_plan(
             else 1 - (deadline - time.perf_counter()) / anneal_s
         )
         temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
-        changes = _propose(rng, names, sets, owner_of, all_servers, region_of)
+        changes = _propose(rng, names, state.sets, state.owner_of, all_servers, region_of)
         if not changes:
             continue
-        touched = {j for n, src, dst in changes for j in (src, dst) if j is not None}
-        for n, src, dst in changes:
-            sets[src].discard(n)
-            sets[dst].add(n)
-        new_terms = {j: evaluate(j, frozenset(sets[j]))[1] + stick(j, sets[j]) for j in touched}
-        delta = sum(new_terms[j] - terms[j] for j in touched)
-        if delta <= 0 or rng.random() < math.exp(-delta / temp):
-            terms.update(new_terms)
+        delta = state.attempt(changes, metropolis)
+        if delta is not None:
             current += delta
-            for n, _src, dst in changes:
-                owner_of[n] = dst
             if current < best - 1e-12:
                 best = current
-                best_sets = {k: set(v) for k, v in sets.items()}
-        else:
-            for n, src, dst in changes:
-                sets[dst].discard(n)
-                sets[src].add(n)
+                best_sets = state.copy_sets()
     if max_iterations is not None:
         moves_left: float = max_iterations - limit
         polish_deadline = math.inf
     else:
         moves_left, polish_deadline = math.inf, t0 + time_budget_s
-    best_sets = _polish(
-        rng, names, best_sets, lambda j, m: evaluate(j, frozenset(m))[1] + stick(j, m),
-        moves_left, polish_deadline,
-    )  # fmt: skip
-    return _to_plan(name, cost, jobs, best_sets, evaluate)
+    polished = _polish(rng, _State(names, best_sets, term), moves_left, polish_deadline)
+    return _to_plan(name, cost, jobs, polished.sets, evaluate)
 
 
-def _polish(
-    rng: random.Random,
-    names: list[str],
-    sets: dict[str | None, set[str]],
-    term: Callable[[str, set[str]], float],
-    moves: float,
-    deadline: float,
-) -> dict[str | None, set[str]]:
+Change = tuple[str, str | None, str | None]  # (server, from job, to job); None: free
+
+
+class _State:
+    """Which servers each job holds (key None: the free ones), each server's owner and each
+    job's objective term, changed only through ``attempt``."""
+
+    def __init__(
+        self,
+        names: list[str],
+        sets: dict[str | None, set[str]],
+        term: Callable[[str, set[str]], float],
+    ) -> None:
+        self.sets = sets
+        self.term = term
+        self.owner_of = {n: j for j, members in sets.items() for n in members}
+        self.terms = {j: term(j, sets[j]) for j in names}
+
+    def total(self) -> float:
+        return sum(self.terms.values())
+
+    def copy_sets(self) -> dict[str | None, set[str]]:
+        return {k: set(v) for k, v in self.sets.items()}
+
+    def attempt(self, changes: Sequence[Change], accept: Callable[[float], bool]) -> float | None:
+        """Make ``changes``; keep them if ``accept`` takes the objective's change (returned),
+        else undo them (None)."""
+        touched = {j for _, a, b in changes for j in (a, b) if j is not None}
+        for n, a, b in changes:
+            self.sets[a].discard(n)
+            self.sets[b].add(n)
+        new = {j: self.term(j, self.sets[j]) for j in touched}
+        delta = sum(new[j] - self.terms[j] for j in touched)
+        if accept(delta):
+            self.terms.update(new)
+            for n, _, b in changes:
+                self.owner_of[n] = b
+            return delta
+        for n, a, b in changes:
+            self.sets[b].discard(n)
+            self.sets[a].add(n)
+        return None
+
+
+def _polish(rng: random.Random, state: _State, moves: float, deadline: float) -> _State:
     """Descend to a local optimum: every server to every other job (or free), then every
     swap of two servers of different owners, first improvement taken, until a full round
     improves nothing or ``moves`` moves or the ``deadline`` pass. The annealing's random
     proposals rarely hit the one swap that helps (a small job trading its server for a
     faster one); a sweep tries each."""
-    owner_of = {n: j for j, members in sets.items() for n in members}
+    owner_of = state.owner_of
     servers = sorted(owner_of)
-    terms = {j: term(j, sets[j]) for j in names}
+    jobs = [*state.terms, None]
     done = 0
 
-    def attempt(changes: list[tuple[str, str | None, str | None]]) -> bool:
+    def improves(changes: list[Change]) -> bool:
         nonlocal done
         done += 1
-        touched = {j for _, a, b in changes for j in (a, b) if j is not None}
-        for n, a, b in changes:
-            sets[a].discard(n)
-            sets[b].add(n)
-        new = {j: term(j, sets[j]) for j in touched}
-        if sum(new[j] - terms[j] for j in touched) < -1e-9:
-            terms.update(new)
-            for n, _, b in changes:
-                owner_of[n] = b
-            return True
-        for n, a, b in changes:
-            sets[b].discard(n)
-            sets[a].add(n)
-        return False
+        return state.attempt(changes, lambda d: d < -1e-9) is not None
 
     def spent() -> bool:
         return done >= moves or time.perf_counter() >= deadline
@@ -230,20 +244,20 @@ def _polish(
         improved = False
         rng.shuffle(servers)
         for n in servers:
-            for dst in [*names, None]:
+            for dst in jobs:
                 if spent():
-                    return sets
-                if dst != owner_of[n] and attempt([(n, owner_of[n], dst)]):
+                    return state
+                if dst != owner_of[n] and improves([(n, owner_of[n], dst)]):
                     improved = True
                     break
         for k, n in enumerate(servers):
             for m in servers[k + 1 :]:
                 if spent():
-                    return sets
+                    return state
                 a, b = owner_of[n], owner_of[m]
-                if a != b and attempt([(n, a, b), (m, b, a)]):
+                if a != b and improves([(n, a, b), (m, b, a)]):
                     improved = True
-    return sets
+    return state
 
 
 def _propose(
@@ -253,7 +267,7 @@ def _propose(
     owner_of: dict[str, str | None],
     all_servers: list[str],
     region_of: dict[str, str],
-) -> list[tuple[str, str | None, str | None]]:
+) -> list[Change]:
     kind = rng.random()
     n = rng.choice(all_servers)
     src = owner_of[n]

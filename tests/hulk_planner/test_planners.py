@@ -22,7 +22,13 @@ from hulk_planner.model import Cluster, Job, ModelSpec, Plan
 from hulk_planner.planners.baseline_a import holds_model, plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
-from hulk_planner.planners.search import _Evaluator, _polish, greedy_start, search_plan
+from hulk_planner.planners.search import (
+    _Evaluator,
+    _polish,
+    _State,
+    greedy_start,
+    search_plan,
+)
 from hulk_planner.planners.split import region_grouped, split_servers
 from hulk_planner.presets import PRESETS, preset, preset_model
 
@@ -251,7 +257,7 @@ def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: lis
     sets: dict[str | None, set[str]] = {j: set() for j in [*names, None]}
     for s in c.servers:
         sets[rng.choice([*names, None])].add(s.name)
-    out = _polish(rng, names, sets, term, math.inf, math.inf)
+    out = _polish(rng, _State(names, sets, term), math.inf, math.inf).sets
 
     def objective(state: dict[str | None, set[str]]) -> float:
         return sum(term(j, state[j]) for j in names)
