@@ -10,6 +10,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ def unseen(index: int) -> tuple[Cluster, list[Job]]:
     return random_cluster(n, cseed, regions), [r.job() for r in recipes]
 
 
+@cache
 def search_code_digest() -> str:
     """A digest of the code a search result depends on, so a changed search is re-run."""
     root = Path(hulk_planner.__file__).parent

@@ -122,18 +122,22 @@ class CostModel:
                 return self._data_breakdown(job, grid, layers, jp.micro_batches)
         return self._general_breakdown(job, jp)
 
-    def data_seconds(self, job: Job, grid: np.ndarray, layers: np.ndarray, m: int) -> float:
+    def data_seconds(
+        self,
+        job: Job,
+        grid: np.ndarray | list[list[int]],
+        layers: np.ndarray | list[int],
+        m: int,
+    ) -> float:
         """Step time of a data-parallel pipeline given as server ids ``grid[stage, replica]``
-        and layers per stage (the planners' fast path; same numbers as ``job_seconds``)."""
-        if self.plain_python(*grid.shape):
-            return self.data_seconds_rows(job, grid.tolist(), layers.tolist(), m)
-        return self._data_breakdown(job, grid, layers.astype(float), m).total
-
-    def plain_python(self, p: int, r: int) -> bool:
-        """Whether ``data_seconds`` scores a ``p`` x ``r`` grid with ``data_seconds_rows``."""
-        return self.net.rows is not None and (
-            p * r <= SMALL_GRID or (r == 1 and p <= SMALL_PIPELINE)
-        )
+        and layers per stage (the planners' fast path; same numbers as ``job_seconds``).
+        Small grids are scored in plain Python (``data_seconds_rows``), the rest by numpy."""
+        p, r = len(grid), len(grid[0])
+        if self.net.rows is not None and (p * r <= SMALL_GRID or (r == 1 and p <= SMALL_PIPELINE)):
+            rows = grid.tolist() if isinstance(grid, np.ndarray) else grid
+            counts = layers.tolist() if isinstance(layers, np.ndarray) else layers
+            return self.data_seconds_rows(job, rows, counts, m)
+        return self._data_breakdown(job, np.asarray(grid), np.asarray(layers, dtype=float), m).total
 
     def data_seconds_rows(
         self, job: Job, rows: list[list[int]], layers: list[int], m: int

@@ -66,6 +66,7 @@ def _balance(
     p, total = len(grid), job.model.layers
     if p > total:
         return None
+    # Row minima are cheaper than scoring, so plain Python pays here up to twice the size.
     if p * len(grid[0]) > 2 * SMALL_GRID and len({len(row) for row in grid}) == 1:
         arr = np.asarray(grid)
         speed = cost.flops[arr].min(axis=1).tolist()
@@ -144,10 +145,7 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         counts = _balance(cost, job, rows, m)
         if counts is None:
             return
-        if cost.plain_python(p, r):
-            t = cost.data_seconds_rows(job, rows, counts, m)
-        else:
-            t = cost.data_seconds(job, np.array(rows), np.array(counts), m)
+        t = cost.data_seconds(job, rows, counts, m)
         if best is None or t < best[0]:
             best = (t, rows, counts)
 

@@ -17,6 +17,8 @@ from public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across reg
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from hulk_planner.model import Cluster
@@ -77,11 +79,15 @@ class Network:
             int(r): int(np.flatnonzero(self.region == r)[0]) for r in np.unique(self.region)
         }
         self._paths: dict[frozenset[int], list[int]] = {}
-        # The matrices as Python lists, for the cost model's plain-Python path on small grids
-        # (kept only for clusters small enough that two n x n lists of floats are cheap).
-        self.rows: tuple[list[list[float]], list[list[float]]] | None = (
-            (lat.tolist(), bw.tolist()) if n <= ROWS_MAX_SERVERS else None
-        )
+
+    @cached_property
+    def rows(self) -> tuple[list[list[float]], list[list[float]]] | None:
+        """Latency and bandwidth as Python lists, for the cost model's plain-Python path on
+        small grids; None above ``ROWS_MAX_SERVERS`` (two n x n lists of floats cost memory).
+        Built on first use: only the search's scoring needs them."""
+        if len(self.names) > ROWS_MAX_SERVERS:
+            return None
+        return self.latency_ms.tolist(), self.bandwidth_gbps.tolist()
 
     def region_path(self, regions: frozenset[int]) -> list[int]:
         """Regions in a short visiting order (nearest neighbour from every start, the
