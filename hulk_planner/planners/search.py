@@ -11,12 +11,21 @@ taken from the job it served costs ``STICKINESS``.
 
 Moves: move a server to another job or to the free pool; take a free server; swap two
 servers between jobs (half the time the partner is drawn from a job picked uniformly, so a
-job of one server gets its share of swaps); let two small jobs trade their whole sets; move
-a job's servers in one region to another job. Targets favour regions a job already uses.
-The start is a greedy region-by-region fill (``greedy_start``) or a given assignment (the
-GNN's). Temperature falls geometrically over ``ANNEAL_SHARE`` of the budget; the rest
-polishes the best state seen (``_polish``: every single move, then every swap, first
-improvement taken, until none helps). The same seed and iteration budget give the same plan.
+job of one server gets its share of swaps); let two small jobs trade their whole sets;
+relocate a job to a region's fastest free servers, or regrow it where it is; let two jobs
+trade regions; move a job's servers in one region to another job. Targets favour regions a
+job already uses. Relocations and trades matter on large clusters, where each job fits in
+one region and most servers are free: one server at a time, a job crosses the map only
+through plans split over two regions, which the slow link between them makes far worse.
+
+Schedule: the start is a greedy region-by-region fill (``greedy_start``) or a given
+assignment (the GNN's). First, for at most ``COARSE_SHARE`` of the budget, a copy of the
+start descends through relocations and trades alone; that is the best state so far. The
+annealing then runs from the start itself (on small clusters the coarse descent can lock a
+good start into a worse basin) for ``ANNEAL_SHARE`` of the budget, its temperature falling
+geometrically. The rest polishes the best state seen (``_polish``: relocations and trades,
+single moves, then swaps, first improvement taken, until none helps). The same seed and
+iteration budget give the same plan.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -36,7 +45,9 @@ UNPLACED_PENALTY = 100.0
 STICKINESS = 0.002
 T_START, T_END = 0.05, 0.0005
 EXCHANGE_MAX = 4  # servers: jobs this small may trade their whole sets in one move
-ANNEAL_SHARE = 0.8  # of the budget; the rest polishes the best state to a local optimum
+COARSE_SHARE = 0.1  # of the budget, at most: relocations and trades from the start
+ANNEAL_SHARE = 0.7  # of the budget; the rest polishes the best state to a local optimum
+GROWTH = (math.inf, 1.5, 1.25, 0.8)  # a job regrown in its home region: factors of its GPU memory
 
 
 class _Evaluator:
@@ -115,8 +126,9 @@ def search_plan(
     previous: Mapping[str, str] | None = None,
     name: str = "search",
 ) -> Plan:
-    """Anneal from ``initial_assignment`` (server -> job; default ``greedy_start``) for
-    ``time_budget_s`` seconds or ``max_iterations`` moves, whichever ends first."""
+    """Search from ``initial_assignment`` (server -> job; default ``greedy_start``) for
+    ``time_budget_s`` seconds or ``max_iterations`` moves, whichever ends first (the
+    schedule is in the module's docstring)."""
     rng = random.Random(seed)
     evaluate = _Evaluator(cost, jobs)
     names = [j.name for j in jobs]
@@ -128,7 +140,7 @@ def search_plan(
     for s in cost.cluster.servers:
         owner = start.get(s.name)
         sets[owner if owner in sets else None].add(s.name)
-    region_of = {s.name: s.region for s in cost.cluster.servers}
+    moves = _Moves(cost, jobs)
     sticky = dict(previous or {})
 
     def term(job: str, members: set[str]) -> float:
@@ -136,13 +148,22 @@ def search_plan(
         return evaluate(job, frozenset(members))[1] + moved
 
     state = _State(names, sets, term)
-    current = best = state.total()
-    best_sets = state.copy_sets()
-    all_servers = [s.name for s in cost.cluster.servers]
     t0 = time.perf_counter()
-    anneal_s = time_budget_s * ANNEAL_SHARE
-    deadline = t0 + anneal_s
-    limit = int(max_iterations * ANNEAL_SHARE) if max_iterations is not None else 10**12
+    if max_iterations is not None:
+        coarse_moves, anneal_moves = (int(max_iterations * x) for x in (COARSE_SHARE, ANNEAL_SHARE))
+        coarse_deadline = deadline = math.inf
+    else:
+        coarse_moves = anneal_moves = 10**12
+        coarse_deadline = t0 + time_budget_s * COARSE_SHARE
+        deadline = t0 + time_budget_s * (COARSE_SHARE + ANNEAL_SHARE)
+    current = state.total()
+    coarse = _polish(
+        rng, _State(names, state.copy_sets(), term), moves, coarse_moves, coarse_deadline, True
+    )
+    best, best_sets = coarse.total(), coarse.copy_sets()
+    t1 = time.perf_counter()
+    anneal_s = max(1e-9, deadline - t1)
+    limit = anneal_moves
     it = 0
     temp = T_START
 
@@ -158,7 +179,7 @@ def search_plan(
             else 1 - (deadline - time.perf_counter()) / anneal_s
         )
         temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
-        changes = _propose(rng, names, state.sets, state.owner_of, all_servers, region_of)
+        changes = moves.propose(rng, state)
         if not changes:
             continue
         delta = state.attempt(changes, metropolis)
@@ -168,11 +189,11 @@ def search_plan(
                 best = current
                 best_sets = state.copy_sets()
     if max_iterations is not None:
-        moves_left: float = max_iterations - limit
+        moves_left: float = max_iterations - coarse_moves - anneal_moves
         polish_deadline = math.inf
     else:
         moves_left, polish_deadline = math.inf, t0 + time_budget_s
-    polished = _polish(rng, _State(names, best_sets, term), moves_left, polish_deadline)
+    polished = _polish(rng, _State(names, best_sets, term), moves, moves_left, polish_deadline)
     return _to_plan(name, cost, jobs, polished.sets, evaluate)
 
 
@@ -220,93 +241,197 @@ class _State:
         return None
 
 
-def _polish(rng: random.Random, state: _State, moves: float, deadline: float) -> _State:
-    """Descend to a local optimum: every server to every other job (or free), then every
-    swap of two servers of different owners, first improvement taken, until a full round
-    improves nothing or ``moves`` moves or the ``deadline`` pass. The annealing's random
-    proposals rarely hit the one swap that helps (a small job trading its server for a
-    faster one); a sweep tries each."""
+def _polish(
+    rng: random.Random,
+    state: _State,
+    moves: _Moves,
+    budget: float,
+    deadline: float,
+    coarse_only: bool = False,
+) -> _State:
+    """Descend to a local optimum, first improvement taken, through neighbourhoods from
+    the cheapest to the largest: every job to every region and every two jobs trading
+    regions (``_Moves.relocation``, ``_Moves.trade``: jobs x regions layouts), every server
+    to a job in its region (or free), to any job, every swap of two servers of a region,
+    of any two. A round that improves something starts again from the first; the descent
+    ends when a round improves nothing or ``budget`` moves or the ``deadline`` pass. The
+    annealing's random proposals rarely hit the one swap that helps (a small job trading
+    its server for a faster one); a sweep tries each."""
     owner_of = state.owner_of
     servers = sorted(owner_of)
-    jobs = [*state.terms, None]
-    done = 0
+    names = list(state.terms)
+    region_of = moves.region_of
 
-    def improves(changes: list[Change]) -> bool:
-        nonlocal done
-        done += 1
-        return state.attempt(changes, lambda d: d < -1e-9) is not None
+    def coarse() -> Iterator[list[Change]]:
+        for job in names:
+            home = moves.home(state, job)
+            grown = [(home, f) for f in GROWTH if home is not None]
+            for region, factor in [
+                *grown,
+                *((r, f) for r in moves.regions for f in (1.0, 2.0, math.inf)),
+            ]:
+                yield moves.relocation(state, job, region, factor)
+        for k, a in enumerate(names):
+            for b in names[k + 1 :]:
+                for factor in (1.0, 2.0, math.inf):
+                    yield moves.trade(state, a, b, factor)
 
-    def spent() -> bool:
-        return done >= moves or time.perf_counter() >= deadline
-
-    improved = True
-    while improved and not spent():
-        improved = False
+    def singles(local: bool) -> Iterator[list[Change]]:
         rng.shuffle(servers)
         for n in servers:
-            for dst in jobs:
-                if spent():
-                    return state
-                if dst != owner_of[n] and improves([(n, owner_of[n], dst)]):
-                    improved = True
-                    break
+            for dst in [*names, None]:
+                near = dst is None or any(region_of[x] == region_of[n] for x in state.sets[dst])
+                if dst != owner_of[n] and near == local:
+                    yield [(n, owner_of[n], dst)]
+
+    def swaps(local: bool) -> Iterator[list[Change]]:
         for k, n in enumerate(servers):
             for m in servers[k + 1 :]:
-                if spent():
-                    return state
                 a, b = owner_of[n], owner_of[m]
-                if a != b and improves([(n, a, b), (m, b, a)]):
+                if a != b and (region_of[n] == region_of[m]) == local:
+                    yield [(n, a, b), (m, b, a)]
+
+    phases: list[Callable[[], Iterator[list[Change]]]] = [
+        coarse,
+        lambda: singles(True),
+        lambda: singles(False),
+        lambda: swaps(True),
+        lambda: swaps(False),
+    ][: 1 if coarse_only else None]
+    done = 0
+    improved = True
+    while improved:
+        improved = False
+        for phase in phases:
+            for changes in phase():
+                if done >= budget or time.perf_counter() >= deadline:
+                    return state
+                done += 1
+                if changes and state.attempt(changes, lambda d: d < -1e-9) is not None:
                     improved = True
+            if improved:
+                break
     return state
 
 
-def _propose(
-    rng: random.Random,
-    names: list[str],
-    sets: dict[str | None, set[str]],
-    owner_of: dict[str, str | None],
-    all_servers: list[str],
-    region_of: dict[str, str],
-) -> list[Change]:
-    kind = rng.random()
-    n = rng.choice(all_servers)
-    src = owner_of[n]
-    if kind < 0.55:  # move one server to a job (often one already in its region) or free it
-        local = [
-            j for j in names if j != src and any(region_of[x] == region_of[n] for x in sets[j])
+class _Moves:
+    """The search's neighbourhood: ``propose`` draws a random change of a state;
+    ``relocation`` builds the one that moves a whole job to another region."""
+
+    def __init__(self, cost: CostModel, jobs: Sequence[Job]) -> None:
+        servers = cost.cluster.servers
+        self.names = [j.name for j in jobs]
+        self.all_servers = [s.name for s in servers]
+        self.region_of = {s.name: s.region for s in servers}
+        self.capacity = {s.name: server_capacity(s) for s in servers}
+        self.need = {j.name: memory_need_bytes(j) for j in jobs}
+        self.ranked: dict[str, list[str]] = {}  # region -> its servers, fastest first
+        for s in sorted(servers, key=lambda s: (-s.flops, s.name)):
+            self.ranked.setdefault(s.region, []).append(s.name)
+        self.regions = sorted(self.ranked)
+
+    def home(self, state: _State, job: str) -> str | None:
+        """The region where ``job`` holds the most GPU memory (None if it holds none)."""
+        held: dict[str, float] = {}
+        for n in state.sets[job]:
+            held[self.region_of[n]] = held.get(self.region_of[n], 0.0) + self.capacity[n]
+        return max(sorted(held), key=held.__getitem__) if held else None
+
+    def relocation(self, state: _State, job: str, region: str, factor: float = 1.0) -> list[Change]:
+        """Free all of ``job``'s servers and give it ``region``'s fastest free ones (or its
+        own there), until they hold ``factor`` x the GPU memory it held (or, if it held
+        none, 1.25 x its need). The move that takes a job across the map in one step: one
+        server at a time, the way passes through plans split over two regions, which the
+        slow link between them makes far worse than either end."""
+        mine = state.sets[job]
+        held = sum(self.capacity[n] for n in mine)
+        target = factor * (held if held > 0 else 1.25 * self.need[job])
+        chosen: list[str] = []
+        got = 0.0
+        for n in self.ranked[region]:
+            if got >= target:
+                break
+            if state.owner_of[n] is None or n in mine:
+                chosen.append(n)
+                got += self.capacity[n]
+        keep = set(chosen)
+        if keep == mine or not chosen:
+            return []
+        return [(n, job, None) for n in mine if n not in keep] + [
+            (n, None, job) for n in chosen if n not in mine
         ]
-        options: list[str | None] = [j for j in names if j != src]
-        if src is not None:
-            options.append(None)
+
+    def trade(self, state: _State, a: str, b: str, factor: float = 1.0) -> list[Change]:
+        """Jobs ``a`` and ``b`` swap home regions: each takes the other's region's fastest
+        servers that are free or theirs, ``factor`` x the GPU memory it held. Relocation alone
+        cannot do this: each region is full until the other job has left it."""
+        ra, rb = self.home(state, a), self.home(state, b)
+        if ra is None or rb is None or ra == rb:
+            return []
+        pair = state.sets[a] | state.sets[b]
+        new: dict[str, str | None] = dict.fromkeys(pair)
+        for job, region in ((a, rb), (b, ra)):
+            target = factor * sum(self.capacity[n] for n in state.sets[job])
+            got = 0.0
+            for n in self.ranked[region]:
+                if got >= target:
+                    break
+                if new.get(n) is None and (n in pair or state.owner_of[n] is None):
+                    new[n] = job
+                    got += self.capacity[n]
+        return [(n, state.owner_of[n], j) for n, j in new.items() if state.owner_of[n] != j]
+
+    def propose(self, rng: random.Random, state: _State) -> list[Change]:
+        names, sets, owner_of = self.names, state.sets, state.owner_of
+        region_of = self.region_of
+        kind = rng.random()
+        n = rng.choice(self.all_servers)
+        src = owner_of[n]
+        if kind < 0.5:  # move one server to a job (often one already in its region) or free it
+            local = [
+                j for j in names if j != src and any(region_of[x] == region_of[n] for x in sets[j])
+            ]
+            options: list[str | None] = [j for j in names if j != src]
+            if src is not None:
+                options.append(None)
+            if not options:
+                return []
+            dst = rng.choice(local) if local and rng.random() < 0.6 else rng.choice(options)
+            return [(n, src, dst)]
+        if kind < 0.8:  # swap with a server of another owner
+            if rng.random() < 0.5:
+                m = rng.choice(self.all_servers)
+            else:  # a server of a job picked uniformly: small jobs get their share of swaps
+                pool = sets[rng.choice(names)]
+                if not pool:
+                    return []
+                m = rng.choice(sorted(pool))
+            if owner_of[m] == src:
+                return []
+            return [(n, src, owner_of[m]), (m, owner_of[m], src)]
+        if kind < 0.87 and src is not None and len(sets[src]) <= EXCHANGE_MAX:
+            # two small jobs trade their whole sets (a swap of one server each is the case of one)
+            small = [j for j in names if j != src and len(sets[j]) <= EXCHANGE_MAX]
+            if not small:
+                return []
+            other: str | None = rng.choice(small)
+            mine: str | None = src
+            return [(x, mine, other) for x in sets[mine]] + [(x, other, mine) for x in sets[other]]
+        if kind < 0.9:  # two jobs swap regions
+            a, b = rng.sample(names, 2) if len(names) > 1 else (names[0], names[0])
+            return self.trade(state, a, b, rng.choice((1.0, 1.0, 2.0, math.inf)))
+        if kind < 0.95:  # a job to n's region, or grown or shrunk where it is
+            job = rng.choice(names)
+            home = self.home(state, job)
+            if home is not None and rng.random() < 0.5:
+                return self.relocation(state, job, home, rng.choice(GROWTH))
+            return self.relocation(state, job, region_of[n], rng.choice((0.8, 1.0, 1.0, 1.25)))
+        # move every server of n's region held by src to another job (or free them)
+        options = [j for j in names if j != src] + ([None] if src is not None else [])
         if not options:
             return []
-        dst = rng.choice(local) if local and rng.random() < 0.6 else rng.choice(options)
-        return [(n, src, dst)]
-    if kind < 0.85:  # swap with a server of another owner
-        if rng.random() < 0.5:
-            m = rng.choice(all_servers)
-        else:  # a server of a job picked uniformly: small jobs get their share of swaps
-            pool = sets[rng.choice(names)]
-            if not pool:
-                return []
-            m = rng.choice(sorted(pool))
-        if owner_of[m] == src:
-            return []
-        return [(n, src, owner_of[m]), (m, owner_of[m], src)]
-    if kind < 0.92 and src is not None and len(sets[src]) <= EXCHANGE_MAX:
-        # two small jobs trade their whole sets (a swap of one server each is the case of one)
-        small = [j for j in names if j != src and len(sets[j]) <= EXCHANGE_MAX]
-        if not small:
-            return []
-        other: str | None = rng.choice(small)
-        mine: str | None = src
-        return [(x, mine, other) for x in sets[mine]] + [(x, other, mine) for x in sets[other]]
-    # move every server of n's region held by src to another job (or free them)
-    options = [j for j in names if j != src] + ([None] if src is not None else [])
-    if not options:
-        return []
-    dst = rng.choice(options)
-    return [(x, src, dst) for x in sets[src] if region_of[x] == region_of[n]]
+        dst = rng.choice(options)
+        return [(x, src, dst) for x in sets[src] if region_of[x] == region_of[n]]
 
 
 def _to_plan(

@@ -103,5 +103,3 @@ def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
             except client.ApiException:
                 pass
         wait("jobs deleted", lambda: not kube.jobs(), timeout)
-
-

@@ -23,7 +23,9 @@ from hulk_planner.planners.baseline_a import holds_model, plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import (
+    GROWTH,
     _Evaluator,
+    _Moves,
     _polish,
     _State,
     greedy_start,
@@ -240,11 +242,66 @@ def test_search_never_ends_worse_than_its_start(paper_cost: CostModel) -> None:
     assert geomean(times_after) <= geomean(times_before)
 
 
+def _two_regions() -> _Moves:
+    """Region "east": e0 (fastest) .. e3; region "west": w0 (fastest) .. w2; 1 GiB each."""
+    servers = [server(f"e{i}", "east", tflops=10.0 - i) for i in range(4)]
+    servers += [server(f"w{i}", "west", tflops=20.0 - i) for i in range(3)]
+    return _Moves(CostModel(cluster(servers)), [tiny_job("a"), tiny_job("b")])
+
+
+def _state(names: list[str], sets: dict[str | None, set[str]]) -> _State:
+    return _State(names, sets, lambda job, members: float(len(members)))
+
+
+def _apply(state: _State, changes: list[tuple[str, str | None, str | None]]) -> None:
+    assert state.attempt(changes, lambda d: True) is not None
+
+
+def test_relocation_takes_the_fastest_free_servers_of_the_region_for_the_same_memory() -> None:
+    moves = _two_regions()
+    state = _state(["a", "b"], {"a": {"e2", "e3"}, "b": {"w0"}, None: {"e0", "e1", "w1", "w2"}})
+    _apply(state, moves.relocation(state, "a", "west"))
+    assert state.sets["a"] == {"w1", "w2"}  # w0 is b's: not free
+    assert state.sets[None] == {"e0", "e1", "e2", "e3"}
+    assert moves.home(state, "a") == "west"
+    # regrown where it is: its own servers count as available, fastest first
+    _apply(state, moves.relocation(state, "a", "west", 1.5))
+    assert state.sets["a"] == {"w1", "w2"}  # nothing more is free in the west
+    state = _state(["a", "b"], {"a": {"e2", "e3"}, "b": {"w0"}, None: {"e0", "e1", "w1", "w2"}})
+    _apply(state, moves.relocation(state, "a", "east", math.inf))
+    assert state.sets["a"] == {"e0", "e1", "e2", "e3"}
+    state = _state(["a", "b"], {"a": {"e2", "e3"}, "b": {"w0"}, None: {"e0", "e1", "w1", "w2"}})
+    _apply(state, moves.relocation(state, "a", "east", 0.5))
+    assert state.sets["a"] == {"e0"}
+    # a job holding nothing asks for 1.25 x its memory need: tiny_job needs one server
+    state = _state(["a", "b"], {"a": set(), "b": {"w0"}, None: {f"e{i}" for i in range(4)}})
+    state.sets[None] |= {"w1", "w2"}
+    state.owner_of.update({"w1": None, "w2": None})
+    _apply(state, moves.relocation(state, "a", "east"))
+    assert state.sets["a"] == {"e0"}
+    assert moves.relocation(state, "a", "east") == []  # already there: no change
+
+
+def test_trade_swaps_two_jobs_home_regions() -> None:
+    moves = _two_regions()
+    state = _state(["a", "b"], {"a": {"e0", "e1"}, "b": {"w0"}, None: {"e2", "e3", "w1", "w2"}})
+    _apply(state, moves.trade(state, "a", "b"))
+    assert state.sets["a"] == {"w0", "w1"}  # b's server is free to a once b leaves
+    assert state.sets["b"] == {"e0"}
+    assert sorted(x for m in state.sets.values() for x in m) == sorted(state.owner_of)
+    _apply(state, moves.trade(state, "a", "b", math.inf))
+    assert state.sets["a"] == {"e0", "e1", "e2", "e3"}
+    assert state.sets["b"] == {"w0", "w1", "w2"}
+    state = _state(["a", "b"], {"a": {"e0"}, "b": {"e1"}, None: {"e2", "e3", "w0", "w1", "w2"}})
+    assert moves.trade(state, "a", "b") == []  # one home region: nothing to trade
+
+
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(2, 9), seed=st.integers(0, 10**6), jobs=jobs_strategy())
 def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: list[Job]) -> None:
     """``_polish`` with no budget limit returns a local optimum: no server moved to another
-    job (or freed) and no two servers swapped lowers the search's objective."""
+    job (or freed), no two servers swapped, no job relocated or regrown and no two jobs
+    trading regions lowers the search's objective."""
     c = random_cluster(n, seed=seed)
     cost = CostModel(c)
     evaluate = _Evaluator(cost, jobs)
@@ -257,7 +314,9 @@ def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: lis
     sets: dict[str | None, set[str]] = {j: set() for j in [*names, None]}
     for s in c.servers:
         sets[rng.choice([*names, None])].add(s.name)
-    out = _polish(rng, _State(names, sets, term), math.inf, math.inf).sets
+    moves = _Moves(cost, jobs)
+    final = _polish(rng, _State(names, sets, term), moves, math.inf, math.inf)
+    out = final.sets
 
     def objective(state: dict[str | None, set[str]]) -> float:
         return sum(term(j, state[j]) for j in names)
@@ -283,6 +342,18 @@ def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: lis
             swapped[owner[x]].add(y)
             swapped[owner[y]].add(x)
             assert objective(swapped) >= base - 1e-9
+    coarse = [
+        moves.relocation(final, j, r, f)
+        for j in names
+        for r in moves.regions
+        for f in (1.0, 2.0, math.inf, *GROWTH)
+    ] + [moves.trade(final, a, b, f) for a in names for b in names for f in (1.0, 2.0, math.inf)]
+    for changes in coarse:
+        changed = {j: set(m) for j, m in out.items()}
+        for x, a, b in changes:
+            changed[a].remove(x)
+            changed[b].add(x)
+        assert objective(changed) >= base - 1e-9
 
 
 def test_search_stops_on_its_time_budget(paper: Cluster, paper_cost: CostModel) -> None:
