@@ -10,13 +10,11 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import hulk_planner
 from hulk_planner.cost import CostModel
-from hulk_planner.gnn.data import GenerationSettings, example_spec
+from hulk_planner.gnn.data import GenerationSettings, example_spec, search_code_digest
 from hulk_planner.model import Cluster, Job, Plan
 from hulk_planner.planners.search import search_plan
 
@@ -69,16 +67,6 @@ def unseen(index: int) -> tuple[Cluster, list[Job]]:
 
     n, cseed, regions, recipes = example_spec(GenerationSettings(seed=UNSEEN_SEED), index)
     return random_cluster(n, cseed, regions), [r.job() for r in recipes]
-
-
-@cache
-def search_code_digest() -> str:
-    """A digest of the code a search result depends on, so a changed search is re-run."""
-    root = Path(hulk_planner.__file__).parent
-    h = hashlib.sha256()
-    for rel in ("planners/search.py", "layout.py", "cost.py", "topology.py"):
-        h.update((root / rel).read_bytes())
-    return h.hexdigest()[:12]
 
 
 def cached_search(

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from hulk_planner.gnn.data import Example, GenerationSettings, generate_to_file
+from hulk_planner.gnn.data import (
+    Example,
+    GenerationSettings,
+    data_header,
+    generate_to_file,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cache_path(settings: GenerationSettings) -> Path:
-    d = settings.as_dict()
-    d.pop("examples")  # a longer run extends the same file
-    key = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+    """Keyed by the data file's header: the settings but the count (a longer run extends
+    the same file) and the labelling search's code digest (another search labels anew)."""
+    key = hashlib.sha256(data_header(settings).encode()).hexdigest()[:12]
     root = Path(os.environ.get("HULK_CACHE", Path.home() / ".cache" / "hulk"))
     return root / "gnn-data" / f"examples-{key}.jsonl"
 

@@ -23,12 +23,14 @@ result is the same for any worker count.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import multiprocessing
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,17 @@ def example_spec(
     return n, cluster_seed, regions, random_jobs(rng, cluster, settings.max_jobs, settings.presets)
 
 
+@cache
+def search_code_digest() -> str:
+    """A digest of the code a search result depends on (search, layout, cost model,
+    topology), so labels made by another version of the search are not reused."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for rel in ("planners/search.py", "layout.py", "cost.py", "topology.py"):
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()[:12]
+
+
 def label(
     cluster: Cluster, jobs: Sequence[Job], iterations: int, seed: int = 0
 ) -> tuple[dict[str, str], float]:
@@ -185,11 +198,13 @@ def load_examples(path: str | Path) -> list[Example]:
         ]
 
 
-def _header(settings: GenerationSettings) -> str:
+def data_header(settings: GenerationSettings) -> str:
     """The first line of a data file: the settings that fix each example (not their
-    count, so a longer run extends a shorter one and a shorter one reads a prefix)."""
+    count, so a longer run extends a shorter one and a shorter one reads a prefix) and
+    the labelling search's code digest (another search makes other labels)."""
     d = settings.as_dict()
     d.pop("examples")
+    d["search_code"] = search_code_digest()
     return json.dumps({"settings": d}, sort_keys=True)
 
 
@@ -203,7 +218,7 @@ def generate_to_file(
     there are read (a file made with other settings is replaced), the rest generated and
     appended, so an interrupted run resumes where it stopped."""
     path = Path(path)
-    header = _header(settings)
+    header = data_header(settings)
     done: list[Example] = []
     if path.exists():
         lines = path.read_text().splitlines()

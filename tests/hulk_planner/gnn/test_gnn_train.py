@@ -13,6 +13,7 @@ pytest.importorskip("torch_geometric")
 
 from hulk_planner.cost import CostModel, validate_plan  # noqa: E402
 from hulk_planner.gnn import cli  # noqa: E402
+from hulk_planner.gnn import data as gnn_data  # noqa: E402
 from hulk_planner.gnn.data import (  # noqa: E402
     Example,
     GenerationSettings,
@@ -37,6 +38,29 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     short = GenerationSettings(**{**TINY.as_dict(), "examples": 2, "presets": TINY.presets})
     assert [e.to_json() for e in generate_to_file(short, path)] == [e.to_json() for e in out[:2]]
     return out
+
+
+def test_labels_of_another_search_are_made_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = GenerationSettings(**{**TINY.as_dict(), "examples": 1, "presets": TINY.presets})
+    path = tmp_path / "ex.jsonl"
+    (fresh,) = generate_to_file(one, path, workers=1)
+    assert fresh.labels
+    header, line = path.read_text().splitlines()
+    assert gnn_data.search_code_digest() in header
+    blanked = json.loads(line)
+    blanked["labels"] = {}
+    path.write_text(header + "\n" + json.dumps(blanked) + "\n")
+    (reused,) = generate_to_file(one, path, workers=1)  # same search: the file is read
+    assert reused.labels == {}
+    cached = cli._cache_path(one)
+    assert cached == cli._cache_path(TINY)  # the count aside, the settings key the file
+    monkeypatch.setattr(gnn_data, "search_code_digest", lambda: "another-search")
+    assert cli._cache_path(one) != cached
+    (relabelled,) = generate_to_file(one, path, workers=1)
+    assert relabelled.labels == fresh.labels
+    assert "another-search" in path.read_text().splitlines()[0]
 
 
 def test_examples_are_labelled(examples: list[Example]) -> None:
