@@ -5,7 +5,8 @@ moves each, 60 epochs) takes a few minutes on 2 CPU cores and writes
 ``out/gnn/hulk-gnn.pt`` and ``.json``; ``--output hulk_planner/gnn/weights/hulk-gnn.pt``
 replaces the shipped weights (the settings they were made with are in
 ``hulk_planner/gnn/weights/hulk-gnn.json``). Labelled examples are cached as JSON lines
-under ``$HULK_CACHE/gnn-data/`` (``--data`` to choose the file), and a run that stops is
+under ``$HULK_CACHE/gnn-data/`` (``--data`` to choose the file), keyed by the settings and
+a digest of the search code (a changed search labels anew), and a run that stops is
 resumed from the examples already written.
 """
 

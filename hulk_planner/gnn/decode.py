@@ -26,8 +26,9 @@
    (which are checked after it), for up to ``FEASIBILITY_ROUNDS`` rounds.
 5. **Layout.** Each job's servers are laid out by the core (``layout.layout_job``: stage
    ordering along low-latency paths, replicas, layer balancing to compute and memory).
-6. **Refinement.** ``search_plan`` anneals from this assignment for a short budget (the
-   search keeps the best state it sees, so refinement never makes the start worse).
+6. **Refinement.** ``search_plan`` from this assignment for a short budget: whole-job
+   moves, annealing, polish (the search keeps the best state it sees, so refinement never
+   makes the start worse).
 """
 
 from __future__ import annotations
