@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -330,6 +330,23 @@ class _Moves:
             self.ranked.setdefault(s.region, []).append(s.name)
         self.regions = sorted(self.ranked)
 
+    def memory(self, servers: Iterable[str]) -> float:
+        """The usable GPU memory of ``servers``, bytes."""
+        return sum(self.capacity[n] for n in servers)
+
+    def fastest(self, region: str, target: float, available: Callable[[str], bool]) -> list[str]:
+        """``region``'s ``available`` servers, fastest first, until they hold ``target``
+        bytes of GPU memory (all of them if they hold less)."""
+        chosen: list[str] = []
+        got = 0.0
+        for n in self.ranked[region]:
+            if got >= target:
+                break
+            if available(n):
+                chosen.append(n)
+                got += self.capacity[n]
+        return chosen
+
     def home(self, state: _State, job: str) -> str | None:
         """The region where ``job`` holds the most GPU memory (None if it holds none)."""
         held: dict[str, float] = {}
@@ -344,16 +361,9 @@ class _Moves:
         server at a time, the way passes through plans split over two regions, which the
         slow link between them makes far worse than either end."""
         mine = state.sets[job]
-        held = sum(self.capacity[n] for n in mine)
+        held = self.memory(mine)
         target = factor * (held if held > 0 else 1.25 * self.need[job])
-        chosen: list[str] = []
-        got = 0.0
-        for n in self.ranked[region]:
-            if got >= target:
-                break
-            if state.owner_of[n] is None or n in mine:
-                chosen.append(n)
-                got += self.capacity[n]
+        chosen = self.fastest(region, target, lambda n: state.owner_of[n] is None or n in mine)
         keep = set(chosen)
         if keep == mine or not chosen:
             return []
@@ -370,15 +380,13 @@ class _Moves:
             return []
         pair = state.sets[a] | state.sets[b]
         new: dict[str, str | None] = dict.fromkeys(pair)
+
+        def untaken(n: str) -> bool:  # free or theirs, and not given to the other yet
+            return new.get(n) is None and (n in pair or state.owner_of[n] is None)
+
         for job, region in ((a, rb), (b, ra)):
-            target = factor * sum(self.capacity[n] for n in state.sets[job])
-            got = 0.0
-            for n in self.ranked[region]:
-                if got >= target:
-                    break
-                if new.get(n) is None and (n in pair or state.owner_of[n] is None):
-                    new[n] = job
-                    got += self.capacity[n]
+            for n in self.fastest(region, factor * self.memory(state.sets[job]), untaken):
+                new[n] = job
         return [(n, state.owner_of[n], j) for n, j in new.items() if state.owner_of[n] != j]
 
     def propose(self, rng: random.Random, state: _State) -> list[Change]:
