@@ -8,9 +8,10 @@ to decide *how*:
    slow links as possible, and the replicas of one stage sit side by side, mostly in one
    region: data parallelism stays inside regions, pipeline stages span regions (the
    heuristic Sailor, SOSP'25, also found best).
-2. For a few replica counts ``R`` (and ``p = min(layers, n // R)`` stages), keep the
-   ``R * p`` fastest servers, cut the order into stages of ``R`` and balance layers; the
-   same again with only the servers of the region holding most of the set's compute.
+2. For a few replica counts ``R`` (and ``p = min(layers, n // R)`` stages), and the
+   fastest server alone, keep the ``R * p`` fastest servers, cut the order into stages of
+   ``R`` and balance layers; the same again with only the servers of the region holding
+   most of the set's compute.
 3. Balance layers by water-filling: each next layer goes to the stage that would finish it
    soonest, never past a stage's memory (``cost.stage_memory``).
 4. Score every candidate with the cost model and keep the fastest.
@@ -110,7 +111,11 @@ def make_job_plan(job: Job, stages: Sequence[Sequence[str]], counts: Sequence[in
 
 
 def _candidates(n: int, layers: int) -> list[tuple[int, int]]:
-    """(replicas, stages) pairs to try for n servers."""
+    """(replicas, stages) pairs to try for n servers: for each stage count as many replicas
+    as the servers allow, and the fastest server alone (a small job can run fastest on one
+    server: the gradient all-reduce of replicas and the transfers of a pipeline both cost
+    more than they save, and without this a set of three servers could not shrink to one
+    through sets of two, which are slower still)."""
     seen, out = set(), []
     for p in (*_STAGE_COUNTS, min(n, layers)):
         if p > layers or p > n:
@@ -119,6 +124,8 @@ def _candidates(n: int, layers: int) -> list[tuple[int, int]]:
         if (r, p) not in seen:
             seen.add((r, p))
             out.append((r, p))
+    if (1, 1) not in seen:
+        out.append((1, 1))
     return out
 
 

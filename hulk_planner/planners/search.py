@@ -6,8 +6,10 @@ set, so the search only decides membership; the layout decides order, replicas a
 Objective (minimised): the sum over jobs of ``log(step seconds)``, i.e. the geometric mean
 of the step times, so a job's relative speed-up counts the same whatever its size; a job
 whose set holds no feasible layout costs ``UNPLACED_PENALTY`` plus its missing memory
-fraction (so the search is pulled towards placing it). With a previous plan, each server
-taken from the job it served costs ``STICKINESS``.
+fraction, plus the fraction missing to ``UNPLACED_REACH`` times its need, so the search is
+pulled towards placing it also when its set holds its need but admits no layout yet (the
+activations of in-flight micro-batches, a stage's smallest server). With a previous plan,
+each server taken from the job it served costs ``STICKINESS``.
 
 Moves: move a server to another job or to the free pool; take a free server; swap two
 servers between jobs (half the time the partner is drawn from a job picked uniformly, so a
@@ -42,6 +44,7 @@ from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
 
 UNPLACED_PENALTY = 100.0
+UNPLACED_REACH = 4.0  # an unplaced job is pulled towards this many times its memory need
 STICKINESS = 0.002
 T_START, T_END = 0.05, 0.0005
 EXCHANGE_MAX = 4  # servers: jobs this small may trade their whole sets in one move
@@ -71,7 +74,8 @@ class _Evaluator:
         else:
             need = memory_need_bytes(self.jobs[job])
             have = sum(self.capacity[n] for n in servers)
-            value = (None, UNPLACED_PENALTY + max(0.0, 1.0 - have / need))
+            short = max(0.0, 1.0 - have / need) + max(0.0, 1.0 - have / (UNPLACED_REACH * need))
+            value = (None, UNPLACED_PENALTY + short)
         if len(self.cache) > 200_000:
             self.cache.clear()
         self.cache[key] = value

@@ -271,3 +271,26 @@ def test_layout_is_the_same_without_the_plain_python_path(seed: int, n: int) -> 
     assert (a is None) == (b is None)
     if a is not None and b is not None:
         assert a == b
+
+
+def test_a_small_job_runs_on_its_fastest_server_alone() -> None:
+    """Three servers behind slow links: a pipeline pays the transfers and replicas the
+    gradient all-reduce, so the job runs fastest on the fast server alone (without that
+    candidate a set of three could only use two or three of its servers)."""
+    c = cluster(
+        [server("fast", tflops=10.0), server("slow-1"), server("slow-2")],
+        [
+            ("fast", "slow-1", 80.0, 0.1),
+            ("fast", "slow-2", 80.0, 0.1),
+            ("slow-1", "slow-2", 80.0, 0.1),
+        ],
+    )
+    cost = CostModel(c)
+    job = tiny_job(layers=4)
+    jp = layout_job(cost, job, ["slow-1", "fast", "slow-2"])
+    assert jp is not None
+    assert jp.nodes == ("fast",)
+    assert [st.num_layers for st in jp.stages] == [4]
+    alone = cost.job_seconds(job, make_job_plan(job, [["fast"]], [4]))
+    assert jp.predicted_iteration_seconds == pytest.approx(alone)
+    assert layout_job(cost, job, ["slow-1", "slow-2"]).predicted_iteration_seconds > alone

@@ -11,10 +11,17 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planner_helpers import assert_valid_plan, cluster, geomean, server, tiny_job
+from planner_helpers import assert_valid_plan, cluster, geomean, server, tiny_job, usable_gib
 
 from hulk_planner.api import PLANNERS, plan
-from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity, stage_memory
+from hulk_planner.cost import (
+    BYTES_PER_PARAM,
+    CostModel,
+    memory_need_bytes,
+    params_per_layer,
+    server_capacity,
+    stage_memory,
+)
 from hulk_planner.datasets import PAPER_TABLE2, paper_cluster, paper_jobs, paper_server_names
 from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.generate import random_cluster
@@ -24,6 +31,7 @@ from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import (
     GROWTH,
+    UNPLACED_PENALTY,
     _Evaluator,
     _Moves,
     _polish,
@@ -294,6 +302,23 @@ def test_trade_swaps_two_jobs_home_regions() -> None:
     assert state.sets["b"] == {"w0", "w1", "w2"}
     state = _state(["a", "b"], {"a": {"e0"}, "b": {"e1"}, None: {"e2", "e3", "w0", "w1", "w2"}})
     assert moves.trade(state, "a", "b") == []  # one home region: nothing to trade
+
+
+def test_a_job_with_its_memory_but_no_layout_is_pulled_towards_more() -> None:
+    """Servers each smaller than one layer: a set can hold the job's memory need and still
+    admit no layout. The objective must keep falling as the set grows past the need (up
+    to ``UNPLACED_REACH`` times it), or the search parks such a job at its need, unplaced,
+    while the other jobs keep the servers that would place it."""
+    job = tiny_job(layers=2)
+    layer_bytes = params_per_layer(job) * BYTES_PER_PARAM  # one layer's weights and state
+    servers = [server(f"s{i}", memory_gib=usable_gib(layer_bytes * 0.9)) for i in range(12)]
+    cost = CostModel(cluster(servers))
+    evaluate = _Evaluator(cost, [job])
+    have = [sum(server_capacity(s) for s in servers[:k]) for k in (4, 6, 12)]
+    assert have[0] >= memory_need_bytes(job)
+    terms = [evaluate(job.name, frozenset(s.name for s in servers[:k]))[1] for k in (4, 6, 12)]
+    assert all(t > UNPLACED_PENALTY for t in terms)
+    assert terms[0] > terms[1] > terms[2]
 
 
 @settings(max_examples=15, deadline=None)
