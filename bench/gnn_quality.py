@@ -17,7 +17,7 @@ itself (the ceiling of any agreement figure). Printed per cluster and summarised
 Search runs are cached under ``$HULK_CACHE/bench``; the first run takes about
 clusters * budget * 2 / workers seconds.
 
-    python bench/gnn_quality.py [--clusters 20] [--budget 60] [--workers 2]
+    python bench/gnn_quality.py [--clusters 20] [--budget 60] [--workers 2] [--hulk-budget S]
 """
 
 from __future__ import annotations
@@ -60,6 +60,12 @@ def main() -> None:
         "--refine-iterations", default="0,100,400", help="ablation move budgets (0,100,400)"
     )
     ap.add_argument("--no-ceiling", action="store_true", help="skip the second search seed")
+    ap.add_argument(
+        "--hulk-budget",
+        type=float,
+        default=None,
+        help="hulk's refinement seconds (default: its own, gnn.planner.refine_budget)",
+    )
     args = ap.parse_args()
 
     budgets = [int(b) for b in args.refine_iterations.split(",")]
@@ -90,7 +96,7 @@ def main() -> None:
         by_model = assign(cost, jobs, logits, share="model")
         by_params = assign(cost, jobs, logits, share="parameters")
         start = min((by_model, by_params), key=lambda a: start_objective(cost, jobs, a))
-        final = plan_gnn(cost, jobs, seed=0)
+        final = plan_gnn(cost, jobs, seed=0, time_budget_s=args.hulk_budget)
         hulk_s = time.perf_counter() - t
         hulk_geo = geo_mean(final, jobs)
         row = {
@@ -137,9 +143,14 @@ def main() -> None:
         return float(np.mean(finite)) if finite else math.nan
 
     print()
+    hulk_budget = (
+        f"{args.hulk_budget:.1f} s"
+        if args.hulk_budget is not None
+        else f"{refine_budget(20):.1f}-{refine_budget(500):.1f} s by size"
+    )
     print(
         f"unseen clusters: {len(rows)}; search budget {args.budget:.0f} s; hulk refinement "
-        f"{refine_budget(20):.1f}-{refine_budget(500):.1f} s by size"
+        f"{hulk_budget}"
     )
     print(
         f"agreement with search labels, GNN decoded (mean): {mean(col('agree')):.3f} "

@@ -73,7 +73,7 @@ class _Evaluator:
             value = (jp, math.log(jp.predicted_iteration_seconds))
         else:
             need = memory_need_bytes(self.jobs[job])
-            have = sum(self.capacity[n] for n in servers)
+            have = math.fsum(self.capacity[n] for n in servers)  # order-free: sets vary
             short = max(0.0, 1.0 - have / need) + max(0.0, 1.0 - have / (UNPLACED_REACH * need))
             value = (None, UNPLACED_PENALTY + short)
         if len(self.cache) > 200_000:
@@ -228,7 +228,9 @@ class _State:
     def attempt(self, changes: Sequence[Change], accept: Callable[[float], bool]) -> float | None:
         """Make ``changes``; keep them if ``accept`` takes the objective's change (returned),
         else undo them (None)."""
-        touched = {j for _, a, b in changes for j in (a, b) if j is not None}
+        # sorted: a set of strings iterates in an order that varies between processes
+        # (hash randomisation), and the float sum below must not
+        touched = sorted({j for _, a, b in changes for j in (a, b) if j is not None})
         for n, a, b in changes:
             self.sets[a].discard(n)
             self.sets[b].add(n)
@@ -336,7 +338,7 @@ class _Moves:
 
     def memory(self, servers: Iterable[str]) -> float:
         """The usable GPU memory of ``servers``, bytes."""
-        return sum(self.capacity[n] for n in servers)
+        return math.fsum(self.capacity[n] for n in servers)
 
     def fastest(self, region: str, target: float, available: Callable[[str], bool]) -> list[str]:
         """``region``'s ``available`` servers, fastest first, until they hold ``target``
@@ -354,7 +356,7 @@ class _Moves:
     def home(self, state: _State, job: str) -> str | None:
         """The region where ``job`` holds the most GPU memory (None if it holds none)."""
         held: dict[str, float] = {}
-        for n in state.sets[job]:
+        for n in sorted(state.sets[job]):
             held[self.region_of[n]] = held.get(self.region_of[n], 0.0) + self.capacity[n]
         return max(sorted(held), key=held.__getitem__) if held else None
 
