@@ -8,7 +8,7 @@ itself (the ceiling of any agreement figure). Printed per cluster and summarised
 - agreement of the GNN's decoded assignment (before refinement) and of the final hulk plan
   with the search labels: per server, and up to twin servers (``gnn_common``); also on
   the clusters whose labels the second search reproduces (where the labels are well
-  defined: elsewhere two plans within 1-6% of each other can share a third of the servers);
+  defined: elsewhere two plans a few percent apart can differ on most servers);
 - hulk's step time (geometric mean over jobs) over search's: the goal is a median <= 1.05;
 - ablation: the same refinement (each of ``--refine-iterations`` move budgets) from
   hulk's start, from each of its two share rules alone, from a random start (random
