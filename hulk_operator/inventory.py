@@ -247,7 +247,10 @@ def build_cluster(
 ) -> Cluster:
     """Servers, their measured links, and region-level fallbacks for every other pair
     except the unreachable ones: a region pair holding one gets a link for each of its
-    other server pairs instead of a region link, so the unreachable pair has no latency."""
+    other server pairs instead of a region link, so the unreachable pair has no latency.
+    Servers are sorted by name: a plan must not depend on the order the nodes were seen in
+    (the planner draws its moves from the server list)."""
+    servers = sorted(servers, key=lambda s: s.name)
     names = {s.name for s in servers}
     cut = {p for p in latencies.unreachable if p <= names and len(p) == 2}
     links = {
@@ -256,7 +259,7 @@ def build_cluster(
     region = {s.name: s.region for s in servers}
     broken = {frozenset(region[n] for n in p) for p in cut}
     by_region: dict[str, list[str]] = {}
-    for s in sorted(servers, key=lambda s: s.name):
+    for s in servers:
         by_region.setdefault(s.region, []).append(s.name)
     regions = sorted(by_region)
     region_links = []

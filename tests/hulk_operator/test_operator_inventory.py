@@ -167,6 +167,15 @@ def test_links_measured_and_fallback() -> None:
     assert inventory.estimated_pairs(["a", "b", "c"], lat) == 2
 
 
+def test_the_cluster_does_not_depend_on_the_order_nodes_were_seen_in() -> None:
+    lat = inventory.read_latencies([latency_object("a", STAMP, b=10.0)], 60, NOW)
+    seen = inventory.build_cluster(servers("cab"), lat, same_region_ms=1, cross_region_ms=80)
+    assert seen == inventory.build_cluster(
+        servers("abc"), lat, same_region_ms=1, cross_region_ms=80
+    )
+    assert [s.name for s in seen.servers] == ["a", "b", "c"]
+
+
 def test_stale_measurements_fall_back() -> None:
     old = "2025-12-31T23:50:00Z"  # 10 minutes before NOW
     lat = inventory.read_latencies([latency_object("a", old, b=10.0, c=None)], 60, NOW)
