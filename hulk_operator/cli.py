@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 import random
+import sys
 
 from hulk_operator.config import OperatorConfig
 
@@ -103,9 +104,17 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hulk_operator import kube
+    from hulk_planner.errors import HulkError
+
+    try:  # settings and credentials checked before kopf starts: a clear error, no traceback
+        cfg = config_from_args(args)
+        kube.configuration(args.kubeconfig)
+    except HulkError as exc:
+        print(f"hulk operator: error: {exc}", file=sys.stderr)
+        return 2
     import kopf
 
-    cfg = config_from_args(args)
     # The timer's interval is read when the handlers are imported.
     os.environ["HULK_OPERATOR_RECONCILE_INTERVAL_S"] = str(cfg.reconcile_interval_s)
     import hulk_operator.handlers  # noqa: F401

@@ -3,8 +3,11 @@ variables (flags win). Handlers read them from ``memo.config``."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
+
+from hulk_planner.errors import InvalidRequest
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,32 @@ class OperatorConfig:
     # Debugging/testing knob: pause between stage pod creations (seconds).
     create_delay_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Every setting checked once, at start-up: a bad one names its flag and variable."""
+        from hulk_planner.api import PLANNERS
+
+        if self.planner not in PLANNERS:
+            raise InvalidRequest(
+                _where("planner"),
+                f"unknown planner {self.planner!r}",
+                f"use one of {', '.join(PLANNERS)}",
+            )
+        for name, low, open_low in _BOUNDS:
+            value = getattr(self, name)
+            if value is None and name == "planning_budget_s":
+                continue
+            if not (isinstance(value, int | float) and math.isfinite(value)) or (
+                value <= low if open_low else value < low
+            ):
+                bound = "greater than" if open_low else "at least"
+                raise InvalidRequest(
+                    _where(name), f"must be a finite number {bound} {low:g}, got {value!r}"
+                )
+        if not 0 <= self.metrics_port <= 65535:
+            raise InvalidRequest(
+                _where("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"
+            )
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> OperatorConfig:
         env = os.environ if environ is None else environ
@@ -40,13 +69,45 @@ class OperatorConfig:
             if raw is None:
                 continue
             default = getattr(cls, f.name)
-            if isinstance(default, bool):
-                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif isinstance(default, int):
-                values[f.name] = int(raw)
-            elif isinstance(default, float) or default is None:
-                values[f.name] = float(raw) if raw else None
-            else:
-                values[f.name] = raw
+            try:
+                if isinstance(default, bool):
+                    values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                elif isinstance(default, int):
+                    values[f.name] = int(raw)
+                elif isinstance(default, float) or default is None:
+                    values[f.name] = float(raw) if raw else None
+                else:
+                    values[f.name] = raw
+            except ValueError:
+                kind = "an integer" if isinstance(default, int) else "a number"
+                raise InvalidRequest(
+                    f"HULK_OPERATOR_{f.name.upper()}", f"must be {kind}, got {raw!r}"
+                ) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+# (setting, lowest value, whether the lowest itself is refused)
+_BOUNDS = (
+    ("reconcile_interval_s", 0.0, True),
+    ("batch_window_s", 0.0, False),
+    ("planning_budget_s", 0.0, True),
+    ("same_region_latency_ms", 0.0, False),
+    ("cross_region_latency_ms", 0.0, False),
+    ("latency_max_age_s", 0.0, True),
+    ("create_delay_s", 0.0, False),
+)
+_FLAGS = {
+    "planner": "--planner",
+    "reconcile_interval_s": "--reconcile-interval",
+    "same_region_latency_ms": "--same-region-latency-ms",
+    "cross_region_latency_ms": "--cross-region-latency-ms",
+    "latency_max_age_s": "--latency-max-age-s",
+    "metrics_port": "--metrics-port",
+}
+
+
+def _where(name: str) -> str:
+    """A setting as its user set it: the flag (if it has one) or the environment variable."""
+    env = f"HULK_OPERATOR_{name.upper()}"
+    return f"{_FLAGS[name]} / {env}" if name in _FLAGS else env

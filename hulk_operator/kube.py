@@ -15,8 +15,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+
+from hulk_planner.errors import InvalidRequest
 
 MERGE = "application/merge-patch+json"
 FAN_OUT = 16
@@ -26,13 +29,30 @@ _fan_out = concurrent.futures.ThreadPoolExecutor(FAN_OUT, thread_name_prefix="hu
 
 def configuration(kubeconfig: str | None = None) -> client.Configuration:
     """Client settings from ``kubeconfig`` (or ``$KUBECONFIG``/``~/.kube/config``), else
-    the in-cluster service account."""
+    the in-cluster service account. A file that is missing or holds no usable context, or
+    no file outside a cluster, raises ``InvalidRequest`` naming where it came from."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    source = "--kubeconfig" if kubeconfig else "$KUBECONFIG" if path else "~/.kube/config"
     cfg = client.Configuration()
-    if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-        config.load_kube_config(config_file=path, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
+    if path and not os.path.isfile(os.path.expanduser(path.split(os.pathsep)[0])):
+        raise InvalidRequest(source, f"{path}: no such file", "check the path")
+    try:
+        if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+            config.load_kube_config(config_file=path, client_configuration=cfg)
+        else:
+            config.load_incluster_config(client_configuration=cfg)
+    except (config.ConfigException, OSError, ValueError, yaml.YAMLError) as exc:
+        if not path and not os.path.exists(os.path.expanduser("~/.kube/config")):
+            raise InvalidRequest(
+                "--kubeconfig",
+                "none given, no ~/.kube/config and not running in a cluster",
+                "pass --kubeconfig FILE or set KUBECONFIG",
+            ) from exc
+        raise InvalidRequest(
+            source,
+            f"{path or '~/.kube/config'}: {' '.join(str(exc).split())}",
+            "point it at a valid kubeconfig",
+        ) from exc
     return cfg
 
 

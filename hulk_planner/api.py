@@ -85,8 +85,8 @@ def plan(
     for n in names:
         if names.count(n) > 1:
             raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
-    if time_budget_s is not None and time_budget_s <= 0:
-        raise InvalidRequest("--time-budget", "must be greater than zero")
+    if time_budget_s is not None and not 0 < time_budget_s < math.inf:
+        raise InvalidRequest("--time-budget", "must be a finite number of seconds above zero")
     cost = cost or CostModel(cluster)
     if not jobs:
         return Plan(planner)

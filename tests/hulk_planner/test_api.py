@@ -32,9 +32,10 @@ def test_duplicate_job_names_and_bad_budget() -> None:
     with pytest.raises(InvalidRequest) as exc:
         plan(c, [tiny_job(), tiny_job()])
     assert exc.value.field == "metadata.name"
-    with pytest.raises(InvalidRequest) as exc:
-        plan(c, [tiny_job()], time_budget_s=0)
-    assert exc.value.field == "--time-budget"
+    for budget in (0.0, math.inf, math.nan):  # inf would never return
+        with pytest.raises(InvalidRequest) as exc:
+            plan(c, [tiny_job()], time_budget_s=budget)
+        assert exc.value.field == "--time-budget"
 
 
 def test_no_jobs_is_an_empty_plan() -> None:

@@ -1,0 +1,83 @@
+"""The operator's settings: each is checked at start-up, and a bad one (or bad credentials)
+stops ``hulk operator`` with an error that names the flag or variable, before kopf runs."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hulk_operator.config import OperatorConfig
+from hulk_planner.errors import InvalidRequest
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "words"),
+    [
+        ({"reconcile_interval_s": 0.0}, "--reconcile-interval", "greater than 0"),
+        ({"batch_window_s": -1.0}, "HULK_OPERATOR_BATCH_WINDOW_S", "at least 0"),
+        ({"planning_budget_s": math.inf}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
+        ({"planning_budget_s": math.nan}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
+        ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "at least 0"),
+        ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
+        ({"planner": "nope"}, "--planner", "use one of hulk"),
+    ],
+)
+def test_a_bad_setting_names_its_flag_or_variable(
+    settings: dict[str, object], field: str, words: str
+) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        OperatorConfig(**settings)  # type: ignore[arg-type]
+    assert field in exc.value.field and words in str(exc.value)
+
+
+def test_defaults_and_an_unset_budget_are_valid() -> None:
+    assert OperatorConfig().planning_budget_s is None
+    assert OperatorConfig(planning_budget_s=2.5, batch_window_s=0.0).planning_budget_s == 2.5
+
+
+def test_environment_values_that_are_not_numbers_name_the_variable() -> None:
+    env = {"HULK_OPERATOR_PLANNING_BUDGET_S": "fast"}
+    with pytest.raises(InvalidRequest, match="HULK_OPERATOR_PLANNING_BUDGET_S: must be a number"):
+        OperatorConfig.from_env(env)
+    with pytest.raises(InvalidRequest, match="HULK_OPERATOR_METRICS_PORT: must be an integer"):
+        OperatorConfig.from_env({"HULK_OPERATOR_METRICS_PORT": "9o9o"})
+    assert OperatorConfig.from_env({"HULK_OPERATOR_PLANNING_BUDGET_S": "3"}).planning_budget_s == 3
+
+
+def _operator(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HULK_OPERATOR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "hulk", "operator", "--standalone", *args],
+        env={**base, "KUBECONFIG": "", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        ((), {"HULK_OPERATOR_PLANNING_BUDGET_S": "inf"}, "HULK_OPERATOR_PLANNING_BUDGET_S: must"),
+        (("--reconcile-interval", "-1"), {}, "--reconcile-interval / HULK_OPERATOR_"),
+        (("--kubeconfig", "/nonexistent/kubeconfig"), {}, "no such file (check the path)"),
+        (("--kubeconfig", "{bad}"), {}, "point it at a valid kubeconfig"),
+    ],
+)
+def test_hulk_operator_stops_with_a_clear_error_before_kopf_starts(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], message: str
+) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: [\n")
+    args = tuple(str(bad) if a == "{bad}" else a for a in args)
+    if "--kubeconfig" not in args:
+        args = (*args, "--kubeconfig", str(bad))  # never reached: the setting fails first
+    out = _operator(*args, **env)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("hulk operator: error: ") and message in out.stderr
+    assert "Traceback" not in out.stderr
