@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from hulk_planner.errors import HulkError, InvalidRequest
 from hulk_planner.gnn.data import (
     Example,
     GenerationSettings,
@@ -81,7 +84,56 @@ def _cache_path(settings: GenerationSettings) -> Path:
     return root / "gnn-data" / f"examples-{key}.jsonl"
 
 
+def check(args: argparse.Namespace) -> None:
+    """Every flag checked before any labelling or training, so a bad one costs nothing and
+    no run ends, after minutes of work, without writing its weights."""
+    at_least = {
+        "--examples": (args.examples, 2),
+        "--min-servers": (args.min_servers, 2),
+        "--max-jobs": (args.max_jobs, 1),
+        "--iterations": (args.iterations, 1),
+        "--workers": (args.workers, 1),
+        "--epochs": (args.epochs, 1),
+        "--batch-size": (args.batch_size, 1),
+        "--hidden": (args.hidden, 1),
+        "--gcn-layers": (args.gcn_layers, 0),
+    }
+    for flag, (value, low) in at_least.items():
+        if value < low:
+            raise InvalidRequest(flag, f"must be at least {low}, got {value}")
+    if args.max_servers < args.min_servers:
+        raise InvalidRequest(
+            "--max-servers", f"{args.max_servers} is below --min-servers {args.min_servers}"
+        )
+    if not 0 < args.lr < math.inf:
+        raise InvalidRequest("--lr", f"must be a finite number above zero, got {args.lr}")
+    device = str(args.device)
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise InvalidRequest("--device", f"unknown device {device!r}", "use auto, cpu or cuda")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InvalidRequest(
+                "--device", "no CUDA device on this machine", "use --device auto or cpu"
+            )
+    out_dir = Path(args.output).parent
+    try:  # a file written and removed: permissions alone do not tell (root, /sys)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        raise InvalidRequest(
+            "--output", f"{out_dir}: {exc.strerror or exc}", "choose a writable path"
+        ) from exc
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        check(args)
+    except HulkError as exc:
+        print(f"hulk train: error: {exc}", file=sys.stderr)
+        return 2
     from tqdm.auto import tqdm
 
     gen = GenerationSettings(
@@ -92,12 +144,6 @@ def run(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         seed=args.seed,
     )
-    if gen.examples < 2 or not 2 <= gen.min_servers <= gen.max_servers:
-        print(
-            "hulk train: need --examples >= 2 and 2 <= --min-servers <= --max-servers",
-            file=sys.stderr,
-        )
-        return 2
     path = args.data or _cache_path(gen)
     t0 = time.perf_counter()
 

@@ -118,3 +118,30 @@ def test_cli_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.exists() and out.with_suffix(".json").exists()
     bad = parser.parse_args(["--examples", "1", "--data", str(tmp_path / "x.jsonl")])
     assert cli.run(bad) == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--epochs", "-1"], "--epochs: must be at least 1, got -1"),
+        (["--iterations", "0"], "--iterations: must be at least 1"),
+        (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
+        (["--min-servers", "50", "--max-servers", "20"], "--max-servers: 20 is below"),
+        (["--lr", "nan"], "--lr: must be a finite number"),
+        (["--device", "tpu"], "--device: unknown device 'tpu'"),
+        (["--output", "/proc/no/such/dir/w.pt"], "--output: /proc/no/such/dir"),
+    ],
+)
+def test_cli_refuses_bad_flags_before_any_work(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: --epochs -1 wrote untrained weights, --max-jobs 0 and an unwritable --output
+    raised tracebacks (the latter after labelling and training)."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    data = tmp_path / "d.jsonl"
+    args = parser.parse_args(["--data", str(data), "--output", str(tmp_path / "w.pt"), *flags])
+    assert cli.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hulk train: error: ") and message in err
+    assert not data.exists() and not (tmp_path / "w.pt").exists()
