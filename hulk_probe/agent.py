@@ -129,7 +129,13 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.config
-        bound = await self.echo.start()
+        try:
+            bound = await self.echo.start()
+        except OSError as exc:  # an unknown host, an address in use or not ours
+            reason = exc.strerror or str(exc)
+            raise StartupError(
+                f"--listen {format_hostport(cfg.listen)}: cannot listen there ({reason})"
+            ) from exc
         log.info(
             "echo server on %s, advertised as %s",
             format_hostport(bound),
@@ -137,7 +143,14 @@ class Agent:
         )
         server = None
         if cfg.metrics is not None:
-            server = MetricsServer(cfg.metrics, self.metrics.registry, self.health).start()
+            try:
+                server = MetricsServer(cfg.metrics, self.metrics.registry, self.health).start()
+            except OSError as exc:
+                await self.echo.close()
+                reason = exc.strerror or str(exc)
+                raise StartupError(
+                    f"--metrics {format_hostport(cfg.metrics)}: cannot listen there ({reason})"
+                ) from exc
             log.info("metrics on http://%s/metrics", format_hostport(server.address))
         loop = asyncio.get_running_loop()
 

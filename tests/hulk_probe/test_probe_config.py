@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,23 @@ def test_unusable_kubeconfig_is_a_one_line_error(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("hulk probe: error: cannot load Kubernetes config")
     assert "Traceback" not in proc.stderr
+
+
+def test_an_address_it_cannot_listen_on_names_the_flag() -> None:
+    """Before: "hulk probe: error: [Errno -2] Name or service not known", no flag named."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for flag, value, why in (
+            ("--listen", "no-such-host.invalid:7471", "cannot listen there"),
+            ("--listen", f"127.0.0.1:{port}", "Address already in use"),
+        ):
+            proc = subprocess.run(
+                [sys.executable, "-m", "hulk", "probe", "--node-name", "n", "--metrics", "off",
+                 "--advertise", "127.0.0.1:7", flag, value],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert proc.returncode == 1, proc.stderr
+            last = proc.stderr.strip().splitlines()[-1]
+            assert last.startswith(f"hulk probe: error: {flag} {value}: ") and why in last
