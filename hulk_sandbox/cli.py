@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from pathlib import Path
 
 from hulk_sandbox.errors import SandboxError
 
@@ -71,7 +73,17 @@ def _up(args: argparse.Namespace) -> int:
     from hulk_sandbox.nodes import cluster_for
     from hulk_sandbox.sandbox import Sandbox
 
+    if not 0 < args.timeout < math.inf:
+        raise SandboxError(f"--timeout must be a number of seconds above 0, got {args.timeout:g}")
     cluster = cluster_for(args.nodes)
+    for flag, folder in (("--dir", args.dir), ("--logs", args.logs)):
+        try:  # before any process starts
+            if folder:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SandboxError(
+                f"{flag} {folder}: cannot create it ({exc.strerror or exc}); choose a writable path"
+            ) from exc
     box = Sandbox(args.dir, args.logs)
     seconds = box.up(cluster.servers, taint=args.taint, timeout=args.timeout)
     print(f"sandbox up in {seconds:.1f}s: {len(cluster.servers)} nodes Ready ({box.server})")

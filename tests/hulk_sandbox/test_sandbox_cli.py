@@ -33,3 +33,21 @@ def test_status_and_down_without_a_sandbox(tmp_path: Path) -> None:
     down = hulk("down", "--dir", str(tmp_path))
     assert down.returncode == 0
     assert "no sandbox" in down.stdout
+
+
+def test_bad_timeout_or_folder_stops_before_any_process_starts(tmp_path: Path) -> None:
+    """Before: --timeout -1 started etcd and kube-apiserver, then failed their health check;
+    an uncreatable --dir was an "unexpected FileNotFoundError"."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cases = [
+        (("--timeout", "-1", "--dir", str(tmp_path / "s")), "--timeout must be a number"),
+        (("--timeout", "inf", "--dir", str(tmp_path / "s")), "above 0, got inf"),
+        (("--dir", str(blocker / "s")), f"--dir {blocker / 's'}: cannot create it"),
+    ]
+    for args, message in cases:
+        proc = hulk("up", *args)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], lines
+        assert not (tmp_path / "s").exists()
