@@ -9,11 +9,10 @@ PNG of the plan, and tears everything down (unless ``--keep``).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "paper-jobs.yaml"
 
@@ -87,10 +86,19 @@ def run(args: argparse.Namespace) -> int:
     from hulk_operator import status as st
     from hulk_operator.config import OperatorConfig
     from hulk_operator.runner import OperatorThread
+    from hulk_planner import io
     from hulk_planner.datasets import paper_cluster
+    from hulk_planner.errors import HulkError
     from hulk_probe.replay import publish_latencies
     from hulk_sandbox.sandbox import Sandbox
 
+    try:  # the manifests checked before anything starts: a bad file costs no sandbox
+        io.load_jobs([args.jobs])
+        docs = io.load_documents(args.jobs)
+    except HulkError as exc:
+        print(f"hulk demo: error: {exc}", file=sys.stderr)
+        return 2
+    names = [d["metadata"]["name"] for d in docs]
     paper = paper_cluster()
     box = Sandbox(args.dir)
     seconds = box.up(paper.servers, die_with_parent=not args.keep)
@@ -119,13 +127,11 @@ def run(args: argparse.Namespace) -> int:
                 box.kubeconfig, namespaces=[args.namespace], config=OperatorConfig.from_env()
             ).start()
             try:
-                docs = [d for d in yaml.safe_load_all(Path(args.jobs).read_text()) if d]
                 start = time.monotonic()
                 for d in docs:
                     custom.create_namespaced_custom_object(
                         "hulk.dev", "v1alpha1", args.namespace, "hulktrainingjobs", d
                     )
-                names = [d["metadata"]["name"] for d in docs]
 
                 def phases() -> set[Any]:
                     return {
@@ -181,13 +187,15 @@ def run(args: argparse.Namespace) -> int:
                     f"status plan {'matches' if same else 'DOES NOT match'} the live pods"
                 )
             finally:
-                if not args.keep:
-                    for n in names:
-                        custom.delete_namespaced_custom_object(
-                            "hulk.dev", "v1alpha1", args.namespace, "hulktrainingjobs", n
-                        )
-                    _wait("jobs deleted", lambda: not _table(custom, args.namespace), 60)
-                op.stop()
+                try:
+                    if not args.keep:
+                        for n in names:
+                            custom.delete_namespaced_custom_object(
+                                "hulk.dev", "v1alpha1", args.namespace, "hulktrainingjobs", n
+                            )
+                        _wait("jobs deleted", lambda: not _table(custom, args.namespace), 60)
+                finally:
+                    op.stop()  # else its thread outlives the sandbox, retrying for minutes
     finally:
         if args.keep:
             print(
