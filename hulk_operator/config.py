@@ -44,16 +44,16 @@ class OperatorConfig:
                 f"unknown planner {self.planner!r}",
                 f"use one of {', '.join(PLANNERS)}",
             )
-        for name, low, open_low in _BOUNDS:
+        for name, zero_allowed in _NUMBERS.items():
             value = getattr(self, name)
-            if value is None and name == "planning_budget_s":
+            if value is None and name == "planning_budget_s":  # the planner's default
                 continue
             if not (isinstance(value, int | float) and math.isfinite(value)) or (
-                value <= low if open_low else value < low
+                value < 0 if zero_allowed else value <= 0
             ):
-                bound = "greater than" if open_low else "at least"
+                bound = "at least" if zero_allowed else "greater than"
                 raise InvalidRequest(
-                    _where(name), f"must be a finite number {bound} {low:g}, got {value!r}"
+                    _where(name), f"must be a finite number {bound} 0, got {value!r}"
                 )
         if not 0 <= self.metrics_port <= 65535:
             raise InvalidRequest(
@@ -87,16 +87,16 @@ class OperatorConfig:
         return cls(**values)  # type: ignore[arg-type]
 
 
-# (setting, lowest value, whether the lowest itself is refused)
-_BOUNDS = (
-    ("reconcile_interval_s", 0.0, True),
-    ("batch_window_s", 0.0, False),
-    ("planning_budget_s", 0.0, True),
-    ("same_region_latency_ms", 0.0, False),
-    ("cross_region_latency_ms", 0.0, False),
-    ("latency_max_age_s", 0.0, True),
-    ("create_delay_s", 0.0, False),
-)
+# The numeric settings: whether zero is allowed (negatives never are).
+_NUMBERS = {
+    "reconcile_interval_s": False,
+    "batch_window_s": True,
+    "planning_budget_s": False,
+    "same_region_latency_ms": True,
+    "cross_region_latency_ms": True,
+    "latency_max_age_s": False,
+    "create_delay_s": True,
+}
 _FLAGS = {
     "planner": "--planner",
     "reconcile_interval_s": "--reconcile-interval",

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     from hulk_sandbox.sandbox import Sandbox
 
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
-        io.load_jobs([args.jobs])
         docs = io.load_documents(args.jobs)
+        io.jobs_from_documents([(args.jobs, docs)])
     except HulkError as exc:
         print(f"hulk demo: error: {exc}", file=sys.stderr)
         return 2

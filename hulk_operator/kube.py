@@ -33,16 +33,17 @@ def configuration(kubeconfig: str | None = None) -> client.Configuration:
     no file outside a cluster, raises ``InvalidRequest`` naming where it came from."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     source = "--kubeconfig" if kubeconfig else "$KUBECONFIG" if path else "~/.kube/config"
+    in_cluster = not path and not os.path.exists(os.path.expanduser("~/.kube/config"))
     cfg = client.Configuration()
     if path and not os.path.isfile(os.path.expanduser(path.split(os.pathsep)[0])):
         raise InvalidRequest(source, f"{path}: no such file", "check the path")
     try:
-        if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-            config.load_kube_config(config_file=path, client_configuration=cfg)
-        else:
+        if in_cluster:
             config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(config_file=path, client_configuration=cfg)
     except (config.ConfigException, OSError, ValueError, yaml.YAMLError) as exc:
-        if not path and not os.path.exists(os.path.expanduser("~/.kube/config")):
+        if in_cluster:
             raise InvalidRequest(
                 "--kubeconfig",
                 "none given, no ~/.kube/config and not running in a cluster",

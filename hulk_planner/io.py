@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -281,9 +281,15 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 
 
 def load_jobs(paths: Iterable[str | Path]) -> list[Job]:
+    return jobs_from_documents((str(path), load_documents(path)) for path in paths)
+
+
+def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
+    """Jobs of loaded manifests, (file name, its documents) in order: each error names the
+    file and the document's index."""
     jobs: list[Job] = []
-    for path in paths:
-        for i, doc in enumerate(load_documents(path)):
+    for path, docs in files:
+        for i, doc in enumerate(docs):
             source = f"{path}#{i}"
             try:
                 jobs.append(job_from_dict(doc, source))
