@@ -19,6 +19,10 @@ trade regions; move a job's servers in one region to another job. Targets favour
 job already uses. Relocations and trades matter on large clusters, where each job fits in
 one region and most servers are free: one server at a time, a job crosses the map only
 through plans split over two regions, which the slow link between them makes far worse.
+A few proposals (``REBUILD_P``) free two to four jobs and place them again one by one, each
+on its best region (``_Moves.rebuild``): on small crowded clusters good plans differ by a
+rotation of three or four jobs over the regions, which no chain of pair trades reaches
+without passing through far worse plans.
 
 Schedule: the start is a greedy region-by-region fill (``greedy_start``) or a given
 assignment (the GNN's). First, for at most ``COARSE_SHARE`` of the budget, a copy of the
@@ -50,6 +54,8 @@ T_START, T_END = 0.05, 0.0005
 EXCHANGE_MAX = 4  # servers: jobs this small may trade their whole sets in one move
 COARSE_SHARE = 0.1  # of the budget, at most: relocations and trades from the start
 ANNEAL_SHARE = 0.7  # of the budget; the rest polishes the best state to a local optimum
+REBUILD_P = 0.03  # of the proposals: free 2 to REBUILD_MAX jobs and place them again
+REBUILD_MAX = 4
 GROWTH = (math.inf, 1.5, 1.25, 0.8)  # a job regrown in its home region: factors of its GPU memory
 
 
@@ -335,6 +341,11 @@ class _Moves:
         for s in sorted(servers, key=lambda s: (-s.flops, s.name)):
             self.ranked.setdefault(s.region, []).append(s.name)
         self.regions = sorted(self.ranked)
+        rep = {s.region: s.name for s in reversed(servers)}
+        self.nearest = {  # region -> every region, nearest first (itself first)
+            a: sorted(self.regions, key=lambda b: (a != b, cost.net.latency(rep[a], rep[b]), b))
+            for a in self.regions
+        }
 
     def memory(self, servers: Iterable[str]) -> float:
         """The usable GPU memory of ``servers``, bytes."""
@@ -395,9 +406,51 @@ class _Moves:
                 new[n] = job
         return [(n, state.owner_of[n], j) for n, j in new.items() if state.owner_of[n] != j]
 
+    def rebuild(self, rng: random.Random, state: _State) -> list[Change]:
+        """Free two or more jobs and place them again one by one, each on the best (by its
+        own term) of every region's fastest untaken servers, spilling into the nearest
+        regions when one is short, at 1 or 1.5 x the GPU memory it held."""
+        names = self.names
+        if len(names) < 2:
+            return []
+        chosen = rng.sample(names, rng.randint(2, min(REBUILD_MAX, len(names))))
+        if rng.random() < 0.5:
+            chosen.sort(key=lambda j: -self.need[j])
+        freed = {n for j in chosen for n in state.sets[j]}
+        taken: dict[str, str] = {}
+
+        def untaken(n: str) -> bool:
+            return n not in taken and (n in freed or state.owner_of[n] is None)
+
+        for job in chosen:
+            held = self.memory(state.sets[job])
+            best: tuple[float, list[str]] | None = None
+            for region in self.regions:
+                for factor in (1.0, 1.5):
+                    target = factor * (held if held > 0 else 1.25 * self.need[job])
+                    picked: list[str] = []
+                    for r in self.nearest[region]:
+                        got = self.memory(picked)
+                        if got >= target:
+                            break
+                        picked += self.fastest(r, target - got, untaken)
+                    if picked:
+                        value = state.term(job, set(picked))
+                        if best is None or value < best[0]:
+                            best = (value, picked)
+            if best is not None:
+                taken.update(dict.fromkeys(best[1], job))
+        return [
+            (n, state.owner_of[n], taken.get(n))
+            for n in sorted(freed | set(taken))
+            if state.owner_of[n] != taken.get(n)
+        ]
+
     def propose(self, rng: random.Random, state: _State) -> list[Change]:
         names, sets, owner_of = self.names, state.sets, state.owner_of
         region_of = self.region_of
+        if rng.random() < REBUILD_P:
+            return self.rebuild(rng, state)
         kind = rng.random()
         n = rng.choice(self.all_servers)
         src = owner_of[n]

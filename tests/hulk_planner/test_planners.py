@@ -337,6 +337,45 @@ def test_trade_swaps_two_jobs_home_regions() -> None:
     assert moves.trade(state, "a", "b") == []  # one home region: nothing to trade
 
 
+def test_rebuild_places_freed_jobs_again_each_on_its_best_region() -> None:
+    """Three jobs, each in the region another one wants: one rebuild of all three rotates
+    them (a trade of two cannot); a job asking for more than a region holds spills into
+    the nearest region; jobs not drawn keep their servers."""
+    servers = [server(f"{r}{i}", r, tflops=10.0 - i) for r in "xyz" for i in range(2)]
+    jobs = [tiny_job("a"), tiny_job("b"), tiny_job("c")]
+    moves = _Moves(CostModel(cluster(servers)), jobs)
+    wants = {"a": "y", "b": "z", "c": "x"}
+
+    def term(job: str, members: set[str]) -> float:
+        return float(sum(n[0] != wants[job] for n in members)) + (0.0 if members else 5.0)
+
+    rotated = 0
+    for seed in range(12):
+        sets: dict[str | None, set[str]] = {"a": {"x0"}, "b": {"y0"}, "c": {"z0"}}
+        sets[None] = {"x1", "y1", "z1"}
+        state = _State(["a", "b", "c"], sets, term)
+        before = {j: set(state.sets[j]) for j in "abc"}
+        _apply(state, moves.rebuild(random.Random(seed), state))
+        drawn = [j for j in "abc" if state.sets[j] != before[j]]
+        assert len(drawn) >= 2
+        for j in drawn:  # one server (its memory), in the region it wants
+            assert len(state.sets[j]) == 1 and all(n[0] == wants[j] for n in state.sets[j])
+        assert sorted(x for m in state.sets.values() for x in m) == sorted(state.owner_of)
+        if len(drawn) == 3:  # the fastest one: each took the one another freed
+            rotated += 1
+            assert [state.sets[j] for j in "abc"] == [{"y0"}, {"z0"}, {"x0"}]
+    assert rotated > 0
+    # a is pulled towards twice its memory, more than its region holds: it spills over
+    state = _State(
+        ["a", "b"],
+        {"a": {"x0", "x1"}, "b": {"y0"}, None: {"y1", "z0", "z1"}},
+        lambda job, members: -float(len(members)) if job == "a" else 0.0,
+    )
+    changes = _Moves(CostModel(cluster(servers)), jobs[:2]).rebuild(random.Random(0), state)
+    _apply(state, changes)
+    assert len(state.sets["a"]) == 3  # 1.5 x its two servers' memory: three servers
+
+
 def test_a_job_with_its_memory_but_no_layout_is_pulled_towards_more() -> None:
     """Servers each smaller than one layer: a set can hold the job's memory need and still
     admit no layout. The objective must keep falling as the set grows past the need (up
