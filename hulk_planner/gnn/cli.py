@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,12 @@ from hulk_planner.gnn.data import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # first in the `hulk train` process, before torch_geometric is imported (below): it
+    # scripts two classes as it loads, which torch >= 2.10 reports as deprecated on every
+    # run (pyg-team/pytorch_geometric#10697), noise to a user and not ours to fix
+    warnings.filterwarnings(
+        "ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning
+    )
     g = parser.add_argument_group("data generation")
     d = GenerationSettings()
     g.add_argument(

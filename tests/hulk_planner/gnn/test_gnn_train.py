@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,23 @@ def test_cli_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.exists() and out.with_suffix(".json").exists()
     bad = parser.parse_args(["--examples", "1", "--data", str(tmp_path / "x.jsonl")])
     assert cli.run(bad) == 2
+
+
+def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
+    """A fresh ``hulk train`` (torch and torch_geometric imported anew) prints its progress
+    and results, not torch_geometric's import-time deprecation warning."""
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "hulk", "train", "--examples", "2", "--min-servers", "20",
+            "--max-servers", "22", "--max-jobs", "1", "--iterations", "10", "--workers", "1",
+            "--epochs", "1", "--hidden", "8", "--gcn-layers", "1", "--device", "cpu",
+            "--data", str(tmp_path / "d.jsonl"), "--output", str(tmp_path / "w.pt"), "--quiet",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "wrote" in run.stdout
+    assert "Warning" not in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize(
