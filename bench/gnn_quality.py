@@ -66,6 +66,9 @@ def main() -> None:
         default=None,
         help="hulk's refinement seconds (default: its own, gnn.planner.refine_budget)",
     )
+    ap.add_argument(
+        "--weights", default=None, help="a weights file of `hulk train` (default: the shipped one)"
+    )
     args = ap.parse_args()
 
     budgets = [int(b) for b in args.refine_iterations.split(",")]
@@ -92,11 +95,11 @@ def main() -> None:
         ref = results[(i, 0)]
         labels = ref["assignment"]
         t = time.perf_counter()
-        logits = scores(cost, jobs)
+        logits = scores(cost, jobs, weights=args.weights)
         by_model = assign(cost, jobs, logits, share="model")
         by_params = assign(cost, jobs, logits, share="parameters")
         start = min((by_model, by_params), key=lambda a: start_objective(cost, jobs, a))
-        final = plan_gnn(cost, jobs, seed=0, time_budget_s=args.hulk_budget)
+        final = plan_gnn(cost, jobs, seed=0, time_budget_s=args.hulk_budget, weights=args.weights)
         hulk_s = time.perf_counter() - t
         hulk_geo = geo_mean(final, jobs)
         row = {
