@@ -341,9 +341,10 @@ class _Moves:
         for s in sorted(servers, key=lambda s: (-s.flops, s.name)):
             self.ranked.setdefault(s.region, []).append(s.name)
         self.regions = sorted(self.ranked)
-        rep = {s.region: s.name for s in reversed(servers)}
+        net = cost.net  # its region ids index its sorted region names, as self.regions
+        rep = {r: net.representative[i] for i, r in enumerate(net.region_names)}
         self.nearest = {  # region -> every region, nearest first (itself first)
-            a: sorted(self.regions, key=lambda b: (a != b, cost.net.latency(rep[a], rep[b]), b))
+            a: sorted(self.regions, key=lambda b: (a != b, net.latency_ms[rep[a], rep[b]], b))
             for a in self.regions
         }
 
@@ -364,6 +365,11 @@ class _Moves:
                 got += self.capacity[n]
         return chosen
 
+    def goal(self, job: str, held: float, factor: float) -> float:
+        """Bytes of GPU memory a job moved or placed again asks for: ``factor`` x what it
+        held, or 1.25 x its need if it held nothing."""
+        return factor * (held if held > 0 else 1.25 * self.need[job])
+
     def home(self, state: _State, job: str) -> str | None:
         """The region where ``job`` holds the most GPU memory (None if it holds none)."""
         held: dict[str, float] = {}
@@ -378,8 +384,7 @@ class _Moves:
         server at a time, the way passes through plans split over two regions, which the
         slow link between them makes far worse than either end."""
         mine = state.sets[job]
-        held = self.memory(mine)
-        target = factor * (held if held > 0 else 1.25 * self.need[job])
+        target = self.goal(job, self.memory(mine), factor)
         chosen = self.fastest(region, target, lambda n: state.owner_of[n] is None or n in mine)
         keep = set(chosen)
         if keep == mine or not chosen:
@@ -427,7 +432,7 @@ class _Moves:
             best: tuple[float, list[str]] | None = None
             for region in self.regions:
                 for factor in (1.0, 1.5):
-                    target = factor * (held if held > 0 else 1.25 * self.need[job])
+                    target = self.goal(job, held, factor)
                     picked: list[str] = []
                     for r in self.nearest[region]:
                         got = self.memory(picked)
