@@ -22,7 +22,10 @@ through plans split over two regions, which the slow link between them makes far
 A few proposals (``REBUILD_P``) free two to four jobs and place them again one by one, each
 on its best region (``_Moves.rebuild``): on small crowded clusters good plans differ by a
 rotation of three or four jobs over the regions, which no chain of pair trades reaches
-without passing through far worse plans.
+without passing through far worse plans. As many again (``SETTLE_P``) are judged only after
+a short descent among the rebuilt jobs' servers (``_settled_rebuild``): laid on each
+region's fastest servers at a guessed size, a new arrangement is often a few server moves
+from its own best, and judged bare, at a low temperature, it is refused.
 
 Schedule: the start is a greedy region-by-region fill (``greedy_start``) or a given
 assignment (the GNN's). First, for at most ``COARSE_SHARE`` of the budget, a copy of the
@@ -56,6 +59,8 @@ COARSE_SHARE = 0.1  # of the budget, at most: relocations and trades from the st
 ANNEAL_SHARE = 0.7  # of the budget; the rest polishes the best state to a local optimum
 REBUILD_P = 0.03  # of the proposals: free 2 to REBUILD_MAX jobs and place them again
 REBUILD_MAX = 4
+SETTLE_P = 0.03  # of the proposals: a rebuild judged after a short descent (_settled_rebuild)
+SETTLE = 20  # moves that descent may try, per job the rebuild changed
 GROWTH = (math.inf, 1.5, 1.25, 0.8)  # a job regrown in its home region: factors of its GPU memory
 
 
@@ -189,10 +194,13 @@ def search_plan(
             else 1 - (deadline - time.perf_counter()) / anneal_s
         )
         temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
-        changes = moves.propose(rng, state)
-        if not changes:
-            continue
-        delta = state.attempt(changes, metropolis)
+        if rng.random() < SETTLE_P:
+            delta = _settled_rebuild(rng, state, moves, metropolis)
+        else:
+            changes = moves.propose(rng, state)
+            if not changes:
+                continue
+            delta = state.attempt(changes, metropolis)
         if delta is not None:
             current += delta
             if current < best - 1e-12:
@@ -251,6 +259,60 @@ class _State:
             self.sets[b].discard(n)
             self.sets[a].add(n)
         return None
+
+
+def _settled_rebuild(
+    rng: random.Random,
+    state: _State,
+    moves: _Moves,
+    accept: Callable[[float], bool],
+    tries_per_job: int = SETTLE,
+) -> float | None:
+    """A rebuild judged after it settles (ruin and recreate): make ``_Moves.rebuild``'s
+    change, then descend, first improvement taken, through moves of one server (of a job
+    it changed, or free in their regions) to one of those jobs or to the free pool, at
+    most ``tries_per_job`` x (jobs changed) tries; ``accept`` then takes or refuses the
+    whole (returned: its change of the objective; None: refused, the state as before). A
+    rebuild lays each job on a region's fastest servers at a guessed size, so a new
+    arrangement of the jobs is often a few server moves from its own best, and judged
+    bare, at a low temperature, it is refused."""
+    changes = moves.rebuild(rng, state)
+    if not changes:
+        return None
+    jobs = sorted({j for _, a, b in changes for j in (a, b) if j is not None})
+    log = [changes]
+    total = state.attempt(changes, lambda d: True) or 0.0
+    region_of = moves.region_of
+    regions = {region_of[n] for j in jobs for n in state.sets[j]}
+    pool = sorted(
+        n
+        for n, owner in state.owner_of.items()
+        if owner in jobs or (owner is None and region_of[n] in regions)
+    )
+    targets: list[str | None] = [*jobs, None]
+    left = tries_per_job * len(jobs)
+    improved = True
+    while improved and left > 0:  # first improvement, server by server, until none helps
+        improved = False
+        rng.shuffle(pool)
+        for n in pool:
+            for dst in targets:
+                src = state.owner_of[n]
+                if dst == src:
+                    continue
+                if left <= 0:
+                    break
+                left -= 1
+                delta = state.attempt([(n, src, dst)], lambda d: d < -1e-12)
+                if delta is not None:
+                    total += delta
+                    log.append([(n, src, dst)])
+                    improved = True
+    if accept(total):
+        return total
+    for step in reversed(log):
+        state.attempt([(n, b, a) for n, a, b in reversed(step)], lambda d: True)
+    return None
 
 
 def _polish(

@@ -38,6 +38,7 @@ from hulk_planner.planners.search import (
     _Evaluator,
     _Moves,
     _polish,
+    _settled_rebuild,
     _State,
     greedy_start,
     search_plan,
@@ -374,6 +375,41 @@ def test_rebuild_places_freed_jobs_again_each_on_its_best_region() -> None:
     changes = _Moves(CostModel(cluster(servers)), jobs[:2]).rebuild(random.Random(0), state)
     _apply(state, changes)
     assert len(state.sets["a"]) == 3  # 1.5 x its two servers' memory: three servers
+
+
+def test_settled_rebuild_is_judged_after_a_few_moves_and_undone_whole_when_refused() -> None:
+    """Job a is best on the slower server of region y alone: a rebuild lays it on y's
+    fastest servers (both, as 1.5 x its memory), one freed server away from its best.
+    Settling finds that step before the whole is judged; a refused settled rebuild leaves
+    the state exactly as it was."""
+    servers = [server(f"{r}{i}", r, tflops=10.0 - i) for r in "xyz" for i in range(2)]
+    moves = _Moves(CostModel(cluster(servers)), [tiny_job("a"), tiny_job("b")])
+
+    def term(job: str, members: set[str]) -> float:
+        if job == "a":
+            return float(len(members - {"y1"})) + (0.0 if "y1" in members else 2.0)
+        return float(sum(n[0] != "z" for n in members)) + (0.0 if members else 5.0)
+
+    def fresh() -> _State:
+        sets: dict[str | None, set[str]] = {"a": {"x0"}, "b": {"z0"}}
+        sets[None] = {"x1", "y0", "y1", "z1"}
+        return _State(["a", "b"], sets, term)
+
+    for seed in range(5):
+        plain = fresh()
+        _apply(plain, moves.rebuild(random.Random(seed), plain))
+        assert plain.sets["a"] == {"y0", "y1"}  # the rebuild alone: objective 1 for a
+        state = fresh()
+        before = state.total()
+        delta = _settled_rebuild(random.Random(seed), state, moves, lambda d: True, 30)
+        assert state.sets["a"] == {"y1"} and state.sets["b"] == {"z0"}
+        assert delta == pytest.approx(state.total() - before) == -3.0
+        assert sorted(x for m in state.sets.values() for x in m) == sorted(state.owner_of)
+        refused = fresh()
+        snapshot = ({k: set(v) for k, v in refused.sets.items()}, dict(refused.owner_of))
+        assert _settled_rebuild(random.Random(seed), refused, moves, lambda d: False, 30) is None
+        assert (refused.sets, refused.owner_of) == snapshot
+        assert refused.terms == fresh().terms
 
 
 def test_a_job_with_its_memory_but_no_layout_is_pulled_towards_more() -> None:
