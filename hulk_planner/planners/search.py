@@ -139,11 +139,14 @@ def search_plan(
     max_iterations: int | None = None,
     initial_assignment: Mapping[str, str] | None = None,
     previous: Mapping[str, str] | None = None,
+    settle: bool = True,
     name: str = "search",
 ) -> Plan:
     """Search from ``initial_assignment`` (server -> job; default ``greedy_start``) for
     ``time_budget_s`` seconds or ``max_iterations`` moves, whichever ends first (the
-    schedule is in the module's docstring)."""
+    schedule is in the module's docstring). ``settle=False`` leaves out the settled
+    rebuilds: each costs tens of layouts, which pays in a long search and not in a short
+    refinement of a good start (the GNN planner's)."""
     rng = random.Random(seed)
     evaluate = _Evaluator(cost, jobs)
     names = [j.name for j in jobs]
@@ -194,7 +197,7 @@ def search_plan(
             else 1 - (deadline - time.perf_counter()) / anneal_s
         )
         temp = T_START * (T_END / T_START) ** max(0.0, min(1.0, frac))
-        if rng.random() < SETTLE_P:
+        if settle and rng.random() < SETTLE_P:
             delta = _settled_rebuild(rng, state, moves, metropolis)
         else:
             changes = moves.propose(rng, state)

@@ -412,6 +412,29 @@ def test_settled_rebuild_is_judged_after_a_few_moves_and_undone_whole_when_refus
         assert refused.terms == fresh().terms
 
 
+def test_settled_rebuilds_run_in_the_search_and_not_when_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``search_plan`` draws settled rebuilds; ``settle=False`` (the GNN planner's short
+    refinement) never does."""
+    import hulk_planner.planners.search as search
+
+    calls: list[int] = []
+    real = search._settled_rebuild
+
+    def counted(*args: object, **kwargs: object) -> float | None:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "_settled_rebuild", counted)
+    cost = CostModel(random_cluster(24, 3, 3))
+    jobs = [tiny_job("a"), tiny_job("b"), tiny_job("c")]
+    search_plan(cost, jobs, seed=0, max_iterations=400, settle=False)
+    assert calls == []
+    search_plan(cost, jobs, seed=0, max_iterations=400)
+    assert len(calls) > 0
+
+
 def test_a_job_with_its_memory_but_no_layout_is_pulled_towards_more() -> None:
     """Servers each smaller than one layer: a set can hold the job's memory need and still
     admit no layout. The objective must keep falling as the set grows past the need (up
