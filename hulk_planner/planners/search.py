@@ -39,6 +39,7 @@ iteration budget give the same plan.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -298,19 +299,18 @@ def _settled_rebuild(
     while improved and left > 0:  # first improvement, server by server, until none helps
         improved = False
         rng.shuffle(pool)
-        for n in pool:
-            for dst in targets:
-                src = state.owner_of[n]
-                if dst == src:
-                    continue
-                if left <= 0:
-                    break
-                left -= 1
-                delta = state.attempt([(n, src, dst)], lambda d: d < -1e-12)
-                if delta is not None:
-                    total += delta
-                    log.append([(n, src, dst)])
-                    improved = True
+        for n, dst in itertools.product(pool, targets):
+            src = state.owner_of[n]
+            if dst == src:
+                continue
+            if left <= 0:
+                break
+            left -= 1
+            delta = state.attempt([(n, src, dst)], lambda d: d < -1e-12)
+            if delta is not None:
+                total += delta
+                log.append([(n, src, dst)])
+                improved = True
     if accept(total):
         return total
     for step in reversed(log):
