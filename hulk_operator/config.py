@@ -3,11 +3,11 @@ variables (flags win). Handlers read them from ``memo.config``."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, fields
 
 from hulk_planner.errors import InvalidRequest
+from hulk_planner.model import check_positive
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,7 @@ class OperatorConfig:
             value = getattr(self, name)
             if value is None and name == "planning_budget_s":  # the planner's default
                 continue
-            if not (isinstance(value, int | float) and math.isfinite(value)) or (
-                value < 0 if zero_allowed else value <= 0
-            ):
-                bound = "at least" if zero_allowed else "greater than"
-                raise InvalidRequest(
-                    _where(name), f"must be a finite number {bound} 0, got {value!r}"
-                )
+            check_positive(_where(name), value, allow_zero=zero_allowed)
         if not 0 <= self.metrics_port <= 65535:
             raise InvalidRequest(
                 _where("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"

@@ -22,7 +22,7 @@ from hulk_planner.cost import CostModel, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.gnn import gnn_planner
 from hulk_planner.layout import repair_job
-from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced
+from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced, check_positive
 from hulk_planner.planners.baseline_a import plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
@@ -85,8 +85,8 @@ def plan(
     for n in names:
         if names.count(n) > 1:
             raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
-    if time_budget_s is not None and not 0 < time_budget_s < math.inf:
-        raise InvalidRequest("--time-budget", "must be a finite number of seconds above zero")
+    if time_budget_s is not None:
+        check_positive("--time-budget", time_budget_s)
     cost = cost or CostModel(cluster)
     if not jobs:
         return Plan(planner)

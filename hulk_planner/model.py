@@ -22,15 +22,19 @@ GIB = 1024**3
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-def _positive(where: str, value: float, *, integer: bool = False, allow_zero: bool = False) -> None:
+def check_positive(
+    where: str, value: object, *, integer: bool = False, allow_zero: bool = False
+) -> None:
+    """Raise ``InvalidRequest`` naming ``where`` unless ``value`` is a finite number above
+    zero (or zero, with ``allow_zero``); the one check behind every numeric field and flag."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(where, f"must be a number, got {value!r}")
     if integer and not float(value).is_integer():
         raise InvalidRequest(where, f"must be a whole number, got {value!r}")
+    bound = "zero or more" if allow_zero else "greater than zero"
     if math.isnan(value) or math.isinf(value):
-        raise InvalidRequest(where, f"must be finite, got {value!r}")
+        raise InvalidRequest(where, f"must be a finite number {bound}, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
-        bound = "zero or more" if allow_zero else "greater than zero"
         raise InvalidRequest(where, f"must be {bound}, got {value!r}")
 
 
@@ -58,9 +62,9 @@ class Server:
             raise InvalidRequest("name", "every server needs a non-empty name")
         if not isinstance(self.region, str) or not self.region.strip():
             raise InvalidRequest(f"{where}.region", "must be a non-empty string")
-        _positive(f"{where}.gpus", self.gpus, integer=True)
-        _positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib)
-        _positive(f"{where}.gpuTFLOPS", self.gpu_tflops)
+        check_positive(f"{where}.gpus", self.gpus, integer=True)
+        check_positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib)
+        check_positive(f"{where}.gpuTFLOPS", self.gpu_tflops)
 
     @property
     def memory_bytes(self) -> float:
@@ -86,9 +90,9 @@ class Link:
         where = f"link {self.a}-{self.b}"
         if self.a == self.b:
             raise InvalidRequest(where, "a link joins two different servers")
-        _positive(f"{where}.latencyMs", self.latency_ms, allow_zero=True)
+        check_positive(f"{where}.latencyMs", self.latency_ms, allow_zero=True)
         if self.bandwidth_gbps is not None:
-            _positive(f"{where}.bandwidthGbps", self.bandwidth_gbps)
+            check_positive(f"{where}.bandwidthGbps", self.bandwidth_gbps)
 
     @property
     def key(self) -> frozenset[str]:
@@ -107,9 +111,9 @@ class RegionLink:
     bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
-        _positive(f"regionLink {self.a}-{self.b}.latencyMs", self.latency_ms, allow_zero=True)
+        check_positive(f"regionLink {self.a}-{self.b}.latencyMs", self.latency_ms, allow_zero=True)
         if self.bandwidth_gbps is not None:
-            _positive(f"regionLink {self.a}-{self.b}.bandwidthGbps", self.bandwidth_gbps)
+            check_positive(f"regionLink {self.a}-{self.b}.bandwidthGbps", self.bandwidth_gbps)
 
 
 @dataclass(frozen=True)
@@ -184,12 +188,12 @@ class ModelSpec:
     preset: str | None = None
 
     def __post_init__(self) -> None:
-        _positive("spec.model.parameters", self.parameters, integer=True)
-        _positive("spec.model.layers", self.layers, integer=True)
-        _positive("spec.model.hiddenSize", self.hidden_size, integer=True)
-        _positive("spec.model.sequenceLength", self.sequence_length, integer=True)
+        check_positive("spec.model.parameters", self.parameters, integer=True)
+        check_positive("spec.model.layers", self.layers, integer=True)
+        check_positive("spec.model.hiddenSize", self.hidden_size, integer=True)
+        check_positive("spec.model.sequenceLength", self.sequence_length, integer=True)
         if self.attention_heads is not None:
-            _positive("spec.model.attentionHeads", self.attention_heads, integer=True)
+            check_positive("spec.model.attentionHeads", self.attention_heads, integer=True)
 
     @property
     def heads(self) -> int:
@@ -213,8 +217,8 @@ class Job:
                 f"{self.name!r} is not a valid job name",
                 "use lowercase letters, digits and '-', as Kubernetes names do",
             )
-        _positive("spec.training.globalBatchSize", self.global_batch_size, integer=True)
-        _positive("spec.training.microBatchSize", self.micro_batch_size, integer=True)
+        check_positive("spec.training.globalBatchSize", self.global_batch_size, integer=True)
+        check_positive("spec.training.microBatchSize", self.micro_batch_size, integer=True)
         if self.micro_batch_size > self.global_batch_size:
             raise InvalidRequest(
                 "spec.training.microBatchSize",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from hulk_planner.gnn.data import (
     data_header,
     generate_to_file,
 )
+from hulk_planner.model import check_positive
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,8 +112,7 @@ def check(args: argparse.Namespace) -> None:
         raise InvalidRequest(
             "--max-servers", f"{args.max_servers} is below --min-servers {args.min_servers}"
         )
-    if not 0 < args.lr < math.inf:
-        raise InvalidRequest("--lr", f"must be a finite number above zero, got {args.lr}")
+    check_positive("--lr", args.lr)
     device = str(args.device)
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise InvalidRequest("--device", f"unknown device {device!r}", "use auto, cpu or cuda")

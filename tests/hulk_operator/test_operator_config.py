@@ -18,11 +18,11 @@ from hulk_planner.errors import InvalidRequest
 @pytest.mark.parametrize(
     ("settings", "field", "words"),
     [
-        ({"reconcile_interval_s": 0.0}, "--reconcile-interval", "greater than 0"),
-        ({"batch_window_s": -1.0}, "HULK_OPERATOR_BATCH_WINDOW_S", "at least 0"),
+        ({"reconcile_interval_s": 0.0}, "--reconcile-interval", "greater than zero"),
+        ({"batch_window_s": -1.0}, "HULK_OPERATOR_BATCH_WINDOW_S", "zero or more"),
         ({"planning_budget_s": math.inf}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
         ({"planning_budget_s": math.nan}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
-        ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "at least 0"),
+        ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "zero or more"),
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
         ({"planner": "nope"}, "--planner", "use one of hulk"),
     ],

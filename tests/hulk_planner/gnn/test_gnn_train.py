@@ -146,7 +146,7 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
         (["--iterations", "0"], "--iterations: must be at least 1"),
         (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
         (["--min-servers", "50", "--max-servers", "20"], "--max-servers: 20 is below"),
-        (["--lr", "nan"], "--lr: must be a finite number"),
+        (["--lr", "nan"], "--lr: must be a finite number greater than zero"),
         (["--device", "tpu"], "--device: unknown device 'tpu'"),
         (["--output", "/proc/no/such/dir/w.pt"], "--output: /proc/no/such/dir"),
     ],
