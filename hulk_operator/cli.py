@@ -19,7 +19,7 @@ import os
 import random
 import sys
 
-from hulk_operator.config import OperatorConfig
+from hulk_operator.config import FLAGS, OperatorConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,10 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-A", "--all-namespaces", action="store_true", help="serve every namespace (the default)"
     )
     parser.add_argument(
-        "--metrics-port",
+        FLAGS["metrics_port"],
+        dest="metrics_port",
+        metavar="PORT",
         type=int,
-        default=d.metrics_port,
-        help="serve Prometheus metrics on this port (0: off)",
+        help=f"serve Prometheus metrics on this port (0: off; default {d.metrics_port})",
     )
     parser.add_argument(
         "--liveness",
@@ -58,30 +59,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="apply the CRDs (HulkTrainingJob, kopf peering) first",
     )
-    parser.add_argument("--planner", default=d.planner, help="planner (default: hulk)")
+    # Settings: a flag wins over its HULK_OPERATOR_<NAME> variable, which wins over the
+    # default (so no argparse defaults here: an unset flag leaves the variable in force).
     parser.add_argument(
-        "--reconcile-interval",
-        type=float,
-        default=d.reconcile_interval_s,
-        help="seconds between reconciliations of a job",
+        FLAGS["planner"], dest="planner", metavar="NAME", help=f"planner (default: {d.planner})"
     )
     parser.add_argument(
-        "--same-region-latency-ms",
+        FLAGS["reconcile_interval_s"],
+        dest="reconcile_interval_s",
+        metavar="SECONDS",
         type=float,
-        default=d.same_region_latency_ms,
-        help="fallback latency within a region, when not measured",
+        help=f"seconds between reconciliations of a job (default {d.reconcile_interval_s:g})",
     )
     parser.add_argument(
-        "--cross-region-latency-ms",
+        FLAGS["same_region_latency_ms"],
+        dest="same_region_latency_ms",
+        metavar="MS",
         type=float,
-        default=d.cross_region_latency_ms,
-        help="fallback latency across regions, when not measured",
+        help="fallback latency within a region, when not measured "
+        f"(default {d.same_region_latency_ms:g})",
     )
     parser.add_argument(
-        "--latency-max-age-s",
+        FLAGS["cross_region_latency_ms"],
+        dest="cross_region_latency_ms",
+        metavar="MS",
         type=float,
-        default=d.latency_max_age_s,
-        help="ignore NodeLatency measurements older than this (seconds)",
+        help="fallback latency across regions, when not measured "
+        f"(default {d.cross_region_latency_ms:g})",
+    )
+    parser.add_argument(
+        FLAGS["latency_max_age_s"],
+        dest="latency_max_age_s",
+        metavar="SECONDS",
+        type=float,
+        help="ignore NodeLatency measurements older than this "
+        f"(seconds, default {d.latency_max_age_s:g})",
     )
     parser.add_argument(
         "--no-baselines",
@@ -92,13 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> OperatorConfig:
+    """Flags over ``HULK_OPERATOR_<NAME>`` variables over defaults."""
     return OperatorConfig.from_env(
-        planner=args.planner,
-        reconcile_interval_s=args.reconcile_interval,
-        same_region_latency_ms=args.same_region_latency_ms,
-        cross_region_latency_ms=args.cross_region_latency_ms,
-        latency_max_age_s=args.latency_max_age_s,
-        metrics_port=args.metrics_port,
+        **{name: getattr(args, name) for name in FLAGS},
         baselines=False if args.no_baselines else None,
     )
 

@@ -91,7 +91,8 @@ _NUMBERS = {
     "latency_max_age_s": False,
     "create_delay_s": True,
 }
-_FLAGS = {
+# The settings `hulk operator` also takes as flags (hulk_operator/cli.py adds them).
+FLAGS = {
     "planner": "--planner",
     "reconcile_interval_s": "--reconcile-interval",
     "same_region_latency_ms": "--same-region-latency-ms",
@@ -104,4 +105,4 @@ _FLAGS = {
 def _where(name: str) -> str:
     """A setting as its user set it: the flag (if it has one) or the environment variable."""
     env = f"HULK_OPERATOR_{name.upper()}"
-    return f"{_FLAGS[name]} / {env}" if name in _FLAGS else env
+    return f"{FLAGS[name]} / {env}" if name in FLAGS else env

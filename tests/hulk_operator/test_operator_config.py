@@ -81,3 +81,30 @@ def test_hulk_operator_stops_with_a_clear_error_before_kopf_starts(
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("hulk operator: error: ") and message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_flag_wins_over_its_variable_and_an_unset_flag_leaves_the_variable_in_force(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from hulk_operator import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    for name in list(os.environ):
+        if name.startswith("HULK_OPERATOR_"):
+            monkeypatch.delenv(name)
+    defaults = cli.config_from_args(parser.parse_args([]))
+    assert defaults == OperatorConfig()
+    monkeypatch.setenv("HULK_OPERATOR_RECONCILE_INTERVAL_S", "7")
+    monkeypatch.setenv("HULK_OPERATOR_METRICS_PORT", "9100")
+    monkeypatch.setenv("HULK_OPERATOR_PLANNER", "search")
+    from_env = cli.config_from_args(parser.parse_args([]))
+    assert (from_env.reconcile_interval_s, from_env.metrics_port) == (7.0, 9100)
+    assert from_env.planner == "search"
+    flagged = cli.config_from_args(
+        parser.parse_args(["--reconcile-interval", "3", "--planner", "hulk"])
+    )
+    assert (flagged.reconcile_interval_s, flagged.metrics_port) == (3.0, 9100)
+    assert flagged.planner == "hulk"
