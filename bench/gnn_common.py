@@ -70,9 +70,14 @@ def unseen(index: int) -> tuple[Cluster, list[Job]]:
 
 
 def cached_search(
-    cluster: Cluster, jobs: Sequence[Job], budget_s: float, seed: int = 0
+    cluster: Cluster,
+    jobs: Sequence[Job],
+    budget_s: float | None,
+    seed: int = 0,
+    moves: int | None = None,
 ) -> dict[str, Any]:
-    """``search_plan`` with a time budget, cached on disk: {assignment, geo, seconds}."""
+    """``search_plan`` with a time budget (or, with ``budget_s`` None, ``moves`` moves, as
+    ``hulk train`` labels), cached on disk: {assignment, geo, seconds, times}."""
     key = json.dumps(
         [
             cluster.name,
@@ -82,6 +87,7 @@ def cached_search(
             budget_s,
             seed,
             search_code_digest(),
+            *([] if moves is None else [moves]),
         ],
         sort_keys=True,
     )
@@ -90,7 +96,10 @@ def cached_search(
         return dict(json.loads(path.read_text()))
     cost = CostModel(cluster)
     t = time.perf_counter()
-    plan = search_plan(cost, jobs, seed=seed, time_budget_s=budget_s)
+    if budget_s is None:
+        plan = search_plan(cost, jobs, seed=seed, time_budget_s=math.inf, max_iterations=moves)
+    else:
+        plan = search_plan(cost, jobs, seed=seed, time_budget_s=budget_s)
     out = {
         "assignment": plan.assignment,
         "geo": geo_mean(plan, jobs),

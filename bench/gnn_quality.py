@@ -13,11 +13,15 @@ itself (the ceiling of any agreement figure). Printed per cluster and summarised
 - ablation: the same refinement (each of ``--refine-iterations`` move budgets) from
   hulk's start, from each of its two share rules alone, from a random start (random
   scores through the same decoding) and from the search planner's greedy start.
+- with ``--labeller-moves N``: the search bounded by N moves (how ``hulk train
+  --iterations N`` labels its training clusters), seeds 0 and 1, against the labels and
+  itself: what the GNN was trained to copy.
 
 Search runs are cached under ``$HULK_CACHE/bench``; the first run takes about
 clusters * budget * 2 / workers seconds.
 
     python bench/gnn_quality.py [--clusters 20] [--budget 60] [--workers 2] [--hulk-budget S]
+        [--weights FILE] [--labeller-moves N]
 """
 
 from __future__ import annotations
@@ -45,10 +49,10 @@ from hulk_planner.planners.search import greedy_start
 STEADY = 0.95  # seed-vs-seed agreement at which a cluster's labels count as reproducible
 
 
-def _search_job(args: tuple[int, float, int]) -> tuple[int, int, dict]:
-    index, budget, seed = args
+def _search_job(args: tuple[int, float | None, int, int | None]) -> tuple[int, int, dict]:
+    index, budget, seed, moves = args
     cluster, jobs = unseen(index)
-    return index, seed, cached_search(cluster, jobs, budget, seed)
+    return index, seed, cached_search(cluster, jobs, budget, seed, moves)
 
 
 def main() -> None:
@@ -69,16 +73,28 @@ def main() -> None:
     ap.add_argument(
         "--weights", default=None, help="a weights file of `hulk train` (default: the shipped one)"
     )
+    ap.add_argument(
+        "--labeller-moves",
+        type=int,
+        default=0,
+        help="also label with the search bounded by this many moves, seeds 0 and 1, as "
+        "`hulk train --iterations` does (the shipped weights: 4000), and compare",
+    )
     args = ap.parse_args()
 
     budgets = [int(b) for b in args.refine_iterations.split(",")]
     seeds = (0,) if args.no_ceiling else (0, 1)
-    tasks = [(i, args.budget, s) for s in seeds for i in range(args.clusters)]
+    tasks: list[tuple[int, float | None, int, int | None]] = [
+        (i, args.budget, s, None) for s in seeds for i in range(args.clusters)
+    ]
+    if args.labeller_moves:
+        tasks += [(i, None, s, args.labeller_moves) for s in (0, 1) for i in range(args.clusters)]
     t0 = time.perf_counter()
     results: dict[tuple[int, int], dict] = {}
+    trainer: dict[tuple[int, int], dict] = {}  # the training labeller's plans
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        for i, s, r in pool.imap_unordered(_search_job, tasks):
-            results[(i, s)] = r
+        for (i, budget, s, _), (_, _, r) in zip(tasks, pool.imap(_search_job, tasks), strict=True):
+            (results if budget is not None else trainer)[(i, s)] = r
     print(f"search runs ready ({time.perf_counter() - t0:.0f} s, cached for next time)\n")
 
     head = (
@@ -170,6 +186,25 @@ def main() -> None:
             f"  on the {len(steady)} clusters whose labels the labeller reproduces (seed vs seed "
             f">= {STEADY}): GNN decoded {mean([r['agree'] for r in steady]):.3f}, final hulk plan "
             f"{mean([r['final'] for r in steady]):.3f} per server"
+        )
+    if trainer:
+        n = args.clusters
+        clusters = [unseen(i)[0] for i in range(n)]
+        vs = [
+            agreement(trainer[(i, s)]["assignment"], results[(i, 0)]["assignment"], clusters[i])
+            for i in range(n)
+            for s in (0, 1)
+        ]
+        own = [
+            agreement(trainer[(i, 0)]["assignment"], trainer[(i, 1)]["assignment"], clusters[i])
+            for i in range(n)
+        ]
+        step = [trainer[(i, 0)]["geo"] / results[(i, 0)]["geo"] for i in range(n)]
+        print(
+            f"training labeller ({args.labeller_moves} moves, seeds 0 and 1) vs the search-"
+            f"{args.budget:.0f}s labels: {mean(vs):.3f} per server; seed vs seed "
+            f"{mean(own):.3f}; its step time / search-{args.budget:.0f}s: median "
+            f"{median(step):.3f}, mean {mean(step):.3f}   [what the GNN was trained to copy]"
         )
     ratios = col("ratio")
     print(
