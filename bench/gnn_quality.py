@@ -129,6 +129,7 @@ def main() -> None:
             other = results[(i, 1)]["assignment"]
             row["ss"] = agreement(other, labels, cluster)
             row["ss_twin"] = agreement_up_to_twins(other, labels, cluster)
+            row["ss_apart"] = abs(math.log(results[(i, 1)]["geo"] / ref["geo"]))
         # ablation: same refinement (moves) from each start
         rng = np.random.default_rng(i)
         starts = {
@@ -180,6 +181,12 @@ def main() -> None:
         print(
             f"search vs search (seed 0 vs 1, same budget): {mean(col('ss')):.3f} per "
             f"server, {mean(col('ss_twin')):.3f} up to twins   [the labeller's ceiling]"
+        )
+        apart = [math.expm1(r["ss_apart"]) for r in rows if math.isfinite(r["ss_apart"])]
+        print(
+            f"  the two seeds' step times (geometric means) apart by at most {max(apart):.1%}, "
+            f"median {median(apart):.1%}; they differ on more than 5% of the servers on "
+            f"{sum(r['ss'] < STEADY for r in rows)} clusters"
         )
         steady = [r for r in rows if r["ss"] >= STEADY]
         print(
