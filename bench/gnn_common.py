@@ -96,10 +96,8 @@ def cached_search(
         return dict(json.loads(path.read_text()))
     cost = CostModel(cluster)
     t = time.perf_counter()
-    if budget_s is None:
-        plan = search_plan(cost, jobs, seed=seed, time_budget_s=math.inf, max_iterations=moves)
-    else:
-        plan = search_plan(cost, jobs, seed=seed, time_budget_s=budget_s)
+    budget = math.inf if budget_s is None else budget_s
+    plan = search_plan(cost, jobs, seed=seed, time_budget_s=budget, max_iterations=moves)
     out = {
         "assignment": plan.assignment,
         "geo": geo_mean(plan, jobs),
