@@ -55,11 +55,16 @@ def _check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
         raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}")
     if doc.get("kind") != kind:
-        raise InvalidRequest(f"{source}: kind", f"is {doc.get('kind')!r}", f"expected {kind!r}")
-    api = doc.get("apiVersion")
-    if api != API_VERSION:
-        raise InvalidRequest(f"{source}: apiVersion", f"is {api!r}", f"use {API_VERSION!r}")
+        raise InvalidRequest(f"{source}: kind", _found(doc, "kind"), f"expected {kind!r}")
+    if doc.get("apiVersion") != API_VERSION:
+        raise InvalidRequest(
+            f"{source}: apiVersion", _found(doc, "apiVersion"), f"use {API_VERSION!r}"
+        )
     return doc
+
+
+def _found(doc: Mapping[str, Any], key: str) -> str:
+    return f"is {doc[key]!r}" if doc.get(key) is not None else "is missing"
 
 
 def load_documents(path: str | Path) -> list[Any]:

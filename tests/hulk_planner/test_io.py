@@ -167,6 +167,11 @@ def test_kind_and_api_version_are_checked() -> None:
     with pytest.raises(InvalidRequest) as exc:
         io.cluster_from_dict(doc, "c.yaml")
     assert exc.value.field == "c.yaml: apiVersion"
+    assert exc.value.problem == "is 'hulk.dev/v2'"
+    del doc["apiVersion"]
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc, "c.yaml")
+    assert str(exc.value) == "c.yaml: apiVersion: is missing (use 'hulk.dev/v1alpha1')"
     with pytest.raises(InvalidRequest):
         io.cluster_from_dict(["not", "a", "mapping"])  # type: ignore[arg-type]
 
