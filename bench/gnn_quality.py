@@ -15,7 +15,8 @@ itself (the ceiling of any agreement figure). Printed per cluster and summarised
   scores through the same decoding) and from the search planner's greedy start.
 - with ``--labeller-moves N``: the search bounded by N moves (how ``hulk train
   --iterations N`` labels its training clusters), seeds 0 and 1, against the labels and
-  itself: what the GNN was trained to copy.
+  itself: what the GNN was trained to copy; and hulk's refinement started from those
+  plans, as if the network had copied its labeller perfectly.
 
 Search runs are cached under ``$HULK_CACHE/bench``; the first run takes about
 clusters * budget * 2 / workers seconds.
@@ -209,11 +210,42 @@ def main() -> None:
             for i in range(n)
         ]
         step = [trainer[(i, 0)]["geo"] / results[(i, 0)]["geo"] for i in range(n)]
+        # a network that copied its labeller perfectly: hulk's refinement from its plans
+        copied = []
+        for i in range(n):
+            cost = CostModel(clusters[i])
+            jobs = unseen(i)[1]
+            labels = results[(i, 0)]["assignment"]
+            budget = (
+                args.hulk_budget
+                if args.hulk_budget is not None
+                else refine_budget(len(clusters[i].servers))
+            )
+            for s in (0, 1):
+                p = refine(cost, jobs, trainer[(i, s)]["assignment"], refine_s=budget, seed=0)
+                copied.append(
+                    (
+                        agreement(p.assignment, labels, clusters[i]),
+                        agreement_up_to_twins(p.assignment, labels, clusters[i]),
+                        geo_mean(p, jobs) / results[(i, 0)]["geo"],
+                    )
+                )
         print(
             f"training labeller ({args.labeller_moves} moves, seeds 0 and 1) vs the search-"
             f"{args.budget:.0f}s labels: {mean(vs):.3f} per server; seed vs seed "
             f"{mean(own):.3f}; its step time / search-{args.budget:.0f}s: median "
             f"{median(step):.3f}, mean {mean(step):.3f}   [what the GNN was trained to copy]"
+        )
+        far = [f"{i} ({vs[2 * i]:.2f}, {step[i]:.3f})" for i in range(n) if vs[2 * i] < 0.75]
+        print(
+            "  clusters where its seed-0 plan shares under 75% of the servers with the labels "
+            f"(agreement, step time / search): {', '.join(far) or 'none'}"
+        )
+        print(
+            f"  hulk's refinement started from those plans (a network that copied its labeller "
+            f"perfectly): final plan {mean([c[0] for c in copied]):.3f} per server, "
+            f"{mean([c[1] for c in copied]):.3f} up to twins; step time / search-"
+            f"{args.budget:.0f}s median {median([c[2] for c in copied]):.3f}"
         )
     ratios = col("ratio")
     print(
