@@ -12,7 +12,7 @@ its workers died) and the job goes back to Pending.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,27 +50,38 @@ def pod_diff(existing: Sequence[str], desired: Sequence[str]) -> PodDiff:
     )
 
 
-def moves(old: JobPlan, new: JobPlan) -> list[str]:
-    """Human-readable changes, e.g. ``stage 2: beijing-3 -> xian-40`` and
-    ``layers moved in stages 3, 4`` (every change that replaces a pod is named)."""
-    out = []
+def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
+    """Human-readable changes: first the servers (``kept 19 of 19 healthy servers, added
+    xian-40``), then the stages. With the same number of stages every changed stage is
+    named (``stage 2: beijing-3 -> xian-40``, ``layers moved in stage(s) 3, 4``); when the
+    count changes every stage is laid out again and only the counts are given, as a
+    stage-by-stage list would pair unrelated stages."""
+    healthy = [n for n in old.nodes if n not in lost]
+    kept = [n for n in healthy if n in new.nodes]
+    servers = f"kept {len(kept)} of {len(healthy)} healthy servers"
+    added = [n for n in new.nodes if n not in old.nodes]
+    released = [n for n in healthy if n not in new.nodes]
+    if added:
+        servers += f", added {', '.join(added)}"
+    if released:
+        servers += f", released {', '.join(released)}"
+    out = [servers]
+    if len(new.stages) != len(old.stages):
+        out.append(f"{len(old.stages)} -> {len(new.stages)} stages, every stage laid out again")
+        return out
     shifted = []
-    for i, st in enumerate(new.stages):
-        before = old.stages[i] if i < len(old.stages) else None
-        nodes = before.nodes if before else ()
-        if tuple(st.nodes) != tuple(nodes):
-            gone = [n for n in nodes if n not in st.nodes]
-            came = [n for n in st.nodes if n not in nodes]
+    for i, (before, st) in enumerate(zip(old.stages, new.stages, strict=True)):
+        if tuple(st.nodes) != tuple(before.nodes):
+            gone = [n for n in before.nodes if n not in st.nodes]
+            came = [n for n in st.nodes if n not in before.nodes]
             if gone or came:
                 out.append(f"stage {i}: {','.join(gone) or '-'} -> {','.join(came) or '-'}")
             else:
                 out.append(f"stage {i}: reordered")
-        elif before is not None and before.layers != st.layers:
+        elif before.layers != st.layers:
             shifted.append(str(i))
     if shifted:
         out.append(f"layers moved in stage(s) {', '.join(shifted)}")
-    if len(new.stages) != len(old.stages):
-        out.append(f"{len(old.stages)} -> {len(new.stages)} stages")
     return out
 
 
@@ -80,5 +91,5 @@ def event_message(
     causes = ", ".join(f"{n} {why.lower()}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
-    changed = "; ".join(moves(old, new)) or "no stage moved"
+    changed = "; ".join(moves(old, new, lost))
     return f"{causes}; {changed}; {replaced} pod(s) replaced, {kept} kept"

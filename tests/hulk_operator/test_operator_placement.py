@@ -245,5 +245,29 @@ def test_event_names_stages_whose_layers_moved() -> None:
     new = JobPlan("j", (Stage((0, 5), ("a",)), Stage((5, 8), ("b",)), Stage((8, 12), ("d",))), 4)
     msg = recovery.event_message({"c": "Deleted"}, old, new, 3, 0)
     assert msg == (
-        "c deleted; stage 2: c -> d; layers moved in stage(s) 0, 1; 3 pod(s) replaced, 0 kept"
+        "c deleted; kept 2 of 2 healthy servers, added d; stage 2: c -> d; "
+        "layers moved in stage(s) 0, 1; 3 pod(s) replaced, 0 kept"
+    )
+
+
+def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
+    """A re-plan to another number of stages shifts every stage index: the event says
+    which servers stayed, came and went rather than pairing unrelated stages."""
+    from hulk_planner.model import JobPlan, Stage
+
+    old = JobPlan("j", (Stage((0, 6), ("a",)), Stage((6, 12), ("b",)), Stage((12, 18), ("c",))), 4)
+    new = JobPlan(
+        "j",
+        (
+            Stage((0, 4), ("d",)),
+            Stage((4, 8), ("e",)),
+            Stage((8, 12), ("a",)),
+            Stage((12, 18), ("f",)),
+        ),
+        4,
+    )
+    msg = recovery.event_message({"c": "NotReady"}, old, new, 4, 0)
+    assert msg == (
+        "c notready; kept 1 of 2 healthy servers, added d, e, f, released b; "
+        "3 -> 4 stages, every stage laid out again; 4 pod(s) replaced, 0 kept"
     )
