@@ -251,16 +251,24 @@ def hulktrainingjob_update(
     **_: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
-    pods are created)."""
+    pods are created); a job that failed on an invalid spec is planned once it is fixed.
+    An invalid change leaves the job as it was (``reconcile`` says why in a condition)."""
     try:
         job_from_dict(dict(body))
     except InvalidRequest as exc:
         raise to_kopf(exc) from exc
     memo.placer.forget((namespace or "", name))
-    if status.get("plan") is not None:
+    failed = status.get("phase") == st.PHASE_FAILED
+    if status.get("plan") is not None or failed:
         patch.status["plan"] = None
         patch.status["phase"] = st.PENDING
         logger.info(f"spec of {name} changed: planning it again")
+    if failed:
+        gen = int(body.get("metadata", {}).get("generation") or 0)
+        conds = list(status.get("conditions") or [])
+        patch.status["conditions"] = st.set_condition(
+            conds, st.FAILED, False, "SpecFixed", "the spec is valid again", gen
+        )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

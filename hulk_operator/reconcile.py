@@ -24,6 +24,8 @@ from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
 from hulk_planner.model import JobPlan
 
+KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
+
 
 @dataclass(frozen=True)
 class PodEntry:
@@ -60,10 +62,16 @@ async def reconcile(
     conds = list(status.get("conditions") or [])
     new: dict[str, Any] = {"observedGeneration": gen}
     if entry.job is None:
+        error = entry.error or "invalid spec"
+        if status.get("plan") is not None:
+            # An edit broke the spec of a job that has a plan: it keeps running as planned
+            # (a typo must not stop a training run); the next valid edit plans it again.
+            new["conditions"] = st.set_condition(
+                conds, st.PLANNED, False, INVALID_SPEC, f"{error}; {KEPT_RUNNING}", gen
+            )
+            return new
         new["phase"] = st.PHASE_FAILED
-        new["conditions"] = st.set_condition(
-            conds, st.FAILED, True, INVALID_SPEC, entry.error or "invalid spec", gen
-        )
+        new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
         return new
     if status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED) and status.get("plan") is None:
         return {}

@@ -27,6 +27,7 @@ from hjob_helpers import (
 )
 from kubernetes import client
 
+from hulk_operator import GROUP, PLURAL, VERSION
 from hulk_operator.runner import OperatorThread
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster
@@ -261,6 +262,52 @@ def test_unknown_preset_fails_with_a_condition(kube: Kube, operator: Any) -> Non
     c = condition(job, "Failed")
     assert c["status"] == "True" and c["reason"] == "InvalidSpec"
     assert "spec.model.preset" in c["message"]
+
+
+def _edit_preset(kube: Kube, name: str, preset: str) -> None:
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, name, {"spec": {"model": {"preset": preset}}}
+    )
+
+
+def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("typo", model={"preset": "bert-largee"}))
+    wait("Failed", lambda: kube.phase("typo") == "Failed", 30)
+    _edit_preset(kube, "typo", "bert-large")
+    wait("Running after the fix", lambda: kube.phase("typo") == "Running", 60)
+    job = kube.job("typo")
+    assert condition(job, "Failed")["status"] == "False"
+    assert condition(job, "Planned")["status"] == "True"
+    assert job["status"]["observedGeneration"] == job["metadata"]["generation"] == 2
+    assert len(kube.live_pods("typo")) == 1
+
+
+def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("steady"))
+    wait("Running", lambda: kube.phase("steady") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("steady")}
+    _edit_preset(kube, "steady", "gpt-17")
+
+    def rejected() -> dict[str, Any] | None:
+        c = condition(kube.job("steady"), "Planned")
+        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
+
+    c = wait("the edit rejected", rejected, 30)
+    assert c["reason"] == "InvalidSpec" and "spec.model.preset" in c["message"]
+    job = kube.job("steady")
+    assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
+    assert condition(job, "Ready")["status"] == "True"
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("steady")} == before
+    _edit_preset(kube, "steady", "gpt2-xl")  # a valid edit: planned again
+
+    def replanned() -> bool:
+        job = kube.job("steady")
+        c = condition(job, "Planned")
+        return job["status"].get("phase") == "Running" and c.get("observedGeneration") == 3
+
+    wait("Running with the new spec", replanned, 60)
+    assert condition(kube.job("steady"), "Planned")["status"] == "True"
+    assert not set(before) & {p.metadata.name for p in kube.live_pods("steady")}
 
 
 def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
