@@ -179,6 +179,7 @@ def hulk_pods(
             phase=str(status.get("phase") or "Pending"),
             gated=bool(spec.get("schedulingGates")),
             deleting=bool(meta.get("deletionTimestamp")),
+            reason=str(status.get("reason") or ""),
         )
     }
 

@@ -36,6 +36,7 @@ class PodEntry:
     phase: str
     gated: bool
     deleting: bool
+    reason: str = ""  # status.reason of a pod the kubelet ended, e.g. Evicted
 
 
 @dataclass
@@ -145,6 +146,12 @@ async def reconcile(
             new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
+    failed = [p for p in ctx.pods.get(entry.key, []) if p.phase == "Failed" and not p.deleting]
+    if failed and status.get("plan") is None:
+        # pods of an attempt that failed before this plan: gone before the new ones start
+        await _delete(ctx, ns, [p.name for p in failed])
+    elif failed and replanned is None:
+        return await _stage_failed(ctx, entry, spec, failed, conds, new, gen)
     diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
     if replanned is not None:
         old, lost = replanned
@@ -209,6 +216,61 @@ def _estimated(
         return st.set_condition(conds, st.ESTIMATED, True, "FallbackLatency", msg, gen)
     msg = f"every {'reachable ' if cut else ''}server pair's latency was measured{cut}"
     return st.set_condition(conds, st.ESTIMATED, False, "Measured", msg, gen)
+
+
+async def _stage_failed(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    failed: list[PodEntry],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    gen: int,
+) -> dict[str, Any]:
+    """Stage pods the kubelet ended as Failed. The stage pods' restart policy decides:
+    ``Never`` (the user asked not to retry) fails the job: its other pods go (a pipeline
+    cannot run without a stage, and they would hold their GPUs waiting for it), the failed
+    ones stay for ``kubectl logs``, and the servers are released. Otherwise the kubelet
+    could not restart the pod in place (eviction, node shutdown): it is deleted and
+    created again on the same server by the next reconciliation."""
+    what = ", ".join(
+        f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
+    )
+    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    if policy == "Never":
+        ns, name = entry.key
+        others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
+        await _delete(ctx, ns, others)
+        msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
+        ctx.event("Warning", "StageFailed", msg)
+        conds = st.set_condition(conds, st.READY, False, "StageFailed", msg, gen)
+        new.update(
+            {
+                "phase": st.PHASE_FAILED,
+                "plan": None,
+                "numStages": 0,
+                "numNodes": 0,
+                "regions": "",
+                "predictedIterationSeconds": None,
+                "conditions": st.set_condition(conds, st.FAILED, True, "StageFailed", msg, gen),
+            }
+        )
+        ctx.placer.forget(entry.key)
+        ctx.metrics.set_predicted(ns, name, None)
+        return new
+    await _delete(ctx, entry.key[0], [p.name for p in failed])
+    msg = f"stage pod(s) failed: {what}; created again"
+    ctx.event("Warning", "StageRestarted", msg)
+    new["conditions"] = st.set_condition(conds, st.READY, False, "StageRestarting", msg, gen)
+    new["phase"] = st.PLACING
+    return new
+
+
+async def _delete(ctx: Context, namespace: str, names: list[str]) -> None:
+    from hulk_operator import kube
+
+    if names:
+        await asyncio.to_thread(kube.delete_pods, ctx.api, namespace, names, [])
 
 
 async def _remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None = None) -> None:

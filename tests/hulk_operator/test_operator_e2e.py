@@ -310,6 +310,60 @@ def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any)
     assert not set(before) & {p.metadata.name for p in kube.live_pods("steady")}
 
 
+def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
+    """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
+    kube.core.patch_namespaced_pod_status(
+        pod, kube.ns, {"status": {"phase": "Failed", "reason": reason}}
+    )
+
+
+def test_an_evicted_stage_pod_is_created_again(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("evict", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("evict") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("evict")}
+    victim = sorted(before)[0]
+    _fail_pod(kube, victim, "Evicted")
+
+    def again() -> bool:
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("evict")}
+        running = all(p.status.phase == "Running" for p in kube.live_pods("evict"))
+        return set(now) == set(before) and now[victim] != before[victim] and running
+
+    wait("the stage created again", again, 60)
+    wait("Running", lambda: kube.phase("evict") == "Running", 30)
+    now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("evict")}
+    assert {n: u for n, u in now.items() if n != victim} == {
+        n: u for n, u in before.items() if n != victim
+    }
+    (event,) = kube.events("StageRestarted")
+    assert victim in event.message and "Evicted" in event.message
+
+
+def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, operator: Any) -> None:
+    m = manifest("never", model={"preset": "gpt2-xl"})
+    m["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("never") == "Running", 60)
+    pods = sorted(p.metadata.name for p in kube.live_pods("never"))
+    assert len(pods) > 1
+    _fail_pod(kube, pods[0], "Error")
+    wait("Failed", lambda: kube.phase("never") == "Failed", 30)
+    job = kube.job("never")
+    c = condition(job, "Failed")
+    assert c["status"] == "True" and c["reason"] == "StageFailed" and pods[0] in c["message"]
+    assert job["status"].get("plan") is None and condition(job, "Ready")["status"] == "False"
+    # the failed pod stays for its logs; the others go, releasing their servers
+    wait("the other stages gone", lambda: [p.metadata.name for p in kube.pods("never")] == pods[:1])
+    # Any valid edit plans the job again; this one leaves the pods' manifests alone, so the
+    # new plan's pods usually take the old names: the failed pod must go first.
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "never", {"spec": {"priority": 5}}
+    )
+    wait("Running again", lambda: kube.phase("never") == "Running", 60)
+    assert all(p.status.phase == "Running" for p in kube.pods("never"))
+    assert condition(kube.job("never"), "Failed")["status"] == "False"
+
+
 def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
