@@ -192,10 +192,15 @@ def panels() -> list[Panel]:
                     target(
                         "sum by (reason) (increase(hulk_replans_total[$__rate_interval]))",
                         "{{reason}}",
-                    )
+                    ),
+                    target(
+                        "sum by (action) (increase(hulk_stage_failures_total[$__rate_interval]))",
+                        "stage failed: {{action}}",
+                    ),
                 ],
                 "Re-plans of running jobs by cause, e.g. node deleted, NotReady, cordoned "
-                "(hulk_replans_total).",
+                "(hulk_replans_total), and stage pods the kubelet ended as Failed, created "
+                "again or failing their job (hulk_stage_failures_total).",
                 bars=True,
             ),
             12,

@@ -3,6 +3,8 @@
 - ``hulk_plans_total{result}``: planning rounds by result (placed, unplaced, error).
 - ``hulk_planning_seconds``: time the planner took per round (histogram).
 - ``hulk_replans_total{reason}``: re-plans of running jobs by cause.
+- ``hulk_stage_failures_total{action}``: stage pods ended as Failed, by what the operator
+  did (``restarted``: created again; ``job_failed``: restartPolicy Never failed the job).
 - ``hulk_jobs{phase}``: jobs by phase.
 - ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
 """
@@ -29,6 +31,12 @@ class Metrics:
         )
         self.replans = Counter(
             "hulk_replans_total", "Re-plans of running jobs", ["reason"], registry=r
+        )
+        self.stage_failures = Counter(
+            "hulk_stage_failures_total",
+            "Stage pods the kubelet ended as Failed, by the operator's action",
+            ["action"],
+            registry=r,
         )
         self.jobs = Gauge("hulk_jobs", "HulkTrainingJobs by phase", ["phase"], registry=r)
         self.predicted = Gauge(

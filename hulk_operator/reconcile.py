@@ -243,6 +243,7 @@ async def _stage_failed(
         await _delete(ctx, ns, others)
         msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
         ctx.event("Warning", "StageFailed", msg)
+        ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
         conds = st.set_condition(conds, st.READY, False, "StageFailed", msg, gen)
         new.update(
             {
@@ -261,6 +262,7 @@ async def _stage_failed(
     await _delete(ctx, entry.key[0], [p.name for p in failed])
     msg = f"stage pod(s) failed: {what}; created again"
     ctx.event("Warning", "StageRestarted", msg)
+    ctx.metrics.stage_failures.labels(action="restarted").inc(len(failed))
     new["conditions"] = st.set_condition(conds, st.READY, False, "StageRestarting", msg, gen)
     new["phase"] = st.PLACING
     return new

@@ -337,6 +337,7 @@ def test_an_evicted_stage_pod_is_created_again(kube: Kube, operator: Any) -> Non
     }
     (event,) = kube.events("StageRestarted")
     assert victim in event.message and "Evicted" in event.message
+    assert 'hulk_stage_failures_total{action="restarted"} 1.0' in operator.memo.metrics.text()
 
 
 def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, operator: Any) -> None:
@@ -352,6 +353,7 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
     c = condition(job, "Failed")
     assert c["status"] == "True" and c["reason"] == "StageFailed" and pods[0] in c["message"]
     assert job["status"].get("plan") is None and condition(job, "Ready")["status"] == "False"
+    assert 'hulk_stage_failures_total{action="job_failed"} 1.0' in operator.memo.metrics.text()
     # the failed pod stays for its logs; the others go, releasing their servers
     wait("the other stages gone", lambda: [p.metadata.name for p in kube.pods("never")] == pods[:1])
     # Any valid edit plans the job again; this one leaves the pods' manifests alone, so the
