@@ -112,6 +112,34 @@ class Snapshot:
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
+    def why_none_free(self, entry: JobEntry) -> str:
+        """Why ``free(entry)`` is empty, naming the constraint to change."""
+        sel = dict(entry.node_selector)
+        matching = [i for i in self.nodes.values() if selected(i, sel, entry.allowed_regions)]
+        if not matching:
+            parts = []
+            if entry.allowed_regions:
+                known = sorted({i.server.region for i in self.nodes.values() if i.server})
+                if not any(i.server and i.server.region in entry.allowed_regions
+                           for i in self.nodes.values()):  # fmt: skip
+                    parts.append(
+                        f"spec.allowedRegions {list(entry.allowed_regions)} names no region with "
+                        f"GPU servers (regions: {', '.join(known) or 'none'})"
+                    )
+            if sel and not any(selected(i, sel, None) for i in self.nodes.values()):
+                pairs = ", ".join(f"{k}={v}" for k, v in sorted(sel.items()))
+                parts.append(f"spec.nodeSelector {pairs} matches no node")
+            return "; ".join(parts) or (
+                "no node matches spec.nodeSelector and spec.allowedRegions together"
+            )
+        usable = [i for i in matching if i.offers(entry.tolerations)]
+        if not usable:
+            return (
+                f"the {len(matching)} node(s) matching the job take no new stage: not Ready, "
+                "cordoned, tainted, or without usable GPU labels"
+            )
+        return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
+
 
 def _planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
     """Planner job name -> key: the job's name, or ``<name>.<namespace>`` when two
@@ -141,10 +169,7 @@ def plan_group(
 ) -> dict[Key, Decision]:
     """Plans ``entries`` together on ``servers``; every entry gets a decision."""
     if not servers:
-        return {
-            e.key: Decision(e.key, None, None, "no free server matches the job", planner)
-            for e in entries
-        }
+        return {e.key: Decision(e.key, None, None, snap.why_none_free(e), planner) for e in entries}
     cluster = build_cluster(
         [i.server for i in servers if i.server is not None],
         snap.latencies,
@@ -160,7 +185,7 @@ def plan_group(
     try:
         result = plan_fn(cluster, jobs, planner, **kwargs)
     except (HulkError, ValueError) as exc:
-        reason = classify(exc).message
+        reason = classify(exc).message + _scope(entries[0], len(servers))
         return {k: Decision(k, None, cluster, reason, planner) for k in names.values()}
     extra: dict[str, dict[str, float | None]] = {n: {} for n in names}
     if baselines:
@@ -190,8 +215,20 @@ def plan_group(
             )
         else:
             why = next((u.reason for u in result.unplaced if u.name == n), "not placed")
-            out[k] = Decision(k, None, cluster, why, planner)
+            out[k] = Decision(k, None, cluster, why + _scope(by_key[k], len(servers)), planner)
     return out
+
+
+def _scope(entry: JobEntry, servers: int) -> str:
+    """For a job with placement constraints: which servers its plan was limited to."""
+    limits = []
+    if entry.allowed_regions:
+        limits.append(f"spec.allowedRegions {list(entry.allowed_regions)}")
+    if entry.node_selector:
+        limits.append("spec.nodeSelector " + ", ".join(f"{k}={v}" for k, v in entry.node_selector))
+    if not limits:
+        return ""
+    return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"
 
 
 def plan_pending(

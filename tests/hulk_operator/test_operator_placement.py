@@ -74,6 +74,44 @@ def test_job_that_cannot_fit_gets_a_reason() -> None:
     assert d.job_plan is None and d.reason
 
 
+def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
+    bert = paper_jobs()[3]
+
+    def reason(e: JobEntry, s: Snapshot | None = None) -> str:
+        d = plan_pending(s or snap([e]), plan)[e.key]
+        assert d.job_plan is None
+        return d.reason
+
+    mars = entry(bert, allowed_regions=("mars",))
+    assert reason(mars).startswith("spec.allowedRegions ['mars'] names no region")
+    assert "beijing" in reason(mars)
+    h100 = entry(bert, node_selector=(("gpu", "h100"),))
+    assert reason(h100) == "spec.nodeSelector gpu=h100 matches no node"
+    both = entry(bert, allowed_regions=("beijing",), node_selector=(("gpu", "h100"),))
+    assert reason(both) == "spec.nodeSelector gpu=h100 matches no node"
+    paris = entry(bert, allowed_regions=("paris",))
+    paris_nodes = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
+    held = snap([paris], {n: ("other", "job") for n in paris_nodes})
+    assert (
+        reason(paris, held)
+        == f"all {len(paris_nodes)} usable node(s) matching the job are held by other jobs"
+    )
+    cordoned = {
+        n: replace(i, unschedulable=True) if n in paris_nodes else i for n, i in nodes().items()
+    }
+    sick = Snapshot(cordoned, Latencies(), {paris.key: paris}, {})
+    assert reason(paris, sick).startswith(
+        f"the {len(paris_nodes)} node(s) matching the job take no new stage"
+    )
+
+
+def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
+    opt = entry(paper_jobs()[0], allowed_regions=("paris",))
+    d = plan_pending(snap([opt]), plan)[opt.key]
+    assert d.job_plan is None
+    assert d.reason.endswith("free server(s) that spec.allowedRegions ['paris'] allow)")
+
+
 def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
     bert = paper_jobs()[3]
     region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]
