@@ -252,8 +252,9 @@ def hulktrainingjob_update(
     **_: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
-    pods are created); a job that failed on an invalid spec is planned once it is fixed.
-    An invalid change leaves the job as it was (``reconcile`` says why in a condition)."""
+    pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
+    any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
+    a condition)."""
     try:
         job_from_dict(dict(body))
     except InvalidRequest as exc:
@@ -268,7 +269,7 @@ def hulktrainingjob_update(
         gen = int(body.get("metadata", {}).get("generation") or 0)
         conds = list(status.get("conditions") or [])
         patch.status["conditions"] = st.set_condition(
-            conds, st.FAILED, False, "SpecFixed", "the spec is valid again", gen
+            conds, st.FAILED, False, "SpecChanged", "the spec changed: planning the job again", gen
         )
 
 
