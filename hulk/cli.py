@@ -11,6 +11,12 @@ import argparse
 import importlib
 import sys
 
+DESCRIPTION = (
+    "Hulk places the training of large models on GPU servers spread over regions: it "
+    "plans which servers train which job in which pipeline order, and runs the plan on "
+    "Kubernetes. `hulk COMMAND --help` for a command's options."
+)
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("hulk_planner.cli", "preview a placement plan for training jobs on a cluster"),
     "train": ("hulk_planner.gnn.cli", "generate labelled clusters and train the GNN planner"),
@@ -23,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="hulk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="hulk", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
