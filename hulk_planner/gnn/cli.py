@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import sys
 import tempfile
@@ -68,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size", type=int, default=s.batch_size, help="graphs per batch (%(default)s)"
     )
     t.add_argument("--lr", type=float, default=s.lr, help="peak learning rate (%(default)s)")
+    t.add_argument(
+        "--weight-decay",
+        type=float,
+        default=s.weight_decay,
+        help="AdamW weight decay (%(default)s)",
+    )
     t.add_argument("--hidden", type=int, default=s.hidden, help="embedding size (%(default)s)")
     t.add_argument("--gcn-layers", type=int, default=s.gcn_layers, help="(%(default)s)")
     t.add_argument("--device", default=s.device, help="auto (CUDA when present), cpu or cuda")
@@ -113,6 +120,10 @@ def check(args: argparse.Namespace) -> None:
             "--max-servers", f"{args.max_servers} is below --min-servers {args.min_servers}"
         )
     check_positive("--lr", args.lr)
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        raise InvalidRequest(
+            "--weight-decay", f"must be a finite number, zero or more, got {args.weight_decay}"
+        )
     device = str(args.device)
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise InvalidRequest("--device", f"unknown device {device!r}", "use auto, cpu or cuda")
@@ -169,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
+        weight_decay=args.weight_decay,
         hidden=args.hidden,
         gcn_layers=args.gcn_layers,
         seed=args.seed,

@@ -111,6 +111,7 @@ def test_cli_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "--examples", "3", "--min-servers", "20", "--max-servers", "24",
             "--max-jobs", "2", "--iterations", "20", "--workers", "1",
             "--epochs", "2", "--hidden", "8", "--gcn-layers", "1", "--device", "cpu",
+            "--weight-decay", "0.05",
             "--data", str(tmp_path / "d.jsonl"), "--output", str(out), "--quiet",
         ]
     )  # fmt: skip
@@ -118,6 +119,7 @@ def test_cli_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "epoch   1" in text and "val_acc" in text and "wrote" in text
     assert out.exists() and out.with_suffix(".json").exists()
+    assert json.loads(out.with_suffix(".json").read_text())["training"]["weight_decay"] == 0.05
     bad = parser.parse_args(["--examples", "1", "--data", str(tmp_path / "x.jsonl")])
     assert cli.run(bad) == 2
 
@@ -147,6 +149,7 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
         (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
         (["--min-servers", "50", "--max-servers", "20"], "--max-servers: 20 is below"),
         (["--lr", "nan"], "--lr: must be a finite number greater than zero"),
+        (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number, zero or more"),
         (["--device", "tpu"], "--device: unknown device 'tpu'"),
         (["--output", "/proc/no/such/dir/w.pt"], "--output: /proc/no/such/dir"),
     ],
