@@ -87,6 +87,13 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job]]:
         cluster = datasets.paper_cluster()
     if not jobs and not args.jobs and not args.kubeconfig:
         jobs = datasets.paper_jobs()
+    if not jobs and args.kubeconfig and not args.jobs:
+        where = f"namespace {args.namespace!r}" if args.namespace else "the cluster"
+        raise InvalidRequest(
+            "--kubeconfig",
+            f"{where} has no pending HulkTrainingJob",
+            "apply one, or give its manifest with --jobs FILE",
+        )
     if not jobs:
         raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
     return cluster, jobs

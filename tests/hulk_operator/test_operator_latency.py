@@ -89,10 +89,15 @@ def test_the_operator_plans_with_measured_latencies(
 
 
 def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube: Kube) -> None:
-    for m in paper_manifests():
-        kube.apply(m)
     cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
     cmd += ["--namespace", kube.ns, "-o", "json"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"hulk plan: error: --kubeconfig: namespace '{kube.ns}' has no pending "
+        "HulkTrainingJob (apply one, or give its manifest with --jobs FILE)"
+    )
+    for m in paper_manifests():
+        kube.apply(m)
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     preview = json.loads(out.stdout)
