@@ -6,7 +6,9 @@
 - ``NoFeasiblePlan`` / an unplaced job: ``Planned=False``, reason ``Unschedulable``; the job
   stays Pending and is planned again whenever the cluster changes.
 - Kubernetes API errors: 409 Conflict is success for idempotent creates; 404 on delete is
-  success; anything else is temporary and retried with a delay.
+  success; 400 or 422 on creating the stage pods means the job's pod template is invalid
+  (``rejected_template``): ``Failed=True``, reason ``InvalidSpec``, with the API server's
+  message, until the spec changes; anything else is temporary and retried with a delay.
 """
 
 from __future__ import annotations
@@ -56,8 +58,11 @@ def to_kopf(exc: BaseException, delay: float = 5.0) -> kopf.PermanentError | kop
 
 
 def api_status(exc: BaseException) -> int | None:
-    """The HTTP status of a kubernetes-client ApiException, else None."""
-    return getattr(exc, "status", None) if type(exc).__name__ == "ApiException" else None
+    """The HTTP status of a kubernetes-client ApiException (or of its subclasses, such as
+    ``UnprocessableEntityException``), else None."""
+    from kubernetes.client.exceptions import ApiException
+
+    return exc.status if isinstance(exc, ApiException) else None
 
 
 def api_message(exc: BaseException) -> str:
@@ -69,3 +74,11 @@ def api_message(exc: BaseException) -> str:
         return str(json.loads(body)["message"]) if body else str(exc)
     except (ValueError, KeyError, TypeError):
         return str(body or exc)
+
+
+def rejected_template(exc: BaseException) -> str | None:
+    """The message for a stage pod the API server refused as invalid (400, 422): the
+    job's ``spec.template`` is at fault, so retrying cannot help. None for other errors."""
+    if api_status(exc) not in (400, 422):
+        return None
+    return f"spec.template: the API server rejects the stage pods: {api_message(exc)}"

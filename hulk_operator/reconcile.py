@@ -18,7 +18,7 @@ from typing import Any
 from hulk_operator import manifests, recovery
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.errors import INVALID_SPEC, UNSCHEDULABLE
+from hulk_operator.errors import INVALID_SPEC, UNSCHEDULABLE, rejected_template
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
@@ -122,16 +122,7 @@ async def reconcile(
                 await _remove_all(ctx, entry.key, force=set(lost))
                 msg = recovery.event_message(lost, plan, None, 0, 0)
                 ctx.event("Warning", "ReplanFailed", msg)
-                new.update(
-                    {
-                        "phase": st.PENDING,
-                        "plan": None,
-                        "numStages": 0,
-                        "numNodes": 0,
-                        "regions": "",
-                        "predictedIterationSeconds": None,
-                    }
-                )
+                new.update(_unplanned(st.PENDING))
                 conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", msg, gen)
                 new["conditions"] = st.set_condition(
                     conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
@@ -152,7 +143,14 @@ async def reconcile(
         await _delete(ctx, ns, [p.name for p in failed])
     elif failed and replanned is None:
         return await _stage_failed(ctx, entry, spec, failed, conds, new, gen)
-    diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
+    try:
+        diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
+    except Exception as exc:
+        why = rejected_template(exc)
+        if why is None:
+            raise
+        await _remove_all(ctx, entry.key)  # gang: no stage runs without the others
+        return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
     if replanned is not None:
         old, lost = replanned
         msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
@@ -164,6 +162,38 @@ async def reconcile(
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
     return new
+
+
+def _fail(
+    ctx: Context,
+    entry: JobEntry,
+    new: dict[str, Any],
+    conds: list[dict[str, Any]],
+    reason: str,
+    msg: str,
+    gen: int,
+) -> dict[str, Any]:
+    """The job fails for ``reason``: Event, ``Failed=True``, ``Ready=False``, no plan
+    (its servers released) until its spec changes."""
+    ctx.event("Warning", reason, msg)
+    ctx.placer.forget(entry.key)
+    ctx.metrics.set_predicted(*entry.key, None)
+    conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
+    new.update(_unplanned(st.PHASE_FAILED))
+    new["conditions"] = st.set_condition(conds, st.FAILED, True, reason, msg, gen)
+    return new
+
+
+def _unplanned(phase: str) -> dict[str, Any]:
+    """Status fields of a job left without a plan (its servers released)."""
+    return {
+        "phase": phase,
+        "plan": None,
+        "numStages": 0,
+        "numNodes": 0,
+        "regions": "",
+        "predictedIterationSeconds": None,
+    }
 
 
 def _gpus(decision: Decision) -> dict[str, int]:
@@ -238,27 +268,11 @@ async def _stage_failed(
     )
     policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
     if policy == "Never":
-        ns, name = entry.key
         others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
-        await _delete(ctx, ns, others)
+        await _delete(ctx, entry.key[0], others)
         msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
-        ctx.event("Warning", "StageFailed", msg)
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
-        conds = st.set_condition(conds, st.READY, False, "StageFailed", msg, gen)
-        new.update(
-            {
-                "phase": st.PHASE_FAILED,
-                "plan": None,
-                "numStages": 0,
-                "numNodes": 0,
-                "regions": "",
-                "predictedIterationSeconds": None,
-                "conditions": st.set_condition(conds, st.FAILED, True, "StageFailed", msg, gen),
-            }
-        )
-        ctx.placer.forget(entry.key)
-        ctx.metrics.set_predicted(ns, name, None)
-        return new
+        return _fail(ctx, entry, new, conds, "StageFailed", msg, gen)
     await _delete(ctx, entry.key[0], [p.name for p in failed])
     msg = f"stage pod(s) failed: {what}; created again"
     ctx.event("Warning", "StageRestarted", msg)

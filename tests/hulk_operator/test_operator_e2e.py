@@ -310,6 +310,26 @@ def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any)
     assert not set(before) & {p.metadata.name for p in kube.live_pods("steady")}
 
 
+def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
+    kube: Kube, operator: Any
+) -> None:
+    m = manifest("badtmpl")
+    container = m["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"cpu": "-1"}}
+    kube.apply(m)
+    wait("Failed", lambda: kube.phase("badtmpl") == "Failed", 30)
+    c = condition(kube.job("badtmpl"), "Failed")
+    assert c["status"] == "True" and c["reason"] == "InvalidSpec"
+    assert c["message"].startswith("spec.template: the API server rejects the stage pods: ")
+    assert "resources.limits[cpu]" in c["message"], c["message"]
+    assert not kube.pods("badtmpl") and kube.job("badtmpl")["status"].get("plan") is None
+    del container["resources"]  # fixed: planned and running
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "badtmpl", {"spec": {"template": m["spec"]["template"]}}
+    )
+    wait("Running after the fix", lambda: kube.phase("badtmpl") == "Running", 60)
+
+
 def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
     """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
     kube.core.patch_namespaced_pod_status(
