@@ -20,14 +20,14 @@ from typing import Any
 
 import kopf
 
-from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
+from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.errors import classify, to_kopf
+from hulk_operator.errors import INVALID_SPEC, classify, rejected_template, to_kopf
 from hulk_operator.inventory import Latencies, NodeInfo, node_info, read_latencies
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot
-from hulk_operator.reconcile import Context, PodEntry, reconcile
+from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict
 
@@ -259,6 +259,23 @@ def hulktrainingjob_update(
         job_from_dict(dict(body))
     except InvalidRequest as exc:
         raise to_kopf(exc) from exc
+    gen = int(body.get("metadata", {}).get("generation") or 0)
+    if status.get("plan") is not None:
+        pod = manifests.template_check_pod(
+            job=name,
+            namespace=namespace or "",
+            uid=str(body.get("metadata", {}).get("uid") or ""),
+            template=body.get("spec", {}).get("template") or {},
+        )
+        refused = kube.rejected_pod(memo.api, pod)
+        if refused is not None:  # keep the running plan and its pods; say why
+            why = f"{rejected_template(refused)}; {KEPT_RUNNING}"
+            conds = list(status.get("conditions") or [])
+            patch.status["conditions"] = st.set_condition(
+                conds, st.PLANNED, False, INVALID_SPEC, why, gen
+            )
+            kopf.warn(body, reason=INVALID_SPEC, message=why)
+            return
     memo.placer.forget((namespace or "", name))
     failed = status.get("phase") == st.PHASE_FAILED
     if status.get("plan") is not None or failed:
@@ -266,7 +283,6 @@ def hulktrainingjob_update(
         patch.status["phase"] = st.PENDING
         logger.info(f"spec of {name} changed: planning it again")
     if failed:
-        gen = int(body.get("metadata", {}).get("generation") or 0)
         conds = list(status.get("conditions") or [])
         patch.status["conditions"] = st.set_condition(
             conds, st.FAILED, False, "SpecChanged", "the spec changed: planning the job again", gen

@@ -32,7 +32,7 @@ from hulk_operator import (
     LABEL_REPLICA,
     LABEL_STAGE,
 )
-from hulk_planner.model import JobPlan
+from hulk_planner.model import JobPlan, Stage
 
 DEFAULT_MASTER_PORT = 29500
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -257,6 +257,33 @@ def desired_pods(
         for s in slots(job_plan)
     ]
     return {p["metadata"]["name"]: p for p in pods}
+
+
+TEMPLATE_CHECK_NODE = "hulk-template-check"
+
+
+def template_check_pod(
+    *,
+    job: str,
+    namespace: str,
+    uid: str,
+    template: Mapping[str, Any],
+    master_port: int = DEFAULT_MASTER_PORT,
+) -> dict[str, Any]:
+    """A stage pod built from ``template`` as the operator would build it (one stage on a
+    placeholder server, one GPU), for a server-side dry run that validates the template
+    before a running job's plan is dropped for it."""
+    plan = JobPlan(job, (Stage((0, 1), (TEMPLATE_CHECK_NODE,)),), 1)
+    pods = desired_pods(
+        job=job,
+        namespace=namespace,
+        uid=uid,
+        template=template,
+        job_plan=plan,
+        gpus={TEMPLATE_CHECK_NODE: 1},
+        master_port=master_port,
+    )
+    return next(iter(pods.values()))
 
 
 def headless_service(

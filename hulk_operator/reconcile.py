@@ -76,6 +76,9 @@ async def reconcile(
         return new
     if status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED) and status.get("plan") is None:
         return {}
+    planned = st.condition(status, st.PLANNED) or {}
+    if (planned.get("reason"), planned.get("observedGeneration")) == (INVALID_SPEC, gen):
+        return {}  # this spec's pod template was refused: the last valid one's pods run on
     spec = body.get("spec") or {}
     plan = st.job_plan_from_status(name, status)
     gpus = st.plan_gpus(status)
@@ -149,6 +152,11 @@ async def reconcile(
         why = rejected_template(exc)
         if why is None:
             raise
+        if status.get("plan") is not None:  # an edit broke a planned job's template
+            new["conditions"] = st.set_condition(
+                conds, st.PLANNED, False, INVALID_SPEC, f"{why}; {KEPT_RUNNING}", gen
+            )
+            return new
         await _remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
     if replanned is not None:

@@ -330,6 +330,45 @@ def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
     wait("Running after the fix", lambda: kube.phase("badtmpl") == "Running", 60)
 
 
+def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
+    m = manifest("tmpledit")
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("tmpledit") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("tmpledit")}
+    template = m["spec"]["template"]
+    template["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "-1"}}
+
+    def edit() -> None:
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "tmpledit", {"spec": {"template": template}}
+        )
+
+    edit()
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job("tmpledit"), "Planned")
+        return c if c.get("observedGeneration") == 2 and c["reason"] == "InvalidSpec" else None
+
+    c = wait("the edit refused", refused, 30)
+    assert c["status"] == "False" and "resources.limits[cpu]" in c["message"]
+    time.sleep(3)  # reconciliations run meanwhile: they must leave the pods alone
+    job = kube.job("tmpledit")
+    assert job["status"]["phase"] == "Running" and job["status"].get("plan") is not None
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("tmpledit")} == before
+    del template["spec"]["containers"][0]["resources"]
+    template["metadata"] = {"labels": {"team": "ml"}}  # a valid change: new pods
+    edit()
+
+    def replanned() -> bool:
+        job = kube.job("tmpledit")
+        c = condition(job, "Planned")
+        return job["status"].get("phase") == "Running" and c.get("observedGeneration") == 3
+
+    wait("Running with the new template", replanned, 60)
+    pods = kube.live_pods("tmpledit")
+    assert pods and all(p.metadata.labels.get("team") == "ml" for p in pods)
+
+
 def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
     """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
     kube.core.patch_namespaced_pod_status(

@@ -161,3 +161,13 @@ def test_tensor_stage_neighbour_is_its_first_server() -> None:
         gpus=1,
     )
     assert env(p)["HULK_NEXT_STAGE_ADDR"] == "j-1-0.j"
+
+
+def test_template_check_pod_is_a_stage_pod_on_a_placeholder_server() -> None:
+    pod = manifests.template_check_pod(job="gpt2-xl", namespace="ml", uid="u-1", template=TEMPLATE)
+    assert pod["metadata"]["namespace"] == "ml" and pod["metadata"]["labels"]["app"] == "train"
+    selector = pod["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+    assert selector == manifests.TEMPLATE_CHECK_NODE
+    c = pod["spec"]["containers"][0]
+    assert c["image"] == "train:1" and c["resources"]["limits"][GPU] == "1"
+    assert env(pod)["KEEP"] == "1" and env(pod)["RANK"] == "0"  # the operator's env wins
