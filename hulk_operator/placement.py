@@ -243,25 +243,28 @@ def plan_pending(
     decided: Collection[Key] = (),
 ) -> dict[Key, Decision]:
     """Decisions for every pending job of the snapshot, planned together per constraint
-    group (highest priority first); placed servers are taken out for later groups. Jobs
-    in ``decided`` already have a decision that their status does not show yet: they are
-    not planned again (their servers are in ``snap.held``)."""
+    group (highest priority first); placed servers are taken out for later groups. Within a
+    group a job is never left pending for a lower-priority one: if the joint plan does
+    that, the group is planned again without its lowest priority, whose jobs are planned
+    afterwards on what is left. Jobs in ``decided`` already have a decision that their
+    status does not show yet: they are not planned again (their servers are in
+    ``snap.held``)."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
     groups: dict[tuple[Any, ...], list[JobEntry]] = {}
     for e in sorted(pending, key=lambda e: e.key):
         groups.setdefault(e.constraints, []).append(e)
-    order = sorted(groups.values(), key=lambda g: -max(e.job.priority for e in g if e.job))
+    order = sorted(groups.values(), key=lambda g: -max(_priority(e) for e in g))
     held = dict(snap.held)
     out: dict[Key, Decision] = {}
-    for group in order:
+
+    def plan(members: list[JobEntry]) -> dict[Key, Decision]:
         view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held)
-        keys = {e.key for e in group}
+        keys = {e.key for e in members}
         # Servers that the group's own leftover pods sit on (after a crash) are theirs.
         mine = [n for n, k in held.items() if k in keys]
-        servers = view.free(group[0], also=mine)
-        decisions = plan_group(
-            group,
-            servers,
+        return plan_group(
+            members,
+            view.free(members[0], also=mine),
             view,
             plan_fn,
             planner=planner,
@@ -270,11 +273,33 @@ def plan_pending(
             budget_s=budget_s,
             baselines=baselines,
         )
-        for k, d in decisions.items():
-            for n in d.nodes:
-                held[n] = k
-        out.update(decisions)
+
+    for group in order:
+        todo = group
+        while todo:
+            members = todo
+            decisions = plan(members)
+            while _inverted(members, decisions):
+                lowest = min(_priority(e) for e in members)
+                members = [e for e in members if _priority(e) > lowest]
+                decisions = plan(members)
+            for k, d in decisions.items():
+                for n in d.nodes:
+                    held[n] = k
+            out.update(decisions)
+            todo = [e for e in todo if e.key not in decisions]
     return out
+
+
+def _priority(e: JobEntry) -> int:
+    return e.job.priority if e.job else 0
+
+
+def _inverted(members: Sequence[JobEntry], decisions: Mapping[Key, Decision]) -> bool:
+    """A job left unplaced while one of lower priority is placed."""
+    placed = [_priority(e) for e in members if decisions[e.key].job_plan is not None]
+    waiting = [_priority(e) for e in members if decisions[e.key].job_plan is None]
+    return bool(placed and waiting) and max(waiting) > min(placed)
 
 
 def _same(a: JobPlan, b: JobPlan) -> bool:

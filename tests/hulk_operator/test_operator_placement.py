@@ -112,6 +112,22 @@ def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() ->
     assert d.reason.endswith("free server(s) that spec.allowedRegions ['paris'] allow)")
 
 
+def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
+    """Two OPT-175B copies fit the paper's cluster, four do not: the high-priority one
+    must be among those placed, whatever the names' order (planned jointly, the first
+    names were)."""
+    opt = paper_jobs()[0]
+    jobs = [
+        entry(replace(opt, name=n, priority=p))
+        for n, p in (("a-low", 0), ("b-low", 0), ("c-low", 0), ("z-high", 10))
+    ]
+    d = plan_pending(snap(jobs), plan)
+    assert d[("ml", "z-high")].job_plan is not None
+    assert sum(d[("ml", n)].job_plan is not None for n in ("a-low", "b-low", "c-low")) == 1
+    used = [n for v in d.values() for n in v.nodes]
+    assert len(used) == len(set(used))
+
+
 def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
     bert = paper_jobs()[3]
     region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]
