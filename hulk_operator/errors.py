@@ -8,7 +8,10 @@
 - Kubernetes API errors: 409 Conflict is success for idempotent creates; 404 on delete is
   success; 400 or 422 on creating the stage pods means the job's pod template is invalid
   (``rejected_template``): ``Failed=True``, reason ``InvalidSpec``, with the API server's
-  message, until the spec changes; anything else is temporary and retried with a delay.
+  message, until the spec changes; 403 on creating them (a ResourceQuota, an admission
+  policy: ``forbidden_pods``) keeps the plan and shows ``Ready=False``, reason
+  ``PodsForbidden``, with the API's message, retried every 10 s; anything else is
+  temporary and retried with a delay.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 INVALID_SPEC = "InvalidSpec"
 UNSCHEDULABLE = "Unschedulable"
 PLANNER_ERROR = "PlannerError"
+PODS_FORBIDDEN = "PodsForbidden"
 
 
 @dataclass(frozen=True)
@@ -82,3 +86,11 @@ def rejected_template(exc: BaseException) -> str | None:
     if api_status(exc) not in (400, 422):
         return None
     return f"spec.template: the API server rejects the stage pods: {api_message(exc)}"
+
+
+def forbidden_pods(exc: BaseException) -> str | None:
+    """The message for stage pods the API server forbids (403: a ResourceQuota, an admission
+    policy): the plan is fine, the namespace has no room yet. None for other errors."""
+    if api_status(exc) != 403:
+        return None
+    return f"the API server refuses the stage pods: {api_message(exc)}"

@@ -18,7 +18,13 @@ from typing import Any
 from hulk_operator import manifests, recovery
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.errors import INVALID_SPEC, UNSCHEDULABLE, rejected_template
+from hulk_operator.errors import (
+    INVALID_SPEC,
+    PODS_FORBIDDEN,
+    UNSCHEDULABLE,
+    forbidden_pods,
+    rejected_template,
+)
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
@@ -149,6 +155,16 @@ async def reconcile(
     try:
         diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
     except Exception as exc:
+        refused = forbidden_pods(exc)
+        if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
+            ready = st.condition(status, st.READY) or {}
+            if ready.get("message") != refused:
+                ctx.event("Warning", PODS_FORBIDDEN, refused)
+            new["phase"] = st.PLACING
+            new["conditions"] = st.set_condition(
+                conds, st.READY, False, PODS_FORBIDDEN, refused, gen
+            )
+            return new
         why = rejected_template(exc)
         if why is None:
             raise
@@ -338,11 +354,11 @@ async def _sync_pods(
             job=name, namespace=ns, uid=entry.uid, master_port=int(spec.get("masterPort") or 29500)
         )
         await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
-        made = await asyncio.to_thread(
+        for n in create:  # tried now: not again for 10 s, created or refused (backoff)
+            ctx.recent[n] = now
+        await asyncio.to_thread(
             kube.create_pods, ctx.api, [desired[n] for n in create], ctx.config.create_delay_s
         )
-        for n in made:
-            ctx.recent[n] = now
     if diff.delete:
         gone = (force or set()) | {
             p.node for p in pods.values() if p.node and p.node not in ctx.nodes

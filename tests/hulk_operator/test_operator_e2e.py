@@ -369,6 +369,34 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
     assert pods and all(p.metadata.labels.get("team") == "ml" for p in pods)
 
 
+def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_them(
+    kube: Kube, operator: Any
+) -> None:
+    quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        wait(
+            "the quota in force",
+            lambda: kube.core.read_namespaced_resource_quota("two-pods", kube.ns).status.hard,
+        )
+        kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
+
+        def refused() -> dict[str, Any] | None:
+            c = condition(kube.job("quota"), "Ready")
+            return c if c.get("reason") == "PodsForbidden" else None
+
+        c = wait("the pods refused", refused, 30)
+        assert c["status"] == "False" and "exceeded quota: two-pods" in c["message"], c
+        job = kube.job("quota")
+        assert job["status"]["phase"] == "Placing" and job["status"].get("plan") is not None
+        assert all(p.spec.scheduling_gates for p in kube.pods("quota"))  # none runs alone
+        events = kube.events("PodsForbidden")
+        assert events and all("exceeded quota" in e.message for e in events)
+    finally:
+        kube.core.delete_namespaced_resource_quota("two-pods", kube.ns)
+    wait("Running once the quota is gone", lambda: kube.phase("quota") == "Running", 60)
+
+
 def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
     """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
     kube.core.patch_namespaced_pod_status(
