@@ -131,17 +131,15 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.install_crds:
-        from hulk_operator import crd, kube
+    from hulk_operator import crd, kube
 
-        with kube.make_client(args.kubeconfig) as api:
+    with kube.make_client(args.kubeconfig) as api:
+        if args.install_crds:
             names = crd.install(api, peering=not args.standalone)
-        logging.info("CRDs installed: %s", ", ".join(names))
-    if not args.standalone:
-        # kopf starts paused and stays paused, silently, until its peering object exists.
-        from hulk_operator import crd, kube
-
-        with kube.make_client(args.kubeconfig) as api:
+            logging.info("CRDs installed: %s", ", ".join(names))
+        crd.jobs_served(api)
+        if not args.standalone:
+            # kopf starts paused and stays paused, silently, until its peering object exists.
             crd.ensure_peering(api, args.peering, namespaces=args.namespace)
     memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg)
     kopf.run(

@@ -94,6 +94,29 @@ PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 log = logging.getLogger(__name__)
 
 
+def jobs_served(
+    api: client.ApiClient, group: str = "hulk.dev", version: str = "v1alpha1"
+) -> bool | None:
+    """Whether the API server serves ``hulktrainingjobs`` (its CRD is installed); a missing
+    CRD is logged as one warning with the ways to install it (kopf only says "unresolved
+    resources"). None when discovery itself fails."""
+    try:
+        found = client.CustomObjectsApi(api).get_api_resources(group, version)
+    except ApiException as exc:
+        if exc.status != 404:
+            return None
+        found = None
+    if found is not None and any(r.name == "hulktrainingjobs" for r in found.resources):
+        return True
+    log.warning(
+        "the HulkTrainingJob CRD is not installed (%s/%s is not served): kubectl apply -f "
+        "%s, helm install with crds.enabled=true, or hulk operator --install-crds; jobs are "
+        "served once it exists",
+        group, version, f"crds/{JOB_CRD.name}",
+    )  # fmt: skip
+    return False
+
+
 def ensure_peering(
     api: client.ApiClient, name: str, *, namespaces: Sequence[str] = ()
 ) -> list[str]:

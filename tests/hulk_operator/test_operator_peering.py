@@ -96,3 +96,18 @@ def test_peering_objects_are_created_at_startup(
             deadline = time.monotonic() + 30
             while _present(api) - had and time.monotonic() < deadline:
                 time.sleep(0.2)
+
+
+def test_a_missing_job_crd_is_one_warning_naming_the_ways_to_install_it(
+    sandbox: Any, kube: Kube, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kopf alone says only "unresolved resources" when the HulkTrainingJob CRD is absent."""
+    with sandbox.api_client() as api:
+        assert crd.jobs_served(api) is True  # installed by the ``kube`` fixture
+        with caplog.at_level(logging.WARNING, logger=crd.log.name):
+            assert crd.jobs_served(api, group="absent.hulk.dev") is False
+    (record,) = [r for r in caplog.records if r.name == crd.log.name]
+    text = record.getMessage()
+    assert text.startswith("the HulkTrainingJob CRD is not installed (absent.hulk.dev/v1alpha1")
+    assert "kubectl apply -f crds/hulktrainingjobs.hulk.dev.yaml" in text
+    assert "--install-crds" in text and "crds.enabled=true" in text
