@@ -107,10 +107,12 @@ def main() -> None:
     print("-" * len(head))
     rows = []
     clusters = []
+    cases = []  # (jobs, cost) of each cluster, for the labeller's comparison below
     for i in range(args.clusters):
         cluster, jobs = unseen(i)
         clusters.append(cluster)
         cost = CostModel(cluster)
+        cases.append((jobs, cost))
         ref = results[(i, 0)]
         labels = ref["assignment"]
         t = time.perf_counter()
@@ -212,9 +214,7 @@ def main() -> None:
         step = [trainer[(i, 0)]["geo"] / results[(i, 0)]["geo"] for i in range(n)]
         # a network that copied its labeller perfectly: hulk's refinement from its plans
         copied = []
-        for i in range(n):
-            cost = CostModel(clusters[i])
-            jobs = unseen(i)[1]
+        for i, (jobs, cost) in enumerate(cases):
             labels = results[(i, 0)]["assignment"]
             budget = (
                 args.hulk_budget

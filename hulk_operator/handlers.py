@@ -27,7 +27,7 @@ from hulk_operator.errors import INVALID_SPEC, classify, rejected_template, to_k
 from hulk_operator.inventory import Latencies, NodeInfo, node_info, read_latencies
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot
-from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile
+from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict
 
@@ -267,14 +267,12 @@ def hulktrainingjob_update(
             uid=str(body.get("metadata", {}).get("uid") or ""),
             template=body.get("spec", {}).get("template") or {},
         )
-        refused = kube.rejected_pod(memo.api, pod)
-        if refused is not None:  # keep the running plan and its pods; say why
-            why = f"{rejected_template(refused)}; {KEPT_RUNNING}"
+        error = kube.dry_run_pod(memo.api, pod)
+        why = rejected_template(error) if error is not None else None
+        if why is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
-            patch.status["conditions"] = st.set_condition(
-                conds, st.PLANNED, False, INVALID_SPEC, why, gen
-            )
-            kopf.warn(body, reason=INVALID_SPEC, message=why)
+            patch.status["conditions"] = refused_edit(conds, why, gen)
+            kopf.warn(body, reason=INVALID_SPEC, message=f"{why}; {KEPT_RUNNING}")
             return
     memo.placer.forget((namespace or "", name))
     failed = status.get("phase") == st.PHASE_FAILED

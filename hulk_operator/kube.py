@@ -94,16 +94,15 @@ def create_pods(
     return [n for n in _fan_out.map(one, pods) if n]
 
 
-def rejected_pod(api: client.ApiClient, pod: Mapping[str, Any]) -> ApiException | None:
-    """Creates ``pod`` as a server-side dry run (nothing is stored): the API server's 400 or
-    422 if it refuses the pod, else None (also when the check itself fails: the real
+def dry_run_pod(api: client.ApiClient, pod: Mapping[str, Any]) -> ApiException | None:
+    """Creates ``pod`` as a server-side dry run (nothing is stored): the API server's error
+    if it refuses the pod, else None (also when the check itself cannot run: the real
     creation will tell)."""
     core = client.CoreV1Api(api)
     try:
         core.create_namespaced_pod(pod["metadata"]["namespace"], pod, dry_run="All")  # type: ignore[arg-type]
     except ApiException as exc:
-        if exc.status in (400, 422):
-            return exc
+        return exc
     except Exception:  # the check is advisory
         return None
     return None

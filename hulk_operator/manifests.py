@@ -268,7 +268,6 @@ def template_check_pod(
     namespace: str,
     uid: str,
     template: Mapping[str, Any],
-    master_port: int = DEFAULT_MASTER_PORT,
 ) -> dict[str, Any]:
     """A stage pod built from ``template`` as the operator would build it (one stage on a
     placeholder server, one GPU), for a server-side dry run that validates the template
@@ -281,7 +280,6 @@ def template_check_pod(
         template=template,
         job_plan=plan,
         gpus={TEMPLATE_CHECK_NODE: 1},
-        master_port=master_port,
     )
     return next(iter(pods.values()))
 

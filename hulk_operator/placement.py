@@ -118,17 +118,15 @@ class Snapshot:
         matching = [i for i in self.nodes.values() if selected(i, sel, entry.allowed_regions)]
         if not matching:
             parts = []
-            if entry.allowed_regions:
+            regions = entry.allowed_regions
+            if regions and not any(selected(i, None, regions) for i in self.nodes.values()):
                 known = sorted({i.server.region for i in self.nodes.values() if i.server})
-                if not any(i.server and i.server.region in entry.allowed_regions
-                           for i in self.nodes.values()):  # fmt: skip
-                    parts.append(
-                        f"spec.allowedRegions {list(entry.allowed_regions)} names no region with "
-                        f"GPU servers (regions: {', '.join(known) or 'none'})"
-                    )
+                parts.append(
+                    f"spec.allowedRegions {list(regions)} names no region with GPU servers "
+                    f"(regions: {', '.join(known) or 'none'})"
+                )
             if sel and not any(selected(i, sel, None) for i in self.nodes.values()):
-                pairs = ", ".join(f"{k}={v}" for k, v in sorted(sel.items()))
-                parts.append(f"spec.nodeSelector {pairs} matches no node")
+                parts.append(f"spec.nodeSelector {_pairs(entry)} matches no node")
             return "; ".join(parts) or (
                 "no node matches spec.nodeSelector and spec.allowedRegions together"
             )
@@ -219,13 +217,18 @@ def plan_group(
     return out
 
 
+def _pairs(entry: JobEntry) -> str:
+    """The job's node selector as ``key=value, ...``."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(entry.node_selector))
+
+
 def _scope(entry: JobEntry, servers: int) -> str:
     """For a job with placement constraints: which servers its plan was limited to."""
     limits = []
     if entry.allowed_regions:
         limits.append(f"spec.allowedRegions {list(entry.allowed_regions)}")
     if entry.node_selector:
-        limits.append("spec.nodeSelector " + ", ".join(f"{k}={v}" for k, v in entry.node_selector))
+        limits.append(f"spec.nodeSelector {_pairs(entry)}")
     if not limits:
         return ""
     return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"

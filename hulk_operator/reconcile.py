@@ -33,6 +33,12 @@ from hulk_planner.model import JobPlan
 KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
 
 
+def refused_edit(conds: list[dict[str, Any]], why: str, gen: int) -> list[dict[str, Any]]:
+    """Conditions of a planned job whose latest spec is refused: it keeps running as
+    planned (a typo must not stop a training run) until a valid edit."""
+    return st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, f"{why}; {KEPT_RUNNING}", gen)
+
+
 @dataclass(frozen=True)
 class PodEntry:
     """What the operator keeps of a stage pod (the value of the ``pods`` index)."""
@@ -70,12 +76,8 @@ async def reconcile(
     new: dict[str, Any] = {"observedGeneration": gen}
     if entry.job is None:
         error = entry.error or "invalid spec"
-        if status.get("plan") is not None:
-            # An edit broke the spec of a job that has a plan: it keeps running as planned
-            # (a typo must not stop a training run); the next valid edit plans it again.
-            new["conditions"] = st.set_condition(
-                conds, st.PLANNED, False, INVALID_SPEC, f"{error}; {KEPT_RUNNING}", gen
-            )
+        if status.get("plan") is not None:  # an edit broke a planned job's spec
+            new["conditions"] = refused_edit(conds, error, gen)
             return new
         new["phase"] = st.PHASE_FAILED
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
@@ -169,9 +171,7 @@ async def reconcile(
         if why is None:
             raise
         if status.get("plan") is not None:  # an edit broke a planned job's template
-            new["conditions"] = st.set_condition(
-                conds, st.PLANNED, False, INVALID_SPEC, f"{why}; {KEPT_RUNNING}", gen
-            )
+            new["conditions"] = refused_edit(conds, why, gen)
             return new
         await _remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
@@ -335,6 +335,7 @@ async def _sync_pods(
     from hulk_operator import kube
 
     ns, name = entry.key
+    port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
     desired = manifests.desired_pods(
         job=name,
         namespace=ns,
@@ -342,7 +343,7 @@ async def _sync_pods(
         template=spec.get("template") or {},
         job_plan=plan,
         gpus=gpus,
-        master_port=int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT),
+        master_port=port,
     )
     pods = {p.name: p for p in ctx.pods.get(entry.key, [])}
     live = [n for n, p in pods.items() if not p.deleting]
@@ -350,9 +351,7 @@ async def _sync_pods(
     now = time.monotonic()
     create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
     if create:
-        svc = manifests.headless_service(
-            job=name, namespace=ns, uid=entry.uid, master_port=int(spec.get("masterPort") or 29500)
-        )
+        svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
         await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
