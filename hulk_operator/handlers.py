@@ -281,6 +281,7 @@ def hulktrainingjob_update(
         patch.status["phase"] = st.PENDING
         logger.info(f"spec of {name} changed: planning it again")
     if failed:
+        patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         conds = list(status.get("conditions") or [])
         patch.status["conditions"] = st.set_condition(
             conds, st.FAILED, False, "SpecChanged", "the spec changed: planning the job again", gen

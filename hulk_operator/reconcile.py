@@ -30,6 +30,7 @@ from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
 from hulk_planner.model import JobPlan
 
+DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
 KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
 
 
@@ -153,7 +154,7 @@ async def reconcile(
         # pods of an attempt that failed before this plan: gone before the new ones start
         await _delete(ctx, ns, [p.name for p in failed])
     elif failed and replanned is None:
-        return await _stage_failed(ctx, entry, spec, failed, conds, new, gen)
+        return await _stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
     try:
         diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
     except Exception as exc:
@@ -276,6 +277,7 @@ async def _stage_failed(
     ctx: Context,
     entry: JobEntry,
     spec: Mapping[str, Any],
+    status: Mapping[str, Any],
     failed: list[PodEntry],
     conds: list[dict[str, Any]],
     new: dict[str, Any],
@@ -286,19 +288,31 @@ async def _stage_failed(
     cannot run without a stage, and they would hold their GPUs waiting for it), the failed
     ones stay for ``kubectl logs``, and the servers are released. Otherwise the kubelet
     could not restart the pod in place (eviction, node shutdown): it is deleted and
-    created again on the same server by the next reconciliation."""
+    created again on the same server by the next reconciliation, ``spec.backoffLimit``
+    times at most over the job's run (``status.stageRestarts`` counts them); one more
+    failure fails the job as ``Never`` does, with reason ``BackoffLimitExceeded``."""
     what = ", ".join(
         f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
     )
     policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
-    if policy == "Never":
+    restarts = int(status.get("stageRestarts") or 0) + len(failed)
+    limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+    if policy == "Never" or restarts > limit:
         others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
         await _delete(ctx, entry.key[0], others)
-        msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
-        return _fail(ctx, entry, new, conds, "StageFailed", msg, gen)
+        if policy == "Never":
+            msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
+            return _fail(ctx, entry, new, conds, "StageFailed", msg, gen)
+        msg = (
+            f"stage pod(s) failed: {what}; {restarts} stage failure(s) exceed "
+            f"spec.backoffLimit {limit}, so the job stops (raise spec.backoffLimit to "
+            "retry longer)"
+        )
+        return _fail(ctx, entry, new, conds, "BackoffLimitExceeded", msg, gen)
     await _delete(ctx, entry.key[0], [p.name for p in failed])
-    msg = f"stage pod(s) failed: {what}; created again"
+    new["stageRestarts"] = restarts
+    msg = f"stage pod(s) failed: {what}; created again ({restarts} of spec.backoffLimit {limit})"
     ctx.event("Warning", "StageRestarted", msg)
     ctx.metrics.stage_failures.labels(action="restarted").inc(len(failed))
     new["conditions"] = st.set_condition(conds, st.READY, False, "StageRestarting", msg, gen)

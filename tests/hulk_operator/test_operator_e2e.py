@@ -242,6 +242,7 @@ def test_deleting_a_job_while_it_is_being_planned_is_prompt(
             "spec.template.spec.containers",
         ),
         ({"model": {"preset": "gpt2-xl"}, "priority": "high"}, "spec.priority"),
+        ({"model": {"preset": "gpt2-xl"}, "backoffLimit": -1}, "spec.backoffLimit"),
     ],
 )
 def test_invalid_manifests_are_rejected_naming_the_field(
@@ -424,7 +425,45 @@ def test_an_evicted_stage_pod_is_created_again(kube: Kube, operator: Any) -> Non
     }
     (event,) = kube.events("StageRestarted")
     assert victim in event.message and "Evicted" in event.message
+    assert "1 of spec.backoffLimit 6" in event.message
+    assert kube.job("evict")["status"]["stageRestarts"] == 1
     assert 'hulk_stage_failures_total{action="restarted"} 1.0' in operator.memo.metrics.text()
+
+
+def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("backoff", model={"preset": "gpt2-xl"}, backoffLimit=1))
+    wait("Running", lambda: kube.phase("backoff") == "Running", 60)
+    first = {p.metadata.name: p.metadata.uid for p in kube.live_pods("backoff")}
+    assert len(first) > 1
+    victim = sorted(first)[0]
+    _fail_pod(kube, victim, "Evicted")
+
+    def restarted() -> bool:
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("backoff")}
+        return now.get(victim) not in (None, first[victim]) and kube.phase("backoff") == "Running"
+
+    wait("the stage created again", restarted, 60)
+    assert kube.job("backoff")["status"]["stageRestarts"] == 1
+    second = sorted(first)[-1]
+    _fail_pod(kube, second, "Evicted")
+    wait("Failed", lambda: kube.phase("backoff") == "Failed", 30)
+    job = kube.job("backoff")
+    c = condition(job, "Failed")
+    assert c["status"] == "True" and c["reason"] == "BackoffLimitExceeded"
+    assert second in c["message"] and "spec.backoffLimit 1" in c["message"]
+    assert job["status"].get("plan") is None and job["status"]["stageRestarts"] == 1
+    (event,) = kube.events("BackoffLimitExceeded")
+    assert second in event.message
+    wait(
+        "only the failed pod left",
+        lambda: [p.metadata.name for p in kube.pods("backoff")] == [second],
+    )
+    # any valid edit starts a new run, with the restarts counted afresh
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "backoff", {"spec": {"backoffLimit": 3}}
+    )
+    wait("Running again", lambda: kube.phase("backoff") == "Running", 60)
+    assert kube.job("backoff")["status"]["stageRestarts"] == 0
 
 
 def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, operator: Any) -> None:
