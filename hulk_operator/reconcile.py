@@ -176,6 +176,12 @@ async def reconcile(
             return new
         await _remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
+    if replanned is None and diff.create and status.get("phase") == st.RUNNING:
+        msg = (
+            f"stage pod(s) {', '.join(sorted(diff.create))} of a running job were deleted; "
+            "created again on the same server(s)"
+        )
+        ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
         old, lost = replanned
         msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))

@@ -426,8 +426,31 @@ def test_an_evicted_stage_pod_is_created_again(kube: Kube, operator: Any) -> Non
     (event,) = kube.events("StageRestarted")
     assert victim in event.message and "Evicted" in event.message
     assert "1 of spec.backoffLimit 6" in event.message
+    assert kube.events("StageRecreated") == []  # one event per failure, not two
     assert kube.job("evict")["status"]["stageRestarts"] == 1
     assert 'hulk_stage_failures_total{action="restarted"} 1.0' in operator.memo.metrics.text()
+
+
+def test_a_deleted_stage_pod_is_created_again_with_an_event(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("gone", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("gone") == "Running", 60)
+    before = {p.metadata.name: (p.metadata.uid, p.spec.node_name) for p in kube.live_pods("gone")}
+    victim = sorted(before)[-1]
+    kube.core.delete_namespaced_pod(victim, kube.ns, grace_period_seconds=0)
+
+    def again() -> bool:
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("gone")}
+        return now.get(victim) not in (None, before[victim][0]) and kube.phase("gone") == "Running"
+
+    wait("the stage created again", again, 60)
+    after = {p.metadata.name: (p.metadata.uid, p.spec.node_name) for p in kube.live_pods("gone")}
+    assert after[victim][1] == before[victim][1]  # on the same server
+    assert {n: v for n, v in after.items() if n != victim} == {
+        n: v for n, v in before.items() if n != victim
+    }
+    (event,) = kube.events("StageRecreated")
+    assert victim in event.message
+    assert kube.events("Replanned") == [] and kube.job("gone")["status"].get("replans", 0) == 0
 
 
 def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator: Any) -> None:
