@@ -205,6 +205,7 @@ def job_entry(
     except InvalidRequest as exc:
         error = str(exc)
     plan = st.job_plan_from_status(name, status)
+    finished = status.get("phase") == st.SUCCEEDED
     tmpl_spec = (spec.get("template") or {}).get("spec") or {}
     return JobEntry(
         key=(namespace, name),
@@ -212,7 +213,8 @@ def job_entry(
         generation=int(meta.get("generation") or 0),
         job=job,
         error=error,
-        plan_nodes=frozenset(plan.nodes) if plan else frozenset(),
+        # a finished job's plan stays in its status for the record; its servers are free
+        plan_nodes=frozenset(plan.nodes) if plan and not finished else frozenset(),
         phase=status.get("phase"),
         deleting=bool(meta.get("deletionTimestamp")),
         tolerations=tuple(tmpl_spec.get("tolerations") or ()),

@@ -83,8 +83,10 @@ async def reconcile(
         new["phase"] = st.PHASE_FAILED
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
         return new
-    if status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED) and status.get("plan") is None:
-        return {}
+    if status.get("phase") == st.SUCCEEDED or (
+        status.get("phase") == st.PHASE_FAILED and status.get("plan") is None
+    ):
+        return {}  # finished: a lost server or pod is no reason to run it again
     planned = st.condition(status, st.PLANNED) or {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (INVALID_SPEC, gen):
         return {}  # this spec's pod template was refused: the last valid one's pods run on

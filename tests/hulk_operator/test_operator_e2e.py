@@ -636,3 +636,29 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
         nodes: Any = kube.core.list_node
         wait("the node gone", lambda: victim not in {n.metadata.name for n in nodes().items}, 30)
         sandbox.add_node(server)
+
+
+def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("done", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("done") == "Running", 60)
+    pods = kube.live_pods("done")
+    nodes = sorted(plan_nodes(kube.job("done")))
+    for p in pods:  # what the kubelet writes when the trainers exit 0
+        kube.core.patch_namespaced_pod_status(
+            p.metadata.name, kube.ns, {"status": {"phase": "Succeeded"}}
+        )
+    wait("Succeeded", lambda: kube.phase("done") == "Succeeded", 30)
+    # a job that may only use one of the finished job's servers gets it
+    kube.apply(manifest("next", nodeSelector={"kubernetes.io/hostname": nodes[0]}))
+    wait("the next job Running", lambda: kube.phase("next") == "Running", 60)
+    assert [p.spec.node_name for p in kube.live_pods("next")] == [nodes[0]]
+    job = kube.job("done")
+    assert job["status"]["phase"] == "Succeeded" and sorted(plan_nodes(job)) == nodes
+    assert len(kube.pods("done")) == len(pods)  # kept for their logs
+    # deleting them does not start the finished job again
+    gone = pods[0].metadata.name
+    kube.core.delete_namespaced_pod(gone, kube.ns, grace_period_seconds=0)
+    wait("the pod gone", lambda: len(kube.pods("done")) == len(pods) - 1, 30)
+    time.sleep(3)  # three reconcile ticks
+    assert gone not in {p.metadata.name for p in kube.pods("done")}
+    assert kube.phase("done") == "Succeeded" and kube.events("StageRecreated") == []
