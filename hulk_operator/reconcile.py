@@ -151,10 +151,13 @@ async def reconcile(
             new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
-    failed = [p for p in ctx.pods.get(entry.key, []) if p.phase == "Failed" and not p.deleting]
-    if failed and status.get("plan") is None:
-        # pods of an attempt that failed before this plan: gone before the new ones start
-        await _delete(ctx, ns, [p.name for p in failed])
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    ended = [p.name for p in pods if p.phase in ("Failed", "Succeeded")]
+    failed = [p for p in pods if p.phase == "Failed"]
+    if ended and status.get("plan") is None:
+        # pods of a run that failed or finished before this plan: gone before the new ones
+        # start (they may bear the same names)
+        await _delete(ctx, ns, ended)
     elif failed and replanned is None:
         return await _stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
     try:

@@ -662,3 +662,16 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     time.sleep(3)  # three reconcile ticks
     assert gone not in {p.metadata.name for p in kube.pods("done")}
     assert kube.phase("done") == "Succeeded" and kube.events("StageRecreated") == []
+    # an edit runs it again, with new pods (on the same servers once they are free: the
+    # finished pods that hold their names must go first)
+    kube.delete_job("next")
+    wait("the next job deleted", lambda: "next" not in [j["metadata"]["name"] for j in kube.jobs()])
+    for p in kube.pods("next"):
+        kube.core.delete_namespaced_pod(p.metadata.name, kube.ns, grace_period_seconds=0)
+    wait("its pods gone", lambda: not kube.pods("next"), 60)
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "done", {"spec": {"priority": 1}}
+    )
+    wait("Running again", lambda: kube.phase("done") == "Running", 60)
+    again = kube.pods("done")
+    assert all(p.status.phase == "Running" for p in again) and len(again) == len(pods)
