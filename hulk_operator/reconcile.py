@@ -406,15 +406,16 @@ def _phase(
     want = len(desired)
     phases = [p.phase for p in pods.values()]
     running = sum(1 for p in phases if p == "Running")
+    done = sum(1 for p in phases if p == "Succeeded")
     out: dict[str, Any] = {}
-    if want and sum(1 for p in phases if p == "Succeeded") == want:
+    if want and done == want:
         out["phase"] = st.SUCCEEDED
         conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
-    elif running == want and len(live) == want:
+    elif running + done == want and len(live) == want:  # finishing: stages exit one by one
         out["phase"] = st.RUNNING
-        conds = st.set_condition(
-            conds, st.READY, True, "AllStagesRunning", f"{running}/{want} stage pods running", gen
-        )
+        msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")
+        why = "StagesFinishing" if done else "AllStagesRunning"
+        conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)
         if old and old["status"] == "True":
             conds = st.set_condition(conds, st.REPLANNING, False, "Recovered", old["message"], gen)

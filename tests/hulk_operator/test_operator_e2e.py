@@ -643,10 +643,16 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     wait("Running", lambda: kube.phase("done") == "Running", 60)
     pods = kube.live_pods("done")
     nodes = sorted(plan_nodes(kube.job("done")))
-    for p in pods:  # what the kubelet writes when the trainers exit 0
+    for i, p in enumerate(pods):  # what the kubelet writes when the trainers exit 0
         kube.core.patch_namespaced_pod_status(
             p.metadata.name, kube.ns, {"status": {"phase": "Succeeded"}}
         )
+        if i == 0:  # the stages finish one by one: still running
+            wait(
+                "one finished",
+                lambda: "1 finished" in condition(kube.job("done"), "Ready")["message"],
+            )
+            assert kube.phase("done") == "Running"
     wait("Succeeded", lambda: kube.phase("done") == "Succeeded", 30)
     # a job that may only use one of the finished job's servers gets it
     kube.apply(manifest("next", nodeSelector={"kubernetes.io/hostname": nodes[0]}))
