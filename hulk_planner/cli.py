@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from hulk_planner.errors import HulkError, InvalidRequest
 from hulk_planner.model import Cluster, Job, Plan
@@ -195,6 +197,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidRequest(
             "--planner", f"unknown planner {args.planner!r}", f"use one of {', '.join(PLANNERS)}"
         )
+    if args.plot:
+        _check_plot_path(args.plot)
     cluster, jobs = _inputs(args)
     _check_fits(cluster, jobs)
     previous = None
@@ -232,6 +236,26 @@ def _run(args: argparse.Namespace) -> int:
                 compare[name] = str(exc)
     print(render_table(cluster, result, compare))
     return 0
+
+
+PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
+
+
+def _check_plot_path(path: str) -> None:
+    """Before planning: a plot that cannot be written must not cost the plan."""
+    target = Path(path)
+    suffix = target.suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise InvalidRequest(
+            "--plot", f"{path!r} has no image suffix", f"end it in .{', .'.join(PLOT_FORMATS)}"
+        )
+    folder = target.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InvalidRequest(
+            "--plot",
+            f"cannot write {path!r}: {folder} is not a writable folder",
+            "create it or choose another path",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,6 +152,22 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert len(data) > 10_000
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("missing/plan.png", "is not a writable folder (create it or choose another path)"),
+        ("plan.txt", "has no image suffix (end it in .png"),
+    ],
+)
+def test_a_plot_path_that_cannot_be_written_is_refused_before_planning(
+    tmp_path: Path, name: str, message: str
+) -> None:
+    out = hulk("plan", "--plot", tmp_path / name, "--no-compare")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("hulk plan: error: --plot: ") and message in out.stderr
+    assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
+
+
 def _bad_link(doc: dict[str, Any]) -> None:
     doc["spec"]["links"][3]["b"] = "zz-9"
 
