@@ -7,13 +7,15 @@ replaces the shipped weights (the settings they were made with are in
 ``hulk_planner/gnn/weights/hulk-gnn.json``). Labelled examples are cached as JSON lines
 under ``$HULK_CACHE/gnn-data/`` (``--data`` to choose the file), keyed by the settings and
 a digest of the search code (a changed search labels anew), and a run that stops is
-resumed from the examples already written.
+resumed from the examples already written. A ``--data`` file that holds anything else
+(another run's settings, or not examples at all) is refused, never replaced.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import os
 import sys
@@ -98,6 +100,53 @@ def _cache_path(settings: GenerationSettings) -> Path:
     return root / "gnn-data" / f"examples-{key}.jsonl"
 
 
+def _generation(args: argparse.Namespace) -> GenerationSettings:
+    return GenerationSettings(
+        examples=args.examples,
+        min_servers=args.min_servers,
+        max_servers=args.max_servers,
+        max_jobs=args.max_jobs,
+        iterations=args.iterations,
+        seed=args.seed,
+    )
+
+
+def check_data_file(path: Path, header: str) -> None:
+    """An existing ``--data`` file must hold examples of these settings: ``hulk train``
+    extends it, and must not replace a file it did not write or labels made otherwise."""
+    try:
+        with open(path) as f:
+            first = f.readline().rstrip("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest("--data", f"{path} cannot be read: {exc}", "choose a file") from exc
+    if not first or first == header:
+        return
+    try:
+        theirs = json.loads(first).get("settings")
+    except (ValueError, AttributeError):
+        theirs = None
+    if not isinstance(theirs, dict):
+        raise InvalidRequest(
+            "--data",
+            f"{path} is not a file of `hulk train` examples (its first line is no settings header)",
+            "name a new file, which hulk train writes, or an examples file it wrote",
+        )
+    ours = json.loads(header)["settings"]
+    flags = {k: "--" + k.replace("_", "-") for k in ("iterations", "max_jobs", "max_servers")}
+    flags.update({"min_servers": "--min-servers", "seed": "--seed"})
+    flags["search_code"] = "the labelling search's code"
+    diff = [
+        f"{flags.get(k, k)} {theirs.get(k)!r} there, {ours.get(k)!r} now"
+        for k in sorted(set(ours) | set(theirs))
+        if theirs.get(k) != ours.get(k)
+    ]
+    raise InvalidRequest(
+        "--data",
+        f"{path} holds examples made otherwise ({'; '.join(diff)})",
+        "give the same settings, another --data file, or delete it to label again",
+    )
+
+
 def check(args: argparse.Namespace) -> None:
     """Every flag checked before any labelling or training, so a bad one costs nothing and
     no run ends, after minutes of work, without writing its weights."""
@@ -134,6 +183,8 @@ def check(args: argparse.Namespace) -> None:
             raise InvalidRequest(
                 "--device", "no CUDA device on this machine", "use --device auto or cpu"
             )
+    if args.data is not None and Path(args.data).exists():
+        check_data_file(Path(args.data), data_header(_generation(args)))
     out_dir = Path(args.output).parent
     try:  # a file written and removed: permissions alone do not tell (root, /sys)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -153,14 +204,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    gen = GenerationSettings(
-        examples=args.examples,
-        min_servers=args.min_servers,
-        max_servers=args.max_servers,
-        max_jobs=args.max_jobs,
-        iterations=args.iterations,
-        seed=args.seed,
-    )
+    gen = _generation(args)
     path = args.data or _cache_path(gen)
     t0 = time.perf_counter()
 

@@ -19,6 +19,7 @@ from hulk_planner.gnn import data as gnn_data  # noqa: E402
 from hulk_planner.gnn.data import (  # noqa: E402
     Example,
     GenerationSettings,
+    data_header,
     generate_to_file,
     load_examples,
 )
@@ -167,3 +168,29 @@ def test_cli_refuses_bad_flags_before_any_work(
     err = capsys.readouterr().err
     assert err.startswith("hulk train: error: ") and message in err
     assert not data.exists() and not (tmp_path / "w.pt").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"run": 7, "loss": 0.3}\n', "is not a file of `hulk train` examples"),
+        (
+            data_header(GenerationSettings(iterations=99, seed=3)) + "\n{}\n",
+            "holds examples made otherwise (--iterations 99 there, 1500 now; --seed 3 "
+            "there, 0 now)",
+        ),
+    ],
+)
+def test_cli_keeps_a_data_file_it_cannot_extend(
+    content: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a --data file that was not this run's examples was deleted and replaced."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    data = tmp_path / "mine.jsonl"
+    data.write_text(content)
+    args = parser.parse_args(["--data", str(data), "--output", str(tmp_path / "w.pt")])
+    assert cli.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hulk train: error: --data: ") and message in err
+    assert data.read_text() == content and not (tmp_path / "w.pt").exists()
