@@ -24,7 +24,13 @@ from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.errors import INVALID_SPEC, classify, rejected_template, to_kopf
-from hulk_operator.inventory import Latencies, NodeInfo, node_info, read_latencies
+from hulk_operator.inventory import (
+    Latencies,
+    NodeInfo,
+    gpu_requests,
+    node_info,
+    read_latencies,
+)
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
@@ -184,6 +190,19 @@ def hulk_pods(
     }
 
 
+@kopf.index("pods", labels={LABEL_JOB: kopf.ABSENT})
+def hulk_gpu_users(
+    name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> dict[str, int] | None:
+    """GPUs that other pods (not Hulk's stage pods) hold, by node: the planner offers only
+    the rest of a node's GPUs, or not the node when none is left."""
+    node = spec.get("nodeName")
+    if not node or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    gpus = gpu_requests(spec)
+    return {str(node): gpus} if gpus else None
+
+
 def job_entry(
     namespace: str,
     name: str,
@@ -309,6 +328,7 @@ async def hulktrainingjob_reconcile(
     hulk_nodes: kopf.Index[str, NodeInfo],
     hulk_jobs: kopf.Index[Key, JobEntry],
     hulk_pods: kopf.Index[Key, PodEntry],
+    hulk_gpu_users: kopf.Index[str, int],
     **_: Any,
 ) -> None:
     key = (namespace or "", name)
@@ -319,7 +339,7 @@ async def hulktrainingjob_reconcile(
     pods = {key: list(hulk_pods.get(key, []))}
 
     async def snapshot() -> Snapshot:
-        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods)
+        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, hulk_gpu_users)
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
@@ -348,9 +368,10 @@ async def hulktrainingjob_reconcile(
 
 
 async def build_snapshot(
-    memo: kopf.Memo, hulk_nodes: Any, hulk_jobs: Any, hulk_pods: Any
+    memo: kopf.Memo, hulk_nodes: Any, hulk_jobs: Any, hulk_pods: Any, gpu_users: Any = None
 ) -> Snapshot:
-    """The cluster now: servers, measured latencies, jobs, and who holds which server."""
+    """The cluster now: servers, measured latencies, jobs, who holds which server, and the
+    GPUs other pods hold."""
     import asyncio
 
     nodes = {n: _one(s) for n, s in hulk_nodes.items() if _one(s) is not None}
@@ -371,4 +392,5 @@ async def build_snapshot(
         )
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
-    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held)
+    used = {n: sum(store) for n, store in (gpu_users or {}).items()}
+    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used)

@@ -87,6 +87,23 @@ class NodeInfo:
         )
 
 
+def gpu_requests(spec: Mapping[str, Any]) -> int:
+    """GPUs a pod holds on its node, as the scheduler counts them: the sum over its
+    containers or its largest init container, whichever is more (an extended resource's
+    request is its limit when only the limit is set)."""
+
+    def one(c: Mapping[str, Any]) -> int:
+        res = c.get("resources") or {}
+        value = (res.get("requests") or {}).get(GPU) or (res.get("limits") or {}).get(GPU)
+        try:
+            return max(0, int(str(value or 0)))
+        except ValueError:
+            return 0
+
+    main = sum(one(c) for c in spec.get("containers") or [])
+    return max([main, *(one(c) for c in spec.get("initContainers") or [])])
+
+
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
     """Kubernetes' toleration matching for one taint."""
     for tol in tolerations:

@@ -178,3 +178,11 @@ def list_objects(
 def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
     resp: Any = client.CoreV1Api(api).list_node(_preload_content=False)
     return list(json.loads(resp.data)["items"])
+
+
+def list_running_pods(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Raw JSON of every pod in the cluster that has not ended (Succeeded or Failed)."""
+    resp: Any = client.CoreV1Api(api).list_pod_for_all_namespaces(
+        field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+    )
+    return list(json.loads(resp.data)["items"])

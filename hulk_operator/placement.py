@@ -94,9 +94,11 @@ class Snapshot:
     latencies: Latencies
     jobs: Mapping[Key, JobEntry]
     held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
+    used: Mapping[str, int] = field(default_factory=dict)  # server -> GPUs of other pods
 
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
-        """Servers this job may get: unheld, healthy, matching its constraints."""
+        """Servers this job may get: unheld, healthy, matching its constraints; a server
+        whose GPUs other (non-Hulk) pods request offers only the rest of them."""
         mine = set(also)
         out = []
         for info in self.nodes.values():
@@ -107,10 +109,21 @@ class Snapshot:
                 ok = info.server is not None and info.sick(entry.tolerations) is None
             else:
                 ok = info.offers(entry.tolerations)
+                info = self._unused(info)
+                ok = ok and info.server is not None
             sel = dict(entry.node_selector)
             if ok and selected(info, sel, entry.allowed_regions):
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
+
+    def _unused(self, info: NodeInfo) -> NodeInfo:
+        """The node with the GPUs other pods request taken off (no server if none is left)."""
+        taken = self.used.get(info.name, 0)
+        if not taken or info.server is None:
+            return info
+        left = info.server.gpus - taken
+        server = replace(info.server, gpus=left) if left > 0 else None
+        return replace(info, server=server)
 
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
@@ -136,7 +149,19 @@ class Snapshot:
                 f"the {len(matching)} node(s) matching the job take no new stage: not Ready, "
                 "cordoned, tainted, or without usable GPU labels"
             )
-        return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
+        full = [i for i in usable if self._unused(i).server is None]
+        if len(full) == len(usable):
+            return (
+                f"every GPU of the {len(usable)} usable node(s) matching the job is requested "
+                "by other pods (not Hulk's)"
+            )
+        held = f"all {len(usable)} usable node(s) matching the job are held by other jobs"
+        if full:
+            held = (
+                f"the {len(usable)} usable node(s) matching the job are held by other jobs "
+                f"or have every GPU requested by other pods ({len(full)})"
+            )
+        return held
 
 
 def _planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
@@ -261,7 +286,7 @@ def plan_pending(
     out: dict[Key, Decision] = {}
 
     def plan(members: list[JobEntry]) -> dict[Key, Decision]:
-        view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held)
+        view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held, snap.used)
         keys = {e.key for e in members}
         # Servers that the group's own leftover pods sit on (after a crash) are theirs.
         mine = [n for n, k in held.items() if k in keys]
@@ -406,7 +431,7 @@ class Placer:
             )
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
-            after = Snapshot(snap.nodes, snap.latencies, snap.jobs, dict(snap.held))
+            after = Snapshot(snap.nodes, snap.latencies, snap.jobs, dict(snap.held), snap.used)
             for k, d in decisions.items():
                 if d.job_plan is not None:
                     self.reserved[k] = d

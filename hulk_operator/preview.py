@@ -1,19 +1,22 @@
 """A live cluster as the planner sees it, for ``hulk plan --kubeconfig`` (read-only).
 
 - :func:`cluster_from_kubeconfig`: Nodes that can take stage pods now (see
-  ``inventory``), fresh NodeLatency measurements as links, and region-level fallback
-  latencies for every other pair (``same_region_ms`` / ``cross_region_ms``) except those
-  freshly reported unreachable.
+  ``inventory``; with ``free_only``, as the operator offers them: not held by a job's plan,
+  less the GPUs that other pods request), fresh NodeLatency measurements as links, and
+  region-level fallback latencies for every other pair (``same_region_ms`` /
+  ``cross_region_ms``) except those freshly reported unreachable.
 - :func:`jobs_from_kubeconfig`: the HulkTrainingJobs that have no plan yet (pending), as
-  planner ``Job`` s. Jobs that already run keep their servers: those are left out of the
-  cluster by ``cluster_from_kubeconfig(..., free_only=True)``.
+  planner ``Job`` s. Jobs that already run keep their servers: ``hulk plan`` leaves those
+  out of the cluster (``free_only=True``).
 """
 
 from __future__ import annotations
 
-from hulk_operator import GROUP, PLURAL, VERSION, kube
+from dataclasses import replace
+
+from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
 from hulk_operator import status as st
-from hulk_operator.inventory import build_cluster, node_info, read_latencies
+from hulk_operator.inventory import build_cluster, gpu_requests, node_info, read_latencies
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.io import job_from_dict
 from hulk_planner.model import Cluster, Job
@@ -35,12 +38,24 @@ def cluster_from_kubeconfig(
         latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
                                    max_age_s)  # fmt: skip
         held: set[str] = set()
+        used: dict[str, int] = {}
         if free_only:
             for obj in kube.list_objects(api, GROUP, VERSION, PLURAL):
+                if (obj.get("status") or {}).get("phase") == st.SUCCEEDED:
+                    continue  # a finished job's plan stays in its status; its servers are free
                 plan = st.job_plan_from_status(obj["metadata"]["name"], obj.get("status"))
                 held |= set(plan.nodes) if plan else set()
-    servers = [i.server for i in nodes if i.server is not None and i.offers() and
-               i.name not in held]  # fmt: skip
+            for pod in kube.list_running_pods(api):
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and LABEL_JOB not in (pod["metadata"].get("labels") or {}):
+                    used[node] = used.get(node, 0) + gpu_requests(pod["spec"])
+    servers = []
+    for i in nodes:
+        if i.server is None or not i.offers() or i.name in held:
+            continue
+        left = i.server.gpus - used.get(i.name, 0)  # other pods' GPUs are not offered
+        if left > 0:
+            servers.append(replace(i.server, gpus=left) if left < i.server.gpus else i.server)
     if not servers:
         skipped = "; ".join(f"{i.name}: {i.problem or i.sick() or 'held'}" for i in nodes[:5])
         raise NoFeasiblePlan(f"the cluster has no usable GPU server ({skipped or 'no nodes'})")

@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="plan against a live cluster's nodes, links and pending jobs (read only)",
+        help="plan pending jobs on a live cluster's free servers (as the operator offers "
+        "them) and measured links (read only)",
     )
     parser.add_argument("--namespace", help="with --kubeconfig: only this namespace's jobs")
     parser.add_argument(
@@ -80,7 +81,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job]]:
                 f"needs the operator extras ({exc.name})",
                 "pip install 'hulk[operator]'",
             ) from None
-        cluster = cluster_from_kubeconfig(args.kubeconfig)
+        cluster = cluster_from_kubeconfig(args.kubeconfig, free_only=True)
         if not jobs:
             jobs = jobs_from_kubeconfig(args.kubeconfig, args.namespace)
     elif args.cluster:

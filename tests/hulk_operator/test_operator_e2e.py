@@ -681,3 +681,56 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     wait("Running again", lambda: kube.phase("done") == "Running", 60)
     again = kube.pods("done")
     assert all(p.status.phase == "Running" for p in again) and len(again) == len(pods)
+
+
+def _gpu_pod(kube: Kube, name: str, node: str, gpus: int) -> None:
+    """A pod that is not Hulk's (a notebook, say) holding GPUs of ``node``."""
+    kube.core.create_namespaced_pod(
+        kube.ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
+                ],
+            },
+        },
+    )
+    wait(
+        f"{name} running",
+        lambda: kube.core.read_namespaced_pod(name, kube.ns).status.phase == "Running",
+        30,
+    )
+
+
+def test_gpus_that_other_pods_hold_are_not_planned(kube: Kube, operator: Any) -> None:
+    gpus = {
+        n.metadata.name: int(n.status.allocatable["nvidia.com/gpu"])
+        for n in kube.core.list_node().items
+    }
+    full, part = sorted(n for n, g in gpus.items() if g >= 2)[:2]
+    _gpu_pod(kube, "notebook", full, gpus[full])
+    _gpu_pod(kube, "small", part, 1)
+    kube.apply(manifest("blocked", nodeSelector={"kubernetes.io/hostname": full}))
+    kube.apply(manifest("shared", nodeSelector={"kubernetes.io/hostname": part}))
+    wait("shared Running", lambda: kube.phase("shared") == "Running", 60)
+    (pod,) = kube.live_pods("shared")
+    assert pod.spec.node_name == part
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(gpus[part] - 1)
+    planned = condition(kube.job("blocked"), "Planned")
+    assert planned["status"] == "False" and planned["reason"] == "Unschedulable"
+    assert "requested by other pods" in planned["message"], planned["message"]
+    assert kube.phase("blocked") == "Pending" and kube.pods("blocked") == []
+    # the notebook ends: the server is free
+    kube.core.delete_namespaced_pod("notebook", kube.ns, grace_period_seconds=0)
+    wait("blocked Running", lambda: kube.phase("blocked") == "Running", 60)
+    (pod,) = kube.live_pods("blocked")
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(gpus[full])
+    kube.core.delete_namespaced_pod("small", kube.ns, grace_period_seconds=0)

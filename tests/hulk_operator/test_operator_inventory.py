@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hulk_operator import inventory
-from hulk_operator.inventory import Taint, node_info, tolerates
+from hulk_operator.inventory import Taint, gpu_requests, node_info, tolerates
 from hulk_planner.datasets import paper_cluster
 from hulk_sandbox.nodes import node_manifest
 
@@ -207,3 +207,13 @@ def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -
     # Without other servers to relay through, the pair is unusable.
     alone = inventory.build_cluster(servers("ab"), lat, same_region_ms=1, cross_region_ms=80)
     assert not Network(alone).reachable("a", "b")
+
+
+def test_gpu_requests_count_as_the_scheduler_does() -> None:
+    def c(**res: Any) -> dict[str, Any]:
+        return {"name": "c", "resources": {k: {"nvidia.com/gpu": v} for k, v in res.items()}}
+
+    assert gpu_requests({"containers": [c(limits="2"), c(requests=1, limits=1), c()]}) == 3
+    assert gpu_requests({"containers": [c(limits="1")], "initContainers": [c(limits="4")]}) == 4
+    assert gpu_requests({"containers": [{"name": "c"}]}) == 0
+    assert gpu_requests({"containers": [c(limits="lots")]}) == 0

@@ -22,6 +22,7 @@ from hjob_helpers import (
     wait,
 )
 
+from hulk_operator import GPU
 from hulk_operator.inventory import Latencies, build_cluster
 from hulk_operator.preview import cluster_from_kubeconfig
 from hulk_planner.api import plan
@@ -110,3 +111,41 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube:
     assert all(j["predictedIterationSeconds"] > 0 for j in preview["jobs"])
     # A preview writes nothing: no pod, no status.
     assert not kube.pods() and not any(j.get("status") for j in kube.jobs())
+
+
+def test_hulk_plan_previews_only_the_servers_the_operator_would_offer(
+    sandbox: Any, kube: Kube
+) -> None:
+    nodes: Any = kube.core.list_node()
+    gpus = {n.metadata.name: int(n.status.allocatable["nvidia.com/gpu"]) for n in nodes.items}
+    paris = sorted(n for n in gpus if n.startswith("paris") and gpus[n] >= 2)
+    taken, part = paris[0], paris[1]
+    for name, node, n in (("notebook", taken, gpus[taken]), ("small", part, 1)):
+        kube.core.create_namespaced_pod(
+            kube.ns,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"limits": {GPU: str(n)}}}
+                    ],
+                },
+            },
+        )
+    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    cmd += ["--jobs", str(ROOT / "examples" / "paper-jobs.yaml"), "-o", "json"]
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        offered = {
+            s.name: s.gpus
+            for s in cluster_from_kubeconfig(sandbox.kubeconfig, free_only=True).servers
+        }
+    finally:
+        for name in ("notebook", "small"):
+            kube.core.delete_namespaced_pod(name, kube.ns, grace_period_seconds=0)
+    assert out.returncode == 0, out.stderr
+    used = {n for j in json.loads(out.stdout)["jobs"] for s in j["stages"] for n in s["nodes"]}
+    assert taken not in used and taken not in offered
+    assert offered[part] == gpus[part] - 1
+    assert all(g == gpus[n] for n, g in offered.items() if n != part)

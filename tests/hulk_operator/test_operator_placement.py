@@ -105,6 +105,27 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     )
 
 
+def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
+    bert = entry(paper_jobs()[3], allowed_regions=("paris",))
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    whole = {n: nodes()[n].server.gpus for n in paris}  # type: ignore[union-attr]
+    part, *rest = paris
+    s = snap([bert])
+    s.used = {part: 1, **{n: whole[n] for n in rest}}
+    (offered,) = s.free(bert)
+    assert offered.name == part and offered.server is not None
+    assert offered.server.gpus == whole[part] - 1
+    assert {i.name: i.server.gpus for i in s.free(bert, also=paris) if i.server} == whole
+    s.used = {n: whole[n] + 1 for n in paris}
+    assert s.free(bert) == []
+    d = plan_pending(s, plan)[bert.key]
+    assert d.job_plan is None
+    assert d.reason == (
+        f"every GPU of the {len(paris)} usable node(s) matching the job is requested by "
+        "other pods (not Hulk's)"
+    )
+
+
 def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
     opt = entry(paper_jobs()[0], allowed_regions=("paris",))
     d = plan_pending(snap([opt]), plan)[opt.key]
