@@ -186,6 +186,14 @@ def hulk_pods(
             gated=bool(spec.get("schedulingGates")),
             deleting=bool(meta.get("deletionTimestamp")),
             reason=str(status.get("reason") or ""),
+            unschedulable=next(
+                (
+                    str(c.get("message") or "Unschedulable")
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                ),
+                "",
+            ),
         )
     }
 

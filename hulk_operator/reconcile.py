@@ -50,6 +50,7 @@ class PodEntry:
     gated: bool
     deleting: bool
     reason: str = ""  # status.reason of a pod the kubelet ended, e.g. Evicted
+    unschedulable: str = ""  # the scheduler's message while it cannot place the pod
 
 
 @dataclass
@@ -421,9 +422,15 @@ def _phase(
             conds = st.set_condition(conds, st.REPLANNING, False, "Recovered", old["message"], gen)
     else:
         out["phase"] = st.PLACING
-        conds = st.set_condition(
-            conds, st.READY, False, "StagesStarting", f"{running}/{want} stage pods running", gen
-        )
+        msg = f"{running}/{want} stage pods running"
+        stuck = sorted((n, p.unschedulable) for n, p in pods.items() if p.unschedulable)
+        if stuck:  # the scheduler cannot place them: say why, or the job just waits
+            name, why = stuck[0]
+            more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
+            msg += f"; the scheduler cannot place {name}{more}: {why}"
+            conds = st.set_condition(conds, st.READY, False, "StageUnschedulable", msg, gen)
+        else:
+            conds = st.set_condition(conds, st.READY, False, "StagesStarting", msg, gen)
     conds = st.set_condition(conds, st.FAILED, False, "NoFailure", "no stage failed", gen)
     out["conditions"] = conds
     return out

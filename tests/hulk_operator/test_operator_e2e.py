@@ -734,3 +734,20 @@ def test_gpus_that_other_pods_hold_are_not_planned(kube: Kube, operator: Any) ->
     (pod,) = kube.live_pods("blocked")
     assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(gpus[full])
     kube.core.delete_namespaced_pod("small", kube.ns, grace_period_seconds=0)
+
+
+def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
+    kube: Kube, operator: Any
+) -> None:
+    m = manifest("huge", model={"preset": "gpt2-xl"})
+    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100000"}}
+    kube.apply(m)
+
+    def stuck() -> dict[str, Any] | None:
+        c = condition(kube.job("huge"), "Ready")
+        return c if c and c["reason"] == "StageUnschedulable" else None
+
+    c = wait("the scheduler's reason in the job", stuck, 60)
+    assert c["status"] == "False" and "Insufficient cpu" in c["message"], c
+    assert "the scheduler cannot place huge-" in c["message"]
+    assert kube.phase("huge") == "Placing"
