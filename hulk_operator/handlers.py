@@ -362,6 +362,7 @@ async def hulktrainingjob_reconcile(
         snapshot=snapshot,
         event=event,
         recent=memo.recent,
+        used={n: sum(store) for n, store in hulk_gpu_users.items()},
     )
     try:
         new = await reconcile(ctx, entry, body, status)

@@ -109,8 +109,8 @@ class Snapshot:
                 ok = info.server is not None and info.sick(entry.tolerations) is None
             else:
                 ok = info.offers(entry.tolerations)
-                info = self._unused(info)
-                ok = ok and info.server is not None
+            info = self._unused(info)  # its own stage pods are Hulk's: not counted
+            ok = ok and info.server is not None
             sel = dict(entry.node_selector)
             if ok and selected(info, sel, entry.allowed_regions):
                 out.append(info)

@@ -12,7 +12,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator import manifests, recovery
@@ -66,6 +66,7 @@ class Context:
     snapshot: Callable[[], Awaitable[Snapshot]]
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
+    used: Mapping[str, int] = field(default_factory=dict)  # node -> GPUs of other pods
 
 
 async def reconcile(
@@ -128,6 +129,7 @@ async def reconcile(
             # re-writing from the stale status would write a second, uncounted plan.
             return {}
         lost = recovery.lost_servers(plan, ctx.nodes, entry.tolerations)
+        lost.update(recovery.taken_servers(ctx.pods.get(entry.key, []), ctx.used, lost))
         if lost:
             reason = sorted(set(lost.values()))[0].split()[0]
             decision = await ctx.placer.replan(entry, plan, ctx.snapshot)

@@ -1,7 +1,8 @@
 """Recovery: noticing that a running job lost servers, and working out which pods move.
 
 A stage's server is lost when its Node is deleted, goes NotReady, is cordoned, or gets a
-NoExecute taint the job does not tolerate. The job is then re-planned (see
+NoExecute taint the job does not tolerate, or when its stage pod cannot be scheduled
+because other pods took GPUs there (``GPUsTaken``). The job is then re-planned (see
 ``Placer.replan``: healthy servers plus free ones, with the old plan as ``previous`` so
 healthy stages stay put when the cost model allows) and only the pods whose manifest
 changed are replaced: the pod name carries a hash of its manifest (``manifests``), so a
@@ -12,7 +13,7 @@ its workers died) and the job goes back to Pending.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,19 @@ def lost_servers(
             if why:
                 out[name] = why
     return out
+
+
+def taken_servers(
+    pods: Iterable[Any], used: Mapping[str, int], lost: Collection[str] = ()
+) -> dict[str, str]:
+    """Server -> ``GPUsTaken`` where the job's stage pod waits unschedulable while other
+    pods hold GPUs there: they took them while the stage pod was gated or being created
+    again. The re-plan sees the server with only the GPUs left, or not at all."""
+    return {
+        p.node: "GPUsTaken"
+        for p in pods
+        if p.node and p.unschedulable and used.get(p.node, 0) > 0 and p.node not in lost
+    }
 
 
 @dataclass(frozen=True)
@@ -88,7 +102,8 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
 def event_message(
     lost: Mapping[str, str], old: JobPlan, new: JobPlan | None, replaced: int, kept: int
 ) -> str:
-    causes = ", ".join(f"{n} {why.lower()}" for n, why in sorted(lost.items()))
+    said = {"GPUsTaken": "GPUs taken by other pods"}
+    causes = ", ".join(f"{n} {said.get(why, why.lower())}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
     changed = "; ".join(moves(old, new, lost))

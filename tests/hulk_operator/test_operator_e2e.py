@@ -27,7 +27,7 @@ from hjob_helpers import (
 )
 from kubernetes import client
 
-from hulk_operator import GROUP, PLURAL, VERSION
+from hulk_operator import GPU, GROUP, PLURAL, VERSION
 from hulk_operator.runner import OperatorThread
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster
@@ -751,3 +751,37 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
     assert c["status"] == "False" and "Insufficient cpu" in c["message"], c
     assert "the scheduler cannot place huge-" in c["message"]
     assert kube.phase("huge") == "Placing"
+
+
+def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("raced", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("raced") == "Running", 60)
+    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods("raced")}
+    victim = sorted(pods)[0]
+    node = pods[victim]
+    gpus = int(kube.core.read_node(node).status.allocatable["nvidia.com/gpu"])
+    # A pod bound to the node without the scheduler (as a static pod is): it holds every GPU
+    # once the stage pod is gone; the stage pod, created again, cannot be scheduled there.
+    kube.core.create_namespaced_pod(
+        kube.ns,
+        {
+            "metadata": {"name": "grabber"},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {GPU: str(gpus)}}}
+                ],
+            },
+        },
+    )
+    _fail_pod(kube, victim, "Evicted")
+
+    def moved() -> bool:
+        return kube.phase("raced") == "Running" and node not in plan_nodes(kube.job("raced"))
+
+    wait("re-planned off the taken server", moved, 90)
+    (event,) = kube.events("Replanned")
+    assert event.message.startswith(f"{node} GPUs taken by other pods; "), event.message
+    assert kube.job("raced")["status"]["replans"] == 1
+    assert all(p.spec.node_name != node for p in kube.live_pods("raced"))
+    kube.core.delete_namespaced_pod("grabber", kube.ns, grace_period_seconds=0)
