@@ -234,6 +234,28 @@ def job_entry(
     plan = st.job_plan_from_status(name, status)
     finished = status.get("phase") == st.SUCCEEDED
     tmpl_spec = (spec.get("template") or {}).get("spec") or {}
+    # the stage pods keep the template's node selector: it constrains the plan as
+    # spec.nodeSelector does (and as the template's tolerations do)
+    ours, theirs = dict(spec.get("nodeSelector") or {}), dict(tmpl_spec.get("nodeSelector") or {})
+    theirs.pop("kubernetes.io/hostname", None)  # Hulk sets it per stage pod
+    clash = sorted(k for k in ours.keys() & theirs.keys() if ours[k] != theirs[k])
+    if clash and error is None:
+        k = clash[0]
+        job, error = (
+            None,
+            str(
+                InvalidRequest(
+                    "spec.template.spec.nodeSelector",
+                    f"{k}={theirs[k]} contradicts spec.nodeSelector {k}={ours[k]}",
+                    "no node can match both: keep one",
+                )
+            ),
+        )
+    where = [
+        w
+        for w, d in (("spec.nodeSelector", ours), ("spec.template.spec.nodeSelector", theirs))
+        if d
+    ]
     return JobEntry(
         key=(namespace, name),
         uid=uid,
@@ -245,8 +267,9 @@ def job_entry(
         phase=status.get("phase"),
         deleting=bool(meta.get("deletionTimestamp")),
         tolerations=tuple(tmpl_spec.get("tolerations") or ()),
-        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        node_selector=tuple(sorted({**theirs, **ours}.items())),
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
+        selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
     )
 
 

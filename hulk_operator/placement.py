@@ -52,6 +52,7 @@ class JobEntry:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     node_selector: tuple[tuple[str, str], ...] = ()
     allowed_regions: tuple[str, ...] = ()
+    selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
 
     @property
     def pending(self) -> bool:
@@ -139,9 +140,9 @@ class Snapshot:
                     f"(regions: {', '.join(known) or 'none'})"
                 )
             if sel and not any(selected(i, sel, None) for i in self.nodes.values()):
-                parts.append(f"spec.nodeSelector {_pairs(entry)} matches no node")
+                parts.append(f"{entry.selector_from} {_pairs(entry)} matches no node")
             return "; ".join(parts) or (
-                "no node matches spec.nodeSelector and spec.allowedRegions together"
+                f"no node matches {entry.selector_from} and spec.allowedRegions together"
             )
         usable = [i for i in matching if i.offers(entry.tolerations)]
         if not usable:
@@ -253,7 +254,7 @@ def _scope(entry: JobEntry, servers: int) -> str:
     if entry.allowed_regions:
         limits.append(f"spec.allowedRegions {list(entry.allowed_regions)}")
     if entry.node_selector:
-        limits.append(f"spec.nodeSelector {_pairs(entry)}")
+        limits.append(f"{entry.selector_from} {_pairs(entry)}")
     if not limits:
         return ""
     return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"

@@ -785,3 +785,22 @@ def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: 
     assert kube.job("raced")["status"]["replans"] == 1
     assert all(p.spec.node_name != node for p in kube.live_pods("raced"))
     kube.core.delete_namespaced_pod("grabber", kube.ns, grace_period_seconds=0)
+
+
+def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: Any) -> None:
+    m = manifest("berlin-only", model={"preset": "gpt2-xl"})  # alone, it goes to rome
+    m["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "berlin"}
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("berlin-only") == "Running", 60)
+    nodes = plan_nodes(kube.job("berlin-only"))
+    assert nodes and all(n.startswith("berlin-") for n in nodes), nodes
+    clash = manifest("clash", nodeSelector={"topology.kubernetes.io/region": "paris"})
+    clash["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "rome"}
+    kube.apply(clash)
+    wait("Failed", lambda: kube.phase("clash") == "Failed", 30)
+    c = condition(kube.job("clash"), "Failed")
+    assert c["reason"] == "InvalidSpec" and c["message"] == (
+        "spec.template.spec.nodeSelector: topology.kubernetes.io/region=rome contradicts "
+        "spec.nodeSelector topology.kubernetes.io/region=paris (no node can match both: "
+        "keep one)"
+    )

@@ -349,3 +349,28 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
         "c notready; kept 1 of 2 healthy servers, added d, e, f, released b; "
         "3 -> 4 stages, every stage laid out again; 4 pod(s) replaced, 0 kept"
     )
+
+
+def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
+    from hulk_operator.handlers import job_entry
+
+    def make(spec_sel: dict[str, str] | None, tmpl_sel: dict[str, str]) -> JobEntry:
+        spec: dict[str, Any] = {
+            "model": {"preset": "bert-large"},
+            "template": {"spec": {"containers": [{"name": "c"}], "nodeSelector": tmpl_sel}},
+        }
+        if spec_sel:
+            spec["nodeSelector"] = spec_sel
+        body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
+        return job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
+
+    e = make({"gpu": "a100"}, {"zone": "a", "kubernetes.io/hostname": "x"})
+    assert e.job is not None and e.node_selector == (("gpu", "a100"), ("zone", "a"))
+    assert e.selector_from == "spec.nodeSelector and spec.template.spec.nodeSelector"
+    e = make(None, {"gpu": "h100"})
+    assert e.selector_from == "spec.template.spec.nodeSelector"
+    d = plan_pending(snap([e]), plan)[e.key]
+    assert d.reason == "spec.template.spec.nodeSelector gpu=h100 matches no node"
+    e = make({"gpu": "a100"}, {"gpu": "h100"})
+    assert e.job is None and e.error is not None
+    assert e.error.startswith("spec.template.spec.nodeSelector: gpu=h100 contradicts")
