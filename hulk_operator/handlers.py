@@ -270,6 +270,15 @@ def job_entry(
         node_selector=tuple(sorted({**theirs, **ours}.items())),
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
+        affinity=tuple(
+            (
+                ((tmpl_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                    "requiredDuringSchedulingIgnoredDuringExecution"
+                )
+                or {}
+            ).get("nodeSelectorTerms")
+            or ()
+        ),
     )
 
 

@@ -194,14 +194,55 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
 
 
 def selected(
-    info: NodeInfo, selector: Mapping[str, str] | None, regions: Sequence[str] | None
+    info: NodeInfo,
+    selector: Mapping[str, str] | None,
+    regions: Sequence[str] | None,
+    affinity: Sequence[Mapping[str, Any]] = (),
 ) -> bool:
-    """The job's ``nodeSelector`` and ``allowedRegions`` constraints."""
+    """The job's ``nodeSelector``, ``allowedRegions`` and required node affinity."""
     if selector and any(info.labels.get(k) != v for k, v in selector.items()):
         return False
     if regions and (info.server is None or info.server.region not in regions):
         return False
-    return True
+    return affinity_matches(info, affinity)
+
+
+def affinity_matches(info: NodeInfo, terms: Sequence[Mapping[str, Any]]) -> bool:
+    """Kubernetes' required node affinity (``nodeSelectorTerms``): the node matches one
+    term, i.e. all of its ``matchExpressions`` and ``matchFields``; no terms, no limit."""
+    if not terms:
+        return True
+    fields = {"metadata.name": info.name}
+
+    def term_matches(term: Mapping[str, Any]) -> bool:
+        exprs, by_field = term.get("matchExpressions") or [], term.get("matchFields") or []
+        if not exprs and not by_field:
+            return False  # an empty term matches no node
+        return all(_expression(info.labels, e) for e in exprs) and all(
+            _expression(fields, e) for e in by_field
+        )
+
+    return any(term_matches(t) for t in terms)
+
+
+def _expression(labels: Mapping[str, str], e: Mapping[str, Any]) -> bool:
+    key, op, values = e.get("key"), e.get("operator"), [str(v) for v in e.get("values") or []]
+    value = labels.get(str(key))
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and values:
+        try:
+            mine, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return mine > bound if op == "Gt" else mine < bound
+    return False
 
 
 Pair = frozenset[str]

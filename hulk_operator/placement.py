@@ -14,6 +14,7 @@ job gets a server for every stage or nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from hulk_planner.model import Cluster, Job, JobPlan, Plan
 Key = tuple[str, str]  # (namespace, name)
 PlanFn = Callable[..., Plan]
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
+AFFINITY = "the template's required node affinity"
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
 
 
@@ -53,6 +55,7 @@ class JobEntry:
     node_selector: tuple[tuple[str, str], ...] = ()
     allowed_regions: tuple[str, ...] = ()
     selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
+    affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
 
     @property
     def pending(self) -> bool:
@@ -66,7 +69,8 @@ class JobEntry:
     @property
     def constraints(self) -> tuple[Any, ...]:
         tol = tuple(sorted(repr(sorted(t.items())) for t in self.tolerations))
-        return (self.node_selector, self.allowed_regions, tol)
+        terms = json.dumps(list(self.affinity), sort_keys=True)
+        return (self.node_selector, self.allowed_regions, tol, terms)
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ class Snapshot:
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             ok = ok and info.server is not None
             sel = dict(entry.node_selector)
-            if ok and selected(info, sel, entry.allowed_regions):
+            if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
@@ -129,7 +133,11 @@ class Snapshot:
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
         sel = dict(entry.node_selector)
-        matching = [i for i in self.nodes.values() if selected(i, sel, entry.allowed_regions)]
+        matching = [
+            i
+            for i in self.nodes.values()
+            if selected(i, sel, entry.allowed_regions, entry.affinity)
+        ]
         if not matching:
             parts = []
             regions = entry.allowed_regions
@@ -141,8 +149,12 @@ class Snapshot:
                 )
             if sel and not any(selected(i, sel, None) for i in self.nodes.values()):
                 parts.append(f"{entry.selector_from} {_pairs(entry)} matches no node")
+            if entry.affinity and not any(
+                selected(i, None, None, entry.affinity) for i in self.nodes.values()
+            ):
+                parts.append(f"{AFFINITY} matches no node")
             return "; ".join(parts) or (
-                f"no node matches {entry.selector_from} and spec.allowedRegions together"
+                "no node matches the job's constraints together (" + ", ".join(_limits(entry)) + ")"
             )
         usable = [i for i in matching if i.offers(entry.tolerations)]
         if not usable:
@@ -248,13 +260,21 @@ def _pairs(entry: JobEntry) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(entry.node_selector))
 
 
-def _scope(entry: JobEntry, servers: int) -> str:
-    """For a job with placement constraints: which servers its plan was limited to."""
+def _limits(entry: JobEntry) -> list[str]:
+    """The job's placement constraints, as the manifest writes them."""
     limits = []
     if entry.allowed_regions:
         limits.append(f"spec.allowedRegions {list(entry.allowed_regions)}")
     if entry.node_selector:
         limits.append(f"{entry.selector_from} {_pairs(entry)}")
+    if entry.affinity:
+        limits.append(AFFINITY)
+    return limits
+
+
+def _scope(entry: JobEntry, servers: int) -> str:
+    """For a job with placement constraints: which servers its plan was limited to."""
+    limits = _limits(entry)
     if not limits:
         return ""
     return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"

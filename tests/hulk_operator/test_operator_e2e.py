@@ -794,6 +794,29 @@ def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: A
     wait("Running", lambda: kube.phase("berlin-only") == "Running", 60)
     nodes = plan_nodes(kube.job("berlin-only"))
     assert nodes and all(n.startswith("berlin-") for n in nodes), nodes
+    # required node affinity too: berlin or paris, not the servers berlin-only holds
+    a = manifest("affine", model={"preset": "gpt2-xl"})
+    a["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "topology.kubernetes.io/region",
+                                "operator": "In",
+                                "values": ["berlin", "paris"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    kube.apply(a)
+    wait("affine Running", lambda: kube.phase("affine") == "Running", 60)
+    there = plan_nodes(kube.job("affine"))
+    assert there and all(n.startswith("paris-") for n in there), there
     clash = manifest("clash", nodeSelector={"topology.kubernetes.io/region": "paris"})
     clash["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "rome"}
     kube.apply(clash)

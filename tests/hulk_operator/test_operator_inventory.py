@@ -217,3 +217,37 @@ def test_gpu_requests_count_as_the_scheduler_does() -> None:
     assert gpu_requests({"containers": [c(limits="1")], "initContainers": [c(limits="4")]}) == 4
     assert gpu_requests({"containers": [{"name": "c"}]}) == 0
     assert gpu_requests({"containers": [c(limits="lots")]}) == 0
+
+
+def test_required_node_affinity_as_the_scheduler_reads_it() -> None:
+    info = node_info(node())
+    labels = dict(info.labels)
+    region = labels["topology.kubernetes.io/region"]
+
+    def expr(key: str, op: str, *values: str) -> dict[str, Any]:
+        return {"key": key, "operator": op, **({"values": list(values)} if values else {})}
+
+    def term(*exprs: dict[str, Any]) -> dict[str, Any]:
+        return {"matchExpressions": list(exprs)}
+
+    r = "topology.kubernetes.io/region"
+    assert inventory.affinity_matches(info, [])
+    assert inventory.affinity_matches(info, [term(expr(r, "In", region, "mars"))])
+    assert not inventory.affinity_matches(info, [term(expr(r, "NotIn", region))])
+    assert inventory.affinity_matches(info, [term(expr(r, "NotIn", "mars"), expr(r, "Exists"))])
+    assert not inventory.affinity_matches(info, [term(expr(r, "DoesNotExist"))])
+    assert inventory.affinity_matches(info, [term(expr("nope", "DoesNotExist"))])
+    # terms are ORed, expressions ANDed; an empty term matches nothing
+    assert inventory.affinity_matches(
+        info, [term(expr(r, "In", "mars")), term(expr(r, "In", region))]
+    )
+    assert not inventory.affinity_matches(info, [term(expr(r, "In", region), expr(r, "In", "x"))])
+    assert not inventory.affinity_matches(info, [{}])
+    gpus = "nvidia.com/gpu.count"
+    assert labels.get(gpus) is not None
+    n = int(labels[gpus])
+    assert inventory.affinity_matches(info, [term(expr(gpus, "Gt", str(n - 1)))])
+    assert not inventory.affinity_matches(info, [term(expr(gpus, "Lt", str(n)))])
+    assert not inventory.affinity_matches(info, [term(expr(r, "Gt", "1"))])  # not a number
+    name = {"key": "metadata.name", "operator": "In", "values": [info.name]}
+    assert inventory.affinity_matches(info, [{"matchFields": [name]}])
