@@ -1,27 +1,137 @@
-"""A live cluster as the planner sees it, for ``hulk plan --kubeconfig`` (read-only).
+"""A live cluster as the operator sees it, for ``hulk plan --kubeconfig`` (read-only).
 
-- :func:`cluster_from_kubeconfig`: Nodes that can take stage pods now (see
-  ``inventory``; with ``free_only``, as the operator offers them: not held by a job's plan,
-  less the GPUs that other pods request), fresh NodeLatency measurements as links, and
-  region-level fallback latencies for every other pair (``same_region_ms`` /
-  ``cross_region_ms``) except those freshly reported unreachable.
-- :func:`jobs_from_kubeconfig`: the HulkTrainingJobs that have no plan yet (pending), as
-  planner ``Job`` s. Jobs that already run keep their servers: ``hulk plan`` leaves those
-  out of the cluster (``free_only=True``).
+- :func:`read_cluster`: one read of Nodes, NodeLatency measurements, HulkTrainingJobs and
+  pods, turned into the operator's own ``Snapshot``: servers (``inventory``), measured
+  links, jobs as ``JobEntry`` (``entries``: their constraints included), the servers that
+  jobs' plans and stage pods hold, and the GPUs other pods request.
+- :func:`preview_plan`: the pending jobs (or the manifests given) planned by the operator's
+  own ``plan_pending``: the same constraint groups, priorities, free servers and fallback
+  latencies, so the preview is the plan the operator would make now.
+- :func:`cluster_from_kubeconfig`: the usable servers as a planner ``Cluster`` (with
+  ``free_only``, as the operator offers them: not held, less other pods' GPUs).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
-from hulk_operator import status as st
+from hulk_operator.entries import job_entry
 from hulk_operator.inventory import build_cluster, gpu_requests, node_info, read_latencies
+from hulk_operator.placement import JobEntry, Key, Snapshot, plan_pending
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
-from hulk_planner.io import job_from_dict
-from hulk_planner.model import Cluster, Job
+from hulk_planner.model import Cluster, Job, Plan, Unplaced
 
 DEFAULT_MAX_AGE_S = 600.0
+
+
+@dataclass(frozen=True)
+class Preview:
+    cluster: Cluster  # every server offered to some pending job
+    jobs: list[Job]  # the pending jobs, named as in ``plan``
+    plan: Plan
+
+
+def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
+    """The cluster now, as the operator's snapshot (every job, pending or not)."""
+    with kube.make_client(path) as api:
+        nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
+        latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
+                                   max_age_s)  # fmt: skip
+        objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
+        pods = kube.list_running_pods(api)
+    jobs = {e.key: e for e in (_entry(o) for o in objects)}
+    held: dict[str, Key] = {n: e.key for e in jobs.values() for n in e.plan_nodes}
+    used: dict[str, int] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node, job = spec.get("nodeName"), (meta.get("labels") or {}).get(LABEL_JOB)
+        if node and job:
+            held.setdefault(node, (meta.get("namespace", ""), job))
+        elif node:
+            used[node] = used.get(node, 0) + gpu_requests(spec)
+    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used)
+
+
+def _entry(obj: Mapping[str, Any], namespace: str | None = None) -> JobEntry:
+    meta = obj.get("metadata") or {}
+    return job_entry(
+        namespace or str(meta.get("namespace") or "default"),
+        str(meta.get("name") or ""),
+        str(meta.get("uid") or "preview"),
+        obj,
+        meta,
+        obj.get("spec") or {},
+        obj.get("status") or {},
+    )
+
+
+def preview_plan(
+    path: str,
+    manifests: Sequence[Mapping[str, Any]] | None = None,
+    namespace: str | None = None,
+    *,
+    plan_fn: Any,
+    planner: str = "hulk",
+    time_budget_s: float | None = None,
+    same_region_ms: float = 1.0,
+    cross_region_ms: float = 100.0,
+) -> Preview:
+    """What the operator would do now with the pending jobs (``namespace``'s only), or
+    with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
+    snap = read_cluster(path)
+    jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
+    if manifests is not None:
+        for m in manifests:
+            e = _entry(m, namespace)
+            if e.job is None:
+                raise InvalidRequest(f"job {e.key[1]}", e.error or "invalid spec")
+            jobs[e.key] = e
+    else:
+        jobs |= {
+            k: e
+            for k, e in snap.jobs.items()
+            if e.pending and (namespace is None or k[0] == namespace)
+        }
+    pending = [e for e in jobs.values() if e.pending]
+    if not pending:
+        where = f"namespace {namespace!r}" if namespace else "the cluster"
+        raise InvalidRequest(
+            "--kubeconfig",
+            f"{where} has no pending HulkTrainingJob",
+            "apply one, or give its manifest with --jobs FILE",
+        )
+    snap = replace(snap, jobs=jobs)
+    decisions = plan_pending(
+        snap,
+        plan_fn,
+        planner=planner,
+        same_region_ms=same_region_ms,
+        cross_region_ms=cross_region_ms,
+        budget_s=time_budget_s,
+    )
+    names = {e.key: e.key[1] for e in pending}
+    if len(set(names.values())) < len(names):  # one name in two namespaces
+        names = {k: f"{k[1]}.{k[0]}" for k in names}
+    placed, unplaced = [], []
+    for e in sorted(pending, key=lambda e: e.key):
+        d = decisions[e.key]
+        if d.job_plan is not None:
+            placed.append(replace(d.job_plan, name=names[e.key]))
+        else:
+            unplaced.append(Unplaced(names[e.key], d.reason))
+    anywhere = replace(pending[0], node_selector=(), allowed_regions=(), affinity=())
+    servers = [i.server for i in snap.free(anywhere) if i.server is not None]
+    for d in decisions.values():  # a constrained job's servers may need its tolerations
+        if d.cluster is not None and d.job_plan is not None:
+            known = {s.name for s in servers}
+            servers += [d.cluster.server(n) for n in d.job_plan.nodes if n not in known]
+    cluster = build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
+                            cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
+    jobs_out = [replace(e.job, name=names[e.key]) for e in pending if e.job is not None]
+    return Preview(cluster, jobs_out, Plan(planner, tuple(placed), tuple(unplaced)))
 
 
 def cluster_from_kubeconfig(
@@ -33,49 +143,15 @@ def cluster_from_kubeconfig(
     free_only: bool = False,
 ) -> Cluster:
     """The cluster's usable GPU servers and links; raises ``NoFeasiblePlan`` if none."""
-    with kube.make_client(path) as api:
-        nodes = [node_info(n) for n in kube.list_nodes(api)]
-        latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
-                                   max_age_s)  # fmt: skip
-        held: set[str] = set()
-        used: dict[str, int] = {}
-        if free_only:
-            for obj in kube.list_objects(api, GROUP, VERSION, PLURAL):
-                if (obj.get("status") or {}).get("phase") == st.SUCCEEDED:
-                    continue  # a finished job's plan stays in its status; its servers are free
-                plan = st.job_plan_from_status(obj["metadata"]["name"], obj.get("status"))
-                held |= set(plan.nodes) if plan else set()
-            for pod in kube.list_running_pods(api):
-                node = (pod.get("spec") or {}).get("nodeName")
-                if node and LABEL_JOB not in (pod["metadata"].get("labels") or {}):
-                    used[node] = used.get(node, 0) + gpu_requests(pod["spec"])
-    servers = []
-    for i in nodes:
-        if i.server is None or not i.offers() or i.name in held:
-            continue
-        left = i.server.gpus - used.get(i.name, 0)  # other pods' GPUs are not offered
-        if left > 0:
-            servers.append(replace(i.server, gpus=left) if left < i.server.gpus else i.server)
+    snap = read_cluster(path, max_age_s)
+    if free_only:
+        anyone = JobEntry(("", ""), "", 0, None, None, frozenset(), None, False)
+        servers = [i.server for i in snap.free(anyone) if i.server is not None]
+    else:
+        servers = [i.server for i in snap.nodes.values() if i.server is not None and i.offers()]
     if not servers:
-        skipped = "; ".join(f"{i.name}: {i.problem or i.sick() or 'held'}" for i in nodes[:5])
+        nodes = list(snap.nodes.values())[:5]
+        skipped = "; ".join(f"{i.name}: {i.problem or i.sick() or 'held'}" for i in nodes)
         raise NoFeasiblePlan(f"the cluster has no usable GPU server ({skipped or 'no nodes'})")
-    return build_cluster(servers, latencies, same_region_ms=same_region_ms,
+    return build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                          cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
-
-
-def jobs_from_kubeconfig(path: str, namespace: str | None = None) -> list[Job]:
-    """Pending HulkTrainingJobs (no plan in their status, not failed) as planner jobs."""
-    with kube.make_client(path) as api:
-        items = kube.list_objects(api, GROUP, VERSION, PLURAL, namespace)
-    jobs = []
-    for obj in sorted(items, key=lambda o: (o["metadata"].get("namespace", ""),
-                                            o["metadata"]["name"])):  # fmt: skip
-        status = obj.get("status") or {}
-        if status.get("plan") or status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED):
-            continue
-        try:
-            jobs.append(job_from_dict(obj, f"{obj['metadata'].get('namespace')}/"
-                                      f"{obj['metadata']['name']}"))  # fmt: skip
-        except InvalidRequest:
-            continue
-    return jobs

@@ -57,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="plan pending jobs on a live cluster's free servers (as the operator offers "
-        "them) and measured links (read only)",
+        help="plan a live cluster's pending jobs (or --jobs) as the operator would now: its "
+        "constraints, free servers and measured links (read only)",
     )
     parser.add_argument("--namespace", help="with --kubeconfig: only this namespace's jobs")
     parser.add_argument(
@@ -68,38 +68,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job]]:
+def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
+    """The cluster and jobs to plan; with ``--kubeconfig`` also the plan itself, made as
+    the operator would make it now (its constraint groups, free servers, latencies)."""
     from hulk_planner import datasets, io
 
     jobs: list[Job] = io.load_jobs(args.jobs) if args.jobs else []
     if args.kubeconfig:
         try:
-            from hulk_operator.preview import cluster_from_kubeconfig, jobs_from_kubeconfig
+            from hulk_operator.preview import preview_plan
         except ImportError as exc:
             raise InvalidRequest(
                 "--kubeconfig",
                 f"needs the operator extras ({exc.name})",
                 "pip install 'hulk[operator]'",
             ) from None
-        cluster = cluster_from_kubeconfig(args.kubeconfig, free_only=True)
-        if not jobs:
-            jobs = jobs_from_kubeconfig(args.kubeconfig, args.namespace)
-    elif args.cluster:
-        cluster = io.load_cluster(args.cluster)
-    else:
-        cluster = datasets.paper_cluster()
-    if not jobs and not args.jobs and not args.kubeconfig:
-        jobs = datasets.paper_jobs()
-    if not jobs and args.kubeconfig and not args.jobs:
-        where = f"namespace {args.namespace!r}" if args.namespace else "the cluster"
-        raise InvalidRequest(
-            "--kubeconfig",
-            f"{where} has no pending HulkTrainingJob",
-            "apply one, or give its manifest with --jobs FILE",
+        from hulk_planner.api import plan
+
+        if args.previous:
+            raise InvalidRequest(
+                "--previous",
+                "does not apply with --kubeconfig (the operator keeps running jobs' servers)",
+                "give the cluster with --cluster FILE to re-plan a PlacementPlan",
+            )
+        manifests = [d for p in args.jobs for d in io.load_documents(p)] if args.jobs else None
+        pv = preview_plan(
+            args.kubeconfig,
+            manifests,
+            args.namespace,
+            plan_fn=plan,
+            planner=args.planner,
+            time_budget_s=args.time_budget,
         )
+        return pv.cluster, pv.jobs, pv.plan
+    cluster = io.load_cluster(args.cluster) if args.cluster else datasets.paper_cluster()
+    if not jobs and not args.jobs:
+        jobs = datasets.paper_jobs()
     if not jobs:
         raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
-    return cluster, jobs
+    return cluster, jobs, None
 
 
 def _check_fits(cluster: Cluster, jobs: Sequence[Job]) -> None:
@@ -200,24 +207,25 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.plot:
         _check_plot_path(args.plot)
-    cluster, jobs = _inputs(args)
-    _check_fits(cluster, jobs)
-    previous = None
-    if args.previous:
-        docs = io.load_documents(args.previous)
-        if len(docs) != 1:
-            raise InvalidRequest("--previous", "must hold one PlacementPlan")
-        previous = io.plan_from_dict(docs[0], args.previous)
+    cluster, jobs, result = _inputs(args)
     cost = CostModel(cluster)
-    result = plan(
-        cluster,
-        jobs,
-        args.planner,
-        seed=args.seed,
-        time_budget_s=args.time_budget,
-        previous=previous,
-        cost=cost,
-    )
+    if result is None:
+        _check_fits(cluster, jobs)
+        previous = None
+        if args.previous:
+            docs = io.load_documents(args.previous)
+            if len(docs) != 1:
+                raise InvalidRequest("--previous", "must hold one PlacementPlan")
+            previous = io.plan_from_dict(docs[0], args.previous)
+        result = plan(
+            cluster,
+            jobs,
+            args.planner,
+            seed=args.seed,
+            time_budget_s=args.time_budget,
+            previous=previous,
+            cost=cost,
+        )
     if args.plot:
         from hulk_planner.plot import plot_plan
 

@@ -149,3 +149,34 @@ def test_hulk_plan_previews_only_the_servers_the_operator_would_offer(
     assert taken not in used and taken not in offered
     assert offered[part] == gpus[part] - 1
     assert all(g == gpus[n] for n, g in offered.items() if n != part)
+
+
+def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
+    sandbox: Any, kube: Kube
+) -> None:
+    paris = manifest("in-paris", model={"preset": "gpt2-xl"}, allowedRegions=["paris"])
+    berlin = manifest("in-berlin", model={"preset": "gpt2-xl"})
+    berlin["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "berlin"}
+    mars = manifest("on-mars", allowedRegions=["mars"])
+    for m in (paris, berlin, mars):
+        kube.apply(m)
+    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    out = subprocess.run(
+        [*cmd, "--namespace", kube.ns, "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    preview = json.loads(out.stdout)
+    nodes = {j["name"]: [n for s in j["stages"] for n in s["nodes"]] for j in preview["jobs"]}
+    assert set(nodes) == {"in-paris", "in-berlin"}
+    assert nodes["in-paris"] and all(n.startswith("paris-") for n in nodes["in-paris"])
+    assert nodes["in-berlin"] and all(n.startswith("berlin-") for n in nodes["in-berlin"])
+    (unplaced,) = preview["unplaced"]
+    assert unplaced["name"] == "on-mars"
+    assert unplaced["reason"].startswith("spec.allowedRegions ['mars'] names no region")
+    table = subprocess.run(
+        [*cmd, "--namespace", kube.ns, "--no-compare"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert "on-mars: NOT PLACED: spec.allowedRegions ['mars']" in table.stdout

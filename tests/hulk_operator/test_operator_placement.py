@@ -352,7 +352,7 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
 
 
 def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
-    from hulk_operator.handlers import job_entry
+    from hulk_operator.entries import job_entry
 
     def make(spec_sel: dict[str, str] | None, tmpl_sel: dict[str, str]) -> JobEntry:
         spec: dict[str, Any] = {
