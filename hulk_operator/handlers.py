@@ -200,9 +200,7 @@ def hulk_pods(
 
 
 @kopf.index("pods", labels={LABEL_JOB: kopf.ABSENT})
-def hulk_gpu_users(
-    name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
-) -> dict[str, int] | None:
+def hulk_gpu_users(spec: kopf.Spec, status: kopf.Status, **_: Any) -> dict[str, int] | None:
     """GPUs that other pods (not Hulk's stage pods) hold, by node: the planner offers only
     the rest of a node's GPUs, or not the node when none is left."""
     node = spec.get("nodeName")
@@ -308,8 +306,10 @@ async def hulktrainingjob_reconcile(
     nodes = {n: _one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
 
+    used = {n: sum(store) for n, store in hulk_gpu_users.items()}
+
     async def snapshot() -> Snapshot:
-        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, hulk_gpu_users)
+        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, used)
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
@@ -324,7 +324,7 @@ async def hulktrainingjob_reconcile(
         snapshot=snapshot,
         event=event,
         recent=memo.recent,
-        used={n: sum(store) for n, store in hulk_gpu_users.items()},
+        used=used,
     )
     try:
         new = await reconcile(ctx, entry, body, status)
@@ -339,7 +339,11 @@ async def hulktrainingjob_reconcile(
 
 
 async def build_snapshot(
-    memo: kopf.Memo, hulk_nodes: Any, hulk_jobs: Any, hulk_pods: Any, gpu_users: Any = None
+    memo: kopf.Memo,
+    hulk_nodes: Any,
+    hulk_jobs: Any,
+    hulk_pods: Any,
+    used: Mapping[str, int] | None = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -363,5 +367,4 @@ async def build_snapshot(
         )
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
-    used = {n: sum(store) for n, store in (gpu_users or {}).items()}
-    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used)
+    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=dict(used or {}))

@@ -177,7 +177,7 @@ class Snapshot:
         return held
 
 
-def _planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
+def planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
     """Planner job name -> key: the job's name, or ``<name>.<namespace>`` when two
     namespaces use the same name."""
     names = [e.key[1] for e in entries]
@@ -212,7 +212,7 @@ def plan_group(
         same_region_ms=same_region_ms,
         cross_region_ms=cross_region_ms,
     )
-    names = _planner_names(entries)
+    names = planner_names(entries)
     by_key = {e.key: e for e in entries}
     jobs = [_rename(by_key[k].job, n) for n, k in names.items()]  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {"seed": 0, "time_budget_s": budget_s}

@@ -20,7 +20,7 @@ from typing import Any
 from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
 from hulk_operator.entries import job_entry
 from hulk_operator.inventory import build_cluster, gpu_requests, node_info, read_latencies
-from hulk_operator.placement import JobEntry, Key, Snapshot, plan_pending
+from hulk_operator.placement import JobEntry, Key, Snapshot, plan_pending, planner_names
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
 
@@ -112,9 +112,7 @@ def preview_plan(
         cross_region_ms=cross_region_ms,
         budget_s=time_budget_s,
     )
-    names = {e.key: e.key[1] for e in pending}
-    if len(set(names.values())) < len(names):  # one name in two namespaces
-        names = {k: f"{k[1]}.{k[0]}" for k in names}
+    names = {k: n for n, k in planner_names(pending).items()}  # <name>.<ns> if needed
     placed, unplaced = [], []
     for e in sorted(pending, key=lambda e: e.key):
         d = decisions[e.key]
