@@ -202,6 +202,7 @@ def plan_group(
     budget_s: float | None = None,
     previous: Plan | None = None,
     baselines: bool = False,
+    seed: int = 0,
 ) -> dict[Key, Decision]:
     """Plans ``entries`` together on ``servers``; every entry gets a decision."""
     if not servers:
@@ -215,7 +216,7 @@ def plan_group(
     names = planner_names(entries)
     by_key = {e.key: e for e in entries}
     jobs = [_rename(by_key[k].job, n) for n, k in names.items()]  # type: ignore[arg-type]
-    kwargs: dict[str, Any] = {"seed": 0, "time_budget_s": budget_s}
+    kwargs: dict[str, Any] = {"seed": seed, "time_budget_s": budget_s}
     if previous is not None:
         kwargs["previous"] = previous
     try:
@@ -290,6 +291,7 @@ def plan_pending(
     budget_s: float | None = None,
     baselines: bool = False,
     decided: Collection[Key] = (),
+    seed: int = 0,
 ) -> dict[Key, Decision]:
     """Decisions for every pending job of the snapshot, planned together per constraint
     group (highest priority first); placed servers are taken out for later groups. Within a
@@ -321,6 +323,7 @@ def plan_pending(
             cross_region_ms=cross_region_ms,
             budget_s=budget_s,
             baselines=baselines,
+            seed=seed,
         )
 
     for group in order:

@@ -75,6 +75,7 @@ def preview_plan(
     *,
     plan_fn: Any,
     planner: str = "hulk",
+    seed: int = 0,
     time_budget_s: float | None = None,
     same_region_ms: float = 1.0,
     cross_region_ms: float = 100.0,
@@ -111,6 +112,7 @@ def preview_plan(
         same_region_ms=same_region_ms,
         cross_region_ms=cross_region_ms,
         budget_s=time_budget_s,
+        seed=seed,
     )
     names = {k: n for n, k in planner_names(pending).items()}  # <name>.<ns> if needed
     placed, unplaced = [], []

@@ -98,6 +98,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
             args.namespace,
             plan_fn=plan,
             planner=args.planner,
+            seed=args.seed,
             time_budget_s=args.time_budget,
         )
         return pv.cluster, pv.jobs, pv.plan

@@ -374,3 +374,16 @@ def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
     e = make({"gpu": "a100"}, {"gpu": "h100"})
     assert e.job is None and e.error is not None
     assert e.error.startswith("spec.template.spec.nodeSelector: gpu=h100 contradicts")
+
+
+def test_plan_pending_passes_its_seed_to_the_planner() -> None:
+    seeds: list[int] = []
+
+    def recording(*args: Any, **kw: Any) -> Plan:
+        seeds.append(kw["seed"])
+        return plan(*args, **kw)
+
+    bert = entry(paper_jobs()[3])
+    assert plan_pending(snap([bert]), recording)[bert.key].job_plan is not None
+    assert plan_pending(snap([bert]), recording, seed=7)[bert.key].job_plan is not None
+    assert seeds == [0, 7]
