@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hulk_operator import status as st
+from hulk_operator.inventory import pod_requests
 from hulk_operator.placement import JobEntry
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict
@@ -73,6 +74,7 @@ def job_entry(
         node_selector=tuple(sorted({**theirs, **ours}.items())),
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
+        requests=pod_requests(tmpl_spec),
         affinity=tuple(
             (
                 ((tmpl_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(

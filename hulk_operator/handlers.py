@@ -28,9 +28,11 @@ from hulk_operator.errors import INVALID_SPEC, classify, rejected_template, to_k
 from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
-    gpu_requests,
+    Resources,
     node_info,
+    pod_requests,
     read_latencies,
+    total,
 )
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot
@@ -200,14 +202,14 @@ def hulk_pods(
 
 
 @kopf.index("pods", labels={LABEL_JOB: kopf.ABSENT})
-def hulk_gpu_users(spec: kopf.Spec, status: kopf.Status, **_: Any) -> dict[str, int] | None:
-    """GPUs that other pods (not Hulk's stage pods) hold, by node: the planner offers only
-    the rest of a node's GPUs, or not the node when none is left."""
+def hulk_other_pods(spec: kopf.Spec, status: kopf.Status, **_: Any) -> dict[str, Resources] | None:
+    """What other pods (not Hulk's stage pods) request, by node: the planner offers only
+    the rest of a node's GPUs, and only nodes where a stage pod's CPU and memory fit."""
     node = spec.get("nodeName")
     if not node or status.get("phase") in ("Succeeded", "Failed"):
         return None
-    gpus = gpu_requests(spec)
-    return {str(node): gpus} if gpus else None
+    need = pod_requests(spec)
+    return {str(node): need} if any(need) else None
 
 
 def _one(store: Any) -> Any:
@@ -296,7 +298,7 @@ async def hulktrainingjob_reconcile(
     hulk_nodes: kopf.Index[str, NodeInfo],
     hulk_jobs: kopf.Index[Key, JobEntry],
     hulk_pods: kopf.Index[Key, PodEntry],
-    hulk_gpu_users: kopf.Index[str, int],
+    hulk_other_pods: kopf.Index[str, Resources],
     **_: Any,
 ) -> None:
     key = (namespace or "", name)
@@ -306,7 +308,7 @@ async def hulktrainingjob_reconcile(
     nodes = {n: _one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
 
-    used = {n: sum(store) for n, store in hulk_gpu_users.items()}
+    used = {n: total(store) for n, store in hulk_other_pods.items()}
 
     async def snapshot() -> Snapshot:
         return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, used)
@@ -343,7 +345,7 @@ async def build_snapshot(
     hulk_nodes: Any,
     hulk_jobs: Any,
     hulk_pods: Any,
-    used: Mapping[str, int] | None = None,
+    used: Mapping[str, Resources] | None = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""

@@ -29,7 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
+
+from kubernetes.utils import parse_quantity
 
 from hulk_operator import GPU
 from hulk_planner.hardware import normalize_capability, tflops_for
@@ -45,6 +47,22 @@ MIG = "nvidia.com/mig.strategy"
 TFLOPS_ANNOTATION = "hulk.dev/gpu-tflops"
 UNLABELLED = "unlabelled"
 ALWAYS_TOLERATED = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)
+
+
+class Resources(NamedTuple):
+    """GPUs, CPU cores and memory bytes: a node's allocatable, or what pods request."""
+
+    gpus: int = 0
+    cpu: float = 0.0
+    memory: float = 0.0
+
+    def plus(self, other: Resources) -> Resources:
+        return Resources(self.gpus + other.gpus, self.cpu + other.cpu, self.memory + other.memory)
+
+    def most(self, other: Resources) -> Resources:
+        return Resources(
+            max(self.gpus, other.gpus), max(self.cpu, other.cpu), max(self.memory, other.memory)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +83,7 @@ class NodeInfo:
     ready: bool = True
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
+    allocatable: Resources = field(default_factory=Resources)  # cpu, memory (0: unknown)
 
     def sick(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
         """Why running stages must leave this node, or None while it can keep them."""
@@ -87,21 +106,43 @@ class NodeInfo:
         )
 
 
-def gpu_requests(spec: Mapping[str, Any]) -> int:
-    """GPUs a pod holds on its node, as the scheduler counts them: the sum over its
-    containers or its largest init container, whichever is more (an extended resource's
-    request is its limit when only the limit is set)."""
+def _amount(value: Any) -> float:
+    """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable."""
+    try:
+        return max(0.0, float(parse_quantity(value))) if value not in (None, "") else 0.0
+    except (ValueError, TypeError, ArithmeticError):
+        return 0.0
 
-    def one(c: Mapping[str, Any]) -> int:
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What a pod holds on its node, as the scheduler counts it: the sum over its
+    containers or its largest init container, whichever is more, per resource (a request
+    missing where a limit is set is the limit, as the API server defaults it)."""
+
+    def one(c: Mapping[str, Any]) -> Resources:
         res = c.get("resources") or {}
-        value = (res.get("requests") or {}).get(GPU) or (res.get("limits") or {}).get(GPU)
-        try:
-            return max(0, int(str(value or 0)))
-        except ValueError:
-            return 0
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        got = {k: _amount(req.get(k) if k in req else lim.get(k)) for k in (GPU, "cpu", "memory")}
+        return Resources(int(got[GPU]), got["cpu"], got["memory"])
 
-    main = sum(one(c) for c in spec.get("containers") or [])
-    return max([main, *(one(c) for c in spec.get("initContainers") or [])])
+    total = Resources()
+    for c in spec.get("containers") or []:
+        total = total.plus(one(c))
+    for c in spec.get("initContainers") or []:
+        total = total.most(one(c))
+    return total
+
+
+def total(requests: Iterable[Resources]) -> Resources:
+    out = Resources()
+    for r in requests:
+        out = out.plus(r)
+    return out
+
+
+def gpu_requests(spec: Mapping[str, Any]) -> int:
+    """GPUs a pod holds on its node (``pod_requests``)."""
+    return pod_requests(spec).gpus
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
@@ -152,12 +193,14 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         t.key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable") for t in taints
     ):
         ready = False
+    alloc = status.get("allocatable") or {}
     info = dict(
         name=name,
         labels=labels,
         ready=ready,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
+        allocatable=Resources(0, _amount(alloc.get("cpu")), _amount(alloc.get("memory"))),
     )
     gpus = _quantity((status.get("allocatable") or {}).get(GPU, 0))
     product = labels.get(PRODUCT)

@@ -24,6 +24,7 @@ from hulk_operator.errors import classify
 from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
+    Resources,
     build_cluster,
     cut_pairs,
     estimated_pairs,
@@ -56,6 +57,7 @@ class JobEntry:
     allowed_regions: tuple[str, ...] = ()
     selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
     affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
+    requests: Resources = field(default_factory=Resources)  # one stage pod of the template
 
     @property
     def pending(self) -> bool:
@@ -70,7 +72,7 @@ class JobEntry:
     def constraints(self) -> tuple[Any, ...]:
         tol = tuple(sorted(repr(sorted(t.items())) for t in self.tolerations))
         terms = json.dumps(list(self.affinity), sort_keys=True)
-        return (self.node_selector, self.allowed_regions, tol, terms)
+        return (self.node_selector, self.allowed_regions, tol, terms, self.requests)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class Snapshot:
     latencies: Latencies
     jobs: Mapping[Key, JobEntry]
     held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
-    used: Mapping[str, int] = field(default_factory=dict)  # server -> GPUs of other pods
+    used: Mapping[str, Resources] = field(default_factory=dict)  # server -> other pods' requests
 
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
@@ -115,15 +117,27 @@ class Snapshot:
             else:
                 ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
-            ok = ok and info.server is not None
+            ok = ok and info.server is not None and self._fits(info, entry.requests)
             sel = dict(entry.node_selector)
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
+    def _fits(self, info: NodeInfo, need: Resources) -> bool:
+        """Whether a stage pod requesting ``need`` fits beside the node's other pods (a
+        resource the node does not report is not checked)."""
+        room = info.allocatable
+        taken = self.used.get(info.name, Resources())
+        gpus = info.server.gpus if info.server is not None else 0
+        return (
+            (not need.gpus or gpus >= need.gpus)
+            and (not room.cpu or room.cpu - taken.cpu >= need.cpu)
+            and (not room.memory or room.memory - taken.memory >= need.memory)
+        )
+
     def _unused(self, info: NodeInfo) -> NodeInfo:
         """The node with the GPUs other pods request taken off (no server if none is left)."""
-        taken = self.used.get(info.name, 0)
+        taken = self.used.get(info.name, Resources()).gpus
         if not taken or info.server is None:
             return info
         left = info.server.gpus - taken
@@ -157,12 +171,21 @@ class Snapshot:
                 "no node matches the job's constraints together (" + ", ".join(_limits(entry)) + ")"
             )
         usable = [i for i in matching if i.offers(entry.tolerations)]
+        need = entry.requests
         if not usable:
             return (
                 f"the {len(matching)} node(s) matching the job take no new stage: not Ready, "
                 "cordoned, tainted, or without usable GPU labels"
             )
         full = [i for i in usable if self._unused(i).server is None]
+        unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
+        if unfit and len(full) + len(unfit) == len(usable):
+            return (
+                f"the stage pods' requests ({_resources(need)}) fit on none of the "
+                f"{len(usable)} usable node(s) matching the job"
+                + (f" ({len(full)} have every GPU requested by other pods)" if full else "")
+                + "; lower the template's requests"
+            )
         if len(full) == len(usable):
             return (
                 f"every GPU of the {len(usable)} usable node(s) matching the job is requested "
@@ -259,6 +282,15 @@ def plan_group(
 def _pairs(entry: JobEntry) -> str:
     """The job's node selector as ``key=value, ...``."""
     return ", ".join(f"{k}={v}" for k, v in sorted(entry.node_selector))
+
+
+def _resources(r: Resources) -> str:
+    parts = [f"{r.gpus} GPU(s)"] if r.gpus else []
+    if r.cpu:
+        parts.append(f"cpu {r.cpu:g}")
+    if r.memory:
+        parts.append(f"memory {r.memory / 2**30:.3g} GiB")
+    return ", ".join(parts)
 
 
 def _limits(entry: JobEntry) -> list[str]:

@@ -19,7 +19,13 @@ from typing import Any
 
 from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
 from hulk_operator.entries import job_entry
-from hulk_operator.inventory import build_cluster, gpu_requests, node_info, read_latencies
+from hulk_operator.inventory import (
+    Resources,
+    build_cluster,
+    node_info,
+    pod_requests,
+    read_latencies,
+)
 from hulk_operator.placement import JobEntry, Key, Snapshot, plan_pending, planner_names
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
@@ -44,14 +50,14 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
         pods = kube.list_running_pods(api)
     jobs = {e.key: e for e in (_entry(o) for o in objects)}
     held: dict[str, Key] = {n: e.key for e in jobs.values() for n in e.plan_nodes}
-    used: dict[str, int] = {}
+    used: dict[str, Resources] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node, job = spec.get("nodeName"), (meta.get("labels") or {}).get(LABEL_JOB)
         if node and job:
             held.setdefault(node, (meta.get("namespace", ""), job))
         elif node:
-            used[node] = used.get(node, 0) + gpu_requests(spec)
+            used[node] = used.get(node, Resources()).plus(pod_requests(spec))
     return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used)
 
 

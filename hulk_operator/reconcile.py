@@ -25,7 +25,7 @@ from hulk_operator.errors import (
     forbidden_pods,
     rejected_template,
 )
-from hulk_operator.inventory import NodeInfo
+from hulk_operator.inventory import NodeInfo, Resources
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
 from hulk_planner.model import JobPlan
@@ -66,7 +66,7 @@ class Context:
     snapshot: Callable[[], Awaitable[Snapshot]]
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
-    used: Mapping[str, int] = field(default_factory=dict)  # node -> GPUs of other pods
+    used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
 
 
 async def reconcile(

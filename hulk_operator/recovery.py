@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hulk_operator.inventory import NodeInfo
+from hulk_operator.inventory import NodeInfo, Resources
 from hulk_planner.model import JobPlan
 
 
@@ -38,7 +38,7 @@ def lost_servers(
 
 
 def taken_servers(
-    pods: Iterable[Any], used: Mapping[str, int], lost: Collection[str] = ()
+    pods: Iterable[Any], used: Mapping[str, Resources], lost: Collection[str] = ()
 ) -> dict[str, str]:
     """Server -> ``GPUsTaken`` where the job's stage pod waits unschedulable while other
     pods hold GPUs there: they took them while the stage pod was gated or being created
@@ -46,7 +46,11 @@ def taken_servers(
     return {
         p.node: "GPUsTaken"
         for p in pods
-        if p.node and p.unschedulable and used.get(p.node, 0) > 0 and p.node not in lost
+        if p.node
+        and p.unschedulable
+        and p.node in used
+        and used[p.node].gpus > 0
+        and p.node not in lost
     }
 
 

@@ -740,7 +740,8 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
     kube: Kube, operator: Any
 ) -> None:
     m = manifest("huge", model={"preset": "gpt2-xl"})
-    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100000"}}
+    resources = {"limits": {"example.com/fpga": "1"}}  # a resource no node has
+    m["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
     kube.apply(m)
 
     def stuck() -> dict[str, Any] | None:
@@ -748,9 +749,33 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
         return c if c and c["reason"] == "StageUnschedulable" else None
 
     c = wait("the scheduler's reason in the job", stuck, 60)
-    assert c["status"] == "False" and "Insufficient cpu" in c["message"], c
+    assert c["status"] == "False" and "Insufficient example.com/fpga" in c["message"], c
     assert "the scheduler cannot place huge-" in c["message"]
     assert kube.phase("huge") == "Placing"
+
+
+def test_cpu_and_memory_requests_limit_the_servers_planned(kube: Kube, operator: Any) -> None:
+    nodes: Any = kube.core.list_node()
+    cpus = {n.metadata.name: int(n.status.allocatable["cpu"]) for n in nodes.items}
+    most = max(cpus.values())
+    m = manifest("hungry", model={"preset": "gpt2-xl"})
+    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": str(most)}}
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("hungry") == "Running", 60)
+    assert all(cpus[n] == most for n in plan_nodes(kube.job("hungry")))
+    too = manifest("too-hungry", model={"preset": "gpt2-xl"})
+    too["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": str(most + 1)}
+    }
+    kube.apply(too)
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job("too-hungry"), "Planned")
+        return c if c and c["reason"] == "Unschedulable" else None
+
+    c = wait("Unschedulable", refused, 30)
+    assert f"the stage pods' requests (cpu {most + 1}) fit on none of the" in c["message"], c
+    assert kube.pods("too-hungry") == []
 
 
 def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:

@@ -251,3 +251,23 @@ def test_required_node_affinity_as_the_scheduler_reads_it() -> None:
     assert not inventory.affinity_matches(info, [term(expr(r, "Gt", "1"))])  # not a number
     name = {"key": "metadata.name", "operator": "In", "values": [info.name]}
     assert inventory.affinity_matches(info, [{"matchFields": [name]}])
+
+
+def test_pod_requests_sum_containers_and_take_the_largest_init_container() -> None:
+    def c(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> Any:
+        return {"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}}
+
+    spec = {
+        "containers": [
+            c({"cpu": "500m", "memory": "4Gi"}, {"nvidia.com/gpu": "2"}),
+            c({"cpu": "1"}, {"cpu": "2", "memory": "1Gi"}),  # memory: the limit
+        ],
+        "initContainers": [c({"cpu": "4"}), c({"memory": "1Gi"})],
+    }
+    assert inventory.pod_requests(spec) == inventory.Resources(2, 4.0, 5 * 2**30)
+    assert inventory.pod_requests({"containers": [c({"cpu": "lots"})]}) == inventory.Resources()
+    alloc = {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}
+    assert node_info(node(status__allocatable=alloc)).allocatable == inventory.Resources(
+        0, 96.0, 2.0**40
+    )
+    assert node_info(node()).allocatable == inventory.Resources()  # not reported: not checked

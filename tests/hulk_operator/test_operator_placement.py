@@ -10,7 +10,7 @@ import pytest
 
 from hulk_operator import recovery
 from hulk_operator import status as st
-from hulk_operator.inventory import Latencies, NodeInfo, node_info
+from hulk_operator.inventory import Latencies, NodeInfo, Resources, node_info
 from hulk_operator.placement import JobEntry, Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
@@ -111,7 +111,7 @@ def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
     whole = {n: nodes()[n].server.gpus for n in paris}  # type: ignore[union-attr]
     part, *rest = paris
     s = snap([bert])
-    s.used = {part: 1, **{n: whole[n] for n in rest}}
+    s.used = {part: Resources(1), **{n: Resources(whole[n]) for n in rest}}
     (offered,) = s.free(bert)
     assert offered.name == part and offered.server is not None
     assert offered.server.gpus == whole[part] - 1
@@ -119,7 +119,7 @@ def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
     assert [(i.name, i.server.gpus) for i in s.free(bert, also=paris) if i.server] == [
         (part, whole[part] - 1)
     ]
-    s.used = {n: whole[n] + 1 for n in paris}
+    s.used = {n: Resources(whole[n] + 1) for n in paris}
     assert s.free(bert) == []
     d = plan_pending(s, plan)[bert.key]
     assert d.job_plan is None
@@ -387,3 +387,22 @@ def test_plan_pending_passes_its_seed_to_the_planner() -> None:
     assert plan_pending(snap([bert]), recording)[bert.key].job_plan is not None
     assert plan_pending(snap([bert]), recording, seed=7)[bert.key].job_plan is not None
     assert seeds == [0, 7]
+
+
+def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() -> None:
+    bert = paper_jobs()[3]
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    room = {n: nodes()[n].allocatable for n in paris}
+    cpu = min(r.cpu for r in room.values())
+    e = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 0.0))
+    s = snap([e])
+    assert [i.name for i in s.free(e)] == paris
+    tight = min(paris, key=lambda n: room[n].cpu)
+    s.used = {tight: Resources(0, 1.0, 0.0)}  # another pod takes a core of the smallest
+    assert [i.name for i in s.free(e)] == [n for n in paris if n != tight]
+    big = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 1e15))
+    d = plan_pending(snap([big]), plan)[big.key]
+    assert d.job_plan is None and d.reason.startswith(
+        f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
+        f"{len(paris)} usable node(s) matching the job"
+    )
