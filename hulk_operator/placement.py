@@ -131,8 +131,8 @@ class Snapshot:
         gpus = info.server.gpus if info.server is not None else 0
         return (
             (not need.gpus or gpus >= need.gpus)
-            and (not room.cpu or room.cpu - taken.cpu >= need.cpu)
-            and (not room.memory or room.memory - taken.memory >= need.memory)
+            and (not need.cpu or not room.cpu or room.cpu - taken.cpu >= need.cpu)
+            and (not need.memory or not room.memory or room.memory - taken.memory >= need.memory)
         )
 
     def _unused(self, info: NodeInfo) -> NodeInfo:
@@ -191,13 +191,19 @@ class Snapshot:
                 f"every GPU of the {len(usable)} usable node(s) matching the job is requested "
                 "by other pods (not Hulk's)"
             )
-        held = f"all {len(usable)} usable node(s) matching the job are held by other jobs"
-        if full:
-            held = (
-                f"the {len(usable)} usable node(s) matching the job are held by other jobs "
-                f"or have every GPU requested by other pods ({len(full)})"
-            )
-        return held
+        if not full and not unfit:
+            return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
+        held = len(usable) - len(full) - len(unfit)  # free() offered none: the rest are held
+        parts = [
+            f"{held} held by other jobs" if held else "",
+            f"{len(full)} with every GPU requested by other pods" if full else "",
+            f"{len(unfit)} without room for the stage pods' requests ({_resources(need)})"
+            if unfit
+            else "",
+        ]
+        return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(
+            p for p in parts if p
+        )
 
 
 def planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:

@@ -406,3 +406,26 @@ def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() 
         f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
         f"{len(paris)} usable node(s) matching the job"
     )
+
+
+def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
+    need = Resources(0, 1.0, 0.0)
+    bert = entry(paper_jobs()[3], allowed_regions=("paris",), requests=need)
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    a, b, *rest = paris
+    s = snap([bert], {n: ("other", "job") for n in rest})
+    cpu = nodes()[b].allocatable.cpu
+    s.used = {a: Resources(nodes()[a].server.gpus), b: Resources(0, cpu, 0.0)}  # type: ignore[union-attr]
+    assert s.free(bert) == []
+    d = plan_pending(s, plan)[bert.key]
+    assert d.job_plan is None
+    assert d.reason == (
+        f"none of the {len(paris)} usable node(s) matching the job is free: {len(rest)} held "
+        "by other jobs, 1 with every GPU requested by other pods, 1 without room for the "
+        "stage pods' requests (cpu 1)"
+    )
+    # a stage pod that asks for no CPU fits however much other pods ask for
+    calm = entry(paper_jobs()[3], allowed_regions=("paris",))
+    crowded = snap([calm])
+    crowded.used = {n: Resources(0, 1e6, 1e15) for n in paris}
+    assert [i.name for i in crowded.free(calm)] == paris
