@@ -46,6 +46,14 @@ def snap(entries: list[JobEntry], held: dict[str, Any] | None = None) -> Snapsho
     return Snapshot(nodes(), Latencies(), {e.key: e for e in entries}, held or {})
 
 
+def refusal(s: Snapshot, e: JobEntry) -> str:
+    """Why ``e`` gets no server in ``s`` (it must get none)."""
+    assert s.free(e) == []
+    d = plan_pending(s, plan)[e.key]
+    assert d.job_plan is None
+    return d.reason
+
+
 def test_paper_jobs_planned_together_on_disjoint_servers() -> None:
     jobs = [entry(j) for j in paper_jobs()]
     decisions = plan_pending(snap(jobs), plan, baselines=True)
@@ -120,10 +128,7 @@ def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
         (part, whole[part] - 1)
     ]
     s.used = {n: Resources(whole[n] + 1) for n in paris}
-    assert s.free(bert) == []
-    d = plan_pending(s, plan)[bert.key]
-    assert d.job_plan is None
-    assert d.reason == (
+    assert refusal(s, bert) == (
         f"every GPU of the {len(paris)} usable node(s) matching the job is requested by "
         "other pods (not Hulk's)"
     )
@@ -416,10 +421,7 @@ def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
     s = snap([bert], {n: ("other", "job") for n in rest})
     cpu = nodes()[b].allocatable.cpu
     s.used = {a: Resources(nodes()[a].server.gpus), b: Resources(0, cpu, 0.0)}  # type: ignore[union-attr]
-    assert s.free(bert) == []
-    d = plan_pending(s, plan)[bert.key]
-    assert d.job_plan is None
-    assert d.reason == (
+    assert refusal(s, bert) == (
         f"none of the {len(paris)} usable node(s) matching the job is free: {len(rest)} held "
         "by other jobs, 1 with every GPU requested by other pods, 1 without room for the "
         "stage pods' requests (cpu 1)"
