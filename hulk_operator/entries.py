@@ -37,7 +37,7 @@ def job_entry(
         error = str(exc)
     plan = st.job_plan_from_status(name, status)
     finished = status.get("phase") == st.SUCCEEDED
-    tmpl_spec = (spec.get("template") or {}).get("spec") or {}
+    tmpl_spec = _at(spec, "template", "spec")
     # the stage pods keep the template's node selector: it constrains the plan as
     # spec.nodeSelector does (and as the template's tolerations do)
     ours, theirs = dict(spec.get("nodeSelector") or {}), dict(tmpl_spec.get("nodeSelector") or {})
@@ -76,12 +76,19 @@ def job_entry(
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
         requests=pod_requests(tmpl_spec),
         affinity=tuple(
-            (
-                ((tmpl_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                    "requiredDuringSchedulingIgnoredDuringExecution"
-                )
-                or {}
+            _at(
+                tmpl_spec,
+                "affinity",
+                "nodeAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution",
             ).get("nodeSelectorTerms")
             or ()
         ),
     )
+
+
+def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+    """``obj[k1][k2]...``, an empty mapping where a level is missing or null."""
+    for k in keys:
+        obj = obj.get(k) or {}
+    return obj

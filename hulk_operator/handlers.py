@@ -29,13 +29,13 @@ from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
     Resources,
+    Usage,
     node_info,
     pod_requests,
     read_latencies,
-    total,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import JobEntry, Key, Placer, Snapshot
+from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict
@@ -308,7 +308,7 @@ async def hulktrainingjob_reconcile(
     nodes = {n: _one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
 
-    used = {n: total(store) for n, store in hulk_other_pods.items()}
+    used = Usage(hulk_other_pods)
 
     async def snapshot() -> Snapshot:
         return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, used)
@@ -353,14 +353,15 @@ async def build_snapshot(
 
     nodes = {n: _one(s) for n, s in hulk_nodes.items() if _one(s) is not None}
     jobs = {k: _one(s) for k, s in hulk_jobs.items() if _one(s) is not None}
-    held: dict[str, Key] = {}
-    for k, e in jobs.items():
-        for n in e.plan_nodes:
-            held[n] = k
-    for k, store in hulk_pods.items():
-        for p in store:
-            if p.node and p.phase not in ("Succeeded", "Failed"):
-                held.setdefault(p.node, k)
+    held = held_servers(
+        jobs,
+        (
+            (k, p.node)
+            for k, store in hulk_pods.items()
+            for p in store
+            if p.node and p.phase not in ("Succeeded", "Failed")
+        ),
+    )
     when, latencies = memo.latency
     if time.monotonic() - when >= LATENCY_CACHE_S:
         cfg: OperatorConfig = memo.config
@@ -369,4 +370,4 @@ async def build_snapshot(
         )
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
-    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=dict(used or {}))
+    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used or {})

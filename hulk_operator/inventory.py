@@ -26,7 +26,7 @@ without a latency then applies: a relay through a server both reach, else unreac
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -133,16 +133,25 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return total
 
 
-def total(requests: Iterable[Resources]) -> Resources:
-    out = Resources()
-    for r in requests:
-        out = out.plus(r)
-    return out
+class Usage(Mapping[str, Resources]):
+    """What other pods request on each node, added up when a node is looked up: a view of
+    node -> each pod's requests (the operator's index), so a reconciliation that needs one
+    node does not add up every node."""
 
+    def __init__(self, by_node: Mapping[str, Iterable[Resources]]) -> None:
+        self._by_node = by_node
 
-def gpu_requests(spec: Mapping[str, Any]) -> int:
-    """GPUs a pod holds on its node (``pod_requests``)."""
-    return pod_requests(spec).gpus
+    def __getitem__(self, node: str) -> Resources:
+        out = Resources()
+        for r in self._by_node[node]:
+            out = out.plus(r)
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_node)
+
+    def __len__(self) -> int:
+        return len(self._by_node)
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:

@@ -206,6 +206,17 @@ class Snapshot:
         )
 
 
+def held_servers(
+    jobs: Mapping[Key, JobEntry], stage_pods: Iterable[tuple[Key, str]]
+) -> dict[str, Key]:
+    """Server -> the job that holds it: the servers of its plan, then those its live stage
+    pods sit on (pods left over, e.g. after a crash mid-placement)."""
+    held = {n: k for k, e in jobs.items() for n in e.plan_nodes}
+    for k, node in stage_pods:
+        held.setdefault(node, k)
+    return held
+
+
 def planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
     """Planner job name -> key: the job's name, or ``<name>.<namespace>`` when two
     namespaces use the same name."""

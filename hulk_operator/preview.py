@@ -21,12 +21,20 @@ from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
 from hulk_operator.entries import job_entry
 from hulk_operator.inventory import (
     Resources,
+    Usage,
     build_cluster,
     node_info,
     pod_requests,
     read_latencies,
 )
-from hulk_operator.placement import JobEntry, Key, Snapshot, plan_pending, planner_names
+from hulk_operator.placement import (
+    JobEntry,
+    Key,
+    Snapshot,
+    held_servers,
+    plan_pending,
+    planner_names,
+)
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
 
@@ -49,16 +57,17 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
         objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
         pods = kube.list_running_pods(api)
     jobs = {e.key: e for e in (_entry(o) for o in objects)}
-    held: dict[str, Key] = {n: e.key for e in jobs.values() for n in e.plan_nodes}
-    used: dict[str, Resources] = {}
+    stage_pods: list[tuple[Key, str]] = []
+    others: dict[str, list[Resources]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node, job = spec.get("nodeName"), (meta.get("labels") or {}).get(LABEL_JOB)
         if node and job:
-            held.setdefault(node, (meta.get("namespace", ""), job))
+            stage_pods.append(((meta.get("namespace", ""), job), node))
         elif node:
-            used[node] = used.get(node, Resources()).plus(pod_requests(spec))
-    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used)
+            others.setdefault(node, []).append(pod_requests(spec))
+    held = held_servers(jobs, stage_pods)
+    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=Usage(others))
 
 
 def _entry(obj: Mapping[str, Any], namespace: str | None = None) -> JobEntry:

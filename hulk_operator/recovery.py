@@ -48,9 +48,8 @@ def taken_servers(
         for p in pods
         if p.node
         and p.unschedulable
-        and p.node in used
-        and used[p.node].gpus > 0
         and p.node not in lost
+        and used.get(p.node, Resources()).gpus > 0
     }
 
 

@@ -73,7 +73,8 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
     the operator would make it now (its constraint groups, free servers, latencies)."""
     from hulk_planner import datasets, io
 
-    jobs: list[Job] = io.load_jobs(args.jobs) if args.jobs else []
+    documents = [(str(path), io.load_documents(path)) for path in args.jobs or []]
+    jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
     if args.kubeconfig:
         try:
             from hulk_operator.preview import preview_plan
@@ -91,7 +92,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
                 "does not apply with --kubeconfig (the operator keeps running jobs' servers)",
                 "give the cluster with --cluster FILE to re-plan a PlacementPlan",
             )
-        manifests = [d for p in args.jobs for d in io.load_documents(p)] if args.jobs else None
+        manifests = [d for _, docs in documents for d in docs] if args.jobs else None
         pv = preview_plan(
             args.kubeconfig,
             manifests,

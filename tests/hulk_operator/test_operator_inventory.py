@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hulk_operator import inventory
-from hulk_operator.inventory import Taint, gpu_requests, node_info, tolerates
+from hulk_operator.inventory import Taint, node_info, pod_requests, tolerates
 from hulk_planner.datasets import paper_cluster
 from hulk_sandbox.nodes import node_manifest
 
@@ -213,10 +213,11 @@ def test_gpu_requests_count_as_the_scheduler_does() -> None:
     def c(**res: Any) -> dict[str, Any]:
         return {"name": "c", "resources": {k: {"nvidia.com/gpu": v} for k, v in res.items()}}
 
-    assert gpu_requests({"containers": [c(limits="2"), c(requests=1, limits=1), c()]}) == 3
-    assert gpu_requests({"containers": [c(limits="1")], "initContainers": [c(limits="4")]}) == 4
-    assert gpu_requests({"containers": [{"name": "c"}]}) == 0
-    assert gpu_requests({"containers": [c(limits="lots")]}) == 0
+    assert pod_requests({"containers": [c(limits="2"), c(requests=1, limits=1), c()]}).gpus == 3
+    init = {"containers": [c(limits="1")], "initContainers": [c(limits="4")]}
+    assert pod_requests(init).gpus == 4
+    assert pod_requests({"containers": [{"name": "c"}]}).gpus == 0
+    assert pod_requests({"containers": [c(limits="lots")]}).gpus == 0
 
 
 def test_required_node_affinity_as_the_scheduler_reads_it() -> None:
