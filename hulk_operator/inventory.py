@@ -26,7 +26,7 @@ without a latency then applies: a relay through a server both reach, else unreac
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -46,23 +46,50 @@ MINOR = "nvidia.com/gpu.compute.minor"
 MIG = "nvidia.com/mig.strategy"
 TFLOPS_ANNOTATION = "hulk.dev/gpu-tflops"
 UNLABELLED = "unlabelled"
+NOT_EXTRA = (GPU, "cpu", "memory", "pods")  # allocatable kept apart, or not a request
 ALWAYS_TOLERATED = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)
 
 
 class Resources(NamedTuple):
-    """GPUs, CPU cores and memory bytes: a node's allocatable, or what pods request."""
+    """GPUs, CPU cores, memory bytes and any other resource (``ephemeral-storage``,
+    ``hugepages-*``, extended resources such as ``example.com/fpga``): a node's allocatable,
+    or what pods request. ``extra`` holds the others as (name, amount) pairs sorted by name."""
 
     gpus: int = 0
     cpu: float = 0.0
     memory: float = 0.0
+    extra: tuple[tuple[str, float], ...] = ()
 
     def plus(self, other: Resources) -> Resources:
-        return Resources(self.gpus + other.gpus, self.cpu + other.cpu, self.memory + other.memory)
+        return Resources(
+            self.gpus + other.gpus,
+            self.cpu + other.cpu,
+            self.memory + other.memory,
+            _merge(self.extra, other.extra, float.__add__),
+        )
 
     def most(self, other: Resources) -> Resources:
         return Resources(
-            max(self.gpus, other.gpus), max(self.cpu, other.cpu), max(self.memory, other.memory)
+            max(self.gpus, other.gpus),
+            max(self.cpu, other.cpu),
+            max(self.memory, other.memory),
+            _merge(self.extra, other.extra, max),
         )
+
+    def amount(self, name: str) -> float:
+        """An ``extra`` resource's amount (0 where absent, as the scheduler counts it)."""
+        return dict(self.extra).get(name, 0.0)
+
+
+def _merge(
+    a: tuple[tuple[str, float], ...],
+    b: tuple[tuple[str, float], ...],
+    op: Callable[[float, float], float],
+) -> tuple[tuple[str, float], ...]:
+    out = dict(a)
+    for k, v in b:
+        out[k] = op(out.get(k, 0.0), v)
+    return tuple(sorted(out.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +110,7 @@ class NodeInfo:
     ready: bool = True
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
-    allocatable: Resources = field(default_factory=Resources)  # cpu, memory (0: unknown)
+    allocatable: Resources = field(default_factory=Resources)  # all zero: not reported
 
     def sick(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
         """Why running stages must leave this node, or None while it can keep them."""
@@ -122,8 +149,9 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     def one(c: Mapping[str, Any]) -> Resources:
         res = c.get("resources") or {}
         req, lim = res.get("requests") or {}, res.get("limits") or {}
-        got = {k: _amount(req.get(k) if k in req else lim.get(k)) for k in (GPU, "cpu", "memory")}
-        return Resources(int(got[GPU]), got["cpu"], got["memory"])
+        got = {k: _amount(req.get(k) if k in req else lim.get(k)) for k in {*req, *lim}}
+        gpus, cpu, memory = (got.pop(k, 0.0) for k in (GPU, "cpu", "memory"))
+        return Resources(int(gpus), cpu, memory, tuple(sorted((k, v) for k, v in got.items() if v)))
 
     total = Resources()
     for c in spec.get("containers") or []:
@@ -131,6 +159,22 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     for c in spec.get("initContainers") or []:
         total = total.most(one(c))
     return total
+
+
+def fits(allocatable: Resources, taken: Resources, need: Resources, gpus: int) -> bool:
+    """Whether a pod requesting ``need`` fits on a node with ``allocatable`` (and ``gpus``
+    GPUs left) beside other pods requesting ``taken``. CPU or memory the node does not
+    report is not checked; any other resource it does not report it has none of, as the
+    scheduler counts extended resources (a node reporting no allocatable is not checked)."""
+    room = allocatable
+    return (
+        (not need.gpus or gpus >= need.gpus)
+        and (not need.cpu or not room.cpu or room.cpu - taken.cpu >= need.cpu)
+        and (not need.memory or not room.memory or room.memory - taken.memory >= need.memory)
+        and (
+            room == Resources() or all(room.amount(k) - taken.amount(k) >= v for k, v in need.extra)
+        )
+    )
 
 
 class Usage(Mapping[str, Resources]):
@@ -203,13 +247,19 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     ):
         ready = False
     alloc = status.get("allocatable") or {}
+    others = {k: _amount(v) for k, v in alloc.items() if k not in NOT_EXTRA}
     info = dict(
         name=name,
         labels=labels,
         ready=ready,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
-        allocatable=Resources(0, _amount(alloc.get("cpu")), _amount(alloc.get("memory"))),
+        allocatable=Resources(
+            0,
+            _amount(alloc.get("cpu")),
+            _amount(alloc.get("memory")),
+            tuple(sorted((k, v) for k, v in others.items() if v)),
+        ),
     )
     gpus = _quantity((status.get("allocatable") or {}).get(GPU, 0))
     product = labels.get(PRODUCT)

@@ -28,6 +28,7 @@ from hulk_operator.inventory import (
     build_cluster,
     cut_pairs,
     estimated_pairs,
+    fits,
     selected,
 )
 from hulk_planner.errors import HulkError
@@ -124,16 +125,9 @@ class Snapshot:
         return sorted(out, key=lambda i: i.name)
 
     def _fits(self, info: NodeInfo, need: Resources) -> bool:
-        """Whether a stage pod requesting ``need`` fits beside the node's other pods (a
-        resource the node does not report is not checked)."""
-        room = info.allocatable
-        taken = self.used.get(info.name, Resources())
+        """Whether a stage pod requesting ``need`` fits beside the node's other pods."""
         gpus = info.server.gpus if info.server is not None else 0
-        return (
-            (not need.gpus or gpus >= need.gpus)
-            and (not need.cpu or not room.cpu or room.cpu - taken.cpu >= need.cpu)
-            and (not need.memory or not room.memory or room.memory - taken.memory >= need.memory)
-        )
+        return fits(info.allocatable, self.used.get(info.name, Resources()), need, gpus)
 
     def _unused(self, info: NodeInfo) -> NodeInfo:
         """The node with the GPUs other pods request taken off (no server if none is left)."""
@@ -179,6 +173,17 @@ class Snapshot:
             )
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
+        absent = [
+            k
+            for k, _ in need.extra
+            if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in usable)
+        ]
+        if absent:
+            return (
+                f"none of the {len(usable)} usable node(s) matching the job has "
+                f"{', '.join(absent)}, which the stage pods request: advertise it on the nodes "
+                "(a device plugin, or the node's status.capacity) or drop it from the template"
+            )
         if unfit and len(full) + len(unfit) == len(usable):
             return (
                 f"the stage pods' requests ({_resources(need)}) fit on none of the "
@@ -307,6 +312,9 @@ def _resources(r: Resources) -> str:
         parts.append(f"cpu {r.cpu:g}")
     if r.memory:
         parts.append(f"memory {r.memory / 2**30:.3g} GiB")
+    for k, v in r.extra:
+        bytes_ = k == "ephemeral-storage" or k.startswith("hugepages-")
+        parts.append(f"{k} {v / 2**30:.3g} GiB" if bytes_ else f"{k} {v:g}")
     return ", ".join(parts)
 
 

@@ -129,7 +129,11 @@ async def reconcile(
             # re-writing from the stale status would write a second, uncounted plan.
             return {}
         lost = recovery.lost_servers(plan, ctx.nodes, entry.tolerations)
-        lost.update(recovery.taken_servers(ctx.pods.get(entry.key, []), ctx.used, lost))
+        lost.update(
+            recovery.taken_servers(
+                ctx.pods.get(entry.key, []), ctx.used, lost, ctx.nodes, entry.requests
+            )
+        )
         if lost:
             reason = sorted(set(lost.values()))[0].split()[0]
             decision = await ctx.placer.replan(entry, plan, ctx.snapshot)

@@ -2,7 +2,8 @@
 
 A stage's server is lost when its Node is deleted, goes NotReady, is cordoned, or gets a
 NoExecute taint the job does not tolerate, or when its stage pod cannot be scheduled
-because other pods took GPUs there (``GPUsTaken``). The job is then re-planned (see
+because other pods took GPUs there (``GPUsTaken``) or room its requests need
+(``ResourcesTaken``). The job is then re-planned (see
 ``Placer.replan``: healthy servers plus free ones, with the old plan as ``previous`` so
 healthy stages stay put when the cost model allows) and only the pods whose manifest
 changed are replaced: the pod name carries a hash of its manifest (``manifests``), so a
@@ -17,7 +18,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hulk_operator.inventory import NodeInfo, Resources
+from hulk_operator.inventory import NodeInfo, Resources, fits
 from hulk_planner.model import JobPlan
 
 
@@ -38,19 +39,29 @@ def lost_servers(
 
 
 def taken_servers(
-    pods: Iterable[Any], used: Mapping[str, Resources], lost: Collection[str] = ()
+    pods: Iterable[Any],
+    used: Mapping[str, Resources],
+    lost: Collection[str] = (),
+    nodes: Mapping[str, NodeInfo] | None = None,
+    need: Resources | None = None,
 ) -> dict[str, str]:
-    """Server -> ``GPUsTaken`` where the job's stage pod waits unschedulable while other
-    pods hold GPUs there: they took them while the stage pod was gated or being created
-    again. The re-plan sees the server with only the GPUs left, or not at all."""
-    return {
-        p.node: "GPUsTaken"
-        for p in pods
-        if p.node
-        and p.unschedulable
-        and p.node not in lost
-        and used.get(p.node, Resources()).gpus > 0
-    }
+    """Server -> why, where the job's stage pod waits unschedulable because other pods took
+    what it needs there (they can while it is gated or being created again): ``GPUsTaken``
+    where they hold GPUs, ``ResourcesTaken`` where its template's requests (``need``: CPU,
+    memory, other resources) no longer fit beside theirs. The re-plan sees the server with
+    only the GPUs left, or not at all."""
+    out: dict[str, str] = {}
+    for p in pods:
+        if not p.node or not p.unschedulable or p.node in lost:
+            continue
+        taken = used.get(p.node, Resources())
+        info = (nodes or {}).get(p.node)
+        gpus = info.server.gpus if info is not None and info.server is not None else 0
+        if taken.gpus > 0:
+            out[p.node] = "GPUsTaken"
+        elif info is not None and not fits(info.allocatable, taken, need or Resources(), gpus):
+            out[p.node] = "ResourcesTaken"
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,10 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
 def event_message(
     lost: Mapping[str, str], old: JobPlan, new: JobPlan | None, replaced: int, kept: int
 ) -> str:
-    said = {"GPUsTaken": "GPUs taken by other pods"}
+    said = {
+        "GPUsTaken": "GPUs taken by other pods",
+        "ResourcesTaken": "stage pod's requests no longer fit beside other pods",
+    }
     causes = ", ".join(f"{n} {said.get(why, why.lower())}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"

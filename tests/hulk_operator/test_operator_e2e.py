@@ -740,8 +740,17 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
     kube: Kube, operator: Any
 ) -> None:
     m = manifest("huge", model={"preset": "gpt2-xl"})
-    resources = {"limits": {"example.com/fpga": "1"}}  # a resource no node has
-    m["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    # a rule Hulk does not plan with: beside a pod that does not exist
+    m["spec"]["template"]["spec"]["affinity"] = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "no-such-pod"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
     kube.apply(m)
 
     def stuck() -> dict[str, Any] | None:
@@ -749,7 +758,7 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
         return c if c and c["reason"] == "StageUnschedulable" else None
 
     c = wait("the scheduler's reason in the job", stuck, 60)
-    assert c["status"] == "False" and "Insufficient example.com/fpga" in c["message"], c
+    assert c["status"] == "False" and "didn't match pod affinity rules" in c["message"], c
     assert "the scheduler cannot place huge-" in c["message"]
     assert kube.phase("huge") == "Placing"
 
@@ -776,6 +785,47 @@ def test_cpu_and_memory_requests_limit_the_servers_planned(kube: Kube, operator:
     c = wait("Unschedulable", refused, 30)
     assert f"the stage pods' requests (cpu {most + 1}) fit on none of the" in c["message"], c
     assert kube.pods("too-hungry") == []
+
+
+def test_an_extended_resource_limits_the_plan_to_nodes_that_advertise_it(
+    kube: Kube, operator: Any
+) -> None:
+    fpga = "example.com/fpga"
+    berlin = [
+        n.metadata.name
+        for n in kube.core.list_node().items
+        if n.metadata.name.startswith("berlin-")
+    ]  # type: ignore[attr-defined]
+
+    def advertise(amount: str | None) -> None:
+        for n in berlin:  # as a device plugin or `kubectl patch --subresource=status` would
+            kube.core.patch_node_status(
+                n, {"status": {"capacity": {fpga: amount}, "allocatable": {fpga: amount}}}
+            )
+
+    advertise("1")
+    try:
+        m = manifest("on-fpga", model={"preset": "gpt2-xl"})  # alone, it goes to rome
+        m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {fpga: "1"}}
+        kube.apply(m)
+        wait("Running", lambda: kube.phase("on-fpga") == "Running", 60)
+        nodes = plan_nodes(kube.job("on-fpga"))
+        assert nodes and all(n in berlin for n in nodes), nodes
+        asic = manifest("on-asic", model={"preset": "gpt2-xl"})
+        asic["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"example.com/asic": "1"}
+        }
+        kube.apply(asic)
+
+        def refused() -> dict[str, Any] | None:
+            c = condition(kube.job("on-asic"), "Planned")
+            return c if c and c["reason"] == "Unschedulable" else None
+
+        c = wait("Unschedulable", refused, 30)
+        assert "has example.com/asic, which the stage pods request" in c["message"], c
+        assert kube.pods("on-asic") == []
+    finally:
+        advertise(None)
 
 
 def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:
@@ -810,6 +860,42 @@ def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: 
     assert kube.job("raced")["status"]["replans"] == 1
     assert all(p.spec.node_name != node for p in kube.live_pods("raced"))
     kube.core.delete_namespaced_pod("grabber", kube.ns, grace_period_seconds=0)
+
+
+def test_a_stage_whose_cpu_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:
+    m = manifest("squeezed", model={"preset": "gpt2-xl"})
+    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("squeezed") == "Running", 60)
+    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods("squeezed")}
+    victim = sorted(pods)[0]
+    node = pods[victim]
+    cpu = kube.core.read_node(node).status.allocatable["cpu"]
+    # bound without the scheduler, as a static pod is: it asks for every core and no GPU
+    kube.core.create_namespaced_pod(
+        kube.ns,
+        {
+            "metadata": {"name": "cpu-grabber"},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+                ],
+            },
+        },
+    )
+    _fail_pod(kube, victim, "Evicted")
+
+    def moved() -> bool:
+        return kube.phase("squeezed") == "Running" and node not in plan_nodes(kube.job("squeezed"))
+
+    wait("re-planned off the squeezed server", moved, 90)
+    (event,) = kube.events("Replanned")
+    assert event.message.startswith(
+        f"{node} stage pod's requests no longer fit beside other pods; "
+    ), event.message
+    assert all(p.spec.node_name != node for p in kube.live_pods("squeezed"))
+    kube.core.delete_namespaced_pod("cpu-grabber", kube.ns, grace_period_seconds=0)
 
 
 def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: Any) -> None:

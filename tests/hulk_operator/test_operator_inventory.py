@@ -272,3 +272,30 @@ def test_pod_requests_sum_containers_and_take_the_largest_init_container() -> No
         0, 96.0, 2.0**40
     )
     assert node_info(node()).allocatable == inventory.Resources()  # not reported: not checked
+
+
+def test_other_resources_are_requested_and_offered_by_name() -> None:
+    def c(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> Any:
+        return {"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}}
+
+    spec = {
+        "containers": [
+            c({"ephemeral-storage": "10Gi"}, {"example.com/fpga": "1"}),  # the limit: a request
+            c({"ephemeral-storage": "2Gi", "example.com/fpga": "1", "hugepages-2Mi": "0"}),
+        ],
+        "initContainers": [c({"ephemeral-storage": "20Gi"})],
+    }
+    need = inventory.pod_requests(spec)
+    assert need.extra == (("ephemeral-storage", 20 * 2**30), ("example.com/fpga", 2.0))
+    assert (need.gpus, need.cpu, need.memory) == (0, 0.0, 0.0)
+    assert need.amount("example.com/fpga") == 2.0 and need.amount("hugepages-1Gi") == 0.0
+    both = need.plus(inventory.Resources(1, extra=(("example.com/fpga", 1.0), ("x.io/y", 3.0))))
+    assert both.extra == (
+        ("ephemeral-storage", 20 * 2**30),
+        ("example.com/fpga", 3.0),
+        ("x.io/y", 3.0),
+    )
+    alloc = {"nvidia.com/gpu": "8", "cpu": "96", "pods": "110", "example.com/fpga": "2"}
+    assert node_info(node(status__allocatable=alloc)).allocatable.extra == (
+        ("example.com/fpga", 2.0),
+    )

@@ -134,6 +134,28 @@ def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
     )
 
 
+def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
+    from hulk_operator.reconcile import PodEntry
+
+    a, b, c, d = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    cpu = nodes()[b].allocatable.cpu
+
+    def pod(node: str, waiting: bool = True) -> PodEntry:
+        return PodEntry(f"p-{node}", node, "Pending", False, False, "", "no" if waiting else "")
+
+    pods = [pod(a), pod(b), pod(c), pod(d, waiting=False)]
+    used = {a: Resources(1), b: Resources(0, cpu, 0.0), c: Resources(0, 1.0, 0.0), d: Resources(8)}
+    need = Resources(0, 1.0, 0.0)
+    # a: GPUs held; b: no core left for the stage's one; c: room left (the scheduler waits
+    # for something else); d: its pod is not waiting
+    assert recovery.taken_servers(pods, used, (), nodes(), need) == {
+        a: "GPUsTaken",
+        b: "ResourcesTaken",
+    }
+    assert recovery.taken_servers(pods, used, (b,), nodes(), need) == {a: "GPUsTaken"}
+    assert recovery.taken_servers(pods, used, (), nodes(), Resources()) == {a: "GPUsTaken"}
+
+
 def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
     opt = entry(paper_jobs()[0], allowed_regions=("paris",))
     d = plan_pending(snap([opt]), plan)[opt.key]
@@ -410,6 +432,34 @@ def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() 
     assert d.job_plan is None and d.reason.startswith(
         f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
         f"{len(paris)} usable node(s) matching the job"
+    )
+
+
+def test_an_extended_resource_limits_the_plan_to_nodes_that_have_it_free() -> None:
+    bert = paper_jobs()[3]
+    fpga = (("example.com/fpga", 1.0),)
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    a, b, *_ = paris
+    e = entry(bert, allowed_regions=("paris",), requests=Resources(extra=fpga))
+    s = snap([e])
+    # nodes that report no such resource have none of it, as the scheduler counts it
+    assert refusal(s, e).startswith(
+        f"none of the {len(paris)} usable node(s) matching the job has example.com/fpga, which "
+        "the stage pods request: advertise it on the nodes"
+    )
+    s.nodes = {
+        **s.nodes,
+        **{
+            n: replace(s.nodes[n], allocatable=s.nodes[n].allocatable.plus(Resources(extra=fpga)))
+            for n in (a, b)
+        },
+    }
+    assert [i.name for i in s.free(e)] == [a, b]
+    s.used = {a: Resources(extra=fpga)}  # another pod holds a's only FPGA
+    assert [i.name for i in s.free(e)] == [b]
+    s.used = {a: Resources(extra=fpga), b: Resources(extra=fpga)}
+    assert refusal(s, e).startswith(
+        f"the stage pods' requests (example.com/fpga 1) fit on none of the {len(paris)} usable"
     )
 
 
