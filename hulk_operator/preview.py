@@ -36,7 +36,7 @@ from hulk_operator.placement import (
     planner_names,
 )
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
-from hulk_planner.model import Cluster, Job, Plan, Unplaced
+from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
 
 DEFAULT_MAX_AGE_S = 600.0
 
@@ -137,12 +137,16 @@ def preview_plan(
             placed.append(replace(d.job_plan, name=names[e.key]))
         else:
             unplaced.append(Unplaced(names[e.key], d.reason))
-    anywhere = replace(pending[0], node_selector=(), allowed_regions=(), affinity=())
-    servers = [i.server for i in snap.free(anywhere) if i.server is not None]
-    for d in decisions.values():  # a constrained job's servers may need its tolerations
+    # the servers any pending job may get (with its tolerations and requests, wherever its
+    # selectors allow), and those the plans use: the cluster the plan is shown against
+    found: dict[str, Server] = {}
+    for e in pending:
+        anywhere = replace(e, node_selector=(), allowed_regions=(), affinity=())
+        found |= {i.name: i.server for i in snap.free(anywhere) if i.server is not None}
+    for d in decisions.values():
         if d.cluster is not None and d.job_plan is not None:
-            known = {s.name for s in servers}
-            servers += [d.cluster.server(n) for n in d.job_plan.nodes if n not in known]
+            found |= {n: d.cluster.server(n) for n in d.job_plan.nodes if n not in found}
+    servers = [found[n] for n in sorted(found)]
     cluster = build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
     jobs_out = [replace(e.job, name=names[e.key]) for e in pending if e.job is not None]

@@ -9,9 +9,11 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hjob_helpers import (
     ROOT,
     Kube,
@@ -180,3 +182,27 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert "on-mars: NOT PLACED: spec.allowedRegions ['mars']" in table.stdout
+
+
+def test_the_preview_is_shown_against_every_server_a_pending_job_may_get(
+    sandbox: Any, kube: Kube, tmp_path: Path
+) -> None:
+    nodes: Any = kube.core.list_node()
+    cpus = {n.metadata.name: int(n.status.allocatable["cpu"]) for n in nodes.items}
+    most = max(cpus.values())
+    hungry = manifest("hungry", model={"preset": "gpt2-xl"})  # fits the largest nodes only
+    hungry["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": str(most)}
+    }
+    calm = manifest("calm", model={"preset": "gpt2-xl"})
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump_all([hungry, calm]))
+    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    out = subprocess.run(
+        [*cmd, "--jobs", str(jobs), "--no-compare"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    every = cluster_from_kubeconfig(sandbox.kubeconfig, free_only=True)
+    assert len(every.servers) > sum(c == most for c in cpus.values())
+    assert f"({len(every.servers)} servers, {len(every.regions)} regions)" in out.stdout
