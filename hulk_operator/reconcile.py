@@ -130,8 +130,8 @@ async def reconcile(
             return {}
         lost = recovery.lost_servers(plan, ctx.nodes, entry.tolerations)
         lost.update(
-            recovery.taken_servers(
-                ctx.pods.get(entry.key, []), ctx.used, lost, ctx.nodes, entry.requests
+            recovery.stuck_servers(
+                ctx.pods.get(entry.key, []), ctx.used, lost, ctx.nodes, entry.requests, gpus
             )
         )
         if lost:

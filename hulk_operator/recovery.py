@@ -2,8 +2,8 @@
 
 A stage's server is lost when its Node is deleted, goes NotReady, is cordoned, or gets a
 NoExecute taint the job does not tolerate, or when its stage pod cannot be scheduled
-because other pods took GPUs there (``GPUsTaken``) or room its requests need
-(``ResourcesTaken``). The job is then re-planned (see
+because the node lost GPUs (``GPUsGone``) or other pods took GPUs there (``GPUsTaken``)
+or room its requests need (``ResourcesTaken``). The job is then re-planned (see
 ``Placer.replan``: healthy servers plus free ones, with the old plan as ``previous`` so
 healthy stages stay put when the cost model allows) and only the pods whose manifest
 changed are replaced: the pod name carries a hash of its manifest (``manifests``), so a
@@ -38,28 +38,38 @@ def lost_servers(
     return out
 
 
-def taken_servers(
+def stuck_servers(
     pods: Iterable[Any],
     used: Mapping[str, Resources],
     lost: Collection[str] = (),
     nodes: Mapping[str, NodeInfo] | None = None,
     need: Resources | None = None,
+    planned: Mapping[str, int] | None = None,
 ) -> dict[str, str]:
-    """Server -> why, where the job's stage pod waits unschedulable because other pods took
-    what it needs there (they can while it is gated or being created again): ``GPUsTaken``
-    where they hold GPUs, ``ResourcesTaken`` where its template's requests (``need``: CPU,
-    memory, other resources) no longer fit beside theirs. The re-plan sees the server with
-    only the GPUs left, or not at all."""
+    """Server -> why, where the job's stage pod waits unschedulable because the server can
+    no longer take it: ``GPUsGone`` where the node now has fewer GPUs than the stage asks
+    (a GPU failed, the device plugin stopped); ``GPUsTaken`` where other pods hold the GPUs
+    it asks; ``ResourcesTaken`` where its template's requests (``need``: CPU, memory, other
+    resources) no longer fit beside other pods'. Other pods can take room while a stage pod
+    is gated or being created again. The re-plan sees the server with what is left, or not
+    at all, so a stage pod that waits for another reason (a rule Hulk does not plan with)
+    is not re-planned in a loop. ``planned``: server -> GPUs in the job's plan."""
+    need = need or Resources()
     out: dict[str, str] = {}
     for p in pods:
         if not p.node or not p.unschedulable or p.node in lost:
             continue
         taken = used.get(p.node, Resources())
         info = (nodes or {}).get(p.node)
-        gpus = info.server.gpus if info is not None and info.server is not None else 0
-        if taken.gpus > 0:
+        if info is None:
+            continue  # a deleted node: lost_servers' case
+        have = info.server.gpus if info.server is not None else 0
+        wants = need.gpus or (planned or {}).get(p.node, 0)
+        if wants and have < wants:
+            out[p.node] = "GPUsGone"
+        elif (have - taken.gpus < wants) if wants else taken.gpus > 0:
             out[p.node] = "GPUsTaken"
-        elif info is not None and not fits(info.allocatable, taken, need or Resources(), gpus):
+        elif not fits(info.allocatable, taken, need, have - taken.gpus):
             out[p.node] = "ResourcesTaken"
     return out
 
@@ -117,6 +127,7 @@ def event_message(
     lost: Mapping[str, str], old: JobPlan, new: JobPlan | None, replaced: int, kept: int
 ) -> str:
     said = {
+        "GPUsGone": "has fewer GPUs than its stage asks",
         "GPUsTaken": "GPUs taken by other pods",
         "ResourcesTaken": "stage pod's requests no longer fit beside other pods",
     }

@@ -898,6 +898,37 @@ def test_a_stage_whose_cpu_another_pod_took_is_replanned(kube: Kube, operator: A
     kube.core.delete_namespaced_pod("cpu-grabber", kube.ns, grace_period_seconds=0)
 
 
+def test_a_stage_whose_node_lost_gpus_is_replanned(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("shrunk", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("shrunk") == "Running", 60)
+    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods("shrunk")}
+    victim = sorted(pods)[0]
+    node = pods[victim]
+    gpus = kube.core.read_node(node).status.allocatable[GPU]
+
+    def set_gpus(n: str) -> None:  # as the device plugin reports a failed GPU
+        kube.core.patch_node_status(
+            node, {"status": {"capacity": {GPU: n}, "allocatable": {GPU: n}}}
+        )
+
+    set_gpus(str(int(gpus) - 1))
+    try:
+        _fail_pod(kube, victim, "Evicted")  # its GPU failed; created again, it cannot fit
+
+        def replanned() -> bool:
+            return kube.phase("shrunk") == "Running" and bool(kube.events("Replanned"))
+
+        wait("re-planned", replanned, 90)
+        (event,) = kube.events("Replanned")
+        assert event.message.startswith(f"{node} has fewer GPUs than its stage asks; ")
+        for p in kube.live_pods("shrunk"):
+            if p.spec.node_name == node:  # kept, with the GPUs it has now
+                asked = p.spec.containers[0].resources.requests[GPU]
+                assert int(asked) <= int(gpus) - 1, asked
+    finally:
+        set_gpus(gpus)
+
+
 def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: Any) -> None:
     m = manifest("berlin-only", model={"preset": "gpt2-xl"})  # alone, it goes to rome
     m["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "berlin"}

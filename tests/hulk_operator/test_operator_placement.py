@@ -148,12 +148,36 @@ def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
     need = Resources(0, 1.0, 0.0)
     # a: GPUs held; b: no core left for the stage's one; c: room left (the scheduler waits
     # for something else); d: its pod is not waiting
-    assert recovery.taken_servers(pods, used, (), nodes(), need) == {
+    assert recovery.stuck_servers(pods, used, (), nodes(), need) == {
         a: "GPUsTaken",
         b: "ResourcesTaken",
     }
-    assert recovery.taken_servers(pods, used, (b,), nodes(), need) == {a: "GPUsTaken"}
-    assert recovery.taken_servers(pods, used, (), nodes(), Resources()) == {a: "GPUsTaken"}
+    assert recovery.stuck_servers(pods, used, (b,), nodes(), need) == {a: "GPUsTaken"}
+    assert recovery.stuck_servers(pods, used, (), nodes(), Resources()) == {a: "GPUsTaken"}
+    # with the plan's GPUs known: a stage planned on what other pods left waits for
+    # something else (re-planning would give it the same server again, and again)
+    whole = {n: nodes()[n].server.gpus for n in (a, b, c, d)}  # type: ignore[union-attr]
+    left = {n: g - used[n].gpus for n, g in whole.items()}
+    assert recovery.stuck_servers(pods, used, (), nodes(), need, left) == {b: "ResourcesTaken"}
+    assert recovery.stuck_servers(pods, used, (), nodes(), need, whole) == {
+        a: "GPUsTaken",
+        b: "ResourcesTaken",
+    }
+    # the node lost GPUs (a failed one, a stopped device plugin): fewer than the stage asks
+    fewer = {**nodes(), c: node_info(_with_gpus(c, whole[c] - 1))}
+    assert recovery.stuck_servers(pods, {}, (), fewer, need, whole) == {c: "GPUsGone"}
+    none = {**nodes(), c: node_info(_with_gpus(c, 0))}
+    assert none[c].server is None
+    assert recovery.stuck_servers(pods, {}, (), none, need, whole) == {c: "GPUsGone"}
+
+
+def _with_gpus(name: str, gpus: int) -> dict[str, Any]:
+    (server,) = [s for s in paper_cluster().servers if s.name == name]
+    body = node_manifest(server)
+    body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    for k in ("capacity", "allocatable"):
+        body["status"][k]["nvidia.com/gpu"] = str(gpus)
+    return body
 
 
 def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
