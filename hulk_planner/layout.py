@@ -189,33 +189,43 @@ def repair_job(
     alive = set(cost.net.index)
     pool = [n for n in free if n in alive and n not in previous.nodes]
     stages = [list(st.nodes) for st in previous.stages]
-    old_counts = [st.num_layers for st in previous.stages]
     m = micro_batches(job, len(stages[0]))
-    counts = list(old_counts)
-    for k, nodes in enumerate(stages):
-        for r, name in enumerate(nodes):
-            if name in alive:
-                continue
-            neighbours = [
-                stages[j][r] for j in (k - 1, k + 1)
-                if 0 <= j < len(stages) and stages[j][r] in alive
-            ]  # fmt: skip
-            best: tuple[float, str, list[int]] | None = None
-            for cand in _nearest(cost, pool, neighbours)[:8]:
-                nodes[r] = cand
-                options = [counts]
-                balanced = balance_layers(cost, job, stages, m)
-                if balanced is not None and balanced != counts:
-                    options.append(balanced)
-                for split in options:
-                    t = cost.job_seconds(job, make_job_plan(job, stages, split))
-                    if best is None or t < best[0]:
-                        best = (t, cand, split)
-            if best is None or not math.isfinite(best[0]):
-                return None
-            nodes[r] = best[1]
-            counts = best[2]
-            pool.remove(best[1])
+    counts = [st.num_layers for st in previous.stages]
+    lost = [(k, r) for k, nodes in enumerate(stages) for r, n in enumerate(nodes) if n not in alive]
+
+    def neighbours(k: int, r: int) -> list[str]:
+        return [
+            stages[j][r] for j in (k - 1, k + 1)
+            if 0 <= j < len(stages) and stages[j][r] in alive
+        ]  # fmt: skip
+
+    # First every lost server gets the free server nearest its neighbours, so that a plan
+    # can be scored (several lost at once: a region's outage); then each, in turn, the
+    # best of the nearest few, scored with the old layer split and with it rebalanced.
+    for k, r in lost:
+        near = _nearest(cost, pool, neighbours(k, r))
+        if not near:
+            return None
+        stages[k][r] = near[0]
+        pool.remove(near[0])
+    for k, r in lost:
+        pool.append(stages[k][r])
+        best: tuple[float, str, list[int]] | None = None
+        for cand in _nearest(cost, pool, neighbours(k, r))[:8]:
+            stages[k][r] = cand
+            options = [counts]
+            balanced = balance_layers(cost, job, stages, m)
+            if balanced is not None and balanced != counts:
+                options.append(balanced)
+            for split in options:
+                t = cost.job_seconds(job, make_job_plan(job, stages, split))
+                if best is None or t < best[0]:
+                    best = (t, cand, split)
+        if best is None or not math.isfinite(best[0]):
+            return None
+        stages[k][r] = best[1]
+        counts = best[2]
+        pool.remove(best[1])
     jp = make_job_plan(job, stages, counts)
     t = cost.job_seconds(job, jp)
     return replace(jp, predicted_iteration_seconds=t) if math.isfinite(t) else None

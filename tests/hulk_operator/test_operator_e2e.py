@@ -602,6 +602,32 @@ def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> 
     assert not node.spec.unschedulable
 
 
+def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -> None:
+    kube.apply(paper_manifests()[1])
+    name = PAPER[1]
+    wait("Running", lambda: kube.phase(name) == "Running", 60)
+    nodes = plan_nodes(kube.job(name))
+    assert len(nodes) >= 3, nodes
+    first, last = nodes[0], nodes[-1]  # two stages' servers, as a region's outage takes them
+    try:
+        for n in (first, last):
+            kube.core.patch_node(n, {"spec": {"unschedulable": True}})
+
+        def moved() -> bool:
+            now = plan_nodes(kube.job(name))
+            return kube.phase(name) == "Running" and not {first, last} & set(now)
+
+        wait("both replaced", moved, 60)
+        (event,) = kube.events("Replanned")
+        assert event.message.startswith(
+            f"{min(first, last)} cordoned, {max(first, last)} cordoned; "
+        ), event.message
+        assert all(p.spec.node_name not in (first, last) for p in kube.live_pods(name))
+    finally:
+        for n in (first, last):
+            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+
+
 def test_a_node_going_not_ready_replaces_only_its_stage(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:

@@ -213,6 +213,22 @@ def test_repair_keeps_healthy_stages_and_replaces_only_the_lost_server() -> None
     assert fixed.predicted_iteration_seconds == pytest.approx(model.job_seconds(job, before))
 
 
+def test_repair_replaces_several_servers_lost_at_once() -> None:
+    """A region's outage takes several stages' servers together: each is replaced, and the
+    repaired plan is scored only once every lost server has its replacement."""
+    links = [(x, y, 1.0) for x, y in itertools.combinations("abcdef", 2)]
+    model, job = CostModel(cluster([server(n) for n in "abcdef"], links)), tiny_job()
+    before = make_job_plan(job, [["a", "b"], ["c", "d"]], [2, 2])
+    after_loss = CostModel(model.cluster.without(["b", "c", "d"]))
+    assert repair_job(after_loss, job, before, ["e"]) is None  # three lost, one free
+    after_loss = CostModel(model.cluster.without(["c", "d"]))
+    fixed = repair_job(after_loss, job, before, ["e", "f"])
+    assert fixed is not None
+    assert fixed.stages[0] == before.stages[0]
+    assert sorted(fixed.stages[1].nodes) == ["e", "f"] and fixed.stages[1].layers == (2, 4)
+    assert fixed.predicted_iteration_seconds == pytest.approx(model.job_seconds(job, before))
+
+
 def test_repair_of_a_replica_keeps_the_other_replicas() -> None:
     model, job = _four_identical()
     before = make_job_plan(job, [["a", "b"]], [4])
