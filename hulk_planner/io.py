@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -67,15 +68,33 @@ def _found(doc: Mapping[str, Any], key: str) -> str:
     return f"is {doc[key]!r}" if doc.get(key) is not None else "is missing"
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, with numbers as JSON and YAML 1.2 write them: YAML 1.1 reads
+    ``7e9``, ``1e-05`` or ``1.0e308`` (an exponent without a dot or a sign) as strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def load_documents(path: str | Path) -> list[Any]:
     """All YAML/JSON documents of a file (JSON is YAML), skipping empty ones."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidRequest(str(p), f"cannot be read: {exc.strerror}", "check the path") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            str(p),
+            f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            "save it as UTF-8",
+        ) from None
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark else str(p)

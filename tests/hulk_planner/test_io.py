@@ -296,6 +296,39 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     assert "YAML" in exc.value.problem
 
 
+def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes("metadata: {name: k\u00f6ln}\n".encode("latin-1"))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(latin)
+    assert exc.value.field == str(latin)
+    assert exc.value.problem == "is not UTF-8 text (byte 0xf6 at offset 18)"
+    assert exc.value.fix == "save it as UTF-8"
+
+
+def test_numbers_with_an_exponent_are_numbers_as_in_json(tmp_path: Path) -> None:
+    """JSON (``json.dumps`` writes ``1e-05``) and YAML 1.2 read these as numbers; YAML 1.1,
+    PyYAML's default, reads them as strings."""
+    f = tmp_path / "n.json"
+    f.write_text(
+        json.dumps({"a": 7e9, "b": 1e-05, "c": 1e20})
+        + "\n---\n{d: 1.0e308, e: -2.5E+3, f: .5e1, g: 7, h: 1.5, i: 1e, j: abc1e5, k: '7e9'}"
+    )
+    assert io.load_documents(f) == [
+        {"a": 7e9, "b": 1e-05, "c": 1e20},
+        {
+            "d": 1e308,
+            "e": -2500.0,
+            "f": 5.0,
+            "g": 7,
+            "h": 1.5,
+            "i": "1e",
+            "j": "abc1e5",
+            "k": "7e9",
+        },
+    ]
+
+
 # ---- PlacementPlan ----
 
 
