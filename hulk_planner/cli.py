@@ -13,10 +13,11 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from hulk_planner.errors import HulkError, InvalidRequest
-from hulk_planner.model import Cluster, Job, Plan
+from hulk_planner.model import Cluster, Job, Plan, Unplaced
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
@@ -111,19 +112,23 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
     return cluster, jobs, None
 
 
-def _check_fits(cluster: Cluster, jobs: Sequence[Job]) -> None:
+def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
+    """Jobs that need more GPU memory than the whole cluster has, and why; an error if that
+    is every job (nothing to plan)."""
     from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 
     total = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
-    for job in jobs:
-        need = memory_need_bytes(job)
-        if need > total:
-            raise InvalidRequest(
-                f"job {job.name}",
-                f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, the whole cluster "
-                f"has {total / 2**30:.0f} GiB usable",
-                "add servers, or use a smaller model or microBatchSize",
-            )
+    fix = "add servers, or use a smaller model or microBatchSize"
+    why = {
+        job.name: f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, the whole "
+        f"cluster has {total / 2**30:.0f} GiB usable"
+        for job in jobs
+        if (need := memory_need_bytes(job)) > total
+    }
+    if why and len(why) == len(jobs):
+        name = next(iter(why))
+        raise InvalidRequest(f"job {name}", why[name], fix)
+    return [Unplaced(name, f"{text} ({fix})") for name, text in why.items()]
 
 
 def _regions(cluster: Cluster, nodes: Sequence[str]) -> str:
@@ -212,7 +217,8 @@ def _run(args: argparse.Namespace) -> int:
     cluster, jobs, result = _inputs(args)
     cost = CostModel(cluster)
     if result is None:
-        _check_fits(cluster, jobs)
+        too_big = _too_big(cluster, jobs)
+        jobs = [j for j in jobs if j.name not in {u.name for u in too_big}]
         previous = None
         if args.previous:
             docs = io.load_documents(args.previous)
@@ -228,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             previous=previous,
             cost=cost,
         )
+        result = replace(result, unplaced=result.unplaced + tuple(too_big))
     if args.plot:
         from hulk_planner.plot import plot_plan
 

@@ -234,6 +234,22 @@ def test_a_job_that_fits_nowhere(tmp_path: Path, files: tuple[Path, Path]) -> No
     assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), "opt-175b", "GiB")
 
 
+def test_a_job_that_fits_nowhere_beside_others_is_listed_unplaced(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    jobs = write(tmp_path / "mix.yaml", job_doc("opt-175b"), job_doc("bert-large"))
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs, "-o", "json", "--time-budget", "0.2")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [j["name"] for j in result["jobs"]] == ["bert-large"]
+    (unplaced,) = result["unplaced"]
+    assert unplaced["name"] == "opt-175b"
+    assert unplaced["reason"].startswith("fits nowhere: needs 2684 GiB of GPU memory")
+    table = hulk("plan", "--cluster", files[0], "--jobs", jobs, "--time-budget", "0.2")
+    assert table.returncode == 0, table.stderr
+    assert "opt-175b: NOT PLACED: fits nowhere" in table.stdout
+
+
 def test_a_job_that_fits_in_total_but_on_no_set_of_servers(
     tmp_path: Path, files: tuple[Path, Path]
 ) -> None:
