@@ -13,9 +13,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
 from hulk_operator.entries import job_entry
@@ -49,13 +53,23 @@ class Preview:
 
 
 def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
-    """The cluster now, as the operator's snapshot (every job, pending or not)."""
+    """The cluster now, as the operator's snapshot (every job, pending or not). An API
+    server that cannot be reached or refuses a read raises ``InvalidRequest``."""
     with kube.make_client(path) as api:
-        nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
-        latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
-                                   max_age_s)  # fmt: skip
-        objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
-        pods = kube.list_running_pods(api)
+        try:
+            nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
+            latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
+                                       max_age_s)  # fmt: skip
+            objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
+            pods = kube.list_running_pods(api)
+        except ApiException as exc:
+            raise _refused(exc, path) from None
+        except (HTTPError, OSError) as exc:
+            raise InvalidRequest(
+                "--kubeconfig",
+                f"cannot reach the API server at {api.configuration.host} ({_reason(exc)})",
+                "check that the cluster is up and the kubeconfig's server and context",
+            ) from None
     jobs = {e.key: e for e in (_entry(o) for o in objects)}
     stage_pods: list[tuple[Key, str]] = []
     others: dict[str, list[Resources]] = {}
@@ -68,6 +82,35 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
             others.setdefault(node, []).append(pod_requests(spec))
     held = held_servers(jobs, stage_pods)
     return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=Usage(others))
+
+
+def _refused(exc: ApiException, path: str) -> InvalidRequest:
+    """An API error as one line: what the server said, and what to change."""
+    try:
+        said = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        said = ""
+    said = said or str(exc.reason or "")
+    if exc.status == 401:
+        fix = f"the credentials in {path} are not accepted: renew them"
+    elif exc.status == 403:
+        fix = (
+            "hulk plan --kubeconfig reads nodes, pods, hulktrainingjobs and nodelatencies "
+            "in every namespace: use credentials allowed to list them (the chart's operator "
+            "ClusterRole)"
+        )
+    else:
+        fix = "check the cluster's API server"
+    return InvalidRequest("--kubeconfig", f"the API server answered {exc.status}: {said}", fix)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a connection failure (urllib3 wraps it twice), without the
+    connection object's repr: "Failed to establish a new connection: [Errno 111] ..."."""
+    inner: BaseException = exc
+    while isinstance(getattr(inner, "reason", None), BaseException):
+        inner = getattr(inner, "reason")  # noqa: B009
+    return " ".join(str(inner).split()).rsplit("): ", 1)[-1]
 
 
 def _entry(obj: Mapping[str, Any], namespace: str | None = None) -> JobEntry:

@@ -206,3 +206,47 @@ def test_the_preview_is_shown_against_every_server_a_pending_job_may_get(
     every = cluster_from_kubeconfig(sandbox.kubeconfig, free_only=True)
     assert len(every.servers) > sum(c == most for c in cpus.values())
     assert f"({len(every.servers)} servers, {len(every.regions)} regions)" in out.stdout
+
+
+def test_hulk_plan_says_in_one_line_why_the_api_server_cannot_be_read(
+    sandbox: Any, kube: Kube, tmp_path: Path
+) -> None:
+    """Unreachable, unauthenticated (401) and unauthorised (403), against the real API
+    server: one line each, naming what to change, never a traceback."""
+    admin = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+
+    def kubeconfig(name: str, user: dict[str, Any], server: str | None = None) -> Path:
+        doc = json.loads(json.dumps(admin))
+        doc["users"][0]["user"] = user
+        if server:
+            doc["clusters"][0]["cluster"]["server"] = server
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": "nobody"}})
+    token = kube.core.create_namespaced_service_account_token(
+        "nobody", kube.ns, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    cases = {
+        "down": (
+            kubeconfig("down", admin["users"][0]["user"], "https://127.0.0.1:1"),
+            "cannot reach the API server at https://127.0.0.1:1 (Failed to establish a new "
+            "connection: [Errno 111] Connection refused)",
+        ),
+        "bogus": (kubeconfig("bogus", {"token": "not-a-token"}), "the API server answered 401"),
+        "nobody": (
+            kubeconfig("nobody", {"token": token}),
+            f'the API server answered 403: nodes is forbidden: User "system:serviceaccount:'
+            f'{kube.ns}:nobody" cannot list resource "nodes"',
+        ),
+    }
+    for name, (path, said) in cases.items():
+        out = subprocess.run(
+            [sys.executable, "-m", "hulk", "plan", "--kubeconfig", str(path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (name, out.stderr)
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith(f"hulk plan: error: --kubeconfig: {said}"), (name, line)
+    assert line.endswith("(the chart's operator ClusterRole))")  # the last case, 403
