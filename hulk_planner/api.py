@@ -136,8 +136,8 @@ def _replan(
     kept: list[JobPlan] = []
     for old in previous.jobs:
         job = requested.get(old.name)
-        if job is None:
-            continue
+        if job is None or old.stages[-1].layers[1] != job.model.layers:
+            continue  # not asked for, or its model changed (other layers): planned afresh
         fixed = repair_job(cost, job, old, free)
         limit = old.predicted_iteration_seconds
         if fixed is not None and (

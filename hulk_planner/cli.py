@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from hulk_planner import io
-    from hulk_planner.api import PLANNERS, plan
+    from hulk_planner.api import ADAPTS_TO_PREVIOUS, PLANNERS, plan
     from hulk_planner.cost import CostModel
 
     if args.planner not in PLANNERS:
@@ -221,6 +221,12 @@ def _run(args: argparse.Namespace) -> int:
         jobs = [j for j in jobs if j.name not in {u.name for u in too_big}]
         previous = None
         if args.previous:
+            if args.planner not in ADAPTS_TO_PREVIOUS:
+                raise InvalidRequest(
+                    "--previous",
+                    f"{args.planner} does not adapt to a previous plan (it plans afresh)",
+                    f"use --planner {' or '.join(sorted(ADAPTS_TO_PREVIOUS - {'gnn'}))}",
+                )
             docs = io.load_documents(args.previous)
             if len(docs) != 1:
                 raise InvalidRequest("--previous", "must hold one PlacementPlan")

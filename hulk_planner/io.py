@@ -107,7 +107,8 @@ def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise InvalidRequest(f"{where}.{key}", f"must be a list, got {type(value).__name__}")
+        name = f"{where}.{key}" if where else key
+        raise InvalidRequest(name, f"must be a list, got {type(value).__name__}")
     return value
 
 
@@ -356,37 +357,80 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 
 def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Plan:
+    """A ``PlacementPlan`` document, checked for what holds whatever the cluster: each job
+    named once, its stages covering layers ``[0, n)`` in order with equal replica counts,
+    each server in one stage of one job. Errors name ``source`` and the field."""
     _check_kind(doc, "PlacementPlan", source)
     try:
         return _plan_from_dict(doc)
-    except InvalidRequest:
-        raise
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
         raise InvalidRequest(source, "is not a valid PlacementPlan", str(exc)) from None
 
 
 def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
-    jobs = []
-    for i, j in enumerate(doc.get("jobs") or []):
+    jobs: list[JobPlan] = []
+    used: dict[str, str] = {}
+    for i, j in enumerate(_list(doc, "jobs", "")):
         w = f"jobs[{i}]"
-        stages = tuple(
-            Stage(
-                tuple(_require(s, "layers", f"{w}.stages[{k}]")),  # type: ignore[arg-type]
-                tuple(_require(s, "nodes", f"{w}.stages[{k}]")),
-                s.get("parallelism", "data"),
-            )
-            for k, s in enumerate(_require(j, "stages", w))
-        )
+        name = str(_require(j, "name", w))
+        if any(jp.name == name for jp in jobs):
+            raise InvalidRequest(f"{w}.name", f"{name!r} is listed twice", "keep one")
+        raw = _require(j, "stages", w)
+        if not isinstance(raw, list) or not raw:
+            raise InvalidRequest(f"{w}.stages", "must be a non-empty list of stages")
+        stages: list[Stage] = []
+        for k, s in enumerate(raw):
+            at = f"{w}.stages[{k}]"
+            layers = _require(s, "layers", at)
+            if not (
+                isinstance(layers, list)
+                and len(layers) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
+            ):
+                raise InvalidRequest(f"{at}.layers", f"must be [start, end], got {layers!r}")
+            start = stages[-1].layers[1] if stages else 0
+            if layers[0] != start or layers[1] <= start:
+                raise InvalidRequest(
+                    f"{at}.layers", f"{layers} does not go on from layer {start}", "list the "
+                    "stages in order, each [start, end) with end > start"
+                )  # fmt: skip
+            nodes = _require(s, "nodes", at)
+            if (
+                not isinstance(nodes, list)
+                or not nodes
+                or not all(isinstance(n, str) for n in nodes)
+            ):
+                raise InvalidRequest(
+                    f"{at}.nodes", f"must be a non-empty list of server names, got {nodes!r}"
+                )
+            for n in nodes:
+                if n in used:
+                    raise InvalidRequest(f"{at}.nodes", f"{n} is also used by {used[n]}")
+                used[n] = name
+            try:
+                stages.append(Stage(tuple(layers), tuple(nodes), s.get("parallelism", "data")))  # type: ignore[arg-type]
+            except InvalidRequest as exc:
+                raise InvalidRequest(
+                    f"{at}.{exc.field.split('.')[-1]}", exc.problem, exc.fix
+                ) from None
+        widths = {len(st.nodes) for st in stages if st.parallelism == "data"}
+        if len(widths) > 1:
+            raise InvalidRequest(f"{w}.stages", "data stages need equal replica counts")
         t = j.get("predictedIterationSeconds")
         jobs.append(
             JobPlan(
-                str(_require(j, "name", w)),
-                stages,
+                name,
+                tuple(stages),
                 int(_number(j, "microBatches", w)),
                 float(t) if t is not None else math.nan,
             )
         )
-    unplaced = tuple(Unplaced(u["name"], u.get("reason", "")) for u in doc.get("unplaced") or [])
+    unplaced = tuple(
+        Unplaced(str(_require(u, "name", f"unplaced[{i}]")), str(u.get("reason") or ""))
+        for i, u in enumerate(_list(doc, "unplaced", ""))
+    )
     notes = tuple(str(n) for n in doc.get("notes") or ())
     return Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced, notes)
 

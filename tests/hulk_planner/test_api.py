@@ -4,6 +4,7 @@ previous plan (healthy servers stay where they are)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from planner_helpers import assert_valid_plan, cluster, server, tiny_job
@@ -164,6 +165,17 @@ def test_repair_on_a_hand_built_cluster_replaces_only_the_lost_server() -> None:
     assert jp.predicted_iteration_seconds == pytest.approx(
         previous.jobs[0].predicted_iteration_seconds
     )
+
+
+def test_a_previous_plan_of_a_job_whose_model_changed_is_not_repaired_but_planned_afresh() -> None:
+    names = "abcde"
+    c = cluster([server(n) for n in names], [(x, y, 1.0) for x in names for y in names if x < y])
+    job = tiny_job()
+    old = make_job_plan(job, [["a"], ["b"]], [2, 2])
+    deeper = replace(job, model=replace(job.model, layers=job.model.layers * 2))
+    after = plan(c, [deeper], "search", previous=Plan("search", (old,)), max_iterations=50)
+    (jp,) = after.jobs
+    assert jp.stages[-1].layers[1] == deeper.model.layers
 
 
 def test_baselines_ignore_previous() -> None:

@@ -346,6 +346,38 @@ def test_plan_dict_object_dict_round_trip_with_the_spec_fields() -> None:
     assert yaml.safe_load(io.dump_plan(plan, "yaml")) == doc
 
 
+def _stages(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(doc["jobs"][0]["stages"])
+
+
+PLAN_ERRORS = [
+    (lambda d: d.update(jobs="x"), "jobs", "must be a list, got str"),
+    (lambda d: d["jobs"].append(copy.deepcopy(d["jobs"][0])), "jobs[2].name", "listed twice"),
+    (lambda d: d["jobs"][0].update(stages=[]), "jobs[0].stages", "non-empty list"),
+    (lambda d: _stages(d)[0].update(nodes="bj-0"), "jobs[0].stages[0].nodes", "server names"),
+    (lambda d: _stages(d)[0].update(layers=[0.5, 20]), "jobs[0].stages[0].layers", "[start"),
+    (lambda d: _stages(d)[1].update(layers=[21, 48]), "jobs[0].stages[1].layers", "layer 20"),
+    (lambda d: _stages(d)[1].update(nodes=["bj-2"]), "jobs[0].stages", "equal replica"),
+    (lambda d: _stages(d)[1].update(nodes=["bj-0", "bj-3"]), "jobs[0].stages[1].nodes", "bj-0"),
+    (lambda d: d["jobs"][1]["stages"][0].update(nodes=["bj-1", "x"]), "jobs[1].stages[0].nodes",
+     "bj-1 is also used by gpt2-xl"),
+    (lambda d: _stages(d)[0].update(parallelism="pipe"), "jobs[0].stages[0].parallelism", "pipe"),
+    (lambda d: d["unplaced"][0].pop("name"), "unplaced[0].name", "missing"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("mutate", "field", "problem"), PLAN_ERRORS)
+def test_a_previous_plan_is_checked_when_read_naming_the_file_and_field(
+    mutate: Any, field: str, problem: str
+) -> None:
+    doc = json.loads(PLAN_JSON)
+    mutate(doc)
+    with pytest.raises(InvalidRequest) as exc:
+        io.plan_from_dict(doc, "old.json")
+    assert exc.value.field == f"old.json: {field}"
+    assert problem in exc.value.problem + (exc.value.fix or "")
+
+
 def test_plan_object_dict_object_round_trip_keeps_notes() -> None:
     plan = Plan(
         "search",

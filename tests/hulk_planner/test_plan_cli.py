@@ -143,6 +143,18 @@ def test_previous_plan_keeps_jobs_in_place(tmp_path: Path, files: tuple[Path, Pa
     assert {j["name"]: j["stages"] for j in json.loads(again.stdout)["jobs"]} == stages
 
 
+def test_previous_with_a_planner_that_ignores_it_is_refused(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    cluster, jobs = files
+    first = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    previous = tmp_path / "previous.json"
+    previous.write_text(first.stdout)
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--planner", "baseline-b",
+               "--previous", previous)  # fmt: skip
+    assert_one_line_error(out, "--previous: baseline-b does not adapt", "hulk or search")
+
+
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     png = tmp_path / "plan.png"
     out = hulk("plan", "--plot", png, "--time-budget", "0.2", "--no-compare")
