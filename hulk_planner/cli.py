@@ -93,6 +93,12 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
                 "does not apply with --kubeconfig (the operator keeps running jobs' servers)",
                 "give the cluster with --cluster FILE to re-plan a PlacementPlan",
             )
+        if args.cluster:
+            raise InvalidRequest(
+                "--cluster",
+                "does not apply with --kubeconfig (the live cluster is read)",
+                "give one of them",
+            )
         manifests = [d for _, docs in documents for d in docs] if args.jobs else None
         pv = preview_plan(
             args.kubeconfig,
@@ -104,6 +110,10 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
             time_budget_s=args.time_budget,
         )
         return pv.cluster, pv.jobs, pv.plan
+    if args.namespace:
+        raise InvalidRequest(
+            "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
+        )
     cluster = io.load_cluster(args.cluster) if args.cluster else datasets.paper_cluster()
     if not jobs and not args.jobs:
         jobs = datasets.paper_jobs()
@@ -212,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidRequest(
             "--planner", f"unknown planner {args.planner!r}", f"use one of {', '.join(PLANNERS)}"
         )
-    if args.plot:
+    if args.plot is not None:
         _check_plot_path(args.plot)
     cluster, jobs, result = _inputs(args)
     cost = CostModel(cluster)
@@ -241,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
             cost=cost,
         )
         result = replace(result, unplaced=result.unplaced + tuple(too_big))
-    if args.plot:
+    if args.plot is not None:
         from hulk_planner.plot import plot_plan
 
         plot_plan(cluster, result, args.plot)
@@ -273,6 +283,8 @@ def _check_plot_path(path: str) -> None:
         raise InvalidRequest(
             "--plot", f"{path!r} has no image suffix", f"end it in .{', .'.join(PLOT_FORMATS)}"
         )
+    if target.is_dir():
+        raise InvalidRequest("--plot", f"{path!r} is a folder", "name the image file in it")
     folder = target.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise InvalidRequest(

@@ -163,6 +163,21 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
         )
     links = tuple(_links(spec, "links", Link))
     region_links = tuple(_links(spec, "regionLinks", RegionLink))
+    regions = {s.region for s in servers}
+    pairs: set[frozenset[str]] = set()
+    for i, rl in enumerate(region_links):
+        for end in (rl.a, rl.b):
+            if end not in regions:
+                raise InvalidRequest(
+                    f"spec.regionLinks[{i}]",
+                    f"names unknown region {end!r}",
+                    f"use a region of spec.nodes: {', '.join(sorted(regions))}",
+                )
+        if frozenset((rl.a, rl.b)) in pairs:
+            raise InvalidRequest(
+                f"spec.regionLinks[{i}]", f"{rl.a}-{rl.b} is listed twice", "keep one"
+            )
+        pairs.add(frozenset((rl.a, rl.b)))
     name = _mapping(doc, "metadata", "").get("name") or "cluster"
     return Cluster(str(name), tuple(servers), links, region_links)
 

@@ -29,6 +29,10 @@ def check_positive(
     zero (or zero, with ``allow_zero``); the one check behind every numeric field and flag."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(where, f"must be a number, got {value!r}")
+    try:
+        float(value)
+    except OverflowError:
+        raise InvalidRequest(where, f"is too large ({len(str(value))} digits)") from None
     if integer and not float(value).is_integer():
         raise InvalidRequest(where, f"must be a whole number, got {value!r}")
     bound = "zero or more" if allow_zero else "greater than zero"

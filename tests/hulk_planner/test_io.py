@@ -145,8 +145,15 @@ def test_generated_clusters_round_trip(n: int, seed: int, explicit: bool) -> Non
         (lambda d: d["spec"].update(links={"a": 1}), "spec.links", "list"),
         (lambda d: d.update(metadata="x"), "metadata", "mapping"),
         (lambda d: d["spec"]["regionLinks"][0].update(latencyMs=-2), "latencyMs", ""),
+        (lambda d: d["spec"]["regionLinks"][0].update(b="california"), "spec.regionLinks[0]",
+         "unknown region 'california'"),
+        (lambda d: d["spec"]["regionLinks"].append(
+            {"a": "California", "b": "Beijing", "latencyMs": 90}), "spec.regionLinks[1]",
+         "California-Beijing is listed twice"),
+        (lambda d: d["spec"]["nodes"][0].update(gpus=10**400), "server 'bj-0'.gpus",
+         "is too large (401 digits)"),
     ],
-)
+)  # fmt: skip
 def test_cluster_errors_name_the_field(mutate: Any, field: str, problem: str) -> None:
     doc = cluster_doc()
     mutate(doc)

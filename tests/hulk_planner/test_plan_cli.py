@@ -180,6 +180,22 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_planning(
     assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
 
 
+def test_a_plot_path_that_is_a_folder_or_empty_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "plan.png"
+    folder.mkdir()
+    out = hulk("plan", "--plot", folder, "--no-compare")
+    assert_one_line_error(out, f"--plot: '{folder}' is a folder (name the image file in it)")
+    assert_one_line_error(hulk("plan", "--plot", "", "--no-compare"), "--plot: '' has no image")
+
+
+def test_flags_that_do_not_apply_together_are_refused(files: tuple[Path, Path]) -> None:
+    cluster, jobs = files
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--namespace", "ml")
+    assert_one_line_error(out, "--namespace: applies only with --kubeconfig")
+    out = hulk("plan", "--cluster", cluster, "--kubeconfig", cluster)
+    assert_one_line_error(out, "--cluster: does not apply with --kubeconfig")
+
+
 def _bad_link(doc: dict[str, Any]) -> None:
     doc["spec"]["links"][3]["b"] = "zz-9"
 
