@@ -571,6 +571,10 @@ class _Moves:
         return [(x, src, dst) for x in sets[src] if region_of[x] == region_of[n]]
 
 
+def _gib(x: float) -> str:
+    return f"{x:.0f} GiB" if x >= 10 or x == 0 else f"{x:.2g} GiB"
+
+
 def _to_plan(
     name: str,
     cost: CostModel,
@@ -578,20 +582,31 @@ def _to_plan(
     sets: dict[str | None, set[str]],
     evaluate: _Evaluator,
 ) -> Plan:
-    placed, unplaced = [], []
-    free_memory = float(np.sum(cost.capacity))
+    placed, missing = [], []
     for job in jobs:
         jp, _ = evaluate(job.name, frozenset(sets[job.name]))
         if jp is None:
-            need = memory_need_bytes(job) / 2**30
-            unplaced.append(
-                Unplaced(
-                    job.name,
-                    f"needs {need:.0f} GiB of GPU memory in servers that can reach each other; "
-                    f"the cluster has {free_memory / 2**30:.0f} GiB usable, shared with the "
-                    "other jobs",
-                )
-            )
+            missing.append(job)
         else:
             placed.append(jp)
+    gib = 2.0**30
+    total = float(np.sum(cost.capacity)) / gib
+    held = sum(float(cost.capacity[cost.net.index[n]]) for jp in placed for n in jp.nodes) / gib
+    unplaced = []
+    for job in missing:
+        need = memory_need_bytes(job) / gib
+        others = f"other jobs hold {_gib(held)} of the cluster's {_gib(total)} usable"
+        if need > total - held:
+            why = f"needs {_gib(need)} of GPU memory; {others}, {_gib(total - held)} is left"
+        elif held:
+            why = (
+                f"needs {_gib(need)} of GPU memory in servers that can reach each other; "
+                f"{others}, and no pipeline over the {_gib(total - held)} left fits it"
+            )
+        else:
+            why = (
+                f"needs {_gib(need)} of GPU memory in servers that can reach each other; "
+                f"no pipeline over the cluster's {_gib(total)} usable fits it"
+            )
+        unplaced.append(Unplaced(job.name, why))
     return Plan(name, tuple(placed), tuple(unplaced))

@@ -64,7 +64,9 @@ def split_servers(
         if not taken[job.name] or memory < need(job):
             have = memory + sum(usable[s.name] for s in pool if eligible(job, s))
             reasons[job.name] = (
-                f"needs {need(job) / 2**30:.0f} GiB of GPU memory, {have / 2**30:.0f} GiB "
+                "every server it could use is taken by other jobs (the largest choose first)"
+                if not have
+                else f"needs {need(job) / 2**30:.0f} GiB of GPU memory, {have / 2**30:.0f} GiB "
                 "left for it"
             )
             pool.extend(taken.pop(job.name))

@@ -19,6 +19,7 @@ from planner_helpers import assert_valid_plan, cluster, geomean, server, tiny_jo
 from hulk_planner.api import PLANNERS, plan
 from hulk_planner.cost import (
     BYTES_PER_PARAM,
+    MEMORY_USABLE,
     CostModel,
     memory_need_bytes,
     params_per_layer,
@@ -162,6 +163,22 @@ def test_a_job_that_does_not_fit_is_reported_not_dropped(planner: str) -> None:
     assert [u.name for u in result.unplaced] == ["opt-175b"]
     assert "GiB" in result.unplaced[0].reason
     assert_valid_plan(result, c, jobs)
+
+
+@pytest.mark.parametrize("planner", list(PLANNERS))
+def test_a_job_left_out_because_other_jobs_took_every_server_is_told_so(planner: str) -> None:
+    c = cluster([server("a"), server("b")], [("a", "b", 1.0)])
+    jobs = [tiny_job("j1"), tiny_job("j2"), tiny_job("j3")]
+    result = plan(c, jobs, planner, max_iterations=40)
+    ((name, reason),) = [(u.name, u.reason) for u in result.unplaced]
+    assert name in ("j1", "j2", "j3") and len(result.jobs) == 2
+    # not "needs 0 GiB ...", nor a need smaller than the cluster as if that were the cause
+    whole = sum(s.memory_bytes for s in c.servers) * MEMORY_USABLE / 2**30
+    assert reason in (
+        "every server it could use is taken by other jobs (the largest choose first)",
+        f"needs {memory_need_bytes(jobs[0]) / 2**30:.2g} GiB of GPU memory; other jobs hold "
+        f"{whole:.2g} GiB of the cluster's {whole:.2g} GiB usable, 0 GiB is left",
+    ), reason
 
 
 @pytest.mark.parametrize("planner", BASELINES)
