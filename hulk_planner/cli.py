@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from hulk_planner.errors import HulkError, InvalidRequest
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
@@ -114,12 +115,36 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
         raise InvalidRequest(
             "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
         )
+    for doc in (d for _, docs in documents for d in docs):
+        for field in _cluster_only_fields(doc):
+            name = (doc.get("metadata") or {}).get("name")
+            print(
+                f"hulk plan: note: job {name}: {field} is applied by the operator, not to a "
+                "topology file: this plan ignores it (preview with --kubeconfig to apply it)",
+                file=sys.stderr,
+            )
     cluster = io.load_cluster(args.cluster) if args.cluster else datasets.paper_cluster()
     if not jobs and not args.jobs:
         jobs = datasets.paper_jobs()
     if not jobs:
         raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
     return cluster, jobs, None
+
+
+def _cluster_only_fields(doc: Any) -> list[str]:
+    """A job's placement constraints that only a live cluster can apply (node labels, the
+    operator's region limit)."""
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    pod = (spec.get("template") or {}).get("spec") or {}
+    pod = pod if isinstance(pod, dict) else {}
+    found = [f"spec.{k}" for k in ("allowedRegions", "nodeSelector") if spec.get(k)]
+    if pod.get("nodeSelector"):
+        found.append("spec.template.spec.nodeSelector")
+    if (pod.get("affinity") or {}).get("nodeAffinity"):
+        found.append("spec.template.spec.affinity.nodeAffinity")
+    return found
 
 
 def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:

@@ -196,6 +196,24 @@ def test_flags_that_do_not_apply_together_are_refused(files: tuple[Path, Path]) 
     assert_one_line_error(out, "--cluster: does not apply with --kubeconfig")
 
 
+def test_constraints_only_a_live_cluster_applies_are_noted_not_silently_ignored(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    doc = job_doc("bert-large")
+    doc["spec"]["allowedRegions"] = ["California"]
+    doc["spec"]["template"] = {"spec": {"nodeSelector": {"pool": "a100"}}}
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["jobs"][0]["name"] == "bert-large"
+    notes = out.stderr.strip().splitlines()
+    assert [n.split(": ")[3] for n in notes] == [
+        "spec.allowedRegions is applied by the operator, not to a topology file",
+        "spec.template.spec.nodeSelector is applied by the operator, not to a topology file",
+    ], notes
+    assert all(n.startswith("hulk plan: note: job bert-large: ") for n in notes)
+
+
 def _bad_link(doc: dict[str, Any]) -> None:
     doc["spec"]["links"][3]["b"] = "zz-9"
 
