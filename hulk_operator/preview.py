@@ -190,6 +190,8 @@ def preview_plan(
         if d.cluster is not None and d.job_plan is not None:
             found |= {n: d.cluster.server(n) for n in d.job_plan.nodes if n not in found}
     servers = [found[n] for n in sorted(found)]
+    if not servers:  # nothing to show a plan against: say why each job got nothing
+        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in unplaced))
     cluster = build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
     jobs_out = [replace(e.job, name=names[e.key]) for e in pending if e.job is not None]

@@ -222,7 +222,12 @@ def load_cluster(path: str | Path) -> Cluster:
     docs = load_documents(path)
     if len(docs) != 1:
         raise InvalidRequest(str(path), f"holds {len(docs)} documents", "give one ClusterTopology")
-    return cluster_from_dict(docs[0], str(path))
+    try:
+        return cluster_from_dict(docs[0], str(path))
+    except InvalidRequest as exc:
+        if exc.field.startswith(str(path)):
+            raise
+        raise InvalidRequest(f"{path}: {exc.field}", exc.problem, exc.fix) from None
 
 
 def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Job:

@@ -221,6 +221,12 @@ class Job:
                 f"{self.name!r} is not a valid job name",
                 "use lowercase letters, digits and '-', as Kubernetes names do",
             )
+        if len(self.name) > 253:
+            raise InvalidRequest(
+                "metadata.name",
+                f"is {len(self.name)} characters long",
+                "Kubernetes names hold at most 253: shorten it",
+            )
         check_positive("spec.training.globalBatchSize", self.global_batch_size, integer=True)
         check_positive("spec.training.microBatchSize", self.micro_batch_size, integer=True)
         if self.micro_batch_size > self.global_batch_size:

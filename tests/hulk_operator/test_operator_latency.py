@@ -250,3 +250,21 @@ def test_hulk_plan_says_in_one_line_why_the_api_server_cannot_be_read(
         (line,) = out.stderr.strip().splitlines()
         assert line.startswith(f"hulk plan: error: --kubeconfig: {said}"), (name, line)
     assert line.endswith("(the chart's operator ClusterRole))")  # the last case, 403
+
+
+def test_a_preview_where_no_server_is_free_for_any_job_says_why(
+    sandbox: Any, kube: Kube, tmp_path: Path
+) -> None:
+    huge = manifest("huge", model={"preset": "gpt2-xl"})
+    huge["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "9999"}}
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump(huge))
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs",
+         str(jobs)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(
+        "hulk plan: error: huge: the stage pods' requests (cpu 9999) fit on none of the "
+    ), out.stderr

@@ -303,6 +303,26 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     assert "YAML" in exc.value.problem
 
 
+def test_cluster_file_errors_name_the_file(tmp_path: Path) -> None:
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0]["gpus"] = -8
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(f)
+    assert exc.value.field == f"{f}: server 'bj-0'.gpus"
+
+
+def test_a_job_name_longer_than_kubernetes_allows_is_refused() -> None:
+    doc = job_doc()
+    doc["metadata"]["name"] = "a" * 254
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert (exc.value.field, exc.value.problem) == ("metadata.name", "is 254 characters long")
+    doc["metadata"]["name"] = "a" * 253
+    assert io.job_from_dict(doc).name == "a" * 253
+
+
 def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
     latin = tmp_path / "latin1.yaml"
     latin.write_bytes("metadata: {name: k\u00f6ln}\n".encode("latin-1"))
