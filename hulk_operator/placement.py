@@ -32,6 +32,7 @@ from hulk_operator.inventory import (
     selected,
 )
 from hulk_planner.errors import HulkError
+from hulk_planner.io import seconds
 from hulk_planner.model import Cluster, Job, JobPlan, Plan
 
 Key = tuple[str, str]  # (namespace, name)
@@ -279,7 +280,7 @@ def plan_group(
             for n in names:
                 jp = other.job(n)
                 t = jp.predicted_iteration_seconds if jp else None
-                extra[n][name] = None if t is None or t != t else round(t, 4)
+                extra[n][name] = seconds(t)
     out: dict[Key, Decision] = {}
     for n, k in names.items():
         jp = result.job(n)

@@ -28,6 +28,7 @@ from hulk_operator.errors import (
 from hulk_operator.inventory import NodeInfo, Resources
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
+from hulk_planner.io import seconds
 from hulk_planner.model import JobPlan
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
@@ -249,7 +250,7 @@ def _placed_fields(decision: Decision) -> dict[str, Any]:
     jp = decision.job_plan
     out = {
         "plan": st.plan_status(jp, decision.cluster, decision.planner),
-        "predictedIterationSeconds": st.seconds(jp.predicted_iteration_seconds),
+        "predictedIterationSeconds": seconds(jp.predicted_iteration_seconds),
         **st.summary(jp, decision.cluster),
     }
     if decision.baselines:

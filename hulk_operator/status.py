@@ -67,8 +67,6 @@ def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | 
     return None
 
 
-def seconds(x: float) -> float | None:
-    return None if math.isnan(x) or math.isinf(x) else round(x, 4)
 
 
 def plan_status(job_plan: JobPlan, cluster: Cluster, planner: str) -> dict[str, Any]:

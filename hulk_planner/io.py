@@ -349,10 +349,13 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
     return jobs
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    def seconds(x: float) -> float | None:
-        return None if math.isnan(x) or math.isinf(x) else round(x, 4)
+def seconds(x: float | None) -> float | None:
+    """A predicted time as written out: five significant digits (a tiny job's step is not
+    rounded to 0); null where unknown or infinite."""
+    return None if x is None or math.isnan(x) or math.isinf(x) else float(f"{x:.5g}")
 
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "PlacementPlan",

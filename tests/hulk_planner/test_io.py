@@ -413,7 +413,9 @@ def test_plan_object_dict_object_round_trip_keeps_notes() -> None:
         ("replanned after a failure",),
     )
     doc = io.plan_to_dict(plan)
-    assert doc["jobs"][0]["predictedIterationSeconds"] == 1.2346  # rounded to 0.1 ms
+    assert doc["jobs"][0]["predictedIterationSeconds"] == 1.2346  # five significant digits
+    assert io.seconds(1.23456789e-5) == 1.2346e-5  # a tiny job's step is not 0
+    assert io.seconds(12345.678) == 12346.0 and io.seconds(math.inf) is None
     back = io.plan_from_dict(doc)
     assert back.notes == plan.notes
     assert back.jobs[0].stages == plan.jobs[0].stages
