@@ -67,8 +67,6 @@ def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | 
     return None
 
 
-
-
 def plan_status(job_plan: JobPlan, cluster: Cluster, planner: str) -> dict[str, Any]:
     """``status.plan``: stages in pipeline order with servers, regions and layer ranges.
     The same block is what a dry run shows, and what the operator reads back."""

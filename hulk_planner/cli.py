@@ -75,7 +75,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
     the operator would make it now (its constraint groups, free servers, latencies)."""
     from hulk_planner import datasets, io
 
-    documents = [(str(path), io.load_documents(path)) for path in args.jobs or []]
+    documents = [(str(path), io.expand_lists(io.load_documents(path))) for path in args.jobs or []]
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
     if args.kubeconfig:
         try:

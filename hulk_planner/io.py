@@ -333,20 +333,37 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
     """Jobs of loaded manifests, (file name, its documents) in order: each error names the
     file and the document's index."""
     jobs: list[Job] = []
+    where: dict[str, str] = {}
     for path, docs in files:
         for i, doc in enumerate(docs):
             source = f"{path}#{i}"
             try:
-                jobs.append(job_from_dict(doc, source))
+                job = job_from_dict(doc, source)
             except InvalidRequest as exc:
                 if exc.field.startswith(source):
                     raise
                 raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
-    names = [j.name for j in jobs]
-    for n in names:
-        if names.count(n) > 1:
-            raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
+            if job.name in where:
+                raise InvalidRequest(
+                    f"{source}: metadata.name",
+                    f"job {job.name!r} is given twice (also {where[job.name]})",
+                    "rename one: a plan names each job once",
+                )
+            where[job.name] = source
+            jobs.append(job)
     return jobs
+
+
+def expand_lists(docs: Sequence[Any]) -> list[Any]:
+    """Documents with each ``kind: List`` (what ``kubectl get -o yaml`` writes) replaced by
+    its items."""
+    out: list[Any] = []
+    for d in docs:
+        if isinstance(d, Mapping) and d.get("kind") == "List" and isinstance(d.get("items"), list):
+            out.extend(d["items"])
+        else:
+            out.append(d)
+    return out
 
 
 def seconds(x: float | None) -> float | None:

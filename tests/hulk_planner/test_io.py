@@ -279,7 +279,14 @@ def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path
     again.write_text(JOB_YAML)
     with pytest.raises(InvalidRequest) as exc:
         io.load_jobs([both, again])
-    assert exc.value.field == "metadata.name" and "gpt2-xl" in exc.value.problem
+    assert exc.value.field == f"{again}#0: metadata.name"
+    assert exc.value.problem == f"job 'gpt2-xl' is given twice (also {both}#0)"
+    # kubectl get -o yaml writes a List: its items are the jobs
+    listed = {"apiVersion": "v1", "kind": "List", "items": [job_doc(), other]}
+    assert [j.name for j in io.jobs_from_documents([("l", io.expand_lists([listed]))])] == [
+        "gpt2-xl",
+        "second",
+    ]
     bad = job_doc()
     del bad["spec"]["training"]["globalBatchSize"]
     del bad["spec"]["model"]["preset"]
