@@ -237,10 +237,13 @@ def run(args: argparse.Namespace) -> int:
         from hulk_planner.gnn.train import EpochLog
 
         assert isinstance(e, EpochLog)
-        msg = (
-            f"epoch {e.epoch:3d}  loss {e.loss:.4f}  acc {e.accuracy:.4f}  "
-            f"val_loss {e.val_loss:.4f}  val_acc {e.val_accuracy:.4f}  {e.seconds:.1f}s"
+        held_out = (
+            f"val_loss {e.val_loss:.4f}  val_acc {e.val_accuracy:.4f}"
+            if e.val_loss == e.val_loss  # not NaN
+            else "val - (too few examples to hold some out)"
         )
+        msg = f"epoch {e.epoch:3d}  loss {e.loss:.4f}  acc {e.accuracy:.4f}  {held_out}  "
+        msg += f"{e.seconds:.1f}s"
         tqdm.write(msg) if not args.quiet else print(msg)
 
     model, logs = train(data, settings, on_epoch=log, progress=not args.quiet)

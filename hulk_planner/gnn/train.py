@@ -171,7 +171,8 @@ def train(
             time.perf_counter() - t0,
         )
         logs.append(log)
-        bar.set_postfix(loss=f"{log.loss:.3f}", acc=f"{log.accuracy:.3f}", val_acc=f"{val_acc:.3f}")
+        shown = {"val_acc": f"{val_acc:.3f}"} if val_set else {}
+        bar.set_postfix(loss=f"{log.loss:.3f}", acc=f"{log.accuracy:.3f}", **shown)
         if on_epoch:
             on_epoch(log)
     return model.cpu().eval(), logs
