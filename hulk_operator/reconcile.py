@@ -254,8 +254,10 @@ def _placed_fields(decision: Decision) -> dict[str, Any]:
         **st.summary(jp, decision.cluster),
     }
     if decision.baselines:
+        # no key where a baseline cannot place the job: the API server drops nulls inside a
+        # merge-patched list anyway (and kopf then warns that the patch did not hold)
         out["baselines"] = [
-            {"planner": k, "predictedIterationSeconds": v}
+            {"planner": k, **({"predictedIterationSeconds": v} if v is not None else {})}
             for k, v in sorted(decision.baselines.items())
         ]
     return out
