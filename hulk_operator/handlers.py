@@ -142,8 +142,12 @@ def operator_probe(memo: kopf.Memo, **_: Any) -> int:
 
 
 @kopf.index("nodes")
-def hulk_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
-    return {name: node_info(body)}
+def hulk_nodes(name: str, body: kopf.Body, logger: Any, **_: Any) -> dict[str, NodeInfo]:
+    try:
+        return {name: node_info(body)}
+    except Exception as exc:  # kopf would keep the node's old entry: a later cordon unseen
+        logger.warning(f"node {name} is not offered: {exc}")
+        return {name: NodeInfo(name, problem=f"unreadable: {exc}", ready=False)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

@@ -26,6 +26,7 @@ without a latency then applies: a relay through a server both reach, else unreac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from typing import Any, NamedTuple
 from kubernetes.utils import parse_quantity
 
 from hulk_operator import GPU
+from hulk_planner.errors import InvalidRequest
 from hulk_planner.hardware import normalize_capability, tflops_for
 from hulk_planner.model import Cluster, Link, RegionLink, Server
 
@@ -214,11 +216,12 @@ def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
 
 
 def _float(text: Any) -> float | None:
+    """A label's or annotation's number, or None unless it is finite and above zero."""
     try:
         value = float(text)
     except (TypeError, ValueError):
         return None
-    return value if value > 0 else None
+    return value if 0 < value < math.inf else None
 
 
 def _quantity(text: Any) -> int:
@@ -275,23 +278,33 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         problem = "GPUs are MIG slices"
     elif (product or "").upper().endswith("-SHARED"):
         problem = "GPUs are time-sliced (-SHARED)"
+    elif memory_mib is None and labels.get(MEMORY) is not None:
+        problem = f"label {MEMORY}={labels[MEMORY]!r} is not a number of MiB above zero"
     elif memory_mib is None:
         problem = f"label {MEMORY} is missing"
+    elif _float(annotations.get(TFLOPS_ANNOTATION)) is None and TFLOPS_ANNOTATION in annotations:
+        problem = (
+            f"annotation {TFLOPS_ANNOTATION}={annotations[TFLOPS_ANNOTATION]!r} is not a "
+            "number above zero"
+        )
     elif tflops is None:
         problem = f"unknown GPU speed (set annotation {TFLOPS_ANNOTATION})"
     if problem:
         return NodeInfo(**info, problem=problem)  # type: ignore[arg-type]
     assert memory_mib is not None and tflops is not None
-    server = Server(
-        name=name,
-        region=labels.get(REGION) or UNLABELLED,
-        gpus=gpus,
-        gpu_memory_gib=memory_mib / 1024,
-        gpu_tflops=tflops,
-        gpu_product=product,
-        compute_capability=capability,
-        zone=labels.get(ZONE),
-    )
+    try:
+        server = Server(
+            name=name,
+            region=labels.get(REGION) or UNLABELLED,
+            gpus=gpus,
+            gpu_memory_gib=memory_mib / 1024,
+            gpu_tflops=tflops,
+            gpu_product=product,
+            compute_capability=capability,
+            zone=labels.get(ZONE),
+        )
+    except InvalidRequest as exc:  # a value no server can have: the node is not offered
+        return NodeInfo(**info, problem=f"{exc.field.split('.')[-1]} {exc.problem}")  # type: ignore[arg-type]
     return NodeInfo(**info, server=server)  # type: ignore[arg-type]
 
 

@@ -6,6 +6,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from hulk_operator import inventory
 from hulk_operator.inventory import Taint, node_info, pod_requests, tolerates
 from hulk_planner.datasets import paper_cluster
@@ -299,3 +301,33 @@ def test_other_resources_are_requested_and_offered_by_name() -> None:
     assert node_info(node(status__allocatable=alloc)).allocatable.extra == (
         ("example.com/fpga", 2.0),
     )
+
+
+def _annotate(value: str) -> dict[str, Any]:
+    return node(metadata__annotations={"hulk.dev/gpu-tflops": value})
+
+
+def _memory(value: str) -> dict[str, Any]:
+    body = node()
+    body["metadata"]["labels"]["nvidia.com/gpu.memory"] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (_annotate("inf"), "annotation hulk.dev/gpu-tflops='inf' is not a number above zero"),
+        (_annotate("fast"), "annotation hulk.dev/gpu-tflops='fast' is not a number above zero"),
+        (_memory("1e400"), "label nvidia.com/gpu.memory='1e400' is not a number of MiB above zero"),
+        (_memory("-1"), "label nvidia.com/gpu.memory='-1' is not a number of MiB above zero"),
+    ],
+)
+def test_a_node_with_a_value_no_server_can_have_is_not_offered_and_says_why(
+    body: dict[str, Any], problem: str
+) -> None:
+    """It must not raise: kopf keeps an index entry whose indexer raised, so a later cordon
+    of that node would go unseen."""
+    info = node_info(body)
+    assert info.server is None and info.problem == problem
+    body["spec"]["unschedulable"] = True
+    assert node_info(body).unschedulable
