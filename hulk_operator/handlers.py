@@ -20,7 +20,7 @@ from typing import Any
 
 import kopf
 
-from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
+from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import job_entry
@@ -190,7 +190,7 @@ def hulk_pods(
             node=spec.get("nodeName")
             or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
             phase=str(status.get("phase") or "Pending"),
-            gated=bool(spec.get("schedulingGates")),
+            gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
             deleting=bool(meta.get("deletionTimestamp")),
             reason=str(status.get("reason") or ""),
             unschedulable=next(

@@ -19,9 +19,10 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from hulk_operator import GANG_GATE
 from hulk_planner.errors import InvalidRequest
 
-MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 FAN_OUT = 16
 POOL = 32  # FAN_OUT plus the handlers' own calls (kopf's and asyncio's worker threads)
 _fan_out = concurrent.futures.ThreadPoolExecutor(FAN_OUT, thread_name_prefix="hulk-api")
@@ -109,14 +110,14 @@ def dry_run_pod(api: client.ApiClient, pod: Mapping[str, Any]) -> ApiException |
 
 
 def ungate(api: client.ApiClient, namespace: str, names: Iterable[str]) -> None:
-    """Lifts the scheduling gates of the pods, so the scheduler binds them."""
+    """Lifts Hulk's gang gate from the pods (gates of the pod template stay), so the
+    scheduler binds them once no other gate is left."""
     core = client.CoreV1Api(api)
+    lift = {"spec": {"schedulingGates": [{"name": GANG_GATE, "$patch": "delete"}]}}
 
     def one(name: str) -> None:
         try:
-            core.patch_namespaced_pod(
-                name, namespace, {"spec": {"schedulingGates": None}}, _content_type=MERGE
-            )
+            core.patch_namespaced_pod(name, namespace, lift, _content_type=STRATEGIC)
         except ApiException as exc:
             if not _ok(exc, 404):
                 raise

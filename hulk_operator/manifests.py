@@ -227,8 +227,9 @@ def stage_pod(
     digest = _digest(json.dumps(body, sort_keys=True), 10)
     body["metadata"]["name"] = f"{host}-{digest[:5]}"
     body["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = digest
-    if gated:
-        spec["schedulingGates"] = [{"name": GANG_GATE}]
+    if gated:  # after the template's own gates, which stay
+        theirs = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_GATE]
+        spec["schedulingGates"] = [*theirs, {"name": GANG_GATE}]
     return body
 
 

@@ -107,7 +107,8 @@ class Snapshot:
 
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
-        whose GPUs other (non-Hulk) pods request offers only the rest of them."""
+        whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
+        whose stage pod the template gives fewer GPUs than it has offers that many."""
         mine = set(also)
         out = []
         for info in self.nodes.values():
@@ -122,6 +123,9 @@ class Snapshot:
             ok = ok and info.server is not None and self._fits(info, entry.requests)
             sel = dict(entry.node_selector)
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
+                asked = entry.requests.gpus  # a template that asks for GPUs gets that many
+                if asked and info.server is not None and info.server.gpus > asked:
+                    info = replace(info, server=replace(info.server, gpus=asked))
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 

@@ -399,8 +399,11 @@ async def _sync_pods(
         }
         forced = [n for n in diff.delete if pods[n].node in gone]
         await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
+    # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
+    # quota, and waiting out its retry pause keeps the others gated)
+    missing = [n for n in diff.create if n not in create]
     gated = [n for n in desired if n not in pods or pods[n].gated]
-    if gated:
+    if gated and not missing:
         await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
@@ -433,11 +436,14 @@ def _phase(
         out["phase"] = st.PLACING
         msg = f"{running}/{want} stage pods running"
         stuck = sorted((n, p.unschedulable) for n, p in pods.items() if p.unschedulable)
+        ready = st.condition({"conditions": conds}, st.READY) or {}
         if stuck:  # the scheduler cannot place them: say why, or the job just waits
             name, why = stuck[0]
             more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
             msg += f"; the scheduler cannot place {name}{more}: {why}"
             conds = st.set_condition(conds, st.READY, False, "StageUnschedulable", msg, gen)
+        elif ready.get("reason") == PODS_FORBIDDEN and len(pods) < want:
+            pass  # refused pods wait out their retry pause: the refusal still stands
         else:
             conds = st.set_condition(conds, st.READY, False, "StagesStarting", msg, gen)
     conds = st.set_condition(conds, st.FAILED, False, "NoFailure", "no stage failed", gen)

@@ -395,9 +395,13 @@ def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_
 
         c = wait("the pods refused", refused, 30)
         assert c["status"] == "False" and "exceeded quota: two-pods" in c["message"], c
+        # the reconciles while the refused pods wait out their retry pause lift no gate
+        time.sleep(3 * CONFIG.reconcile_interval_s)
         job = kube.job("quota")
         assert job["status"]["phase"] == "Placing" and job["status"].get("plan") is not None
-        assert all(p.spec.scheduling_gates for p in kube.pods("quota"))  # none runs alone
+        assert condition(job, "Ready")["reason"] == "PodsForbidden"
+        pods = kube.pods("quota")
+        assert pods and all(p.spec.scheduling_gates for p in pods)  # none runs alone
         events = kube.events("PodsForbidden")
         assert events and all("exceeded quota" in e.message for e in events)
     finally:
@@ -960,6 +964,48 @@ def test_a_stage_whose_node_lost_gpus_is_replanned(kube: Kube, operator: Any) ->
                 assert int(asked) <= int(gpus) - 1, asked
     finally:
         set_gpus(gpus)
+
+
+def test_a_template_that_asks_for_gpus_is_planned_and_launched_with_that_many(
+    kube: Kube, operator: Any
+) -> None:
+    m = manifest("one-gpu", model={"preset": "bert-large"})
+    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: "1"}}
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("one-gpu") == "Running", 60)
+    stages = kube.job("one-gpu")["status"]["plan"]["stages"]
+    assert {n["gpus"] for s in stages for n in s["nodes"]} == {1}
+    for p in kube.live_pods("one-gpu"):
+        env = {e.name: e.value for e in p.spec.containers[0].env}
+        assert env["PET_NPROC_PER_NODE"] == "1"  # torchrun starts one worker per GPU it has
+        assert p.spec.containers[0].resources.limits[GPU] == "1"
+
+
+def test_the_templates_own_scheduling_gates_stay_after_the_gang_gate_lifts(
+    kube: Kube, operator: Any
+) -> None:
+    m = manifest("waits", model={"preset": "gpt2-xl"})
+    m["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/data-ready"}]
+    kube.apply(m)
+
+    def lifted() -> bool:
+        pods = kube.pods("waits")
+        return (
+            bool(pods)
+            and all(
+                [g.name for g in p.spec.scheduling_gates or []] == ["example.com/data-ready"]
+                for p in pods
+            )
+            and len(pods) == len(plan_nodes(kube.job("waits")))
+        )
+
+    wait("Hulk's gate lifted, the template's kept", lifted, 60)
+    assert kube.phase("waits") == "Placing"
+    for p in kube.pods("waits"):  # what the data loader does when the data is ready
+        kube.core.patch_namespaced_pod(
+            p.metadata.name, kube.ns, {"spec": {"schedulingGates": None}}
+        )
+    wait("Running", lambda: kube.phase("waits") == "Running", 60)
 
 
 def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: Any) -> None:
