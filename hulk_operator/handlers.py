@@ -235,6 +235,9 @@ def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_:
     logger.debug(f"job {name} accepted")
 
 
+BOOKKEEPING = frozenset({"priority", "backoffLimit"})  # spec fields the pods do not depend on
+
+
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def hulktrainingjob_update(
     body: kopf.Body,
@@ -244,17 +247,26 @@ def hulktrainingjob_update(
     patch: kopf.Patch,
     memo: kopf.Memo,
     logger: kopf.Logger,
+    old: Any,
+    new: Any,
     **_: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
-    a condition)."""
+    a condition). A running job whose edit touches only ``priority`` (which orders the
+    planning of pending jobs) or ``backoffLimit`` (read at each stage failure) runs on."""
     try:
         job_from_dict(dict(body))
     except InvalidRequest as exc:
         raise to_kopf(exc) from exc
     gen = int(body.get("metadata", {}).get("generation") or 0)
+    before, after = dict(old or {}), dict(new or {})
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    if changed <= BOOKKEEPING and status.get("phase") != st.PHASE_FAILED:
+        if status.get("plan") is not None:
+            logger.info(f"{name}: {', '.join(sorted(changed))} changed; its plan stands")
+            return
     if status.get("plan") is not None:
         pod = manifests.template_check_pod(
             job=name,

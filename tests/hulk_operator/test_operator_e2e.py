@@ -290,6 +290,23 @@ def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None
     assert len(kube.live_pods("typo")) == 1
 
 
+def test_editing_priority_or_backoff_limit_leaves_a_running_job_running(
+    kube: Kube, operator: Any
+) -> None:
+    kube.apply(manifest("calm", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("calm") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("calm")}
+    plan = kube.job("calm")["status"]["plan"]
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "calm", {"spec": {"priority": 5, "backoffLimit": 10}}
+    )
+    time.sleep(3 * CONFIG.reconcile_interval_s)
+    job = kube.job("calm")
+    assert job["status"]["phase"] == "Running" and job["status"]["plan"] == plan
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("calm")} == before
+    assert len(kube.events("Planned")) == 1  # not planned again (alone, it would land the same)
+
+
 def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
     kube.apply(manifest("steady"))
     wait("Running", lambda: kube.phase("steady") == "Running", 60)
