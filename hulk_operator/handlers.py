@@ -174,18 +174,13 @@ def hulk_pods(
     spec: kopf.Spec,
     status: kopf.Status,
     **_: Any,
-) -> dict[Key, PodEntry]:
-    owner = next(
-        (
-            o.get("name")
-            for o in meta.get("ownerReferences") or []
-            if o.get("kind") == "HulkTrainingJob"
-        ),
-        None,
-    )
-    job = owner or meta.get("labels", {}).get(LABEL_JOB)
+) -> dict[Key, PodEntry] | None:
+    """Stage pods by job: pods a HulkTrainingJob owns (the label alone is not enough)."""
+    job = manifests.owner_job(meta)
+    if job is None:
+        return None
     return {
-        (namespace or "", str(job)): PodEntry(
+        (namespace or "", job): PodEntry(
             name=name,
             node=spec.get("nodeName")
             or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
@@ -205,12 +200,14 @@ def hulk_pods(
     }
 
 
-@kopf.index("pods", labels={LABEL_JOB: kopf.ABSENT})
-def hulk_other_pods(spec: kopf.Spec, status: kopf.Status, **_: Any) -> dict[str, Resources] | None:
+@kopf.index("pods")
+def hulk_other_pods(
+    meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> dict[str, Resources] | None:
     """What other pods (not Hulk's stage pods) request, by node: the planner offers only
     the rest of a node's GPUs, and only nodes where a stage pod's CPU and memory fit."""
     node = spec.get("nodeName")
-    if not node or status.get("phase") in ("Succeeded", "Failed"):
+    if not node or status.get("phase") in ("Succeeded", "Failed") or manifests.owner_job(meta):
         return None
     need = pod_requests(spec)
     return {str(node): need} if any(need) else None

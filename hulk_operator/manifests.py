@@ -154,6 +154,15 @@ def owner_reference(job: str, uid: str) -> dict[str, Any]:
     }
 
 
+def owner_job(meta: Mapping[str, Any]) -> str | None:
+    """The HulkTrainingJob that owns a pod (its stage pod), or None: a pod that only carries
+    the ``hulk.dev/job`` label (a user's debug pod, say) is not Hulk's."""
+    for o in meta.get("ownerReferences") or []:
+        if o.get("kind") == KIND and o.get("apiVersion") == API_VERSION:
+            return str(o.get("name"))
+    return None
+
+
 def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:
     for c in containers:
         res = c.get("resources") or {}

@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from hulk_operator import GROUP, LABEL_JOB, PLURAL, VERSION, kube
+from hulk_operator import GROUP, PLURAL, VERSION, kube
 from hulk_operator.entries import job_entry
 from hulk_operator.inventory import (
     Resources,
@@ -31,6 +31,7 @@ from hulk_operator.inventory import (
     pod_requests,
     read_latencies,
 )
+from hulk_operator.manifests import owner_job
 from hulk_operator.placement import (
     JobEntry,
     Key,
@@ -75,7 +76,7 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
     others: dict[str, list[Resources]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        node, job = spec.get("nodeName"), (meta.get("labels") or {}).get(LABEL_JOB)
+        node, job = spec.get("nodeName"), owner_job(meta)
         if node and job:
             stage_pods.append(((meta.get("namespace", ""), job), node))
         elif node:

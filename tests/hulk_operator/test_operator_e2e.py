@@ -307,6 +307,26 @@ def test_editing_priority_or_backoff_limit_leaves_a_running_job_running(
     assert len(kube.events("Planned")) == 1  # not planned again (alone, it would land the same)
 
 
+def test_a_users_pod_that_only_carries_the_job_label_is_left_alone(
+    kube: Kube, operator: Any
+) -> None:
+    kube.apply(manifest("labelled", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("labelled") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("labelled")}
+    debug = {  # e.g. to reach the job through its headless Service, which selects this label
+        "metadata": {"name": "labelled-debug", "labels": {"hulk.dev/job": "labelled"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    kube.core.create_namespaced_pod(kube.ns, debug)
+    time.sleep(3 * CONFIG.reconcile_interval_s)
+    pod: Any = kube.core.read_namespaced_pod("labelled-debug", kube.ns)
+    assert pod.metadata.deletion_timestamp is None
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("labelled")
+            if p.metadata.name != "labelled-debug"} == before  # fmt: skip
+    assert kube.phase("labelled") == "Running"
+    kube.core.delete_namespaced_pod("labelled-debug", kube.ns, grace_period_seconds=0)
+
+
 def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
     kube.apply(manifest("steady"))
     wait("Running", lambda: kube.phase("steady") == "Running", 60)
