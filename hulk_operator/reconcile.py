@@ -83,7 +83,8 @@ async def reconcile(
         if status.get("plan") is not None:  # an edit broke a planned job's spec
             new["conditions"] = refused_edit(conds, error, gen)
             return new
-        new["phase"] = st.PHASE_FAILED
+        new.update(_unplanned(st.PHASE_FAILED))
+        conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, error, gen)
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
         return new
     if status.get("phase") == st.SUCCEEDED or (
@@ -107,7 +108,8 @@ async def reconcile(
             await _remove_all(ctx, entry.key)  # gang: all stages or none
             if ctx.placer.first_use(decision):
                 ctx.metrics.plans.labels(result="unplaced").inc()
-            new["phase"] = st.PENDING
+            new.update(_unplanned(st.PENDING))  # an edit's old plan may have left its fields
+            conds = _not_ready(conds, gen)
             new["conditions"] = st.set_condition(
                 conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
             )
@@ -120,6 +122,10 @@ async def reconcile(
             conds, st.PLANNED, True, "Planned", _planned_message(decision), gen
         )
         conds = _estimated(conds, decision, ctx.config, gen)
+        if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
+            conds = st.set_condition(
+                conds, st.REPLANNING, False, "PlacedAgain", "placed again after no plan fit", gen
+            )
         if ctx.placer.first_use(decision):
             ctx.metrics.plans.labels(result="placed").inc()
             ctx.event("Normal", "Planned", _planned_message(decision))
@@ -145,6 +151,7 @@ async def reconcile(
                 msg = recovery.event_message(lost, plan, None, 0, 0)
                 ctx.event("Warning", "ReplanFailed", msg)
                 new.update(_unplanned(st.PENDING))
+                conds = _not_ready(conds, gen)
                 conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", msg, gen)
                 new["conditions"] = st.set_condition(
                     conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
@@ -155,6 +162,9 @@ async def reconcile(
             replanned, force = (plan, lost), set(lost)
             plan, gpus = decision.job_plan, _gpus(decision)
             new.update(_placed_fields(decision))
+            conds = st.set_condition(
+                conds, st.PLANNED, True, "Planned", _planned_message(decision), gen
+            )
             conds = _estimated(conds, decision, ctx.config, gen)
             new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
@@ -237,7 +247,16 @@ def _unplanned(phase: str) -> dict[str, Any]:
         "numNodes": 0,
         "regions": "",
         "predictedIterationSeconds": None,
+        "baselines": None,
     }
+
+
+def _not_ready(conds: list[dict[str, Any]], gen: int) -> list[dict[str, Any]]:
+    """``Ready`` of a job whose pods are gone (no plan): False, not a stale 'all running'."""
+    ready = st.condition({"conditions": conds}, st.READY)
+    if ready is None or ready.get("reason") == "NotPlanned":
+        return conds
+    return st.set_condition(conds, st.READY, False, "NotPlanned", "no plan: no stage pods", gen)
 
 
 def _gpus(decision: Decision) -> dict[str, int]:

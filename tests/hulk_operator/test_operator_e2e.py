@@ -671,9 +671,33 @@ def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -
             f"{min(first, last)} cordoned, {max(first, last)} cordoned; "
         ), event.message
         assert all(p.spec.node_name not in (first, last) for p in kube.live_pods(name))
+        s = kube.job(name)["status"]  # the Planned condition tells the new plan, not the old
+        assert condition(kube.job(name), "Planned")["message"].startswith(
+            f"{s['numStages']} stage(s) on {s['numNodes']} server(s)"
+        )
     finally:
         for n in (first, last):
             kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+
+
+def test_an_edit_that_no_plan_fits_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("moved", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("moved") == "Running", 60)
+    patch = {"spec": {"allowedRegions": ["mars"]}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
+
+    def pending() -> bool:
+        return kube.phase("moved") == "Pending" and not kube.live_pods("moved")
+
+    wait("Pending without pods", pending, 60)
+    job = kube.job("moved")
+    s = job["status"]
+    assert (s["numStages"], s["numNodes"], s["regions"]) == (0, 0, "")
+    assert s.get("plan") is None and s.get("predictedIterationSeconds") is None
+    assert "baselines" not in s
+    assert condition(job, "Ready")["status"] == "False"
+    assert condition(job, "Ready")["reason"] == "NotPlanned"
+    assert condition(job, "Planned")["reason"] == "Unschedulable"
 
 
 def test_a_node_going_not_ready_replaces_only_its_stage(
