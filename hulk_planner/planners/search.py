@@ -572,7 +572,7 @@ class _Moves:
 
 
 def _gib(x: float) -> str:
-    return f"{x:.0f} GiB" if x >= 10 or x == 0 else f"{x:.2g} GiB"
+    return f"{x:.0f} GiB" if 10 <= x < 1e6 or x == 0 else f"{x:.2g} GiB"
 
 
 def _to_plan(
@@ -593,10 +593,13 @@ def _to_plan(
     total = float(np.sum(cost.capacity)) / gib
     held = sum(float(cost.capacity[cost.net.index[n]]) for jp in placed for n in jp.nodes) / gib
     unplaced = []
+    servers = f"the {len(cost.cluster.servers)} server(s) planned on"
     for job in missing:
         need = memory_need_bytes(job) / gib
-        others = f"other jobs hold {_gib(held)} of the cluster's {_gib(total)} usable"
-        if need > total - held:
+        others = f"other jobs planned with it hold {_gib(held)} of the {_gib(total)} usable"
+        if need > total:
+            why = f"needs {_gib(need)} of GPU memory; {servers} have {_gib(total)} usable"
+        elif need > total - held:
             why = f"needs {_gib(need)} of GPU memory; {others}, {_gib(total - held)} is left"
         elif held:
             why = (
@@ -606,7 +609,7 @@ def _to_plan(
         else:
             why = (
                 f"needs {_gib(need)} of GPU memory in servers that can reach each other; "
-                f"no pipeline over the cluster's {_gib(total)} usable fits it"
+                f"no pipeline over the {_gib(total)} usable on {servers} fits it"
             )
         unplaced.append(Unplaced(job.name, why))
     return Plan(name, tuple(placed), tuple(unplaced))
