@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from hulk_operator import GANG_GATE
 from hulk_planner.errors import InvalidRequest
 
+MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 FAN_OUT = 16
 POOL = 32  # FAN_OUT plus the handlers' own calls (kopf's and asyncio's worker threads)
@@ -148,12 +149,17 @@ def delete_pods(
 
 
 def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> None:
+    """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
+    have been edited since)."""
+    core = client.CoreV1Api(api)
+    ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
     try:
-        ns = service["metadata"]["namespace"]
-        client.CoreV1Api(api).create_namespaced_service(ns, service)  # type: ignore[arg-type]
+        core.create_namespaced_service(ns, service)  # type: ignore[arg-type]
     except ApiException as exc:
         if not _ok(exc, 409):
             raise
+        ports = {"spec": {"ports": service["spec"]["ports"]}}  # the list, replaced whole
+        core.patch_namespaced_service(name, ns, ports, _content_type=MERGE)
 
 
 def list_objects(

@@ -327,6 +327,23 @@ def test_a_users_pod_that_only_carries_the_job_label_is_left_alone(
     kube.core.delete_namespaced_pod("labelled-debug", kube.ns, grace_period_seconds=0)
 
 
+def test_editing_the_master_port_moves_the_service_port_too(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("ported", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("ported") == "Running", 60)
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "ported", {"spec": {"masterPort": 29600}}
+    )
+
+    def moved() -> bool:
+        pods = kube.live_pods("ported")
+        envs = [{e.name: e.value for e in p.spec.containers[0].env} for p in pods]
+        return kube.phase("ported") == "Running" and all(e["MASTER_PORT"] == "29600" for e in envs)
+
+    wait("pods on the new port", moved, 60)
+    svc: Any = kube.core.read_namespaced_service("ported", kube.ns)
+    assert [p.port for p in svc.spec.ports] == [29600]
+
+
 def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
     kube.apply(manifest("steady"))
     wait("Running", lambda: kube.phase("steady") == "Running", 60)
