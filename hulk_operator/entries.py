@@ -40,8 +40,9 @@ def job_entry(
     tmpl_spec = _at(spec, "template", "spec")
     # the stage pods keep the template's node selector: it constrains the plan as
     # spec.nodeSelector does (and as the template's tolerations do)
+    # (a hostname pin there too: Hulk sets the hostname per stage pod, on the servers the
+    # pin allows)
     ours, theirs = dict(spec.get("nodeSelector") or {}), dict(tmpl_spec.get("nodeSelector") or {})
-    theirs.pop("kubernetes.io/hostname", None)  # Hulk sets it per stage pod
     clash = sorted(k for k in ours.keys() & theirs.keys() if ours[k] != theirs[k])
     if clash and error is None:
         k = clash[0]

@@ -1086,6 +1086,16 @@ def test_the_templates_own_scheduling_gates_stay_after_the_gang_gate_lifts(
     wait("Running", lambda: kube.phase("waits") == "Running", 60)
 
 
+def test_a_hostname_pin_in_the_template_constrains_the_plan(kube: Kube, operator: Any) -> None:
+    nodes: Any = kube.core.list_node()
+    host = sorted(n.metadata.name for n in nodes.items)[-1]
+    m = manifest("pinned", model={"preset": "bert-large"})
+    m["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": host}
+    kube.apply(m)
+    wait("Running", lambda: kube.phase("pinned") == "Running", 60)
+    assert plan_nodes(kube.job("pinned")) == [host]
+
+
 def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: Any) -> None:
     m = manifest("berlin-only", model={"preset": "gpt2-xl"})  # alone, it goes to rome
     m["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "berlin"}
