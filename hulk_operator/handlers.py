@@ -2,7 +2,7 @@
 
 - Indexes (``@kopf.index``) keep the cluster in memory: ``hulk_nodes`` (Node -> NodeInfo),
   ``hulk_jobs`` (HulkTrainingJob -> JobEntry) and ``hulk_pods`` (stage pods by job).
-- ``hulktrainingjob_create``/``_update`` validate the spec; a bad one fails permanently.
+- ``hulktrainingjob_create``/``_update`` validate the spec; a bad one gets a Warning Event.
 - ``hulktrainingjob_reconcile`` (a timer, every ``reconcile_interval_s``) does the work:
   plans pending jobs together, re-plans jobs that lost servers, keeps the pods in line with
   the plan and writes the status through ``patch.status``.
@@ -223,13 +223,23 @@ def _one(store: Any) -> Any:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_: Any) -> None:
-    """Validates the spec; an invalid one fails permanently (the reason is posted as an
-    Event and shown in the ``Failed`` condition by the timer)."""
+    """Validates the spec; an invalid one is the user's to fix, not an operator error: a
+    Warning Event says why (``kubectl describe``), the timer's ``Failed`` condition too."""
+    if _refused(body, logger):
+        return
+    logger.debug(f"job {name} accepted")
+
+
+def _refused(body: kopf.Body, logger: kopf.Logger) -> bool:
+    """Whether the job's spec is invalid (then posted as a Warning Event, logged as info)."""
     try:
         job_from_dict(dict(body))
     except InvalidRequest as exc:
-        raise to_kopf(exc) from exc
-    logger.debug(f"job {name} accepted")
+        message = classify(exc).message
+        kopf.warn(body, reason=INVALID_SPEC, message=message)
+        logger.info(f"invalid spec: {message}")
+        return True
+    return False
 
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit"})  # spec fields the pods do not depend on
@@ -253,10 +263,8 @@ def hulktrainingjob_update(
     any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
     a condition). A running job whose edit touches only ``priority`` (which orders the
     planning of pending jobs) or ``backoffLimit`` (read at each stage failure) runs on."""
-    try:
-        job_from_dict(dict(body))
-    except InvalidRequest as exc:
-        raise to_kopf(exc) from exc
+    if _refused(body, logger):
+        return
     gen = int(body.get("metadata", {}).get("generation") or 0)
     before, after = dict(old or {}), dict(new or {})
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}

@@ -263,13 +263,20 @@ def test_invalid_manifests_are_rejected_naming_the_field(
     assert field in str(err.value.body), err.value.body
 
 
-def test_unknown_preset_fails_with_a_condition(kube: Kube, operator: Any) -> None:
+def test_unknown_preset_fails_with_a_condition_and_an_event(
+    kube: Kube, operator: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     kube.apply(manifest("nope", model={"preset": "gpt-17"}))
     wait("Failed", lambda: kube.phase("nope") == "Failed", 30)
     job = kube.job("nope")
     c = condition(job, "Failed")
     assert c["status"] == "True" and c["reason"] == "InvalidSpec"
     assert "spec.model.preset" in c["message"]
+    # kubectl describe shows it; a user's mistake is no operator error in its log
+    (event,) = wait("the Event", lambda: kube.events("InvalidSpec") or None, 10)
+    assert event.type == "Warning" and "spec.model.preset" in event.message
+    assert event.involved_object.name == "nope"
+    assert not [r for r in caplog.records if r.levelname == "ERROR" and "nope" in r.getMessage()]
 
 
 def _edit_preset(kube: Kube, name: str, preset: str) -> None:
