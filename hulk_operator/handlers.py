@@ -262,13 +262,14 @@ def hulktrainingjob_update(
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
     a condition). A running job whose edit touches only ``priority`` (which orders the
-    planning of pending jobs) or ``backoffLimit`` (read at each stage failure) runs on."""
+    planning of pending jobs) or ``backoffLimit`` (read at each stage failure) runs on; a
+    finished one runs again, as after any edit."""
     if _refused(body, logger):
         return
     gen = int(body.get("metadata", {}).get("generation") or 0)
     before, after = dict(old or {}), dict(new or {})
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    if changed <= BOOKKEEPING and status.get("phase") != st.PHASE_FAILED:
+    if changed <= BOOKKEEPING and status.get("phase") not in (st.PHASE_FAILED, st.SUCCEEDED):
         if status.get("plan") is not None:
             logger.info(f"{name}: {', '.join(sorted(changed))} changed; its plan stands")
             return

@@ -415,8 +415,9 @@ def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
         body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
         return job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
 
-    e = make({"gpu": "a100"}, {"zone": "a", "kubernetes.io/hostname": "x"})
-    assert e.job is not None and e.node_selector == (("gpu", "a100"), ("zone", "a"))
+    e = make({"gpu": "a100"}, {"zone": "a", "kubernetes.io/hostname": "x"})  # a pin too
+    assert e.job is not None
+    assert e.node_selector == (("gpu", "a100"), ("kubernetes.io/hostname", "x"), ("zone", "a"))
     assert e.selector_from == "spec.nodeSelector and spec.template.spec.nodeSelector"
     e = make(None, {"gpu": "h100"})
     assert e.selector_from == "spec.template.spec.nodeSelector"
