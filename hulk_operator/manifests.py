@@ -27,6 +27,7 @@ from hulk_operator import (
     API_VERSION,
     GANG_GATE,
     GPU,
+    GROUP,
     KIND,
     LABEL_JOB,
     LABEL_REPLICA,
@@ -158,7 +159,7 @@ def owner_job(meta: Mapping[str, Any]) -> str | None:
     """The HulkTrainingJob that owns a pod (its stage pod), or None: a pod that only carries
     the ``hulk.dev/job`` label (a user's debug pod, say) is not Hulk's."""
     for o in meta.get("ownerReferences") or []:
-        if o.get("kind") == KIND and o.get("apiVersion") == API_VERSION:
+        if o.get("kind") == KIND and str(o.get("apiVersion", "")).split("/")[0] == GROUP:
             return str(o.get("name"))
     return None
 

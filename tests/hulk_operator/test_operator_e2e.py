@@ -297,12 +297,17 @@ def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None
     assert len(kube.live_pods("typo")) == 1
 
 
+def _running(kube: Kube, name: str) -> dict[str, str]:
+    """A GPT-2 XL job applied and Running: its stage pods' uids by name."""
+    kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase(name) == "Running", 60)
+    return {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
+
+
 def test_editing_priority_or_backoff_limit_leaves_a_running_job_running(
     kube: Kube, operator: Any
 ) -> None:
-    kube.apply(manifest("calm", model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.phase("calm") == "Running", 60)
-    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("calm")}
+    before = _running(kube, "calm")
     plan = kube.job("calm")["status"]["plan"]
     kube.custom.patch_namespaced_custom_object(
         GROUP, VERSION, kube.ns, PLURAL, "calm", {"spec": {"priority": 5, "backoffLimit": 10}}
@@ -317,9 +322,7 @@ def test_editing_priority_or_backoff_limit_leaves_a_running_job_running(
 def test_a_users_pod_that_only_carries_the_job_label_is_left_alone(
     kube: Kube, operator: Any
 ) -> None:
-    kube.apply(manifest("labelled", model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.phase("labelled") == "Running", 60)
-    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("labelled")}
+    before = _running(kube, "labelled")
     debug = {  # e.g. to reach the job through its headless Service, which selects this label
         "metadata": {"name": "labelled-debug", "labels": {"hulk.dev/job": "labelled"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -950,12 +953,18 @@ def test_an_extended_resource_limits_the_plan_to_nodes_that_advertise_it(
         advertise(None)
 
 
-def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:
-    kube.apply(manifest("raced", model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.phase("raced") == "Running", 60)
-    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods("raced")}
+def _first_stage(kube: Kube, m: dict[str, Any]) -> tuple[str, str]:
+    """``m`` applied and Running: its first stage pod and that pod's node."""
+    name = m["metadata"]["name"]
+    kube.apply(m)
+    wait("Running", lambda: kube.phase(name) == "Running", 60)
+    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods(name)}
     victim = sorted(pods)[0]
-    node = pods[victim]
+    return victim, pods[victim]
+
+
+def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:
+    victim, node = _first_stage(kube, manifest("raced", model={"preset": "gpt2-xl"}))
     gpus = int(kube.core.read_node(node).status.allocatable["nvidia.com/gpu"])
     # A pod bound to the node without the scheduler (as a static pod is): it holds every GPU
     # once the stage pod is gone; the stage pod, created again, cannot be scheduled there.
@@ -987,11 +996,7 @@ def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: 
 def test_a_stage_whose_cpu_another_pod_took_is_replanned(kube: Kube, operator: Any) -> None:
     m = manifest("squeezed", model={"preset": "gpt2-xl"})
     m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    kube.apply(m)
-    wait("Running", lambda: kube.phase("squeezed") == "Running", 60)
-    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods("squeezed")}
-    victim = sorted(pods)[0]
-    node = pods[victim]
+    victim, node = _first_stage(kube, m)
     cpu = kube.core.read_node(node).status.allocatable["cpu"]
     # bound without the scheduler, as a static pod is: it asks for every core and no GPU
     kube.core.create_namespaced_pod(
@@ -1021,11 +1026,7 @@ def test_a_stage_whose_cpu_another_pod_took_is_replanned(kube: Kube, operator: A
 
 
 def test_a_stage_whose_node_lost_gpus_is_replanned(kube: Kube, operator: Any) -> None:
-    kube.apply(manifest("shrunk", model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.phase("shrunk") == "Running", 60)
-    pods = {p.metadata.name: p.spec.node_name for p in kube.live_pods("shrunk")}
-    victim = sorted(pods)[0]
-    node = pods[victim]
+    victim, node = _first_stage(kube, manifest("shrunk", model={"preset": "gpt2-xl"}))
     gpus = kube.core.read_node(node).status.allocatable[GPU]
 
     def set_gpus(n: str) -> None:  # as the device plugin reports a failed GPU
