@@ -36,7 +36,7 @@ OPERATOR_RULES = {
     ("hulk.dev", "hulktrainingjobs/status"): {"get", "patch"},
     ("hulk.dev", "hulktrainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"create"},
+    ("", "services"): {"create", "patch"},  # patch: an edited masterPort
     ("", "events"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},

@@ -272,6 +272,34 @@ def _needed(objs: list[dict[str, Any]], role: str) -> list[tuple[str, str, str, 
     return out
 
 
+# What `hulk operator` calls (hulk_operator/kube.py, kopf), whatever the chart's rules say:
+# a call the ClusterRole forgets is refused (403) on a real cluster only, never in the
+# sandbox tests, which run as admin.
+OPERATOR_CALLS = [
+    ("list", "", "pods", ""),
+    ("watch", "", "pods", ""),
+    ("create", "", "pods", ""),
+    ("patch", "", "pods", ""),  # the gang gate lifted
+    ("delete", "", "pods", ""),
+    ("create", "", "services", ""),
+    ("patch", "", "services", ""),  # an edited masterPort
+    ("create", "", "events", ""),
+    ("list", "", "nodes", ""),
+    ("watch", "", "nodes", ""),
+    ("list", "hulk.dev", "nodelatencies", ""),
+    ("list", "hulk.dev", "hulktrainingjobs", ""),
+    ("patch", "hulk.dev", "hulktrainingjobs", ""),
+    ("patch", "hulk.dev", "hulktrainingjobs", "status"),
+]
+
+
+def test_the_operators_role_allows_every_call_it_makes(installed: dict[str, Any]) -> None:
+    name = f"{installed['release']}-operator"
+    user = f"system:serviceaccount:{installed['namespace']}:{name}"
+    refused = [c for c in OPERATOR_CALLS if not _review(installed["api"], user, *c)]
+    assert refused == []
+
+
 @pytest.mark.parametrize("component", ["operator", "probe"])
 def test_rbac_grants_what_is_needed_and_nothing_else(
     installed: dict[str, Any], component: str
