@@ -264,7 +264,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
             tuple(sorted((k, v) for k, v in others.items() if v)),
         ),
     )
-    gpus = _quantity((status.get("allocatable") or {}).get(GPU, 0))
+    gpus = _quantity(alloc.get(GPU, 0))
     product = labels.get(PRODUCT)
     problem = None
     capability = None

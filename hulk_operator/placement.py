@@ -110,6 +110,7 @@ class Snapshot:
         whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
         whose stage pod the template gives fewer GPUs than it has offers that many."""
         mine = set(also)
+        sel = dict(entry.node_selector)
         out = []
         for info in self.nodes.values():
             holder = self.held.get(info.name)
@@ -121,7 +122,6 @@ class Snapshot:
                 ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             ok = ok and info.server is not None and self._fits(info, entry.requests)
-            sel = dict(entry.node_selector)
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 asked = entry.requests.gpus  # a template that asks for GPUs gets that many
                 if asked and info.server is not None and info.server.gpus > asked:

@@ -20,7 +20,7 @@ with ``p`` stages, ``R`` data-parallel replicas and ``m`` micro-batches per repl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
@@ -322,26 +322,26 @@ class CostModel:
         )
 
 
-def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
-    """Raise ``InvalidRequest`` unless the plan is well formed: known jobs and servers, each
-    server used once, every job's layers covered in order, equal replicas per data stage,
-    micro-batches consistent with the batch sizes."""
-    by_name = {j.name: j for j in jobs}
+def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None) -> None:
+    """Raise ``InvalidRequest`` unless what holds whatever the cluster and jobs does: each
+    job's stages cover layers from 0 in order, its data stages have equal replica counts,
+    and each server is in one stage of one job. ``label(i, job_plan)`` names a job in the
+    error's field (default ``jobs[<name>]``)."""
     used: dict[str, str] = {}
-    for jp in plan.jobs:
-        job = by_name.get(jp.name)
-        if job is None:
-            raise InvalidRequest(f"jobs[{jp.name}]", "names a job that was not requested")
+    for i, jp in enumerate(plan.jobs):
+        w = label(i, jp) if label else f"jobs[{jp.name}]"
         expect = 0
         replicas = None
         for k, st in enumerate(jp.stages):
-            where = f"jobs[{jp.name}].stages[{k}]"
+            where = f"{w}.stages[{k}]"
             if st.layers[0] != expect:
-                raise InvalidRequest(f"{where}.layers", f"starts at {st.layers[0]}, not {expect}")
+                raise InvalidRequest(
+                    f"{where}.layers",
+                    f"starts at layer {st.layers[0]}, not at layer {expect}",
+                    "list the stages in order, each [start, end) going on from the last",
+                )
             expect = st.layers[1]
             for n in st.nodes:
-                if n not in cluster.index:
-                    raise InvalidRequest(f"{where}.nodes", f"unknown server {n!r}")
                 if n in used:
                     raise InvalidRequest(f"{where}.nodes", f"{n} is also used by {used[n]}")
                 used[n] = jp.name
@@ -349,6 +349,24 @@ def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
                 if replicas is not None and len(st.nodes) != replicas:
                     raise InvalidRequest(f"{where}.nodes", "data stages need equal replica counts")
                 replicas = len(st.nodes)
+
+
+def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
+    """Raise ``InvalidRequest`` unless the plan is well formed: ``check_stages``, known jobs
+    and servers, every job's layers covered, micro-batches consistent with the batch
+    sizes."""
+    check_stages(plan)
+    by_name = {j.name: j for j in jobs}
+    for jp in plan.jobs:
+        job = by_name.get(jp.name)
+        if job is None:
+            raise InvalidRequest(f"jobs[{jp.name}]", "names a job that was not requested")
+        for k, st in enumerate(jp.stages):
+            for n in st.nodes:
+                if n not in cluster.index:
+                    where = f"jobs[{jp.name}].stages[{k}].nodes"
+                    raise InvalidRequest(where, f"unknown server {n!r}")
+        expect = jp.stages[-1].layers[1] if jp.stages else 0
         if expect != job.model.layers:
             raise InvalidRequest(
                 f"jobs[{jp.name}].stages", f"cover layers up to {expect}, not {job.model.layers}"

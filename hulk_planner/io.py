@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from hulk_planner.cost import check_stages
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.model import (
     Cluster,
@@ -411,7 +412,6 @@ def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Pla
 
 def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     jobs: list[JobPlan] = []
-    used: dict[str, str] = {}
     for i, j in enumerate(_list(doc, "jobs", "")):
         w = f"jobs[{i}]"
         name = str(_require(j, "name", w))
@@ -430,12 +430,6 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
             ):
                 raise InvalidRequest(f"{at}.layers", f"must be [start, end], got {layers!r}")
-            start = stages[-1].layers[1] if stages else 0
-            if layers[0] != start or layers[1] <= start:
-                raise InvalidRequest(
-                    f"{at}.layers", f"{layers} does not go on from layer {start}", "list the "
-                    "stages in order, each [start, end) with end > start"
-                )  # fmt: skip
             nodes = _require(s, "nodes", at)
             if (
                 not isinstance(nodes, list)
@@ -445,19 +439,12 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
                 raise InvalidRequest(
                     f"{at}.nodes", f"must be a non-empty list of server names, got {nodes!r}"
                 )
-            for n in nodes:
-                if n in used:
-                    raise InvalidRequest(f"{at}.nodes", f"{n} is also used by {used[n]}")
-                used[n] = name
             try:
                 stages.append(Stage(tuple(layers), tuple(nodes), s.get("parallelism", "data")))  # type: ignore[arg-type]
             except InvalidRequest as exc:
                 raise InvalidRequest(
                     f"{at}.{exc.field.split('.')[-1]}", exc.problem, exc.fix
                 ) from None
-        widths = {len(st.nodes) for st in stages if st.parallelism == "data"}
-        if len(widths) > 1:
-            raise InvalidRequest(f"{w}.stages", "data stages need equal replica counts")
         t = j.get("predictedIterationSeconds")
         jobs.append(
             JobPlan(
@@ -472,7 +459,9 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
         for i, u in enumerate(_list(doc, "unplaced", ""))
     )
     notes = tuple(str(n) for n in doc.get("notes") or ())
-    return Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced, notes)
+    plan = Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced, notes)
+    check_stages(plan, lambda i, jp: f"jobs[{i}]")
+    return plan
 
 
 def dump_plan(plan: Plan, fmt: str = "json") -> str:

@@ -391,7 +391,7 @@ PLAN_ERRORS = [
     (lambda d: _stages(d)[0].update(nodes="bj-0"), "jobs[0].stages[0].nodes", "server names"),
     (lambda d: _stages(d)[0].update(layers=[0.5, 20]), "jobs[0].stages[0].layers", "[start"),
     (lambda d: _stages(d)[1].update(layers=[21, 48]), "jobs[0].stages[1].layers", "layer 20"),
-    (lambda d: _stages(d)[1].update(nodes=["bj-2"]), "jobs[0].stages", "equal replica"),
+    (lambda d: _stages(d)[1].update(nodes=["bj-2"]), "jobs[0].stages[1].nodes", "equal replica"),
     (lambda d: _stages(d)[1].update(nodes=["bj-0", "bj-3"]), "jobs[0].stages[1].nodes", "bj-0"),
     (lambda d: d["jobs"][1]["stages"][0].update(nodes=["bj-1", "x"]), "jobs[1].stages[0].nodes",
      "bj-1 is also used by gpt2-xl"),
