@@ -98,7 +98,9 @@ def plan(
     result = _drop_infeasible(cost, cost.with_predictions(result, jobs), jobs)
     result = replace(result, planner=planner)  # the name asked for (hulk runs the GNN)
     if not result.jobs and result.unplaced:
-        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in result.unplaced))
+        raise NoFeasiblePlan(
+            "; ".join(f"{u.name}: {u.reason}" for u in result.unplaced), result.unplaced
+        )
     validate_plan(result, cluster, jobs)
     return result
 

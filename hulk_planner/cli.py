@@ -19,6 +19,7 @@ from typing import Any
 
 from hulk_planner.errors import HulkError, InvalidRequest
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
+from hulk_planner.regions import plan_in_regions, region_limits
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
@@ -70,9 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
-    """The cluster and jobs to plan; with ``--kubeconfig`` also the plan itself, made as
-    the operator would make it now (its constraint groups, free servers, latencies)."""
+def _inputs(
+    args: argparse.Namespace,
+) -> tuple[Cluster, list[Job], Plan | None, dict[str, tuple[str, ...]]]:
+    """The cluster and jobs to plan, and the regions jobs are limited to (their
+    ``spec.allowedRegions``); with ``--kubeconfig`` also the plan itself, made as the
+    operator would make it now (its constraint groups, free servers, latencies)."""
     from hulk_planner import datasets, io
 
     documents = [(str(path), io.expand_lists(io.load_documents(path))) for path in args.jobs or []]
@@ -110,7 +114,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
             seed=args.seed,
             time_budget_s=args.time_budget,
         )
-        return pv.cluster, pv.jobs, pv.plan
+        return pv.cluster, pv.jobs, pv.plan, {}
     if args.namespace:
         raise InvalidRequest(
             "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
@@ -128,18 +132,18 @@ def _inputs(args: argparse.Namespace) -> tuple[Cluster, list[Job], Plan | None]:
         jobs = datasets.paper_jobs()
     if not jobs:
         raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
-    return cluster, jobs, None
+    return cluster, jobs, None, region_limits(documents, cluster)
 
 
 def _cluster_only_fields(doc: Any) -> list[str]:
-    """A job's placement constraints that only a live cluster can apply (node labels, the
-    operator's region limit)."""
+    """A job's placement constraints that only a live cluster can apply (node labels; a
+    topology file has regions, so ``spec.allowedRegions`` applies to it)."""
     spec = doc.get("spec") if isinstance(doc, dict) else None
     if not isinstance(spec, dict):
         return []
     pod = (spec.get("template") or {}).get("spec") or {}
     pod = pod if isinstance(pod, dict) else {}
-    found = [f"spec.{k}" for k in ("allowedRegions", "nodeSelector") if spec.get(k)]
+    found = ["spec.nodeSelector"] if spec.get("nodeSelector") else []
     if pod.get("nodeSelector"):
         found.append("spec.template.spec.nodeSelector")
     if (pod.get("affinity") or {}).get("nodeAffinity"):
@@ -249,8 +253,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.plot is not None:
         _check_plot_path(args.plot)
-    cluster, jobs, result = _inputs(args)
+    cluster, jobs, result, limits = _inputs(args)
     cost = CostModel(cluster)
+
+    def planned(name: str, **options: Any) -> Plan:
+        if limits:
+            return plan_in_regions(cluster, jobs, limits, name, **options)
+        return plan(cluster, jobs, name, cost=cost, **options)
+
     if result is None:
         too_big = _too_big(cluster, jobs)
         jobs = [j for j in jobs if j.name not in {u.name for u in too_big}]
@@ -266,14 +276,8 @@ def _run(args: argparse.Namespace) -> int:
             if len(docs) != 1:
                 raise InvalidRequest("--previous", "must hold one PlacementPlan")
             previous = io.plan_from_dict(docs[0], args.previous)
-        result = plan(
-            cluster,
-            jobs,
-            args.planner,
-            seed=args.seed,
-            time_budget_s=args.time_budget,
-            previous=previous,
-            cost=cost,
+        result = planned(
+            args.planner, seed=args.seed, time_budget_s=args.time_budget, previous=previous
         )
         result = replace(result, unplaced=result.unplaced + tuple(too_big))
     if args.plot is not None:
@@ -290,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
             if name == args.planner:
                 continue
             try:
-                compare[name] = plan(cluster, jobs, name, cost=cost)
+                compare[name] = planned(name)
             except HulkError as exc:
                 compare[name] = str(exc)
     print(render_table(cluster, result, compare))

@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class HulkError(Exception):
     """Base class of every error the planner raises on purpose."""
@@ -29,8 +32,10 @@ class InvalidRequest(HulkError, ValueError):
 
 
 class NoFeasiblePlan(HulkError):
-    """No valid placement exists; ``reason`` says which resource is short."""
+    """No valid placement exists; ``reason`` says which resource is short, and
+    ``unplaced`` (``model.Unplaced``, where known) why each job got nothing."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, unplaced: Sequence[Any] = ()) -> None:
         self.reason = reason
+        self.unplaced = tuple(unplaced)
         super().__init__(reason)

@@ -196,22 +196,42 @@ def test_flags_that_do_not_apply_together_are_refused(files: tuple[Path, Path]) 
     assert_one_line_error(out, "--cluster: does not apply with --kubeconfig")
 
 
-def test_constraints_only_a_live_cluster_applies_are_noted_not_silently_ignored(
+def test_allowed_regions_apply_to_a_topology_file_and_node_selectors_are_noted(
     tmp_path: Path, files: tuple[Path, Path]
 ) -> None:
     doc = job_doc("bert-large")
-    doc["spec"]["allowedRegions"] = ["California"]
+    doc["spec"]["allowedRegions"] = ["california"]  # as the node label writes it
     doc["spec"]["template"] = {"spec": {"nodeSelector": {"pool": "a100"}}}
-    jobs = write(tmp_path / "jobs.yaml", doc)
+    jobs = write(tmp_path / "jobs.yaml", job_doc("gpt2-xl"), doc)
     out = hulk("plan", "--cluster", files[0], "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["jobs"][0]["name"] == "bert-large"
-    notes = out.stderr.strip().splitlines()
-    assert [n.split(": ")[3] for n in notes] == [
-        "spec.allowedRegions is applied by the operator, not to a topology file",
-        "spec.template.spec.nodeSelector is applied by the operator, not to a topology file",
-    ], notes
-    assert all(n.startswith("hulk plan: note: job bert-large: ") for n in notes)
+    placed = {j["name"]: j for j in json.loads(out.stdout)["jobs"]}
+    assert [n for st in placed["bert-large"]["stages"] for n in st["nodes"]] == ["ca-0"]
+    assert "ca-0" not in {n for st in placed["gpt2-xl"]["stages"] for n in st["nodes"]}
+    assert out.stderr.strip().splitlines() == [
+        "hulk plan: note: job bert-large: spec.template.spec.nodeSelector is applied by the "
+        "operator, not to a topology file: this plan ignores it (preview with --kubeconfig "
+        "to apply it)"
+    ]
+    # the baselines keep to the region too
+    table = hulk("plan", "--cluster", files[0], "--jobs", jobs, "--time-budget", "0.1")
+    assert table.returncode == 0, table.stderr
+    assert "bert-large: 1 stages x 1 replicas" in table.stdout
+    assert "  servers: Californiax1" in table.stdout
+
+
+def test_allowed_regions_naming_no_region_of_the_cluster_is_refused(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    doc = job_doc("bert-large")
+    doc["spec"]["allowedRegions"] = ["California", "Tokyo"]
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs)
+    assert_one_line_error(
+        out,
+        f"{jobs}#0: spec.allowedRegions[1]: 'Tokyo' is not a region of cluster two-cities "
+        "(use one of Beijing, California)",
+    )
 
 
 def _bad_link(doc: dict[str, Any]) -> None:

@@ -1,0 +1,120 @@
+"""Jobs limited to some regions (a HulkTrainingJob's ``spec.allowedRegions``) on a topology
+file, planned as the operator plans them on a live cluster: jobs with the same regions
+together, the group holding the highest-priority job first (ties in the order given), each
+group on the servers of its regions that earlier groups left.
+
+A region is named as in the topology file or as the operator's node label writes it (the
+lower-case slug: ``new-delhi`` for ``New Delhi``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from hulk_planner.datasets import slug
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.model import Cluster, Job, Plan, Unplaced
+
+
+def region_limits(
+    files: Iterable[tuple[str, Sequence[Any]]], cluster: Cluster
+) -> dict[str, tuple[str, ...]]:
+    """Job name -> the cluster's regions its ``spec.allowedRegions`` names, for the jobs
+    that have the field (documents as ``io.jobs_from_documents`` reads them: those are
+    valid jobs). An entry that is not a region of the cluster is an error naming the
+    file, the document and the regions there are."""
+    by_slug = {slug(r): r for r in cluster.regions}
+    out: dict[str, tuple[str, ...]] = {}
+    for path, docs in files:
+        for i, doc in enumerate(docs):
+            spec = doc.get("spec") or {}
+            allowed = spec.get("allowedRegions")
+            if allowed is None:
+                continue
+            field = f"{path}#{i}: spec.allowedRegions"
+            if not isinstance(allowed, list) or not allowed:
+                raise InvalidRequest(
+                    field, f"must be a list of region names, got {allowed!r}", "list one or more"
+                )
+            regions: list[str] = []
+            for k, name in enumerate(allowed):
+                region = by_slug.get(slug(name)) if isinstance(name, str) and name else None
+                if region is None:
+                    raise InvalidRequest(
+                        f"{field}[{k}]",
+                        f"{name!r} is not a region of cluster {cluster.name}",
+                        f"use one of {', '.join(cluster.regions)}",
+                    )
+                regions.append(region)
+            out[str(doc["metadata"]["name"])] = tuple(dict.fromkeys(regions))
+    return out
+
+
+def _groups(jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]]) -> list[list[Job]]:
+    by_key: dict[frozenset[str] | None, list[Job]] = {}
+    for job in jobs:
+        key = frozenset(limits[job.name]) if job.name in limits else None
+        by_key.setdefault(key, []).append(job)
+    return sorted(by_key.values(), key=lambda g: -max(j.priority for j in g))
+
+
+def plan_in_regions(
+    cluster: Cluster,
+    jobs: Sequence[Job],
+    limits: Mapping[str, tuple[str, ...]],
+    planner: str = "hulk",
+    *,
+    previous: Plan | None = None,
+    **options: Any,
+) -> Plan:
+    """``api.plan`` for jobs some of which may use only ``limits[name]`` regions (see the
+    module's docstring). A group that gets nothing lists its jobs under ``unplaced``;
+    ``NoFeasiblePlan`` only when no job is placed at all."""
+    from hulk_planner.api import plan
+
+    taken: set[str] = set()
+    placed: list[Any] = []
+    unplaced: list[Unplaced] = []
+    notes: list[str] = []
+    for group in _groups(jobs, limits):
+        regions = limits.get(group[0].name)
+        where = f"in spec.allowedRegions {list(regions)}: " if regions else ""
+        out = [
+            s.name
+            for s in cluster.servers
+            if s.name in taken or (regions is not None and s.region not in regions)
+        ]
+        if len(out) == len(cluster.servers):
+            unplaced += [
+                Unplaced(j.name, f"{where}no server is left (other jobs hold them)") for j in group
+            ]
+            continue
+        names = {j.name for j in group}
+        before = (
+            replace(previous, jobs=tuple(jp for jp in previous.jobs if jp.name in names))
+            if previous
+            else None
+        )
+        try:
+            result = plan(cluster.without(out), group, planner, previous=before, **options)
+        except NoFeasiblePlan as exc:
+            unplaced += [
+                Unplaced(u.name, where + u.reason)
+                for u in exc.unplaced or [Unplaced(j.name, exc.reason) for j in group]
+            ]
+            continue
+        placed += result.jobs
+        unplaced += [Unplaced(u.name, where + u.reason) for u in result.unplaced]
+        notes += result.notes
+        taken |= {n for jp in result.jobs for n in jp.nodes}
+    if not placed:
+        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in unplaced), unplaced)
+    order = {j.name: k for k, j in enumerate(jobs)}
+    return Plan(
+        planner,
+        tuple(sorted(placed, key=lambda jp: order[jp.name])),
+        tuple(sorted(unplaced, key=lambda u: order[u.name])),
+        tuple(dict.fromkeys(notes)),
+    )

@@ -1,0 +1,108 @@
+"""``spec.allowedRegions`` on a topology file: jobs planned per region group, the group with
+the highest priority first, on hand-built two-region clusters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from planner_helpers import assert_valid_plan, cluster, server, tiny_job, usable_gib
+
+from hulk_planner.cost import memory_need_bytes
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.model import Cluster, Job
+from hulk_planner.regions import plan_in_regions, region_limits
+
+NEED = memory_need_bytes(tiny_job())
+
+
+def two_regions(r2_gib: float) -> Cluster:
+    """r1: a, b, each holding 80% of a tiny job (it needs both); r2: c, d of ``r2_gib``."""
+    big = usable_gib(NEED * 0.8)
+    servers = [server("a", "r1", memory_gib=big), server("b", "r1", memory_gib=big)]
+    servers += [server(n, "r2", memory_gib=r2_gib) for n in ("c", "d")]
+    names = [s.name for s in servers]
+    links = [(x, y, 1.0 if x < "c" or y < "c" else 50.0) for x in names for y in names if x < y]
+    return cluster(servers, links)
+
+
+def regions_of(c: Cluster, nodes: tuple[str, ...]) -> set[str]:
+    return {c.server(n).region for n in nodes}
+
+
+@pytest.mark.parametrize("planner", ["hulk", "search", "baseline-b"])
+def test_a_limited_job_runs_only_in_its_regions(planner: str) -> None:
+    c = two_regions(usable_gib(NEED * 2))
+    jobs = [tiny_job("limited"), tiny_job("free")]  # equal priority: in this order
+    result = plan_in_regions(c, jobs, {"limited": ("r2",)}, planner, time_budget_s=0.2)
+    assert_valid_plan(result, c, jobs)
+    limited, free = result.job("limited"), result.job("free")
+    assert limited is not None and regions_of(c, limited.nodes) == {"r2"}
+    assert free is not None  # on what the limited job left (never the same server: checked above)
+
+
+@pytest.mark.parametrize(("limited", "free", "placed"), [(0, 1, "free"), (1, 0, "limited")])
+def test_the_group_with_the_higher_priority_is_planned_first(
+    limited: int, free: int, placed: str
+) -> None:
+    c = two_regions(usable_gib(NEED * 0.01))  # r2 holds nothing: both jobs need r1 whole
+    jobs = [
+        replace(tiny_job("limited"), priority=limited),
+        replace(tiny_job("free"), priority=free),
+    ]
+    result = plan_in_regions(c, jobs, {"limited": ("r1",)}, "search", time_budget_s=0.2)
+    assert_valid_plan(result, c, jobs)
+    assert [jp.name for jp in result.jobs] == [placed]
+    assert regions_of(c, result.jobs[0].nodes) == {"r1"}
+    (waiting,) = result.unplaced
+    if waiting.name == "limited":
+        assert (
+            waiting.reason
+            == "in spec.allowedRegions ['r1']: no server is left (other jobs hold them)"
+        )
+    else:
+        assert "GPU memory" in waiting.reason, waiting.reason
+
+
+def test_no_job_placed_anywhere_is_no_feasible_plan_naming_the_region() -> None:
+    c = two_regions(usable_gib(NEED * 0.01))
+    with pytest.raises(NoFeasiblePlan, match=r"in spec.allowedRegions \['r2'\]: ") as info:
+        plan_in_regions(c, [tiny_job("limited")], {"limited": ("r2",)}, "search")
+    assert [u.name for u in info.value.unplaced] == ["limited"]
+
+
+def _doc(name: str, regions: object) -> dict[str, object]:
+    return {"metadata": {"name": name}, "spec": {"allowedRegions": regions}}
+
+
+def test_region_limits_accept_the_topology_names_and_the_label_slugs() -> None:
+    c = cluster([server("a", "New Delhi"), server("b", "Rome")], [("a", "b", 50.0)])
+    docs = [("jobs.yaml", [_doc("x", ["new-delhi", "Rome", "rome"]), {"metadata": {"name": "y"}}])]
+    assert region_limits(docs, c) == {"x": ("New Delhi", "Rome")}
+
+
+@pytest.mark.parametrize(
+    ("regions", "message"),
+    [
+        (
+            ["r1", "mars"],
+            "jobs.yaml#0: spec.allowedRegions[1]: 'mars' is not a region of cluster "
+            "hand-built (use one of r1, r2)",
+        ),
+        ("r1", "jobs.yaml#0: spec.allowedRegions: must be a list of region names, got 'r1'"),
+        ([], "jobs.yaml#0: spec.allowedRegions: must be a list of region names, got []"),
+        ([7], "jobs.yaml#0: spec.allowedRegions[0]: 7 is not a region of cluster hand-built"),
+    ],
+)
+def test_region_limits_name_the_field_at_fault(regions: object, message: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        region_limits([("jobs.yaml", [_doc("x", regions)])], two_regions(1.0))
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_jobs_without_limits_are_planned_together_as_before() -> None:
+    c = two_regions(usable_gib(NEED * 2))
+    jobs: list[Job] = [tiny_job("one"), tiny_job("two")]
+    result = plan_in_regions(c, jobs, {}, "search", max_iterations=200)
+    assert_valid_plan(result, c, jobs)
+    assert {jp.name for jp in result.jobs} == {"one", "two"}
