@@ -111,8 +111,8 @@ def inference(sizes: list[int], repeats: int) -> None:
 
 def _one_size(size: int, jobs: list[Job], path: str, repeats: int) -> str:
     cluster = _cluster(size)
-    t = time.perf_counter()
     cost = CostModel(cluster)
+    t = time.perf_counter()
     arrays = graph_arrays(build_graph(cluster, cost.net))
     graph_s = time.perf_counter() - t
     jx = job_features(jobs, cluster)

@@ -28,8 +28,9 @@ from hulk_operator.errors import (
 from hulk_operator.inventory import NodeInfo, Resources
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
+from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
-from hulk_planner.model import JobPlan
+from hulk_planner.model import Job, JobPlan
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
 KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
@@ -119,7 +120,7 @@ async def reconcile(
         new.update(_placed_fields(decision))
         new["phase"] = st.PLACING
         conds = st.set_condition(
-            conds, st.PLANNED, True, "Planned", _planned_message(decision), gen
+            conds, st.PLANNED, True, "Planned", _planned_message(decision, entry.job), gen
         )
         conds = _estimated(conds, decision, ctx.config, gen)
         if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
@@ -128,7 +129,7 @@ async def reconcile(
             )
         if ctx.placer.first_use(decision):
             ctx.metrics.plans.labels(result="placed").inc()
-            ctx.event("Normal", "Planned", _planned_message(decision))
+            ctx.event("Normal", "Planned", _planned_message(decision, entry.job))
     else:
         if ctx.placer.pending_write(entry.key, plan) is not None:
             # We re-planned exactly this plan a moment ago (pods synced, counted, Event
@@ -163,7 +164,7 @@ async def reconcile(
             plan, gpus = decision.job_plan, _gpus(decision)
             new.update(_placed_fields(decision))
             conds = st.set_condition(
-                conds, st.PLANNED, True, "Planned", _planned_message(decision), gen
+                conds, st.PLANNED, True, "Planned", _planned_message(decision, entry.job), gen
             )
             conds = _estimated(conds, decision, ctx.config, gen)
             new["phase"] = st.PLACING
@@ -282,15 +283,16 @@ def _placed_fields(decision: Decision) -> dict[str, Any]:
     return out
 
 
-def _planned_message(d: Decision) -> str:
+def _planned_message(d: Decision, job: Job | None) -> str:
     assert d.job_plan is not None and d.cluster is not None
     jp = d.job_plan
     regions = len({d.cluster.server(n).region for n in jp.nodes})
     t = jp.predicted_iteration_seconds
     step = f"; predicted {t:.3g} s per iteration" if not math.isnan(t) else ""
+    note = batch_note(job, jp) if job else None
     return (
         f"{len(jp.stages)} stage(s) on {len(jp.nodes)} server(s) in {regions} "
-        f"region(s) by planner {d.planner}{step}"
+        f"region(s) by planner {d.planner}{step}" + (f"; {note}" if note else "")
     )
 
 

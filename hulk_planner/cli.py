@@ -81,6 +81,9 @@ def _inputs(
 
     documents = [(str(path), io.expand_lists(io.load_documents(path))) for path in args.jobs or []]
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
+    for doc in (d for _, docs in documents for d in docs):
+        for text in io.unknown_job_fields(doc):
+            print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)
     if args.kubeconfig:
         try:
             from hulk_operator.preview import preview_plan
@@ -120,8 +123,8 @@ def _inputs(
             "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
         )
     for doc in (d for _, docs in documents for d in docs):
+        name = (doc.get("metadata") or {}).get("name")
         for field in _cluster_only_fields(doc):
-            name = (doc.get("metadata") or {}).get("name")
             print(
                 f"hulk plan: note: job {name}: {field} is applied by the operator, not to a "
                 "topology file: this plan ignores it (preview with --kubeconfig to apply it)",
@@ -245,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from hulk_planner import io
     from hulk_planner.api import ADAPTS_TO_PREVIOUS, PLANNERS, plan
-    from hulk_planner.cost import CostModel
+    from hulk_planner.cost import CostModel, batch_note
 
     if args.planner not in PLANNERS:
         raise InvalidRequest(
@@ -280,6 +283,11 @@ def _run(args: argparse.Namespace) -> int:
             args.planner, seed=args.seed, time_budget_s=args.time_budget, previous=previous
         )
         result = replace(result, unplaced=result.unplaced + tuple(too_big))
+    by_name = {j.name: j for j in jobs}
+    for jp in result.jobs:
+        note = batch_note(by_name[jp.name], jp) if jp.name in by_name else None
+        if note:
+            print(f"hulk plan: note: job {jp.name}: {note}", file=sys.stderr)
     if args.plot is not None:
         from hulk_planner.plot import plot_plan
 

@@ -58,6 +58,20 @@ def micro_batches(job: Job, replicas: int) -> int:
     return max(1, math.ceil(job.global_batch_size / (job.micro_batch_size * max(1, replicas))))
 
 
+def batch_note(job: Job, plan: JobPlan) -> str | None:
+    """Why a step of ``plan`` trains more sequences than the job's ``globalBatchSize``
+    (micro-batches are whole: ``micro_batches`` rounds up), or None when it trains exactly
+    that many."""
+    trained = plan.micro_batches * job.micro_batch_size * plan.replicas
+    if trained == job.global_batch_size:
+        return None
+    return (
+        f"globalBatchSize {job.global_batch_size} is not a multiple of microBatchSize "
+        f"{job.micro_batch_size} x {plan.replicas} pipeline replica(s): a step trains "
+        f"{trained} sequences ({plan.micro_batches} micro-batches per replica)"
+    )
+
+
 def activation_bytes_per_layer(job: Job) -> float:
     m = job.model
     return m.sequence_length * job.micro_batch_size * m.hidden_size * ACTIVATION_FACTOR

@@ -231,6 +231,59 @@ def load_cluster(path: str | Path) -> Cluster:
         raise InvalidRequest(f"{path}: {exc.field}", exc.problem, exc.fix) from None
 
 
+# The HulkTrainingJob fields (the CRD's schema, crds/hulktrainingjobs.hulk.dev.yaml; a test
+# keeps the two alike): `hulk plan` reads the manifests kubectl would apply, where the API
+# server refuses any other field.
+JOB_FIELDS: dict[str, tuple[str, ...]] = {
+    "spec": (
+        "model",
+        "training",
+        "template",
+        "allowedRegions",
+        "nodeSelector",
+        "priority",
+        "backoffLimit",
+        "masterPort",
+    ),
+    "spec.model": (
+        "preset",
+        "parameters",
+        "layers",
+        "hiddenSize",
+        "sequenceLength",
+        "attentionHeads",
+    ),
+    "spec.training": ("globalBatchSize", "microBatchSize"),
+}
+
+
+def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
+    """A job manifest's fields that a HulkTrainingJob does not have, each with where it
+    belongs or the field it is likely a typo of: the planner ignores them (the spec says
+    so), and a user who put ``globalBatchSize`` beside ``model`` should hear it."""
+    import difflib
+
+    out: list[str] = []
+    for section, known in JOB_FIELDS.items():
+        node: Any = doc
+        for part in section.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        for key in node:
+            if key in known:
+                continue
+            text = f"{section}.{key} is not a HulkTrainingJob field: ignored"
+            home = [s for s, fields in JOB_FIELDS.items() if key in fields]
+            close = difflib.get_close_matches(str(key), known, n=1)
+            if home:
+                text += f" (it belongs under {home[0]})"
+            elif close:
+                text += f" (did you mean {section}.{close[0]}?)"
+            out.append(text)
+    return out
+
+
 def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Job:
     """A job from a ``HulkTrainingJob`` manifest (fields the planner does not need are ignored)."""
     _check_kind(doc, "HulkTrainingJob", source)

@@ -1104,6 +1104,21 @@ def test_a_hostname_pin_in_the_template_constrains_the_plan(kube: Kube, operator
     assert plan_nodes(kube.job("pinned")) == [host]
 
 
+def test_a_batch_that_does_not_divide_is_told_in_the_planned_condition(
+    kube: Kube, operator: Any
+) -> None:
+    nodes: Any = kube.core.list_node()
+    host = sorted(n.metadata.name for n in nodes.items)[0]  # one server: one replica
+    m = manifest("odd-batch", training={"globalBatchSize": 10, "microBatchSize": 3})
+    m["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": host}
+    kube.apply(m)
+    wait("Planned", lambda: condition(kube.job("odd-batch"), "Planned").get("status") == "True")
+    assert condition(kube.job("odd-batch"), "Planned")["message"].endswith(
+        "; globalBatchSize 10 is not a multiple of microBatchSize 3 x 1 pipeline replica(s): "
+        "a step trains 12 sequences (4 micro-batches per replica)"
+    )
+
+
 def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: Any) -> None:
     m = manifest("berlin-only", model={"preset": "gpt2-xl"})  # alone, it goes to rome
     m["spec"]["template"]["spec"]["nodeSelector"] = {"topology.kubernetes.io/region": "berlin"}

@@ -480,3 +480,35 @@ def test_malformed_documents_raise_only_invalid_request(data: st.DataObject, whi
         read(doc)
     except InvalidRequest as exc:
         assert str(exc).strip() and "\n" not in str(exc)
+
+
+def test_job_fields_are_the_crds() -> None:
+    crd = yaml.safe_load(
+        (Path(__file__).parents[2] / "crds/hulktrainingjobs.hulk.dev.yaml").read_text()
+    )
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert sorted(io.JOB_FIELDS["spec"]) == sorted(spec["properties"])
+    for part in ("model", "training"):
+        assert sorted(io.JOB_FIELDS[f"spec.{part}"]) == sorted(
+            spec["properties"][part]["properties"]
+        )
+
+
+def test_unknown_job_fields_say_where_they_belong_or_what_they_look_like() -> None:
+    doc = {
+        "metadata": {"name": "x"},
+        "spec": {
+            "model": {"preset": "gpt2-xl", "hidenSize": 10},
+            "globalBatchSize": 10,
+            "training": {"microBatchSize": 2, "epochs": 3},
+            "template": {"spec": {"anything": 1}},
+        },
+    }
+    assert io.unknown_job_fields(doc) == [
+        "spec.globalBatchSize is not a HulkTrainingJob field: ignored (it belongs under "
+        "spec.training)",
+        "spec.model.hidenSize is not a HulkTrainingJob field: ignored (did you mean "
+        "spec.model.hiddenSize?)",
+        "spec.training.epochs is not a HulkTrainingJob field: ignored",
+    ]
+    assert io.unknown_job_fields({"metadata": {"name": "x"}, "spec": {"model": "odd"}}) == []

@@ -352,3 +352,34 @@ def test_the_dispatcher() -> None:
     assert help_.returncode == 0 and "plan" in help_.stdout
     assert hulk("plan", "--help").returncode == 0
     assert hulk("no-such-command").returncode == 2
+
+
+def test_a_global_batch_that_does_not_divide_is_noted(tmp_path: Path) -> None:
+    doc = job_doc("bert-large")
+    doc["spec"]["training"] = {"globalBatchSize": 10, "microBatchSize": 3}
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    assert out.returncode == 0, out.stderr
+    (jp,) = json.loads(out.stdout)["jobs"]
+    replicas = len(jp["stages"][0]["nodes"]) if jp["stages"][0]["parallelism"] == "data" else 1
+    trained = jp["microBatches"] * 3 * replicas
+    assert trained > 10
+    assert out.stderr.strip() == (
+        "hulk plan: note: job bert-large: globalBatchSize 10 is not a multiple of "
+        f"microBatchSize 3 x {replicas} pipeline replica(s): a step trains {trained} sequences "
+        f"({jp['microBatches']} micro-batches per replica)"
+    )
+    # a batch that divides says nothing
+    assert hulk("plan", "--no-compare", "--time-budget", "0.1").stderr == ""
+
+
+def test_a_misplaced_field_is_noted(tmp_path: Path) -> None:
+    doc = job_doc("bert-large")
+    doc["spec"]["globalBatchSize"] = 64  # belongs under spec.training
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip() == (
+        "hulk plan: note: job bert-large: spec.globalBatchSize is not a HulkTrainingJob "
+        "field: ignored (it belongs under spec.training)"
+    )
