@@ -96,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(seconds, default {d.latency_max_age_s:g})",
     )
     parser.add_argument(
+        FLAGS["gnn_weights"],
+        dest="gnn_weights",
+        metavar="FILE",
+        help="GNN weights of `hulk train` for the hulk planner (default: the shipped ones)",
+    )
+    parser.add_argument(
         "--no-baselines",
         action="store_true",
         help="do not compute the baselines' predicted step times",

@@ -33,6 +33,8 @@ class OperatorConfig:
     metrics_port: int = 0
     # Debugging/testing knob: pause between stage pod creations (seconds).
     create_delay_s: float = 0.0
+    # GNN weights of `hulk train` for the hulk planner ("": the shipped ones).
+    gnn_weights: str = ""
 
     def __post_init__(self) -> None:
         """Every setting checked once, at start-up: a bad one names its flag and variable."""
@@ -49,6 +51,10 @@ class OperatorConfig:
             if value is None and name == "planning_budget_s":  # the planner's default
                 continue
             check_positive(_where(name), value, allow_zero=zero_allowed)
+        if self.gnn_weights:
+            from hulk_planner.gnn.planner import check_weights
+
+            check_weights(self.gnn_weights, _where("gnn_weights"))
         if not 0 <= self.metrics_port <= 65535:
             raise InvalidRequest(
                 _where("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"
@@ -99,6 +105,7 @@ FLAGS = {
     "cross_region_latency_ms": "--cross-region-latency-ms",
     "latency_max_age_s": "--latency-max-age-s",
     "metrics_port": "--metrics-port",
+    "gnn_weights": "--gnn-weights",
 }
 
 

@@ -38,6 +38,7 @@ from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.errors import InvalidRequest
+from hulk_planner.gnn.planner import WEIGHTS_ENV
 from hulk_planner.io import job_from_dict
 
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
@@ -77,6 +78,8 @@ async def operator_startup(
 ) -> None:
     cfg: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
     memo.config = cfg
+    if cfg.gnn_weights:  # what the GNN planner loads (checked in OperatorConfig)
+        os.environ[WEIGHTS_ENV] = os.path.abspath(cfg.gnn_weights)
     # Keep kopf's bookkeeping in annotations under our own prefix and out of .status,
     # which belongs to the job's users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hulk.dev")

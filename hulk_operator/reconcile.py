@@ -119,10 +119,7 @@ async def reconcile(
         plan, gpus = decision.job_plan, _gpus(decision)
         new.update(_placed_fields(decision))
         new["phase"] = st.PLACING
-        conds = st.set_condition(
-            conds, st.PLANNED, True, "Planned", _planned_message(decision, entry.job), gen
-        )
-        conds = _estimated(conds, decision, ctx.config, gen)
+        conds = _planned(conds, decision, entry, ctx.config, gen)
         if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
             conds = st.set_condition(
                 conds, st.REPLANNING, False, "PlacedAgain", "placed again after no plan fit", gen
@@ -163,10 +160,7 @@ async def reconcile(
             replanned, force = (plan, lost), set(lost)
             plan, gpus = decision.job_plan, _gpus(decision)
             new.update(_placed_fields(decision))
-            conds = st.set_condition(
-                conds, st.PLANNED, True, "Planned", _planned_message(decision, entry.job), gen
-            )
-            conds = _estimated(conds, decision, ctx.config, gen)
+            conds = _planned(conds, decision, entry, ctx.config, gen)
             new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
@@ -281,6 +275,17 @@ def _placed_fields(decision: Decision) -> dict[str, Any]:
             for k, v in sorted(decision.baselines.items())
         ]
     return out
+
+
+def _planned(
+    conds: list[dict[str, Any]], d: Decision, entry: JobEntry, cfg: OperatorConfig, gen: int
+) -> list[dict[str, Any]]:
+    """The conditions of a job just planned (first or again): ``Planned`` with the plan's
+    summary, and whether its latencies are estimates."""
+    conds = st.set_condition(
+        conds, st.PLANNED, True, "Planned", _planned_message(d, entry.job), gen
+    )
+    return _estimated(conds, d, cfg, gen)
 
 
 def _planned_message(d: Decision, job: Job | None) -> str:

@@ -65,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--namespace", help="with --kubeconfig: only this namespace's jobs")
     parser.add_argument(
+        "--weights",
+        metavar="FILE",
+        help="GNN weights of `hulk train` for the hulk planner (default: $HULK_GNN_WEIGHTS, "
+        "else the shipped ones)",
+    )
+    parser.add_argument(
         "--no-compare",
         action="store_true",
         help="table output: skip the comparison with baselines A/B/C",
@@ -256,6 +262,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.plot is not None:
         _check_plot_path(args.plot)
+    _use_weights(args)
     cluster, jobs, result, limits = _inputs(args)
     cost = CostModel(cluster)
 
@@ -307,6 +314,20 @@ def _run(args: argparse.Namespace) -> int:
                 compare[name] = str(exc)
     print(render_table(cluster, result, compare))
     return 0
+
+
+def _use_weights(args: argparse.Namespace) -> None:
+    """``--weights`` (or ``$HULK_GNN_WEIGHTS``) checked before planning, then used."""
+    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights
+
+    if args.weights is not None and args.planner not in ("hulk", "gnn"):
+        raise InvalidRequest(
+            "--weights", f"applies to the hulk planner, not {args.planner}", "drop it"
+        )
+    path = args.weights if args.weights is not None else os.environ.get(WEIGHTS_ENV)
+    if path is not None and args.planner in ("hulk", "gnn"):
+        check_weights(path, "--weights" if args.weights is not None else WEIGHTS_ENV)
+        os.environ[WEIGHTS_ENV] = str(Path(path).resolve())
 
 
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")

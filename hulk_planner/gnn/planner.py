@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -23,16 +24,54 @@ from typing import Any, Literal
 import numpy as np
 
 from hulk_planner.cost import CostModel
+from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.decode import Share, decode
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features
 from hulk_planner.gnn.infer import NumpyHulkGNN, load_weights
 from hulk_planner.model import Job, Plan
 
 WEIGHTS_NAME = "hulk-gnn.pt"
+# A weights file of `hulk train` to plan with instead of the shipped one (`hulk plan
+# --weights`, `hulk operator --gnn-weights` set it).
+WEIGHTS_ENV = "HULK_GNN_WEIGHTS"
+
+
+def shipped_weights() -> Path:
+    return Path(str(resources.files("hulk_planner.gnn") / "weights" / WEIGHTS_NAME))
 
 
 def default_weights() -> Path:
-    return Path(str(resources.files("hulk_planner.gnn") / "weights" / WEIGHTS_NAME))
+    """The weights the GNN planner loads: ``$HULK_GNN_WEIGHTS`` if set, else the shipped."""
+    return Path(os.environ.get(WEIGHTS_ENV) or shipped_weights())
+
+
+def check_weights(path: str | Path, field: str) -> None:
+    """Raise ``InvalidRequest`` naming ``field`` unless ``path`` holds weights the planner
+    can run (read, and a forward pass on the paper's cluster with one job)."""
+    from hulk_planner.datasets import paper_cluster, paper_jobs
+
+    fix = "give a .pt file that `hulk train --output FILE` wrote"
+    if not Path(path).is_file():
+        raise InvalidRequest(field, f"{str(path)!r} is not a file", fix)
+    if not zipfile.is_zipfile(path):
+        raise InvalidRequest(
+            field, f"{str(path)!r} is not a weights file (not a zip, as torch.save writes)", fix
+        )
+    try:
+        w = load_weights(path)
+        model = NumpyHulkGNN(w["state_dict"], w["config"])
+        cluster = paper_cluster()
+        jobs = paper_jobs()[:1]
+        out = model.scores(graph_arrays(build_graph(cluster)), job_features(jobs, cluster))
+        if out.shape != (len(cluster.servers), 1 + len(jobs)):
+            raise ValueError(f"scores of shape {out.shape}")
+    except Exception as exc:  # anything that is not such a file: one line, not a traceback
+        raise InvalidRequest(
+            field,
+            f"{str(path)!r} is not Hulk GNN weights ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:160] if str(exc) else ''})",
+            fix,
+        ) from None
 
 
 def refine_budget(servers: int) -> float:

@@ -468,3 +468,24 @@ def test_dashboard_configmap_carries_the_sidecar_label(default: list[dict[str, A
     cm = named(default, "ConfigMap", "hulk-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["hulk.json"]) == dashboard()
+
+
+def test_trained_weights_come_from_a_configmap_mounted_read_only(render: Render) -> None:
+    from hulk_operator import cli
+
+    assert "--gnn-weights" not in str(container(render(), "Deployment", "hulk-operator"))
+    objs = render(set_values=["operator.gnnWeights.configMap=hulk-gnn"])
+    deployment = named(objs, "Deployment", "hulk-operator")
+    c = container(objs, "Deployment", "hulk-operator")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    path = Path(parser.parse_args(c["args"]).gnn_weights)
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "gnn-weights"]
+    assert mount["readOnly"] and path.parent == Path(mount["mountPath"])
+    (volume,) = [
+        v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "gnn-weights"
+    ]
+    assert volume["configMap"] == {
+        "name": "hulk-gnn",
+        "items": [{"key": "hulk-gnn.pt", "path": path.name}],
+    }

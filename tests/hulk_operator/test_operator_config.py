@@ -25,6 +25,8 @@ from hulk_planner.errors import InvalidRequest
         ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "zero or more"),
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
         ({"planner": "nope"}, "--planner", "use one of hulk"),
+        ({"gnn_weights": "/nonexistent.pt"}, "--gnn-weights", "is not a file"),
+        ({"gnn_weights": __file__}, "HULK_OPERATOR_GNN_WEIGHTS", "not a zip"),
     ],
 )
 def test_a_bad_setting_names_its_flag_or_variable(

@@ -383,3 +383,23 @@ def test_a_misplaced_field_is_noted(tmp_path: Path) -> None:
         "hulk plan: note: job bert-large: spec.globalBatchSize is not a HulkTrainingJob "
         "field: ignored (it belongs under spec.training)"
     )
+
+
+def test_weights_of_hulk_train_plan_and_anything_else_is_one_line(tmp_path: Path) -> None:
+    import shutil
+
+    from hulk_planner.gnn.planner import shipped_weights
+
+    mine = tmp_path / "mine.pt"
+    shutil.copy(shipped_weights(), mine)  # a weights file outside the package
+    out = hulk("plan", "--weights", mine, "-o", "json", "--time-budget", "0.1")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert len(json.loads(out.stdout)["jobs"]) == 4
+    junk = write(tmp_path / "junk.pt", job_doc())
+    assert_one_line_error(
+        hulk("plan", "--weights", junk), f"--weights: '{junk}' is not a weights file"
+    )
+    assert_one_line_error(
+        hulk("plan", "--weights", mine, "--planner", "baseline-b"),
+        "--weights: applies to the hulk planner, not baseline-b (drop it)",
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,11 +11,18 @@ import pytest
 from hulk_planner.api import PLANNERS, plan
 from hulk_planner.cost import CostModel, validate_plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.errors import InvalidRequest
 from hulk_planner.generate import random_cluster
 from hulk_planner.gnn.decode import assign
 from hulk_planner.gnn.graph import EDGE_FEATURES, JOB_FEATURES, NODE_FEATURES
 from hulk_planner.gnn.infer import load_weights
-from hulk_planner.gnn.planner import default_weights, plan_gnn, scores
+from hulk_planner.gnn.planner import (
+    WEIGHTS_ENV,
+    check_weights,
+    default_weights,
+    plan_gnn,
+    scores,
+)
 from hulk_planner.model import Server
 
 
@@ -88,3 +96,57 @@ def test_torch_inference_matches_numpy() -> None:
     a = scores(cost, jobs, device="numpy")
     b = scores(cost, jobs, device="cpu")
     assert np.allclose(a, b, atol=1e-4)
+
+
+@pytest.fixture
+def own_weights(tmp_path: Path) -> Path:
+    """Weights as `hulk train` writes them, of a small untrained network."""
+    import torch
+
+    from hulk_planner.gnn.model import HulkGNN
+    from hulk_planner.gnn.train import TrainSettings, save
+
+    torch.manual_seed(1)
+    path, _ = save(
+        HulkGNN(hidden=8, gcn_layers=1),
+        tmp_path / "mine.pt",
+        generation={},
+        training=TrainSettings(hidden=8, gcn_layers=1),
+        logs=[],
+    )
+    return path
+
+
+def test_weights_of_hulk_train_are_used_when_named(
+    own_weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cost = CostModel(paper_cluster())
+    jobs = paper_jobs()
+    shipped = scores(cost, jobs)
+    check_weights(own_weights, "--weights")  # passes
+    monkeypatch.setenv(WEIGHTS_ENV, str(own_weights))
+    assert default_weights() == own_weights
+    mine = scores(cost, jobs)
+    assert mine.shape == shipped.shape and not np.allclose(mine, shipped)
+    monkeypatch.delenv(WEIGHTS_ENV)
+    assert np.array_equal(scores(cost, jobs), shipped)
+
+
+def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) -> None:
+    import zipfile
+
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not weights")
+    broken = tmp_path / "broken.pt"
+    with zipfile.ZipFile(broken, "w") as z:
+        z.writestr("x/data.pkl", b"junk")
+    for path, words in [
+        (tmp_path / "none.pt", "is not a file"),
+        (tmp_path, "is not a file"),
+        (junk, "is not a weights file (not a zip, as torch.save writes)"),
+        (broken, "is not Hulk GNN weights (UnpicklingError"),
+    ]:
+        with pytest.raises(InvalidRequest) as info:
+            check_weights(path, "--weights")
+        assert info.value.field == "--weights" and words in info.value.problem, info.value
+        assert "\n" not in str(info.value)
