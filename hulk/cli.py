@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 DESCRIPTION = (
@@ -41,4 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     sub_parser = argparse.ArgumentParser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(sub_parser)
     args = sub_parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    try:
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
+    except BrokenPipeError:  # `hulk plan -o json | head`: the reader left, as in any CLI
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -141,7 +141,11 @@ def _inputs(
         jobs = datasets.paper_jobs()
     if not jobs:
         raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
-    return cluster, jobs, None, region_limits(documents, cluster)
+    notes: list[str] = []
+    limits = region_limits(documents, cluster, notes)
+    for note in notes:
+        print(f"hulk plan: note: {note}", file=sys.stderr)
+    return cluster, jobs, None, limits
 
 
 def _cluster_only_fields(doc: Any) -> list[str]:
@@ -238,7 +242,10 @@ def render_table(cluster: Cluster, plan: Plan, compare: dict[str, Plan | str] | 
         for c in compare:
             rs = ratios[c]
             g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan
-            row += f"{(f'{g:,.2f}x' if rs else '-'):>24}"
+            cell = f"{g:,.2f}x" if rs else "-"
+            if rs and len(rs) < len(names):
+                cell += f" ({len(rs)} of {len(names)} jobs)"
+            row += f"{cell:>24}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -317,15 +324,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _use_weights(args: argparse.Namespace) -> None:
-    """``--weights`` (or ``$HULK_GNN_WEIGHTS``) checked before planning, then used."""
-    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights
+    """``--weights`` (or ``$HULK_GNN_WEIGHTS``) and ``$HULK_GNN_DEVICE`` checked before
+    planning; the weights then used."""
+    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights, resolve_device
 
     if args.weights is not None and args.planner not in ("hulk", "gnn"):
         raise InvalidRequest(
             "--weights", f"applies to the hulk planner, not {args.planner}", "drop it"
         )
-    path = args.weights if args.weights is not None else os.environ.get(WEIGHTS_ENV)
-    if path is not None and args.planner in ("hulk", "gnn"):
+    if args.planner not in ("hulk", "gnn"):
+        return
+    resolve_device(None)  # a bad HULK_GNN_DEVICE: one line now, not after the inputs
+    path = args.weights if args.weights is not None else os.environ.get(WEIGHTS_ENV) or None
+    if path is not None:
         check_weights(path, "--weights" if args.weights is not None else WEIGHTS_ENV)
         os.environ[WEIGHTS_ENV] = str(Path(path).resolve())
 

@@ -19,13 +19,16 @@ from hulk_planner.model import Cluster, Job, Plan, Unplaced
 
 
 def region_limits(
-    files: Iterable[tuple[str, Sequence[Any]]], cluster: Cluster
+    files: Iterable[tuple[str, Sequence[Any]]], cluster: Cluster, notes: list[str] | None = None
 ) -> dict[str, tuple[str, ...]]:
     """Job name -> the cluster's regions its ``spec.allowedRegions`` names, for the jobs
     that have the field (documents as ``io.jobs_from_documents`` reads them: those are
     valid jobs). An entry that is not a region of the cluster is an error naming the
-    file, the document and the regions there are."""
-    by_slug = {slug(r): r for r in cluster.regions}
+    file, the document and the regions there are; one that names a region only by its
+    slug adds a line to ``notes``."""
+    by_slug: dict[str, str] = {}
+    for r in cluster.regions:
+        by_slug.setdefault(slug(r), r)  # an exact name is looked up first (below)
     out: dict[str, tuple[str, ...]] = {}
     for path, docs in files:
         for i, doc in enumerate(docs):
@@ -34,18 +37,26 @@ def region_limits(
             if allowed is None:
                 continue
             field = f"{path}#{i}: spec.allowedRegions"
-            if not isinstance(allowed, list) or not allowed:
-                raise InvalidRequest(
-                    field, f"must be a list of region names, got {allowed!r}", "list one or more"
-                )
+            if not isinstance(allowed, list):
+                raise InvalidRequest(field, f"must be a list of region names, got {allowed!r}")
+            if not allowed:
+                raise InvalidRequest(field, "is empty", "list one region or more, or drop it")
             regions: list[str] = []
             for k, name in enumerate(allowed):
-                region = by_slug.get(slug(name)) if isinstance(name, str) and name else None
+                if not isinstance(name, str) or not name:
+                    raise InvalidRequest(f"{field}[{k}]", f"must be a region name, got {name!r}")
+                region = name if name in cluster.regions else by_slug.get(slug(name))
                 if region is None:
                     raise InvalidRequest(
                         f"{field}[{k}]",
                         f"{name!r} is not a region of cluster {cluster.name}",
                         f"use one of {', '.join(cluster.regions)}",
+                    )
+                if region != name and notes is not None:
+                    notes.append(
+                        f"job {doc['metadata']['name']}: spec.allowedRegions[{k}] {name!r} is "
+                        f"taken as region {region!r}; on a cluster the operator compares it "
+                        "with the node label topology.kubernetes.io/region exactly"
                     )
                 regions.append(region)
             out[str(doc["metadata"]["name"])] = tuple(dict.fromkeys(regions))
@@ -88,7 +99,12 @@ def plan_in_regions(
         ]
         if len(out) == len(cluster.servers):
             unplaced += [
-                Unplaced(j.name, f"{where}no server is left (other jobs hold them)") for j in group
+                Unplaced(
+                    j.name,
+                    f"{where}no server is left (jobs planned before it hold them; a higher "
+                    "spec.priority plans it first)",
+                )
+                for j in group
             ]
             continue
         names = {j.name for j in group}

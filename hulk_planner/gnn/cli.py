@@ -114,12 +114,18 @@ def _generation(args: argparse.Namespace) -> GenerationSettings:
 def check_data_file(path: Path, header: str) -> None:
     """An existing ``--data`` file must hold examples of these settings: ``hulk train``
     extends it, and must not replace a file it did not write or labels made otherwise."""
+    if not path.is_file() or path.is_symlink():
+        raise InvalidRequest(
+            "--data",
+            f"{path} is not a regular file (hulk train writes its examples there)",
+            "name a new file, or an examples file hulk train wrote",
+        )
     try:
         with open(path) as f:
             first = f.readline().rstrip("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidRequest("--data", f"{path} cannot be read: {exc}", "choose a file") from exc
-    if not first or first == header:
+    if path.stat().st_size == 0 or first == header:
         return
     try:
         theirs = json.loads(first).get("settings")
@@ -168,6 +174,8 @@ def check(args: argparse.Namespace) -> None:
         raise InvalidRequest(
             "--max-servers", f"{args.max_servers} is below --min-servers {args.min_servers}"
         )
+    if not 0 <= args.seed < 2**32:
+        raise InvalidRequest("--seed", f"must be 0 to 2**32 - 1, got {args.seed}")
     check_positive("--lr", args.lr)
     if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
         raise InvalidRequest(
@@ -183,7 +191,7 @@ def check(args: argparse.Namespace) -> None:
             raise InvalidRequest(
                 "--device", "no CUDA device on this machine", "use --device auto or cpu"
             )
-    if args.data is not None and Path(args.data).exists():
+    if args.data is not None and (Path(args.data).exists() or Path(args.data).is_symlink()):
         check_data_file(Path(args.data), data_header(_generation(args)))
     out_dir = Path(args.output).parent
     try:  # a file written and removed: permissions alone do not tell (root, /sys)
@@ -199,9 +207,20 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         check(args)
+        return _run(args)
     except HulkError as exc:
         print(f"hulk train: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "hulk train: interrupted (the examples labelled so far are kept: run the same "
+            "command again to resume)",
+            file=sys.stderr,
+        )
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     gen = _generation(args)
@@ -217,7 +236,14 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from hulk_planner.gnn.train import TrainSettings, example_data, file_sha256, save, train
+    from hulk_planner.gnn.train import (
+        TrainSettings,
+        example_data,
+        file_sha256,
+        pick_device,
+        save,
+        train,
+    )
 
     torch.set_num_threads(max(1, args.workers))
     settings = TrainSettings(
@@ -239,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(e, EpochLog)
         held_out = (
             f"val_loss {e.val_loss:.4f}  val_acc {e.val_accuracy:.4f}"
-            if e.val_loss == e.val_loss  # not NaN
+            if not math.isnan(e.val_accuracy)
             else "val - (too few examples to hold some out)"
         )
         msg = f"epoch {e.epoch:3d}  loss {e.loss:.4f}  acc {e.accuracy:.4f}  {held_out}  "
@@ -254,7 +280,10 @@ def run(args: argparse.Namespace) -> int:
         generation={**gen.as_dict(), "data_file": path.name, "data_sha256": file_sha256(path)},
         training=settings,
         logs=logs,
-        extra={"wall_seconds": {"generation": round(t_gen, 1), "training": round(t_train, 1)}},
+        extra={
+            "wall_seconds": {"generation": round(t_gen, 1), "training": round(t_train, 1)},
+            "device_used": str(pick_device(args.device)),
+        },
     )
     size = weights.stat().st_size
     print(f"wrote {weights} ({size / 1024:.0f} KiB) and {meta}")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hulk_planner.cost import MEMORY_USABLE, CostModel, memory_need_bytes
+from hulk_planner.errors import InvalidRequest
 from hulk_planner.generate import random_cluster
 from hulk_planner.model import Cluster, Job
 from hulk_planner.planners.search import search_plan
@@ -170,6 +171,13 @@ def make_example(args: tuple[GenerationSettings, int]) -> Example:
     return Example(n, cseed, regions, tuple(recipes), labels, objective)
 
 
+def _ignore_interrupts() -> None:
+    """In a labelling worker: Ctrl-C is the parent's to handle (it stops the pool)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def generate(
     settings: GenerationSettings,
     workers: int = 2,
@@ -183,7 +191,7 @@ def generate(
         yield from progress(it, len(tasks)) if progress else it
         return
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=_ignore_interrupts) as pool:
         it = pool.imap(make_example, tasks)
         yield from progress(it, len(tasks)) if progress else it
 
@@ -215,21 +223,42 @@ def generate_to_file(
     progress: Callable[[Iterator[Example], int], Iterator[Example]] | None = None,
 ) -> list[Example]:
     """The first ``settings.examples`` examples, from a JSON-lines file: those already
-    there are read (a file made with other settings is replaced), the rest generated and
-    appended, so an interrupted run resumes where it stopped."""
+    there are read (a file of another run's settings is overwritten; a file hulk train did
+    not write is refused, never touched), the rest generated and appended, so an
+    interrupted run resumes where it stopped (a last line cut short by a crash is dropped)."""
     path = Path(path)
     header = data_header(settings)
+    fix = "name a new file, or delete this one to label again"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise InvalidRequest(str(path), "is not a regular file: not written to", fix)
     done: list[Example] = []
-    if path.exists():
-        lines = path.read_text().splitlines()
-        if lines and lines[0] == header:
-            done = [Example.from_json(line) for line in lines[1:] if line.strip()]
+    if path.exists() and path.stat().st_size:
+        text = path.read_text()
+        lines = text.splitlines()
+        if lines[0] == header:
+            keep = len(lines)
+            for n, line in enumerate(lines[1:], start=2):
+                try:
+                    done.append(Example.from_json(line))
+                except (ValueError, KeyError, TypeError) as exc:
+                    if n == len(lines) and not text.endswith("\n"):
+                        keep = n - 1  # cut short mid-write: label it again
+                        break
+                    raise InvalidRequest(
+                        f"{path}:{n}", f"is not an example ({type(exc).__name__}: {exc})", fix
+                    ) from None
+            if keep < len(lines):
+                path.write_text("\n".join(lines[:keep]) + "\n")
+        elif lines[0].startswith('{"settings"'):
+            path.write_text("")  # another run's examples (a cache file): labelled anew
         else:
-            path.unlink()
+            raise InvalidRequest(
+                str(path), "is not a file of hulk train examples: not overwritten", fix
+            )
     if len(done) >= settings.examples:
         return done[: settings.examples]
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
+    if not path.exists() or not path.stat().st_size:
         path.write_text(header + "\n")
     with open(path, "a") as f:
         for ex in generate(settings, workers, start=len(done), progress=progress):

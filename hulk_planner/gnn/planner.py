@@ -12,6 +12,7 @@ the decoding and the refinement prefer to keep servers where they were.
 from __future__ import annotations
 
 import os
+import re
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -65,13 +66,43 @@ def check_weights(path: str | Path, field: str) -> None:
         out = model.scores(graph_arrays(build_graph(cluster)), job_features(jobs, cluster))
         if out.shape != (len(cluster.servers), 1 + len(jobs)):
             raise ValueError(f"scores of shape {out.shape}")
+        if not np.isfinite(out).all():
+            raise ValueError("its scores are not finite (NaN or infinite weights)")
     except Exception as exc:  # anything that is not such a file: one line, not a traceback
+        if isinstance(exc, KeyError):
+            why = f"it holds no {exc.args[0]!r}"
+        else:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+            why = f"{type(exc).__name__}: {text.splitlines()[0][:160] if text else ''}"
+        raise InvalidRequest(field, f"{str(path)!r} is not Hulk GNN weights ({why})", fix) from None
+
+
+DEVICES = ("numpy", "torch", "cpu", "cuda")
+
+
+def resolve_device(name: str | None) -> str:
+    """The device to run the network on: ``name``, else ``$HULK_GNN_DEVICE``, else numpy
+    (``torch``: CUDA when present, else CPU). An unknown one, or CUDA where there is none,
+    is an ``InvalidRequest`` naming the variable."""
+    field = "device" if name else "HULK_GNN_DEVICE"
+    device = name or os.environ.get("HULK_GNN_DEVICE") or "numpy"
+    if device not in DEVICES and not re.fullmatch(r"cuda:\d+", device):
         raise InvalidRequest(
-            field,
-            f"{str(path)!r} is not Hulk GNN weights ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:160] if str(exc) else ''})",
-            fix,
+            field, f"unknown device {device!r}", f"use one of {', '.join(DEVICES)}"
+        )
+    if device == "numpy":
+        return device
+    try:
+        import torch
+    except ImportError:
+        raise InvalidRequest(
+            field, f"{device} needs torch, which is not installed", "pip install 'hulk[gnn]'"
         ) from None
+    if device == "torch":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidRequest(field, f"{device}: no CUDA device on this machine", "use numpy or cpu")
+    return device
 
 
 def refine_budget(servers: int) -> float:
@@ -113,7 +144,7 @@ def scores(
 ) -> np.ndarray:
     """The network's logits [servers, 1 + jobs] (column 0 idle) for this cluster."""
     path = str(weights or default_weights())
-    device = device or os.environ.get("HULK_GNN_DEVICE", "numpy")
+    device = resolve_device(device)
     t0 = time.perf_counter()
     arrays = graph_arrays(build_graph(cost.cluster, cost.net))
     jx = job_features(jobs, cost.cluster)
@@ -121,15 +152,20 @@ def scores(
     if device == "numpy":
         out = _numpy_model(path).scores(arrays, jx)
     else:
+        import warnings
+
         import torch
 
+        # torch_geometric scripts two classes as it loads, which torch >= 2.10 reports as
+        # deprecated on every run (pyg-team/pytorch_geometric#10697): not the user's concern
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning
+        )
         from hulk_planner.gnn.graph import to_data
 
-        dev = "cuda" if device == "torch" and torch.cuda.is_available() else device
-        dev = "cpu" if dev == "torch" else dev
-        data = to_data(arrays, jx).to(dev)
+        data = to_data(arrays, jx).to(device)
         with torch.no_grad():
-            logits = _torch_model(path, dev)(
+            logits = _torch_model(path, device)(
                 data.x, data.edge_index, data.edge_attr, data.edge_weight, data.job_x
             )
         out = logits.cpu().numpy()

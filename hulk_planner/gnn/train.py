@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
+from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.data import Example
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features, to_data
 from hulk_planner.gnn.model import HulkGNN
@@ -170,6 +171,12 @@ def train(
             val_acc,
             time.perf_counter() - t0,
         )
+        if not math.isfinite(log.loss):
+            raise InvalidRequest(
+                "--lr",
+                f"training diverged at epoch {epoch} (loss {log.loss}); no weights written",
+                f"lower the learning rate (it was {settings.lr:g})",
+            )
         logs.append(log)
         shown = {"val_acc": f"{val_acc:.3f}"} if val_set else {}
         bar.set_postfix(loss=f"{log.loss:.3f}", acc=f"{log.accuracy:.3f}", **shown)
@@ -180,6 +187,11 @@ def train(
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _finite(value: Any) -> Any:
+    """A metric as JSON holds it: no NaN (e.g. held-out loss without held-out examples)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def save(
@@ -207,7 +219,7 @@ def save(
         "parameters": sum(int(v.numel()) for v in state.values()),
         "generation": generation,
         "training": asdict(training),
-        "epochs": [asdict(e) for e in logs],
+        "epochs": [{k: _finite(v) for k, v in asdict(e).items()} for e in logs],
         "software": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -217,5 +229,5 @@ def save(
         **(extra or {}),
     }
     meta_path = path.with_suffix(".json")
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return path, meta_path

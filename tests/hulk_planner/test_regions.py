@@ -58,7 +58,8 @@ def test_the_group_with_the_higher_priority_is_planned_first(
     if waiting.name == "limited":
         assert (
             waiting.reason
-            == "in spec.allowedRegions ['r1']: no server is left (other jobs hold them)"
+            == "in spec.allowedRegions ['r1']: no server is left (jobs planned before it hold "
+            "them; a higher spec.priority plans it first)"
         )
     else:
         assert "GPU memory" in waiting.reason, waiting.reason
@@ -78,7 +79,21 @@ def _doc(name: str, regions: object) -> dict[str, object]:
 def test_region_limits_accept_the_topology_names_and_the_label_slugs() -> None:
     c = cluster([server("a", "New Delhi"), server("b", "Rome")], [("a", "b", 50.0)])
     docs = [("jobs.yaml", [_doc("x", ["new-delhi", "Rome", "rome"]), {"metadata": {"name": "y"}}])]
-    assert region_limits(docs, c) == {"x": ("New Delhi", "Rome")}
+    notes: list[str] = []
+    assert region_limits(docs, c, notes) == {"x": ("New Delhi", "Rome")}
+    assert [n.split(" is taken")[0] for n in notes] == [
+        "job x: spec.allowedRegions[0] 'new-delhi'",
+        "job x: spec.allowedRegions[2] 'rome'",
+    ]
+
+
+def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
+    c = cluster(
+        [server("a", "US East"), server("b", "us-east"), server("c", "x")],
+        [("a", "b", 5.0), ("a", "c", 5.0), ("b", "c", 5.0)],
+    )
+    for name in ("US East", "us-east"):
+        assert region_limits([("j", [_doc("x", [name])])], c) == {"x": (name,)}
 
 
 @pytest.mark.parametrize(
@@ -90,8 +105,8 @@ def test_region_limits_accept_the_topology_names_and_the_label_slugs() -> None:
             "hand-built (use one of r1, r2)",
         ),
         ("r1", "jobs.yaml#0: spec.allowedRegions: must be a list of region names, got 'r1'"),
-        ([], "jobs.yaml#0: spec.allowedRegions: must be a list of region names, got []"),
-        ([7], "jobs.yaml#0: spec.allowedRegions[0]: 7 is not a region of cluster hand-built"),
+        ([], "jobs.yaml#0: spec.allowedRegions: is empty (list one region or more, or drop it)"),
+        ([7], "jobs.yaml#0: spec.allowedRegions[0]: must be a region name, got 7"),
     ],
 )
 def test_region_limits_name_the_field_at_fault(regions: object, message: str) -> None:
