@@ -7,6 +7,7 @@ the suite imports test modules by basename.)
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -410,3 +411,36 @@ def test_weights_of_hulk_train_plan_and_anything_else_is_one_line(tmp_path: Path
         hulk("plan", "--weights", mine, "--planner", "baseline-b"),
         "--weights: applies to the hulk planner, not baseline-b (drop it)",
     )
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("nonsense", "HULK_GNN_DEVICE: unknown device 'nonsense' (use one of numpy, torch"),
+        ("cuda", "HULK_GNN_DEVICE: cuda: no CUDA device on this machine (use numpy or cpu)"),
+    ],
+)
+def test_a_gnn_device_that_cannot_run_is_one_line(device: str, message: str) -> None:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        message = ""  # a machine with CUDA plans on it (checked on a lent GPU machine)
+    env = {**os.environ, "HULK_GNN_DEVICE": device}
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--no-compare", "--time-budget", "0.1"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    if message:
+        assert_one_line_error(out, message)
+    else:
+        assert out.returncode == 0, out.stderr
+
+
+def test_a_reader_that_leaves_early_ends_the_plan_quietly() -> None:
+    """``hulk plan -o json | head``: the pipe closes before the plan is written."""
+    out = subprocess.run(
+        f"{sys.executable} -m hulk plan -o json --time-budget 0.1 | true; "
+        'echo "rc=${PIPESTATUS[0]}"',
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.stdout.strip() == "rc=141" and "Traceback" not in out.stderr, out.stderr

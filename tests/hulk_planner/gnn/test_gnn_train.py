@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +15,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
 from hulk_planner.cost import CostModel, validate_plan  # noqa: E402
+from hulk_planner.errors import InvalidRequest  # noqa: E402
 from hulk_planner.gnn import cli  # noqa: E402
 from hulk_planner.gnn import data as gnn_data  # noqa: E402
 from hulk_planner.gnn.data import (  # noqa: E402
     Example,
     GenerationSettings,
     data_header,
+    generate,
     generate_to_file,
     load_examples,
 )
@@ -154,6 +157,8 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
         (["--lr", "nan"], "--lr: must be a finite number greater than zero"),
         (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number, zero or more"),
         (["--device", "tpu"], "--device: unknown device 'tpu'"),
+        (["--seed", "-1"], "--seed: must be 0 to 2**32 - 1, got -1"),
+        (["--seed", str(2**32)], "--seed: must be 0 to 2**32 - 1"),
         (["--output", "/proc/no/such/dir/w.pt"], "--output: /proc/no/such/dir"),
     ],
 )
@@ -176,6 +181,7 @@ def test_cli_refuses_bad_flags_before_any_work(
     ("content", "message"),
     [
         ('{"run": 7, "loss": 0.3}\n', "is not a file of `hulk train` examples"),
+        ("\nmy notes\n", "is not a file of `hulk train` examples"),  # an empty first line
         (
             data_header(GenerationSettings(iterations=99, seed=3)) + "\n{}\n",
             "holds examples made otherwise (--iterations 99 there, 1500 now; --seed 3 "
@@ -196,3 +202,51 @@ def test_cli_keeps_a_data_file_it_cannot_extend(
     err = capsys.readouterr().err
     assert err.startswith("hulk train: error: --data: ") and message in err
     assert data.read_text() == content and not (tmp_path / "w.pt").exists()
+
+
+def test_cli_never_writes_to_a_data_path_that_is_no_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: ``--data /dev/null`` (as root) deleted the device and wrote a file there."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    target = tmp_path / "target.txt"
+    target.write_text("")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    for path in (link, tmp_path, Path(os.devnull)):
+        args = parser.parse_args(["--data", str(path), "--output", str(tmp_path / "w.pt")])
+        assert cli.run(args) == 2
+        assert "is not a regular file" in capsys.readouterr().err
+    assert link.is_symlink() and target.read_text() == ""
+    assert Path(os.devnull).is_char_device()
+
+
+def test_a_data_file_cut_short_resumes_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    settings = GenerationSettings(
+        examples=2, min_servers=20, max_servers=22, max_jobs=1, iterations=5
+    )
+    path = tmp_path / "d.jsonl"
+    first = generate_to_file(settings, path, workers=1)
+    whole = path.read_text()
+    path.write_text(whole[:-40])  # a crash mid-write: the last example cut short
+    again = generate_to_file(settings, path, workers=1)
+    assert [e.labels for e in again] == [e.labels for e in first]
+    assert path.read_text() == whole
+    lines = whole.splitlines()
+    path.write_text("\n".join([lines[0], '{"garbage": true}', lines[2]]) + "\n")
+    with pytest.raises(InvalidRequest, match=rf"{path}:2: is not an example \(KeyError"):
+        generate_to_file(settings, path, workers=1)
+
+
+def test_training_that_diverges_writes_no_weights(tmp_path: Path) -> None:
+    settings = GenerationSettings(
+        examples=3, min_servers=20, max_servers=22, max_jobs=2, iterations=5
+    )
+    data = [example_data(ex) for ex in generate(settings, workers=1)]
+    with pytest.raises(InvalidRequest, match=r"--lr: training diverged at epoch \d+ \(loss nan\)"):
+        train(
+            data,
+            TrainSettings(epochs=3, lr=1e9, hidden=8, gcn_layers=1, device="cpu"),
+            progress=False,
+        )
