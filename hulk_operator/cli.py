@@ -117,12 +117,23 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
     )
 
 
+def _check_inherited_weights(cfg: OperatorConfig) -> None:
+    """``HULK_GNN_WEIGHTS`` (what ``hulk plan`` reads too), when ``--gnn-weights`` is not
+    given, is checked like it: a bad file must stop the start, not fail every round."""
+    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights
+
+    inherited = os.environ.get(WEIGHTS_ENV)
+    if inherited and not cfg.gnn_weights and cfg.planner in ("hulk", "gnn"):
+        check_weights(inherited, WEIGHTS_ENV)
+
+
 def run(args: argparse.Namespace) -> int:
     from hulk_operator import kube
     from hulk_planner.errors import HulkError
 
     try:  # settings and credentials checked before kopf starts: a clear error, no traceback
         cfg = config_from_args(args)
+        _check_inherited_weights(cfg)
         kube.configuration(args.kubeconfig)
     except HulkError as exc:
         print(f"hulk operator: error: {exc}", file=sys.stderr)

@@ -38,7 +38,7 @@ from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.errors import InvalidRequest
-from hulk_planner.gnn.planner import WEIGHTS_ENV
+from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
 from hulk_planner.io import job_from_dict
 
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
@@ -124,7 +124,8 @@ async def operator_startup(
     )
     memo.recent = {}
     memo.latency = (-LATENCY_CACHE_S, Latencies())
-    logger.info(f"Hulk operator started (planner {cfg.planner}, tick {INTERVAL_S:g} s)")
+    weights = f", GNN weights {default_weights()}" if cfg.planner in ("hulk", "gnn") else ""
+    logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
 
 
 @kopf.on.cleanup()

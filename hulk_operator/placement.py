@@ -31,6 +31,7 @@ from hulk_operator.inventory import (
     fits,
     selected,
 )
+from hulk_planner.datasets import slug
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
 from hulk_planner.model import Cluster, Job, JobPlan, Plan
@@ -156,9 +157,12 @@ class Snapshot:
             regions = entry.allowed_regions
             if regions and not any(selected(i, None, regions) for i in self.nodes.values()):
                 known = sorted({i.server.region for i in self.nodes.values() if i.server})
+                by_slug = {slug(r): r for r in known}
+                near = [by_slug[slug(r)] for r in regions if slug(r) in by_slug]
                 parts.append(
                     f"spec.allowedRegions {list(regions)} names no region with GPU servers "
                     f"(regions: {', '.join(known) or 'none'})"
+                    + (f"; did you mean {', '.join(near)}?" if near else "")
                 )
             if sel and not any(selected(i, sel, None) for i in self.nodes.values()):
                 parts.append(f"{entry.selector_from} {_pairs(entry)} matches no node")

@@ -106,9 +106,12 @@ async def reconcile(
         if decision is None:
             return {}
         if decision.job_plan is None:
+            removed = sum(not p.deleting for p in ctx.pods.get(entry.key, []))
             await _remove_all(ctx, entry.key)  # gang: all stages or none
             if ctx.placer.first_use(decision):
                 ctx.metrics.plans.labels(result="unplaced").inc()
+                gone = f"; its {removed} stage pod(s) removed" if removed else ""
+                ctx.event("Warning", "Unschedulable", f"no plan fits: {decision.reason}{gone}")
             new.update(_unplanned(st.PENDING))  # an edit's old plan may have left its fields
             conds = _not_ready(conds, gen)
             new["conditions"] = st.set_condition(
@@ -247,7 +250,9 @@ def _unplanned(phase: str) -> dict[str, Any]:
 
 
 def _not_ready(conds: list[dict[str, Any]], gen: int) -> list[dict[str, Any]]:
-    """``Ready`` of a job whose pods are gone (no plan): False, not a stale 'all running'."""
+    """``Ready`` of a job whose pods are gone (no plan): False, not a stale 'all running';
+    and no ``LatencyEstimated``, which told of the plan gone."""
+    conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of a plan
     ready = st.condition({"conditions": conds}, st.READY)
     if ready is None or ready.get("reason") == "NotPlanned":
         return conds

@@ -69,6 +69,9 @@ def _operator(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         (("--reconcile-interval", "-1"), {}, "--reconcile-interval / HULK_OPERATOR_"),
         (("--kubeconfig", "/nonexistent/kubeconfig"), {}, "no such file (check the path)"),
         (("--kubeconfig", "{bad}"), {}, "point it at a valid kubeconfig"),
+        # what `hulk plan` reads too: checked as --gnn-weights is, not failing every round
+        ((), {"HULK_GNN_WEIGHTS": __file__}, f"HULK_GNN_WEIGHTS: '{__file__}' is not a weights"),
+        (("--gnn-weights", "/etc"), {}, "--gnn-weights / HULK_OPERATOR_GNN_WEIGHTS: '/etc'"),
     ],
 )
 def test_hulk_operator_stops_with_a_clear_error_before_kopf_starts(

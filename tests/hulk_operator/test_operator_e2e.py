@@ -710,6 +710,7 @@ def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -
 def test_an_edit_that_no_plan_fits_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
     kube.apply(manifest("moved", model={"preset": "gpt2-xl"}))
     wait("Running", lambda: kube.phase("moved") == "Running", 60)
+    running = len(kube.live_pods("moved"))
     patch = {"spec": {"allowedRegions": ["mars"]}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
 
@@ -725,6 +726,12 @@ def test_an_edit_that_no_plan_fits_leaves_no_stale_status(kube: Kube, operator: 
     assert condition(job, "Ready")["status"] == "False"
     assert condition(job, "Ready")["reason"] == "NotPlanned"
     assert condition(job, "Planned")["reason"] == "Unschedulable"
+    assert not condition(job, "LatencyEstimated"), "it spoke of the plan gone"
+    # `kubectl describe` says so, and that the running stages were removed
+    (event,) = wait("Unschedulable Event", lambda: kube.events("Unschedulable"), 10)
+    assert event.type == "Warning" and event.message.startswith("no plan fits: ")
+    assert "mars" in event.message
+    assert event.message.endswith(f"; its {running} stage pod(s) removed"), event.message
 
 
 def test_a_node_going_not_ready_replaces_only_its_stage(
