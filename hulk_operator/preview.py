@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -33,6 +33,7 @@ from hulk_operator.inventory import (
 )
 from hulk_operator.manifests import owner_job
 from hulk_operator.placement import (
+    BASELINES,
     JobEntry,
     Key,
     Snapshot,
@@ -51,6 +52,9 @@ class Preview:
     cluster: Cluster  # every server offered to some pending job
     jobs: list[Job]  # the pending jobs, named as in ``plan``
     plan: Plan
+    # baseline -> placed job -> its predicted step time, planned as the operator plans
+    # them (each job's group on the servers it may use); empty unless asked for
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
@@ -138,6 +142,7 @@ def preview_plan(
     time_budget_s: float | None = None,
     same_region_ms: float = 1.0,
     cross_region_ms: float = 100.0,
+    baselines: bool = False,
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
     with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
@@ -172,8 +177,14 @@ def preview_plan(
         cross_region_ms=cross_region_ms,
         budget_s=time_budget_s,
         seed=seed,
+        baselines=baselines,
     )
     names = {k: n for n, k in planner_names(pending).items()}  # <name>.<ns> if needed
+    compared: dict[str, dict[str, float]] = {b: {} for b in BASELINES} if baselines else {}
+    for e in pending:
+        for base, t in decisions[e.key].baselines.items():
+            if t is not None and decisions[e.key].job_plan is not None:
+                compared.setdefault(base, {})[names[e.key]] = t
     placed, unplaced = [], []
     for e in sorted(pending, key=lambda e: e.key):
         d = decisions[e.key]
@@ -196,7 +207,7 @@ def preview_plan(
     cluster = build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
     jobs_out = [replace(e.job, name=names[e.key]) for e in pending if e.job is not None]
-    return Preview(cluster, jobs_out, Plan(planner, tuple(placed), tuple(unplaced)))
+    return Preview(cluster, jobs_out, Plan(planner, tuple(placed), tuple(unplaced)), compared)
 
 
 def cluster_from_kubeconfig(

@@ -13,7 +13,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +77,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _inputs(
-    args: argparse.Namespace,
-) -> tuple[Cluster, list[Job], Plan | None, dict[str, tuple[str, ...]]]:
+@dataclass
+class _Inputs:
+    cluster: Cluster
+    jobs: list[Job]
+    plan: Plan | None = None  # made already (--kubeconfig)
+    limits: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job -> its regions
+    baselines: dict[str, dict[str, float]] | None = None  # made already: job -> seconds
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
     """The cluster and jobs to plan, and the regions jobs are limited to (their
-    ``spec.allowedRegions``); with ``--kubeconfig`` also the plan itself, made as the
-    operator would make it now (its constraint groups, free servers, latencies)."""
+    ``spec.allowedRegions``); with ``--kubeconfig`` also the plan itself and the baselines'
+    step times, made as the operator would make them now (its constraint groups, free
+    servers, latencies)."""
     from hulk_planner import datasets, io
 
     documents = [(str(path), io.expand_lists(io.load_documents(path))) for path in args.jobs or []]
@@ -122,17 +130,18 @@ def _inputs(
             planner=args.planner,
             seed=args.seed,
             time_budget_s=args.time_budget,
+            baselines=args.output == "table" and not args.no_compare,
         )
-        return pv.cluster, pv.jobs, pv.plan, {}
+        return _Inputs(pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines)
     if args.namespace:
         raise InvalidRequest(
             "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
         )
     for doc in (d for _, docs in documents for d in docs):
         name = (doc.get("metadata") or {}).get("name")
-        for field in _cluster_only_fields(doc):
+        for where in _cluster_only_fields(doc):
             print(
-                f"hulk plan: note: job {name}: {field} is applied by the operator, not to a "
+                f"hulk plan: note: job {name}: {where} is applied by the operator, not to a "
                 "topology file: this plan ignores it (preview with --kubeconfig to apply it)",
                 file=sys.stderr,
             )
@@ -145,7 +154,7 @@ def _inputs(
     limits = region_limits(documents, cluster, notes)
     for note in notes:
         print(f"hulk plan: note: {note}", file=sys.stderr)
-    return cluster, jobs, None, limits
+    return _Inputs(cluster, jobs, limits=limits)
 
 
 def _cluster_only_fields(doc: Any) -> list[str]:
@@ -196,7 +205,11 @@ def _fmt(seconds: float | None) -> str:
     return f"{seconds:,.2f}s" if seconds < 1e5 else f"{seconds:.2e}s"
 
 
-def render_table(cluster: Cluster, plan: Plan, compare: dict[str, Plan | str] | None) -> str:
+def render_table(
+    cluster: Cluster, plan: Plan, compare: dict[str, dict[str, float] | str] | None
+) -> str:
+    """The plan as text; ``compare``: each baseline's predicted step time per job it
+    places (or why it places none)."""
     lines = [
         f"planner: {plan.planner}    cluster: {cluster.name} "
         f"({len(cluster.servers)} servers, {len(cluster.regions)} regions)",
@@ -227,13 +240,13 @@ def render_table(cluster: Cluster, plan: Plan, compare: dict[str, Plan | str] | 
             mine = plan.job(name)
             row = f"{name:<16}{_fmt(mine.predicted_iteration_seconds if mine else None):>24}"
             for c, other in compare.items():
-                theirs = other.job(name) if isinstance(other, Plan) else None
+                theirs = other.get(name) if isinstance(other, dict) else None
                 if theirs is None:
                     row += f"{'not placed':>24}"
                     continue
-                cell = _fmt(theirs.predicted_iteration_seconds)
+                cell = _fmt(theirs)
                 if mine and mine.predicted_iteration_seconds > 0:
-                    r = theirs.predicted_iteration_seconds / mine.predicted_iteration_seconds
+                    r = theirs / mine.predicted_iteration_seconds
                     ratios[c].append(r)
                     cell += f" ({r:,.2f}x)" if r < 1e4 else f" ({r:.1e}x)"
                 row += f"{cell:>24}"
@@ -270,7 +283,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_path(args.plot)
     _use_weights(args)
-    cluster, jobs, result, limits = _inputs(args)
+    given = _inputs(args)
+    cluster, jobs, result, limits = given.cluster, given.jobs, given.plan, given.limits
     cost = CostModel(cluster)
 
     def planned(name: str, **options: Any) -> Plan:
@@ -309,14 +323,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.output in ("json", "yaml"):
         print(io.dump_plan(result, args.output), end="" if args.output == "yaml" else "\n")
         return 0
-    compare: dict[str, Plan | str] | None = None
+    compare: dict[str, dict[str, float] | str] | None = None
     if not args.no_compare:
         compare = {}
         for name in BASELINES:
             if name == args.planner:
                 continue
+            if given.baselines is not None:  # the operator's, per constraint group
+                compare[name] = given.baselines.get(name, {})
+                continue
             try:
-                compare[name] = planned(name)
+                other = planned(name)
+                compare[name] = {jp.name: jp.predicted_iteration_seconds for jp in other.jobs}
             except HulkError as exc:
                 compare[name] = str(exc)
     print(render_table(cluster, result, compare))
