@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 DESCRIPTION = (
     "Hulk places the training of large models on GPU servers spread over regions: it "
@@ -28,6 +29,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """A flag's error in one line, as every other error (argparse prints its usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="hulk", description=DESCRIPTION)
@@ -39,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name = argv[0]
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    sub_parser = argparse.ArgumentParser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
+    sub_parser = _Parser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(sub_parser)
     args = sub_parser.parse_args(argv[1:])
     try:

@@ -307,6 +307,14 @@ def _run(args: argparse.Namespace) -> int:
             if len(docs) != 1:
                 raise InvalidRequest("--previous", "must hold one PlacementPlan")
             previous = io.plan_from_dict(docs[0], args.previous)
+            gone = sorted({n for jp in previous.jobs for n in jp.nodes} - set(cluster.index))
+            if gone:
+                print(
+                    f"hulk plan: note: --previous: {len(gone)} server(s) of the previous plan "
+                    f"are not in this cluster ({', '.join(gone[:3])}"
+                    f"{', ...' if len(gone) > 3 else ''}): taken as lost and replaced",
+                    file=sys.stderr,
+                )
         result = planned(
             args.planner, seed=args.seed, time_budget_s=args.time_budget, previous=previous
         )

@@ -444,3 +444,30 @@ def test_a_reader_that_leaves_early_ends_the_plan_quietly() -> None:
         shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.stdout.strip() == "rc=141" and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_bad_flag_value_is_one_line_too() -> None:
+    out = hulk("plan", "-o", "xml")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (
+        "hulk plan: error: argument --output/-o: invalid choice: 'xml' (choose from 'table', "
+        "'json', 'yaml') (see hulk plan --help)\n"
+    )
+
+
+def test_a_previous_plan_from_another_cluster_is_noted(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    previous = tmp_path / "paper-plan.json"
+    out = hulk("plan", "-o", "json", "--time-budget", "0.1")  # on the paper's cluster
+    previous.write_text(out.stdout)
+    cluster, _ = files
+    jobs = write(tmp_path / "jobs.yaml", *(job_doc(n) for n in PAPER_JOBS if n != "opt-175b"))
+    again = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--previous", previous, "-o", "json")
+    assert again.returncode == 0, again.stderr
+    (note,) = [line for line in again.stderr.splitlines() if "--previous" in line]
+    assert re.fullmatch(
+        r"hulk plan: note: --previous: \d+ server\(s\) of the previous plan are not in this "
+        r"cluster \([a-z0-9-]+(, [a-z0-9-]+){0,2}(, \.\.\.)?\): taken as lost and replaced",
+        note,
+    ), note
