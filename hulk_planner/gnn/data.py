@@ -238,6 +238,8 @@ def generate_to_file(
         if lines[0] == header:
             keep = len(lines)
             for n, line in enumerate(lines[1:], start=2):
+                if not line.strip():
+                    continue
                 try:
                     done.append(Example.from_json(line))
                 except (ValueError, KeyError, TypeError) as exc:
