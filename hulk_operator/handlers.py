@@ -35,7 +35,7 @@ from hulk_operator.inventory import (
     read_latencies,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers
+from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers, unmatched
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
@@ -260,14 +260,16 @@ def hulktrainingjob_update(
     logger: kopf.Logger,
     old: Any,
     new: Any,
+    hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
     **_: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
-    a condition). A running job whose edit touches only ``priority`` (which orders the
-    planning of pending jobs) or ``backoffLimit`` (read at each stage failure) runs on; a
-    finished one runs again, as after any edit."""
+    a condition), and so does one whose constraints no node of the cluster matches (a
+    typo'd region must not stop a training run). A running job whose edit touches only
+    ``priority`` (which orders the planning of pending jobs) or ``backoffLimit`` (read at
+    each stage failure) runs on; a finished one runs again, as after any edit."""
     if _refused(body, logger):
         return
     gen = int(body.get("metadata", {}).get("generation") or 0)
@@ -286,6 +288,13 @@ def hulktrainingjob_update(
         )
         error = kube.dry_run_pod(memo.api, pod)
         why = rejected_template(error) if error is not None else None
+        nodes = {n: _one(v) for n, v in (hulk_nodes or {}).items()}
+        if why is None and nodes and status.get("phase") not in (st.PHASE_FAILED, st.SUCCEEDED):
+            entry = job_entry(
+                namespace or "", name, str(body.get("metadata", {}).get("uid") or ""),
+                body, body.get("metadata", {}), body.get("spec", {}), status,
+            )  # fmt: skip
+            why = unmatched(entry, nodes)
         if why is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, why, gen)

@@ -146,33 +146,15 @@ class Snapshot:
 
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
+        no_match = unmatched(entry, self.nodes)
+        if no_match is not None:
+            return no_match
         sel = dict(entry.node_selector)
         matching = [
             i
             for i in self.nodes.values()
             if selected(i, sel, entry.allowed_regions, entry.affinity)
         ]
-        if not matching:
-            parts = []
-            regions = entry.allowed_regions
-            if regions and not any(selected(i, None, regions) for i in self.nodes.values()):
-                known = sorted({i.server.region for i in self.nodes.values() if i.server})
-                by_slug = {slug(r): r for r in known}
-                near = [by_slug[slug(r)] for r in regions if slug(r) in by_slug]
-                parts.append(
-                    f"spec.allowedRegions {list(regions)} names no region with GPU servers "
-                    f"(regions: {', '.join(known) or 'none'})"
-                    + (f"; did you mean {', '.join(near)}?" if near else "")
-                )
-            if sel and not any(selected(i, sel, None) for i in self.nodes.values()):
-                parts.append(f"{entry.selector_from} {_pairs(entry)} matches no node")
-            if entry.affinity and not any(
-                selected(i, None, None, entry.affinity) for i in self.nodes.values()
-            ):
-                parts.append(f"{AFFINITY} matches no node")
-            return "; ".join(parts) or (
-                "no node matches the job's constraints together (" + ", ".join(_limits(entry)) + ")"
-            )
         usable = [i for i in matching if i.offers(entry.tolerations)]
         need = entry.requests
         if not usable:
@@ -218,6 +200,33 @@ class Snapshot:
         return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(
             p for p in parts if p
         )
+
+
+def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """Why no node of the cluster matches the job's constraints (its regions, selectors,
+    required affinity), naming the constraint to change; None if some node does. Unlike
+    what other jobs hold, only an edit (or new nodes) changes this."""
+    sel = dict(entry.node_selector)
+    if any(selected(i, sel, entry.allowed_regions, entry.affinity) for i in nodes.values()):
+        return None
+    parts = []
+    regions = entry.allowed_regions
+    if regions and not any(selected(i, None, regions) for i in nodes.values()):
+        known = sorted({i.server.region for i in nodes.values() if i.server})
+        by_slug = {slug(r): r for r in known}
+        near = [by_slug[slug(r)] for r in regions if slug(r) in by_slug]
+        parts.append(
+            f"spec.allowedRegions {list(regions)} names no region with GPU servers "
+            f"(regions: {', '.join(known) or 'none'})"
+            + (f"; did you mean {', '.join(near)}?" if near else "")
+        )
+    if sel and not any(selected(i, sel, None) for i in nodes.values()):
+        parts.append(f"{entry.selector_from} {_pairs(entry)} matches no node")
+    if entry.affinity and not any(selected(i, None, None, entry.affinity) for i in nodes.values()):
+        parts.append(f"{AFFINITY} matches no node")
+    return "; ".join(parts) or (
+        "no node matches the job's constraints together (" + ", ".join(_limits(entry)) + ")"
+    )
 
 
 def held_servers(

@@ -711,11 +711,15 @@ def test_an_edit_that_no_plan_fits_leaves_no_stale_status(kube: Kube, operator: 
     kube.apply(manifest("moved", model={"preset": "gpt2-xl"}))
     wait("Running", lambda: kube.phase("moved") == "Running", 60)
     running = len(kube.live_pods("moved"))
-    patch = {"spec": {"allowedRegions": ["mars"]}}
+    # a model no set of servers holds (an unknown region is refused instead: test below)
+    huge = {"preset": None, "parameters": 10**13, "layers": 96, "hiddenSize": 12288}
+    huge["sequenceLength"] = 2048  # (a merge patch: None removes the preset)
+    patch = {"spec": {"model": huge, "training": {"globalBatchSize": 256, "microBatchSize": 1}}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
 
     def pending() -> bool:
-        return kube.phase("moved") == "Pending" and not kube.live_pods("moved")
+        unplanned = condition(kube.job("moved"), "Planned").get("reason") == "Unschedulable"
+        return unplanned and kube.phase("moved") == "Pending" and not kube.live_pods("moved")
 
     wait("Pending without pods", pending, 60)
     job = kube.job("moved")
@@ -730,8 +734,35 @@ def test_an_edit_that_no_plan_fits_leaves_no_stale_status(kube: Kube, operator: 
     # `kubectl describe` says so, and that the running stages were removed
     (event,) = wait("Unschedulable Event", lambda: kube.events("Unschedulable"), 10)
     assert event.type == "Warning" and event.message.startswith("no plan fits: ")
-    assert "mars" in event.message
+    assert "GiB" in event.message
     assert event.message.endswith(f"; its {running} stage pod(s) removed"), event.message
+
+
+def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: ``allowedRegions: [atlantis]`` (a typo) removed the running job's pods and
+    gave its servers away; now it is refused as an invalid spec is."""
+    kube.apply(manifest("typo", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("typo") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")}
+    patch = {"spec": {"allowedRegions": ["atlantis"]}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", patch)
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job("typo"), "Planned")
+        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
+
+    c = wait("the edit refused", refused, 30)
+    assert c["reason"] == "InvalidSpec", c
+    assert c["message"].startswith("spec.allowedRegions ['atlantis'] names no region"), c
+    assert c["message"].endswith("; the pods of the last valid spec keep running; fix the "
+                                 "spec to plan it again")  # fmt: skip
+    job = kube.job("typo")
+    assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
+    (event,) = wait("InvalidSpec Event", lambda: kube.events("InvalidSpec"), 10)
+    assert event.type == "Warning" and "atlantis" in event.message
 
 
 def test_a_node_going_not_ready_replaces_only_its_stage(
