@@ -235,6 +235,7 @@ def load_cluster(path: str | Path) -> Cluster:
 # keeps the two alike): `hulk plan` reads the manifests kubectl would apply, where the API
 # server refuses any other field.
 JOB_FIELDS: dict[str, tuple[str, ...]] = {
+    "": ("apiVersion", "kind", "metadata", "spec", "status"),
     "spec": (
         "model",
         "training",
@@ -266,20 +267,21 @@ def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for section, known in JOB_FIELDS.items():
         node: Any = doc
-        for part in section.split("."):
+        for part in filter(None, section.split(".")):
             node = node.get(part) if isinstance(node, Mapping) else None
         if not isinstance(node, Mapping):
             continue
         for key in node:
             if key in known:
                 continue
-            text = f"{section}.{key} is not a HulkTrainingJob field: ignored"
+            where = f"{section}." if section else ""
+            text = f"{where}{key} is not a HulkTrainingJob field: ignored"
             home = [s for s, fields in JOB_FIELDS.items() if key in fields]
             close = difflib.get_close_matches(str(key), known, n=1)
             if home:
-                text += f" (it belongs under {home[0]})"
+                text += f" (it belongs under {home[0] or 'the top level'})"
             elif close:
-                text += f" (did you mean {section}.{close[0]}?)"
+                text += f" (did you mean {where}{close[0]}?)"
             out.append(text)
     return out
 

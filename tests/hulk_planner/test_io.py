@@ -487,6 +487,8 @@ def test_job_fields_are_the_crds() -> None:
         (Path(__file__).parents[2] / "crds/hulktrainingjobs.hulk.dev.yaml").read_text()
     )
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    top = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    assert sorted(io.JOB_FIELDS[""]) == sorted(top)
     assert sorted(io.JOB_FIELDS["spec"]) == sorted(spec["properties"])
     for part in ("model", "training"):
         assert sorted(io.JOB_FIELDS[f"spec.{part}"]) == sorted(
@@ -497,6 +499,7 @@ def test_job_fields_are_the_crds() -> None:
 def test_unknown_job_fields_say_where_they_belong_or_what_they_look_like() -> None:
     doc = {
         "metadata": {"name": "x"},
+        "metdata": {"labels": {}},
         "spec": {
             "model": {"preset": "gpt2-xl", "hidenSize": 10},
             "globalBatchSize": 10,
@@ -505,6 +508,7 @@ def test_unknown_job_fields_say_where_they_belong_or_what_they_look_like() -> No
         },
     }
     assert io.unknown_job_fields(doc) == [
+        "metdata is not a HulkTrainingJob field: ignored (did you mean metadata?)",
         "spec.globalBatchSize is not a HulkTrainingJob field: ignored (it belongs under "
         "spec.training)",
         "spec.model.hidenSize is not a HulkTrainingJob field: ignored (did you mean "
