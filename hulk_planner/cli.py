@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import HulkError, InvalidRequest
+from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
 from hulk_planner.regions import plan_in_regions, region_limits
 
@@ -174,8 +174,7 @@ def _cluster_only_fields(doc: Any) -> list[str]:
 
 
 def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
-    """Jobs that need more GPU memory than the whole cluster has, and why; an error if that
-    is every job (nothing to plan)."""
+    """Jobs that need more GPU memory than the whole cluster has, and why."""
     from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 
     total = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
@@ -186,9 +185,6 @@ def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
         for job in jobs
         if (need := memory_need_bytes(job)) > total
     }
-    if why and len(why) == len(jobs):
-        name = next(iter(why))
-        raise InvalidRequest(f"job {name}", why[name], fix)
     return [Unplaced(name, f"{text} ({fix})") for name, text in why.items()]
 
 
@@ -263,9 +259,15 @@ def render_table(
     return "\n".join(lines)
 
 
+NOTHING_PLACED = 3  # exit code: valid input, but no job fits (2: bad input)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
+    except NoFeasiblePlan as exc:
+        print(f"hulk plan: no job placed: {exc}", file=sys.stderr)
+        return NOTHING_PLACED
     except HulkError as exc:
         print(f"hulk plan: error: {exc}", file=sys.stderr)
         return 2
@@ -315,9 +317,17 @@ def _run(args: argparse.Namespace) -> int:
                     f"{', ...' if len(gone) > 3 else ''}): taken as lost and replaced",
                     file=sys.stderr,
                 )
-        result = planned(
-            args.planner, seed=args.seed, time_budget_s=args.time_budget, previous=previous
-        )
+        try:
+            result = (
+                planned(
+                    args.planner, seed=args.seed, time_budget_s=args.time_budget, previous=previous
+                )
+                if jobs
+                else Plan(args.planner)
+            )
+        except NoFeasiblePlan as exc:  # listed below as unplaced, as beside placed jobs
+            why = exc.unplaced or tuple(Unplaced(j.name, exc.reason) for j in jobs)
+            result = Plan(args.planner, (), tuple(why))
         result = replace(result, unplaced=result.unplaced + tuple(too_big))
     by_name = {j.name: j for j in jobs}
     for jp in result.jobs:
@@ -328,9 +338,12 @@ def _run(args: argparse.Namespace) -> int:
         from hulk_planner.plot import plot_plan
 
         plot_plan(cluster, result, args.plot)
+    code = 0 if result.jobs else NOTHING_PLACED
+    if not result.jobs:
+        print(f"hulk plan: no job placed ({len(result.unplaced)} unplaced)", file=sys.stderr)
     if args.output in ("json", "yaml"):
         print(io.dump_plan(result, args.output), end="" if args.output == "yaml" else "\n")
-        return 0
+        return code
     compare: dict[str, dict[str, float] | str] | None = None
     if not args.no_compare:
         compare = {}
@@ -346,7 +359,7 @@ def _run(args: argparse.Namespace) -> int:
             except HulkError as exc:
                 compare[name] = str(exc)
     print(render_table(cluster, result, compare))
-    return 0
+    return code
 
 
 def _use_weights(args: argparse.Namespace) -> None:

@@ -489,3 +489,13 @@ def test_trained_weights_come_from_a_configmap_mounted_read_only(render: Render)
         "name": "hulk-gnn",
         "items": [{"key": "hulk-gnn.pt", "path": path.name}],
     }
+
+
+def test_more_than_one_standalone_operator_is_refused(chart_tools: dict[str, str]) -> None:
+    out = subprocess.run(
+        [chart_tools["HELM"], "template", "r", str(CHART),
+         "--set", "operator.peering.enabled=false", "--set", "operator.replicas=2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "operator.replicas > 1 needs operator.peering.enabled" in out.stderr

@@ -303,9 +303,23 @@ def test_bad_job_gives_one_line_naming_the_field(
     assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), *words)
 
 
+def assert_nothing_placed(out: subprocess.CompletedProcess[str], name: str, reason: str) -> None:
+    """Valid input that no job fits: exit code 3 (not 2, bad input), the plan still
+    written, every job under ``unplaced``."""
+    assert out.returncode == 3, (out.stdout, out.stderr)
+    assert out.stderr == "hulk plan: no job placed (1 unplaced)\n" and "Traceback" not in out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["kind"] == "PlacementPlan" and plan["jobs"] == []
+    (unplaced,) = plan["unplaced"]
+    assert unplaced["name"] == name and reason in unplaced["reason"], unplaced
+
+
 def test_a_job_that_fits_nowhere(tmp_path: Path, files: tuple[Path, Path]) -> None:
     jobs = write(tmp_path / "big.yaml", job_doc("opt-175b"))
-    assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), "opt-175b", "GiB")
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs, "-o", "json")
+    assert_nothing_placed(out, "opt-175b", "fits nowhere: needs 2684 GiB of GPU memory")
+    table = hulk("plan", "--cluster", files[0], "--jobs", jobs)
+    assert table.returncode == 3 and "opt-175b: NOT PLACED: fits nowhere" in table.stdout
 
 
 def test_a_job_that_fits_nowhere_beside_others_is_listed_unplaced(
@@ -329,11 +343,11 @@ def test_a_job_that_fits_in_total_but_on_no_set_of_servers(
 ) -> None:
     # one 60B-parameter layer (960 GiB of state) cannot be cut into pipeline stages and is
     # larger than any server, though the four servers hold 1,000+ GiB together
-    jobs = write(
-        tmp_path / "wide.yaml",
-        job_doc("wide", parameters=60 * 10**9, layers=1, hiddenSize=1024, sequenceLength=128),
-    )
-    assert_one_line_error(hulk("plan", "--cluster", files[0], "--jobs", jobs), "wide")
+    wide = job_doc("wide", parameters=60 * 10**9, layers=1, hiddenSize=1024, sequenceLength=128)
+    wide["spec"]["training"] = {"globalBatchSize": 8, "microBatchSize": 1}
+    jobs = write(tmp_path / "wide.yaml", wide)  # (it lacked spec.training: refused for that)
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs, "-o", "json")
+    assert_nothing_placed(out, "wide", "GiB")
 
 
 def test_unknown_planner(files: tuple[Path, Path]) -> None:
