@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="http://0.0.0.0:8080/healthz",
         help="liveness endpoint URL ('' to turn off)",
     )
-    parser.add_argument("--peering", default="hulk", help="kopf peering name")
+    parser.add_argument("--peering", default="hulk", help="kopf peering name (%(default)s)")
     parser.add_argument("--standalone", action="store_true", help="no peering")
     parser.add_argument(
         "--priority", type=int, default=None, help="peering priority (default: random)"

@@ -49,7 +49,11 @@ class ProbeConfig:
 
 # (flag, metavar, help); the environment variable is derived from the flag.
 FLAGS: list[tuple[str, str, str]] = [
-    ("--node-name", "NAME", "this node's Kubernetes name (in a DaemonSet: spec.nodeName)"),
+    (
+        "--node-name",
+        "NAME",
+        "this node's Kubernetes name (in a DaemonSet: spec.nodeName; also $NODE_NAME)",
+    ),
     (
         "--listen",
         "HOST:PORT",
@@ -177,11 +181,12 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
     text, what = raw("--listen")
     listen = parse_hostport(text or f"0.0.0.0:{DEFAULT_ECHO_PORT}", what, DEFAULT_ECHO_PORT)
 
+    listen_what = what
     text, what = raw("--advertise")
     if text:
         advertise = parse_hostport(text, what, listen[1])
     elif not _is_unspecified(listen[0]):
-        advertise = listen
+        advertise, what = listen, f"{listen_what} (advertised, as no --advertise is given)"
     elif env.get("POD_IP"):
         advertise = (env["POD_IP"], listen[1])
     else:
