@@ -283,7 +283,7 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
          str(jobs)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr  # valid, unplaced
     assert out.stderr.startswith(
-        "hulk plan: error: huge: the stage pods' requests (cpu 9999) fit on none of the "
+        "hulk plan: no job placed: huge: the stage pods' requests (cpu 9999) fit on none of the "
     ), out.stderr
