@@ -120,10 +120,11 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
 def _check_inherited_weights(cfg: OperatorConfig) -> None:
     """``HULK_GNN_WEIGHTS`` (what ``hulk plan`` reads too), when ``--gnn-weights`` is not
     given, is checked like it: a bad file must stop the start, not fail every round."""
+    from hulk_planner.api import USES_GNN
     from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights
 
     inherited = os.environ.get(WEIGHTS_ENV)
-    if inherited and not cfg.gnn_weights and cfg.planner in ("hulk", "gnn"):
+    if inherited and not cfg.gnn_weights and cfg.planner in USES_GNN:
         check_weights(inherited, WEIGHTS_ENV)
 
 

@@ -37,6 +37,7 @@ from hulk_operator.inventory import (
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers, unmatched
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
+from hulk_planner.api import USES_GNN
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
 from hulk_planner.io import job_from_dict
@@ -124,7 +125,7 @@ async def operator_startup(
     )
     memo.recent = {}
     memo.latency = (-LATENCY_CACHE_S, Latencies())
-    weights = f", GNN weights {default_weights()}" if cfg.planner in ("hulk", "gnn") else ""
+    weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
     logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
 
 
@@ -275,7 +276,8 @@ def hulktrainingjob_update(
     gen = int(body.get("metadata", {}).get("generation") or 0)
     before, after = dict(old or {}), dict(new or {})
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    if changed <= BOOKKEEPING and status.get("phase") not in (st.PHASE_FAILED, st.SUCCEEDED):
+    ended = status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED)  # an edit runs it again
+    if changed <= BOOKKEEPING and not ended:
         if status.get("plan") is not None:
             logger.info(f"{name}: {', '.join(sorted(changed))} changed; its plan stands")
             return
@@ -289,7 +291,7 @@ def hulktrainingjob_update(
         error = kube.dry_run_pod(memo.api, pod)
         why = rejected_template(error) if error is not None else None
         nodes = {n: _one(v) for n, v in (hulk_nodes or {}).items()}
-        if why is None and nodes and status.get("phase") not in (st.PHASE_FAILED, st.SUCCEEDED):
+        if why is None and nodes and not ended:
             entry = job_entry(
                 namespace or "", name, str(body.get("metadata", {}).get("uid") or ""),
                 body, body.get("metadata", {}), body.get("spec", {}), status,

@@ -106,8 +106,7 @@ async def reconcile(
         if decision is None:
             return {}
         if decision.job_plan is None:
-            removed = sum(not p.deleting for p in ctx.pods.get(entry.key, []))
-            await _remove_all(ctx, entry.key)  # gang: all stages or none
+            removed = await _remove_all(ctx, entry.key)  # gang: all stages or none
             if ctx.placer.first_use(decision):
                 ctx.metrics.plans.labels(result="unplaced").inc()
                 gone = f"; its {removed} stage pod(s) removed" if removed else ""
@@ -379,13 +378,15 @@ async def _delete(ctx: Context, namespace: str, names: list[str]) -> None:
         await asyncio.to_thread(kube.delete_pods, ctx.api, namespace, names, [])
 
 
-async def _remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None = None) -> None:
+async def _remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None = None) -> int:
+    """Deletes the job's stage pods not already going; returns how many."""
     from hulk_operator import kube
 
     pods = [p for p in ctx.pods.get(key, []) if not p.deleting]
     if pods:
         forced = [p.name for p in pods if p.node in (force or set()) or p.node not in ctx.nodes]
         await asyncio.to_thread(kube.delete_pods, ctx.api, key[0], [p.name for p in pods], forced)
+    return len(pods)
 
 
 async def _sync_pods(

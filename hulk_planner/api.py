@@ -63,6 +63,7 @@ PLANNERS: dict[str, Planner] = {
     "baseline-c": lambda cost, jobs, o: plan_baseline_c(cost, jobs),
 }
 ADAPTS_TO_PREVIOUS = {"hulk", "gnn", "search"}
+USES_GNN = frozenset({"hulk", "gnn"})  # the planners that load the GNN's weights
 
 
 def plan(

@@ -14,6 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -287,12 +288,15 @@ def _run(args: argparse.Namespace) -> int:
     _use_weights(args)
     given = _inputs(args)
     cluster, jobs, result, limits = given.cluster, given.jobs, given.plan, given.limits
-    cost = CostModel(cluster)
+
+    @cache  # built at the first plan on the whole cluster (none for a --kubeconfig preview)
+    def whole_cluster_cost() -> CostModel:
+        return CostModel(cluster)
 
     def planned(name: str, **options: Any) -> Plan:
-        if limits:
+        if limits:  # each region group on its own servers, with its own cost model
             return plan_in_regions(cluster, jobs, limits, name, **options)
-        return plan(cluster, jobs, name, cost=cost, **options)
+        return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 
     if result is None:
         too_big = _too_big(cluster, jobs)
@@ -365,13 +369,14 @@ def _run(args: argparse.Namespace) -> int:
 def _use_weights(args: argparse.Namespace) -> None:
     """``--weights`` (or ``$HULK_GNN_WEIGHTS``) and ``$HULK_GNN_DEVICE`` checked before
     planning; the weights then used."""
+    from hulk_planner.api import USES_GNN
     from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights, resolve_device
 
-    if args.weights is not None and args.planner not in ("hulk", "gnn"):
-        raise InvalidRequest(
-            "--weights", f"applies to the hulk planner, not {args.planner}", "drop it"
-        )
-    if args.planner not in ("hulk", "gnn"):
+    if args.planner not in USES_GNN:
+        if args.weights is not None:
+            raise InvalidRequest(
+                "--weights", f"applies to the hulk planner, not {args.planner}", "drop it"
+            )
         return
     resolve_device(None)  # a bad HULK_GNN_DEVICE: one line now, not after the inputs
     path = args.weights if args.weights is not None else os.environ.get(WEIGHTS_ENV) or None

@@ -153,17 +153,6 @@ def check_data_file(path: Path, header: str) -> None:
     )
 
 
-def _examples_in(path: Path, header: str) -> int:
-    """How many examples of these settings a data file holds already."""
-    try:
-        with open(path) as f:
-            if f.readline().rstrip("\n") != header:
-                return 0
-            return sum(1 for line in f if line.strip())
-    except (OSError, UnicodeDecodeError):
-        return 0
-
-
 def check(args: argparse.Namespace) -> None:
     """Every flag checked before any labelling or training, so a bad one costs nothing and
     no run ends, after minutes of work, without writing its weights."""
@@ -238,13 +227,16 @@ def _run(args: argparse.Namespace) -> int:
     path = args.data or _cache_path(gen)
     t0 = time.perf_counter()
 
-    def bar(it: Iterator[Example], total: int) -> Iterator[Example]:
-        return iter(tqdm(it, total=total, desc="label", unit="cluster", disable=args.quiet))
+    now = 0  # clusters labelled by this run (a resumed run reads the others from the file)
 
-    before = _examples_in(path, data_header(gen))
+    def bar(it: Iterator[Example], total: int) -> Iterator[Example]:
+        nonlocal now
+        for ex in tqdm(it, total=total, desc="label", unit="cluster", disable=args.quiet):
+            now += 1
+            yield ex
+
     examples = generate_to_file(gen, path, workers=args.workers, progress=bar)
     t_gen = time.perf_counter() - t0
-    now = len(examples) - min(before, len(examples))
     print(f"{len(examples)} labelled clusters in {path} ({now} labelled now, {t_gen:.0f} s)")
 
     import torch
