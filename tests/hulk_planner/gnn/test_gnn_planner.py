@@ -135,6 +135,16 @@ def test_weights_of_hulk_train_are_used_when_named(
 def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) -> None:
     import zipfile
 
+    import torch
+
+    from hulk_planner.gnn.model import HulkGNN
+    from hulk_planner.gnn.train import TrainSettings, save
+
+    diverged = HulkGNN(hidden=8, gcn_layers=1)  # what a training run gone to NaN leaves
+    with torch.no_grad():
+        for p in diverged.parameters():
+            p.fill_(float("nan"))
+    nan, _ = save(diverged, tmp_path / "nan.pt", generation={}, training=TrainSettings(), logs=[])
     junk = tmp_path / "junk.pt"
     junk.write_text("not weights")
     broken = tmp_path / "broken.pt"
@@ -145,6 +155,7 @@ def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) 
         (tmp_path, "is not a file"),
         (junk, "is not a weights file (not a zip, as torch.save writes)"),
         (broken, "is not Hulk GNN weights (UnpicklingError"),
+        (nan, "is not Hulk GNN weights (ValueError: its scores are not finite"),
     ]:
         with pytest.raises(InvalidRequest) as info:
             check_weights(path, "--weights")
