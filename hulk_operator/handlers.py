@@ -35,7 +35,15 @@ from hulk_operator.inventory import (
     read_latencies,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers, unmatched
+from hulk_operator.placement import (
+    JobEntry,
+    Key,
+    Placer,
+    Snapshot,
+    held_servers,
+    too_big_for,
+    unmatched,
+)
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.api import USES_GNN
 from hulk_planner.errors import InvalidRequest
@@ -267,8 +275,9 @@ def hulktrainingjob_update(
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
-    a condition), and so does one whose constraints no node of the cluster matches (a
-    typo'd region must not stop a training run). A running job whose edit touches only
+    a condition), and so does one whose constraints no node of the cluster matches or
+    whose model no set of the nodes it may use could hold (a typo'd region or parameter
+    count must not stop a training run). A running job whose edit touches only
     ``priority`` (which orders the planning of pending jobs) or ``backoffLimit`` (read at
     each stage failure) runs on; a finished one runs again, as after any edit."""
     if _refused(body, logger):
@@ -296,7 +305,7 @@ def hulktrainingjob_update(
                 namespace or "", name, str(body.get("metadata", {}).get("uid") or ""),
                 body, body.get("metadata", {}), body.get("spec", {}), status,
             )  # fmt: skip
-            why = unmatched(entry, nodes)
+            why = unmatched(entry, nodes) or too_big_for(entry, nodes)
         if why is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, why, gen)

@@ -31,6 +31,7 @@ from hulk_operator.inventory import (
     fits,
     selected,
 )
+from hulk_planner.cost import too_big
 from hulk_planner.datasets import slug
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
@@ -227,6 +228,24 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     return "; ".join(parts) or (
         "no node matches the job's constraints together (" + ", ".join(_limits(entry)) + ")"
     )
+
+
+def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """Why the job fits on no set of the cluster's servers that its constraints allow, even
+    with every one of them free (an edit's ``parameters: 1e13`` for ``1e10``); None when
+    their GPU memory could hold it. Like :func:`unmatched`, only an edit or new nodes
+    change this; what other jobs hold does not count here."""
+    if entry.job is None:
+        return None
+    sel = dict(entry.node_selector)
+    servers = [
+        i.server
+        for i in nodes.values()
+        if i.server is not None and selected(i, sel, entry.allowed_regions, entry.affinity)
+    ]
+    limited = sel or entry.allowed_regions or entry.affinity
+    where = f"the {len(servers)} server(s) it may use have" if limited else None
+    return too_big(entry.job, servers, where or "the whole cluster has")
 
 
 def held_servers(

@@ -176,17 +176,10 @@ def _cluster_only_fields(doc: Any) -> list[str]:
 
 def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
     """Jobs that need more GPU memory than the whole cluster has, and why."""
-    from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
+    from hulk_planner.cost import too_big
 
-    total = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
-    fix = "add servers, or use a smaller model or microBatchSize"
-    why = {
-        job.name: f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, the whole "
-        f"cluster has {total / 2**30:.0f} GiB usable"
-        for job in jobs
-        if (need := memory_need_bytes(job)) > total
-    }
-    return [Unplaced(name, f"{text} ({fix})") for name, text in why.items()]
+    why = {job.name: too_big(job, cluster.servers) for job in jobs}
+    return [Unplaced(name, text) for name, text in why.items() if text is not None]
 
 
 def _regions(cluster: Cluster, nodes: Sequence[str]) -> str:

@@ -89,6 +89,22 @@ def memory_need_bytes(job: Job) -> float:
     )
 
 
+def too_big(
+    job: Job, servers: Sequence[Server], where: str = "the whole cluster has"
+) -> str | None:
+    """Why ``job`` fits on no subset of ``servers`` (it needs more GPU memory than they
+    have in all), naming the fix; None when their memory could hold it. ``where`` says
+    which servers these are."""
+    need = memory_need_bytes(job)
+    total = sum(s.memory_bytes for s in servers) * MEMORY_USABLE
+    if need <= total:
+        return None
+    return (
+        f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
+        f"{total / 2**30:.0f} GiB usable (add servers, or use a smaller model or microBatchSize)"
+    )
+
+
 def server_capacity(server: Server) -> float:
     return server.memory_bytes * MEMORY_USABLE
 

@@ -30,8 +30,9 @@ from kubernetes import client
 from hulk_operator import GPU, GROUP, PLURAL, VERSION
 from hulk_operator.runner import OperatorThread
 from hulk_planner.api import plan
+from hulk_planner.cost import BYTES_PER_PARAM, MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster
-from hulk_planner.model import Server
+from hulk_planner.model import Job, ModelSpec, Server
 from hulk_sandbox.nodes import FAKE_ANNOTATION, is_ready
 
 pytestmark = pytest.mark.sandbox
@@ -707,35 +708,91 @@ def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -
             kube.core.patch_node(n, {"spec": {"unschedulable": None}})
 
 
-def test_an_edit_that_no_plan_fits_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
+def big_model(parameters: int) -> dict[str, Any]:
+    """A spec patch: a model of ``parameters`` (a merge patch: None removes the preset)."""
+    model = {"preset": None, "parameters": parameters, "layers": 96, "hiddenSize": 12288}
+    model["sequenceLength"] = 2048
+    return {"spec": {"model": model, "training": {"globalBatchSize": 256, "microBatchSize": 1}}}
+
+
+def memory_need(parameters: int) -> float:
+    return memory_need_bytes(Job("m", ModelSpec(parameters, 96, 12288, 2048), 256, 1))
+
+
+def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
+    """An edit the cluster could hold, but not while its other servers are taken (here:
+    cordoned), is planned again: the old spec's stages go, the job waits for room."""
     kube.apply(manifest("moved", model={"preset": "gpt2-xl"}))
     wait("Running", lambda: kube.phase("moved") == "Running", 60)
     running = len(kube.live_pods("moved"))
-    # a model no set of servers holds (an unknown region is refused instead: test below)
-    huge = {"preset": None, "parameters": 10**13, "layers": 96, "hiddenSize": 12288}
-    huge["sequenceLength"] = 2048  # (a merge patch: None removes the preset)
-    patch = {"spec": {"model": huge, "training": {"globalBatchSize": 256, "microBatchSize": 1}}}
-    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
+    own = plan_nodes(kube.job("moved"))
+    cluster = paper_cluster()
+    have = sum(cluster.server(n).memory_bytes for n in own) * MEMORY_USABLE
+    total = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
+    parameters = int((have + total) / 2 / BYTES_PER_PARAM)  # more than its own, less than all
+    assert have < memory_need(parameters) < total
+    others = [s.name for s in cluster.servers if s.name not in own]
+    try:
+        for n in others:
+            kube.core.patch_node(n, {"spec": {"unschedulable": True}})
+        patch = big_model(parameters)
+        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
 
-    def pending() -> bool:
-        unplanned = condition(kube.job("moved"), "Planned").get("reason") == "Unschedulable"
-        return unplanned and kube.phase("moved") == "Pending" and not kube.live_pods("moved")
+        def pending() -> bool:
+            unplanned = condition(kube.job("moved"), "Planned").get("reason") == "Unschedulable"
+            return unplanned and kube.phase("moved") == "Pending" and not kube.live_pods("moved")
 
-    wait("Pending without pods", pending, 60)
-    job = kube.job("moved")
-    s = job["status"]
-    assert (s["numStages"], s["numNodes"], s["regions"]) == (0, 0, "")
-    assert s.get("plan") is None and s.get("predictedIterationSeconds") is None
-    assert "baselines" not in s
-    assert condition(job, "Ready")["status"] == "False"
-    assert condition(job, "Ready")["reason"] == "NotPlanned"
-    assert condition(job, "Planned")["reason"] == "Unschedulable"
-    assert not condition(job, "LatencyEstimated"), "it spoke of the plan gone"
-    # `kubectl describe` says so, and that the running stages were removed
-    (event,) = wait("Unschedulable Event", lambda: kube.events("Unschedulable"), 10)
-    assert event.type == "Warning" and event.message.startswith("no plan fits: ")
-    assert "GiB" in event.message
-    assert event.message.endswith(f"; its {running} stage pod(s) removed"), event.message
+        wait("Pending without pods", pending, 60)
+        job = kube.job("moved")
+        s = job["status"]
+        assert (s["numStages"], s["numNodes"], s["regions"]) == (0, 0, "")
+        assert s.get("plan") is None and s.get("predictedIterationSeconds") is None
+        assert "baselines" not in s
+        assert condition(job, "Ready")["status"] == "False"
+        assert condition(job, "Ready")["reason"] == "NotPlanned"
+        assert condition(job, "Planned")["reason"] == "Unschedulable"
+        assert not condition(job, "LatencyEstimated"), "it spoke of the plan gone"
+        # `kubectl describe` says so, and that the running stages were removed
+        (event,) = wait("Unschedulable Event", lambda: kube.events("Unschedulable"), 10)
+        assert event.type == "Warning" and event.message.startswith("no plan fits: ")
+        assert event.message.endswith(f"; its {running} stage pod(s) removed"), event.message
+    finally:
+        for n in others:
+            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+    # the nodes back, it is placed again
+    wait("Running again", lambda: kube.phase("moved") == "Running", 90)
+
+
+def test_an_edit_no_set_of_servers_could_hold_leaves_the_job_running(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: ``parameters: 1e13`` for ``1e10`` (a typo) removed the running job's pods and
+    left it Pending for good; now it is refused as an invalid spec is."""
+    kube.apply(manifest("typo", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("typo") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")}
+    patch = big_model(10**13)
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", patch)
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job("typo"), "Planned")
+        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
+
+    c = wait("the edit refused", refused, 30)
+    total = sum(s.memory_bytes for s in paper_cluster().servers) * MEMORY_USABLE
+    assert c["reason"] == "InvalidSpec", c
+    assert c["message"] == (
+        f"fits nowhere: needs {memory_need(10**13) / 2**30:.0f} GiB of GPU memory, the whole "
+        f"cluster has {total / 2**30:.0f} GiB usable (add servers, or use a smaller model or "
+        "microBatchSize); the pods of the last valid spec keep running; fix the spec to plan "
+        "it again"
+    ), c
+    job = kube.job("typo")
+    assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
+    (event,) = wait("InvalidSpec Event", lambda: kube.events("InvalidSpec"), 10)
+    assert event.type == "Warning" and event.message.startswith("fits nowhere: needs ")
+    assert not kube.events("Unschedulable")
 
 
 def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(

@@ -11,8 +11,9 @@ import pytest
 from hulk_operator import recovery
 from hulk_operator import status as st
 from hulk_operator.inventory import Latencies, NodeInfo, Resources, node_info
-from hulk_operator.placement import JobEntry, Placer, Snapshot, plan_pending
+from hulk_operator.placement import JobEntry, Placer, Snapshot, plan_pending, too_big_for
 from hulk_planner.api import plan
+from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
 from hulk_sandbox.nodes import node_manifest
@@ -80,6 +81,30 @@ def test_job_that_cannot_fit_gets_a_reason() -> None:
     huge = Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1)
     d = plan_pending(snap([entry(huge)]), plan)[("ml", "huge")]
     assert d.job_plan is None and d.reason
+
+
+def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
+    """What an edit of a running job is refused for (its pods run on): no set of the
+    servers its constraints allow holds it, whatever other jobs hold."""
+    cluster = paper_cluster()
+    usable = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
+    huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
+    why = too_big_for(huge, nodes())
+    assert why == (
+        f"fits nowhere: needs {memory_need_bytes(huge.job) / 2**30:.0f} GiB of GPU memory, "  # type: ignore[arg-type]
+        f"the whole cluster has {usable / 2**30:.0f} GiB usable (add servers, or use a "
+        "smaller model or microBatchSize)"
+    )
+    # a job the cluster could hold, every server held by others or cordoned: not refused
+    opt = paper_jobs()[0]
+    cordoned = {n: replace(i, unschedulable=True) for n, i in nodes().items()}
+    assert too_big_for(entry(opt), cordoned) is None
+    # limited to one region, the same job does not fit: the servers it may use are named
+    paris = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
+    why = too_big_for(entry(opt, allowed_regions=("paris",)), nodes())
+    assert why is not None and f"the {len(paris)} server(s) it may use have " in why, why
+    invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
+    assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
 
 
 def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
