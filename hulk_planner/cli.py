@@ -182,9 +182,13 @@ def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
     return [Unplaced(name, text) for name, text in why.items() if text is not None]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _regions(cluster: Cluster, nodes: Sequence[str]) -> str:
     counts = Counter(cluster.server(n).region for n in nodes)
-    return ", ".join(f"{r}x{c}" for r, c in counts.most_common())
+    return ", ".join(f"{c} in {r}" for r, c in counts.most_common())
 
 
 def _fmt(seconds: float | None) -> str:
@@ -206,7 +210,7 @@ def render_table(
         "",
     ]
     for jp in plan.jobs:
-        shape = f"{len(jp.stages)} stages x {jp.replicas} replicas"
+        shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"
         lines.append(
             f"{jp.name}: {shape}, {jp.micro_batches} micro-batches, "
             f"predicted step {_fmt(jp.predicted_iteration_seconds)}"

@@ -4,12 +4,14 @@ coloured by the job they train, each job's pipeline drawn as a path through its 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import networkx as nx
 
 from hulk_planner.model import Cluster, Plan
 
+UNUSED = "#bbbbbb"
 PALETTE = (
     "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
     "#469990", "#9a6324", "#800000", "#808000", "#000075", "#fabed4",
@@ -46,6 +48,20 @@ def _positions(cluster: Cluster) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def legend(plan: Plan, colours: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The legend's (label, colour) rows: each placed job, each job not placed (with why,
+    cut short), then the servers no job uses."""
+    rows = [
+        (f"{jp.name}: {len(jp.nodes)} servers, {jp.predicted_iteration_seconds:.2f}s/step",
+         colours[jp.name])
+        for jp in plan.jobs
+    ]  # fmt: skip
+    for u in plan.unplaced:
+        why = u.reason if len(u.reason) <= 60 else u.reason[:57] + "..."
+        rows.append((f"{u.name}: not placed ({why})", "none"))
+    return [*rows, ("unused", UNUSED)]
+
+
 def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None = None) -> Path:
     """Write a PNG of ``plan`` on ``cluster`` to ``path``."""
     import matplotlib
@@ -68,7 +84,7 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
         nx.draw_networkx_edges(
             nx.Graph(path_edges), pos, ax=ax, edge_color=colours[jp.name], width=2.2, alpha=0.8
         )
-    node_colours = [colours.get(owner.get(n, ""), "#bbbbbb") for n in g.nodes]
+    node_colours = [colours.get(owner.get(n, ""), UNUSED) for n in g.nodes]
     sizes = [60 + 12 * g.nodes[n]["gpus"] for n in g.nodes]
     nx.draw_networkx_nodes(
         g,
@@ -90,11 +106,9 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
             fontsize=9,
             color="#333333",
         )
-    for jp in plan.jobs:
-        label = f"{jp.name}: {len(jp.nodes)} servers, {jp.predicted_iteration_seconds:.2f}s/step"
-        ax.scatter([], [], color=colours[jp.name], label=label)
-    ax.scatter([], [], color="#bbbbbb", label="unused")
-    ax.legend(loc="lower left", fontsize=8, frameon=False)
+    for label, colour in legend(plan, colours):  # a job not placed: a hollow marker
+        ax.scatter([], [], facecolors=colour, edgecolors="#333333", linewidths=0.6, label=label)
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=8, frameon=False)  # below
     ax.set_title(title or f"{plan.planner} plan on {cluster.name}")
     ax.set_axis_off()
     ax.set_xlim(-14, 14)

@@ -83,7 +83,7 @@ def test_no_arguments_plans_the_papers_jobs_and_compares_with_the_baselines() ->
     text = out.stdout
     assert "planner: hulk" in text and "hulk-paper (47 servers" in text
     for name in PAPER_JOBS:
-        assert re.search(rf"^{name}: \d+ stages x \d+ replicas, .*predicted step", text, re.M)
+        assert re.search(rf"^{name}: \d+ stages? x \d+ replicas?, .*predicted step", text, re.M)
     assert text.count("  servers: ") == 4
     assert re.search(r"^  stage +0 layers \[ +0,", text, re.M)
     header = next(line for line in text.splitlines() if line.startswith("job "))
@@ -224,8 +224,8 @@ def test_allowed_regions_apply_to_a_topology_file_and_node_selectors_are_noted(
     # the baselines keep to the region too
     table = hulk("plan", "--cluster", files[0], "--jobs", jobs, "--time-budget", "0.1")
     assert table.returncode == 0, table.stderr
-    assert "bert-large: 1 stages x 1 replicas" in table.stdout
-    assert "  servers: Californiax1" in table.stdout
+    assert "bert-large: 1 stage x 1 replica," in table.stdout
+    assert "  servers: 1 in California\n" in table.stdout
 
 
 def test_allowed_regions_naming_no_region_of_the_cluster_is_refused(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from planner_helpers import cluster, server
@@ -9,8 +10,8 @@ from planner_helpers import cluster, server
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
-from hulk_planner.model import Plan
-from hulk_planner.plot import cluster_graph, plot_plan
+from hulk_planner.model import Plan, Unplaced
+from hulk_planner.plot import UNUSED, cluster_graph, legend, plot_plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -46,3 +47,17 @@ def test_plot_of_an_empty_plan_and_a_generated_cluster(tmp_path: Path) -> None:
     c = random_cluster(20, seed=4)
     out = plot_plan(c, Plan("hulk"), tmp_path / "empty.png")
     assert out.read_bytes()[:8] == PNG
+
+
+def test_the_legend_names_every_job_placed_or_not(tmp_path: Path) -> None:
+    c = paper_cluster()
+    result = plan(c, paper_jobs()[2:], max_iterations=30)
+    reason = "fits nowhere: needs 99999 GiB of GPU memory, the whole cluster has 3 GiB " * 2
+    result = replace(result, unplaced=(*result.unplaced, Unplaced("huge", reason)))
+    colours = {jp.name: f"C{k}" for k, jp in enumerate(result.jobs)}
+    rows = legend(result, colours)
+    assert [label.split(":")[0] for label, _ in rows] == [*colours, "huge", "unused"]
+    assert rows[-2][1] == "none" and rows[-1] == ("unused", UNUSED)
+    assert rows[-2][0].startswith("huge: not placed (fits nowhere: needs 99999 GiB")
+    assert rows[-2][0].endswith("...)") and len(rows[-2][0]) < 90
+    assert plot_plan(c, result, tmp_path / "p.png").read_bytes()[:8] == PNG
