@@ -11,7 +11,8 @@
    ``--repeats`` after a warm-up, each device's time over numpy's, and the largest
    difference of its logits from numpy's (the same network on every device); up to 1,000
    servers, whether ``plan_gnn`` with 300 refinement moves gives the same plan from each
-   device's logits as from numpy's.
+   device's logits as from numpy's. Each size's row also gives the graph's edges and each
+   server's neighbours (fewest, most, mean).
 
     python bench/gnn_device.py [--epochs 10] [--sizes 47,1000,5000,10000]
 
@@ -120,7 +121,11 @@ def _one_size(size: int, jobs: list[Job], path: str, repeats: int) -> str:
     reference = numpy_model.scores(arrays, jx)
     np_s = _median_seconds(lambda: numpy_model.scores(arrays, jx), repeats)
     edges = arrays.edge_index.shape[1]
-    row = [f"{size:>6,} servers ({edges:,} edges): graph {graph_s:.2f} s"]
+    deg = np.bincount(arrays.edge_index[0], minlength=size)  # each edge is listed both ways
+    row = [
+        f"{size:>6,} servers ({edges:,} edges; neighbours {deg.min()}-{deg.max()}, "
+        f"mean {deg.mean():.1f}): graph {graph_s:.2f} s"
+    ]
     row.append(f"numpy {np_s * 1e3:.1f} ms")
     for dev in devices():
         model = _torch_model(path, dev)

@@ -3,12 +3,14 @@
 Brings up the sandbox (47 kwok nodes named after the paper's servers), runs the operator in
 this process, applies the paper's four jobs (``examples/paper-jobs.yaml``), prints where
 their stages landed, deletes a node that hosts a stage and shows the re-placement, writes a
-PNG of the plan, and tears everything down (unless ``--keep``).
+PNG of the plan, and tears everything down (``--keep``: the operator serves on until
+Ctrl-C, then the sandbox and its jobs stay).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,7 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=".sandbox/demo", help="sandbox state directory")
     parser.add_argument("--jobs", default=str(EXAMPLES), help="HulkTrainingJob manifests")
     parser.add_argument("--png", default="hulk-demo-plan.png", help="where to write the plot")
-    parser.add_argument("--keep", action="store_true", help="leave the sandbox running")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="the operator serves on until Ctrl-C; the sandbox and jobs stay after it",
+    )
     parser.add_argument("--namespace", default="hulk-demo")
 
 
@@ -77,6 +83,30 @@ def _plot(cluster: Any, jobs: list[dict[str, Any]], path: str, title: str) -> No
         print(f"plot: {png}")
     except Exception as exc:  # plotting is a nicety; the demo goes on
         print(f"(no plot: {exc})")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve(kubeconfig: str, namespace: str) -> None:
+    """``--keep``: the operator (a thread of this process) serves on until Ctrl-C or
+    SIGTERM; the sandbox and its jobs stay after it."""
+    print(
+        f"\nthe operator keeps serving namespace {namespace}; in another shell:\n"
+        f"  kubectl --kubeconfig {kubeconfig} -n {namespace} get hjob\n"
+        f"  kubectl --kubeconfig {kubeconfig} -n {namespace} apply -f <your HulkTrainingJob>\n"
+        "Ctrl-C stops the operator (the sandbox and its jobs stay)",
+        flush=True,
+    )
+    old = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\noperator stopped")
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
                     f"  pods: {len(now) - len(kept)} replaced, {len(kept)} kept; "
                     f"status plan {'matches' if same else 'DOES NOT match'} the live pods"
                 )
+                if args.keep:
+                    _serve(box.kubeconfig, args.namespace)
             finally:
                 try:
                     if not args.keep:

@@ -1,10 +1,12 @@
 """Prometheus metrics (prometheus-client), served on ``--metrics-port``.
 
-- ``hulk_plans_total{result}``: planning rounds by result (placed, unplaced, error).
+- ``hulk_plans_total{result}``: plans per job by result (placed, unplaced), counted once
+  per decision.
 - ``hulk_planning_seconds``: time the planner took per round (histogram).
 - ``hulk_replans_total{reason}``: re-plans of running jobs by cause.
 - ``hulk_stage_failures_total{action}``: stage pods ended as Failed, by what the operator
-  did (``restarted``: created again; ``job_failed``: restartPolicy Never failed the job).
+  did (``restarted``: created again; ``job_failed``: the job failed, by restartPolicy
+  Never or past ``spec.backoffLimit``).
 - ``hulk_jobs{phase}``: jobs by phase.
 - ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
 """

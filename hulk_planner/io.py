@@ -1,4 +1,4 @@
-"""Reading and writing the public file formats (``shared/spec/planning-interface.md``).
+"""Reading and writing the public file formats (``docs/formats.md``).
 
 ``ClusterTopology`` and ``HulkTrainingJob`` documents come in (YAML or JSON, one or many per
 file); ``PlacementPlan`` goes out. Every problem raises ``InvalidRequest`` whose field is the

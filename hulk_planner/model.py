@@ -3,7 +3,7 @@
 Every class validates itself in ``__post_init__`` and raises ``InvalidRequest`` naming the
 offending field, so a bad value is caught where it enters, not deep inside a planner.
 Field names are the Python spellings of the public file format
-(``../shared/spec/planning-interface.md``); ``hulk_planner.io`` maps between the two.
+(``docs/formats.md``); ``hulk_planner.io`` maps between the two.
 """
 
 from __future__ import annotations

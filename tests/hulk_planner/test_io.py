@@ -516,3 +516,24 @@ def test_unknown_job_fields_say_where_they_belong_or_what_they_look_like() -> No
         "spec.training.epochs is not a HulkTrainingJob field: ignored",
     ]
     assert io.unknown_job_fields({"metadata": {"name": "x"}, "spec": {"model": "odd"}}) == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_examples_in_docs_formats_are_valid_documents() -> None:
+    """docs/formats.md shows one document of each kind: each reads as what it shows."""
+    text = (ROOT / "docs" / "formats.md").read_text()
+    blocks = [b.split("\n", 1) for b in text.split("```")[1::2]]
+    docs = [yaml.safe_load(body) for lang, body in blocks if lang in ("yaml", "json")]
+    kinds = {d["kind"]: d for d in docs}
+    assert sorted(kinds) == ["ClusterTopology", "HulkTrainingJob", "PlacementPlan"]
+    cluster = io.cluster_from_dict(kinds["ClusterTopology"])
+    assert [s.name for s in cluster.servers] == ["bj-0", "bj-1", "ca-0"]
+    assert io.unknown_job_fields(kinds["HulkTrainingJob"]) == []
+    assert io.job_from_dict(kinds["HulkTrainingJob"]).name == "gpt2-xl"
+    plan = io.plan_from_dict(kinds["PlacementPlan"])
+    assert plan.jobs[0].stages[-1].layers == (20, 48) and plan.unplaced[0].name == "opt-175b"
+    # and the complete example it points to
+    example = io.load_documents(str(ROOT / "examples" / "three-cities-topology.yaml"))
+    assert len(io.cluster_from_dict(example[0]).servers) == 6
