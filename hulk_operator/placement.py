@@ -243,9 +243,15 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
         for i in nodes.values()
         if i.server is not None and selected(i, sel, entry.allowed_regions, entry.affinity)
     ]
-    limited = sel or entry.allowed_regions or entry.affinity
-    where = f"the {len(servers)} server(s) it may use have" if limited else None
-    return too_big(entry.job, servers, where or "the whole cluster has")
+    if not (sel or entry.allowed_regions or entry.affinity):
+        return too_big(entry.job, servers)
+    return too_big(
+        entry.job,
+        servers,
+        f"the {len(servers)} server(s) it may use have",
+        f"allow more servers ({', '.join(_limits(entry))}), add servers, or use a smaller "
+        "model or microBatchSize",
+    )
 
 
 def held_servers(

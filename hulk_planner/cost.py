@@ -90,7 +90,10 @@ def memory_need_bytes(job: Job) -> float:
 
 
 def too_big(
-    job: Job, servers: Sequence[Server], where: str = "the whole cluster has"
+    job: Job,
+    servers: Sequence[Server],
+    where: str = "the whole cluster has",
+    fix: str = "add servers, or use a smaller model or microBatchSize",
 ) -> str | None:
     """Why ``job`` fits on no subset of ``servers`` (it needs more GPU memory than they
     have in all), naming the fix; None when their memory could hold it. ``where`` says
@@ -101,7 +104,7 @@ def too_big(
         return None
     return (
         f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
-        f"{total / 2**30:.0f} GiB usable (add servers, or use a smaller model or microBatchSize)"
+        f"{total / 2**30:.0f} GiB usable ({fix})"
     )
 
 

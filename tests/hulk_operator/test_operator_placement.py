@@ -103,6 +103,8 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     paris = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
     why = too_big_for(entry(opt, allowed_regions=("paris",)), nodes())
     assert why is not None and f"the {len(paris)} server(s) it may use have " in why, why
+    assert why.endswith("GiB usable (allow more servers (spec.allowedRegions ['paris']), add "
+                        "servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
     invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
     assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
 
