@@ -76,6 +76,7 @@ def job_entry(
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
         requests=pod_requests(tmpl_spec),
+        suspended=spec.get("suspend") is True,
         affinity=tuple(
             _at(
                 tmpl_spec,

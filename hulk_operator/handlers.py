@@ -290,7 +290,8 @@ def hulktrainingjob_update(
         if status.get("plan") is not None:
             logger.info(f"{name}: {', '.join(sorted(changed))} changed; its plan stands")
             return
-    if status.get("plan") is not None:
+    if status.get("plan") is not None and after.get("suspend") is not True:
+        # (suspending is never refused: it removes the pods whatever the rest of the spec)
         pod = manifests.template_check_pod(
             job=name,
             namespace=namespace or "",
@@ -316,7 +317,8 @@ def hulktrainingjob_update(
     if status.get("plan") is not None or failed:
         patch.status["plan"] = None
         patch.status["phase"] = st.PENDING
-        logger.info(f"spec of {name} changed: planning it again")
+        again = "suspending it" if after.get("suspend") is True else "planning it again"
+        logger.info(f"spec of {name} changed: {again}")
     if failed:
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         conds = list(status.get("conditions") or [])

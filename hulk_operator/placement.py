@@ -62,6 +62,7 @@ class JobEntry:
     selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
     affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
     requests: Resources = field(default_factory=Resources)  # one stage pod of the template
+    suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
 
     @property
     def pending(self) -> bool:
@@ -69,6 +70,7 @@ class JobEntry:
             self.job is not None
             and not self.plan_nodes
             and not self.deleting
+            and not self.suspended
             and self.phase not in ("Failed", "Succeeded")
         )
 

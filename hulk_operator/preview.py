@@ -150,7 +150,7 @@ def preview_plan(
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     if manifests is not None:
         for m in manifests:
-            e = _entry(m, namespace)
+            e = replace(_entry(m, namespace), suspended=False)  # previewed as if resumed
             if e.job is None:
                 raise InvalidRequest(f"job {e.key[1]}", e.error or "invalid spec")
             jobs[e.key] = e

@@ -88,6 +88,14 @@ async def reconcile(
         conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, error, gen)
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
         return new
+    if entry.suspended:
+        return await _suspend(ctx, entry, status, conds, new)
+    if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") == "True":
+        msg = "spec.suspend is false: the job is planned again"
+        ctx.event("Normal", "Resumed", msg)
+        new["phase"] = st.PENDING  # planned at the next round, once this status is written
+        new["conditions"] = st.set_condition(conds, st.SUSPENDED_COND, False, "Resumed", msg, gen)
+        return new
     if status.get("phase") == st.SUCCEEDED or (
         status.get("phase") == st.PHASE_FAILED and status.get("plan") is None
     ):
@@ -232,6 +240,33 @@ def _fail(
     conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
     new.update(_unplanned(st.PHASE_FAILED))
     new["conditions"] = st.set_condition(conds, st.FAILED, True, reason, msg, gen)
+    return new
+
+
+async def _suspend(
+    ctx: Context,
+    entry: JobEntry,
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+) -> dict[str, Any]:
+    """``spec.suspend``: every stage pod removed, the servers released, nothing planned
+    until it is false again (then the job is planned afresh, as after an edit)."""
+    ns, name = entry.key
+    gen = entry.generation
+    removed = await _remove_all(ctx, entry.key)
+    ctx.placer.forget(entry.key)
+    ctx.metrics.set_predicted(ns, name, None)
+    new.update(_unplanned(st.SUSPENDED))
+    conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of a plan
+    conds = st.set_condition(conds, st.READY, False, "Suspended", "suspended: no stage pods", gen)
+    conds = st.set_condition(conds, st.PLANNED, False, "Suspended", "spec.suspend is true", gen)
+    if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") != "True":
+        gone = f"; its {removed} stage pod(s) removed, their servers released" if removed else ""
+        msg = f"spec.suspend is true: not planned until it is false{gone}"
+        ctx.event("Normal", "Suspended", msg)
+        conds = st.set_condition(conds, st.SUSPENDED_COND, True, "JobSuspended", msg, gen)
+    new["conditions"] = conds
     return new
 
 

@@ -1,8 +1,9 @@
 """The job's status: the plan as shown to users (and read back), and metav1-style
 conditions (type, status, reason, message, lastTransitionTime, observedGeneration).
 
-Condition types: ``Planned``, ``Ready``, ``Replanning``, ``Failed`` and
-``LatencyEstimated`` (the plan used fallback latencies for some server pairs)."""
+Condition types: ``Planned``, ``Ready``, ``Replanning``, ``Failed``, ``LatencyEstimated``
+(the plan used fallback latencies for some server pairs) and ``Suspended``
+(``spec.suspend``)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,19 @@ from typing import Any
 
 from hulk_planner.model import Cluster, JobPlan, Stage
 
-PLANNED, READY, REPLANNING, FAILED, ESTIMATED = (
+PLANNED, READY, REPLANNING, FAILED, ESTIMATED, SUSPENDED_COND = (
     "Planned",
     "Ready",
     "Replanning",
     "Failed",
     "LatencyEstimated",
+    "Suspended",
 )
-CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, ESTIMATED)
+CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, ESTIMATED, SUSPENDED_COND)
 
 PENDING, PLACING, RUNNING, SUCCEEDED = "Pending", "Placing", "Running", "Succeeded"
-PHASE_FAILED = "Failed"
-PHASES = (PENDING, PLACING, RUNNING, SUCCEEDED, PHASE_FAILED)
+PHASE_FAILED, SUSPENDED = "Failed", "Suspended"
+PHASES = (PENDING, PLACING, RUNNING, SUCCEEDED, PHASE_FAILED, SUSPENDED)
 
 
 def now_rfc3339() -> str:

@@ -99,6 +99,12 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     for doc in (d for _, docs in documents for d in docs):
         for text in io.unknown_job_fields(doc):
             print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)
+        if (doc.get("spec") or {}).get("suspend") is True:
+            print(
+                f"hulk plan: note: job {doc['metadata']['name']}: spec.suspend is true: the "
+                "operator places it only once it is false; planned here as if it were",
+                file=sys.stderr,
+            )
     if args.kubeconfig:
         try:
             from hulk_operator.preview import preview_plan

@@ -245,6 +245,7 @@ JOB_FIELDS: dict[str, tuple[str, ...]] = {
         "priority",
         "backoffLimit",
         "masterPort",
+        "suspend",
     ),
     "spec.model": (
         "preset",
@@ -348,6 +349,8 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
     priority = spec.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidRequest("spec.priority", f"must be a whole number, got {priority!r}")
+    if not isinstance(spec.get("suspend", False), bool):
+        raise InvalidRequest("spec.suspend", f"must be true or false, got {spec['suspend']!r}")
     return Job(str(name), spec_model, gbs, mbs, priority)
 
 

@@ -822,6 +822,62 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     assert event.type == "Warning" and "atlantis" in event.message
 
 
+def test_suspending_a_job_frees_its_servers_and_resuming_plans_it_again(
+    kube: Kube, operator: Any
+) -> None:
+    kube.apply(manifest("nap", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("nap") == "Running", 60)
+    held = plan_nodes(kube.job("nap"))
+    running = len(kube.live_pods("nap"))
+    patch = {"spec": {"suspend": True}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "nap", patch)
+
+    def asleep() -> bool:
+        return kube.phase("nap") == "Suspended" and not kube.pods("nap")
+
+    wait("Suspended without pods", asleep, 60)
+    job = kube.job("nap")
+    s = job["status"]
+    assert s.get("plan") is None and (s["numStages"], s["numNodes"]) == (0, 0)
+    c = condition(job, "Suspended")
+    assert (c["status"], c["reason"]) == ("True", "JobSuspended"), c
+    assert c["message"] == (
+        f"spec.suspend is true: not planned until it is false; its {running} stage pod(s) "
+        "removed, their servers released"
+    )
+    assert condition(job, "Ready")["reason"] == "Suspended"
+    assert condition(job, "Planned")["status"] == "False"
+    (event,) = wait("Suspended Event", lambda: kube.events("Suspended"), 10)
+    assert event.type == "Normal"
+    # its servers are free: a job pinned to one of them runs there
+    pin = {"kubernetes.io/hostname": held[0]}
+    kube.apply(manifest("taker", model={"preset": "bert-large"}, nodeSelector=pin))
+    wait("taker Running", lambda: kube.phase("taker") == "Running", 60)
+    assert plan_nodes(kube.job("taker")) == [held[0]]
+    time.sleep(2)  # and the suspended job stays as it is
+    assert kube.phase("nap") == "Suspended" and not kube.pods("nap")
+
+    patch = {"spec": {"suspend": False}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "nap", patch)
+    wait("Running again", lambda: kube.phase("nap") == "Running", 60)
+    job = kube.job("nap")
+    assert held[0] not in plan_nodes(job)  # the taker keeps it
+    c = condition(job, "Suspended")
+    assert (c["status"], c["reason"]) == ("False", "Resumed"), c
+    assert condition(job, "Ready")["status"] == "True"
+    (event,) = wait("Resumed Event", lambda: kube.events("Resumed"), 10)
+    assert event.message == "spec.suspend is false: the job is planned again"
+
+
+def test_a_job_created_suspended_gets_no_pods(kube: Kube, operator: Any) -> None:
+    kube.apply(manifest("later", model={"preset": "bert-large"}, suspend=True))
+    wait("Suspended", lambda: kube.phase("later") == "Suspended", 30)
+    time.sleep(2)
+    assert not kube.pods("later") and kube.job("later")["status"].get("plan") is None
+    c = condition(kube.job("later"), "Suspended")
+    assert c["message"] == "spec.suspend is true: not planned until it is false", c
+
+
 def test_a_node_going_not_ready_replaces_only_its_stage(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:

@@ -83,6 +83,16 @@ def test_job_that_cannot_fit_gets_a_reason() -> None:
     assert d.job_plan is None and d.reason
 
 
+def test_a_suspended_job_is_not_planned_and_holds_no_server() -> None:
+    bert, gpt = paper_jobs()[3], paper_jobs()[2]
+    asleep = entry(bert, suspended=True)
+    awake = entry(gpt)
+    assert not asleep.pending and awake.pending
+    decisions = plan_pending(snap([asleep, awake]), plan)
+    assert set(decisions) == {awake.key}
+    assert replace(asleep, suspended=False).pending  # resumed: planned afresh
+
+
 def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     """What an edit of a running job is refused for (its pods run on): no set of the
     servers its constraints allow holds it, whatever other jobs hold."""

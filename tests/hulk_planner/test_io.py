@@ -258,6 +258,7 @@ def test_preset_only_job_takes_the_preset_sizes_and_default_batch() -> None:
         (lambda d: d["metadata"].update(name="Big_Job"), "metadata.name"),
         (lambda d: d.pop("metadata"), "metadata"),
         (lambda d: d["spec"].update(priority="high"), "spec.priority"),
+        (lambda d: d["spec"].update(suspend="yes"), "spec.suspend"),
     ],
 )  # fmt: skip
 def test_job_errors_name_the_field(mutate: Any, field: str) -> None:

@@ -395,6 +395,23 @@ def test_a_global_batch_that_does_not_divide_is_noted(tmp_path: Path) -> None:
     assert hulk("plan", "--no-compare", "--time-budget", "0.1").stderr == ""
 
 
+def test_a_suspended_job_is_planned_as_if_resumed_and_noted(tmp_path: Path) -> None:
+    doc = job_doc("bert-large")
+    doc["spec"]["suspend"] = True
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    assert out.returncode == 0, out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["bert-large"]
+    assert out.stderr.strip() == (
+        "hulk plan: note: job bert-large: spec.suspend is true: the operator places it only "
+        "once it is false; planned here as if it were"
+    )
+    doc["spec"]["suspend"] = False  # (said in full: no note)
+    assert (
+        hulk("plan", "--jobs", write(tmp_path / "j.yaml", doc), "--time-budget", "0.1").stderr == ""
+    )
+
+
 def test_a_misplaced_field_is_noted(tmp_path: Path) -> None:
     doc = job_doc("bert-large")
     doc["spec"]["globalBatchSize"] = 64  # belongs under spec.training
