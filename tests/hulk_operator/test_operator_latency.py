@@ -4,6 +4,7 @@ operator plan with them, fall back to region estimates where they are missing or
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -93,7 +94,9 @@ def test_the_operator_plans_with_measured_latencies(
     assert "no fresh latency measurement" in c["message"] and "1 ms within a region" in c["message"]
 
 
-def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube: Kube) -> None:
+def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
+    sandbox: Any, kube: Kube, tmp_path: Path
+) -> None:
     cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
     cmd += ["--namespace", kube.ns, "-o", "json"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -103,6 +106,10 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube:
     )
     for m in paper_manifests():
         kube.apply(m)
+    asleep = copy.deepcopy(paper_manifests()[3])
+    asleep["metadata"]["name"] = "asleep"
+    asleep["spec"]["suspend"] = True
+    kube.apply(asleep)  # suspended: the operator would not plan it, nor does the preview
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     preview = json.loads(out.stdout)
@@ -115,6 +122,12 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(sandbox: Any, kube:
     assert all(j["predictedIterationSeconds"] > 0 for j in preview["jobs"])
     # A preview writes nothing: no pod, no status.
     assert not kube.pods() and not any(j.get("status") for j in kube.jobs())
+    # given as a manifest, a suspended job is previewed as if resumed
+    path = tmp_path / "asleep.yaml"
+    path.write_text(json.dumps(asleep))
+    out = subprocess.run([*cmd, "--jobs", str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["asleep"]
 
 
 def test_hulk_plan_previews_only_the_servers_the_operator_would_offer(
