@@ -61,8 +61,8 @@ def _show(jobs: list[dict[str, Any]]) -> None:
                 f"{st['layers']['end']:>3}): {nodes}"
             )
         for b in s.get("baselines") or []:
-            t = b.get("predictedIterationSeconds", "not placed")
-            print(f"      {b['planner']}: {t} s/iteration")
+            t = b.get("predictedIterationSeconds")
+            print(f"      {b['planner']}: " + ("not placed" if t is None else f"{t} s/iteration"))
 
 
 def _pods(core: Any, ns: str, job: str) -> dict[str, str]:
@@ -99,14 +99,15 @@ def _serve(kubeconfig: str, namespace: str) -> None:
         "Ctrl-C stops the operator (the sandbox and its jobs stay)",
         flush=True,
     )
-    old = signal.signal(signal.SIGTERM, _interrupt)
+    old = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        print("\noperator stopped")
+        print("\noperator stopped", flush=True)
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def run(args: argparse.Namespace) -> int:

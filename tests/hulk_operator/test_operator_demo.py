@@ -35,3 +35,60 @@ def test_bad_manifests_stop_the_demo_before_the_sandbox_starts(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hulk demo: error: ") and message in lines[0]
     assert not box.exists()
+
+
+@pytest.mark.sandbox
+def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_path: Path) -> None:
+    """Before: ``--keep`` stopped the operator with the demo, so a job applied afterwards
+    was never planned; the README promised it left the demo running."""
+    import signal
+    import time
+
+    from kubernetes import client, config
+
+    from hulk_operator import GROUP, PLURAL, VERSION
+
+    box = tmp_path / "box"
+    log = tmp_path / "demo.log"
+    cmd = [sys.executable, "-m", "hulk", "demo", "--keep", "--dir", str(box)]
+    cmd += ["--png", str(tmp_path / "plan.png"), "--namespace", "kept"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "keeps serving namespace kept" not in log.read_text():
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(1)
+        api = config.new_client_from_config(str(box / "kubeconfig"))
+        custom = client.CustomObjectsApi(api)
+        job = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "HulkTrainingJob",
+            "metadata": {"name": "mine"},
+            "spec": {"model": {"preset": "bert-large"},
+                     "template": {"spec": {"containers": [{"name": "t", "image": "x"}]}}},
+        }  # fmt: skip
+        custom.create_namespaced_custom_object(GROUP, VERSION, "kept", PLURAL, job)
+
+        def phase() -> str | None:
+            mine = custom.get_namespaced_custom_object(GROUP, VERSION, "kept", PLURAL, "mine")
+            return (mine.get("status") or {}).get("phase")
+
+        while phase() != "Running":  # planned by the operator the demo keeps serving
+            assert time.monotonic() < deadline, (phase(), log.read_text()[-2000:])
+            time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-2000:]
+        text = log.read_text()
+        assert "operator stopped" in text and "sandbox kept: " in text
+        # the sandbox and the jobs stay
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, "kept", PLURAL)["items"]
+        names = sorted(j["metadata"]["name"] for j in items)
+        assert "mine" in names and len(names) == 5, names
+        api.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([sys.executable, "-m", "hulk", "sandbox", "down", "--dir", str(box)],
+                       capture_output=True)  # fmt: skip
