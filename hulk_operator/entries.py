@@ -5,6 +5,8 @@ Kopf-free, so that ``hulk plan --kubeconfig`` reads jobs exactly as the operator
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,6 +89,42 @@ def job_entry(
             or ()
         ),
     )
+
+
+# spec fields with a default in the CRD: an absent field is its default (a CRD upgrade that
+# adds a default must not read as an edit)
+DEFAULTS: dict[str, Any] = {"priority": 0, "masterPort": 29500, "backoffLimit": 6, "suspend": False}
+# what the plan and the stage pods are made from (priority orders planning, backoffLimit is
+# read at each stage failure, suspend is handled apart)
+PLAN_FIELDS = ("model", "training", "template", "allowedRegions", "nodeSelector", "masterPort")
+CONSTRAINTS = ("allowedRegions", "nodeSelector")  # the plan's servers may still meet new ones
+
+
+def normalized(spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``spec`` with its defaults filled in and nulls, empty lists and empty maps dropped
+    (a merge patch's null removes a field), allowedRegions as a sorted set."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, Mapping):
+            out = {k: clean(v) for k, v in x.items()}
+            return {k: v for k, v in out.items() if v not in (None, {}, [])}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    out = {**DEFAULTS, **clean(dict(spec or {}))}
+    if out.get("allowedRegions"):
+        out["allowedRegions"] = sorted(set(out["allowedRegions"]))
+    return out
+
+
+def spec_hash(spec: Mapping[str, Any] | None, skip: tuple[str, ...] = ()) -> str:
+    """A fingerprint of what the plan and the stage pods are made from (``PLAN_FIELDS``
+    but ``skip``), kept as ``status.plan.specHash``: an edit that comes back to it (a
+    refused typo undone) leaves the running pods alone."""
+    n = normalized(spec)
+    part = {k: n.get(k) for k in PLAN_FIELDS if k not in skip}
+    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:

@@ -20,10 +20,10 @@ from typing import Any
 
 import kopf
 
-from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
+from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, edits, kube, manifests
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.entries import job_entry
+from hulk_operator.entries import job_entry, spec_hash
 from hulk_operator.errors import INVALID_SPEC, classify, rejected_template, to_kopf
 from hulk_operator.inventory import (
     Latencies,
@@ -33,6 +33,7 @@ from hulk_operator.inventory import (
     node_info,
     pod_requests,
     read_latencies,
+    selected,
 )
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import (
@@ -255,9 +256,6 @@ def _refused(body: kopf.Body, logger: kopf.Logger) -> bool:
     return False
 
 
-BOOKKEEPING = frozenset({"priority", "backoffLimit"})  # spec fields the pods do not depend on
-
-
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def hulktrainingjob_update(
     body: kopf.Body,
@@ -274,39 +272,35 @@ def hulktrainingjob_update(
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
-    any valid edit). An invalid change leaves the job as it was (``reconcile`` says why in
-    a condition), and so does one whose constraints no node of the cluster matches or
-    whose model no set of the nodes it may use could hold (a typo'd region or parameter
-    count must not stop a training run). A running job whose edit touches only
-    ``priority`` (which orders the planning of pending jobs) or ``backoffLimit`` (read at
-    each stage failure) runs on; a finished one runs again, as after any edit."""
+    any valid edit). A running job runs on when the edit leaves what its pods are made
+    from as it is (``edits.plan_stands``: defaults filled in, ``priority`` or
+    ``backoffLimit``, a refused edit undone, constraints its servers still meet). An
+    invalid change leaves the job as it was (``reconcile`` says why in a condition), and so
+    does one whose constraints no node of the cluster matches or whose model no set of the
+    nodes it may use could hold (a typo'd region or parameter count must not stop a
+    training run). A finished job runs again after any edit but defaults filled in."""
     if _refused(body, logger):
         return
+    if not edits.changed_fields(old, new):
+        logger.debug(f"{name}: only defaults filled in (a CRD upgrade): nothing to do")
+        return
     gen = int(body.get("metadata", {}).get("generation") or 0)
-    before, after = dict(old or {}), dict(new or {})
-    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    after = dict(new or {})
     ended = status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED)  # an edit runs it again
-    if changed <= BOOKKEEPING and not ended:
-        if status.get("plan") is not None:
-            logger.info(f"{name}: {', '.join(sorted(changed))} changed; its plan stands")
-            return
-    if status.get("plan") is not None and after.get("suspend") is not True:
+    plan = status.get("plan")
+    if plan is not None and not ended and after.get("suspend") is not True:
         # (suspending is never refused: it removes the pods whatever the rest of the spec)
-        pod = manifests.template_check_pod(
-            job=name,
-            namespace=namespace or "",
-            uid=str(body.get("metadata", {}).get("uid") or ""),
-            template=body.get("spec", {}).get("template") or {},
-        )
-        error = kube.dry_run_pod(memo.api, pod)
-        why = rejected_template(error) if error is not None else None
         nodes = {n: _one(v) for n, v in (hulk_nodes or {}).items()}
-        if why is None and nodes and not ended:
-            entry = job_entry(
-                namespace or "", name, str(body.get("metadata", {}).get("uid") or ""),
-                body, body.get("metadata", {}), body.get("spec", {}), status,
-            )  # fmt: skip
-            why = unmatched(entry, nodes) or too_big_for(entry, nodes)
+        meta = body.get("metadata", {})
+        entry = job_entry(
+            namespace or "", name, str(meta.get("uid") or ""), body, meta, after, status
+        )
+        stands = edits.plan_stands(old, new, plan, lambda: _servers_match(entry, nodes))
+        if stands is not None:
+            _plan_stands(patch, status, stands, spec_hash(after), gen)
+            logger.info(f"{name}: {stands}")
+            return
+        why = _refusal(memo, name, namespace, after, entry, nodes)
         if why is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, why, gen)
@@ -314,17 +308,61 @@ def hulktrainingjob_update(
             return
     memo.placer.forget((namespace or "", name))
     failed = status.get("phase") == st.PHASE_FAILED
-    if status.get("plan") is not None or failed:
+    if plan is not None or failed:
         patch.status["plan"] = None
         patch.status["phase"] = st.PENDING
+        patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         again = "suspending it" if after.get("suspend") is True else "planning it again"
         logger.info(f"spec of {name} changed: {again}")
     if failed:
-        patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         conds = list(status.get("conditions") or [])
         patch.status["conditions"] = st.set_condition(
             conds, st.FAILED, False, "SpecChanged", "the spec changed: planning the job again", gen
         )
+
+
+def _servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:
+    """Whether every server of the job's plan meets its (new) constraints."""
+    sel = dict(entry.node_selector)
+    return bool(entry.plan_nodes) and all(
+        n in nodes and selected(nodes[n], sel, entry.allowed_regions, entry.affinity)
+        for n in entry.plan_nodes
+    )
+
+
+def _plan_stands(
+    patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: str, gen: int
+) -> None:
+    """The plan goes on for the edited spec: its fingerprint follows the spec, and a
+    refusal of an earlier edit is lifted."""
+    if (status.get("plan") or {}).get("specHash") != fingerprint:
+        patch.status["plan"] = {"specHash": fingerprint}  # (a merge patch: the stages stay)
+    planned = st.condition(status, st.PLANNED) or {}
+    if planned.get("reason") == INVALID_SPEC:
+        conds = list(status.get("conditions") or [])
+        patch.status["conditions"] = st.set_condition(conds, st.PLANNED, True, "Planned", why, gen)
+
+
+def _refusal(
+    memo: kopf.Memo,
+    name: str,
+    namespace: str | None,
+    spec: Mapping[str, Any],
+    entry: JobEntry,
+    nodes: Mapping[str, NodeInfo],
+) -> str | None:
+    """Why an edit of a running job is refused (its pods run on), or None: a pod template
+    the API server rejects (a dry run), constraints no node matches, a model no set of
+    the servers it may use could hold."""
+    pod = manifests.template_check_pod(
+        job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
+    )
+    error = kube.dry_run_pod(memo.api, pod)
+    if error is not None and (why := rejected_template(error)) is not None:
+        return why
+    if not nodes:
+        return None
+    return unmatched(entry, nodes) or too_big_for(entry, nodes)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

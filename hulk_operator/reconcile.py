@@ -18,6 +18,7 @@ from typing import Any
 from hulk_operator import manifests, recovery
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
+from hulk_operator.entries import spec_hash
 from hulk_operator.errors import (
     INVALID_SPEC,
     PODS_FORBIDDEN,
@@ -127,7 +128,7 @@ async def reconcile(
             ctx.metrics.set_predicted(ns, name, None)
             return new
         plan, gpus = decision.job_plan, _gpus(decision)
-        new.update(_placed_fields(decision))
+        new.update(_placed_fields(decision, spec))
         new["phase"] = st.PLACING
         conds = _planned(conds, decision, entry, ctx.config, gen)
         if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
@@ -169,7 +170,7 @@ async def reconcile(
                 return new
             replanned, force = (plan, lost), set(lost)
             plan, gpus = decision.job_plan, _gpus(decision)
-            new.update(_placed_fields(decision))
+            new.update(_placed_fields(decision, spec))
             conds = _planned(conds, decision, entry, ctx.config, gen)
             new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
@@ -298,11 +299,15 @@ def _gpus(decision: Decision) -> dict[str, int]:
     return {n: decision.cluster.server(n).gpus for n in decision.job_plan.nodes}
 
 
-def _placed_fields(decision: Decision) -> dict[str, Any]:
+def _placed_fields(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any]:
     assert decision.cluster is not None and decision.job_plan is not None
     jp = decision.job_plan
     out = {
-        "plan": st.plan_status(jp, decision.cluster, decision.planner),
+        # the spec it was made for: an edit back to it leaves the pods alone
+        "plan": {
+            **st.plan_status(jp, decision.cluster, decision.planner),
+            "specHash": spec_hash(spec),
+        },
         "predictedIterationSeconds": seconds(jp.predicted_iteration_seconds),
         **st.summary(jp, decision.cluster),
     }

@@ -3,6 +3,7 @@ manager, the Hulk paper's 47 servers as kwok nodes, the operator in this process
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -820,6 +821,48 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
     (event,) = wait("InvalidSpec Event", lambda: kube.events("InvalidSpec"), 10)
     assert event.type == "Warning" and "atlantis" in event.message
+    # the typo undone: the spec is back to what the pods run, and they run on (before:
+    # undoing it planned the job again and replaced every pod)
+    undo = {"spec": {"allowedRegions": None}}  # a merge patch: null removes the field
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", undo)
+
+    def restored() -> dict[str, Any] | None:
+        c = condition(kube.job("typo"), "Planned")
+        return c if c.get("observedGeneration") == 3 and c["status"] == "True" else None
+
+    c = wait("the refusal lifted", restored, 30)
+    assert c["message"] == "the spec is back to the one its pods run: its plan stands", c
+    time.sleep(3)
+    assert len(kube.events("Planned")) == 1, "planned again"
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
+    assert kube.phase("typo") == "Running"
+
+
+def test_a_crd_upgrade_that_adds_a_defaulted_field_leaves_jobs_alone(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: a new CRD whose schema adds a field with a default (``spec.suspend``) made
+    every job, finished ones too, plan again and replace its pods. Simulated as kopf sees
+    it: the last spec it handled lacks the field the API server now fills in."""
+    kube.apply(manifest("upgraded", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("upgraded") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("upgraded")}
+    plan = kube.job("upgraded")["status"]["plan"]
+    key = "hulk.dev/last-handled-configuration"
+    handled = json.loads(kube.job("upgraded")["metadata"]["annotations"][key])
+    assert handled["spec"].pop("suspend") is False
+    body = {"metadata": {"annotations": {key: json.dumps(handled)}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "upgraded", body)
+
+    def handled_again() -> bool:
+        now = json.loads(kube.job("upgraded")["metadata"]["annotations"][key])
+        return "suspend" in now["spec"]
+
+    wait("kopf handled the change", handled_again, 30)
+    time.sleep(3)
+    assert kube.job("upgraded")["status"]["plan"] == plan
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("upgraded")} == before
+    assert len(kube.events("Planned")) == 1, "planned again"  # (an idle cluster: same plan)
 
 
 def test_suspending_a_job_frees_its_servers_and_resuming_plans_it_again(

@@ -1,0 +1,51 @@
+"""What an edit of a running job's spec means for its plan (pure; the update handler acts).
+
+A job's plan keeps the fingerprint of the spec fields it and its stage pods were made from
+(``status.plan.specHash``, :func:`hulk_operator.entries.spec_hash`). An edit leaves the
+running pods alone when, after it, the spec:
+
+- differs only by defaults filled in (a CRD upgrade that adds a defaulted field);
+- makes the same fingerprint (``priority`` or ``backoffLimit`` changed, or a refused typo
+  undone: the spec is back to what the pods run);
+- changes only ``allowedRegions`` or ``nodeSelector`` in a way every server of the plan
+  still meets.
+
+Anything else is planned again from scratch (after the refusal checks of the handler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hulk_operator.entries import CONSTRAINTS, normalized, spec_hash
+
+
+def changed_fields(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> set[str]:
+    """The spec's top-level fields an edit changed, defaults filled in on both sides."""
+    a, b = normalized(before), normalized(after)
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+def plan_stands(
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    plan: Mapping[str, Any],
+    servers_still_match: Callable[[], bool],
+) -> str | None:
+    """Why a running job's plan stands after this edit (a line for the log and the
+    ``Planned`` condition), or None when the edit needs a new plan."""
+    running = plan.get("specHash") or spec_hash(before)  # (plans made before the hash)
+    now = spec_hash(after)
+    changed = ", ".join(sorted(changed_fields(before, after))) or "nothing"
+    if now == running:
+        if spec_hash(before) != running:
+            return "the spec is back to the one its pods run: its plan stands"
+        return f"{changed} changed: its plan stands"
+    if (
+        spec_hash(before) == running
+        and spec_hash(after, skip=CONSTRAINTS) == spec_hash(before, skip=CONSTRAINTS)
+        and servers_still_match()
+    ):
+        return f"{changed} changed and every server of its plan still matches: its plan stands"
+    return None

@@ -1,0 +1,80 @@
+"""What an edit of a running job's spec means for its plan (``hulk_operator.edits``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hulk_operator.edits import changed_fields, plan_stands
+from hulk_operator.entries import normalized, spec_hash
+
+SPEC: dict[str, Any] = {
+    "model": {"preset": "gpt2-xl"},
+    "training": {"globalBatchSize": 128, "microBatchSize": 1},
+    "template": {"spec": {"containers": [{"name": "t", "image": "trainer:1"}]}},
+    "allowedRegions": ["beijing", "rome"],
+}
+
+
+def edited(**fields: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(SPEC)
+    spec.update(fields)
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def stands(before: dict[str, Any], after: dict[str, Any], match: bool = True) -> str | None:
+    return plan_stands(before, after, {"specHash": spec_hash(SPEC)}, lambda: match)
+
+
+def test_defaults_filled_in_by_a_crd_upgrade_are_no_change() -> None:
+    """Before: a CRD that gained ``suspend: false`` made every job plan again."""
+    upgraded = edited(suspend=False, priority=0, masterPort=29500, backoffLimit=6)
+    assert changed_fields(SPEC, upgraded) == set()
+    assert changed_fields(SPEC, edited(nodeSelector={}, training={**SPEC["training"]})) == set()
+    assert changed_fields(SPEC, edited(allowedRegions=["rome", "beijing", "rome"])) == set()
+    assert changed_fields(SPEC, edited(suspend=True)) == {"suspend"}
+    assert normalized(None)["masterPort"] == 29500
+
+
+def test_bookkeeping_fields_leave_the_plan_standing() -> None:
+    assert stands(SPEC, edited(priority=5)) == "priority changed: its plan stands"
+    assert stands(SPEC, edited(backoffLimit=1, priority=2)) == (
+        "backoffLimit, priority changed: its plan stands"
+    )
+
+
+def test_an_edit_undone_comes_back_to_the_running_plan() -> None:
+    """Before: undoing a refused typo (``allowedRegions: [tokio]``) replaced every pod."""
+    typo = edited(allowedRegions=["tokio"])
+    assert stands(typo, SPEC) == "the spec is back to the one its pods run: its plan stands"
+    assert stands(typo, SPEC, match=False) is not None  # the servers are the ones it runs on
+
+
+def test_constraints_its_servers_still_meet_leave_the_plan_standing() -> None:
+    wider = edited(allowedRegions=["beijing", "rome", "tokyo"])
+    assert stands(SPEC, wider) == (
+        "allowedRegions changed and every server of its plan still matches: its plan stands"
+    )
+    assert stands(SPEC, wider, match=False) is None
+    labelled = edited(nodeSelector={"nvidia.com/gpu.present": "true"})
+    assert stands(SPEC, labelled) is not None
+    # a constraint together with anything the pods are made from: planned again
+    assert stands(SPEC, edited(nodeSelector={"a": "b"}, model={"preset": "bert-large"})) is None
+
+
+def test_what_the_pods_are_made_from_needs_a_new_plan() -> None:
+    image = copy.deepcopy(SPEC["template"])
+    image["spec"]["containers"][0]["image"] = "trainer:2"
+    for after in (
+        edited(model={"preset": "bert-large"}),
+        edited(training={"globalBatchSize": 256, "microBatchSize": 1}),
+        edited(template=image),
+        edited(masterPort=29600),
+    ):
+        assert stands(SPEC, after) is None, after
+
+
+def test_a_plan_made_before_the_fingerprint_compares_with_the_spec_before() -> None:
+    legacy: dict[str, Any] = {}  # status.plan without specHash
+    assert plan_stands(SPEC, edited(priority=3), legacy, lambda: True) is not None
+    assert plan_stands(SPEC, edited(model={"preset": "t5-11b"}), legacy, lambda: True) is None
