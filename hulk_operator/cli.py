@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import sys
+from urllib.parse import urlsplit
 
 from hulk_operator.config import FLAGS, OperatorConfig
 
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
-        help="liveness endpoint URL ('' to turn off)",
+        help="liveness endpoint URL (default %(default)s; '' to turn off)",
     )
     parser.add_argument("--peering", default="hulk", help="kopf peering name (%(default)s)")
     parser.add_argument("--standalone", action="store_true", help="no peering")
@@ -128,14 +129,47 @@ def _check_inherited_weights(cfg: OperatorConfig) -> None:
         check_weights(inherited, WEIGHTS_ENV)
 
 
+def _check_port(flag: str, host: str, port: int, off: str) -> None:
+    """A port the operator is to serve on must be free now (else kopf or the metrics
+    server fail later, with a traceback, or retry for ever)."""
+    import socket
+
+    from hulk_planner.errors import InvalidRequest
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        raise InvalidRequest(
+            flag,
+            f"cannot listen on {host}:{port} ({exc.strerror or exc})",
+            f"another process holds it: pick another port, {off}",
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from hulk_operator import kube
-    from hulk_planner.errors import HulkError
+    from hulk_planner.errors import HulkError, InvalidRequest
 
     try:  # settings and credentials checked before kopf starts: a clear error, no traceback
         cfg = config_from_args(args)
         _check_inherited_weights(cfg)
         kube.configuration(args.kubeconfig)
+        if cfg.metrics_port:
+            _check_port(FLAGS["metrics_port"], "0.0.0.0", cfg.metrics_port, "or 0 to turn it off")
+        if args.liveness:
+            url = urlsplit(args.liveness)
+            try:
+                port = url.port or 80
+            except ValueError:
+                port = -1
+            if url.scheme != "http" or not url.hostname or port < 0:
+                raise InvalidRequest(
+                    "--liveness", f"{args.liveness!r} is not an http://HOST:PORT/PATH URL",
+                    "e.g. http://0.0.0.0:8080/healthz, or '' to turn it off",
+                )  # fmt: skip
+            _check_port("--liveness", url.hostname, port, "or '' to turn it off")
     except HulkError as exc:
         print(f"hulk operator: error: {exc}", file=sys.stderr)
         return 2

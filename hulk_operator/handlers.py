@@ -53,6 +53,7 @@ from hulk_planner.io import job_from_dict
 
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
 LATENCY_CACHE_S = 10.0
+PEERING_LIFETIME_S = 20  # seconds a replica's peering record counts after its last refresh
 
 
 class _QuietTimers(logging.Filter):
@@ -109,6 +110,10 @@ async def operator_startup(
     # again after `cancellation_polling` (default 60 s, which held deletions for a minute).
     settings.process.ultimate_exiting_timeout = 10
     settings.background.cancellation_polling = 0.5
+    # A replica killed (kill -9, OOM) leaves its peering record until it expires: a new one
+    # with a lower priority pauses until then (60 s by kopf's default, with nothing in the
+    # log at INFO). 20 s keeps that short; each replica refreshes its record every ~10 s.
+    settings.peering.lifetime = PEERING_LIFETIME_S
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
     memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     memo.metrics = memo.get("metrics") or Metrics()

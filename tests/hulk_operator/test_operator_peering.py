@@ -64,7 +64,7 @@ def test_peering_objects_are_created_at_startup(
             # `hulk operator -n NS --peering NAME` creates its KopfPeering and is not paused.
             proc = subprocess.Popen(
                 [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
-                 "-n", namespace, "--peering", name, "--liveness", ""],
+                 "-n", namespace, "--peering", name, "--liveness", "", "--priority", "100"],
                 cwd=ROOT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 stdout=subprocess.DEVNULL,
@@ -78,6 +78,10 @@ def test_peering_objects_are_created_at_startup(
                         GROUP, VERSION, namespace, "kopfpeerings", name
                     )
                     assert obj["metadata"]["name"] == name
+                    # its record lasts 20 s, not kopf's 60: a replica killed with -9 holds
+                    # back its successor that long at most
+                    (peer,) = (obj.get("status") or {}).values()
+                    assert (peer["priority"], peer["lifetime"]) == (100, 20), peer
             finally:
                 proc.send_signal(signal.SIGTERM)
                 try:
