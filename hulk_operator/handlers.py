@@ -42,6 +42,7 @@ from hulk_operator.placement import (
     Placer,
     Snapshot,
     held_servers,
+    requests_fit_nowhere,
     too_big_for,
     unmatched,
 )
@@ -358,7 +359,7 @@ def _refusal(
 ) -> str | None:
     """Why an edit of a running job is refused (its pods run on), or None: a pod template
     the API server rejects (a dry run), constraints no node matches, a model no set of
-    the servers it may use could hold."""
+    the servers it may use could hold, stage pod requests no node could hold."""
     pod = manifests.template_check_pod(
         job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
     )
@@ -367,7 +368,9 @@ def _refusal(
         return why
     if not nodes:
         return None
-    return unmatched(entry, nodes) or too_big_for(entry, nodes)
+    return (
+        unmatched(entry, nodes) or too_big_for(entry, nodes) or requests_fit_nowhere(entry, nodes)
+    )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -256,6 +256,32 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     )
 
 
+def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """Why one stage pod of the job fits on no node its constraints allow even with
+    nothing else on it (``cpu: 5000`` for ``5``), naming the fix; None if one could hold
+    it. Like :func:`unmatched`, only an edit or new nodes change this."""
+    need = entry.requests
+    if need == Resources():
+        return None
+    sel = dict(entry.node_selector)
+    matching = [
+        i
+        for i in nodes.values()
+        if i.server is not None and selected(i, sel, entry.allowed_regions, entry.affinity)
+    ]
+    if not matching or any(
+        fits(i.allocatable, Resources(), need, i.allocatable.gpus or i.server.gpus)
+        for i in matching
+        if i.server is not None
+    ):
+        return None
+    return (
+        f"spec.template: the stage pods' requests ({_resources(need)}) fit on none of the "
+        f"{len(matching)} node(s) matching the job, even with nothing else on them; lower "
+        "the template's requests"
+    )
+
+
 def held_servers(
     jobs: Mapping[Key, JobEntry], stage_pods: Iterable[tuple[Key, str]]
 ) -> dict[str, Key]:

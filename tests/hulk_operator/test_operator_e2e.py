@@ -3,6 +3,7 @@ manager, the Hulk paper's 47 servers as kwok nodes, the operator in this process
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -836,6 +837,33 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     assert len(kube.events("Planned")) == 1, "planned again"
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
     assert kube.phase("typo") == "Running"
+
+
+def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: ``cpu: 5000`` for ``5`` removed the running job's pods and left it Pending."""
+    kube.apply(manifest("greedy", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("greedy") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("greedy")}
+    template = copy.deepcopy(kube.job("greedy")["spec"]["template"])
+    template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "5000"}}
+    patch = {"spec": {"template": template}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "greedy", patch)
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job("greedy"), "Planned")
+        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
+
+    c = wait("the edit refused", refused, 30)
+    assert c["reason"] == "InvalidSpec", c
+    assert c["message"].startswith(
+        "spec.template: the stage pods' requests (cpu 5000) fit on none of the 47 node(s)"
+    ), c
+    time.sleep(2)
+    assert kube.phase("greedy") == "Running"
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("greedy")} == before
+    assert not kube.events("Unschedulable")
 
 
 def test_a_crd_upgrade_that_adds_a_defaulted_field_leaves_jobs_alone(

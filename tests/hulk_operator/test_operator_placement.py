@@ -11,7 +11,14 @@ import pytest
 from hulk_operator import recovery
 from hulk_operator import status as st
 from hulk_operator.inventory import Latencies, NodeInfo, Resources, node_info
-from hulk_operator.placement import JobEntry, Placer, Snapshot, plan_pending, too_big_for
+from hulk_operator.placement import (
+    JobEntry,
+    Placer,
+    Snapshot,
+    plan_pending,
+    requests_fit_nowhere,
+    too_big_for,
+)
 from hulk_planner.api import plan
 from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster, paper_jobs
@@ -117,6 +124,30 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
                         "servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
     invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
     assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
+
+
+def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
+    """What an edit of a running job is refused for: ``cpu: 5000`` for ``5``."""
+    bert = paper_jobs()[3]
+    cpus = {n: i.allocatable.cpu for n, i in nodes().items()}
+    assert requests_fit_nowhere(entry(bert), nodes()) is None  # nothing requested
+    huge = entry(bert, requests=Resources(cpu=5000))
+    assert requests_fit_nowhere(huge, nodes()) == (
+        "spec.template: the stage pods' requests (cpu 5000) fit on none of the 47 node(s) "
+        "matching the job, even with nothing else on them; lower the template's requests"
+    )
+    most = max(cpus.values())
+    assert requests_fit_nowhere(entry(bert, requests=Resources(cpu=most)), nodes()) is None
+    by_region: dict[str, list[float]] = {}
+    for n, i in nodes().items():
+        by_region.setdefault(i.server.region, []).append(cpus[n])  # type: ignore[union-attr]
+    region = next(r for r, c in sorted(by_region.items()) if max(c) < most)
+    limited = entry(bert, requests=Resources(cpu=most), allowed_regions=(region,))
+    assert requests_fit_nowhere(limited, nodes()) == (
+        f"spec.template: the stage pods' requests (cpu {most:g}) fit on none of the "
+        f"{len(by_region[region])} node(s) matching the job, even with nothing else on them; "
+        "lower the template's requests"
+    )
 
 
 def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
