@@ -130,6 +130,8 @@ async def reconcile(
         plan, gpus = decision.job_plan, _gpus(decision)
         new.update(_placed_fields(decision, spec))
         new["phase"] = st.PLACING
+        new["replans"] = replans  # (0 shown, not a blank column, before the first)
+        new["stageRestarts"] = int(status.get("stageRestarts") or 0)
         conds = _planned(conds, decision, entry, ctx.config, gen)
         if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
             conds = st.set_condition(
@@ -239,6 +241,7 @@ def _fail(
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(*entry.key, None)
     conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
+    conds = st.set_condition(conds, st.PLANNED, False, reason, "the job failed: no plan", gen)
     new.update(_unplanned(st.PHASE_FAILED))
     new["conditions"] = st.set_condition(conds, st.FAILED, True, reason, msg, gen)
     return new
@@ -360,6 +363,9 @@ def _estimated(
             f"{cfg.cross_region_latency_ms:g} ms across regions{cut}"
         )
         return st.set_condition(conds, st.ESTIMATED, True, "FallbackLatency", msg, gen)
+    if d.job_plan is not None and len(d.job_plan.nodes) < 2:
+        msg = "one server: no latency between servers in this plan"
+        return st.set_condition(conds, st.ESTIMATED, False, "OneServer", msg, gen)
     msg = f"every {'reachable ' if cut else ''}server pair's latency was measured{cut}"
     return st.set_condition(conds, st.ESTIMATED, False, "Measured", msg, gen)
 

@@ -580,6 +580,7 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
     c = condition(job, "Failed")
     assert c["status"] == "True" and c["reason"] == "StageFailed" and pods[0] in c["message"]
     assert job["status"].get("plan") is None and condition(job, "Ready")["status"] == "False"
+    assert condition(job, "Planned")["status"] == "False"  # (it said "N stage(s) on ...")
     assert 'hulk_stage_failures_total{action="job_failed"} 1.0' in operator.memo.metrics.text()
     # the failed pod stays for its logs; the others go, releasing their servers
     wait("the other stages gone", lambda: [p.metadata.name for p in kube.pods("never")] == pods[:1])
@@ -924,7 +925,12 @@ def test_suspending_a_job_frees_its_servers_and_resuming_plans_it_again(
     pin = {"kubernetes.io/hostname": held[0]}
     kube.apply(manifest("taker", model={"preset": "bert-large"}, nodeSelector=pin))
     wait("taker Running", lambda: kube.phase("taker") == "Running", 60)
-    assert plan_nodes(kube.job("taker")) == [held[0]]
+    taker = kube.job("taker")
+    assert plan_nodes(taker) == [held[0]]
+    # one server: no latency to measure or estimate; counters shown from the start
+    c = condition(taker, "LatencyEstimated")
+    assert (c["status"], c["reason"]) == ("False", "OneServer"), c
+    assert (taker["status"]["replans"], taker["status"]["stageRestarts"]) == (0, 0)
     time.sleep(2)  # and the suspended job stays as it is
     assert kube.phase("nap") == "Suspended" and not kube.pods("nap")
 
