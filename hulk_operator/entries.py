@@ -58,6 +58,18 @@ def job_entry(
                 )
             ),
         )
+    if tmpl_spec.get("nodeName") and error is None:
+        job, error = (
+            None,
+            str(
+                InvalidRequest(
+                    "spec.template.spec.nodeName",
+                    "is set, but Hulk puts each stage pod on the server its plan picks",
+                    "remove it; to limit the servers use spec.nodeSelector "
+                    "(kubernetes.io/hostname: NAME) or spec.allowedRegions",
+                )
+            ),
+        )
     where = [
         w
         for w, d in (("spec.nodeSelector", ours), ("spec.template.spec.nodeSelector", theirs))

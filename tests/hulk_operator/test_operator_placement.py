@@ -499,6 +499,23 @@ def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
     assert e.error.startswith("spec.template.spec.nodeSelector: gpu=h100 contradicts")
 
 
+def test_a_template_node_name_is_an_invalid_spec() -> None:
+    """Before: ``template.spec.nodeName`` was dropped without a word."""
+    from hulk_operator.entries import job_entry
+
+    spec: dict[str, Any] = {
+        "model": {"preset": "bert-large"},
+        "template": {"spec": {"nodeName": "london-33", "containers": [{"name": "t"}]}},
+    }
+    body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
+    e = job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
+    assert e.job is None and e.error == (
+        "spec.template.spec.nodeName: is set, but Hulk puts each stage pod on the server its "
+        "plan picks (remove it; to limit the servers use spec.nodeSelector "
+        "(kubernetes.io/hostname: NAME) or spec.allowedRegions)"
+    )
+
+
 def test_plan_pending_passes_its_seed_to_the_planner() -> None:
     seeds: list[int] = []
 
