@@ -135,4 +135,7 @@ def event_message(
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
     changed = "; ".join(moves(old, new, lost))
-    return f"{causes}; {changed}; {replaced} pod(s) replaced, {kept} kept"
+    gone = len(old.nodes) - kept  # one pod per server of the old plan
+    if gone == replaced:
+        return f"{causes}; {changed}; {replaced} pod(s) replaced, {kept} kept"
+    return f"{causes}; {changed}; {gone} pod(s) removed, {replaced} created, {kept} kept"
