@@ -338,8 +338,12 @@ def plan_group(
     try:
         result = plan_fn(cluster, jobs, planner, **kwargs)
     except (HulkError, ValueError) as exc:
-        reason = classify(exc).message + _scope(entries[0], len(servers))
-        return {k: Decision(k, None, cluster, reason, planner) for k in names.values()}
+        scope = _scope(entries[0], len(servers))
+        reason = classify(exc).message + scope
+        own = {u.name: u.reason + scope for u in getattr(exc, "unplaced", ())}  # each its own
+        return {
+            k: Decision(k, None, cluster, own.get(n, reason), planner) for n, k in names.items()
+        }
     extra: dict[str, dict[str, float | None]] = {n: {} for n in names}
     if baselines:
         for name in BASELINES:

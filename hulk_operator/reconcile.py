@@ -116,10 +116,14 @@ async def reconcile(
             return {}
         if decision.job_plan is None:
             removed = await _remove_all(ctx, entry.key)  # gang: all stages or none
+            # still unplaceable at a later round (others came and went, the reason's figures
+            # moved): the Event was posted; the condition keeps the latest reason
+            said = planned.get("reason") == UNSCHEDULABLE and planned.get("status") == "False"
             if ctx.placer.first_use(decision):
                 ctx.metrics.plans.labels(result="unplaced").inc()
                 gone = f"; its {removed} stage pod(s) removed" if removed else ""
-                ctx.event("Warning", "Unschedulable", f"no plan fits: {decision.reason}{gone}")
+                if removed or not said:
+                    ctx.event("Warning", "Unschedulable", f"no plan fits: {decision.reason}{gone}")
             new.update(_unplanned(st.PENDING))  # an edit's old plan may have left its fields
             conds = _not_ready(conds, gen)
             new["conditions"] = st.set_condition(

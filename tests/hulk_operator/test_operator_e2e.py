@@ -766,6 +766,24 @@ def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operat
     wait("Running again", lambda: kube.phase("moved") == "Running", 90)
 
 
+def test_a_job_no_plan_fits_is_told_once_while_other_jobs_come_and_go(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: every planning round (another job applied, a pod gone) posted the same
+    Unschedulable Warning again."""
+    kube.apply(manifest("stuck", **big_model(10**13)["spec"]))
+    wait("Unschedulable", lambda: kube.events("Unschedulable"), 30)
+    for k in range(2):  # each a fresh planning round over the pending jobs
+        kube.apply(manifest(f"passer-{k}", model={"preset": "bert-large"}))
+        wait("placed", lambda k=k: kube.phase(f"passer-{k}") == "Running", 60)
+    time.sleep(2)
+    events = kube.events("Unschedulable")
+    assert len(events) == 1, [e.message for e in events]
+    c = condition(kube.job("stuck"), "Planned")
+    need = f"needs {memory_need(10**13) / 2**30:.0f} GiB"
+    assert c["reason"] == "Unschedulable" and c["message"].startswith(need), c
+
+
 def test_an_edit_no_set_of_servers_could_hold_leaves_the_job_running(
     kube: Kube, operator: Any
 ) -> None:
