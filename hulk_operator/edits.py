@@ -1,4 +1,4 @@
-"""What an edit of a running job's spec means for its plan (pure; the update handler acts).
+"""What an edit of a running job's spec means for its plan (the update handler acts).
 
 A job's plan keeps the fingerprint of the spec fields it and its stage pods were made from
 (``status.plan.specHash``, :func:`hulk_operator.entries.spec_hash`). An edit leaves the
@@ -10,7 +10,8 @@ running pods alone when, after it, the spec:
 - changes only ``allowedRegions`` or ``nodeSelector`` in a way every server of the plan
   still meets.
 
-Anything else is planned again from scratch (after the refusal checks of the handler).
+Anything else is planned again from scratch, unless :func:`refusal` refuses it: then the
+pods of the last valid spec run on (a typo must not stop a training run).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hulk_operator import kube, manifests
 from hulk_operator.entries import CONSTRAINTS, normalized, spec_hash
+from hulk_operator.errors import rejected_template
+from hulk_operator.inventory import NodeInfo, selected
+from hulk_operator.placement import JobEntry, requests_fit_nowhere, too_big_for, unmatched
 
 
 def changed_fields(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> set[str]:
@@ -49,3 +54,37 @@ def plan_stands(
     ):
         return f"{changed} changed and every server of its plan still matches: its plan stands"
     return None
+
+
+def servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:
+    """Whether every server of the job's plan meets its (new) constraints."""
+    sel = dict(entry.node_selector)
+    return bool(entry.plan_nodes) and all(
+        n in nodes and selected(nodes[n], sel, entry.allowed_regions, entry.affinity)
+        for n in entry.plan_nodes
+    )
+
+
+def refusal(
+    api: Any,
+    name: str,
+    namespace: str | None,
+    spec: Mapping[str, Any],
+    entry: JobEntry,
+    nodes: Mapping[str, NodeInfo],
+) -> str | None:
+    """Why an edit of a running job is refused (its pods run on), or None: a pod template
+    the API server rejects (a server-side dry run of one stage pod), constraints no node
+    matches, a model no set of the servers it may use could hold, stage pod requests no
+    node could hold."""
+    pod = manifests.template_check_pod(
+        job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
+    )
+    error = kube.dry_run_pod(api, pod)
+    if error is not None and (why := rejected_template(error)) is not None:
+        return why
+    if not nodes:
+        return None
+    return (
+        unmatched(entry, nodes) or too_big_for(entry, nodes) or requests_fit_nowhere(entry, nodes)
+    )

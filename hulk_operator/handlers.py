@@ -24,7 +24,7 @@ from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, edits, k
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import job_entry, spec_hash
-from hulk_operator.errors import INVALID_SPEC, classify, rejected_template, to_kopf
+from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
@@ -33,7 +33,6 @@ from hulk_operator.inventory import (
     node_info,
     pod_requests,
     read_latencies,
-    selected,
 )
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import (
@@ -42,9 +41,6 @@ from hulk_operator.placement import (
     Placer,
     Snapshot,
     held_servers,
-    requests_fit_nowhere,
-    too_big_for,
-    unmatched,
 )
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.api import USES_GNN
@@ -301,12 +297,12 @@ def hulktrainingjob_update(
         entry = job_entry(
             namespace or "", name, str(meta.get("uid") or ""), body, meta, after, status
         )
-        stands = edits.plan_stands(old, new, plan, lambda: _servers_match(entry, nodes))
+        stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         if stands is not None:
             _plan_stands(patch, status, stands, spec_hash(after), gen)
             logger.info(f"{name}: {stands}")
             return
-        why = _refusal(memo, name, namespace, after, entry, nodes)
+        why = edits.refusal(memo.api, name, namespace, after, entry, nodes)
         if why is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, why, gen)
@@ -327,15 +323,6 @@ def hulktrainingjob_update(
         )
 
 
-def _servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:
-    """Whether every server of the job's plan meets its (new) constraints."""
-    sel = dict(entry.node_selector)
-    return bool(entry.plan_nodes) and all(
-        n in nodes and selected(nodes[n], sel, entry.allowed_regions, entry.affinity)
-        for n in entry.plan_nodes
-    )
-
-
 def _plan_stands(
     patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: str, gen: int
 ) -> None:
@@ -347,30 +334,6 @@ def _plan_stands(
     if planned.get("reason") == INVALID_SPEC:
         conds = list(status.get("conditions") or [])
         patch.status["conditions"] = st.set_condition(conds, st.PLANNED, True, "Planned", why, gen)
-
-
-def _refusal(
-    memo: kopf.Memo,
-    name: str,
-    namespace: str | None,
-    spec: Mapping[str, Any],
-    entry: JobEntry,
-    nodes: Mapping[str, NodeInfo],
-) -> str | None:
-    """Why an edit of a running job is refused (its pods run on), or None: a pod template
-    the API server rejects (a dry run), constraints no node matches, a model no set of
-    the servers it may use could hold, stage pod requests no node could hold."""
-    pod = manifests.template_check_pod(
-        job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
-    )
-    error = kube.dry_run_pod(memo.api, pod)
-    if error is not None and (why := rejected_template(error)) is not None:
-        return why
-    if not nodes:
-        return None
-    return (
-        unmatched(entry, nodes) or too_big_for(entry, nodes) or requests_fit_nowhere(entry, nodes)
-    )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
