@@ -522,8 +522,20 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     return plan
 
 
+class _PlanDumper(yaml.SafeDumper):
+    """Short lists of scalars (a stage's ``layers`` and ``nodes``) on one line, as the
+    formats' examples write them."""
+
+    def represent_list(self, data: Any) -> Any:  # type: ignore[override]
+        flow = all(isinstance(x, str | int | float) for x in data)
+        return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_PlanDumper.add_representer(list, _PlanDumper.represent_list)
+
+
 def dump_plan(plan: Plan, fmt: str = "json") -> str:
     data = plan_to_dict(plan)
     if fmt == "yaml":
-        return yaml.safe_dump(data, sort_keys=False)
+        return yaml.dump(data, Dumper=_PlanDumper, sort_keys=False, width=100)
     return json.dumps(data, indent=2)

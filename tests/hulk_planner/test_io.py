@@ -379,6 +379,8 @@ def test_plan_dict_object_dict_round_trip_with_the_spec_fields() -> None:
     assert io.plan_to_dict(plan) == doc
     assert json.loads(io.dump_plan(plan)) == doc
     assert yaml.safe_load(io.dump_plan(plan, "yaml")) == doc
+    # a stage's layers and nodes on one line each, as the format's examples write them
+    assert "  - layers: [20, 48]\n    nodes: [bj-2, bj-3]\n" in io.dump_plan(plan, "yaml")
 
 
 def _stages(doc: dict[str, Any]) -> list[dict[str, Any]]:
