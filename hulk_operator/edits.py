@@ -1,14 +1,14 @@
 """What an edit of a running job's spec means for its plan (the update handler acts).
 
-A job's plan keeps the fingerprint of the spec fields it and its stage pods were made from
-(``status.plan.specHash``, :func:`hulk_operator.entries.spec_hash`). An edit leaves the
+A job's plan keeps fingerprints of the spec parts it and its stage pods were made from
+(``status.plan.specHashes``, :func:`hulk_operator.entries.spec_hashes`). An edit leaves the
 running pods alone when, after it, the spec:
 
 - differs only by defaults filled in (a CRD upgrade that adds a defaulted field);
-- makes the same fingerprint (``priority`` or ``backoffLimit`` changed, or a refused typo
-  undone: the spec is back to what the pods run);
-- changes only ``allowedRegions`` or ``nodeSelector`` in a way every server of the plan
-  still meets.
+- makes the same fingerprints (``priority`` or ``backoffLimit`` changed, a preset's own
+  sizes written out, or a refused typo undone: the spec is back to what the pods run);
+- differs from what the pods run only in ``allowedRegions`` or ``nodeSelector``, in a way
+  every server of the plan still meets.
 
 Anything else is planned again from scratch, unless :func:`refusal` refuses it: then the
 pods of the last valid spec run on (a typo must not stop a training run).
@@ -20,10 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hulk_operator import kube, manifests
-from hulk_operator.entries import CONSTRAINTS, normalized, spec_hash
+from hulk_operator.entries import CONSTRAINTS, normalized, spec_hashes
 from hulk_operator.errors import rejected_template
 from hulk_operator.inventory import NodeInfo, selected
 from hulk_operator.placement import JobEntry, requests_fit_nowhere, too_big_for, unmatched
+
+BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend"})  # a Succeeded job ignores
 
 
 def changed_fields(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> set[str]:
@@ -40,19 +42,19 @@ def plan_stands(
 ) -> str | None:
     """Why a running job's plan stands after this edit (a line for the log and the
     ``Planned`` condition), or None when the edit needs a new plan."""
-    running = plan.get("specHash") or spec_hash(before)  # (plans made before the hash)
-    now = spec_hash(after)
-    changed = ", ".join(sorted(changed_fields(before, after))) or "nothing"
-    if now == running:
-        if spec_hash(before) != running:
+    running = plan.get("specHashes") or spec_hashes(before)  # (plans made before them)
+    now = spec_hashes(after)
+    differ = {k for k, v in now.items() if running.get(k) != v}
+    if not differ:
+        if spec_hashes(before) != running:
             return "the spec is back to the one its pods run: its plan stands"
+        changed = ", ".join(sorted(changed_fields(before, after))) or "nothing"
         return f"{changed} changed: its plan stands"
-    if (
-        spec_hash(before) == running
-        and spec_hash(after, skip=CONSTRAINTS) == spec_hash(before, skip=CONSTRAINTS)
-        and servers_still_match()
-    ):
-        return f"{changed} changed and every server of its plan still matches: its plan stands"
+    if differ <= CONSTRAINTS and servers_still_match():
+        return (
+            f"{', '.join(sorted(differ))} changed and every server of its plan still matches: "
+            "its plan stands"
+        )
     return None
 
 

@@ -107,9 +107,9 @@ def job_entry(
 # adds a default must not read as an edit)
 DEFAULTS: dict[str, Any] = {"priority": 0, "masterPort": 29500, "backoffLimit": 6, "suspend": False}
 # what the plan and the stage pods are made from (priority orders planning, backoffLimit is
-# read at each stage failure, suspend is handled apart)
-PLAN_FIELDS = ("model", "training", "template", "allowedRegions", "nodeSelector", "masterPort")
-CONSTRAINTS = ("allowedRegions", "nodeSelector")  # the plan's servers may still meet new ones
+# read at each stage failure, suspend is handled apart), fingerprinted part by part
+PLAN_PARTS = ("job", "template", "allowedRegions", "nodeSelector", "masterPort")
+CONSTRAINTS = frozenset({"allowedRegions", "nodeSelector"})  # the servers may still meet them
 
 
 def normalized(spec: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -130,13 +130,31 @@ def normalized(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def spec_hash(spec: Mapping[str, Any] | None, skip: tuple[str, ...] = ()) -> str:
-    """A fingerprint of what the plan and the stage pods are made from (``PLAN_FIELDS``
-    but ``skip``), kept as ``status.plan.specHash``: an edit that comes back to it (a
-    refused typo undone) leaves the running pods alone."""
+def _job_part(spec: Mapping[str, Any]) -> Any:
+    """The model and batch sizes as the planner reads them (a preset written out in full,
+    or its own batch sizes given, is the same job); as written where the spec is invalid."""
+    doc = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob"}
+    try:
+        job = job_from_dict({**doc, "metadata": {"name": "fingerprint"}, "spec": dict(spec)})
+    except InvalidRequest:
+        n = normalized(spec)
+        return [n.get("model"), n.get("training")]
+    m = job.model
+    return [m.parameters, m.layers, m.hidden_size, m.sequence_length, m.attention_heads,
+            job.global_batch_size, job.micro_batch_size]  # fmt: skip
+
+
+def spec_hashes(spec: Mapping[str, Any] | None) -> dict[str, str]:
+    """A fingerprint of each part of the spec the plan and the stage pods are made from
+    (``PLAN_PARTS``), kept as ``status.plan.specHashes``: an edit that leaves them as they
+    are (a refused typo undone) leaves the running pods alone."""
     n = normalized(spec)
-    part = {k: n.get(k) for k in PLAN_FIELDS if k not in skip}
-    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:16]
+    parts = {k: n.get(k) for k in PLAN_PARTS if k != "job"}
+    parts["job"] = _job_part(spec or {})
+    return {
+        k: hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:12]
+        for k, v in sorted(parts.items())
+    }
 
 
 def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:

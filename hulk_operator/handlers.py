@@ -23,7 +23,7 @@ import kopf
 from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, edits, kube, manifests
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.entries import job_entry, spec_hash
+from hulk_operator.entries import job_entry, spec_hashes
 from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.inventory import (
     Latencies,
@@ -247,15 +247,28 @@ def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_:
 
 
 def _refused(body: kopf.Body, logger: kopf.Logger) -> bool:
-    """Whether the job's spec is invalid (then posted as a Warning Event, logged as info)."""
+    """Whether the job's spec is invalid (then posted as a Warning Event, logged as info):
+    for the planner, or for the operator (a template ``nodeName``, node selectors that
+    contradict each other)."""
+    message = _invalid(body)
+    if message is None:
+        return False
+    kopf.warn(body, reason=INVALID_SPEC, message=message)
+    logger.info(f"invalid spec: {message}")
+    return True
+
+
+def _invalid(body: kopf.Body) -> str | None:
     try:
         job_from_dict(dict(body))
     except InvalidRequest as exc:
-        message = classify(exc).message
-        kopf.warn(body, reason=INVALID_SPEC, message=message)
-        logger.info(f"invalid spec: {message}")
-        return True
-    return False
+        return classify(exc).message
+    meta = body.get("metadata") or {}
+    entry = job_entry(
+        str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
+        body, meta, body.get("spec") or {}, body.get("status") or {},
+    )  # fmt: skip
+    return entry.error if entry.job is None else None
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
@@ -281,17 +294,24 @@ def hulktrainingjob_update(
     does one whose constraints no node of the cluster matches or whose model no set of the
     nodes it may use could hold (a typo'd region or parameter count must not stop a
     training run). A finished job runs again after any edit but defaults filled in."""
-    if _refused(body, logger):
-        return
-    if not edits.changed_fields(old, new):
+    changed = edits.changed_fields(old, new)
+    if not changed:
         logger.debug(f"{name}: only defaults filled in (a CRD upgrade): nothing to do")
         return
-    gen = int(body.get("metadata", {}).get("generation") or 0)
+    phase = status.get("phase")
+    ended = phase in (st.PHASE_FAILED, st.SUCCEEDED)  # an edit runs it again, but:
+    if (phase == st.SUCCEEDED and changed <= edits.BOOKKEEPING) or (
+        phase == st.PHASE_FAILED and changed == {"suspend"}
+    ):  # a job done keeps its pods and record (a failed one runs again for a new limit)
+        logger.info(f"{name} is {phase}: {', '.join(sorted(changed))} changed, nothing to do")
+        return
     after = dict(new or {})
-    ended = status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED)  # an edit runs it again
+    suspending = after.get("suspend") is True  # never refused, whatever else the edit does
+    if not suspending and _refused(body, logger):
+        return
+    gen = int(body.get("metadata", {}).get("generation") or 0)
     plan = status.get("plan")
-    if plan is not None and not ended and after.get("suspend") is not True:
-        # (suspending is never refused: it removes the pods whatever the rest of the spec)
+    if plan is not None and not ended and not suspending:
         nodes = {n: _one(v) for n, v in (hulk_nodes or {}).items()}
         meta = body.get("metadata", {})
         entry = job_entry(
@@ -299,7 +319,7 @@ def hulktrainingjob_update(
         )
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         if stands is not None:
-            _plan_stands(patch, status, stands, spec_hash(after), gen)
+            _plan_stands(patch, status, stands, spec_hashes(after), gen)
             logger.info(f"{name}: {stands}")
             return
         why = edits.refusal(memo.api, name, namespace, after, entry, nodes)
@@ -324,12 +344,12 @@ def hulktrainingjob_update(
 
 
 def _plan_stands(
-    patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: str, gen: int
+    patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: dict[str, str], gen: int
 ) -> None:
     """The plan goes on for the edited spec: its fingerprint follows the spec, and a
     refusal of an earlier edit is lifted."""
-    if (status.get("plan") or {}).get("specHash") != fingerprint:
-        patch.status["plan"] = {"specHash": fingerprint}  # (a merge patch: the stages stay)
+    if (status.get("plan") or {}).get("specHashes") != fingerprint:
+        patch.status["plan"] = {"specHashes": fingerprint}  # (a merge patch: stages stay)
     planned = st.condition(status, st.PLANNED) or {}
     if planned.get("reason") == INVALID_SPEC:
         conds = list(status.get("conditions") or [])

@@ -18,7 +18,7 @@ from typing import Any
 from hulk_operator import manifests, recovery
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.entries import spec_hash
+from hulk_operator.entries import spec_hashes
 from hulk_operator.errors import (
     INVALID_SPEC,
     PODS_FORBIDDEN,
@@ -80,6 +80,15 @@ async def reconcile(
     gen = entry.generation
     conds = list(status.get("conditions") or [])
     new: dict[str, Any] = {"observedGeneration": gen}
+    finished = status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED)
+    if entry.suspended and not finished:  # (a finished job ignores it, as a batch/v1 Job)
+        return await _suspend(ctx, entry, status, conds, new)
+    if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") == "True":
+        msg = "spec.suspend is false: the job is planned again"
+        ctx.event("Normal", "Resumed", msg)
+        new["phase"] = st.PENDING  # planned at the next round, once this status is written
+        new["conditions"] = st.set_condition(conds, st.SUSPENDED_COND, False, "Resumed", msg, gen)
+        return new
     if entry.job is None:
         error = entry.error or "invalid spec"
         if status.get("plan") is not None:  # an edit broke a planned job's spec
@@ -88,14 +97,6 @@ async def reconcile(
         new.update(_unplanned(st.PHASE_FAILED))
         conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, error, gen)
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
-        return new
-    if entry.suspended:
-        return await _suspend(ctx, entry, status, conds, new)
-    if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") == "True":
-        msg = "spec.suspend is false: the job is planned again"
-        ctx.event("Normal", "Resumed", msg)
-        new["phase"] = st.PENDING  # planned at the next round, once this status is written
-        new["conditions"] = st.set_condition(conds, st.SUSPENDED_COND, False, "Resumed", msg, gen)
         return new
     if status.get("phase") == st.SUCCEEDED or (
         status.get("phase") == st.PHASE_FAILED and status.get("plan") is None
@@ -313,7 +314,7 @@ def _placed_fields(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any
         # the spec it was made for: an edit back to it leaves the pods alone
         "plan": {
             **st.plan_status(jp, decision.cluster, decision.planner),
-            "specHash": spec_hash(spec),
+            "specHashes": spec_hashes(spec),
         },
         "predictedIterationSeconds": seconds(jp.predicted_iteration_seconds),
         **st.summary(jp, decision.cluster),

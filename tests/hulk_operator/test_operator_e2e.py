@@ -584,6 +584,14 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
     assert 'hulk_stage_failures_total{action="job_failed"} 1.0' in operator.memo.metrics.text()
     # the failed pod stays for its logs; the others go, releasing their servers
     wait("the other stages gone", lambda: [p.metadata.name for p in kube.pods("never")] == pods[:1])
+    # suspending a failed job does nothing (before: it deleted the failed pod)
+    for flag in (True, False):
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "never", {"spec": {"suspend": flag}}
+        )
+        time.sleep(2)
+        assert kube.phase("never") == "Failed"
+        assert [p.metadata.name for p in kube.pods("never")] == pods[:1]
     # Any valid edit plans the job again; this one leaves the pods' manifests alone, so the
     # new plan's pods usually take the old names: the failed pod must go first.
     kube.custom.patch_namespaced_custom_object(
@@ -962,6 +970,36 @@ def test_suspending_a_job_frees_its_servers_and_resuming_plans_it_again(
     assert condition(job, "Ready")["status"] == "True"
     (event,) = wait("Resumed Event", lambda: kube.events("Resumed"), 10)
     assert event.message == "spec.suspend is false: the job is planned again"
+
+
+def test_suspending_wins_over_an_invalid_spec_and_an_invalid_template_is_refused(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: a template nodeName on a running job failed it with its pods left running,
+    and suspend with an invalid spec in one patch did not suspend."""
+    for name in ("pinned", "both"):
+        kube.apply(manifest(name, model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.all_running(["pinned", "both"]), 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("pinned")}
+    pin = {"spec": {"template": {"spec": {"nodeName": "tokyo-26"}}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "pinned", pin)
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job("pinned"), "Planned")
+        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
+
+    c = wait("the edit refused", refused, 30)
+    assert c["reason"] == "InvalidSpec" and c["message"].startswith(
+        "spec.template.spec.nodeName: is set, but Hulk puts each stage pod"
+    ), c
+    time.sleep(2)
+    job = kube.job("pinned")
+    assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("pinned")} == before
+    assert any("nodeName" in e.message for e in kube.events("InvalidSpec"))
+    bad = {"spec": {"suspend": True, "model": {"preset": "t5-11bb"}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "both", bad)
+    wait("Suspended", lambda: kube.phase("both") == "Suspended" and not kube.pods("both"), 30)
 
 
 def test_a_job_created_suspended_gets_no_pods(kube: Kube, operator: Any) -> None:

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from hulk_operator.edits import changed_fields, plan_stands
-from hulk_operator.entries import normalized, spec_hash
+from hulk_operator.entries import normalized, spec_hashes
 
 SPEC: dict[str, Any] = {
     "model": {"preset": "gpt2-xl"},
@@ -23,7 +23,7 @@ def edited(**fields: Any) -> dict[str, Any]:
 
 
 def stands(before: dict[str, Any], after: dict[str, Any], match: bool = True) -> str | None:
-    return plan_stands(before, after, {"specHash": spec_hash(SPEC)}, lambda: match)
+    return plan_stands(before, after, {"specHashes": spec_hashes(SPEC)}, lambda: match)
 
 
 def test_defaults_filled_in_by_a_crd_upgrade_are_no_change() -> None:
@@ -43,11 +43,33 @@ def test_bookkeeping_fields_leave_the_plan_standing() -> None:
     )
 
 
+def test_a_presets_own_sizes_written_out_are_the_same_job() -> None:
+    """Before: writing out gpt2-xl's own batch sizes planned the job again."""
+    from hulk_planner.presets import preset
+
+    p = preset("gpt2-xl")
+    same = edited(training={"globalBatchSize": p.global_batch_size,
+                            "microBatchSize": p.micro_batch_size})  # fmt: skip
+    spec = edited(training=None)  # the preset's batch sizes
+    assert plan_stands(spec, same, {"specHashes": spec_hashes(spec)}, lambda: True) == (
+        "training changed: its plan stands"
+    )
+    other = edited(training={"globalBatchSize": p.global_batch_size * 2, "microBatchSize": 1})
+    assert plan_stands(spec, other, {"specHashes": spec_hashes(spec)}, lambda: True) is None
+
+
 def test_an_edit_undone_comes_back_to_the_running_plan() -> None:
     """Before: undoing a refused typo (``allowedRegions: [tokio]``) replaced every pod."""
     typo = edited(allowedRegions=["tokio"])
     assert stands(typo, SPEC) == "the spec is back to the one its pods run: its plan stands"
     assert stands(typo, SPEC, match=False) is not None  # the servers are the ones it runs on
+    # undone together with a constraint its servers meet: still what the pods run
+    cpu = copy.deepcopy(SPEC["template"])
+    cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "5000"}}
+    wider = edited(allowedRegions=["beijing", "rome", "tokyo"])
+    assert stands(edited(template=cpu), wider) == (
+        "allowedRegions changed and every server of its plan still matches: its plan stands"
+    )
 
 
 def test_constraints_its_servers_still_meet_leave_the_plan_standing() -> None:
@@ -75,6 +97,6 @@ def test_what_the_pods_are_made_from_needs_a_new_plan() -> None:
 
 
 def test_a_plan_made_before_the_fingerprint_compares_with_the_spec_before() -> None:
-    legacy: dict[str, Any] = {}  # status.plan without specHash
+    legacy: dict[str, Any] = {}  # status.plan without specHashes
     assert plan_stands(SPEC, edited(priority=3), legacy, lambda: True) is not None
     assert plan_stands(SPEC, edited(model={"preset": "t5-11b"}), legacy, lambda: True) is None
