@@ -357,10 +357,22 @@ def _plan_stands(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def hulktrainingjob_delete(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """Forgets the job (its pods and Service are garbage-collected by Kubernetes)."""
-    memo.placer.forget((namespace or "", name))
+def hulktrainingjob_delete(
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    hulk_jobs: Any = None,  # kopf.Index[Key, JobEntry]; kopf passes every index
+    **_: Any,
+) -> None:
+    """Forgets the job (its pods and Service are garbage-collected by Kubernetes) and
+    counts the jobs left by phase (the timers of the jobs left do too, but there may be
+    none: the last job's count stayed)."""
+    key = (namespace or "", name)
+    memo.placer.forget(key)
     memo.metrics.set_predicted(namespace or "", name, None)
+    if hulk_jobs is not None:
+        left = (_one(s) for k, s in hulk_jobs.items() if k != key)
+        memo.metrics.set_phases(e.phase or st.PENDING for e in left if e and not e.deleting)
 
 
 # kopf passes the indexes by name; its TimerFn protocol does not list them.

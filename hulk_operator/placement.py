@@ -275,6 +275,17 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
         if i.server is not None
     ):
         return None
+    absent = [
+        k
+        for k, _ in need.extra
+        if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in matching)
+    ]
+    if absent:
+        return (
+            f"spec.template: none of the {len(matching)} node(s) matching the job has "
+            f"{', '.join(absent)}, which the stage pods request: check the resource's name, "
+            "or advertise it on the nodes"
+        )
     return (
         f"spec.template: the stage pods' requests ({_resources(need)}) fit on none of the "
         f"{len(matching)} node(s) matching the job, even with nothing else on them; lower "

@@ -95,6 +95,7 @@ async def reconcile(
             new["conditions"] = refused_edit(conds, error, gen)
             return new
         new.update(_unplanned(st.PHASE_FAILED))
+        ctx.metrics.set_predicted(ns, name, None)
         conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, error, gen)
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
         return new

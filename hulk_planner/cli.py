@@ -251,7 +251,7 @@ def render_table(
                     cell += f" ({r:,.2f}x)" if r < 1e4 else f" ({r:.1e}x)"
                 row += f"{cell:>24}"
             lines.append(row)
-        row = f"{'geometric mean':<16}{'1.00x':>24}"
+        row = f"{'geometric mean':<16}{'1.00x' if plan.jobs else '-':>24}"  # (none placed)
         for c in compare:
             rs = ratios[c]
             g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan

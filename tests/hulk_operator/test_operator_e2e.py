@@ -1009,6 +1009,11 @@ def test_a_job_created_suspended_gets_no_pods(kube: Kube, operator: Any) -> None
     assert not kube.pods("later") and kube.job("later")["status"].get("plan") is None
     c = condition(kube.job("later"), "Suspended")
     assert c["message"] == "spec.suspend is true: not planned until it is false", c
+    suspended = 'hulk_jobs{phase="Suspended"} '
+    wait("counted", lambda: f"{suspended}1.0" in operator.memo.metrics.text(), 10)
+    # the last job deleted: no job is counted (before: the count stayed)
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "later")
+    wait("not counted", lambda: f"{suspended}0.0" in operator.memo.metrics.text(), 20)
 
 
 def test_a_node_going_not_ready_replaces_only_its_stage(

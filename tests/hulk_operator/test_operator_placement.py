@@ -136,6 +136,11 @@ def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
         "spec.template: the stage pods' requests (cpu 5000) fit on none of the 47 node(s) "
         "matching the job, even with nothing else on them; lower the template's requests"
     )
+    typo = entry(bert, requests=Resources(extra=(("nvidia.com/gpus", 1.0),)))
+    assert requests_fit_nowhere(typo, nodes()) == (
+        "spec.template: none of the 47 node(s) matching the job has nvidia.com/gpus, which "
+        "the stage pods request: check the resource's name, or advertise it on the nodes"
+    )
     most = max(cpus.values())
     assert requests_fit_nowhere(entry(bert, requests=Resources(cpu=most)), nodes()) is None
     by_region: dict[str, list[float]] = {}

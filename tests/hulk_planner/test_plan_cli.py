@@ -320,6 +320,8 @@ def test_a_job_that_fits_nowhere(tmp_path: Path, files: tuple[Path, Path]) -> No
     assert_nothing_placed(out, "opt-175b", "fits nowhere: needs 2684 GiB of GPU memory")
     table = hulk("plan", "--cluster", files[0], "--jobs", jobs)
     assert table.returncode == 3 and "opt-175b: NOT PLACED: fits nowhere" in table.stdout
+    (mean,) = [line for line in table.stdout.splitlines() if line.startswith("geometric mean")]
+    assert mean.split()[2] == "-", mean  # nothing placed: no ratio (it said 1.00x)
 
 
 def test_a_job_that_fits_nowhere_beside_others_is_listed_unplaced(
