@@ -152,12 +152,7 @@ class Snapshot:
         no_match = unmatched(entry, self.nodes)
         if no_match is not None:
             return no_match
-        sel = dict(entry.node_selector)
-        matching = [
-            i
-            for i in self.nodes.values()
-            if selected(i, sel, entry.allowed_regions, entry.affinity)
-        ]
+        matching = _matching(entry, self.nodes)
         usable = [i for i in matching if i.offers(entry.tolerations)]
         need = entry.requests
         if not usable:
@@ -167,11 +162,7 @@ class Snapshot:
             )
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
-        absent = [
-            k
-            for k, _ in need.extra
-            if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in usable)
-        ]
+        absent = _absent(need, usable)
         if absent:
             return (
                 f"none of the {len(usable)} usable node(s) matching the job has "
@@ -239,13 +230,8 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     change this; what other jobs hold does not count here."""
     if entry.job is None:
         return None
-    sel = dict(entry.node_selector)
-    servers = [
-        i.server
-        for i in nodes.values()
-        if i.server is not None and selected(i, sel, entry.allowed_regions, entry.affinity)
-    ]
-    if not (sel or entry.allowed_regions or entry.affinity):
+    servers = [i.server for i in _matching(entry, nodes) if i.server is not None]
+    if not (entry.node_selector or entry.allowed_regions or entry.affinity):
         return too_big(entry.job, servers)
     return too_big(
         entry.job,
@@ -263,23 +249,14 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
     need = entry.requests
     if need == Resources():
         return None
-    sel = dict(entry.node_selector)
-    matching = [
-        i
-        for i in nodes.values()
-        if i.server is not None and selected(i, sel, entry.allowed_regions, entry.affinity)
-    ]
+    matching = [i for i in _matching(entry, nodes) if i.server is not None]
     if not matching or any(
         fits(i.allocatable, Resources(), need, i.allocatable.gpus or i.server.gpus)
         for i in matching
         if i.server is not None
     ):
         return None
-    absent = [
-        k
-        for k, _ in need.extra
-        if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in matching)
-    ]
+    absent = _absent(need, matching)
     if absent:
         return (
             f"spec.template: none of the {len(matching)} node(s) matching the job has "
@@ -291,6 +268,22 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
         f"{len(matching)} node(s) matching the job, even with nothing else on them; lower "
         "the template's requests"
     )
+
+
+def _matching(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
+    """The nodes the job's constraints allow (healthy or not)."""
+    sel = dict(entry.node_selector)
+    return [i for i in nodes.values() if selected(i, sel, entry.allowed_regions, entry.affinity)]
+
+
+def _absent(need: Resources, infos: Sequence[NodeInfo]) -> list[str]:
+    """Resources the pods request that none of ``infos`` has (a node reporting no
+    allocatable is not checked)."""
+    return [
+        k
+        for k, _ in need.extra
+        if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in infos)
+    ]
 
 
 def held_servers(

@@ -41,6 +41,16 @@ pytestmark = pytest.mark.sandbox
 PAPER = [m["metadata"]["name"] for m in paper_manifests()]
 
 
+def edit_refused(kube: Kube, name: str, generation: int = 2) -> dict[str, Any]:
+    """The ``Planned`` condition once it refuses the edit that made ``generation``."""
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(kube.job(name), "Planned")
+        return c if c.get("observedGeneration") == generation and c["status"] == "False" else None
+
+    return wait("the edit refused", refused, 30)
+
+
 def check_pods_match_plans(kube: Kube, names: list[str]) -> None:
     used: list[str] = []
     for name in names:
@@ -803,11 +813,7 @@ def test_an_edit_no_set_of_servers_could_hold_leaves_the_job_running(
     patch = big_model(10**13)
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", patch)
 
-    def refused() -> dict[str, Any] | None:
-        c = condition(kube.job("typo"), "Planned")
-        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
-
-    c = wait("the edit refused", refused, 30)
+    c = edit_refused(kube, "typo")
     total = sum(s.memory_bytes for s in paper_cluster().servers) * MEMORY_USABLE
     assert c["reason"] == "InvalidSpec", c
     assert c["message"] == (
@@ -835,11 +841,7 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     patch = {"spec": {"allowedRegions": ["atlantis"]}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", patch)
 
-    def refused() -> dict[str, Any] | None:
-        c = condition(kube.job("typo"), "Planned")
-        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
-
-    c = wait("the edit refused", refused, 30)
+    c = edit_refused(kube, "typo")
     assert c["reason"] == "InvalidSpec", c
     assert c["message"].startswith("spec.allowedRegions ['atlantis'] names no region"), c
     assert c["message"].endswith("; the pods of the last valid spec keep running; fix the "
@@ -878,11 +880,7 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     patch = {"spec": {"template": template}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "greedy", patch)
 
-    def refused() -> dict[str, Any] | None:
-        c = condition(kube.job("greedy"), "Planned")
-        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
-
-    c = wait("the edit refused", refused, 30)
+    c = edit_refused(kube, "greedy")
     assert c["reason"] == "InvalidSpec", c
     assert c["message"].startswith(
         "spec.template: the stage pods' requests (cpu 5000) fit on none of the 47 node(s)"
@@ -984,11 +982,7 @@ def test_suspending_wins_over_an_invalid_spec_and_an_invalid_template_is_refused
     pin = {"spec": {"template": {"spec": {"nodeName": "tokyo-26"}}}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "pinned", pin)
 
-    def refused() -> dict[str, Any] | None:
-        c = condition(kube.job("pinned"), "Planned")
-        return c if c.get("observedGeneration") == 2 and c["status"] == "False" else None
-
-    c = wait("the edit refused", refused, 30)
+    c = edit_refused(kube, "pinned")
     assert c["reason"] == "InvalidSpec" and c["message"].startswith(
         "spec.template.spec.nodeName: is set, but Hulk puts each stage pod"
     ), c
