@@ -433,14 +433,21 @@ def plan_pending(
     group (highest priority first); placed servers are taken out for later groups. Within a
     group a job is never left pending for a lower-priority one: if the joint plan does
     that, the group is planned again without its lowest priority, whose jobs are planned
-    afterwards on what is left. Jobs in ``decided`` already have a decision that their
-    status does not show yet: they are not planned again (their servers are in
-    ``snap.held``)."""
+    afterwards on what is left. Among equal priorities a job whose stage pods still hold
+    servers (re-planned after an edit, or left mid-placement) comes first: an edit must not
+    hand a running job's servers to a waiting one. Jobs in ``decided`` already have a
+    decision that their status does not show yet: they are not planned again (their
+    servers are in ``snap.held``)."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
+    holding = set(snap.held.values())
+
+    def rank(e: JobEntry) -> tuple[int, bool]:
+        return (_priority(e), e.key in holding)
+
     groups: dict[tuple[Any, ...], list[JobEntry]] = {}
     for e in sorted(pending, key=lambda e: e.key):
         groups.setdefault(e.constraints, []).append(e)
-    order = sorted(groups.values(), key=lambda g: -max(_priority(e) for e in g))
+    order = sorted(groups.values(), key=lambda g: max(rank(e) for e in g), reverse=True)
     held = dict(snap.held)
     out: dict[Key, Decision] = {}
 
@@ -467,9 +474,9 @@ def plan_pending(
         while todo:
             members = todo
             decisions = plan(members)
-            while _inverted(members, decisions):
-                lowest = min(_priority(e) for e in members)
-                members = [e for e in members if _priority(e) > lowest]
+            while _inverted(members, decisions, rank):
+                lowest = min(rank(e) for e in members)
+                members = [e for e in members if rank(e) > lowest]
                 decisions = plan(members)
             for k, d in decisions.items():
                 for n in d.nodes:
@@ -483,10 +490,15 @@ def _priority(e: JobEntry) -> int:
     return e.job.priority if e.job else 0
 
 
-def _inverted(members: Sequence[JobEntry], decisions: Mapping[Key, Decision]) -> bool:
-    """A job left unplaced while one of lower priority is placed."""
-    placed = [_priority(e) for e in members if decisions[e.key].job_plan is not None]
-    waiting = [_priority(e) for e in members if decisions[e.key].job_plan is None]
+def _inverted(
+    members: Sequence[JobEntry],
+    decisions: Mapping[Key, Decision],
+    rank: Callable[[JobEntry], tuple[int, bool]],
+) -> bool:
+    """A job left unplaced while one of lower rank (priority, then holding servers) is
+    placed."""
+    placed = [rank(e) for e in members if decisions[e.key].job_plan is not None]
+    waiting = [rank(e) for e in members if decisions[e.key].job_plan is None]
     return bool(placed and waiting) and max(waiting) > min(placed)
 
 

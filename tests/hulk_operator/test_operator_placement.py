@@ -263,6 +263,24 @@ def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() ->
     assert d.reason.endswith("free server(s) that spec.allowedRegions ['paris'] allow)")
 
 
+def test_a_job_re_planned_after_an_edit_keeps_first_claim_on_its_servers() -> None:
+    """Before: an edit of a running job (an env var) planned it together with a waiting job
+    of the same priority, which could take the running job's only server and leave it
+    Pending."""
+    bert = paper_jobs()[3]
+    london = [n for n, i in nodes().items() if i.server and i.server.region == "london"]
+    assert len(london) == 1  # room for one of the two
+    waiting = entry(replace(bert, name="a-waiting"), allowed_regions=("london",))
+    edited = entry(replace(bert, name="z-edited"), allowed_regions=("london",))
+    s = snap([waiting, edited], held={london[0]: edited.key})  # its pods still there
+    decisions = plan_pending(s, plan)
+    assert decisions[edited.key].nodes == set(london), decisions
+    assert decisions[waiting.key].job_plan is None
+    # without pods holding it, the joint plan decides as before (here: the first name)
+    fresh = plan_pending(snap([waiting, edited]), plan)
+    assert [k for k, d in fresh.items() if d.job_plan is not None] == [waiting.key]
+
+
 def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
     """Two OPT-175B copies fit the paper's cluster, four do not: the high-priority one
     must be among those placed, whatever the names' order (planned jointly, the first
