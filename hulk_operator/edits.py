@@ -22,8 +22,14 @@ from typing import Any
 from hulk_operator import kube, manifests
 from hulk_operator.entries import CONSTRAINTS, normalized, spec_hashes
 from hulk_operator.errors import rejected_template
-from hulk_operator.inventory import NodeInfo, selected
-from hulk_operator.placement import JobEntry, requests_fit_nowhere, too_big_for, unmatched
+from hulk_operator.inventory import NodeInfo
+from hulk_operator.placement import (
+    JobEntry,
+    matching_nodes,
+    requests_fit_nowhere,
+    too_big_for,
+    unmatched,
+)
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend"})  # a Succeeded job ignores
 
@@ -42,11 +48,12 @@ def plan_stands(
 ) -> str | None:
     """Why a running job's plan stands after this edit (a line for the log and the
     ``Planned`` condition), or None when the edit needs a new plan."""
-    running = plan.get("specHashes") or spec_hashes(before)  # (plans made before them)
+    was = spec_hashes(before)
+    running = plan.get("specHashes") or was  # (plans made before them)
     now = spec_hashes(after)
     differ = {k for k, v in now.items() if running.get(k) != v}
     if not differ:
-        if spec_hashes(before) != running:
+        if was != running:
             return "the spec is back to the one its pods run: its plan stands"
         changed = ", ".join(sorted(changed_fields(before, after))) or "nothing"
         return f"{changed} changed: its plan stands"
@@ -60,11 +67,8 @@ def plan_stands(
 
 def servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:
     """Whether every server of the job's plan meets its (new) constraints."""
-    sel = dict(entry.node_selector)
-    return bool(entry.plan_nodes) and all(
-        n in nodes and selected(nodes[n], sel, entry.allowed_regions, entry.affinity)
-        for n in entry.plan_nodes
-    )
+    allowed = {i.name for i in matching_nodes(entry, nodes)}
+    return bool(entry.plan_nodes) and entry.plan_nodes <= allowed
 
 
 def refusal(

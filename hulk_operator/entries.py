@@ -12,6 +12,7 @@ from typing import Any
 
 from hulk_operator import status as st
 from hulk_operator.inventory import pod_requests
+from hulk_operator.manifests import DEFAULT_MASTER_PORT
 from hulk_operator.placement import JobEntry
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict
@@ -105,7 +106,12 @@ def job_entry(
 
 # spec fields with a default in the CRD: an absent field is its default (a CRD upgrade that
 # adds a default must not read as an edit)
-DEFAULTS: dict[str, Any] = {"priority": 0, "masterPort": 29500, "backoffLimit": 6, "suspend": False}
+DEFAULTS: dict[str, Any] = {
+    "priority": 0,
+    "masterPort": DEFAULT_MASTER_PORT,
+    "backoffLimit": 6,
+    "suspend": False,
+}
 # what the plan and the stage pods are made from (priority orders planning, backoffLimit is
 # read at each stage failure, suspend is handled apart), fingerprinted part by part
 PLAN_PARTS = ("job", "template", "allowedRegions", "nodeSelector", "masterPort")

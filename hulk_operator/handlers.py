@@ -35,18 +35,10 @@ from hulk_operator.inventory import (
     read_latencies,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import (
-    JobEntry,
-    Key,
-    Placer,
-    Snapshot,
-    held_servers,
-)
+from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.api import USES_GNN
-from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
-from hulk_planner.io import job_from_dict
 
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
 LATENCY_CACHE_S = 10.0
@@ -241,34 +233,30 @@ def _one(store: Any) -> Any:
 def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_: Any) -> None:
     """Validates the spec; an invalid one is the user's to fix, not an operator error: a
     Warning Event says why (``kubectl describe``), the timer's ``Failed`` condition too."""
-    if _refused(body, logger):
+    if _refused(body, logger, _entry(body)):
         return
     logger.debug(f"job {name} accepted")
 
 
-def _refused(body: kopf.Body, logger: kopf.Logger) -> bool:
-    """Whether the job's spec is invalid (then posted as a Warning Event, logged as info):
-    for the planner, or for the operator (a template ``nodeName``, node selectors that
-    contradict each other)."""
-    message = _invalid(body)
-    if message is None:
+def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
+    """Whether the job's spec is invalid, for the planner or for the operator (a template
+    ``nodeName``, node selectors that contradict each other): then posted as a Warning
+    Event, logged as info."""
+    if entry.job is not None:
         return False
+    message = entry.error or "invalid spec"
     kopf.warn(body, reason=INVALID_SPEC, message=message)
     logger.info(f"invalid spec: {message}")
     return True
 
 
-def _invalid(body: kopf.Body) -> str | None:
-    try:
-        job_from_dict(dict(body))
-    except InvalidRequest as exc:
-        return classify(exc).message
+def _entry(body: kopf.Body) -> JobEntry:
+    """The job as the operator keeps it, from its live body."""
     meta = body.get("metadata") or {}
-    entry = job_entry(
+    return job_entry(
         str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
         body, meta, body.get("spec") or {}, body.get("status") or {},
     )  # fmt: skip
-    return entry.error if entry.job is None else None
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
@@ -307,16 +295,13 @@ def hulktrainingjob_update(
         return
     after = dict(new or {})
     suspending = after.get("suspend") is True  # never refused, whatever else the edit does
-    if not suspending and _refused(body, logger):
+    entry = _entry(body)  # (the body's spec is ``new``)
+    if not suspending and _refused(body, logger, entry):
         return
     gen = int(body.get("metadata", {}).get("generation") or 0)
     plan = status.get("plan")
     if plan is not None and not ended and not suspending:
         nodes = {n: _one(v) for n, v in (hulk_nodes or {}).items()}
-        meta = body.get("metadata", {})
-        entry = job_entry(
-            namespace or "", name, str(meta.get("uid") or ""), body, meta, after, status
-        )
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         if stands is not None:
             _plan_stands(patch, status, stands, spec_hashes(after), gen)
@@ -329,12 +314,12 @@ def hulktrainingjob_update(
             kopf.warn(body, reason=INVALID_SPEC, message=f"{why}; {KEPT_RUNNING}")
             return
     memo.placer.forget((namespace or "", name))
-    failed = status.get("phase") == st.PHASE_FAILED
+    failed = phase == st.PHASE_FAILED
     if plan is not None or failed:
         patch.status["plan"] = None
         patch.status["phase"] = st.PENDING
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
-        again = "suspending it" if after.get("suspend") is True else "planning it again"
+        again = "suspending it" if suspending else "planning it again"
         logger.info(f"spec of {name} changed: {again}")
     if failed:
         conds = list(status.get("conditions") or [])

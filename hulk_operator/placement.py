@@ -152,7 +152,7 @@ class Snapshot:
         no_match = unmatched(entry, self.nodes)
         if no_match is not None:
             return no_match
-        matching = _matching(entry, self.nodes)
+        matching = matching_nodes(entry, self.nodes)
         usable = [i for i in matching if i.offers(entry.tolerations)]
         need = entry.requests
         if not usable:
@@ -200,9 +200,9 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     """Why no node of the cluster matches the job's constraints (its regions, selectors,
     required affinity), naming the constraint to change; None if some node does. Unlike
     what other jobs hold, only an edit (or new nodes) changes this."""
-    sel = dict(entry.node_selector)
-    if any(selected(i, sel, entry.allowed_regions, entry.affinity) for i in nodes.values()):
+    if matching_nodes(entry, nodes):
         return None
+    sel = dict(entry.node_selector)
     parts = []
     regions = entry.allowed_regions
     if regions and not any(selected(i, None, regions) for i in nodes.values()):
@@ -230,14 +230,15 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     change this; what other jobs hold does not count here."""
     if entry.job is None:
         return None
-    servers = [i.server for i in _matching(entry, nodes) if i.server is not None]
-    if not (entry.node_selector or entry.allowed_regions or entry.affinity):
+    servers = [i.server for i in matching_nodes(entry, nodes) if i.server is not None]
+    limits = _limits(entry)
+    if not limits:
         return too_big(entry.job, servers)
     return too_big(
         entry.job,
         servers,
         f"the {len(servers)} server(s) it may use have",
-        f"allow more servers ({', '.join(_limits(entry))}), add servers, or use a smaller "
+        f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
         "model or microBatchSize",
     )
 
@@ -249,11 +250,11 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
     need = entry.requests
     if need == Resources():
         return None
-    matching = [i for i in _matching(entry, nodes) if i.server is not None]
+    matching = [i for i in matching_nodes(entry, nodes) if i.server is not None]
     if not matching or any(
         fits(i.allocatable, Resources(), need, i.allocatable.gpus or i.server.gpus)
         for i in matching
-        if i.server is not None
+        if i.server is not None  # (kept above; said again for the type checker)
     ):
         return None
     absent = _absent(need, matching)
@@ -270,7 +271,7 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
     )
 
 
-def _matching(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
+def matching_nodes(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
     """The nodes the job's constraints allow (healthy or not)."""
     sel = dict(entry.node_selector)
     return [i for i in nodes.values() if selected(i, sel, entry.allowed_regions, entry.affinity)]
