@@ -20,16 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hulk_operator import kube, manifests
-from hulk_operator.entries import CONSTRAINTS, normalized, spec_hashes
+from hulk_operator.entries import CONSTRAINTS, JobEntry, normalized, spec_hashes
 from hulk_operator.errors import rejected_template
+from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo
-from hulk_operator.placement import (
-    JobEntry,
-    matching_nodes,
-    requests_fit_nowhere,
-    too_big_for,
-    unmatched,
-)
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend"})  # a Succeeded job ignores
 

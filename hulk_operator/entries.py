@@ -8,14 +8,54 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator import status as st
-from hulk_operator.inventory import pod_requests
+from hulk_operator.inventory import Resources, pod_requests
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
-from hulk_operator.placement import JobEntry
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict
+from hulk_planner.model import Job
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """What the operator keeps of a HulkTrainingJob (the value of the ``jobs`` index)."""
+
+    key: Key
+    uid: str
+    generation: int
+    job: Job | None  # None when the spec is invalid
+    error: str | None
+    plan_nodes: frozenset[str]
+    phase: str | None
+    deleting: bool
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    allowed_regions: tuple[str, ...] = ()
+    selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
+    affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
+    requests: Resources = field(default_factory=Resources)  # one stage pod of the template
+    suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
+
+    @property
+    def pending(self) -> bool:
+        return (
+            self.job is not None
+            and not self.plan_nodes
+            and not self.deleting
+            and not self.suspended
+            and self.phase not in ("Failed", "Succeeded")
+        )
+
+    @property
+    def constraints(self) -> tuple[Any, ...]:
+        tol = tuple(sorted(repr(sorted(t.items())) for t in self.tolerations))
+        terms = json.dumps(list(self.affinity), sort_keys=True)
+        return (self.node_selector, self.allowed_regions, tol, terms, self.requests)
 
 
 def job_entry(

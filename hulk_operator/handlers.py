@@ -23,7 +23,7 @@ import kopf
 from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, edits, kube, manifests
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.entries import job_entry, spec_hashes
+from hulk_operator.entries import JobEntry, Key, job_entry, spec_hashes
 from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.inventory import (
     Latencies,
@@ -35,7 +35,7 @@ from hulk_operator.inventory import (
     read_latencies,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import JobEntry, Key, Placer, Snapshot, held_servers
+from hulk_operator.placement import Placer, Snapshot, held_servers
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_planner.api import USES_GNN
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights

@@ -14,13 +14,14 @@ job gets a server for every stage or nothing.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
+from hulk_operator.fit import describe, matching_nodes, missing_resources, planned_within, unmatched
 from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
@@ -31,54 +32,13 @@ from hulk_operator.inventory import (
     fits,
     selected,
 )
-from hulk_planner.cost import too_big
-from hulk_planner.datasets import slug
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
 from hulk_planner.model import Cluster, Job, JobPlan, Plan
 
-Key = tuple[str, str]  # (namespace, name)
 PlanFn = Callable[..., Plan]
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
-AFFINITY = "the template's required node affinity"
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
-
-
-@dataclass(frozen=True)
-class JobEntry:
-    """What the operator keeps of a HulkTrainingJob (the value of the ``jobs`` index)."""
-
-    key: Key
-    uid: str
-    generation: int
-    job: Job | None  # None when the spec is invalid
-    error: str | None
-    plan_nodes: frozenset[str]
-    phase: str | None
-    deleting: bool
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    node_selector: tuple[tuple[str, str], ...] = ()
-    allowed_regions: tuple[str, ...] = ()
-    selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
-    affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
-    requests: Resources = field(default_factory=Resources)  # one stage pod of the template
-    suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
-
-    @property
-    def pending(self) -> bool:
-        return (
-            self.job is not None
-            and not self.plan_nodes
-            and not self.deleting
-            and not self.suspended
-            and self.phase not in ("Failed", "Succeeded")
-        )
-
-    @property
-    def constraints(self) -> tuple[Any, ...]:
-        tol = tuple(sorted(repr(sorted(t.items())) for t in self.tolerations))
-        terms = json.dumps(list(self.affinity), sort_keys=True)
-        return (self.node_selector, self.allowed_regions, tol, terms, self.requests)
 
 
 @dataclass(frozen=True)
@@ -162,7 +122,7 @@ class Snapshot:
             )
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
-        absent = _absent(need, usable)
+        absent = missing_resources(need, usable)
         if absent:
             return (
                 f"none of the {len(usable)} usable node(s) matching the job has "
@@ -171,7 +131,7 @@ class Snapshot:
             )
         if unfit and len(full) + len(unfit) == len(usable):
             return (
-                f"the stage pods' requests ({_resources(need)}) fit on none of the "
+                f"the stage pods' requests ({describe(need)}) fit on none of the "
                 f"{len(usable)} usable node(s) matching the job"
                 + (f" ({len(full)} have every GPU requested by other pods)" if full else "")
                 + "; lower the template's requests"
@@ -187,104 +147,13 @@ class Snapshot:
         parts = [
             f"{held} held by other jobs" if held else "",
             f"{len(full)} with every GPU requested by other pods" if full else "",
-            f"{len(unfit)} without room for the stage pods' requests ({_resources(need)})"
+            f"{len(unfit)} without room for the stage pods' requests ({describe(need)})"
             if unfit
             else "",
         ]
         return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(
             p for p in parts if p
         )
-
-
-def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
-    """Why no node of the cluster matches the job's constraints (its regions, selectors,
-    required affinity), naming the constraint to change; None if some node does. Unlike
-    what other jobs hold, only an edit (or new nodes) changes this."""
-    if matching_nodes(entry, nodes):
-        return None
-    sel = dict(entry.node_selector)
-    parts = []
-    regions = entry.allowed_regions
-    if regions and not any(selected(i, None, regions) for i in nodes.values()):
-        known = sorted({i.server.region for i in nodes.values() if i.server})
-        by_slug = {slug(r): r for r in known}
-        near = [by_slug[slug(r)] for r in regions if slug(r) in by_slug]
-        parts.append(
-            f"spec.allowedRegions {list(regions)} names no region with GPU servers "
-            f"(regions: {', '.join(known) or 'none'})"
-            + (f"; did you mean {', '.join(near)}?" if near else "")
-        )
-    if sel and not any(selected(i, sel, None) for i in nodes.values()):
-        parts.append(f"{entry.selector_from} {_pairs(entry)} matches no node")
-    if entry.affinity and not any(selected(i, None, None, entry.affinity) for i in nodes.values()):
-        parts.append(f"{AFFINITY} matches no node")
-    return "; ".join(parts) or (
-        "no node matches the job's constraints together (" + ", ".join(_limits(entry)) + ")"
-    )
-
-
-def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
-    """Why the job fits on no set of the cluster's servers that its constraints allow, even
-    with every one of them free (an edit's ``parameters: 1e13`` for ``1e10``); None when
-    their GPU memory could hold it. Like :func:`unmatched`, only an edit or new nodes
-    change this; what other jobs hold does not count here."""
-    if entry.job is None:
-        return None
-    servers = [i.server for i in matching_nodes(entry, nodes) if i.server is not None]
-    limits = _limits(entry)
-    if not limits:
-        return too_big(entry.job, servers)
-    return too_big(
-        entry.job,
-        servers,
-        f"the {len(servers)} server(s) it may use have",
-        f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
-        "model or microBatchSize",
-    )
-
-
-def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
-    """Why one stage pod of the job fits on no node its constraints allow even with
-    nothing else on it (``cpu: 5000`` for ``5``), naming the fix; None if one could hold
-    it. Like :func:`unmatched`, only an edit or new nodes change this."""
-    need = entry.requests
-    if need == Resources():
-        return None
-    matching = [i for i in matching_nodes(entry, nodes) if i.server is not None]
-    if not matching or any(
-        fits(i.allocatable, Resources(), need, i.allocatable.gpus or i.server.gpus)
-        for i in matching
-        if i.server is not None  # (kept above; said again for the type checker)
-    ):
-        return None
-    absent = _absent(need, matching)
-    if absent:
-        return (
-            f"spec.template: none of the {len(matching)} node(s) matching the job has "
-            f"{', '.join(absent)}, which the stage pods request: check the resource's name, "
-            "or advertise it on the nodes"
-        )
-    return (
-        f"spec.template: the stage pods' requests ({_resources(need)}) fit on none of the "
-        f"{len(matching)} node(s) matching the job, even with nothing else on them; lower "
-        "the template's requests"
-    )
-
-
-def matching_nodes(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
-    """The nodes the job's constraints allow (healthy or not)."""
-    sel = dict(entry.node_selector)
-    return [i for i in nodes.values() if selected(i, sel, entry.allowed_regions, entry.affinity)]
-
-
-def _absent(need: Resources, infos: Sequence[NodeInfo]) -> list[str]:
-    """Resources the pods request that none of ``infos`` has (a node reporting no
-    allocatable is not checked)."""
-    return [
-        k
-        for k, _ in need.extra
-        if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in infos)
-    ]
 
 
 def held_servers(
@@ -343,7 +212,7 @@ def plan_group(
     try:
         result = plan_fn(cluster, jobs, planner, **kwargs)
     except (HulkError, ValueError) as exc:
-        scope = _scope(entries[0], len(servers))
+        scope = planned_within(entries[0], len(servers))
         reason = classify(exc).message + scope
         own = {u.name: u.reason + scope for u in getattr(exc, "unplaced", ())}  # each its own
         return {
@@ -377,45 +246,10 @@ def plan_group(
             )
         else:
             why = next((u.reason for u in result.unplaced if u.name == n), "not placed")
-            out[k] = Decision(k, None, cluster, why + _scope(by_key[k], len(servers)), planner)
+            out[k] = Decision(
+                k, None, cluster, why + planned_within(by_key[k], len(servers)), planner
+            )
     return out
-
-
-def _pairs(entry: JobEntry) -> str:
-    """The job's node selector as ``key=value, ...``."""
-    return ", ".join(f"{k}={v}" for k, v in sorted(entry.node_selector))
-
-
-def _resources(r: Resources) -> str:
-    parts = [f"{r.gpus} GPU(s)"] if r.gpus else []
-    if r.cpu:
-        parts.append(f"cpu {r.cpu:g}")
-    if r.memory:
-        parts.append(f"memory {r.memory / 2**30:.3g} GiB")
-    for k, v in r.extra:
-        bytes_ = k == "ephemeral-storage" or k.startswith("hugepages-")
-        parts.append(f"{k} {v / 2**30:.3g} GiB" if bytes_ else f"{k} {v:g}")
-    return ", ".join(parts)
-
-
-def _limits(entry: JobEntry) -> list[str]:
-    """The job's placement constraints, as the manifest writes them."""
-    limits = []
-    if entry.allowed_regions:
-        limits.append(f"spec.allowedRegions {list(entry.allowed_regions)}")
-    if entry.node_selector:
-        limits.append(f"{entry.selector_from} {_pairs(entry)}")
-    if entry.affinity:
-        limits.append(AFFINITY)
-    return limits
-
-
-def _scope(entry: JobEntry, servers: int) -> str:
-    """For a job with placement constraints: which servers its plan was limited to."""
-    limits = _limits(entry)
-    if not limits:
-        return ""
-    return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"
 
 
 def plan_pending(

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from hulk_operator import GROUP, PLURAL, VERSION, kube
-from hulk_operator.entries import job_entry
+from hulk_operator.entries import JobEntry, Key, job_entry
 from hulk_operator.inventory import (
     Resources,
     Usage,
@@ -34,8 +34,6 @@ from hulk_operator.inventory import (
 from hulk_operator.manifests import owner_job
 from hulk_operator.placement import (
     BASELINES,
-    JobEntry,
-    Key,
     Snapshot,
     held_servers,
     plan_pending,

@@ -18,7 +18,7 @@ from typing import Any
 from hulk_operator import manifests, recovery
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.entries import spec_hashes
+from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import (
     INVALID_SPEC,
     PODS_FORBIDDEN,
@@ -28,7 +28,7 @@ from hulk_operator.errors import (
 )
 from hulk_operator.inventory import NodeInfo, Resources
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import Decision, JobEntry, Placer, Snapshot
+from hulk_operator.placement import Decision, Placer, Snapshot
 from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
 from hulk_planner.model import Job, JobPlan

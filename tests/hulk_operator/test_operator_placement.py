@@ -7,51 +7,17 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from placement_helpers import entry, nodes, snap
 
 from hulk_operator import recovery
 from hulk_operator import status as st
-from hulk_operator.inventory import Latencies, NodeInfo, Resources, node_info
-from hulk_operator.placement import (
-    JobEntry,
-    Placer,
-    Snapshot,
-    plan_pending,
-    requests_fit_nowhere,
-    too_big_for,
-)
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import Latencies, Resources, node_info
+from hulk_operator.placement import Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
-from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
 from hulk_sandbox.nodes import node_manifest
-
-
-def nodes() -> dict[str, NodeInfo]:
-    out = {}
-    for s in paper_cluster().servers:
-        body = node_manifest(s)
-        body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-        out[s.name] = node_info(body)
-    return out
-
-
-def entry(job: Job, ns: str = "ml", **kw: Any) -> JobEntry:
-    base = dict(
-        key=(ns, job.name),
-        uid=f"uid-{job.name}",
-        generation=1,
-        job=job,
-        error=None,
-        plan_nodes=frozenset(),
-        phase=None,
-        deleting=False,
-    )
-    base.update(kw)
-    return JobEntry(**base)  # type: ignore[arg-type]
-
-
-def snap(entries: list[JobEntry], held: dict[str, Any] | None = None) -> Snapshot:
-    return Snapshot(nodes(), Latencies(), {e.key: e for e in entries}, held or {})
 
 
 def refusal(s: Snapshot, e: JobEntry) -> str:
@@ -98,61 +64,6 @@ def test_a_suspended_job_is_not_planned_and_holds_no_server() -> None:
     decisions = plan_pending(snap([asleep, awake]), plan)
     assert set(decisions) == {awake.key}
     assert replace(asleep, suspended=False).pending  # resumed: planned afresh
-
-
-def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
-    """What an edit of a running job is refused for (its pods run on): no set of the
-    servers its constraints allow holds it, whatever other jobs hold."""
-    cluster = paper_cluster()
-    usable = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
-    huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
-    why = too_big_for(huge, nodes())
-    assert why == (
-        f"fits nowhere: needs {memory_need_bytes(huge.job) / 2**30:.0f} GiB of GPU memory, "  # type: ignore[arg-type]
-        f"the whole cluster has {usable / 2**30:.0f} GiB usable (add servers, or use a "
-        "smaller model or microBatchSize)"
-    )
-    # a job the cluster could hold, every server held by others or cordoned: not refused
-    opt = paper_jobs()[0]
-    cordoned = {n: replace(i, unschedulable=True) for n, i in nodes().items()}
-    assert too_big_for(entry(opt), cordoned) is None
-    # limited to one region, the same job does not fit: the servers it may use are named
-    paris = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
-    why = too_big_for(entry(opt, allowed_regions=("paris",)), nodes())
-    assert why is not None and f"the {len(paris)} server(s) it may use have " in why, why
-    assert why.endswith("GiB usable (allow more servers (spec.allowedRegions ['paris']), add "
-                        "servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
-    invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
-    assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
-
-
-def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
-    """What an edit of a running job is refused for: ``cpu: 5000`` for ``5``."""
-    bert = paper_jobs()[3]
-    cpus = {n: i.allocatable.cpu for n, i in nodes().items()}
-    assert requests_fit_nowhere(entry(bert), nodes()) is None  # nothing requested
-    huge = entry(bert, requests=Resources(cpu=5000))
-    assert requests_fit_nowhere(huge, nodes()) == (
-        "spec.template: the stage pods' requests (cpu 5000) fit on none of the 47 node(s) "
-        "matching the job, even with nothing else on them; lower the template's requests"
-    )
-    typo = entry(bert, requests=Resources(extra=(("nvidia.com/gpus", 1.0),)))
-    assert requests_fit_nowhere(typo, nodes()) == (
-        "spec.template: none of the 47 node(s) matching the job has nvidia.com/gpus, which "
-        "the stage pods request: check the resource's name, or advertise it on the nodes"
-    )
-    most = max(cpus.values())
-    assert requests_fit_nowhere(entry(bert, requests=Resources(cpu=most)), nodes()) is None
-    by_region: dict[str, list[float]] = {}
-    for n, i in nodes().items():
-        by_region.setdefault(i.server.region, []).append(cpus[n])  # type: ignore[union-attr]
-    region = next(r for r, c in sorted(by_region.items()) if max(c) < most)
-    limited = entry(bert, requests=Resources(cpu=most), allowed_regions=(region,))
-    assert requests_fit_nowhere(limited, nodes()) == (
-        f"spec.template: the stage pods' requests (cpu {most:g}) fit on none of the "
-        f"{len(by_region[region])} node(s) matching the job, even with nothing else on them; "
-        "lower the template's requests"
-    )
 
 
 def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:

@@ -1,0 +1,148 @@
+"""Whether a job can be placed on the cluster at all, and how to say why not.
+
+These checks look at the job's constraints (allowed regions, node selector, the template's
+required affinity and requests) against every node, whatever other jobs hold: only an edit
+of the job or new nodes change their answer. The operator refuses an edit that fails one of
+them (the job keeps running on its last valid spec) and quotes them when a job waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import NodeInfo, Resources, fits, selected
+from hulk_planner.cost import too_big
+from hulk_planner.datasets import slug
+
+AFFINITY = "the template's required node affinity"
+
+
+def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """Why no node of the cluster matches the job's constraints (its regions, selectors,
+    required affinity), naming the constraint to change; None if some node does. Unlike
+    what other jobs hold, only an edit (or new nodes) changes this."""
+    if matching_nodes(entry, nodes):
+        return None
+    sel = dict(entry.node_selector)
+    parts = []
+    regions = entry.allowed_regions
+    if regions and not any(selected(i, None, regions) for i in nodes.values()):
+        known = sorted({i.server.region for i in nodes.values() if i.server})
+        by_slug = {slug(r): r for r in known}
+        near = [by_slug[slug(r)] for r in regions if slug(r) in by_slug]
+        parts.append(
+            f"spec.allowedRegions {list(regions)} names no region with GPU servers "
+            f"(regions: {', '.join(known) or 'none'})"
+            + (f"; did you mean {', '.join(near)}?" if near else "")
+        )
+    if sel and not any(selected(i, sel, None) for i in nodes.values()):
+        parts.append(f"{entry.selector_from} {selector_pairs(entry)} matches no node")
+    if entry.affinity and not any(selected(i, None, None, entry.affinity) for i in nodes.values()):
+        parts.append(f"{AFFINITY} matches no node")
+    return "; ".join(parts) or (
+        "no node matches the job's constraints together ("
+        + ", ".join(constraint_names(entry))
+        + ")"
+    )
+
+
+def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """Why the job fits on no set of the cluster's servers that its constraints allow, even
+    with every one of them free (an edit's ``parameters: 1e13`` for ``1e10``); None when
+    their GPU memory could hold it. Like :func:`unmatched`, only an edit or new nodes
+    change this; what other jobs hold does not count here."""
+    if entry.job is None:
+        return None
+    servers = [i.server for i in matching_nodes(entry, nodes) if i.server is not None]
+    limits = constraint_names(entry)
+    if not limits:
+        return too_big(entry.job, servers)
+    return too_big(
+        entry.job,
+        servers,
+        f"the {len(servers)} server(s) it may use have",
+        f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
+        "model or microBatchSize",
+    )
+
+
+def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """Why one stage pod of the job fits on no node its constraints allow even with
+    nothing else on it (``cpu: 5000`` for ``5``), naming the fix; None if one could hold
+    it. Like :func:`unmatched`, only an edit or new nodes change this."""
+    need = entry.requests
+    if need == Resources():
+        return None
+    matching = [i for i in matching_nodes(entry, nodes) if i.server is not None]
+    if not matching or any(
+        fits(i.allocatable, Resources(), need, i.allocatable.gpus or i.server.gpus)
+        for i in matching
+        if i.server is not None  # (kept above; said again for the type checker)
+    ):
+        return None
+    absent = missing_resources(need, matching)
+    if absent:
+        return (
+            f"spec.template: none of the {len(matching)} node(s) matching the job has "
+            f"{', '.join(absent)}, which the stage pods request: check the resource's name, "
+            "or advertise it on the nodes"
+        )
+    return (
+        f"spec.template: the stage pods' requests ({describe(need)}) fit on none of the "
+        f"{len(matching)} node(s) matching the job, even with nothing else on them; lower "
+        "the template's requests"
+    )
+
+
+def matching_nodes(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
+    """The nodes the job's constraints allow (healthy or not)."""
+    sel = dict(entry.node_selector)
+    return [i for i in nodes.values() if selected(i, sel, entry.allowed_regions, entry.affinity)]
+
+
+def missing_resources(need: Resources, infos: Sequence[NodeInfo]) -> list[str]:
+    """Resources the pods request that none of ``infos`` has (a node reporting no
+    allocatable is not checked)."""
+    return [
+        k
+        for k, _ in need.extra
+        if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in infos)
+    ]
+
+
+def selector_pairs(entry: JobEntry) -> str:
+    """The job's node selector as ``key=value, ...``."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(entry.node_selector))
+
+
+def describe(r: Resources) -> str:
+    parts = [f"{r.gpus} GPU(s)"] if r.gpus else []
+    if r.cpu:
+        parts.append(f"cpu {r.cpu:g}")
+    if r.memory:
+        parts.append(f"memory {r.memory / 2**30:.3g} GiB")
+    for k, v in r.extra:
+        bytes_ = k == "ephemeral-storage" or k.startswith("hugepages-")
+        parts.append(f"{k} {v / 2**30:.3g} GiB" if bytes_ else f"{k} {v:g}")
+    return ", ".join(parts)
+
+
+def constraint_names(entry: JobEntry) -> list[str]:
+    """The job's placement constraints, as the manifest writes them."""
+    limits = []
+    if entry.allowed_regions:
+        limits.append(f"spec.allowedRegions {list(entry.allowed_regions)}")
+    if entry.node_selector:
+        limits.append(f"{entry.selector_from} {selector_pairs(entry)}")
+    if entry.affinity:
+        limits.append(AFFINITY)
+    return limits
+
+
+def planned_within(entry: JobEntry, servers: int) -> str:
+    """For a job with placement constraints: which servers its plan was limited to."""
+    limits = constraint_names(entry)
+    if not limits:
+        return ""
+    return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"

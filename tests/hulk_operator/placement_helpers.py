@@ -1,0 +1,41 @@
+"""Helpers of the operator's in-memory placement tests: the paper's cluster as the
+operator sees it (Ready kwok nodes) and job entries as its index keeps them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import Latencies, NodeInfo, node_info
+from hulk_operator.placement import Snapshot
+from hulk_planner.datasets import paper_cluster
+from hulk_planner.model import Job
+from hulk_sandbox.nodes import node_manifest
+
+
+def nodes() -> dict[str, NodeInfo]:
+    out = {}
+    for s in paper_cluster().servers:
+        body = node_manifest(s)
+        body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        out[s.name] = node_info(body)
+    return out
+
+
+def entry(job: Job, ns: str = "ml", **kw: Any) -> JobEntry:
+    base = dict(
+        key=(ns, job.name),
+        uid=f"uid-{job.name}",
+        generation=1,
+        job=job,
+        error=None,
+        plan_nodes=frozenset(),
+        phase=None,
+        deleting=False,
+    )
+    base.update(kw)
+    return JobEntry(**base)  # type: ignore[arg-type]
+
+
+def snap(entries: list[JobEntry], held: dict[str, Any] | None = None) -> Snapshot:
+    return Snapshot(nodes(), Latencies(), {e.key: e for e in entries}, held or {})
