@@ -332,13 +332,18 @@ def _plan_stands(
     patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: dict[str, str], gen: int
 ) -> None:
     """The plan goes on for the edited spec: its fingerprint follows the spec, and a
-    refusal of an earlier edit is lifted."""
+    refusal of an earlier edit is lifted (``Planned`` summarises the plan again, as later
+    edits that leave it standing do not touch the condition)."""
     if (status.get("plan") or {}).get("specHashes") != fingerprint:
         patch.status["plan"] = {"specHashes": fingerprint}  # (a merge patch: stages stay)
     planned = st.condition(status, st.PLANNED) or {}
     if planned.get("reason") == INVALID_SPEC:
         conds = list(status.get("conditions") or [])
-        patch.status["conditions"] = st.set_condition(conds, st.PLANNED, True, "Planned", why, gen)
+        line = st.plan_line_from_status(status)
+        message = f"{line} ({why})" if line else why
+        patch.status["conditions"] = st.set_condition(
+            conds, st.PLANNED, True, "Planned", message, gen
+        )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -9,7 +9,6 @@ any point, converges on exactly one pod per slot and no other pod of the job.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -345,13 +344,10 @@ def _planned_message(d: Decision, job: Job | None) -> str:
     assert d.job_plan is not None and d.cluster is not None
     jp = d.job_plan
     regions = len({d.cluster.server(n).region for n in jp.nodes})
-    t = jp.predicted_iteration_seconds
-    step = f"; predicted {t:.3g} s per iteration" if not math.isnan(t) else ""
+    line = st.plan_line(len(jp.stages), len(jp.nodes), regions, d.planner,
+                        jp.predicted_iteration_seconds)  # fmt: skip
     note = batch_note(job, jp) if job else None
-    return (
-        f"{len(jp.stages)} stage(s) on {len(jp.nodes)} server(s) in {regions} "
-        f"region(s) by planner {d.planner}{step}" + (f"; {note}" if note else "")
-    )
+    return line + (f"; {note}" if note else "")
 
 
 def _estimated(

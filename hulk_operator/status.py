@@ -108,6 +108,27 @@ def job_plan_from_status(name: str, status: Mapping[str, Any] | None) -> JobPlan
         return None
 
 
+def plan_line(stages: int, servers: int, regions: int, planner: str, step_s: float) -> str:
+    """The ``Planned`` condition's summary of a plan."""
+    step = f"; predicted {step_s:.3g} s per iteration" if not math.isnan(step_s) else ""
+    return (
+        f"{stages} stage(s) on {servers} server(s) in {regions} region(s) by planner "
+        f"{planner}{step}"
+    )
+
+
+def plan_line_from_status(status: Mapping[str, Any] | None) -> str | None:
+    """:func:`plan_line` for the plan recorded in ``status.plan`` (None if unreadable)."""
+    jp = job_plan_from_status("", status)
+    if jp is None:
+        return None
+    plan = (status or {}).get("plan") or {}
+    regions = {str(n.get("region")) for s in plan["stages"] for n in s["nodes"]}
+    planner = str(plan.get("planner") or "?")
+    return plan_line(len(jp.stages), len(jp.nodes), len(regions), planner,
+                     jp.predicted_iteration_seconds)  # fmt: skip
+
+
 def plan_gpus(status: Mapping[str, Any] | None) -> dict[str, int]:
     """Server -> GPUs as recorded in ``status.plan`` (so pods do not depend on the node
     still being there)."""

@@ -838,6 +838,8 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     kube.apply(manifest("typo", model={"preset": "gpt2-xl"}))
     wait("Running", lambda: kube.phase("typo") == "Running", 60)
     before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")}
+    planned = condition(kube.job("typo"), "Planned")["message"]
+    summary = planned[: planned.index(" per iteration") + len(" per iteration")]
     patch = {"spec": {"allowedRegions": ["atlantis"]}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", patch)
 
@@ -861,7 +863,10 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
         return c if c.get("observedGeneration") == 3 and c["status"] == "True" else None
 
     c = wait("the refusal lifted", restored, 30)
-    assert c["message"] == "the spec is back to the one its pods run: its plan stands", c
+    # the plan summarised again (before: this line stayed through every later edit)
+    assert c["message"] == (
+        f"{summary} (the spec is back to the one its pods run: its plan stands)"
+    ), c
     time.sleep(3)
     assert len(kube.events("Planned")) == 1, "planned again"
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before

@@ -310,6 +310,12 @@ def test_plan_status_round_trip() -> None:
     assert {"index", "layers", "parallelism", "nodes"} <= set(first)
     assert {"name", "region", "gpus"} <= set(first["nodes"][0])
     assert st.job_plan_from_status("x", {}) is None
+    regions = len({cluster.server(n).region for n in jp.nodes})
+    assert st.plan_line_from_status(status) == (
+        f"{len(jp.stages)} stage(s) on {len(jp.nodes)} server(s) in {regions} region(s) by "
+        "planner hulk; predicted 1.5 s per iteration"
+    )
+    assert st.plan_line_from_status({}) is None
     assert st.diff({"a": 1, "b": 2}, {"a": 1, "b": 3}) == {"b": 3}
 
 
