@@ -6,7 +6,9 @@
   jobs' plans and stage pods hold, and the GPUs other pods request.
 - :func:`preview_plan`: the pending jobs (or the manifests given) planned by the operator's
   own ``plan_pending``: the same constraint groups, priorities, free servers and fallback
-  latencies, so the preview is the plan the operator would make now.
+  latencies, so the preview is the plan the operator would make now. A manifest of a
+  running job that would leave its plan standing (``edits.plan_stands``: the spec its pods
+  run, or an edit of ``priority``...) shows the plan its pods run, as applying it would.
 - :func:`cluster_from_kubeconfig`: the usable servers as a planner ``Cluster`` (with
   ``free_only``, as the operator offers them: not held, less other pods' GPUs).
 """
@@ -21,7 +23,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from hulk_operator import GROUP, PLURAL, VERSION, kube
+from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
+from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, job_entry
 from hulk_operator.inventory import (
     Resources,
@@ -40,7 +43,7 @@ from hulk_operator.placement import (
     planner_names,
 )
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
-from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
+from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
 
 DEFAULT_MAX_AGE_S = 600.0
 
@@ -53,11 +56,17 @@ class Preview:
     # baseline -> placed job -> its predicted step time, planned as the operator plans
     # them (each job's group on the servers it may use); empty unless asked for
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # for the user, a line each
 
 
 def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
     """The cluster now, as the operator's snapshot (every job, pending or not). An API
     server that cannot be reached or refuses a read raises ``InvalidRequest``."""
+    return _read(path, max_age_s)[0]
+
+
+def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str, Any]]]:
+    """:func:`read_cluster`, and the HulkTrainingJob objects by key."""
     with kube.make_client(path) as api:
         try:
             nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
@@ -73,7 +82,9 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
                 f"cannot reach the API server at {api.configuration.host} ({_reason(exc)})",
                 "check that the cluster is up and the kubeconfig's server and context",
             ) from None
-    jobs = {e.key: e for e in (_entry(o) for o in objects)}
+    entries = [(_entry(o), o) for o in objects]
+    jobs = {e.key: e for e, _ in entries}
+    by_key: dict[Key, Mapping[str, Any]] = {e.key: o for e, o in entries}
     stage_pods: list[tuple[Key, str]] = []
     others: dict[str, list[Resources]] = {}
     for pod in pods:
@@ -84,7 +95,8 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
         elif node:
             others.setdefault(node, []).append(pod_requests(spec))
     held = held_servers(jobs, stage_pods)
-    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=Usage(others))
+    snap = Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=Usage(others))
+    return snap, by_key
 
 
 def _refused(exc: ApiException, path: str) -> InvalidRequest:
@@ -144,13 +156,29 @@ def preview_plan(
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
     with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
-    snap = read_cluster(path)
+    snap, objects = _read(path, DEFAULT_MAX_AGE_S)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
+    # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
+    standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float]]] = {}
+    notes: list[str] = []
     if manifests is not None:
         for m in manifests:
             e = replace(_entry(m, namespace), suspended=False)  # previewed as if resumed
             if e.job is None:
                 raise InvalidRequest(f"job {e.key[1]}", e.error or "invalid spec")
+            running = snap.jobs.get(e.key)
+            kept = _stands(objects.get(e.key), running, m, e, snap)
+            if running is not None and kept is not None:
+                why, jp, compared_then = kept
+                standing[e.key] = (e, jp, compared_then)
+                notes.append(f"job {e.key[1]}: runs; applying this manifest, {why}: shown as "
+                             "its pods run")  # fmt: skip
+                continue
+            if running is not None and running.plan_nodes and not running.deleting:
+                notes.append(
+                    f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); applying "
+                    "this manifest plans it again from scratch: its pods are replaced"
+                )
             jobs[e.key] = e
     else:
         jobs |= {
@@ -159,7 +187,7 @@ def preview_plan(
             if e.pending and (namespace is None or k[0] == namespace)
         }
     pending = [e for e in jobs.values() if e.pending]
-    if not pending:
+    if not pending and not standing:
         where = f"namespace {namespace!r}" if namespace else "the cluster"
         raise InvalidRequest(
             "--kubeconfig",
@@ -177,14 +205,21 @@ def preview_plan(
         seed=seed,
         baselines=baselines,
     )
-    names = {k: n for n, k in planner_names(pending).items()}  # <name>.<ns> if needed
+    shown = pending + [e for e, _, _ in standing.values()]
+    names = {k: n for n, k in planner_names(shown).items()}  # <name>.<ns> if needed
     compared: dict[str, dict[str, float]] = {b: {} for b in BASELINES} if baselines else {}
     for e in pending:
         for base, t in decisions[e.key].baselines.items():
             if t is not None and decisions[e.key].job_plan is not None:
                 compared.setdefault(base, {})[names[e.key]] = t
+    for k, (_, _, then) in standing.items() if baselines else ():
+        for base, t in then.items():
+            compared.setdefault(base, {})[names[k]] = t
     placed, unplaced = [], []
-    for e in sorted(pending, key=lambda e: e.key):
+    for e in sorted(shown, key=lambda e: e.key):
+        if e.key in standing:
+            placed.append(replace(standing[e.key][1], name=names[e.key]))
+            continue
         d = decisions[e.key]
         if d.job_plan is not None:
             placed.append(replace(d.job_plan, name=names[e.key]))
@@ -199,13 +234,52 @@ def preview_plan(
     for d in decisions.values():
         if d.cluster is not None and d.job_plan is not None:
             found |= {n: d.cluster.server(n) for n in d.job_plan.nodes if n not in found}
+    for _, jp, _ in standing.values():
+        found |= {n: s for n in jp.nodes if (s := snap.nodes[n].server) is not None}
     servers = [found[n] for n in sorted(found)]
     if not servers:  # nothing to show a plan against: say why each job got nothing
         raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in unplaced))
     cluster = build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
-    jobs_out = [replace(e.job, name=names[e.key]) for e in pending if e.job is not None]
-    return Preview(cluster, jobs_out, Plan(planner, tuple(placed), tuple(unplaced)), compared)
+    jobs_out = [replace(e.job, name=names[e.key]) for e in shown if e.job is not None]
+    out = Plan(planner, tuple(placed), tuple(unplaced))
+    return Preview(cluster, jobs_out, out, compared, notes)
+
+
+def _stands(
+    obj: Mapping[str, Any] | None,
+    running: JobEntry | None,
+    manifest: Mapping[str, Any],
+    entry: JobEntry,
+    snap: Snapshot,
+) -> tuple[str, JobPlan, dict[str, float]] | None:
+    """For a manifest of a running job: why applying it would leave the job's plan standing,
+    that plan and the baselines' step times when it was made (as its status records them);
+    None if it would be planned again."""
+    if obj is None or running is None or not running.plan_nodes or running.deleting:
+        return None
+    status = obj.get("status") or {}
+    plan = status.get("plan")
+    if not plan or running.phase in (st.PHASE_FAILED, st.SUCCEEDED):
+        return None
+    if any((i := snap.nodes.get(n)) is None or i.server is None for n in running.plan_nodes):
+        return None  # a server gone: the operator re-plans the job anyway
+    mine = replace(entry, plan_nodes=running.plan_nodes)
+    why = edits.plan_stands(
+        obj.get("spec"),
+        manifest.get("spec"),
+        plan,
+        lambda: edits.servers_match(mine, snap.nodes),
+    )
+    jp = st.job_plan_from_status(entry.key[1], status)
+    if why is None or jp is None:
+        return None
+    then = {
+        str(b.get("planner")): float(b["predictedIterationSeconds"])
+        for b in status.get("baselines") or []
+        if isinstance(b, Mapping) and isinstance(b.get("predictedIterationSeconds"), int | float)
+    }
+    return why, jp, then
 
 
 def cluster_from_kubeconfig(

@@ -139,6 +139,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             time_budget_s=args.time_budget,
             baselines=args.output == "table" and not args.no_compare,
         )
+        for note in pv.notes:
+            print(f"hulk plan: note: {note}", file=sys.stderr)
         return _Inputs(pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines)
     if args.namespace:
         raise InvalidRequest(

@@ -300,3 +300,59 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
     assert out.stderr.startswith(
         "hulk plan: no job placed: huge: the stage pods' requests (cpu 9999) fit on none of the "
     ), out.stderr
+
+
+def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
+    sandbox: Any, kube: Kube, operator: Any, tmp_path: Path
+) -> None:
+    """Before: the manifest of a running job, unchanged, was previewed as a fresh plan on
+    other servers, where applying it leaves the pods where they run."""
+    job = manifest("steady", model={"preset": "gpt2-xl"})
+    kube.apply(job)
+    wait("Running", lambda: kube.phase("steady") == "Running", 60)
+    running = plan_nodes(kube.job("steady"))
+    path = tmp_path / "steady.yaml"
+
+    def preview(body: dict[str, Any]) -> tuple[list[str], str]:
+        body = copy.deepcopy(body)
+        body["metadata"]["namespace"] = kube.ns
+        path.write_text(yaml.safe_dump(body))
+        out = subprocess.run(
+            [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
+             "--jobs", str(path), "-o", "json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        (shown,) = json.loads(out.stdout)["jobs"]
+        return [n for s in shown["stages"] for n in s["nodes"]], out.stderr
+
+    nodes, said = preview(job)  # as applied
+    assert nodes == running, (nodes, running)
+    assert said.strip() == (
+        "hulk plan: note: job steady: runs; applying this manifest, nothing changed: its plan "
+        "stands: shown as its pods run"
+    )
+    table = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs",
+         str(path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    # the baselines as the operator compared them when it planned the job (status.baselines)
+    then = {
+        b["planner"]: b.get("predictedIterationSeconds")
+        for b in kube.job("steady")["status"]["baselines"]
+    }
+    assert set(then) == set(BASELINES) and all(then.values()), then
+    (row,) = [r for r in table.stdout.splitlines() if r.startswith("steady ")]
+    assert "not placed" not in row and row.count("x)") == len(BASELINES), row
+    job["spec"]["priority"] = 5  # a bookkeeping edit
+    nodes, said = preview(job)
+    assert nodes == running and "priority changed: its plan stands" in said, said
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "LR", "value": "3e-4"}]
+    _, said = preview(job)  # the pods are made again: a plan from scratch (its servers free)
+    assert said.strip() == (
+        f"hulk plan: note: job steady: runs on {len(running)} server(s); applying this "
+        "manifest plans it again from scratch: its pods are replaced"
+    )
+    assert not kube.events("Replanned") and plan_nodes(kube.job("steady")) == running
