@@ -33,14 +33,12 @@ from hulk_planner.model import Cluster, Job, ModelSpec, Plan
 from hulk_planner.planners.baseline_a import holds_model, plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
+from hulk_planner.planners.moves import GROWTH, Moves, State
 from hulk_planner.planners.search import (
-    GROWTH,
     UNPLACED_PENALTY,
     _Evaluator,
-    _Moves,
     _polish,
     _settled_rebuild,
-    _State,
     greedy_start,
     search_plan,
 )
@@ -303,18 +301,18 @@ def test_search_never_ends_worse_than_its_start(paper_cost: CostModel) -> None:
     assert geomean(times_after) <= geomean(times_before)
 
 
-def _two_regions() -> _Moves:
+def _two_regions() -> Moves:
     """Region "east": e0 (fastest) .. e3; region "west": w0 (fastest) .. w2; 1 GiB each."""
     servers = [server(f"e{i}", "east", tflops=10.0 - i) for i in range(4)]
     servers += [server(f"w{i}", "west", tflops=20.0 - i) for i in range(3)]
-    return _Moves(CostModel(cluster(servers)), [tiny_job("a"), tiny_job("b")])
+    return Moves(CostModel(cluster(servers)), [tiny_job("a"), tiny_job("b")])
 
 
-def _state(names: list[str], sets: dict[str | None, set[str]]) -> _State:
-    return _State(names, sets, lambda job, members: float(len(members)))
+def _state(names: list[str], sets: dict[str | None, set[str]]) -> State:
+    return State(names, sets, lambda job, members: float(len(members)))
 
 
-def _apply(state: _State, changes: list[tuple[str, str | None, str | None]]) -> None:
+def _apply(state: State, changes: list[tuple[str, str | None, str | None]]) -> None:
     assert state.attempt(changes, lambda d: True) is not None
 
 
@@ -363,7 +361,7 @@ def test_rebuild_places_freed_jobs_again_each_on_its_best_region() -> None:
     the nearest region; jobs not drawn keep their servers."""
     servers = [server(f"{r}{i}", r, tflops=10.0 - i) for r in "xyz" for i in range(2)]
     jobs = [tiny_job("a"), tiny_job("b"), tiny_job("c")]
-    moves = _Moves(CostModel(cluster(servers)), jobs)
+    moves = Moves(CostModel(cluster(servers)), jobs)
     wants = {"a": "y", "b": "z", "c": "x"}
 
     def term(job: str, members: set[str]) -> float:
@@ -373,7 +371,7 @@ def test_rebuild_places_freed_jobs_again_each_on_its_best_region() -> None:
     for seed in range(12):
         sets: dict[str | None, set[str]] = {"a": {"x0"}, "b": {"y0"}, "c": {"z0"}}
         sets[None] = {"x1", "y1", "z1"}
-        state = _State(["a", "b", "c"], sets, term)
+        state = State(["a", "b", "c"], sets, term)
         before = {j: set(state.sets[j]) for j in "abc"}
         _apply(state, moves.rebuild(random.Random(seed), state))
         drawn = [j for j in "abc" if state.sets[j] != before[j]]
@@ -386,12 +384,12 @@ def test_rebuild_places_freed_jobs_again_each_on_its_best_region() -> None:
             assert [state.sets[j] for j in "abc"] == [{"y0"}, {"z0"}, {"x0"}]
     assert rotated > 0
     # a is pulled towards twice its memory, more than its region holds: it spills over
-    state = _State(
+    state = State(
         ["a", "b"],
         {"a": {"x0", "x1"}, "b": {"y0"}, None: {"y1", "z0", "z1"}},
         lambda job, members: -float(len(members)) if job == "a" else 0.0,
     )
-    changes = _Moves(CostModel(cluster(servers)), jobs[:2]).rebuild(random.Random(0), state)
+    changes = Moves(CostModel(cluster(servers)), jobs[:2]).rebuild(random.Random(0), state)
     _apply(state, changes)
     assert len(state.sets["a"]) == 3  # 1.5 x its two servers' memory: three servers
 
@@ -402,17 +400,17 @@ def test_settled_rebuild_is_judged_after_a_few_moves_and_undone_whole_when_refus
     Settling finds that step before the whole is judged; a refused settled rebuild leaves
     the state exactly as it was."""
     servers = [server(f"{r}{i}", r, tflops=10.0 - i) for r in "xyz" for i in range(2)]
-    moves = _Moves(CostModel(cluster(servers)), [tiny_job("a"), tiny_job("b")])
+    moves = Moves(CostModel(cluster(servers)), [tiny_job("a"), tiny_job("b")])
 
     def term(job: str, members: set[str]) -> float:
         if job == "a":
             return float(len(members - {"y1"})) + (0.0 if "y1" in members else 2.0)
         return float(sum(n[0] != "z" for n in members)) + (0.0 if members else 5.0)
 
-    def fresh() -> _State:
+    def fresh() -> State:
         sets: dict[str | None, set[str]] = {"a": {"x0"}, "b": {"z0"}}
         sets[None] = {"x1", "y0", "y1", "z1"}
-        return _State(["a", "b"], sets, term)
+        return State(["a", "b"], sets, term)
 
     for seed in range(5):
         plain = fresh()
@@ -488,8 +486,8 @@ def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: lis
     sets: dict[str | None, set[str]] = {j: set() for j in [*names, None]}
     for s in c.servers:
         sets[rng.choice([*names, None])].add(s.name)
-    moves = _Moves(cost, jobs)
-    final = _polish(rng, _State(names, sets, term), moves, math.inf, math.inf)
+    moves = Moves(cost, jobs)
+    final = _polish(rng, State(names, sets, term), moves, math.inf, math.inf)
     out = final.sets
 
     def objective(state: dict[str | None, set[str]]) -> float:
