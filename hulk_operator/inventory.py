@@ -20,8 +20,8 @@ untolerated (``nvidia.com/gpu:NoSchedule`` is always tolerated).
 Latency: fresh probe measurements (``hulk_probe.links``) give server links; every pair
 without one falls back to region-level estimates (same region: ``same_region_latency_ms``;
 else ``cross_region_latency_ms``) and the job's status says so. A pair with a fresh
-"unreachable" report gets neither a link nor a fallback (the planner's own rule for pairs
-without a latency then applies: a relay through a server both reach, else unreachable).
+"unreachable" report gets neither a link nor a fallback: for the planner, as for any pair
+without a link, the two cannot communicate.
 """
 
 from __future__ import annotations

@@ -16,11 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
 from hulk_planner.regions import plan_in_regions, region_limits
+
+if TYPE_CHECKING:
+    from hulk_planner.topology import Network
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
@@ -182,6 +185,11 @@ def _cluster_only_fields(doc: Any) -> list[str]:
     return found
 
 
+def _unlinked_pairs(net: Network) -> int:
+    """How many server pairs cannot communicate (no link, no region link)."""
+    return 0 if net.fully_linked else int((~net.direct).sum()) // 2
+
+
 def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
     """Jobs that need more GPU memory than the whole cluster has, and why."""
     from hulk_planner.cost import too_big
@@ -208,15 +216,18 @@ def _fmt(seconds: float | None) -> str:
 
 
 def render_table(
-    cluster: Cluster, plan: Plan, compare: dict[str, dict[str, float] | str] | None
+    cluster: Cluster,
+    plan: Plan,
+    compare: dict[str, dict[str, float] | str] | None,
+    unlinked: int = 0,
 ) -> str:
     """The plan as text; ``compare``: each baseline's predicted step time per job it
-    places (or why it places none)."""
-    lines = [
-        f"planner: {plan.planner}    cluster: {cluster.name} "
-        f"({len(cluster.servers)} servers, {len(cluster.regions)} regions)",
-        "",
-    ]
+    places (or why it places none); ``unlinked``: server pairs that cannot communicate."""
+    n = len(cluster.servers)
+    shape = f"{_count(n, 'server')}, {_count(len(cluster.regions), 'region')}"
+    if unlinked:
+        shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs have no link"
+    lines = [f"planner: {plan.planner}    cluster: {cluster.name} ({shape})", ""]
     for jp in plan.jobs:
         shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"
         lines.append(
@@ -367,7 +378,7 @@ def _run(args: argparse.Namespace) -> int:
                 compare[name] = {jp.name: jp.predicted_iteration_seconds for jp in other.jobs}
             except HulkError as exc:
                 compare[name] = str(exc)
-    print(render_table(cluster, result, compare))
+    print(render_table(cluster, result, compare, _unlinked_pairs(whole_cluster_cost().net)))
     return code
 
 

@@ -39,6 +39,7 @@ from hulk_planner.cost import (
     params_per_layer,
 )
 from hulk_planner.model import Job, JobPlan, Stage
+from hulk_planner.topology import Network
 
 _STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 
@@ -51,6 +52,55 @@ def order_servers(cost: CostModel, names: Sequence[str]) -> list[str]:
     pos = {r: k for k, r in enumerate(path)}
     ids.sort(key=lambda i: (pos[int(net.region[i])], -cost.flops[i], i))
     return [net.names[i] for i in ids]
+
+
+def linked_order(
+    net: Network, ids: Sequence[int], *, ring: bool = False, tries: int = 4
+) -> list[int]:
+    """``ids`` (in pipeline order) reordered so that consecutive servers can communicate
+    wherever the links allow, the given order kept otherwise; with ``ring`` the last must
+    reach the first too (an all-reduce ring). Each next server is the first remaining one
+    linked to the last; where that chain breaks (no remaining server linked to the last),
+    chains from the next few starts are tried, then chains that take the linked server with
+    the fewest links left first (Warnsdorff's rule: the hard ones before they are
+    stranded), and the one with the fewest breaks kept. A break left makes the layout
+    infeasible, as the cost model scores it."""
+    ids = list(ids)
+    if net.fully_linked or len(ids) < 2 or (len(ids) == 2 and not ring):
+        return ids
+    linked = net.linked
+    best: tuple[int, list[int]] | None = None
+    for fewest_first in (False, True):
+        for start in ids[:tries]:
+            out, breaks = _chain(linked, ids, start, fewest_first)
+            if ring and out[0] not in linked[out[-1]]:
+                breaks += 1
+            if best is None or breaks < best[0]:
+                best = (breaks, out)
+            if breaks == 0:
+                return out
+    assert best is not None
+    return best[1]
+
+
+def _chain(
+    linked: Sequence[frozenset[int]], ids: Sequence[int], start: int, fewest_first: bool
+) -> tuple[list[int], int]:
+    """A chain through ``ids`` from ``start`` (see ``linked_order``) and how often it broke."""
+    out, left, breaks = [start], [i for i in ids if i != start], 0
+    members = set(left)
+    while left:
+        near = linked[out[-1]]
+        options = [k for k, i in enumerate(left) if i in near]
+        if not options:
+            breaks, k = breaks + 1, 0
+        elif fewest_first:
+            k = min(options, key=lambda k: (len(linked[left[k]] & members), k))
+        else:
+            k = options[0]
+        members.discard(left[k])
+        out.append(left.pop(k))
+    return out, breaks
 
 
 def balance_layers(
@@ -147,6 +197,7 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
 
     def consider(chosen: list[int], p: int, r: int) -> None:
         nonlocal best
+        chosen = linked_order(net, chosen)
         rows = [chosen[k * r : (k + 1) * r] for k in range(p)]
         m = micro_batches(job, r)
         counts = _balance(cost, job, rows, m)

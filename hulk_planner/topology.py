@@ -4,11 +4,10 @@ Latency of a server pair, in order of precedence:
 
 1. a server-level link (``spec.links``);
 2. a region-level link (``spec.regionLinks``; ``a == b`` is the intra-region value);
-3. a relay over the best path of known links (shortest path by latency; its bandwidth is the
-   narrowest hop). Relaying is allowed because traffic between two servers that cannot reach
-   each other directly can be forwarded by a server both can reach, as overlay networks do;
-   the extra latency steers planners away from such pairs on their own;
-4. otherwise the pair is unreachable (``inf``): a plan that needs it is infeasible.
+3. otherwise the pair cannot communicate (``inf``), as the planning interface says of a pair
+   with no link: a plan that needs it (adjacent stages, or replicas of a stage, on the two
+   servers) is infeasible. Nothing is relayed through a third server: stage pods connect
+   to each other directly, and a missing pair is often a network policy.
 
 Bandwidth where a link gives none: 10 Gb/s inside a region and 2 Gb/s between regions,
 from public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across regions
@@ -25,9 +24,6 @@ from hulk_planner.model import Cluster
 
 DEFAULT_INTRA_REGION_GBPS = 10.0
 DEFAULT_CROSS_REGION_GBPS = 2.0
-# Relaying by Floyd-Warshall costs O(n^3); above this size missing pairs stay unreachable
-# unless region links fill them (large clusters should give regionLinks).
-RELAY_MAX_SERVERS = 1500
 ROWS_MAX_SERVERS = 500  # two 500 x 500 lists of floats: about 16 MB
 
 
@@ -64,13 +60,7 @@ class Network:
             if link.bandwidth_gbps:
                 bw[i, j] = bw[j, i] = link.bandwidth_gbps
         np.fill_diagonal(lat, 0.0)
-        self.direct = np.isfinite(lat)
-        if not self.direct.all() and n <= RELAY_MAX_SERVERS:
-            # Relays fill only the pairs with no link: a given link keeps its latency even
-            # where a relay would be shorter (precedence above), whatever other pairs lack.
-            relay_lat, relay_bw = _relay(lat, bw)
-            lat = np.where(self.direct, lat, relay_lat)
-            bw = np.where(self.direct, bw, relay_bw)
+        self.direct = np.isfinite(lat)  # the pairs that can communicate
         np.fill_diagonal(bw, np.inf)
         self.latency_ms = lat
         self.bandwidth_gbps = bw
@@ -115,6 +105,16 @@ class Network:
         self._paths[regions] = path
         return path
 
+    @cached_property
+    def fully_linked(self) -> bool:
+        """Whether every pair of servers can communicate."""
+        return bool(self.direct.all())
+
+    @cached_property
+    def linked(self) -> list[frozenset[int]]:
+        """For each server, the servers it can communicate with."""
+        return [frozenset(np.flatnonzero(row).tolist()) - {i} for i, row in enumerate(self.direct)]
+
     def ids(self, names: list[str] | tuple[str, ...]) -> list[int]:
         return [self.index[n] for n in names]
 
@@ -123,17 +123,3 @@ class Network:
 
     def reachable(self, a: str, b: str) -> bool:
         return bool(np.isfinite(self.latency_ms[self.index[a], self.index[b]]))
-
-
-def _relay(lat: np.ndarray, bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All-pairs shortest latency paths (Floyd-Warshall, vectorised), carrying the path's
-    narrowest bandwidth along (``Network`` keeps the given value of every linked pair)."""
-    lat = lat.copy()
-    bw = bw.copy()
-    for k in range(lat.shape[0]):
-        via = lat[:, k : k + 1] + lat[k : k + 1, :]
-        better = via < lat
-        if better.any():
-            lat = np.where(better, via, lat)
-            bw = np.where(better, np.minimum(bw[:, k : k + 1], bw[k : k + 1, :]), bw)
-    return lat, bw

@@ -1,12 +1,15 @@
 """Baseline A (the Hulk paper): data parallelism on every server whose memory holds the whole
 model. Each server trains a full replica; gradients are all-reduced over a ring of all of
-them. Several jobs divide the fitting servers as ``split.split_servers`` says."""
+them (in the listed order, but for servers that cannot reach the next: see
+``layout.linked_order``). Several jobs divide the fitting servers as
+``split.split_servers`` says."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from hulk_planner.cost import CostModel, micro_batches, server_capacity, stage_memory
+from hulk_planner.layout import linked_order
 from hulk_planner.model import Job, JobPlan, Plan, Server, Stage, Unplaced
 from hulk_planner.planners.split import split_servers
 
@@ -37,7 +40,8 @@ def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
         if job.name not in shares:
             unplaced.append(Unplaced(job.name, reasons.get(job.name, "no fitting server left")))
             continue
-        nodes = tuple(shares[job.name])
+        net = cost.net
+        nodes = tuple(net.names[i] for i in linked_order(net, net.ids(shares[job.name]), ring=True))
         jp = JobPlan(
             job.name,
             (Stage((0, job.model.layers), nodes, "data"),),

@@ -66,7 +66,7 @@ def test_the_preview_cluster_uses_measured_latencies(sandbox: Any, latencies: Pu
     assert net.latency("tokyo-25", "tokyo-26") == 42.0
     assert net.latency("tokyo-28", "tokyo-29") == 1.0  # stale: the same-region estimate
     assert net.latency("tokyo-25", "beijing-0") == 100.0  # never measured: cross-region
-    # Reported unreachable: no link and no estimate (the planner may only relay it).
+    # Reported unreachable: no link and no estimate (the two cannot communicate).
     assert frozenset(("tokyo-26", "tokyo-27")) not in links
     assert ("tokyo", "tokyo") not in {(r.a, r.b) for r in cluster.region_links}
     assert not net.direct[net.index["tokyo-26"], net.index["tokyo-27"]]

@@ -101,6 +101,21 @@ def test_paper_pair_that_is_absent_has_no_link(paper: datasets.Cluster) -> None:
     assert frozenset((names[absent[0]], names[absent[1]])) not in keys
 
 
+def test_paper_pairs_without_a_link_cannot_communicate(paper: datasets.Cluster) -> None:
+    """What the README says of the paper's data: no link inside Rome, Paris or New Delhi,
+    and none between the four servers the paper's Table 2 gives BERT-large."""
+    net = Network(paper)
+    names = datasets.paper_server_names()
+    for region in ("Rome", "Paris", "New Delhi"):
+        inside = [s.name for s in paper.servers if s.region == region]
+        assert len(inside) > 1
+        assert not any(net.reachable(a, b) for a in inside for b in inside if a != b)
+    bert = [names[i] for i in datasets.PAPER_TABLE2["bert-large"]]
+    assert len(bert) == 4
+    assert not any(net.reachable(a, b) for a in bert for b in bert if a != b)
+    assert int((~net.direct).sum()) // 2 == 1081 - len(paper.links) == 468
+
+
 def test_paper_jobs() -> None:
     four = datasets.paper_jobs()
     assert [j.name for j in four] == ["opt-175b", "t5-11b", "gpt2-xl", "bert-large"]

@@ -24,12 +24,57 @@ from hulk_planner.generate import random_cluster
 from hulk_planner.layout import (
     balance_layers,
     layout_job,
+    linked_order,
     make_job_plan,
     order_servers,
     repair_job,
 )
 from hulk_planner.model import Job, ModelSpec
 from hulk_planner.presets import preset, preset_model
+
+
+def _linked(names: str, links: list[tuple[str, str]]) -> CostModel:
+    return CostModel(cluster([server(n) for n in names], [(a, b, 1.0) for a, b in links]))
+
+
+def test_linked_order_keeps_the_order_where_links_allow_and_mends_it_where_not() -> None:
+    cost = _linked("abcd", [("a", "b"), ("b", "c"), ("c", "d"), ("a", "c")])
+    net = cost.net
+
+    def order(names: str, **kw: bool) -> str:
+        return "".join(net.names[i] for i in linked_order(net, net.ids(list(names)), **kw))
+
+    assert order("abcd") == "abcd"  # every consecutive pair linked: unchanged
+    # a-c-b-d needs b-d, which has no link; chains from the next starts: b-a-c-d holds
+    assert order("acbd") == "bacd"
+    cycle = _linked("abcd", [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")]).net
+    ring = [cycle.names[i] for i in linked_order(cycle, cycle.ids(list("acbd")), ring=True)]
+    assert sorted(ring) == list("abcd")
+    assert all(cycle.reachable(x, y) for x, y in itertools.pairwise([*ring, ring[0]])), ring
+    # a path exists only from d or from a's far end: a-b, a-d, b-c (d-a-b-c)
+    star = _linked("abcd", [("a", "b"), ("a", "d"), ("b", "c")]).net
+    found = [star.names[i] for i in linked_order(star, star.ids(list("abcd")))]
+    assert "".join(found) in ("dabc", "cbad")
+    full = CostModel(cluster([server(n) for n in "abc"], [("a", "b", 1.0), ("b", "c", 1.0),
+                                                         ("a", "c", 1.0)]))  # fmt: skip
+    assert linked_order(full.net, [2, 0, 1]) == [2, 0, 1]  # fully linked: as given
+
+
+def test_layout_puts_adjacent_stages_on_linked_servers_only() -> None:
+    """Four servers, each holding half the job, in a chain a-b-c-d (no other links):
+    listed fastest first (a, c, b, d), consecutive stages a-c would be a pair that cannot
+    communicate. Before, such pairs were relayed; now the layout follows the links."""
+    job = tiny_job("j", layers=4)
+    half = usable_gib(2 * LAYER_STATE_BYTES + 4 * LAYER_ACTIVATION_BYTES)
+    servers = [
+        server(n, memory_gib=half, tflops=t)
+        for n, t in zip("acbd", (9.0, 8.0, 7.0, 6.0), strict=True)
+    ]
+    cost = CostModel(cluster(servers, [("a", "b", 1.0), ("b", "c", 1.0), ("c", "d", 1.0)]))
+    jp = layout_job(cost, job, ["a", "b", "c", "d"])
+    assert jp is not None and math.isfinite(jp.predicted_iteration_seconds)
+    nodes = [st_.nodes[0] for st_ in jp.stages]
+    assert len(nodes) > 1 and all(cost.net.reachable(x, y) for x, y in itertools.pairwise(nodes))
 
 
 def test_order_servers_follows_regions_fastest_first() -> None:

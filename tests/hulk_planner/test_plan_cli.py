@@ -131,7 +131,10 @@ def test_table_for_given_files(files: tuple[Path, Path]) -> None:
     cluster, jobs = files
     out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--time-budget", "0.1", "--seed", "3")
     assert out.returncode == 0, out.stderr
-    assert "cluster: two-cities (4 servers, 2 regions)" in out.stdout
+    # bj-1 and bj-2 have no link to ca-0: pairs that cannot communicate, counted
+    assert "cluster: two-cities (4 servers, 2 regions; 2 of its 6 server pairs have no link)" in (
+        out.stdout
+    )
     assert "gpt2-xl:" in out.stdout and "bert-large:" in out.stdout
     assert "geometric mean" in out.stdout
 
