@@ -142,11 +142,17 @@ def example_spec(
 
 @cache
 def search_code_digest() -> str:
-    """A digest of the code a search result depends on (search, layout, cost model,
+    """A digest of the code a search result depends on (search and its moves, layout, cost model,
     topology), so labels made by another version of the search are not reused."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for rel in ("planners/search.py", "layout.py", "cost.py", "topology.py"):
+    for rel in (
+        "planners/search.py",
+        "planners/moves.py",
+        "layout.py",
+        "cost.py",
+        "topology.py",
+    ):
         h.update((root / rel).read_bytes())
     return h.hexdigest()[:12]
 
