@@ -29,6 +29,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# a missing third-party module -> the extra that installs it
+EXTRAS = {
+    "torch": "gnn",
+    "torch_geometric": "gnn",
+    "kopf": "operator",
+    "kubernetes": "operator",
+    "prometheus_client": "operator",
+    "cryptography": "sandbox",
+}
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """``pip install 'hulk[...]'`` for a module one of the extras installs; None otherwise
+    (a bug, shown as such)."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    return None if extra is None else f"pip install 'hulk[{extra}]'"
+
+
 class _Parser(argparse.ArgumentParser):
     """A flag's error in one line, as every other error (argparse prints its usage first)."""
 
@@ -46,14 +65,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.parse_args(argv)
         return 0 if argv else 2
     name = argv[0]
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    sub_parser = _Parser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
-    module.add_arguments(sub_parser)
-    args = sub_parser.parse_args(argv[1:])
     try:
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+        sub_parser = _Parser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
+        module.add_arguments(sub_parser)
+        args = sub_parser.parse_args(argv[1:])
         code = int(module.run(args) or 0)
         sys.stdout.flush()  # here, where a closed pipe can still be handled
         return code
+    except ModuleNotFoundError as exc:
+        fix = _missing_extra(exc)
+        if fix is None:
+            raise
+        print(f"hulk {name}: error: needs the {exc.name} module ({fix})", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `hulk plan -o json | head`: the reader left, as in any CLI
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -193,6 +193,12 @@ def check(args: argparse.Namespace) -> None:
             )
     if args.data is not None and (Path(args.data).exists() or Path(args.data).is_symlink()):
         check_data_file(Path(args.data), data_header(_generation(args)))
+    if Path(args.output).is_dir():  # ("" parses as ".")
+        raise InvalidRequest(
+            "--output",
+            f"{str(args.output)!r} is a directory",
+            "give a file path, e.g. out/gnn/hulk-gnn.pt",
+        )
     out_dir = Path(args.output).parent
     try:  # a file written and removed: permissions alone do not tell (root, /sys)
         out_dir.mkdir(parents=True, exist_ok=True)

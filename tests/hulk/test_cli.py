@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from hulk.cli import SUBCOMMANDS, main
@@ -25,6 +28,29 @@ def test_an_unknown_command_names_the_choices(capsys: pytest.CaptureFixture[str]
         main(["pln"])
     assert exc.value.code == 2
     assert "invalid choice: 'pln'" in capsys.readouterr().err
+
+
+def test_a_missing_extra_is_named_with_its_install_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Before: ``hulk train`` without torch printed a traceback."""
+    import builtins
+
+    real = builtins.__import__
+
+    def no_torch(name: str, *args: object, **kwargs: object) -> object:
+        if name.split(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    gone = ("torch", "torch_geometric", "hulk_planner.gnn")  # and what imported them
+    for mod in [m for m in sys.modules if m.startswith(gone)]:
+        monkeypatch.delitem(sys.modules, mod)
+    out = tmp_path / "w.pt"
+    assert main(["train", "--examples", "1", "--epochs", "1", "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hulk train: error: needs the torch module (pip install 'hulk[gnn]')")
 
 
 def test_a_subcommand_gets_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -160,6 +160,8 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
         (["--seed", "-1"], "--seed: must be 0 to 2**32 - 1, got -1"),
         (["--seed", str(2**32)], "--seed: must be 0 to 2**32 - 1"),
         (["--output", "/proc/no/such/dir/w.pt"], "--output: /proc/no/such/dir"),
+        (["--output", "/tmp"], "--output: '/tmp' is a directory (give a file path"),
+        (["--output", ""], "--output: '.' is a directory (give a file path"),
     ],
 )
 def test_cli_refuses_bad_flags_before_any_work(
