@@ -129,6 +129,23 @@ def _drop_infeasible(cost: CostModel, result: Plan, jobs: Sequence[Job]) -> Plan
     )
 
 
+def unkept(old: JobPlan, job: Job | None) -> str | None:
+    """Why a re-plan does not keep ``old`` (a job of the previous plan) where it is, or None
+    if it tries to (keeping its healthy servers)."""
+    if job is None:
+        return "is not among the jobs planned: its servers are free for the others"
+    if old.stages[-1].layers[1] != job.model.layers:
+        return (
+            f"lays out {old.stages[-1].layers[1]} layers, the job has {job.model.layers}: "
+            "planned afresh"
+        )
+    if any(st.parallelism != "data" for st in old.stages):
+        return (
+            "has tensor-parallel stages (baseline-c), which a re-plan does not keep: planned afresh"
+        )
+    return None
+
+
 def _replan(
     cost: CostModel, jobs: Sequence[Job], planner: str, options: Options, previous: Plan
 ) -> Plan:
@@ -139,8 +156,8 @@ def _replan(
     kept: list[JobPlan] = []
     for old in previous.jobs:
         job = requested.get(old.name)
-        if job is None or old.stages[-1].layers[1] != job.model.layers:
-            continue  # not asked for, or its model changed (other layers): planned afresh
+        if job is None or unkept(old, job) is not None:
+            continue  # not asked for, its model changed, or tensor stages: planned afresh
         fixed = repair_job(cost, job, old, free)
         limit = old.predicted_iteration_seconds
         if fixed is not None and (

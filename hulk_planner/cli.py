@@ -157,12 +157,12 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "topology file: this plan ignores it (preview with --kubeconfig to apply it)",
                 file=sys.stderr,
             )
-    cluster = io.load_cluster(args.cluster) if args.cluster else datasets.paper_cluster()
+    notes: list[str] = []
+    cluster = io.load_cluster(args.cluster, notes) if args.cluster else datasets.paper_cluster()
     if not jobs and not args.jobs:
         jobs = datasets.paper_jobs()
     if not jobs:
         raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
-    notes: list[str] = []
     limits = region_limits(documents, cluster, notes)
     for note in notes:
         print(f"hulk plan: note: {note}", file=sys.stderr)
@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from hulk_planner import io
-    from hulk_planner.api import ADAPTS_TO_PREVIOUS, PLANNERS, plan
+    from hulk_planner.api import ADAPTS_TO_PREVIOUS, PLANNERS, plan, unkept
     from hulk_planner.cost import CostModel, batch_note
 
     if args.planner not in PLANNERS:
@@ -329,6 +329,11 @@ def _run(args: argparse.Namespace) -> int:
             if len(docs) != 1:
                 raise InvalidRequest("--previous", "must hold one PlacementPlan")
             previous = io.plan_from_dict(docs[0], args.previous)
+            asked = {j.name: j for j in jobs}
+            for old in previous.jobs:
+                lost = unkept(old, asked.get(old.name))
+                if lost is not None:
+                    print(f"hulk plan: note: --previous: job {old.name} {lost}", file=sys.stderr)
             gone = sorted({n for jp in previous.jobs for n in jp.nodes} - set(cluster.index))
             if gone:
                 print(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from hulk_planner.model import (
     Server,
     Stage,
     Unplaced,
+    check_positive,
 )
 from hulk_planner.presets import preset, preset_model
 
@@ -53,6 +54,20 @@ def _number(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) ->
     return value
 
 
+def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
+    """A required string field: YAML reads ``on``, ``no``, ``true`` or ``123`` unquoted as
+    booleans and numbers, which must not turn into server ``True`` or region ``{'a': 1}``."""
+    value = _require(doc, key, where)
+    if not isinstance(value, str):
+        raise InvalidRequest(
+            f"{where}.{key}",
+            f"must be a string, got {value!r}",
+            "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as "
+            "other types",
+        )
+    return value
+
+
 def _check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
         raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}")
@@ -71,7 +86,24 @@ def _found(doc: Mapping[str, Any], key: str) -> str:
 
 class _Loader(yaml.SafeLoader):
     """YAML 1.1's safe loader, with numbers as JSON and YAML 1.2 write them: YAML 1.1 reads
-    ``7e9``, ``1e-05`` or ``1.0e308`` (an exponent without a dot or a sign) as strings."""
+    ``7e9``, ``1e-05`` or ``1.0e308`` (an exponent without a dot or a sign) as strings; and a
+    key given twice in one mapping is an error, as in kubectl (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # ``<<: *anchor``: its keys may be overridden here
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"found the key {key!r} twice in one mapping",
+                        key_node.start_mark,
+                    )  # fmt: skip
+                if isinstance(key, Hashable):
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
 _Loader.add_implicit_resolver(
@@ -131,8 +163,8 @@ def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
         w = f"spec.{key}[{i}]"
         out.append(
             kind(
-                str(_require(lk, "a", w)),
-                str(_require(lk, "b", w)),
+                _text(lk, "a", w),
+                _text(lk, "b", w),
                 _number(lk, "latencyMs", w),
                 _number(lk, "bandwidthGbps", w, None),
             )
@@ -149,11 +181,10 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
     servers = []
     for i, n in enumerate(nodes):
         w = f"spec.nodes[{i}]"
-        name = _require(n, "name", w)
         servers.append(
             Server(
-                name=str(name),
-                region=str(_require(n, "region", w)).strip(),
+                name=_text(n, "name", w),
+                region=_text(n, "region", w).strip(),
                 gpus=_number(n, "gpus", w),
                 gpu_memory_gib=_number(n, "gpuMemoryGiB", w),
                 gpu_tflops=_number(n, "gpuTFLOPS", w),
@@ -219,16 +250,67 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def load_cluster(path: str | Path) -> Cluster:
+def load_cluster(path: str | Path, notes: list[str] | None = None) -> Cluster:
+    """The one ClusterTopology of a file; ``notes`` gets a line for each field it does not
+    know (ignored, as a typo of an optional field would be: ``regionlinks``)."""
     docs = load_documents(path)
     if len(docs) != 1:
         raise InvalidRequest(str(path), f"holds {len(docs)} documents", "give one ClusterTopology")
     try:
-        return cluster_from_dict(docs[0], str(path))
+        cluster = cluster_from_dict(docs[0], str(path))
+        if notes is not None:
+            notes += [f"{path}: {text}" for text in unknown_topology_fields(docs[0])]
+        return cluster
     except InvalidRequest as exc:
         if exc.field.startswith(str(path)):
             raise
         raise InvalidRequest(f"{path}: {exc.field}", exc.problem, exc.fix) from None
+
+
+# The ClusterTopology fields (docs/formats.md); "[]" marks each entry of a list.
+TOPOLOGY_FIELDS: dict[str, tuple[str, ...]] = {
+    "": ("apiVersion", "kind", "metadata", "spec"),
+    "spec": ("nodes", "links", "regionLinks"),
+    "spec.nodes[]": (
+        "name",
+        "region",
+        "gpus",
+        "gpuMemoryGiB",
+        "gpuTFLOPS",
+        "gpuProduct",
+        "computeCapability",
+        "zone",
+    ),
+    "spec.links[]": ("a", "b", "latencyMs", "bandwidthGbps"),
+    "spec.regionLinks[]": ("a", "b", "latencyMs", "bandwidthGbps"),
+}
+
+
+def unknown_topology_fields(doc: Mapping[str, Any]) -> list[str]:
+    """A topology's fields that a ClusterTopology does not have, each with the field it is
+    likely a typo of (one line per field name and place, however many entries repeat it)."""
+    import difflib
+
+    out: dict[str, str] = {}
+    for section, known in TOPOLOGY_FIELDS.items():
+        path = section.removesuffix("[]")
+        node: Any = doc
+        for part in filter(None, path.split(".")):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        entries = node if section.endswith("[]") and isinstance(node, list) else [node]
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            for key in entry:
+                where = f"{section}." if section else ""
+                if key in known or f"{where}{key}" in out:
+                    continue
+                text = f"{where}{key} is not a ClusterTopology field: ignored"
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
+                if close:
+                    text += f" (did you mean {where}{close[0]}?)"
+                out[f"{where}{key}"] = text
+    return list(out.values())
 
 
 # The HulkTrainingJob fields (the CRD's schema, crds/hulktrainingjobs.hulk.dev.yaml; a test
@@ -504,11 +586,13 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
                     f"{at}.{exc.field.split('.')[-1]}", exc.problem, exc.fix
                 ) from None
         t = j.get("predictedIterationSeconds")
+        micro = _number(j, "microBatches", w)
+        check_positive(f"{w}.microBatches", micro, integer=True)
         jobs.append(
             JobPlan(
                 name,
                 tuple(stages),
-                int(_number(j, "microBatches", w)),
+                int(micro),
                 float(t) if t is not None else math.nan,
             )
         )

@@ -20,13 +20,27 @@ from hulk_planner.errors import InvalidRequest
 Parallelism = Literal["data", "tensor"]
 GIB = 1024**3
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Bounds far past any real hardware or network: a larger value is a typo (1e300 TFLOPS
+# overflowed the cost model into NaN and a traceback).
+MAX_GPUS = 100_000  # per server
+MAX_GPU_MEMORY_GIB = 1e6  # per GPU
+MAX_GPU_TFLOPS = 1e6  # per GPU
+MAX_LATENCY_MS = 1e7  # one-way, about three hours
+MAX_GBPS = 1e7
 
 
 def check_positive(
-    where: str, value: object, *, integer: bool = False, allow_zero: bool = False
+    where: str,
+    value: object,
+    *,
+    integer: bool = False,
+    allow_zero: bool = False,
+    at_most: float | None = None,
 ) -> None:
     """Raise ``InvalidRequest`` naming ``where`` unless ``value`` is a finite number above
-    zero (or zero, with ``allow_zero``); the one check behind every numeric field and flag."""
+    zero (or zero, with ``allow_zero``; at most ``at_most``, where a larger value can only
+    be a typo and would overflow the cost model); the one check behind every numeric field
+    and flag."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(where, f"must be a number, got {value!r}")
     try:
@@ -40,6 +54,8 @@ def check_positive(
         raise InvalidRequest(where, f"must be a finite number {bound}, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidRequest(where, f"must be {bound}, got {value!r}")
+    if at_most is not None and value > at_most:
+        raise InvalidRequest(where, f"must be at most {at_most:g}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +82,9 @@ class Server:
             raise InvalidRequest("name", "every server needs a non-empty name")
         if not isinstance(self.region, str) or not self.region.strip():
             raise InvalidRequest(f"{where}.region", "must be a non-empty string")
-        check_positive(f"{where}.gpus", self.gpus, integer=True)
-        check_positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib)
-        check_positive(f"{where}.gpuTFLOPS", self.gpu_tflops)
+        check_positive(f"{where}.gpus", self.gpus, integer=True, at_most=MAX_GPUS)
+        check_positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib, at_most=MAX_GPU_MEMORY_GIB)
+        check_positive(f"{where}.gpuTFLOPS", self.gpu_tflops, at_most=MAX_GPU_TFLOPS)
 
     @property
     def memory_bytes(self) -> float:
@@ -94,9 +110,11 @@ class Link:
         where = f"link {self.a}-{self.b}"
         if self.a == self.b:
             raise InvalidRequest(where, "a link joins two different servers")
-        check_positive(f"{where}.latencyMs", self.latency_ms, allow_zero=True)
+        check_positive(
+            f"{where}.latencyMs", self.latency_ms, allow_zero=True, at_most=MAX_LATENCY_MS
+        )
         if self.bandwidth_gbps is not None:
-            check_positive(f"{where}.bandwidthGbps", self.bandwidth_gbps)
+            check_positive(f"{where}.bandwidthGbps", self.bandwidth_gbps, at_most=MAX_GBPS)
 
     @property
     def key(self) -> frozenset[str]:
@@ -115,9 +133,16 @@ class RegionLink:
     bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
-        check_positive(f"regionLink {self.a}-{self.b}.latencyMs", self.latency_ms, allow_zero=True)
+        check_positive(
+            f"regionLink {self.a}-{self.b}.latencyMs",
+            self.latency_ms,
+            allow_zero=True,
+            at_most=MAX_LATENCY_MS,
+        )
         if self.bandwidth_gbps is not None:
-            check_positive(f"regionLink {self.a}-{self.b}.bandwidthGbps", self.bandwidth_gbps)
+            check_positive(
+                f"regionLink {self.a}-{self.b}.bandwidthGbps", self.bandwidth_gbps, at_most=MAX_GBPS
+            )
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,17 @@ def test_generated_clusters_round_trip(n: int, seed: int, explicit: bool) -> Non
          "California-Beijing is listed twice"),
         (lambda d: d["spec"]["nodes"][0].update(gpus=10**400), "server 'bj-0'.gpus",
          "is too large (401 digits)"),
+        # before: 1e300 overflowed the cost model into a traceback; on, 123 or a mapping
+        # became servers "True" and "123", a region "{'a': 1}"
+        (lambda d: d["spec"]["nodes"][0].update(gpuTFLOPS=1e300), "server 'bj-0'.gpuTFLOPS",
+         "must be at most 1e+06, got 1e+300"),
+        (lambda d: d["spec"]["nodes"][0].update(gpuMemoryGiB=1e200), "gpuMemoryGiB", "at most"),
+        (lambda d: d["spec"]["links"][0].update(latencyMs=1e300), "latencyMs", "at most 1e+07"),
+        (lambda d: d["spec"]["nodes"][0].update(name=True), "spec.nodes[0].name",
+         "must be a string, got True"),
+        (lambda d: d["spec"]["nodes"][0].update(region={"a": 1}), "spec.nodes[0].region",
+         "must be a string"),
+        (lambda d: d["spec"]["links"][0].update(a=123), "spec.links[0].a", "got 123"),
     ],
 )  # fmt: skip
 def test_cluster_errors_name_the_field(mutate: Any, field: str, problem: str) -> None:
@@ -181,6 +192,45 @@ def test_kind_and_api_version_are_checked() -> None:
     assert str(exc.value) == "c.yaml: apiVersion: is missing (use 'hulk.dev/v1alpha1')"
     with pytest.raises(InvalidRequest):
         io.cluster_from_dict(["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_a_key_given_twice_in_one_mapping_is_refused(tmp_path: Path) -> None:
+    """Before: ``{name: a, name: b}`` kept b silently; kubectl refuses it, so does hulk. A
+    merge key's values may still be overridden."""
+    path = tmp_path / "c.yaml"
+    path.write_text("base: &b {name: x, region: R}\nnodes:\n- {<<: *b, name: a}\n")
+    assert io.load_documents(path)[0]["nodes"] == [{"name": "a", "region": "R"}]
+    path.write_text("nodes:\n- {name: a,\n   name: b}\n")
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    assert exc.value.field == f"{path}:3" and exc.value.problem == "is not valid YAML or JSON"
+    assert exc.value.fix == "found the key 'name' twice in one mapping"
+
+
+def test_unknown_topology_fields_are_noted_with_what_they_look_like(tmp_path: Path) -> None:
+    """Before: ``regionlinks`` or ``bandwithGbps`` were ignored in silence (a job's typos
+    were noted)."""
+    doc = cluster_doc()
+    doc["spec"]["regionlinks"] = doc["spec"].pop("regionLinks")
+    for lk in doc["spec"]["links"]:
+        lk["bandwithGbps"] = 100
+    doc["spec"]["nodes"][0]["owner"] = "ml-team"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    notes: list[str] = []
+    io.load_cluster(path, notes)
+    assert notes == [
+        f"{path}: spec.regionlinks is not a ClusterTopology field: ignored (did you mean "
+        "spec.regionLinks?)",
+        f"{path}: spec.nodes[].owner is not a ClusterTopology field: ignored",
+        f"{path}: spec.links[].bandwithGbps is not a ClusterTopology field: ignored (did you "
+        "mean spec.links[].bandwidthGbps?)",
+    ]  # one line per field, however many links repeat it
+    ok = tmp_path / "ok.yaml"  # every field of the format: nothing to note
+    ok.write_text(yaml.safe_dump(cluster_doc()))
+    notes = []
+    io.load_cluster(ok, notes)
+    assert notes == []
 
 
 def test_load_cluster_wants_exactly_one_document(tmp_path: Path) -> None:
@@ -400,6 +450,8 @@ PLAN_ERRORS = [
      "bj-1 is also used by gpt2-xl"),
     (lambda d: _stages(d)[0].update(parallelism="pipe"), "jobs[0].stages[0].parallelism", "pipe"),
     (lambda d: d["unplaced"][0].pop("name"), "unplaced[0].name", "missing"),
+    (lambda d: d["jobs"][0].update(microBatches=2.7), "jobs[0].microBatches", "whole number"),
+    (lambda d: d["jobs"][0].update(microBatches=-3), "jobs[0].microBatches", "greater than zero"),
 ]  # fmt: skip
 
 

@@ -151,6 +151,37 @@ def test_previous_plan_keeps_jobs_in_place(tmp_path: Path, files: tuple[Path, Pa
     assert {j["name"]: j["stages"] for j in json.loads(again.stdout)["jobs"]} == stages
 
 
+def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """Before: a previous plan's job no longer given, of another layer count, or laid out
+    by baseline-c was planned afresh (or its servers freed) in silence."""
+    cluster, jobs = files
+    first = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json",
+                 "--planner", "baseline-c")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert [j["name"] for j in json.loads(first.stdout)["jobs"]] == ["bert-large"]
+    previous = tmp_path / "previous.json"
+    previous.write_text(first.stdout)
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--previous",
+               previous, "--time-budget", "0.1")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stderr.splitlines() if "--previous" in line] == [
+        "hulk plan: note: --previous: job bert-large has tensor-parallel stages (baseline-c), "
+        "which a re-plan does not keep: planned afresh"
+    ]
+    previous.write_text(hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json",
+                             "--time-budget", "0.1").stdout)  # fmt: skip
+    bert = write(tmp_path / "bert.yaml", job_doc("bert-large"))  # gpt2-xl retired
+    out = hulk("plan", "--cluster", cluster, "--jobs", bert, "-o", "json", "--previous",
+               previous, "--time-budget", "0.1")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stderr.splitlines() if "--previous" in line] == [
+        "hulk plan: note: --previous: job gpt2-xl is not among the jobs planned: its servers "
+        "are free for the others"
+    ]
+
+
 def test_previous_with_a_planner_that_ignores_it_is_refused(
     tmp_path: Path, files: tuple[Path, Path]
 ) -> None:
@@ -501,7 +532,11 @@ def test_a_previous_plan_from_another_cluster_is_noted(
     jobs = write(tmp_path / "jobs.yaml", *(job_doc(n) for n in PAPER_JOBS if n != "opt-175b"))
     again = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--previous", previous, "-o", "json")
     assert again.returncode == 0, again.stderr
-    (note,) = [line for line in again.stderr.splitlines() if "--previous" in line]
+    (note,) = [line for line in again.stderr.splitlines() if "not in this cluster" in line]
+    assert (
+        "hulk plan: note: --previous: job opt-175b is not among the jobs planned: its servers "
+        "are free for the others" in again.stderr.splitlines()
+    )
     assert re.fullmatch(
         r"hulk plan: note: --previous: \d+ server\(s\) of the previous plan are not in this "
         r"cluster \([a-z0-9-]+(, [a-z0-9-]+){0,2}(, \.\.\.)?\): taken as lost and replaced",
