@@ -46,7 +46,9 @@ def _search(cost: CostModel, jobs: Sequence[Job], o: Options) -> Plan:
         cost,
         jobs,
         seed=o.seed,
-        time_budget_s=o.time_budget_s if o.time_budget_s is not None else SEARCH_BUDGET_S,
+        time_budget_s=o.time_budget_s
+        if o.time_budget_s is not None
+        else (math.inf if o.max_iterations is not None else SEARCH_BUDGET_S),
         max_iterations=o.max_iterations,
         initial_assignment=o.initial,
         previous=o.sticky,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
-from hulk_planner.model import Cluster, Job, Plan, Unplaced
+from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
 from hulk_planner.regions import plan_in_regions, region_limits
 
 if TYPE_CHECKING:
@@ -49,12 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the cluster coloured by job")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the hulk and search planners' randomised search (default 0); their "
+        "search stops after a wall-clock time, so add --moves for the same plan every run",
+    )
     parser.add_argument(
         "--time-budget",
         type=float,
         metavar="SECONDS",
         help="search time for the hulk and search planners",
+    )
+    parser.add_argument(
+        "--moves",
+        type=int,
+        metavar="N",
+        help="bound the hulk and search planners' search by N moves instead of time: the "
+        "same --seed and --moves give the same plan on any machine",
     )
     parser.add_argument(
         "--previous",
@@ -299,6 +312,21 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidRequest(
             "--planner", f"unknown planner {args.planner!r}", f"use one of {', '.join(PLANNERS)}"
         )
+    if args.planner.startswith("baseline-"):  # (they search nothing)
+        for flag, value in (("--time-budget", args.time_budget), ("--moves", args.moves)):
+            if value is not None:
+                raise InvalidRequest(
+                    flag, f"applies to the hulk and search planners, not {args.planner}", "drop it"
+                )
+    if args.moves is not None:
+        check_positive("--moves", args.moves, integer=True)
+        if args.kubeconfig:
+            raise InvalidRequest(
+                "--moves",
+                "does not apply with --kubeconfig (the preview plans as the operator does, "
+                "for a time)",
+                "drop it, or plan a topology file with --cluster",
+            )
     if args.plot is not None:
         _check_plot_path(args.plot)
     _use_weights(args)
@@ -345,7 +373,11 @@ def _run(args: argparse.Namespace) -> int:
         try:
             result = (
                 planned(
-                    args.planner, seed=args.seed, time_budget_s=args.time_budget, previous=previous
+                    args.planner,
+                    seed=args.seed,
+                    time_budget_s=args.time_budget,
+                    max_iterations=args.moves,
+                    previous=previous,
                 )
                 if jobs
                 else Plan(args.planner)

@@ -11,6 +11,7 @@ the decoding and the refinement prefer to keep servers where they were.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -201,9 +202,12 @@ def plan_gnn(
         )
     logits = scores(cost, jobs, path, device, timings)
     t = time.perf_counter()
-    budget = (
-        time_budget_s if time_budget_s is not None else refine_budget(len(cost.cluster.servers))
-    )
+    if time_budget_s is not None:
+        budget = time_budget_s
+    elif max_iterations is not None:  # bounded by moves alone: the same plan on any machine
+        budget = math.inf
+    else:
+        budget = refine_budget(len(cost.cluster.servers))
     result = decode(
         cost,
         jobs,

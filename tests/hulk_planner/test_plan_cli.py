@@ -182,6 +182,24 @@ def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
     ]
 
 
+def test_the_same_seed_and_moves_give_the_same_plan(files: tuple[Path, Path]) -> None:
+    """Before: --seed alone did not repeat a plan (the search stops after a wall-clock
+    time); --moves bounds it by moves instead."""
+    cluster, jobs = files
+    for planner in ("hulk", "search"):
+        runs = [
+            hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--planner", planner,
+                 "--seed", "5", "--moves", "200")
+            for _ in range(2)
+        ]  # fmt: skip
+        assert runs[0].returncode == 0, runs[0].stderr
+        assert runs[0].stdout == runs[1].stdout
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--planner", "baseline-a",
+               "--moves", "5")  # fmt: skip
+    assert_one_line_error(out, "--moves: applies to the hulk and search planners, not "
+                          "baseline-a", "drop it")  # fmt: skip
+
+
 def test_previous_with_a_planner_that_ignores_it_is_refused(
     tmp_path: Path, files: tuple[Path, Path]
 ) -> None:
