@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         action="extend",
         default=[],
-        help="HulkTrainingJob manifests (default: the paper's four jobs)",
+        help="HulkTrainingJob manifests, - for standard input (default: the paper's four "
+        "jobs); other kinds in a bundle are skipped",
     )
     parser.add_argument(
         "--planner",
@@ -110,7 +111,17 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     servers, latencies)."""
     from hulk_planner import datasets, io
 
-    documents = [(str(path), io.expand_lists(io.load_documents(path))) for path in args.jobs or []]
+    documents = []
+    for path in args.jobs or []:
+        docs = io.expand_lists(io.load_documents(path))
+        for i, doc in enumerate(docs):
+            if io.other_api(doc):  # a bundle for kubectl apply: a Namespace, a ConfigMap
+                print(
+                    f"hulk plan: note: {path}#{i}: {doc.get('kind')} ({doc.get('apiVersion')}) "
+                    "is not a HulkTrainingJob: skipped",
+                    file=sys.stderr,
+                )
+        documents.append((str(path), [d for d in docs if not io.other_api(d)]))
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
     for doc in (d for _, docs in documents for d in docs):
         for text in io.unknown_job_fields(doc):
@@ -281,7 +292,7 @@ def render_table(
         for c in compare:
             rs = ratios[c]
             g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan
-            cell = f"{g:,.2f}x" if rs else "-"
+            cell = "-" if not rs else f"{g:,.2f}x" if g < 1e4 else f"{g:.1e}x"  # as the rows
             if rs and len(rs) < len(names):
                 cell += f" ({len(rs)} of {len(names)} jobs)"
             row += f"{cell:>24}"

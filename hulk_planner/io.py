@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -117,7 +118,7 @@ def load_documents(path: str | Path) -> list[Any]:
     """All YAML/JSON documents of a file (JSON is YAML), skipping empty ones."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = sys.stdin.read() if str(path) == "-" else p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidRequest(str(p), f"cannot be read: {exc.strerror}", "check the path") from None
     except UnicodeDecodeError as exc:
@@ -493,6 +494,14 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
             where[job.name] = source
             jobs.append(job)
     return jobs
+
+
+def other_api(doc: Any) -> bool:
+    """Whether a document is another API's object (``apiVersion: v1``, ``apps/v1``...), as
+    a bundle for ``kubectl apply -f`` holds beside its jobs; ``hulk.dev`` documents of a
+    wrong kind are not (they are refused, naming the kind)."""
+    version = doc.get("apiVersion") if isinstance(doc, Mapping) else None
+    return isinstance(version, str) and bool(version) and not version.startswith("hulk.dev/")
 
 
 def expand_lists(docs: Sequence[Any]) -> list[Any]:

@@ -52,7 +52,8 @@ def legend(plan: Plan, colours: Mapping[str, str]) -> list[tuple[str, str]]:
     """The legend's (label, colour) rows: each placed job, each job not placed (with why,
     cut short), then the servers no job uses."""
     rows = [
-        (f"{jp.name}: {len(jp.nodes)} servers, {jp.predicted_iteration_seconds:.2f}s/step",
+        (f"{jp.name}: {len(jp.nodes)} server{'s' if len(jp.nodes) != 1 else ''}, "
+         f"{jp.predicted_iteration_seconds:.2f}s/step",
          colours[jp.name])
         for jp in plan.jobs
     ]  # fmt: skip

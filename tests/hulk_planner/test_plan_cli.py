@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from hulk_planner import io
+from hulk_planner.api import plan
+from hulk_planner.cli import render_table
 from hulk_planner.cost import validate_plan
 from hulk_planner.datasets import PAPER_JOBS, paper_cluster, paper_jobs
 
@@ -89,8 +91,9 @@ def test_no_arguments_plans_the_papers_jobs_and_compares_with_the_baselines() ->
     header = next(line for line in text.splitlines() if line.startswith("job "))
     assert header.split() == ["job", "hulk", "baseline-a", "baseline-b", "baseline-c"]
     gm = next(line for line in text.splitlines() if line.startswith("geometric mean"))
-    # baselines A and C place 3 of the 4 jobs (OPT-175B fits no server; T5-11B not over
-    # all of them): their means say so
+    # baselines A and C place fewer of the jobs (A: OPT-175B fits no server, T5-11B's
+    # servers close no all-reduce ring over the paper's links; C: T5-11B's slices do not
+    # fit): their means say so
     cells = re.findall(r"([\d,.]+)x( \(\d+ of 4 jobs\))?", gm)
     ratios = [float(x.replace(",", "")) for x, _ in cells]
     assert ratios[0] == 1.0 and len(ratios) == 4
@@ -180,6 +183,38 @@ def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
         "hulk plan: note: --previous: job gpt2-xl is not among the jobs planned: its servers "
         "are free for the others"
     ]
+
+
+def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> None:
+    """Before: a Namespace beside the jobs was refused ("expected kind HulkTrainingJob"),
+    and ``--jobs -`` was a missing file."""
+    bundle = tmp_path / "bundle.yaml"
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
+    write(bundle, namespace, job_doc("bert-large"))
+    out = hulk("plan", "--jobs", bundle, "-o", "json", "--moves", "50")
+    assert out.returncode == 0, out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["bert-large"]
+    assert out.stderr == (
+        f"hulk plan: note: {bundle}#0: Namespace (v1) is not a HulkTrainingJob: skipped\n"
+    )
+    piped = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--jobs", "-", "-o", "json", "--moves", "50"],
+        input=bundle.read_text(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert piped.returncode == 0 and piped.stdout == out.stdout, piped.stderr
+    wrong = {**job_doc("x"), "kind": "HulkTrainingjob"}  # a typo of ours is still an error
+    out = hulk("plan", "--jobs", write(tmp_path / "typo.yaml", wrong))
+    assert_one_line_error(out, "kind", "'HulkTrainingjob'")
+
+
+def test_huge_ratios_are_written_in_scientific_notation_in_every_row() -> None:
+    c = paper_cluster()
+    p = plan(c, paper_jobs()[3:], "search", max_iterations=20)
+    t = p.jobs[0].predicted_iteration_seconds
+    text = render_table(c, p, {"baseline-c": {"bert-large": t * 3e5}})
+    (row,) = [line for line in text.splitlines() if line.startswith("bert-large ")]
+    (mean,) = [line for line in text.splitlines() if line.startswith("geometric mean")]
+    assert row.endswith("(3.0e+05x)") and mean.endswith("3.0e+05x"), text
 
 
 def test_the_same_seed_and_moves_give_the_same_plan(files: tuple[Path, Path]) -> None:
