@@ -97,6 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(seconds, default {d.latency_max_age_s:g})",
     )
     parser.add_argument(
+        FLAGS["not_ready_grace_s"],
+        dest="not_ready_grace_s",
+        metavar="SECONDS",
+        type=float,
+        help="a stage's node counts as lost once NotReady this long "
+        f"(seconds, default {d.not_ready_grace_s:g})",
+    )
+    parser.add_argument(
         FLAGS["gnn_weights"],
         dest="gnn_weights",
         metavar="FILE",

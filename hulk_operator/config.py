@@ -31,6 +31,14 @@ class OperatorConfig:
     latency_max_age_s: float = 600.0
     # Port of the Prometheus metrics endpoint (0: off).
     metrics_port: int = 0
+    # A stage's node counts as lost once it has been NotReady this long (seconds; Kubernetes
+    # has already waited node-monitor-grace-period, about 40 s, before calling it NotReady):
+    # a kubelet restart or a short partition does not restart whole pipelines.
+    not_ready_grace_s: float = 60.0
+    # When at least this share of the GPU nodes is NotReady at once (and more than two), no
+    # NotReady node counts as lost: the control plane has lost contact, not the nodes
+    # failed (kube-controller-manager's --unhealthy-zone-threshold is 0.55 too).
+    disruption_threshold: float = 0.55
     # Debugging/testing knob: pause between stage pod creations (seconds).
     create_delay_s: float = 0.0
     # GNN weights of `hulk train` for the hulk planner ("": the shipped ones).
@@ -96,6 +104,8 @@ _NUMBERS = {
     "cross_region_latency_ms": True,
     "latency_max_age_s": False,
     "create_delay_s": True,
+    "not_ready_grace_s": True,
+    "disruption_threshold": False,
 }
 # The settings `hulk operator` also takes as flags (hulk_operator/cli.py adds them).
 FLAGS = {
@@ -105,6 +115,7 @@ FLAGS = {
     "cross_region_latency_ms": "--cross-region-latency-ms",
     "latency_max_age_s": "--latency-max-age-s",
     "metrics_port": "--metrics-port",
+    "not_ready_grace_s": "--not-ready-grace-s",
     "gnn_weights": "--gnn-weights",
 }
 

@@ -20,7 +20,17 @@ from typing import Any
 
 import kopf
 
-from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, edits, kube, manifests
+from hulk_operator import (
+    GANG_GATE,
+    GROUP,
+    LABEL_JOB,
+    PLURAL,
+    VERSION,
+    edits,
+    kube,
+    manifests,
+    recovery,
+)
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import JobEntry, Key, job_entry, spec_hashes
@@ -378,6 +388,7 @@ async def hulktrainingjob_reconcile(
     hulk_jobs: kopf.Index[Key, JobEntry],
     hulk_pods: kopf.Index[Key, PodEntry],
     hulk_other_pods: kopf.Index[str, Resources],
+    logger: kopf.Logger,
     **_: Any,
 ) -> None:
     key = (namespace or "", name)
@@ -386,6 +397,13 @@ async def hulktrainingjob_reconcile(
         return
     nodes = {n: _one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
+    disrupted = recovery.disrupted(nodes, memo.config.disruption_threshold)
+    if disrupted != getattr(memo, "disrupted", None):  # said once, by the first job's tick
+        memo.disrupted = disrupted
+        if disrupted:
+            logger.warning(f"{disrupted}: no NotReady node is taken as lost until fewer are")
+        else:
+            logger.info("NotReady nodes are taken as lost again")
 
     used = Usage(hulk_other_pods)
 
@@ -406,6 +424,7 @@ async def hulktrainingjob_reconcile(
         event=event,
         recent=memo.recent,
         used=used,
+        disrupted=disrupted,
     )
     try:
         new = await reconcile(ctx, entry, body, status)

@@ -110,6 +110,9 @@ class NodeInfo:
     server: Server | None = None
     problem: str | None = None  # why it is no planner server, if it is not
     ready: bool = True
+    # when it went NotReady (its Ready condition's lastTransitionTime, epoch seconds);
+    # None while Ready or where the node does not say
+    not_ready_since: float | None = None
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     allocatable: Resources = field(default_factory=Resources)  # all zero: not reported
@@ -231,6 +234,14 @@ def _quantity(text: Any) -> int:
         return 0
 
 
+def _epoch(stamp: Any) -> float | None:
+    """An RFC 3339 time (``2026-11-23T00:33:41Z``) as epoch seconds; None if unreadable."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
     """A Node object (dict) -> :class:`NodeInfo`. Pure."""
     meta = body.get("metadata") or {}
@@ -241,6 +252,10 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     annotations = meta.get("annotations") or {}
     conditions = status.get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    since = next(
+        (_epoch(c.get("lastTransitionTime")) for c in conditions if c.get("type") == "Ready"),
+        None,
+    )
     taints = tuple(
         Taint(str(t.get("key")), t.get("value"), str(t.get("effect")))
         for t in spec.get("taints") or []
@@ -255,6 +270,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         name=name,
         labels=labels,
         ready=ready,
+        not_ready_since=None if ready else since,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         allocatable=Resources(

@@ -69,6 +69,7 @@ class Context:
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
     used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
+    disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
 
 
 async def reconcile(
@@ -151,7 +152,14 @@ async def reconcile(
             # posted); its status patch is not visible yet. Wait for it: re-planning or
             # re-writing from the stale status would write a second, uncounted plan.
             return {}
-        lost = recovery.lost_servers(plan, ctx.nodes, entry.tolerations)
+        lost = recovery.lost_servers(
+            plan,
+            ctx.nodes,
+            entry.tolerations,
+            now=time.time(),
+            not_ready_grace_s=ctx.config.not_ready_grace_s,
+            disrupted=ctx.disrupted is not None,
+        )
         lost.update(
             recovery.stuck_servers(
                 ctx.pods.get(entry.key, []), ctx.used, lost, ctx.nodes, entry.requests, gpus

@@ -14,6 +14,7 @@ its workers died) and the job goes back to Pending.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,19 +24,46 @@ from hulk_planner.model import JobPlan
 
 
 def lost_servers(
-    job_plan: JobPlan, nodes: Mapping[str, NodeInfo], tolerations: Sequence[Mapping[str, Any]] = ()
+    job_plan: JobPlan,
+    nodes: Mapping[str, NodeInfo],
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    *,
+    now: float | None = None,
+    not_ready_grace_s: float = 0.0,
+    disrupted: bool = False,
 ) -> dict[str, str]:
-    """Server -> why the job must leave it (``Deleted``, ``NotReady``, ``Cordoned``...)."""
+    """Server -> why the job must leave it (``Deleted``, ``NotReady``, ``Cordoned``...).
+    A NotReady node counts once it has been NotReady for ``not_ready_grace_s`` (a kubelet
+    restart, a short partition: its stages may come back), and not at all while the
+    cluster is ``disrupted`` (see :func:`disrupted`)."""
     out: dict[str, str] = {}
     for name in job_plan.nodes:
         info = nodes.get(name)
         if info is None:
             out[name] = "Deleted"
-        else:
-            why = info.sick(tolerations)
-            if why:
-                out[name] = why
+            continue
+        why = info.sick(tolerations)
+        if why == "NotReady":
+            since = info.not_ready_since
+            fresh = since is not None and now is not None and now - since < not_ready_grace_s
+            if disrupted or fresh:
+                continue
+        if why:
+            out[name] = why
     return out
+
+
+def disrupted(nodes: Mapping[str, NodeInfo], threshold: float) -> str | None:
+    """Why NotReady nodes are not taken as lost now, or None: when at least ``threshold``
+    of the GPU nodes (and more than two) are NotReady at once, the control plane has more
+    likely lost contact with them than they all failed (the node lifecycle controller
+    stops evicting pods then too: "FullDisruption"), and re-planning every job onto the
+    few nodes left would tear down the whole cluster's training."""
+    gpu = [i for i in nodes.values() if i.server is not None]
+    down = sum(1 for i in gpu if not i.ready)
+    if down > 2 and down >= threshold * len(gpu):
+        return f"{down} of the {len(gpu)} GPU nodes are NotReady"
+    return None
 
 
 def stuck_servers(
@@ -137,5 +165,11 @@ def event_message(
     changed = "; ".join(moves(old, new, lost))
     gone = len(old.nodes) - kept  # one pod per server of the old plan
     if gone == replaced:
-        return f"{causes}; {changed}; {replaced} pod(s) replaced, {kept} kept"
-    return f"{causes}; {changed}; {gone} pod(s) removed, {replaced} created, {kept} kept"
+        pods = f"{replaced} pod(s) replaced, {kept} kept"
+    else:
+        pods = f"{gone} pod(s) removed, {replaced} created, {kept} kept"
+    was, now = old.predicted_iteration_seconds, new.predicted_iteration_seconds
+    step = ""
+    if math.isfinite(was) and math.isfinite(now) and was > 0:  # a slower plan says so
+        step = f"; predicted step {now:.3g} s (was {was:.3g} s)"
+    return f"{causes}; {changed}; {pods}{step}"

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -1020,7 +1020,9 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
 ) -> None:
     """kwok keeps its nodes Ready (its node-initialize stage sets Ready=True on any node it
     manages that is not Ready): without its annotation it lets the node go, and the node's
-    Ready condition, written through the status subresource, stays False."""
+    Ready condition, written through the status subresource, stays False. Its stage stays
+    while the node has been NotReady for less than ``not_ready_grace_s`` (before: a
+    kubelet restart restarted the pipeline at once)."""
     kube.apply(paper_manifests()[3])
     name = PAPER[3]
     wait("bert Running", lambda: kube.phase(name) == "Running", 60)
@@ -1029,16 +1031,24 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
     server = paper_cluster().server(victim)
     try:
         kube.core.patch_node(victim, {"metadata": {"annotations": {FAKE_ANNOTATION: None}}})
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC)
         ready = {
             "type": "Ready",
             "status": "False",
             "reason": "KubeletNotReady",
             "message": "heartbeat stopped by the test",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
+            "lastHeartbeatTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         # A strategic merge patch: conditions merge by type, the others stay.
+        kube.core.patch_node_status(victim, {"status": {"conditions": [ready]}})
+        assert CONFIG.not_ready_grace_s >= 30
+        time.sleep(4)  # NotReady for a moment: the stage stays
+        assert {p.metadata.name for p in kube.live_pods(name)} == set(before)
+        assert not kube.events("Replanned")
+        # NotReady since before the grace: lost
+        since = now - timedelta(seconds=CONFIG.not_ready_grace_s + 5)
+        ready["lastTransitionTime"] = since.strftime("%Y-%m-%dT%H:%M:%SZ")
         kube.core.patch_node_status(victim, {"status": {"conditions": [ready]}})
         check_one_stage_replaced(kube, name, victim, before, "NotReady")
         assert not is_ready(kube.core.read_node(victim))  # kwok did not take it back

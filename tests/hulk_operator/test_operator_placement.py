@@ -534,3 +534,61 @@ def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
     crowded = snap([calm])
     crowded.used = {n: Resources(0, 1e6, 1e15) for n in paris}
     assert [i.name for i in crowded.free(calm)] == paris
+
+
+def test_a_slower_plan_after_a_loss_says_so() -> None:
+    """Before: a job that shrank from 4 servers to 1 read "Recovered" with nothing about
+    its now 4x slower steps."""
+    from hulk_planner.model import JobPlan, Stage
+
+    old = JobPlan("j", (Stage((0, 6), ("a",)), Stage((6, 12), ("b",))), 4, 7.12)
+    new = JobPlan("j", (Stage((0, 12), ("a",)),), 4, 27.6)
+    msg = recovery.event_message({"b": "NotReady"}, old, new, 1, 0)
+    assert msg.endswith("; predicted step 27.6 s (was 7.12 s)"), msg
+
+
+def _not_ready(name: str, since: str | None) -> Any:
+    body = node_manifest(paper_cluster().server(name))
+    ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady"}
+    if since is not None:
+        ready["lastTransitionTime"] = since
+    body["status"]["conditions"] = [ready]
+    return node_info(body)
+
+
+def test_a_node_not_ready_for_less_than_the_grace_keeps_its_stages() -> None:
+    """Before: a node NotReady for a moment (a kubelet restart) restarted the whole
+    pipeline at once; Kubernetes itself waits minutes before evicting its pods."""
+    from datetime import UTC, datetime
+
+    cluster = nodes()
+    jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
+    victim = jp.nodes[0]
+    t = datetime(2026, 11, 23, 0, 33, 41, tzinfo=UTC).timestamp()
+    cluster[victim] = _not_ready(victim, "2026-11-23T00:33:41Z")
+    assert cluster[victim].not_ready_since == t and not cluster[victim].ready
+    lost = recovery.lost_servers
+    assert lost(jp, cluster, now=t + 30, not_ready_grace_s=60) == {}
+    assert lost(jp, cluster, now=t + 61, not_ready_grace_s=60) == {victim: "NotReady"}
+    assert lost(jp, cluster, now=t + 30, not_ready_grace_s=0) == {victim: "NotReady"}
+    cluster[victim] = _not_ready(victim, None)  # no transition time: lost at once
+    assert lost(jp, cluster, now=t, not_ready_grace_s=60) == {victim: "NotReady"}
+    # while the cluster is disrupted, NotReady is never a loss; a deleted node always is
+    assert lost(jp, cluster, now=t, disrupted=True) == {}
+    del cluster[victim]
+    assert lost(jp, cluster, now=t, disrupted=True) == {victim: "Deleted"}
+
+
+def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
+    """Before: pausing every kubelet for 90 s (a control-plane hiccup) removed every
+    job's pods and re-planned them onto the few nodes left."""
+    cluster = nodes()
+    names = sorted(cluster)
+    for n in names[:3]:
+        cluster[n] = _not_ready(n, None)
+    assert recovery.disrupted(cluster, 0.55) is None  # three nodes down: real losses
+    for n in names[:26]:
+        cluster[n] = _not_ready(n, None)
+    assert recovery.disrupted(cluster, 0.55) == "26 of the 47 GPU nodes are NotReady"
+    two = {n: cluster[n] for n in names[:2]}
+    assert recovery.disrupted(two, 0.55) is None  # two nodes: never taken as a disruption
