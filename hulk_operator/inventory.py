@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -116,6 +116,16 @@ class NodeInfo:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     allocatable: Resources = field(default_factory=Resources)  # all zero: not reported
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields and equal labels: kopf keeps an index's old value when the new one
+        compares equal, so a label change alone (a node labelled for a job's nodeSelector)
+        must make it unequal. (The labels stay out of the hash: a dict is unhashable.)"""
+        if not isinstance(other, NodeInfo):
+            return NotImplemented
+        mine = tuple(getattr(self, f.name) for f in fields(self) if f.compare)
+        theirs = tuple(getattr(other, f.name) for f in fields(other) if f.compare)
+        return mine == theirs and dict(self.labels) == dict(other.labels)
 
     def sick(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
         """Why running stages must leave this node, or None while it can keep them."""

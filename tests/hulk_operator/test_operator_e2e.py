@@ -1467,3 +1467,25 @@ def test_the_templates_node_selector_constrains_the_plan(kube: Kube, operator: A
         "spec.nodeSelector topology.kubernetes.io/region=paris (no node can match both: "
         "keep one)"
     )
+
+
+def test_a_node_labelled_for_a_waiting_jobs_node_selector_takes_it(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: kopf kept a node's index entry when the new one compared equal, and labels
+    did not take part, so a node labelled after the job was applied stayed unseen and the
+    job Pending."""
+    kube.apply(manifest("picky", model={"preset": "bert-large"}, nodeSelector={"team": "ml"}))
+
+    def unplanned() -> bool:
+        return bool(condition(kube.job("picky"), "Planned").get("status") == "False")
+
+    wait("Planned=False (no node has team=ml)", unplanned, 30)
+    nodes: Any = kube.core.list_node()
+    node = sorted(n.metadata.name for n in nodes.items)[0]
+    try:
+        kube.core.patch_node(node, {"metadata": {"labels": {"team": "ml"}}})
+        wait("Running on the labelled node", lambda: kube.phase("picky") == "Running", 30)
+        assert plan_nodes(kube.job("picky")) == [node]
+    finally:
+        kube.core.patch_node(node, {"metadata": {"labels": {"team": None}}})

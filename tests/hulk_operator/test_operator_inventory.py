@@ -55,6 +55,15 @@ def test_gfd_labels_become_a_server() -> None:
     assert info.offers() and info.sick() is None
 
 
+def test_a_label_change_alone_makes_the_node_info_unequal() -> None:
+    """kopf keeps an index's old value when the new one compares equal: before, the labels
+    did not take part, so a node labelled for a job's nodeSelector stayed unseen."""
+    plain = node_info(node())
+    labelled = node_info(node(metadata__labels__team="ml"))
+    assert plain != labelled and plain == node_info(node())
+    assert hash(plain) == hash(labelled)  # (equal-by-fields still hash alike)
+
+
 def test_allocatable_not_label_counts_gpus() -> None:
     info = node_info(node(status__allocatable={"nvidia.com/gpu": "6"}))
     assert info.server is not None and info.server.gpus == 6
