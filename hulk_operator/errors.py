@@ -88,6 +88,13 @@ def rejected_template(exc: BaseException) -> str | None:
     return f"spec.template: the API server rejects the stage pods: {api_message(exc)}"
 
 
+def namespace_terminating(exc: BaseException) -> bool:
+    """A 403 because the namespace is being deleted: its jobs go with it, so nothing is
+    created again and nothing is reported (before: each job fought the namespace
+    controller, set PodsForbidden and posted Events the namespace refused)."""
+    return api_status(exc) == 403 and "because it is being terminated" in api_message(exc)
+
+
 def forbidden_pods(exc: BaseException) -> str | None:
     """The message for stage pods the API server forbids (403: a ResourceQuota, an admission
     policy): the plan is fine, the namespace has no room yet. None for other errors."""

@@ -23,6 +23,7 @@ from hulk_operator.errors import (
     PODS_FORBIDDEN,
     UNSCHEDULABLE,
     forbidden_pods,
+    namespace_terminating,
     rejected_template,
 )
 from hulk_operator.inventory import NodeInfo, Resources
@@ -202,6 +203,8 @@ async def reconcile(
     try:
         diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
     except Exception as exc:
+        if namespace_terminating(exc):
+            return {}  # the namespace is going, and its jobs with it
         refused = forbidden_pods(exc)
         if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
             ready = st.condition(status, st.READY) or {}
