@@ -26,6 +26,7 @@ import heapq
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def order_servers(cost: CostModel, names: Sequence[str]) -> list[str]:
 
 
 def linked_order(
-    net: Network, ids: Sequence[int], *, ring: bool = False, tries: int = 4
+    net: Network, ids: Sequence[int], *, ring: bool = False, tries: int = 2
 ) -> list[int]:
     """``ids`` (in pipeline order) reordered so that consecutive servers can communicate
     wherever the links allow, the given order kept otherwise; with ``ring`` the last must
@@ -66,19 +67,46 @@ def linked_order(
     stranded), and the one with the fewest breaks kept. A break left makes the layout
     infeasible, as the cost model scores it."""
     ids = list(ids)
-    if net.fully_linked or len(ids) < 2 or (len(ids) == 2 and not ring):
+    if net.fully_linked or len(ids) < 2:
         return ids
     linked = net.linked
+    if all(b in linked[a] for a, b in pairwise(ids)) and (not ring or ids[0] in linked[ids[-1]]):
+        return ids  # linked as given (the common case inside a region)
+    key = (tuple(ids), ring)
+    cached = net.orders.get(key)
+    if cached is not None:
+        return list(cached)
+    out = _linked_order(linked, ids, ring, tries)
+    if len(net.orders) >= ORDER_CACHE:  # the search lays out many sets, most of them again
+        net.orders.clear()
+    net.orders[key] = tuple(out)
+    return out
+
+
+ORDER_CACHE = 100_000  # linked orders kept per network
+
+
+def _linked_order(
+    linked: Sequence[frozenset[int]], ids: list[int], ring: bool, tries: int
+) -> list[int]:
+    members = set(ids)
+    degree = {i: len(linked[i] & members) for i in ids}
+    ends = [i for i in ids if degree[i] == 1]
+    if min(degree.values()) == 0 or len(ends) > 2 or (ring and ends):
+        return ids  # no chain holds them all (an isolated server, three dead ends)
     best: tuple[int, list[int]] | None = None
-    for fewest_first in (False, True):
-        for start in ids[:tries]:
-            out, breaks = _chain(linked, ids, start, fewest_first)
-            if ring and out[0] not in linked[out[-1]]:
-                breaks += 1
-            if best is None or breaks < best[0]:
-                best = (breaks, out)
-            if breaks == 0:
-                return out
+    # the given order's own chain first, then the hard ones first from the dead ends
+    for start, fewest_first in [
+        *((i, False) for i in ids[: tries // 2]),
+        *((i, True) for i in (ends or ids[: tries // 2])),
+    ]:
+        out, breaks = _chain(linked, ids, start, fewest_first)
+        if ring and out[0] not in linked[out[-1]]:
+            breaks += 1
+        if best is None or breaks < best[0]:
+            best = (breaks, out)
+        if breaks == 0:
+            return out
     assert best is not None
     return best[1]
 
@@ -86,20 +114,26 @@ def linked_order(
 def _chain(
     linked: Sequence[frozenset[int]], ids: Sequence[int], start: int, fewest_first: bool
 ) -> tuple[list[int], int]:
-    """A chain through ``ids`` from ``start`` (see ``linked_order``) and how often it broke."""
+    """A chain through ``ids`` from ``start`` (see ``linked_order``) and how often it broke;
+    ``fewest_first``: each next server the linked one with the fewest links left."""
     out, left, breaks = [start], [i for i in ids if i != start], 0
     members = set(left)
+    links_left = {i: len(linked[i] & members) for i in left} if fewest_first else {}
     while left:
         near = linked[out[-1]]
         options = [k for k, i in enumerate(left) if i in near]
         if not options:
             breaks, k = breaks + 1, 0
         elif fewest_first:
-            k = min(options, key=lambda k: (len(linked[left[k]] & members), k))
+            k = min(options, key=lambda k: (links_left[left[k]], k))
         else:
             k = options[0]
-        members.discard(left[k])
-        out.append(left.pop(k))
+        pick = left.pop(k)
+        members.discard(pick)
+        if fewest_first:
+            for j in linked[pick] & members:
+                links_left[j] -= 1
+        out.append(pick)
     return out, breaks
 
 

@@ -69,6 +69,8 @@ class Network:
             int(r): int(np.flatnonzero(self.region == r)[0]) for r in np.unique(self.region)
         }
         self._paths: dict[frozenset[int], list[int]] = {}
+        # ``layout.linked_order``'s results, by (server ids as given, ring)
+        self.orders: dict[tuple[tuple[int, ...], bool], tuple[int, ...]] = {}
 
     @cached_property
     def rows(self) -> tuple[list[list[float]], list[list[float]]] | None:
