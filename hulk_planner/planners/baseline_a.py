@@ -41,7 +41,8 @@ def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
             unplaced.append(Unplaced(job.name, reasons.get(job.name, "no fitting server left")))
             continue
         net = cost.net
-        nodes = tuple(net.names[i] for i in linked_order(net, net.ids(shares[job.name]), ring=True))
+        ids = net.ids(shares[job.name])  # every start tried: once per job
+        nodes = tuple(net.names[i] for i in linked_order(net, ids, ring=True, tries=len(ids)))
         jp = JobPlan(
             job.name,
             (Stage((0, job.model.layers), nodes, "data"),),

@@ -18,7 +18,8 @@ from hulk_planner.planners.split import split_servers
 def gpipe_over(cost: CostModel, job: Job, names: Sequence[str]) -> JobPlan | None:
     keep = set(sorted(names, key=lambda n: -cost.flops[cost.net.index[n]])[: job.model.layers])
     net = cost.net
-    order = linked_order(net, net.ids([n for n in names if n in keep]))
+    ids = net.ids([n for n in names if n in keep])
+    order = linked_order(net, ids, tries=len(ids))  # (once per job: every start tried)
     stages = [[net.names[i]] for i in order]
     counts = balance_layers(cost, job, stages, micro_batches(job, 1))
     return None if counts is None else make_job_plan(job, stages, counts)

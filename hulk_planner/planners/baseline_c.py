@@ -24,7 +24,9 @@ def tensor_over(cost: CostModel, job: Job, names: Sequence[str]) -> JobPlan | No
         room = cost.capacity[cost.net.index[by_room[t - 1]]]
         if stage_memory(job, job.model.layers, 1, t) <= room:
             ring = cost.net.ids(sorted(by_room[:t], key=order.__getitem__))
-            nodes = tuple(cost.net.names[i] for i in linked_order(cost.net, ring, ring=True))
+            nodes = tuple(
+                cost.net.names[i] for i in linked_order(cost.net, ring, ring=True, tries=len(ring))
+            )
             stage = Stage((0, job.model.layers), nodes, "tensor")
             return JobPlan(job.name, (stage,), micro_batches(job, 1))
     return None
