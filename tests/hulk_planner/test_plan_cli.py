@@ -91,9 +91,8 @@ def test_no_arguments_plans_the_papers_jobs_and_compares_with_the_baselines() ->
     header = next(line for line in text.splitlines() if line.startswith("job "))
     assert header.split() == ["job", "hulk", "baseline-a", "baseline-b", "baseline-c"]
     gm = next(line for line in text.splitlines() if line.startswith("geometric mean"))
-    # baselines A and C place fewer of the jobs (A: OPT-175B fits no server, T5-11B's
-    # servers close no all-reduce ring over the paper's links; C: T5-11B's slices do not
-    # fit): their means say so
+    # baselines A and C place 3 of the 4 jobs (A: OPT-175B fits no server; C: T5-11B's
+    # slices do not fit): their means say so
     cells = re.findall(r"([\d,.]+)x( \(\d+ of 4 jobs\))?", gm)
     ratios = [float(x.replace(",", "")) for x, _ in cells]
     assert ratios[0] == 1.0 and len(ratios) == 4
