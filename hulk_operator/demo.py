@@ -141,13 +141,21 @@ def run(args: argparse.Namespace) -> int:
         with box.api_client() as api:
             crd.install(api, peering=False)
             # No probe agents here (every sandbox node is this machine): replay the paper's
-            # measured latencies as NodeLatency objects, the shape the probe publishes.
-            rows: dict[str, dict[str, float | None]] = {s.name: {} for s in paper.servers}
+            # measured latencies as NodeLatency objects, the shape the probe publishes, and
+            # its pairs without a link (they cannot communicate) as unreachable reports.
+            servers = [s.name for s in paper.servers]
+            rows: dict[str, dict[str, float | None]] = {
+                a: {b: None for b in servers if b != a} for a in servers
+            }
             for link in paper.links:
                 rows[link.a][link.b] = link.latency_ms
                 rows[link.b][link.a] = link.latency_ms
             publish_latencies(api, rows)
-            print(f"published the paper's {len(paper.links)} measured links as NodeLatency")
+            cut = len(servers) * (len(servers) - 1) // 2 - len(paper.links)
+            print(
+                f"published the paper's {len(paper.links)} measured links, and its {cut} pairs "
+                "without one as unreachable, as NodeLatency"
+            )
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             core.create_namespace({"metadata": {"name": args.namespace}})  # type: ignore[arg-type]
             _wait(
