@@ -65,45 +65,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         FLAGS["planner"], dest="planner", metavar="NAME", help=f"planner (default: {d.planner})"
     )
-    parser.add_argument(
-        FLAGS["reconcile_interval_s"],
-        dest="reconcile_interval_s",
-        metavar="SECONDS",
-        type=float,
-        help=f"seconds between reconciliations of a job (default {d.reconcile_interval_s:g})",
-    )
-    parser.add_argument(
-        FLAGS["same_region_latency_ms"],
-        dest="same_region_latency_ms",
-        metavar="MS",
-        type=float,
-        help="fallback latency within a region, when not measured "
-        f"(default {d.same_region_latency_ms:g})",
-    )
-    parser.add_argument(
-        FLAGS["cross_region_latency_ms"],
-        dest="cross_region_latency_ms",
-        metavar="MS",
-        type=float,
-        help="fallback latency across regions, when not measured "
-        f"(default {d.cross_region_latency_ms:g})",
-    )
-    parser.add_argument(
-        FLAGS["latency_max_age_s"],
-        dest="latency_max_age_s",
-        metavar="SECONDS",
-        type=float,
-        help="ignore NodeLatency measurements older than this "
-        f"(seconds, default {d.latency_max_age_s:g})",
-    )
-    parser.add_argument(
-        FLAGS["not_ready_grace_s"],
-        dest="not_ready_grace_s",
-        metavar="SECONDS",
-        type=float,
-        help="a stage's node counts as lost once NotReady this long "
-        f"(seconds, default {d.not_ready_grace_s:g})",
-    )
+    numbers = [  # (setting, metavar, help before its default)
+        ("reconcile_interval_s", "SECONDS", "seconds between reconciliations of a job"),
+        ("same_region_latency_ms", "MS", "fallback latency within a region, when not measured"),
+        ("cross_region_latency_ms", "MS", "fallback latency across regions, when not measured"),
+        ("latency_max_age_s", "SECONDS", "ignore NodeLatency measurements older than this"),
+        ("not_ready_grace_s", "SECONDS", "a stage's node counts as lost once NotReady this long"),
+    ]
+    for name, metavar, text in numbers:
+        parser.add_argument(
+            FLAGS[name],
+            dest=name,
+            metavar=metavar,
+            type=float,
+            help=f"{text} (default {getattr(d, name):g})",
+        )
     parser.add_argument(
         FLAGS["gnn_weights"],
         dest="gnn_weights",

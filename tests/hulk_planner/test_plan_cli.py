@@ -164,21 +164,23 @@ def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
     assert first.returncode == 0, first.stderr
     assert [j["name"] for j in json.loads(first.stdout)["jobs"]] == ["bert-large"]
     previous = tmp_path / "previous.json"
-    previous.write_text(first.stdout)
-    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--previous",
-               previous, "--time-budget", "0.1")  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert [line for line in out.stderr.splitlines() if "--previous" in line] == [
+
+    def notes(plan_json: str, given: Path) -> list[str]:
+        """The --previous notes of a re-plan of ``given`` with ``plan_json`` running."""
+        previous.write_text(plan_json)
+        out = hulk("plan", "--cluster", cluster, "--jobs", given, "-o", "json", "--previous",
+                   previous, "--time-budget", "0.1")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return [line for line in out.stderr.splitlines() if "--previous" in line]
+
+    assert notes(first.stdout, jobs) == [
         "hulk plan: note: --previous: job bert-large has tensor-parallel stages (baseline-c), "
         "which a re-plan does not keep: planned afresh"
     ]
-    previous.write_text(hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json",
-                             "--time-budget", "0.1").stdout)  # fmt: skip
+    hulk_plan = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json",
+                     "--time-budget", "0.1").stdout  # fmt: skip
     bert = write(tmp_path / "bert.yaml", job_doc("bert-large"))  # gpt2-xl retired
-    out = hulk("plan", "--cluster", cluster, "--jobs", bert, "-o", "json", "--previous",
-               previous, "--time-budget", "0.1")  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert [line for line in out.stderr.splitlines() if "--previous" in line] == [
+    assert notes(hulk_plan, bert) == [
         "hulk plan: note: --previous: job gpt2-xl is not among the jobs planned: its servers "
         "are free for the others"
     ]
