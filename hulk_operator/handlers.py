@@ -398,7 +398,7 @@ async def hulktrainingjob_reconcile(
     nodes = {n: _one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
     disrupted = recovery.disrupted(nodes, memo.config.disruption_threshold)
-    if disrupted != getattr(memo, "disrupted", None):  # said once, by the first job's tick
+    if bool(disrupted) != bool(getattr(memo, "disrupted", None)):  # said once a change
         memo.disrupted = disrupted
         if disrupted:
             logger.warning(f"{disrupted}: no NotReady node is taken as lost until fewer are")
