@@ -144,7 +144,9 @@ def assign(
                 if held[k] >= goal:
                     break
                 cur = int(owner[i])
-                if cur == 0 or cur in later:
+                # idle servers, and those of smaller jobs with memory to spare (as in 2.: a
+                # job that has no layout yet must not leave a smaller one short of memory)
+                if cur == 0 or (cur in later and held[cur - 1] - cap[i] >= need[cur - 1]):
                     if cur > 0:
                         held[cur - 1] -= cap[i]
                     owner[i] = k + 1
