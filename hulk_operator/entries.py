@@ -58,6 +58,22 @@ class JobEntry:
         return (self.node_selector, self.allowed_regions, tol, terms, self.requests)
 
 
+def object_entry(obj: Mapping[str, Any], namespace: str | None = None) -> JobEntry:
+    """A HulkTrainingJob object, a live body or a manifest not applied, as the operator
+    keeps it; ``namespace`` wins over the object's own (``default`` where it has none, as
+    for kubectl)."""
+    meta = obj.get("metadata") or {}
+    return job_entry(
+        namespace or str(meta.get("namespace") or "default"),
+        str(meta.get("name") or ""),
+        str(meta.get("uid") or ""),
+        obj,
+        meta,
+        obj.get("spec") or {},
+        obj.get("status") or {},
+    )
+
+
 def job_entry(
     namespace: str,
     name: str,

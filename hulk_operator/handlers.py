@@ -33,7 +33,7 @@ from hulk_operator import (
 )
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
-from hulk_operator.entries import JobEntry, Key, job_entry, spec_hashes
+from hulk_operator.entries import JobEntry, Key, job_entry, object_entry, spec_hashes
 from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.inventory import (
     Latencies,
@@ -243,7 +243,7 @@ def _one(store: Any) -> Any:
 def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_: Any) -> None:
     """Validates the spec; an invalid one is the user's to fix, not an operator error: a
     Warning Event says why (``kubectl describe``), the timer's ``Failed`` condition too."""
-    if _refused(body, logger, _entry(body)):
+    if _refused(body, logger, object_entry(body)):
         return
     logger.debug(f"job {name} accepted")
 
@@ -258,15 +258,6 @@ def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
     kopf.warn(body, reason=INVALID_SPEC, message=message)
     logger.info(f"invalid spec: {message}")
     return True
-
-
-def _entry(body: kopf.Body) -> JobEntry:
-    """The job as the operator keeps it, from its live body."""
-    meta = body.get("metadata") or {}
-    return job_entry(
-        str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
-        body, meta, body.get("spec") or {}, body.get("status") or {},
-    )  # fmt: skip
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
@@ -305,7 +296,7 @@ def hulktrainingjob_update(
         return
     after = dict(new or {})
     suspending = after.get("suspend") is True  # never refused, whatever else the edit does
-    entry = _entry(body)  # (the body's spec is ``new``)
+    entry = object_entry(body)  # (the body's spec is ``new``)
     if not suspending and _refused(body, logger, entry):
         return
     gen = int(body.get("metadata", {}).get("generation") or 0)

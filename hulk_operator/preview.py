@@ -25,7 +25,7 @@ from urllib3.exceptions import HTTPError
 
 from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
-from hulk_operator.entries import JobEntry, Key, job_entry
+from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.inventory import (
     Resources,
     Usage,
@@ -82,7 +82,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
                 f"cannot reach the API server at {api.configuration.host} ({_reason(exc)})",
                 "check that the cluster is up and the kubeconfig's server and context",
             ) from None
-    entries = [(_entry(o), o) for o in objects]
+    entries = [(object_entry(o), o) for o in objects]
     jobs = {e.key: e for e, _ in entries}
     by_key: dict[Key, Mapping[str, Any]] = {e.key: o for e, o in entries}
     stage_pods: list[tuple[Key, str]] = []
@@ -128,19 +128,6 @@ def _reason(exc: BaseException) -> str:
     return " ".join(str(inner).split()).rsplit("): ", 1)[-1]
 
 
-def _entry(obj: Mapping[str, Any], namespace: str | None = None) -> JobEntry:
-    meta = obj.get("metadata") or {}
-    return job_entry(
-        namespace or str(meta.get("namespace") or "default"),
-        str(meta.get("name") or ""),
-        str(meta.get("uid") or "preview"),
-        obj,
-        meta,
-        obj.get("spec") or {},
-        obj.get("status") or {},
-    )
-
-
 def preview_plan(
     path: str,
     manifests: Sequence[Mapping[str, Any]] | None = None,
@@ -163,7 +150,7 @@ def preview_plan(
     notes: list[str] = []
     if manifests is not None:
         for m in manifests:
-            e = replace(_entry(m, namespace), suspended=False)  # previewed as if resumed
+            e = replace(object_entry(m, namespace), suspended=False)  # previewed as if resumed
             if e.job is None:
                 raise InvalidRequest(f"job {e.key[1]}", e.error or "invalid spec")
             running = snap.jobs.get(e.key)

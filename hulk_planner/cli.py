@@ -16,14 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
 from hulk_planner.regions import plan_in_regions, region_limits
-
-if TYPE_CHECKING:
-    from hulk_planner.topology import Network
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
@@ -113,15 +110,17 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
 
     documents = []
     for path in args.jobs or []:
-        docs = io.expand_lists(io.load_documents(path))
-        for i, doc in enumerate(docs):
-            if io.other_api(doc):  # a bundle for kubectl apply: a Namespace, a ConfigMap
-                print(
-                    f"hulk plan: note: {path}#{i}: {doc.get('kind')} ({doc.get('apiVersion')}) "
-                    "is not a HulkTrainingJob: skipped",
-                    file=sys.stderr,
-                )
-        documents.append((str(path), [d for d in docs if not io.other_api(d)]))
+        kept = []
+        for i, doc in enumerate(io.expand_lists(io.load_documents(path))):
+            if not io.other_api(doc):
+                kept.append(doc)
+                continue
+            print(  # a bundle for kubectl apply: a Namespace, a ConfigMap
+                f"hulk plan: note: {path}#{i}: {doc.get('kind')} ({doc.get('apiVersion')}) "
+                "is not a HulkTrainingJob: skipped",
+                file=sys.stderr,
+            )
+        documents.append((str(path), kept))
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
     for doc in (d for _, docs in documents for d in docs):
         for text in io.unknown_job_fields(doc):
@@ -207,11 +206,6 @@ def _cluster_only_fields(doc: Any) -> list[str]:
     if (pod.get("affinity") or {}).get("nodeAffinity"):
         found.append("spec.template.spec.affinity.nodeAffinity")
     return found
-
-
-def _unlinked_pairs(net: Network) -> int:
-    """How many server pairs cannot communicate (no link, no region link)."""
-    return 0 if net.fully_linked else int((~net.direct).sum()) // 2
 
 
 def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
@@ -318,6 +312,7 @@ def _run(args: argparse.Namespace) -> int:
     from hulk_planner import io
     from hulk_planner.api import ADAPTS_TO_PREVIOUS, PLANNERS, plan, unkept
     from hulk_planner.cost import CostModel, batch_note
+    from hulk_planner.topology import unlinked_pairs
 
     if args.planner not in PLANNERS:
         raise InvalidRequest(
@@ -426,7 +421,7 @@ def _run(args: argparse.Namespace) -> int:
                 compare[name] = {jp.name: jp.predicted_iteration_seconds for jp in other.jobs}
             except HulkError as exc:
                 compare[name] = str(exc)
-    print(render_table(cluster, result, compare, _unlinked_pairs(whole_cluster_cost().net)))
+    print(render_table(cluster, result, compare, unlinked_pairs(cluster)))
     return code
 
 

@@ -86,6 +86,13 @@ def linked_order(
 ORDER_CACHE = 100_000  # linked orders kept per network
 
 
+def linked_names(net: Network, names: Sequence[str], *, ring: bool = False) -> list[str]:
+    """:func:`linked_order` by server names, every start tried: for the baselines, which
+    order each job's servers once."""
+    ids = net.ids(list(names))
+    return [net.names[i] for i in linked_order(net, ids, ring=ring, tries=len(ids))]
+
+
 def _linked_order(
     linked: Sequence[frozenset[int]], ids: list[int], ring: bool, tries: int
 ) -> list[int]:

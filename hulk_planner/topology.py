@@ -16,6 +16,7 @@ from public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across reg
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
 
 import numpy as np
@@ -125,3 +126,21 @@ class Network:
 
     def reachable(self, a: str, b: str) -> bool:
         return bool(np.isfinite(self.latency_ms[self.index[a], self.index[b]]))
+
+
+def unlinked_pairs(cluster: Cluster) -> int:
+    """How many server pairs cannot communicate (neither a link nor a region link), counted
+    from the topology alone: the same as ``Network``'s, without its n x n matrices."""
+    sizes = Counter(s.region for s in cluster.servers)
+    covered = {frozenset((rl.a, rl.b)) for rl in cluster.region_links}
+    linked = 0
+    for pair in covered:
+        ends = sorted(pair)
+        a, b = ends[0], ends[-1]  # (a region with itself: one end)
+        linked += sizes[a] * sizes[b] if a != b else sizes[a] * (sizes[a] - 1) // 2
+    region = {s.name: s.region for s in cluster.servers}
+    linked += sum(
+        1 for lk in cluster.links if frozenset((region[lk.a], region[lk.b])) not in covered
+    )
+    n = len(cluster.servers)
+    return n * (n - 1) // 2 - linked

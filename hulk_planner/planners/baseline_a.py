@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hulk_planner.cost import CostModel, micro_batches, server_capacity, stage_memory
-from hulk_planner.layout import linked_order
+from hulk_planner.layout import linked_names
 from hulk_planner.model import Job, JobPlan, Plan, Server, Stage, Unplaced
 from hulk_planner.planners.split import split_servers
 
@@ -40,9 +40,7 @@ def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
         if job.name not in shares:
             unplaced.append(Unplaced(job.name, reasons.get(job.name, "no fitting server left")))
             continue
-        net = cost.net
-        ids = net.ids(shares[job.name])  # every start tried: once per job
-        nodes = tuple(net.names[i] for i in linked_order(net, ids, ring=True, tries=len(ids)))
+        nodes = tuple(linked_names(cost.net, shares[job.name], ring=True))
         jp = JobPlan(
             job.name,
             (Stage((0, job.model.layers), nodes, "data"),),

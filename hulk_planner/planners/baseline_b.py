@@ -10,17 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hulk_planner.cost import CostModel, micro_batches
-from hulk_planner.layout import balance_layers, linked_order, make_job_plan
+from hulk_planner.layout import balance_layers, linked_names, make_job_plan
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
 from hulk_planner.planners.split import split_servers
 
 
 def gpipe_over(cost: CostModel, job: Job, names: Sequence[str]) -> JobPlan | None:
     keep = set(sorted(names, key=lambda n: -cost.flops[cost.net.index[n]])[: job.model.layers])
-    net = cost.net
-    ids = net.ids([n for n in names if n in keep])
-    order = linked_order(net, ids, tries=len(ids))  # (once per job: every start tried)
-    stages = [[net.names[i]] for i in order]
+    stages = [[n] for n in linked_names(cost.net, [n for n in names if n in keep])]
     counts = balance_layers(cost, job, stages, micro_batches(job, 1))
     return None if counts is None else make_job_plan(job, stages, counts)
 

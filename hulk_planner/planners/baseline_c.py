@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hulk_planner.cost import CostModel, micro_batches, stage_memory
-from hulk_planner.layout import linked_order
+from hulk_planner.layout import linked_names
 from hulk_planner.model import Job, JobPlan, Plan, Stage, Unplaced
 from hulk_planner.planners.split import region_grouped, split_servers
 
@@ -23,10 +23,8 @@ def tensor_over(cost: CostModel, job: Job, names: Sequence[str]) -> JobPlan | No
     for t in range(len(by_room), 0, -1):
         room = cost.capacity[cost.net.index[by_room[t - 1]]]
         if stage_memory(job, job.model.layers, 1, t) <= room:
-            ring = cost.net.ids(sorted(by_room[:t], key=order.__getitem__))
-            nodes = tuple(
-                cost.net.names[i] for i in linked_order(cost.net, ring, ring=True, tries=len(ring))
-            )
+            ring = sorted(by_room[:t], key=order.__getitem__)
+            nodes = tuple(linked_names(cost.net, ring, ring=True))
             stage = Stage((0, job.model.layers), nodes, "tensor")
             return JobPlan(job.name, (stage,), micro_batches(job, 1))
     return None

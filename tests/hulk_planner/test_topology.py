@@ -92,6 +92,12 @@ def test_region_links_fill_servers_of_the_named_regions_only() -> None:
     # r1-r1 and r3 have no region link and no server link: a-b cannot communicate
     assert math.isinf(lat(net, "a", "b"))
     assert math.isinf(lat(net, "a", "e"))
+    # counted without the matrices: of 10 pairs, r1-r2's 4 are linked; with r1-r1 and a
+    # server link c-e, 6 of them
+    assert topology.unlinked_pairs(cluster(three, region_links=[RegionLink("r1", "r2", 40.0)])) == 6
+    both = cluster(three, [("c", "e", 5.0), ("a", "c", 5.0)],
+                   [RegionLink("r1", "r2", 40.0), RegionLink("r1", "r1", 1.0)])  # fmt: skip
+    assert topology.unlinked_pairs(both) == int((~Network(both).direct).sum()) // 2 == 4
 
 
 def test_region_path_visits_regions_along_a_line() -> None:
@@ -117,6 +123,8 @@ def test_network_is_symmetric_and_holds_exactly_the_given_links(
         assert net.latency(lk.a, lk.b) == lk.latency_ms
     finite = net.latency_ms[np.isfinite(net.latency_ms)]
     assert (finite >= 0).all()
+    # counted from the topology alone as the matrices count it
+    assert topology.unlinked_pairs(c) == int((~net.direct).sum()) // 2
     # a pair is linked exactly when the topology lists it (no relays)
     listed = {frozenset((lk.a, lk.b)) for lk in c.links}
     if not c.region_links:
