@@ -32,7 +32,7 @@ class OperatorConfig:
     # Port of the Prometheus metrics endpoint (0: off).
     metrics_port: int = 0
     # A stage's node counts as lost once it has been NotReady this long (seconds; Kubernetes
-    # has already waited node-monitor-grace-period, about 40 s, before calling it NotReady):
+    # has already waited its node-monitor-grace-period before calling it NotReady):
     # a kubelet restart or a short partition does not restart whole pipelines.
     not_ready_grace_s: float = 60.0
     # When at least this share of the GPU nodes is NotReady at once (and more than two), no
