@@ -25,7 +25,7 @@ from hulk_operator.errors import rejected_template
 from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo
 
-BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend"})  # a Succeeded job ignores
+BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
 
 
 def changed_fields(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> set[str]:

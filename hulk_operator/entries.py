@@ -15,7 +15,7 @@ from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
 from hulk_planner.errors import InvalidRequest
-from hulk_planner.io import job_from_dict
+from hulk_planner.io import job_from_dict, regrow_settings
 from hulk_planner.model import Job
 
 Key = tuple[str, str]  # (namespace, name)
@@ -40,6 +40,7 @@ class JobEntry:
     affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
     requests: Resources = field(default_factory=Resources)  # one stage pod of the template
     suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
+    regrow: tuple[float, float] | None = None  # spec.regrow: (minSpeedup, afterSeconds)
 
     @property
     def pending(self) -> bool:
@@ -148,6 +149,7 @@ def job_entry(
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
         requests=pod_requests(tmpl_spec),
         suspended=spec.get("suspend") is True,
+        regrow=_regrow(spec) if job is not None else None,
         affinity=tuple(
             _at(
                 tmpl_spec,
@@ -217,6 +219,13 @@ def spec_hashes(spec: Mapping[str, Any] | None) -> dict[str, str]:
         k: hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:12]
         for k, v in sorted(parts.items())
     }
+
+
+def _regrow(spec: Mapping[str, Any]) -> tuple[float, float] | None:
+    try:
+        return regrow_settings(spec)
+    except InvalidRequest:  # (then job_from_dict refused the spec too)
+        return None
 
 
 def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:

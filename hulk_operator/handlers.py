@@ -290,7 +290,7 @@ def hulktrainingjob_update(
     phase = status.get("phase")
     ended = phase in (st.PHASE_FAILED, st.SUCCEEDED)  # an edit runs it again, but:
     if (phase == st.SUCCEEDED and changed <= edits.BOOKKEEPING) or (
-        phase == st.PHASE_FAILED and changed == {"suspend"}
+        phase == st.PHASE_FAILED and changed <= {"suspend", "regrow"}
     ):  # a job done keeps its pods and record (a failed one runs again for a new limit)
         logger.info(f"{name} is {phase}: {', '.join(sorted(changed))} changed, nothing to do")
         return

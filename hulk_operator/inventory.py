@@ -244,7 +244,7 @@ def _quantity(text: Any) -> int:
         return 0
 
 
-def _epoch(stamp: Any) -> float | None:
+def epoch(stamp: Any) -> float | None:
     """An RFC 3339 time (``2026-11-23T00:33:41Z``) as epoch seconds; None if unreadable."""
     try:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
@@ -263,7 +263,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     conditions = status.get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     since = next(
-        (_epoch(c.get("lastTransitionTime")) for c in conditions if c.get("type") == "Ready"),
+        (epoch(c.get("lastTransitionTime")) for c in conditions if c.get("type") == "Ready"),
         None,
     )
     taints = tuple(

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hulk_operator import regrow
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
 from hulk_operator.fit import describe, matching_nodes, missing_resources, planned_within, unmatched
@@ -370,6 +371,7 @@ class Placer:
         # only ever written from one decision per placement or re-plan.
         self.reserved: dict[Key, Decision] = {}
         self.unplaced: dict[Key, tuple[Any, Decision]] = {}  # last failure and its inputs
+        self.regrow_checked: dict[Key, tuple[Any, ...]] = {}  # what the last regrow saw
         self._used: set[int] = set()
 
     def first_use(self, decision: Decision) -> bool:
@@ -389,6 +391,8 @@ class Placer:
             e = jobs.get(k)
             if e is None or e.deleting or e.plan_nodes == d.nodes:
                 del self.reserved[k]
+        for k in [k for k in self.regrow_checked if k not in jobs]:
+            del self.regrow_checked[k]
 
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
         out = dict(base)
@@ -481,6 +485,56 @@ class Placer:
             if d.job_plan is not None:
                 self.reserved[entry.key] = d
             return d
+
+    async def regrow(
+        self,
+        entry: JobEntry,
+        current: JobPlan,
+        snapshot: Callable[[], Awaitable[Snapshot]],
+    ) -> Decision | None:
+        """A faster plan for a running job with ``spec.regrow`` on its servers plus the
+        free ones (``regrow.faster``); None while a job waits for servers, when no server
+        is free, or when nothing changed since the last check."""
+        async with self.lock:
+            snap = await snapshot()
+            self.prune(snap.jobs)
+            if entry.key in self.reserved:
+                return None
+            snap.held = self.held(snap.held)
+            if any(self._waiting(snap, e) for e in snap.jobs.values()):
+                return None
+            free = snap.free(entry)
+            seen = (tuple(i.name for i in free), current.stages, entry.generation, entry.regrow)
+            if not free or self.regrow_checked.get(entry.key) == seen:
+                return None
+            self.regrow_checked[entry.key] = seen
+
+            def judge() -> Decision | None:
+                decisions = plan_group(
+                    [entry],
+                    snap.free(entry, also=current.nodes),
+                    snap,
+                    self.plan_fn,
+                    planner=self.planner,
+                    baselines=self.baselines,
+                    **self.opts,  # type: ignore[arg-type]
+                )
+                return regrow.faster(decisions[entry.key], entry, current)
+
+            started = time.perf_counter()
+            d = await asyncio.to_thread(judge)
+            if self.on_round:
+                self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
+            if d is not None:
+                self.reserved[entry.key] = d
+            return d
+
+    def _waiting(self, snap: Snapshot, e: JobEntry) -> bool:
+        """A pending job that may yet be placed on the free servers: not tried on them, or
+        its round is not over (one tried on these very servers and left unplaced waits
+        for a change, and does not hold regrowth back)."""
+        last = self.unplaced.get(e.key)
+        return e.pending and (last is None or last[0] != self.fingerprint(snap, e))
 
     def pending_write(self, key: Key, shown: JobPlan) -> Decision | None:
         """This job's re-plan whose status write is not visible yet: a reservation made

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hulk_operator import manifests, recovery
+from hulk_operator import manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import JobEntry, spec_hashes
@@ -189,6 +189,16 @@ async def reconcile(
             new.update(_placed_fields(decision, spec))
             conds = _planned(conds, decision, entry, ctx.config, gen)
             new["phase"] = st.PLACING
+        elif ctx.disrupted is None and regrow.due(entry, status):
+            grown = await ctx.placer.regrow(entry, plan, ctx.snapshot)
+            if grown is not None and grown.job_plan is not None and grown.base is not None:
+                ctx.metrics.replans.labels(reason=regrow.REASON).inc()
+                new["replans"] = replans + 1
+                replanned = (grown.base, {})
+                plan, gpus = grown.job_plan, _gpus(grown)
+                new.update(_placed_fields(grown, spec))
+                conds = _planned(conds, grown, entry, ctx.config, gen)
+                new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
@@ -231,9 +241,15 @@ async def reconcile(
         ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
         old, lost = replanned
-        msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
-        ctx.event("Warning", "Replanned", msg)
-        reason = sorted(set(lost.values()))[0].split()[0]
+        if lost:
+            msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
+            ctx.event("Warning", "Replanned", msg)
+            reason = sorted(set(lost.values()))[0].split()[0]
+        else:
+            why = regrow.cause(old, plan)
+            msg = recovery.event_message({}, old, plan, len(diff.create), len(diff.keep), why)
+            ctx.event("Normal", regrow.REASON, msg)
+            reason = regrow.REASON
         conds = st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
     desired = set(diff.create) | set(diff.keep)
     new.update(_phase(ctx, entry, desired, conds, gen))
@@ -522,7 +538,8 @@ def _phase(
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)
         if old and old["status"] == "True":
-            conds = st.set_condition(conds, st.REPLANNING, False, "Recovered", old["message"], gen)
+            done = regrow.REASON if old["reason"] == regrow.REASON else "Recovered"
+            conds = st.set_condition(conds, st.REPLANNING, False, done, old["message"], gen)
     else:
         out["phase"] = st.PLACING
         msg = f"{running}/{want} stage pods running"

@@ -152,14 +152,21 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
 
 
 def event_message(
-    lost: Mapping[str, str], old: JobPlan, new: JobPlan | None, replaced: int, kept: int
+    lost: Mapping[str, str],
+    old: JobPlan,
+    new: JobPlan | None,
+    replaced: int,
+    kept: int,
+    cause: str | None = None,
 ) -> str:
     said = {
         "GPUsGone": "has fewer GPUs than its stage asks",
         "GPUsTaken": "GPUs taken by other pods",
         "ResourcesTaken": "stage pod's requests no longer fit beside other pods",
     }
-    causes = ", ".join(f"{n} {said.get(why, why.lower())}" for n, why in sorted(lost.items()))
+    causes = cause or ", ".join(
+        f"{n} {said.get(why, why.lower())}" for n, why in sorted(lost.items())
+    )
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
     changed = "; ".join(moves(old, new, lost))

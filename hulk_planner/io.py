@@ -329,6 +329,7 @@ JOB_FIELDS: dict[str, tuple[str, ...]] = {
         "backoffLimit",
         "masterPort",
         "suspend",
+        "regrow",
     ),
     "spec.model": (
         "preset",
@@ -339,7 +340,35 @@ JOB_FIELDS: dict[str, tuple[str, ...]] = {
         "attentionHeads",
     ),
     "spec.training": ("globalBatchSize", "microBatchSize"),
+    "spec.regrow": ("minSpeedup", "afterSeconds"),
 }
+# spec.regrow's defaults (the CRD's): re-plan onto free servers for a 1.25x faster step,
+# once the job has run 300 s since it was last placed
+REGROW_MIN_SPEEDUP, REGROW_AFTER_S = 1.25, 300
+
+
+def regrow_settings(spec: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``spec.regrow`` as (minSpeedup, afterSeconds), None where it is absent; checked as
+    the CRD's schema checks it."""
+    regrow = spec.get("regrow")
+    if regrow is None:
+        return None
+    if not isinstance(regrow, Mapping):
+        raise InvalidRequest(
+            "spec.regrow", f"must be a mapping, got {regrow!r}", "e.g. regrow: {minSpeedup: 1.25}"
+        )
+    w = "spec.regrow"
+    speedup = _number(regrow, "minSpeedup", w, REGROW_MIN_SPEEDUP)
+    if not (speedup > 1 and math.isfinite(speedup)):
+        raise InvalidRequest(
+            f"{w}.minSpeedup",
+            f"must be above 1, got {speedup!r}",
+            "give how many times faster a new plan must be, e.g. 1.25",
+        )
+    after = _number(regrow, "afterSeconds", w, REGROW_AFTER_S)
+    if not isinstance(after, int) or after < 0:
+        raise InvalidRequest(f"{w}.afterSeconds", f"must be a whole number >= 0, got {after!r}")
+    return float(speedup), float(after)
 
 
 def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
@@ -434,6 +463,7 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
         raise InvalidRequest("spec.priority", f"must be a whole number, got {priority!r}")
     if not isinstance(spec.get("suspend", False), bool):
         raise InvalidRequest("spec.suspend", f"must be true or false, got {spec['suspend']!r}")
+    regrow_settings(spec)
     return Job(str(name), spec_model, gbs, mbs, priority)
 
 

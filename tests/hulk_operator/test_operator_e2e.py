@@ -1098,10 +1098,12 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     for p in kube.pods("next"):
         kube.core.delete_namespaced_pod(p.metadata.name, kube.ns, grace_period_seconds=0)
     wait("its pods gone", lambda: not kube.pods("next"), 60)
-    # (priority, backoffLimit or suspend alone: nothing, as for a finished batch/v1 Job)
+    # (priority, backoffLimit, suspend or regrow alone: nothing, as for a finished batch/v1
+    # Job)
     kept = {p.metadata.name for p in kube.pods("done")}
+    bookkeeping = {"priority": 1, "suspend": True, "regrow": {"minSpeedup": 2}}
     kube.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, kube.ns, PLURAL, "done", {"spec": {"priority": 1, "suspend": True}}
+        GROUP, VERSION, kube.ns, PLURAL, "done", {"spec": bookkeeping}
     )
     time.sleep(3)
     assert (

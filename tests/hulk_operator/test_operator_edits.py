@@ -41,6 +41,7 @@ def test_bookkeeping_fields_leave_the_plan_standing() -> None:
     assert stands(SPEC, edited(backoffLimit=1, priority=2)) == (
         "backoffLimit, priority changed: its plan stands"
     )
+    assert stands(SPEC, edited(regrow={"minSpeedup": 2})) == "regrow changed: its plan stands"
 
 
 def test_a_presets_own_sizes_written_out_are_the_same_job() -> None:

@@ -1,0 +1,69 @@
+"""Growing a running job onto free servers (``spec.regrow``).
+
+A running job keeps its servers: a new plan restarts its pipeline from its checkpoint, so
+by default a job that was re-planned onto fewer servers after a loss, or placed beside
+jobs that have since finished, stays as it is. With ``spec.regrow`` its owner accepts that
+restart for a faster step: once the job has run (``Ready=True``) for ``afterSeconds``
+since it was last placed, and while no job waits for servers (a waiting job gets them
+first), it is planned afresh on its own servers plus the free ones, and the new plan
+replaces the old one when its predicted step is at least ``minSpeedup`` times faster than
+the old plan's, both scored by the cost model on the same latencies. The check runs again
+only when the free servers (or the job's plan or settings) change.
+
+Pure functions; the planning round is ``Placer.regrow`` and the pods are reconciled as for
+any re-plan.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from hulk_operator import status as st
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import epoch
+from hulk_planner.cost import CostModel
+from hulk_planner.model import JobPlan
+
+if TYPE_CHECKING:
+    from hulk_operator.placement import Decision
+
+REASON = "Regrown"  # the Event's, the Replanning condition's and the replans metric's
+
+
+def due(entry: JobEntry, status: Mapping[str, Any], now: float | None = None) -> bool:
+    """Whether ``spec.regrow`` lets the job be planned afresh now: it runs, and has been
+    Ready for ``afterSeconds``."""
+    if entry.regrow is None or status.get("phase") != st.RUNNING:
+        return False
+    ready = st.condition(status, st.READY) or {}
+    since = epoch(ready.get("lastTransitionTime"))
+    if ready.get("status") != "True" or since is None:
+        return False
+    return (time.time() if now is None else now) - since >= entry.regrow[1]
+
+
+def faster(decision: Decision, entry: JobEntry, current: JobPlan) -> Decision | None:
+    """``decision`` as a re-plan of ``current`` (its ``base``, predicted on the decision's
+    latencies) when its step is at least ``minSpeedup`` times faster; None otherwise."""
+    new, cluster = decision.job_plan, decision.cluster
+    if new is None or cluster is None or entry.job is None or entry.regrow is None:
+        return None
+    if not set(current.nodes) <= set(cluster.index):
+        return None  # a server of the plan is gone: that is recovery's to handle
+    was = CostModel(cluster).job_seconds(entry.job, current)
+    now = new.predicted_iteration_seconds
+    if not (math.isfinite(now) and now > 0):
+        return None
+    if math.isfinite(was) and was < now * entry.regrow[0]:
+        return None
+    return replace(decision, base=replace(current, predicted_iteration_seconds=was))
+
+
+def cause(old: JobPlan, new: JobPlan) -> str:
+    """The Event's opening words: how many times faster the new plan's step is."""
+    was, now = old.predicted_iteration_seconds, new.predicted_iteration_seconds
+    return f"free servers make its step {was / now:.3g}x faster"

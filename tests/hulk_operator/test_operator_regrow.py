@@ -1,0 +1,193 @@
+"""``spec.regrow``: a running job re-planned onto free servers for a faster step (the real
+planner, in memory)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hjob_helpers import Kube, condition, manifest, plan_nodes, wait
+from placement_helpers import entry, nodes, snap
+
+from hulk_operator import GROUP, PLURAL, VERSION, recovery, regrow
+from hulk_operator import status as st
+from hulk_operator.entries import JobEntry, object_entry
+from hulk_operator.inventory import Latencies
+from hulk_operator.placement import Placer, Snapshot, plan_pending
+from hulk_planner.api import plan
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.io import job_from_dict, regrow_settings
+from hulk_planner.model import Job, JobPlan, ModelSpec
+
+GPT = paper_jobs()[2]
+
+
+def squeezed(job: Job, regions: tuple[str, ...], **kw: object) -> tuple[JobEntry, JobPlan]:
+    """The job running on the servers of ``regions`` alone (the rest were held when it was
+    planned), with ``spec.regrow`` as ``kw`` gives it."""
+    e = entry(job, **kw)
+    others = {s.name: ("x", "y") for s in paper_cluster().servers if s.region not in regions}
+    d = plan_pending(snap([e], others), plan)[e.key]
+    assert d.job_plan is not None, d.reason
+    return replace(e, plan_nodes=frozenset(d.job_plan.nodes), phase=st.RUNNING), d.job_plan
+
+
+def test_a_squeezed_job_regrows_onto_free_servers_once() -> None:
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    state = {running.key: running}
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), state, {n: running.key for n in current.nodes})
+
+    placer = Placer(plan)
+    grown = asyncio.run(placer.regrow(running, current, snapshot))
+    assert grown is not None and grown.job_plan is not None and grown.base is not None
+    was, now = grown.base.predicted_iteration_seconds, grown.job_plan.predicted_iteration_seconds
+    assert was == pytest.approx(current.predicted_iteration_seconds)  # same latencies
+    assert was >= 1.25 * now
+    assert set(grown.job_plan.nodes) - set(current.nodes)  # it took free servers
+    assert placer.reserved[running.key] is grown
+    # its status still shows the old plan: the re-plan waits for it (as a recovery's does)
+    assert placer.pending_write(running.key, current) is grown
+    # shown: the reservation goes, and nothing changed since the check: no second round
+    assert placer.pending_write(running.key, grown.job_plan) is None
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    msg = recovery.event_message(
+        {}, grown.base, grown.job_plan, 3, 0, regrow.cause(grown.base, grown.job_plan)
+    )
+    assert msg.startswith(f"free servers make its step {was / now:.3g}x faster; ")
+    assert msg.endswith(f"predicted step {now:.3g} s (was {was:.3g} s)")
+
+
+def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_change() -> None:
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
+    free = nodes()
+    calls: list[int] = []
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return plan(*args, **kw)  # type: ignore[arg-type]
+
+    async def snapshot() -> Snapshot:
+        held = {n: running.key for n in current.nodes}
+        return Snapshot(free, Latencies(), {running.key: running}, held)
+
+    placer = Placer(counting)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert len(calls) == 1  # the same free servers: not planned again
+    del free[next(n for n in free if n not in current.nodes)]
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert len(calls) == 2
+    assert running.key not in placer.reserved
+
+
+def test_a_waiting_job_gets_the_free_servers_first() -> None:
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
+    bert = entry(paper_jobs()[3])
+    jobs = {running.key: running, bert.key: bert}
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), dict(jobs), {n: running.key for n in current.nodes})
+
+    placer = Placer(plan, batch_window_s=0.0)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None  # bert waits
+    del jobs[bert.key]
+    jobs[huge.key] = huge  # fits nowhere: once its round left it unplaced, it holds none back
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    d = asyncio.run(placer.decide(huge.key, snapshot))
+    assert d is not None and d.job_plan is None
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is not None
+
+
+def test_due_after_the_job_has_been_ready_for_after_seconds() -> None:
+    e = entry(GPT, regrow=(1.25, 300.0))
+    ready = st.set_condition(
+        [], st.READY, True, "AllStagesRunning", "4/4", 1, now="2026-11-23T00:00:00Z"
+    )
+    status = {"phase": st.RUNNING, "conditions": ready}
+    t0 = 1795392000.0  # 2026-11-23T00:00:00Z
+    assert not regrow.due(e, status, now=t0 + 299)
+    assert regrow.due(e, status, now=t0 + 300)
+    assert not regrow.due(replace(e, regrow=None), status, now=t0 + 300)
+    assert not regrow.due(e, {**status, "phase": st.PLACING}, now=t0 + 300)
+    starting = st.set_condition(ready, st.READY, False, "StagesStarting", "3/4", 1, now="x")
+    assert not regrow.due(e, {**status, "conditions": starting}, now=t0 + 300)
+
+
+def regrow_manifest(regrow_spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": "hulk.dev/v1alpha1",
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": "j", "namespace": "ml"},
+        "spec": {"model": {"preset": "gpt2-xl"}, "template": {}, "regrow": regrow_spec},
+    }
+
+
+def test_regrow_settings_defaults_and_errors() -> None:
+    assert regrow_settings({}) is None
+    assert regrow_settings({"regrow": {}}) == (1.25, 300.0)
+    assert regrow_settings({"regrow": {"minSpeedup": 2, "afterSeconds": 0}}) == (2.0, 0.0)
+    assert object_entry(regrow_manifest({"minSpeedup": 1.5})).regrow == (1.5, 300.0)
+    for bad, field in [
+        ({"minSpeedup": 1}, "spec.regrow.minSpeedup"),
+        ({"minSpeedup": "fast"}, "spec.regrow.minSpeedup"),
+        ({"afterSeconds": -1}, "spec.regrow.afterSeconds"),
+        ({"afterSeconds": 1.5}, "spec.regrow.afterSeconds"),
+        (True, "spec.regrow"),
+    ]:
+        with pytest.raises(InvalidRequest) as err:
+            job_from_dict(regrow_manifest(bad))
+        assert err.value.field == field
+        e = object_entry(regrow_manifest(bad))  # the operator: an invalid spec, no regrowth
+        assert e.job is None and e.regrow is None and field in (e.error or "")
+
+
+@pytest.mark.sandbox
+def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
+    kube: Kube, operator: Any
+) -> None:
+    """Both jobs are placed while all but Berlin's and London's servers are cordoned. Once
+    the servers are back, gpt2-xl is given ``spec.regrow`` (an edit that leaves its pods
+    alone) and is planned afresh for a faster step; bert-large (without) keeps its servers."""
+    squeeze = [s.name for s in paper_cluster().servers if s.region not in ("Berlin", "London")]
+    try:
+        for n in squeeze:
+            kube.core.patch_node(n, {"spec": {"unschedulable": True}})
+        kube.apply(manifest("grows", model={"preset": "gpt2-xl"}))
+        kube.apply(manifest("stays", model={"preset": "bert-large"}))
+        wait("both Running", lambda: kube.all_running(["grows", "stays"]), 90)
+        small, kept = plan_nodes(kube.job("grows")), plan_nodes(kube.job("stays"))
+        assert not set(small + kept) & set(squeeze)
+        was = kube.job("grows")["status"]["predictedIterationSeconds"]
+    finally:
+        for n in squeeze:
+            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+    time.sleep(3)  # several ticks with the servers free: neither job moves
+    assert plan_nodes(kube.job("grows")) == small and plan_nodes(kube.job("stays")) == kept
+    patch = {"spec": {"regrow": {"afterSeconds": 0}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "grows", patch)
+
+    def regrown() -> bool:
+        job = kube.job("grows")
+        settled = condition(job, "Replanning").get("status") == "False"
+        return job["status"].get("replans") == 1 and job["status"]["phase"] == "Running" and settled
+
+    wait("regrown and Running", regrown, 90)
+    job = kube.job("grows")
+    now = job["status"]["predictedIterationSeconds"]
+    assert was >= 1.25 * now, (was, now)  # the default minSpeedup
+    assert set(plan_nodes(job)) & set(squeeze)
+    assert {p.spec.node_name for p in kube.live_pods("grows")} == set(plan_nodes(job))
+    (event,) = kube.events("Regrown")
+    assert event.type == "Normal"
+    assert event.message.startswith("free servers make its step "), event.message
+    assert event.message.endswith(f"(was {was:.3g} s)"), event.message
+    assert condition(job, "Replanning")["reason"] == "Regrown"
+    other = kube.job("stays")
+    assert plan_nodes(other) == kept and other["status"]["replans"] == 0
