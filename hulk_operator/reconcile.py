@@ -538,8 +538,8 @@ def _phase(
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)
         if old and old["status"] == "True":
-            done = regrow.REASON if old["reason"] == regrow.REASON else "Recovered"
-            conds = st.set_condition(conds, st.REPLANNING, False, done, old["message"], gen)
+            over = regrow.REASON if old["reason"] == regrow.REASON else "Recovered"
+            conds = st.set_condition(conds, st.REPLANNING, False, over, old["message"], gen)
     else:
         out["phase"] = st.PLACING
         msg = f"{running}/{want} stage pods running"
