@@ -474,6 +474,10 @@ def test_helm_install_upgrade_uninstall(sandbox: Sandbox, chart_tools: dict[str,
                 "kopf.dev", "v1", "clusterkopfpeerings", release
             )
             assert peering["metadata"]["name"] == release
+            peering["status"] = {"a-replica": {"priority": 1, "lastseen": "x"}}  # keep-alives
+            custom.patch_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", release, peering
+            )
             run(
                 "upgrade",
                 release,
@@ -489,6 +493,13 @@ def test_helm_install_upgrade_uninstall(sandbox: Sandbox, chart_tools: dict[str,
             )
             env = {e.name: e.value for e in ds.spec.template.spec.containers[0].env}
             assert env["HULK_PROBE_INTERVAL"] == "20"
+            # the peering object and its keep-alives outlive the upgrade (before, a hook
+            # recreated it, and a standby replica woke beside the leader)
+            after = custom.get_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", release
+            )
+            assert after["metadata"]["uid"] == peering["metadata"]["uid"]
+            assert "a-replica" in (after.get("status") or {})
             assert "deployed" in run("status", release)
             run("uninstall", release, "--wait", "--timeout", "180s")
             left = {c.metadata.name for c in ext.list_custom_resource_definition().items}
