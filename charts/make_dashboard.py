@@ -106,12 +106,12 @@ def panels() -> list[Panel]:
         ),
         stat(
             "Plans made",
-            "sum(increase(hulk_plans_total[$__range]))",
+            "sum(increase(hulk_plans_total[$__range])) or vector(0)",
             "Planning results in the selected time range (hulk_plans_total).",
         ),
         stat(
             "Replans",
-            "sum(increase(hulk_replans_total[$__range]))",
+            "sum(increase(hulk_replans_total[$__range])) or vector(0)",
             "Re-plans of running jobs in the selected range (hulk_replans_total).",
         ),
         stat(
@@ -148,7 +148,7 @@ def panels() -> list[Panel]:
                         "{{result}}",
                     )
                 ],
-                "Planning results by result: placed, unplaced, error (hulk_plans_total).",
+                "Planning results by result: placed, unplaced (hulk_plans_total).",
                 bars=True,
             ),
             12,

@@ -58,7 +58,8 @@ class OperatorConfig:
             value = getattr(self, name)
             if value is None and name == "planning_budget_s":  # the planner's default
                 continue
-            check_positive(_where(name), value, allow_zero=zero_allowed)
+            share = 1.0 if name == "disruption_threshold" else None  # a share of the nodes
+            check_positive(_where(name), value, allow_zero=zero_allowed, at_most=share)
         if self.gnn_weights:
             from hulk_planner.gnn.planner import check_weights
 

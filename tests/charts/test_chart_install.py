@@ -377,6 +377,69 @@ def test_probe_may_patch_only_its_own_address_annotation(
             )
 
 
+def _latency_write(api: Any, node: str, how: str) -> int:
+    """HTTP status of writing the NodeLatency of ``node`` (``create``, ``patch`` of its
+    status, ``delete``) as the client ``api`` (201/200, or the error's status)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    custom: Any = client.CustomObjectsApi(api)
+    args = ("hulk.dev", "v1alpha1", "nodelatencies")
+    try:
+        if how == "create":
+            body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "NodeLatency"}
+            custom.create_cluster_custom_object(*args, {**body, "metadata": {"name": node}})
+        elif how == "patch":
+            status = {"status": {"node": node, "peers": []}}
+            custom.patch_cluster_custom_object_status(*args, node, status)
+        else:
+            custom.delete_cluster_custom_object(*args, node)
+        return 200
+    except ApiException as exc:
+        return int(exc.status)
+
+
+def test_probe_may_write_only_its_own_nodes_latency_record(
+    installed: dict[str, Any], sandbox: Sandbox
+) -> None:
+    """Before, an agent's token could rewrite any node's NodeLatency and so forge the
+    latencies the planner reads (a user trial patched berlin-31's from berlin-30's pod)."""
+    from kubernetes import client
+
+    admin = installed["api"]
+    nodes: Any = client.CoreV1Api(admin).list_node().items
+    own, other = f"{nodes[0].metadata.name}", f"{nodes[1].metadata.name}"
+    user = f"system:serviceaccount:{installed['namespace']}:{installed['release']}-probe"
+    custom: Any = client.CustomObjectsApi(admin)
+    existed = {
+        i["metadata"]["name"]
+        for i in custom.list_cluster_custom_object("hulk.dev", "v1alpha1", "nodelatencies")["items"]
+    }
+    try:
+        with sandbox.api_client() as probe:
+            probe.set_default_header("Impersonate-User", user)
+            probe.set_default_header(
+                f"Impersonate-Extra-{NODE_NAME_EXTRA.replace('/', '%2F')}", own
+            )
+            for name in (own, other):
+                if name not in existed:
+                    assert _latency_write(admin, name, "create") == 200
+            # the policy takes effect once the API server has loaded it: wait for a denial
+            deadline = time.monotonic() + 30
+            while (status := _latency_write(probe, other, "patch")) == 200:
+                assert time.monotonic() < deadline, "the latency policy never took effect"
+                time.sleep(0.5)
+            assert status in (403, 422)
+            assert _latency_write(probe, own, "patch") == 200
+            assert _latency_write(probe, other, "delete") in (403, 422)
+            _latency_write(admin, own, "delete")
+            assert _latency_write(probe, own, "create") == 200
+    finally:
+        for name in (own, other):
+            if name not in existed:
+                _latency_write(admin, name, "delete")
+
+
 def test_operator_pod_passes_restricted_pod_security(
     installed: dict[str, Any], sandbox: Sandbox
 ) -> None:

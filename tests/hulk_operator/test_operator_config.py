@@ -22,6 +22,7 @@ from hulk_planner.errors import InvalidRequest
         ({"batch_window_s": -1.0}, "HULK_OPERATOR_BATCH_WINDOW_S", "zero or more"),
         ({"planning_budget_s": math.inf}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
         ({"planning_budget_s": math.nan}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
+        ({"disruption_threshold": 5.0}, "HULK_OPERATOR_DISRUPTION_THRESHOLD", "at most 1"),
         ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "zero or more"),
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
         ({"planner": "nope"}, "--planner", "use one of hulk"),
