@@ -396,6 +396,52 @@ def test_values_file_documents_every_field() -> None:
         assert _commented(lines, i), f"values.yaml:{i + 1} ({stripped}) is undocumented"
 
 
+# ---- values schema -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("operator.replicas=abc", "at '/operator/replicas': got string, want integer"),
+        ("operator.metricsPort=99999", "at '/operator/metricsPort': maximum"),
+        ("probe.echoPort=70000", "at '/probe/echoPort': maximum"),
+        ("probe.interval=-5", "at '/probe/interval': exclusiveMinimum"),
+        ("operator.config.planner=foo", "at '/operator/config/planner': value must be one of"),
+        ("operator.config.disruption_threshold=5", "/operator/config/disruption_threshold"),
+        ("operator.confg.planner=hulk", "at '/operator': additional properties 'confg'"),
+        ("metrics.service.type=Foo", "at '/metrics/service/type'"),
+        ("metrics.serviceMonitor.interval=30", "at '/metrics/serviceMonitor/interval'"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_it(
+    chart_tools: dict[str, str], setting: str, said: str
+) -> None:
+    """Before values.schema.json, these rendered and failed at install (a Go unmarshal
+    error) or only when the containers crash-looped."""
+    cmd = [chart_tools["HELM"], "template", "hulk", str(CHART), "--set", setting]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and said in proc.stderr, proc.stderr
+
+
+def test_values_schema_knows_the_operators_planners_and_every_value() -> None:
+    from hulk_planner.api import PLANNERS
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    config = schema["properties"]["operator"]["properties"]["config"]["properties"]
+    assert config["planner"]["enum"] == list(PLANNERS)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(v: Any, s: dict[str, Any], at: str) -> None:
+        if not isinstance(v, dict) or "properties" not in s:
+            return  # a leaf, or a Kubernetes object passed through
+        for k, sub in v.items():
+            assert k in s["properties"], f"{at}.{k} is not in values.schema.json"
+            walk(sub, s["properties"][k], f"{at}.{k}")
+
+    walk(values, schema, "values")
+    from hulk_operator.config import OperatorConfig
+
+    assert set(config) <= {f for f in OperatorConfig.__dataclass_fields__}
+
+
 # ---- Grafana dashboard --------------------------------------------------------------------
 
 
