@@ -26,6 +26,17 @@ from hulk_probe.publisher import Publisher, status_body
 log = logging.getLogger(__name__)
 
 
+def one_line(exc: BaseException) -> str:
+    """An error as /healthz and the log show it: one line (an ApiException's text carries
+    the response headers and body over many lines; its status and reason say enough)."""
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None and reason is not None:
+        text = f"{status} {reason}"
+    else:
+        text = next((line for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {text.strip()}"[:200]
+
+
 class StartupError(RuntimeError):
     """Start-up cannot go on; the message is one line for the user."""
 
@@ -120,7 +131,7 @@ class Agent:
                 await asyncio.to_thread(publisher.write_status, body)
                 self._last_publish_error = None
             except Exception as exc:
-                self._last_publish_error = f"{type(exc).__name__}: {exc}"[:200]
+                self._last_publish_error = one_line(exc)
                 log.warning("publishing status failed: %s", self._last_publish_error)
                 self.metrics.api_errors.labels(self.config.node_name, "status").inc()
             next_at += period

@@ -72,3 +72,18 @@ def test_crd_matches_the_code() -> None:
     assert set(body["peers"][0]) <= set(schema["peers"]["items"]["properties"])
     columns = {c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert {".status.reachablePeers", ".status.lastPublished"} <= columns
+
+
+def test_a_failed_write_is_one_line_on_healthz() -> None:
+    """Before: /healthz's last_error carried the ApiException's multi-line text (headers)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from hulk_probe.agent import one_line
+
+    exc = ApiException(status=401, reason="Unauthorized")
+    exc.headers = {"Audit-Id": "x", "Content-Type": "application/json"}
+    exc.body = '{"kind":"Status","message":"Unauthorized"}'
+    assert "\n" in str(exc)
+    assert one_line(exc) == "ApiException: 401 Unauthorized"
+    assert one_line(OSError("\nconnection refused\nmore")) == "OSError: connection refused"
+    assert len(one_line(ValueError("x" * 500))) == 200
