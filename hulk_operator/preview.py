@@ -160,6 +160,12 @@ def preview_plan(
                 standing[e.key] = (e, jp, compared_then)
                 notes.append(f"job {e.key[1]}: runs; applying this manifest, {why}: shown as "
                              "its pods run")  # fmt: skip
+                if e.regrow is not None:
+                    notes.append(
+                        f"job {e.key[1]}: spec.regrow: once it has run {e.regrow[1]:g} s, the "
+                        "operator plans it afresh on its servers and the free ones and replaces "
+                        f"its pods if that is {e.regrow[0]:g}x faster (not previewed)"
+                    )
                 continue
             if running is not None and running.plan_nodes and not running.deleting:
                 notes.append(

@@ -534,7 +534,7 @@ def _phase(
     elif running + done == want and len(live) == want:  # finishing: stages exit one by one
         out["phase"] = st.RUNNING
         msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")
-        why = "StagesFinishing" if done else "AllStagesRunning"
+        why = "StagesFinishing" if done else regrow.ALL_RUNNING
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)
         if old and old["status"] == "True":

@@ -3,12 +3,12 @@
 A running job keeps its servers: a new plan restarts its pipeline from its checkpoint, so
 by default a job that was re-planned onto fewer servers after a loss, or placed beside
 jobs that have since finished, stays as it is. With ``spec.regrow`` its owner accepts that
-restart for a faster step: once the job has run (``Ready=True``) for ``afterSeconds``
-since it was last placed, and while no job waits for servers (a waiting job gets them
-first), it is planned afresh on its own servers plus the free ones, and the new plan
-replaces the old one when its predicted step is at least ``minSpeedup`` times faster than
-the old plan's, both scored by the cost model on the same latencies. The check runs again
-only when the free servers (or the job's plan or settings) change.
+restart for a faster step. Once every stage has run without a break (``Ready=True``,
+reason AllStagesRunning) for ``afterSeconds``, and while no job waits for servers (a
+waiting job gets them first), the job is planned afresh on its own servers plus the free
+ones; the new plan replaces the old one when its predicted step is at least
+``minSpeedup`` times faster, both plans scored by the cost model on the same latencies.
+The check runs again only when the free servers (or the job's plan or settings) change.
 
 Pure functions; the planning round is ``Placer.regrow`` and the pods are reconciled as for
 any re-plan.
@@ -32,17 +32,19 @@ if TYPE_CHECKING:
     from hulk_operator.placement import Decision
 
 REASON = "Regrown"  # the Event's, the Replanning condition's and the replans metric's
+ALL_RUNNING = "AllStagesRunning"  # the Ready condition's reason while every stage runs
 
 
 def due(entry: JobEntry, status: Mapping[str, Any], now: float | None = None) -> bool:
-    """Whether ``spec.regrow`` lets the job be planned afresh now: it runs, and has been
-    Ready for ``afterSeconds``."""
+    """Whether ``spec.regrow`` lets the job be planned afresh now: every stage has been
+    running, without a break, for ``afterSeconds`` (the Ready condition's last transition;
+    a stage pod restarted or created again starts the count afresh)."""
     if entry.regrow is None or status.get("phase") != st.RUNNING:
         return False
     ready = st.condition(status, st.READY) or {}
     since = epoch(ready.get("lastTransitionTime"))
-    if ready.get("status") != "True" or since is None:
-        return False
+    if ready.get("reason") != ALL_RUNNING or since is None:
+        return False  # (StagesFinishing: the run is ending, not to be started over)
     return (time.time() if now is None else now) - since >= entry.regrow[1]
 
 
@@ -56,9 +58,9 @@ def faster(decision: Decision, entry: JobEntry, current: JobPlan) -> Decision | 
         return None  # a server of the plan is gone: that is recovery's to handle
     was = CostModel(cluster).job_seconds(entry.job, current)
     now = new.predicted_iteration_seconds
-    if not (math.isfinite(now) and now > 0):
-        return None
-    if math.isfinite(was) and was < now * entry.regrow[0]:
+    if not (math.isfinite(now) and now > 0 and math.isfinite(was)):
+        return None  # (a plan whose link was cut since is not scored: no speed-up to judge)
+    if was < now * entry.regrow[0]:
         return None
     return replace(decision, base=replace(current, predicted_iteration_seconds=was))
 

@@ -366,7 +366,7 @@ def regrow_settings(spec: Mapping[str, Any]) -> tuple[float, float] | None:
             "give how many times faster a new plan must be, e.g. 1.25",
         )
     after = _number(regrow, "afterSeconds", w, REGROW_AFTER_S)
-    if not isinstance(after, int) or after < 0:
+    if not float(after).is_integer() or after < 0:  # (2.0 is the API server's 2)
         raise InvalidRequest(f"{w}.afterSeconds", f"must be a whole number >= 0, got {after!r}")
     return float(speedup), float(after)
 

@@ -349,6 +349,11 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     job["spec"]["priority"] = 5  # a bookkeeping edit
     nodes, said = preview(job)
     assert nodes == running and "priority changed: its plan stands" in said, said
+    # regrow: no re-plan in itself, but the operator may then grow it (a user trial read
+    # "its plan stands" and saw the pods replaced seconds after applying)
+    nodes, said = preview({**job, "spec": {**job["spec"], "regrow": {"afterSeconds": 0}}})
+    assert nodes == running and "regrow changed: its plan stands" in said, said
+    assert "spec.regrow: once it has run 0 s, the operator plans it afresh" in said, said
     job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "LR", "value": "3e-4"}]
     _, said = preview(job)  # the pods are made again: a plan from scratch (its servers free)
     assert said.strip() == (

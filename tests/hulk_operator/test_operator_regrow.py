@@ -63,6 +63,21 @@ def test_a_squeezed_job_regrows_onto_free_servers_once() -> None:
     assert msg.endswith(f"predicted step {now:.3g} s (was {was:.3g} s)")
 
 
+def test_a_plan_whose_link_was_cut_is_not_regrown() -> None:
+    """Its step cannot be scored: before, the Event read "infx faster" and blamed free
+    servers (a user trial: no server was added, two stages swapped)."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    a, b = current.nodes[0], current.nodes[1]
+    cut = Latencies(unreachable=frozenset({frozenset({a, b})}))
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(
+            nodes(), cut, {running.key: running}, {n: running.key for n in current.nodes}
+        )
+
+    assert asyncio.run(Placer(plan).regrow(running, current, snapshot)) is None
+
+
 def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_change() -> None:
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
     free = nodes()
@@ -118,6 +133,9 @@ def test_due_after_the_job_has_been_ready_for_after_seconds() -> None:
     assert not regrow.due(e, {**status, "phase": st.PLACING}, now=t0 + 300)
     starting = st.set_condition(ready, st.READY, False, "StagesStarting", "3/4", 1, now="x")
     assert not regrow.due(e, {**status, "conditions": starting}, now=t0 + 300)
+    # a stage finished: the run is ending (before, it was grown and started over)
+    ending = st.set_condition(ready, st.READY, True, "StagesFinishing", "3/4, 1 finished", 1)
+    assert not regrow.due(e, {**status, "conditions": ending}, now=t0 + 300)
 
 
 def regrow_manifest(regrow_spec: object) -> dict[str, object]:
@@ -133,6 +151,7 @@ def test_regrow_settings_defaults_and_errors() -> None:
     assert regrow_settings({}) is None
     assert regrow_settings({"regrow": {}}) == (1.25, 300.0)
     assert regrow_settings({"regrow": {"minSpeedup": 2, "afterSeconds": 0}}) == (2.0, 0.0)
+    assert regrow_settings({"regrow": {"afterSeconds": 2.0}}) == (1.25, 2.0)  # as kubectl
     assert object_entry(regrow_manifest({"minSpeedup": 1.5})).regrow == (1.5, 300.0)
     for bad, field in [
         ({"minSpeedup": 1}, "spec.regrow.minSpeedup"),
