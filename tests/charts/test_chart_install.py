@@ -319,10 +319,19 @@ def test_rbac_grants_what_is_needed_and_nothing_else(
 def _node_patch(api: Any, name: str, patch: dict[str, Any]) -> int:
     """HTTP status of a merge patch of Node ``name`` (200, or the error's status)."""
     from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    return _http_status(
+        lambda: core.patch_node(name, patch, _content_type="application/merge-patch+json")
+    )
+
+
+def _http_status(call: Callable[[], Any]) -> int:
+    """200 when ``call`` succeeds, else the status of the ApiException it raises."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        client.CoreV1Api(api).patch_node(name, patch, _content_type="application/merge-patch+json")
+        call()
         return 200
     except ApiException as exc:
         return int(exc.status)
@@ -379,24 +388,20 @@ def test_probe_may_patch_only_its_own_address_annotation(
 
 def _latency_write(api: Any, node: str, how: str) -> int:
     """HTTP status of writing the NodeLatency of ``node`` (``create``, ``patch`` of its
-    status, ``delete``) as the client ``api`` (201/200, or the error's status)."""
+    status, ``delete``) as the client ``api`` (200, or the error's status)."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     custom: Any = client.CustomObjectsApi(api)
     args = ("hulk.dev", "v1alpha1", "nodelatencies")
-    try:
-        if how == "create":
-            body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "NodeLatency"}
-            custom.create_cluster_custom_object(*args, {**body, "metadata": {"name": node}})
-        elif how == "patch":
-            status = {"status": {"node": node, "peers": []}}
-            custom.patch_cluster_custom_object_status(*args, node, status)
-        else:
-            custom.delete_cluster_custom_object(*args, node)
-        return 200
-    except ApiException as exc:
-        return int(exc.status)
+    body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "NodeLatency", "metadata": {"name": node}}
+    calls = {
+        "create": lambda: custom.create_cluster_custom_object(*args, body),
+        "patch": lambda: custom.patch_cluster_custom_object_status(
+            *args, node, {"status": {"node": node, "peers": []}}
+        ),
+        "delete": lambda: custom.delete_cluster_custom_object(*args, node),
+    }
+    return _http_status(calls[how])
 
 
 def test_probe_may_write_only_its_own_nodes_latency_record(
