@@ -176,7 +176,11 @@ def run(args: argparse.Namespace) -> int:
         crd.jobs_served(api)
         if not args.standalone:
             # kopf starts paused and stays paused, silently, until its peering object exists.
-            crd.ensure_peering(api, args.peering, namespaces=args.namespace)
+            try:
+                crd.ensure_peering(api, args.peering, namespaces=args.namespace)
+            except HulkError as exc:
+                print(f"hulk operator: error: {exc}", file=sys.stderr)
+                return 2
     memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg)
     kopf.run(
         clusterwide=not args.namespace,

@@ -14,6 +14,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from hulk_planner.errors import InvalidRequest
+
 HERE = Path(__file__).resolve().parent
 CRD_DIR = HERE.parent / "crds"
 JOB_CRD = CRD_DIR / "hulktrainingjobs.hulk.dev.yaml"
@@ -125,7 +127,8 @@ def ensure_peering(
     until the object exists): a ``ClusterKopfPeering`` when the operator serves every
     namespace (no ``namespaces``), else a ``KopfPeering`` in each namespace named exactly
     (a glob's namespaces are not known yet; create those by hand). Idempotent; returns what
-    it created. A missing peering CRD is logged as one warning, and nothing is created."""
+    it created. A missing peering CRD is an ``InvalidRequest`` naming the fixes: the
+    operator would otherwise run paused for ever."""
     custom = client.CustomObjectsApi(api)
     made: list[str] = []
     if not namespaces:
@@ -172,12 +175,14 @@ def ensure_peering(
                 log.warning("kopf peering %r: namespace %r not found", name, ns)
                 continue
             if exc.status == 404:  # no such resource: the CRD is not installed
-                log.warning(
-                    "kopf peering %r: the %s CRD is not installed (--install-crds or "
-                    "%s): the operator stays paused until it and the object exist",
-                    name, kind, PEERING_CRDS.name,
-                )  # fmt: skip
-                return made
+                raise InvalidRequest(
+                    "--peering",
+                    f"kopf peering {name!r} needs the {kind} CRD, which is not installed "
+                    "(kopf would stay paused until it and the object exist)",
+                    f"run with --install-crds, apply {PEERING_CRDS.name} "
+                    "(kubectl apply --server-side -f hulk_operator/kopf-peering.yaml), or run "
+                    "--standalone (a single replica)",
+                ) from None
             raise
         made.append(f"{kind} {ns}/{name}" if ns else f"{kind} {name}")
         log.info("kopf peering: created %s %r%s", kind, name, f" in {ns}" if ns else "")

@@ -2,8 +2,8 @@
 
 With a named peering kopf starts paused and stays paused, silently, until its
 ClusterKopfPeering (every namespace) or KopfPeering (per served namespace) exists; the
-operator creates it at startup (``crd.ensure_peering``), and says so in one line when the
-peering CRDs themselves are absent."""
+operator creates it at startup (``crd.ensure_peering``), and stops with one line naming the
+fixes when the peering CRDs themselves are absent."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from hjob_helpers import ROOT, Kube, cleanup_jobs, manifest, wait
 from kubernetes import client
 
 from hulk_operator import crd
+from hulk_planner.errors import InvalidRequest
 
 pytestmark = pytest.mark.sandbox
 GROUP, VERSION = crd.PEERING_GROUP, crd.PEERING_VERSION
@@ -43,14 +44,26 @@ def test_peering_objects_are_created_at_startup(
     with sandbox.api_client() as api:
         custom = client.CustomObjectsApi(api)
         ext = client.ApiextensionsV1Api(api)
-        had = _present(api)
-        if not had:  # no peering CRD: one clear line, nothing created, no error
-            with caplog.at_level(logging.WARNING, logger=crd.log.name):
-                assert crd.ensure_peering(api, name) == []
-            (record,) = [r for r in caplog.records if r.name == crd.log.name]
-            text = record.getMessage()
-            assert record.levelno == logging.WARNING and "\n" not in text
-            assert "ClusterKopfPeering CRD is not installed" in text and name in text
+        had = _present(api)  # (restored at the end)
+        for gone in had:  # without the peering CRDs (other tests installed them)
+            ext.delete_custom_resource_definition(gone)
+        wait("peering CRDs gone", lambda: not _present(api), 60)
+        # no peering CRD: kopf would stay paused for ever; before, that was one warning
+        with pytest.raises(InvalidRequest) as err:
+            crd.ensure_peering(api, name)
+        assert err.value.field == "--peering" and "--install-crds" in str(err.value)
+        assert not [r for r in caplog.records if r.name == crd.log.name]
+        out = subprocess.run(
+            [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
+             "--peering", name, "--liveness", ""],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 2, out.stderr
+        said = out.stderr.strip().splitlines()[-1]
+        assert said.startswith(
+            f"hulk operator: error: --peering: kopf peering '{name}' needs the "
+            "ClusterKopfPeering CRD, which is not installed"
+        ), out.stderr
         docs = crd.documents(crd.PEERING_CRDS)
         for doc in docs:
             crd.apply_crd(api, doc)
