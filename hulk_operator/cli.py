@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         FLAGS["gnn_weights"],
         dest="gnn_weights",
         metavar="FILE",
-        help="GNN weights of `hulk train` for the hulk planner (default: the shipped ones)",
+        help="GNN weights of `hulk train` for the hulk planner (default: "
+        "HULK_OPERATOR_GNN_WEIGHTS, else HULK_GNN_WEIGHTS, else the shipped ones)",
     )
     parser.add_argument(
         "--no-baselines",

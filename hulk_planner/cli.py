@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed",
         type=int,
-        default=0,
+        default=None,
         help="seed of the hulk and search planners' randomised search (default 0); their "
         "search stops after a wall-clock time, so add --moves for the same plan every run",
     )
@@ -125,6 +125,13 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     for doc in (d for _, docs in documents for d in docs):
         for text in io.unknown_job_fields(doc):
             print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)
+        if (doc.get("spec") or {}).get("regrow") is not None and args.previous:
+            print(
+                f"hulk plan: note: job {doc['metadata']['name']}: spec.regrow is the "
+                "operator's (it grows a running job onto free servers); --previous keeps "
+                "its healthy servers here",
+                file=sys.stderr,
+            )
         if (doc.get("spec") or {}).get("suspend") is True:
             print(
                 f"hulk plan: note: job {doc['metadata']['name']}: spec.suspend is true: the "
@@ -319,11 +326,16 @@ def _run(args: argparse.Namespace) -> int:
             "--planner", f"unknown planner {args.planner!r}", f"use one of {', '.join(PLANNERS)}"
         )
     if args.planner.startswith("baseline-"):  # (they search nothing)
-        for flag, value in (("--time-budget", args.time_budget), ("--moves", args.moves)):
+        given_flags = (("--time-budget", args.time_budget), ("--moves", args.moves),
+                       ("--seed", args.seed))  # fmt: skip
+        for flag, value in given_flags:
             if value is not None:
                 raise InvalidRequest(
                     flag, f"applies to the hulk and search planners, not {args.planner}", "drop it"
                 )
+    if args.seed is not None and not 0 <= args.seed < 2**32:  # (as `hulk train`'s)
+        raise InvalidRequest("--seed", f"must be 0 to 2**32 - 1, got {args.seed}")
+    args.seed = args.seed or 0
     if args.moves is not None:
         check_positive("--moves", args.moves, integer=True)
         if args.kubeconfig:

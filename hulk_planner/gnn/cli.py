@@ -193,21 +193,39 @@ def check(args: argparse.Namespace) -> None:
             )
     if args.data is not None and (Path(args.data).exists() or Path(args.data).is_symlink()):
         check_data_file(Path(args.data), data_header(_generation(args)))
+    elif args.data is not None:
+        _writable_dir("--data", Path(args.data).parent)
     if Path(args.output).is_dir():  # ("" parses as ".")
         raise InvalidRequest(
             "--output",
             f"{str(args.output)!r} is a directory",
             "give a file path, e.g. out/gnn/hulk-gnn.pt",
         )
-    out_dir = Path(args.output).parent
-    try:  # a file written and removed: permissions alone do not tell (root, /sys)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
+    if Path(args.output).suffix == ".json":
+        raise InvalidRequest(
+            "--output",
+            f"{str(args.output)!r} ends in .json, the name of the settings file written beside "
+            "the weights (it would overwrite them)",
+            "give a .pt path, e.g. out/gnn/hulk-gnn.pt",
+        )
+    _writable_dir("--output", Path(args.output).parent)
+
+
+def _writable_dir(flag: str, folder: Path) -> None:
+    """``folder`` exists (made if missing) and takes a new file, or one line naming ``flag``:
+    a file written and removed, as permissions alone do not tell (root, /sys, /proc)."""
+    above = next((p for p in [folder, *folder.parents] if p.exists()), folder)
+    if not above.is_dir():
+        raise InvalidRequest(
+            flag, f"{str(above)!r} is a file, not a directory", "choose a writable path"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise InvalidRequest(
-            "--output", f"{out_dir}: {exc.strerror or exc}", "choose a writable path"
-        ) from exc
+        why = f"cannot write in {str(folder)!r} ({exc.strerror or exc})"
+        raise InvalidRequest(flag, why, "choose a writable path") from exc
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
 import random
 import time
@@ -210,10 +211,13 @@ def save(
         k: (v.float() if v.is_floating_point() else v).detach().cpu().contiguous().clone()
         for k, v in model.state_dict().items()
     }
-    torch.save({"format": WEIGHTS_FORMAT, "config": dict(model.config), "state_dict": state}, path)
+    # Both files are written under temporary names and moved into place (weights last but
+    # one, settings last): an interrupted or failed save leaves the previous pair whole.
+    part = path.with_name(path.name + ".part")
+    torch.save({"format": WEIGHTS_FORMAT, "config": dict(model.config), "state_dict": state}, part)
     meta = {
         "weights": path.name,
-        "sha256": file_sha256(path),
+        "sha256": file_sha256(part),
         "format": WEIGHTS_FORMAT,
         "model": dict(model.config),
         "parameters": sum(int(v.numel()) for v in state.values()),
@@ -229,5 +233,8 @@ def save(
         **(extra or {}),
     }
     meta_path = path.with_suffix(".json")
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    meta_part = meta_path.with_name(meta_path.name + ".part")
+    meta_part.write_text(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(part, path)
+    os.replace(meta_part, meta_path)
     return path, meta_path

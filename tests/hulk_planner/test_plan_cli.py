@@ -184,6 +184,14 @@ def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
         "hulk plan: note: --previous: job gpt2-xl is not among the jobs planned: its servers "
         "are free for the others"
     ]
+    # spec.regrow is the operator's: a re-plan here keeps healthy servers all the same
+    regrowing = {**job_doc("bert-large"), "spec": {"model": {"preset": "bert-large"},
+                                                    "regrow": {"minSpeedup": 1.1}}}  # fmt: skip
+    previous.write_text(hulk_plan)
+    out = hulk("plan", "--cluster", cluster, "--jobs", write(tmp_path / "r.yaml", regrowing),
+               "--previous", previous, "--moves", "50")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "hulk plan: note: job bert-large: spec.regrow is the operator's" in out.stderr
 
 
 def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> None:
@@ -234,6 +242,13 @@ def test_the_same_seed_and_moves_give_the_same_plan(files: tuple[Path, Path]) ->
                "--moves", "5")  # fmt: skip
     assert_one_line_error(out, "--moves: applies to the hulk and search planners, not "
                           "baseline-a", "drop it")  # fmt: skip
+    # a baseline has no seed either; a negative seed was taken as its absolute value
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--planner", "baseline-a",
+               "--seed", "3")  # fmt: skip
+    assert_one_line_error(out, "--seed: applies to the hulk and search planners, not "
+                          "baseline-a", "drop it")  # fmt: skip
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--seed", "-1")
+    assert_one_line_error(out, "--seed: must be 0 to 2**32 - 1, got -1")
 
 
 def test_previous_with_a_planner_that_ignores_it_is_refused(

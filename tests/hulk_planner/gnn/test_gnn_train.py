@@ -159,7 +159,9 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
         (["--device", "tpu"], "--device: unknown device 'tpu'"),
         (["--seed", "-1"], "--seed: must be 0 to 2**32 - 1, got -1"),
         (["--seed", str(2**32)], "--seed: must be 0 to 2**32 - 1"),
-        (["--output", "/proc/no/such/dir/w.pt"], "--output: /proc/no/such/dir"),
+        (["--output", "/proc/no/such/dir/w.pt"], "--output: cannot write in '/proc/no/such/dir'"),
+        (["--output", "out/w.json"], "--output: 'out/w.json' ends in .json, the name of the"),
+        (["--data", "/proc/d.jsonl"], "--data: cannot write in '/proc'"),
         (["--output", "/tmp"], "--output: '/tmp' is a directory (give a file path"),
         (["--output", ""], "--output: '.' is a directory (give a file path"),
     ],
@@ -168,7 +170,9 @@ def test_cli_refuses_bad_flags_before_any_work(
     flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before: --epochs -1 wrote untrained weights, --max-jobs 0 and an unwritable --output
-    raised tracebacks (the latter after labelling and training)."""
+    raised tracebacks (the latter after labelling and training); an --output ending in .json
+    was overwritten by the settings file (the weights lost); an unwritable --data was a
+    traceback."""
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     data = tmp_path / "d.jsonl"
@@ -252,3 +256,34 @@ def test_training_that_diverges_writes_no_weights(tmp_path: Path) -> None:
             TrainSettings(epochs=3, lr=1e9, hidden=8, gcn_layers=1, device="cpu"),
             progress=False,
         )
+
+
+def test_cli_names_a_file_in_the_way_of_a_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "File exists" about the parent, or a FileExistsError traceback for --data."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    for flag in ("--data", "--output"):
+        parser = argparse.ArgumentParser()
+        cli.add_arguments(parser)
+        paths = {"--data": str(tmp_path / "d.jsonl"), "--output": str(tmp_path / "w.pt")}
+        paths[flag] = str(blocker / "sub" / "x")
+        args = parser.parse_args([a for k, v in paths.items() for a in (k, v)])
+        assert cli.run(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"hulk train: error: {flag}: '{blocker}' is a file, not a directory")
+
+
+def test_a_save_leaves_no_part_file_and_the_pair_matches(tmp_path: Path) -> None:
+    import json
+
+    from hulk_planner.gnn.model import HulkGNN
+    from hulk_planner.gnn.train import TrainSettings, file_sha256, save
+
+    path, meta = save(
+        HulkGNN(hidden=8, gcn_layers=1), tmp_path / "w.pt",
+        generation={}, training=TrainSettings(), logs=[],
+    )  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json", "w.pt"]
+    assert json.loads(meta.read_text())["sha256"] == file_sha256(path)
