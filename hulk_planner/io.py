@@ -343,7 +343,7 @@ JOB_FIELDS: dict[str, tuple[str, ...]] = {
     "spec.regrow": ("minSpeedup", "afterSeconds"),
 }
 # spec.regrow's defaults (the CRD's): re-plan onto free servers for a 1.25x faster step,
-# once the job has run 300 s since it was last placed
+# once every stage has run 300 s without a break
 REGROW_MIN_SPEEDUP, REGROW_AFTER_S = 1.25, 300
 
 
