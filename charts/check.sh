@@ -6,8 +6,10 @@
 #   3. helm template with each of them (the chart's CRDs and hooks included)
 #   4. kubeconform -strict on every rendered object: Kubernetes' own kinds against schemas
 #      generated from the swagger.json of k8s.io/kubernetes (charts/k8s_schemas.py), our and
-#      kopf's CRDs against schemas generated from the CRDs themselves; ServiceMonitors
-#      against @kubernetes-models/prometheus-operator (npm), kubeconform having no schema
+#      kopf's CRDs against schemas generated from the CRDs themselves; ServiceMonitors and
+#      the PrometheusRule against @kubernetes-models/prometheus-operator (npm), kubeconform
+#      having no schema, and every PromQL expression (alert rules, dashboard) with
+#      Prometheus' own grammar (@prometheus-io/lezer-promql)
 #   5. hadolint on the Dockerfile (docker/check.sh)
 #
 # Tools are built or installed once into $HULK_CACHE (default ~/.cache/hulk); a warm run
@@ -82,31 +84,35 @@ for entry in "${sets[@]}"; do
     -kubernetes-version "${K8S_VERSION#v}" \
     -schema-location "$SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
     -schema-location "$work/crd-schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
-    -skip ServiceMonitor \
+    -skip ServiceMonitor,PrometheusRule \
     "$work/$name.yaml" || fail=1
 done
 
-step "ServiceMonitors against @kubernetes-models/prometheus-operator"
-npm_pkg=@kubernetes-models/prometheus-operator@6.0.0
-npm_dir=$cache/npm/kubernetes-models-prometheus-operator-6.0.0
+step "ServiceMonitors, PrometheusRules and PromQL (rules, dashboard) against prometheus-operator's schema and Prometheus' PromQL grammar"
+npm_pkgs=(@kubernetes-models/prometheus-operator@6.0.0 @prometheus-io/lezer-promql@0.315.0
+  @lezer/lr@1.4.12 @lezer/highlight@1.2.5)
+npm_dir=$cache/npm/monitoring-$(echo "${npm_pkgs[*]}" | sha256sum | cut -c1-12)
 if [ ! -f "$npm_dir/.complete" ]; then
-  command -v npm >/dev/null || { echo "FAIL: npm (Node.js) is needed to validate ServiceMonitors"; exit 1; }
+  command -v npm >/dev/null || { echo "FAIL: npm (Node.js) is needed to validate them"; exit 1; }
   rm -rf "$npm_dir" && mkdir -p "$npm_dir"
-  npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "$npm_pkg"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}"
   touch "$npm_dir/.complete"
 fi
-cp charts/validate-servicemonitors.mjs "$npm_dir/"
+cp charts/validate-monitoring.mjs "$npm_dir/"
 cat "$work"/*.yaml | python -c '
 import json, sys, yaml
 for doc in yaml.safe_load_all(sys.stdin):
-    if doc and doc.get("kind") == "ServiceMonitor":
+    if doc and doc.get("kind") in ("ServiceMonitor", "PrometheusRule"):
         print(json.dumps(doc))
-' >"$work/servicemonitors.jsonl"
-if [ ! -s "$work/servicemonitors.jsonl" ]; then
-  echo "FAIL: no value set renders a ServiceMonitor"
-  fail=1
-fi
-node "$npm_dir/validate-servicemonitors.mjs" <"$work/servicemonitors.jsonl" || fail=1
+print(json.dumps({"dashboard": sys.argv[1]}))
+' "$root/charts/hulk/files/dashboards/hulk.json" >"$work/monitoring.jsonl"
+for kind in ServiceMonitor PrometheusRule; do
+  grep -q "\"kind\": \"$kind\"" "$work/monitoring.jsonl" || {
+    echo "FAIL: no value set renders a $kind"
+    fail=1
+  }
+done
+node "$npm_dir/validate-monitoring.mjs" <"$work/monitoring.jsonl" || fail=1
 
 step "Dockerfile (hadolint)"
 bash docker/check.sh || fail=1

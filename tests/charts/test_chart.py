@@ -366,6 +366,36 @@ def test_service_monitors_only_when_enabled(default: list[dict[str, Any]], rende
         assert len(svc) == 1
 
 
+def test_the_alert_rules_read_exported_metrics_of_the_charts_own_targets(
+    default: list[dict[str, Any]], render: Render, chart_tools: dict[str, str]
+) -> None:
+    """Each alert's expression names metrics the operator or the probe exports (or ``up``),
+    and selects the targets by the metrics Services' names, the job label their
+    ServiceMonitors give; the rule needs those ServiceMonitors."""
+    assert not by_kind(default, "PrometheusRule")
+    objs = render(values=[EXAMPLE_VALUES])
+    (rule,) = by_kind(objs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {r["alert"] for r in rules} == {
+        "HulkOperatorDown", "HulkJobPending", "HulkJobReplannedOften", "HulkJobFailed",
+        "HulkLinkUnreachable",
+    }  # fmt: skip
+    services = {s["metadata"]["name"] for s in by_kind(objs, "Service")}
+    known = exported_metrics() | {"up"}
+    for r in rules:
+        names = set(re.findall(r"\b(hulk_[a-z_]+|up)\b(?=[{\[ )]|$)", r["expr"]))
+        assert names and names <= known, (r["alert"], names - known)
+        for job in re.findall(r'job="([^"]+)"', r["expr"]):
+            assert job in services, (r["alert"], job, services)
+    alone = [CHART / "ci" / "minimal-values.yaml"]
+    cmd = [chart_tools["HELM"], "template", "hulk", str(CHART), "-f", str(alone[0]),
+           "--set", "metrics.prometheusRule.enabled=true"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "metrics.prometheusRule.enabled needs metrics.serviceMonitor.enabled" in proc.stderr
+
+
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
