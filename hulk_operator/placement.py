@@ -14,6 +14,7 @@ job gets a server for every stage or nothing.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -356,6 +357,7 @@ class Placer:
         budget_s: float | None = None,
         baselines: bool = False,
         on_round: Callable[[float, dict[Key, Decision]], None] | None = None,
+        regrow_every_s: float = 5.0,
     ) -> None:
         self.plan_fn = plan_fn
         self.planner = planner
@@ -372,6 +374,10 @@ class Placer:
         self.reserved: dict[Key, Decision] = {}
         self.unplaced: dict[Key, tuple[Any, Decision]] = {}  # last failure and its inputs
         self.regrow_checked: dict[Key, tuple[Any, ...]] = {}  # what the last regrow saw
+        # A job's growth is looked at once per regrow_every_s, not at every tick: each look
+        # builds a snapshot and the job's free servers under the planning lock.
+        self.regrow_every_s = regrow_every_s
+        self._regrow_looked: dict[Key, float] = {}
         self._used: set[int] = set()
 
     def first_use(self, decision: Decision) -> bool:
@@ -393,6 +399,8 @@ class Placer:
                 del self.reserved[k]
         for k in [k for k in self.regrow_checked if k not in jobs]:
             del self.regrow_checked[k]
+        for k in [k for k in self._regrow_looked if k not in jobs]:
+            del self._regrow_looked[k]
 
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
         out = dict(base)
@@ -495,6 +503,10 @@ class Placer:
         """A faster plan for a running job with ``spec.regrow`` on its servers plus the
         free ones (``regrow.faster``); None while a job waits for servers, when no server
         is free, or when nothing changed since the last check."""
+        now = time.monotonic()
+        if now - self._regrow_looked.get(entry.key, -math.inf) < self.regrow_every_s:
+            return None
+        self._regrow_looked[entry.key] = now
         async with self.lock:
             snap = await snapshot()
             self.prune(snap.jobs)

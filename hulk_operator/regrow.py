@@ -8,7 +8,8 @@ reason AllStagesRunning) for ``afterSeconds``, and while no job waits for server
 waiting job gets them first), the job is planned afresh on its own servers plus the free
 ones; the new plan replaces the old one when its predicted step is at least
 ``minSpeedup`` times faster, both plans scored by the cost model on the same latencies.
-The check runs again only when the free servers (or the job's plan or settings) change.
+The operator looks every 5 s (``Placer.regrow_every_s``) and plans only when the free
+servers (or the job's plan or settings) changed since.
 
 Pure functions; the planning round is ``Placer.regrow`` and the pods are reconciled as for
 any re-plan.

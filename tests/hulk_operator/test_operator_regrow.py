@@ -43,7 +43,7 @@ def test_a_squeezed_job_regrows_onto_free_servers_once() -> None:
     async def snapshot() -> Snapshot:
         return Snapshot(nodes(), Latencies(), state, {n: running.key for n in current.nodes})
 
-    placer = Placer(plan)
+    placer = Placer(plan, regrow_every_s=0)
     grown = asyncio.run(placer.regrow(running, current, snapshot))
     assert grown is not None and grown.job_plan is not None and grown.base is not None
     was, now = grown.base.predicted_iteration_seconds, grown.job_plan.predicted_iteration_seconds
@@ -75,7 +75,7 @@ def test_a_plan_whose_link_was_cut_is_not_regrown() -> None:
             nodes(), cut, {running.key: running}, {n: running.key for n in current.nodes}
         )
 
-    assert asyncio.run(Placer(plan).regrow(running, current, snapshot)) is None
+    assert asyncio.run(Placer(plan, regrow_every_s=0).regrow(running, current, snapshot)) is None
 
 
 def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_change() -> None:
@@ -91,7 +91,7 @@ def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_chan
         held = {n: running.key for n in current.nodes}
         return Snapshot(free, Latencies(), {running.key: running}, held)
 
-    placer = Placer(counting)
+    placer = Placer(counting, regrow_every_s=0)
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
     assert len(calls) == 1  # the same free servers: not planned again
@@ -110,7 +110,7 @@ def test_a_waiting_job_gets_the_free_servers_first() -> None:
     async def snapshot() -> Snapshot:
         return Snapshot(nodes(), Latencies(), dict(jobs), {n: running.key for n in current.nodes})
 
-    placer = Placer(plan, batch_window_s=0.0)
+    placer = Placer(plan, batch_window_s=0.0, regrow_every_s=0)
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None  # bert waits
     del jobs[bert.key]
     jobs[huge.key] = huge  # fits nowhere: once its round left it unplaced, it holds none back
@@ -210,3 +210,24 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
     assert condition(job, "Replanning")["reason"] == "Regrown"
     other = kube.job("stays")
     assert plan_nodes(other) == kept and other["status"]["replans"] == 0
+
+
+def test_growth_is_looked_at_once_per_interval() -> None:
+    """Each look builds a snapshot under the planning lock: not at every 1 s tick."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
+    free = nodes()
+    calls: list[int] = []
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return plan(*args, **kw)  # type: ignore[arg-type]
+
+    async def snapshot() -> Snapshot:
+        held = {n: running.key for n in current.nodes}
+        return Snapshot(free, Latencies(), {running.key: running}, held)
+
+    placer = Placer(counting, regrow_every_s=3600)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    del free[next(n for n in free if n not in current.nodes)]  # a change, but too soon
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert len(calls) == 1
