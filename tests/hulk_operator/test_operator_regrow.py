@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from hulk_operator import GROUP, PLURAL, VERSION, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, object_entry
 from hulk_operator.inventory import Latencies
-from hulk_operator.placement import Placer, Snapshot, plan_pending
+from hulk_operator.placement import Decision, Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest
@@ -78,7 +79,9 @@ def test_a_plan_whose_link_was_cut_is_not_regrown() -> None:
     assert asyncio.run(Placer(plan, regrow_every_s=0).regrow(running, current, snapshot)) is None
 
 
-def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_change() -> None:
+def counted(every_s: float) -> tuple[Callable[[], Decision | None], Callable[[], None], list[int]]:
+    """A job that cannot grow 1e6x, a Placer that counts its planning rounds: (look once,
+    free one more server, the rounds)."""
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
     free = nodes()
     calls: list[int] = []
@@ -91,14 +94,25 @@ def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_chan
         held = {n: running.key for n in current.nodes}
         return Snapshot(free, Latencies(), {running.key: running}, held)
 
-    placer = Placer(counting, regrow_every_s=0)
-    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
-    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    placer = Placer(counting, regrow_every_s=every_s)
+
+    def look() -> Decision | None:
+        return asyncio.run(placer.regrow(running, current, snapshot))
+
+    def free_one() -> None:
+        del free[next(n for n in free if n not in current.nodes)]
+
+    return look, free_one, calls
+
+
+def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_change() -> None:
+    look, free_one, calls = counted(every_s=0)
+    assert look() is None
+    assert look() is None
     assert len(calls) == 1  # the same free servers: not planned again
-    del free[next(n for n in free if n not in current.nodes)]
-    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    free_one()
+    assert look() is None
     assert len(calls) == 2
-    assert running.key not in placer.reserved
 
 
 def test_a_waiting_job_gets_the_free_servers_first() -> None:
@@ -214,20 +228,8 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
 
 def test_growth_is_looked_at_once_per_interval() -> None:
     """Each look builds a snapshot under the planning lock: not at every 1 s tick."""
-    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
-    free = nodes()
-    calls: list[int] = []
-
-    def counting(*args: object, **kw: object) -> object:
-        calls.append(1)
-        return plan(*args, **kw)  # type: ignore[arg-type]
-
-    async def snapshot() -> Snapshot:
-        held = {n: running.key for n in current.nodes}
-        return Snapshot(free, Latencies(), {running.key: running}, held)
-
-    placer = Placer(counting, regrow_every_s=3600)
-    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
-    del free[next(n for n in free if n not in current.nodes)]  # a change, but too soon
-    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    look, free_one, calls = counted(every_s=3600)
+    assert look() is None
+    free_one()  # a change, but too soon
+    assert look() is None
     assert len(calls) == 1
