@@ -204,6 +204,12 @@ class Agent:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
+            if self.ready:  # we advertised: withdraw before the echo server goes
+                self.ready = False
+                try:
+                    await asyncio.wait_for(asyncio.to_thread(directory.withdraw), 5.0)
+                except Exception as exc:  # the API away: peers mark us unreachable instead
+                    log.warning("withdrawing the address annotation failed: %s", one_line(exc))
             await self.echo.close()
             if server is not None:
                 server.close()

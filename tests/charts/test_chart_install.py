@@ -366,6 +366,9 @@ def test_probe_may_patch_only_its_own_address_annotation(
             assert status in (403, 422)
             mine = {"metadata": {"annotations": {ANNOTATION: "10.9.9.9:7471"}}}
             assert _node_patch(probe, own_name, mine) == 200
+            gone = {"metadata": {"annotations": {ANNOTATION: None}}}  # withdrawn at a stop
+            assert _node_patch(probe, own_name, gone) == 200
+            assert _node_patch(probe, own_name, mine) == 200
             assert _node_patch(probe, other_name, mine) in (403, 422)
             assert _node_patch(nodeless, own_name, mine) in (403, 422)
             foreign = {"metadata": {"annotations": {"example.com/x": "1"}}}

@@ -178,6 +178,16 @@ def test_dead_agent_goes_unreachable_and_stale(mesh: Any, node_names: list[str])
     )
 
     assert agents[0].stop() == 0  # SIGTERM: a clean exit
+    # ...which withdraws its address: its peer stops probing it instead of reporting it
+    # unreachable (before, a rolling update of the DaemonSet made each restarting node
+    # unreachable for a while, and the planner avoided its pairs)
+    node: Any = client.CoreV1Api(mesh.api).read_node(n0)
+    assert ADDRESS_ANNOTATION not in (node.metadata.annotations or {})
+    mesh.wait_for(
+        f"{n1} reports nothing of {n0}",
+        lambda objs: (n1, n0) not in harness.status_peers(objs),
+        timeout_s=15,
+    )
 
 
 def test_unknown_node_is_a_one_line_error(probe_api: Any, sandbox: Any) -> None:
