@@ -166,12 +166,18 @@ async def reconcile(
                 ctx.pods.get(entry.key, []), ctx.used, lost, ctx.nodes, entry.requests, gpus
             )
         )
+        # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
+        decision = None
         if lost:
-            reason = sorted(set(lost.values()))[0].split()[0]
+            cause = sorted(set(lost.values()))[0].split()[0]
             decision = await ctx.placer.replan(entry, plan, ctx.snapshot)
-            ctx.metrics.replans.labels(reason=reason).inc()
+        elif ctx.disrupted is None and regrow.due(entry, status):
+            cause = regrow.REASON
+            decision = await ctx.placer.regrow(entry, plan, ctx.snapshot)  # None: it stays
+        if decision is not None:
+            ctx.metrics.replans.labels(reason=cause).inc()
             new["replans"] = replans + 1
-            if decision.job_plan is None:
+            if decision.job_plan is None:  # (only a recovery's: a regrowth is None instead)
                 await _remove_all(ctx, entry.key, force=set(lost))
                 msg = recovery.event_message(lost, plan, None, 0, 0)
                 ctx.event("Warning", "ReplanFailed", msg)
@@ -184,21 +190,12 @@ async def reconcile(
                 ctx.placer.forget(entry.key)
                 ctx.metrics.set_predicted(ns, name, None)
                 return new
-            replanned, force = (plan, lost), set(lost)
+            # the plan replaced (a regrowth's as scored beside the new one)
+            replanned, force = (decision.base or plan, lost), set(lost)
             plan, gpus = decision.job_plan, _gpus(decision)
             new.update(_placed_fields(decision, spec))
             conds = _planned(conds, decision, entry, ctx.config, gen)
             new["phase"] = st.PLACING
-        elif ctx.disrupted is None and regrow.due(entry, status):
-            grown = await ctx.placer.regrow(entry, plan, ctx.snapshot)
-            if grown is not None and grown.job_plan is not None and grown.base is not None:
-                ctx.metrics.replans.labels(reason=regrow.REASON).inc()
-                new["replans"] = replans + 1
-                replanned = (grown.base, {})
-                plan, gpus = grown.job_plan, _gpus(grown)
-                new.update(_placed_fields(grown, spec))
-                conds = _planned(conds, grown, entry, ctx.config, gen)
-                new["phase"] = st.PLACING
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
