@@ -214,27 +214,34 @@ def save(
     # Both files are written under temporary names and moved into place (weights last but
     # one, settings last): an interrupted or failed save leaves the previous pair whole.
     part = path.with_name(path.name + ".part")
-    torch.save({"format": WEIGHTS_FORMAT, "config": dict(model.config), "state_dict": state}, part)
-    meta = {
-        "weights": path.name,
-        "sha256": file_sha256(part),
-        "format": WEIGHTS_FORMAT,
-        "model": dict(model.config),
-        "parameters": sum(int(v.numel()) for v in state.values()),
-        "generation": generation,
-        "training": asdict(training),
-        "epochs": [{k: _finite(v) for k, v in asdict(e).items()} for e in logs],
-        "software": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_geometric": torch_geometric.__version__,
-            "numpy": np.__version__,
-        },
-        **(extra or {}),
-    }
     meta_path = path.with_suffix(".json")
     meta_part = meta_path.with_name(meta_path.name + ".part")
-    meta_part.write_text(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    try:
+        torch.save(
+            {"format": WEIGHTS_FORMAT, "config": dict(model.config), "state_dict": state}, part
+        )
+        meta = {
+            "weights": path.name,
+            "sha256": file_sha256(part),
+            "format": WEIGHTS_FORMAT,
+            "model": dict(model.config),
+            "parameters": sum(int(v.numel()) for v in state.values()),
+            "generation": generation,
+            "training": asdict(training),
+            "epochs": [{k: _finite(v) for k, v in asdict(e).items()} for e in logs],
+            "software": {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "torch_geometric": torch_geometric.__version__,
+                "numpy": np.__version__,
+            },
+            **(extra or {}),
+        }
+        meta_part.write_text(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    except BaseException:  # (a failed write leaves no part behind either)
+        part.unlink(missing_ok=True)
+        meta_part.unlink(missing_ok=True)
+        raise
     os.replace(part, path)
     os.replace(meta_part, meta_path)
     return path, meta_path

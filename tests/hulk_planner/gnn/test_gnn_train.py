@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,15 +276,18 @@ def test_cli_names_a_file_in_the_way_of_a_folder(
         assert err.startswith(f"hulk train: error: {flag}: '{blocker}' is a file, not a directory")
 
 
-def test_a_save_leaves_no_part_file_and_the_pair_matches(tmp_path: Path) -> None:
-    import json
-
+def test_a_failed_save_leaves_the_previous_pair_whole(tmp_path: Path) -> None:
+    """Before: the weights were written in place, then the settings: a save that failed
+    (or was interrupted) between the two left new weights beside old settings."""
     from hulk_planner.gnn.model import HulkGNN
     from hulk_planner.gnn.train import TrainSettings, file_sha256, save
 
-    path, meta = save(
-        HulkGNN(hidden=8, gcn_layers=1), tmp_path / "w.pt",
-        generation={}, training=TrainSettings(), logs=[],
-    )  # fmt: skip
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json", "w.pt"]
-    assert json.loads(meta.read_text())["sha256"] == file_sha256(path)
+    torch.manual_seed(0)
+    args: dict[str, Any] = {"generation": {}, "training": TrainSettings(), "logs": []}
+    path, meta = save(HulkGNN(hidden=8, gcn_layers=1), tmp_path / "w.pt", **args)
+    before = (path.read_bytes(), meta.read_text())
+    assert json.loads(before[1])["sha256"] == file_sha256(path)
+    with pytest.raises(ValueError):  # NaN is no JSON: the settings cannot be written
+        save(HulkGNN(hidden=16, gcn_layers=1), path, **args, extra={"bad": float("nan")})
+    assert (path.read_bytes(), meta.read_text()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json", "w.pt"]  # no part left
