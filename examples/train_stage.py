@@ -506,7 +506,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument(
-        "--timeout-min", type=float, default=30, help="how long to wait for the other stage pods"
+        "--timeout-min", type=float, default=10, help="how long to wait for the other stage pods"
     )
     args = ap.parse_args(argv)
     for name in ("hidden", "global_batch", "checkpoint_every"):

@@ -374,6 +374,8 @@ class Placer:
         self.reserved: dict[Key, Decision] = {}
         self.unplaced: dict[Key, tuple[Any, Decision]] = {}  # last failure and its inputs
         self.regrow_checked: dict[Key, tuple[Any, ...]] = {}  # what the last regrow saw
+        # a faster plan below minSpeedup: the RegrowDeclined Event's words, until posted
+        self.regrow_declined: dict[Key, str] = {}
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
         # builds a snapshot and the job's free servers under the planning lock.
         self.regrow_every_s = regrow_every_s
@@ -401,6 +403,8 @@ class Placer:
             del self.regrow_checked[k]
         for k in [k for k in self._regrow_looked if k not in jobs]:
             del self._regrow_looked[k]
+        for k in [k for k in self.regrow_declined if k not in jobs]:
+            del self.regrow_declined[k]
 
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
         out = dict(base)
@@ -521,7 +525,7 @@ class Placer:
                 return None
             self.regrow_checked[entry.key] = seen
 
-            def judge() -> Decision | None:
+            def judge() -> tuple[Decision | None, str | None]:
                 decisions = plan_group(
                     [entry],
                     snap.free(entry, also=current.nodes),
@@ -534,7 +538,9 @@ class Placer:
                 return regrow.faster(decisions[entry.key], entry, current)
 
             started = time.perf_counter()
-            d = await asyncio.to_thread(judge)
+            d, declined = await asyncio.to_thread(judge)
+            if declined is not None:
+                self.regrow_declined[entry.key] = declined
             if self.on_round:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:

@@ -174,6 +174,9 @@ async def reconcile(
         elif ctx.disrupted is None and regrow.due(entry, status):
             cause = regrow.REASON
             decision = await ctx.placer.regrow(entry, plan, ctx.snapshot)  # None: it stays
+            declined = ctx.placer.regrow_declined.pop(entry.key, None)
+            if declined is not None:
+                ctx.event("Normal", regrow.DECLINED, declined)
         if decision is not None:
             ctx.metrics.replans.labels(reason=cause).inc()
             new["replans"] = replans + 1

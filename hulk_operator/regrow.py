@@ -49,21 +49,36 @@ def due(entry: JobEntry, status: Mapping[str, Any], now: float | None = None) ->
     return (time.time() if now is None else now) - since >= entry.regrow[1]
 
 
-def faster(decision: Decision, entry: JobEntry, current: JobPlan) -> Decision | None:
+DECLINED = "RegrowDeclined"  # the Event's reason when the plan found is not fast enough
+
+
+def faster(
+    decision: Decision, entry: JobEntry, current: JobPlan
+) -> tuple[Decision | None, str | None]:
     """``decision`` as a re-plan of ``current`` (its ``base``, predicted on the decision's
-    latencies) when its step is at least ``minSpeedup`` times faster; None otherwise."""
+    latencies) when its step is at least ``minSpeedup`` times faster; else None and, when
+    the new plan is faster but not by ``minSpeedup``, the words of a ``RegrowDeclined``
+    Event (with no plan, or none faster, there is nothing to tell)."""
     new, cluster = decision.job_plan, decision.cluster
     if new is None or cluster is None or entry.job is None or entry.regrow is None:
-        return None
+        return None, None
     if not set(current.nodes) <= set(cluster.index):
-        return None  # a server of the plan is gone: that is recovery's to handle
+        return None, None  # a server of the plan is gone: that is recovery's to handle
     was = CostModel(cluster).job_seconds(entry.job, current)
     now = new.predicted_iteration_seconds
     if not (math.isfinite(now) and now > 0 and math.isfinite(was)):
-        return None  # (a plan whose link was cut since is not scored: no speed-up to judge)
+        return None, None  # (a plan whose link was cut since is not scored: nothing to judge)
     if was < now * entry.regrow[0]:
-        return None
-    return replace(decision, base=replace(current, predicted_iteration_seconds=was))
+        if now >= was:
+            return None, None
+        gained = len(set(new.nodes) - set(current.nodes))
+        return None, (
+            f"a plan with {gained} free server(s) would make its step {was / now:.3g}x "
+            f"faster (predicted {now:.3g} s, now {was:.3g} s), below spec.regrow.minSpeedup "
+            f"{entry.regrow[0]:g}: it keeps its servers (checked again when the free "
+            "servers change)"
+        )
+    return replace(decision, base=replace(current, predicted_iteration_seconds=was)), None
 
 
 def cause(old: JobPlan, new: JobPlan) -> str:

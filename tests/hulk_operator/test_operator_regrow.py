@@ -115,6 +115,31 @@ def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_chan
     assert len(calls) == 2
 
 
+def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
+    free = nodes()
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(
+            free, Latencies(), {running.key: running}, dict.fromkeys(current.nodes, running.key)
+        )
+
+    placer = Placer(plan, regrow_every_s=0)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    msg = placer.regrow_declined.pop(running.key)
+    assert msg.startswith("a plan with "), msg
+    assert " free server(s) would make its step " in msg
+    assert msg.endswith(
+        f"now {current.predicted_iteration_seconds:.3g} s), below spec.regrow.minSpeedup "
+        "1e+06: it keeps its servers (checked again when the free servers change)"
+    ), msg
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert running.key not in placer.regrow_declined  # nothing changed: not told again
+    del free[next(n for n in free if n not in current.nodes)]
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert running.key in placer.regrow_declined
+
+
 def test_a_waiting_job_gets_the_free_servers_first() -> None:
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
     huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
@@ -203,7 +228,16 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
             kube.core.patch_node(n, {"spec": {"unschedulable": None}})
     time.sleep(3)  # several ticks with the servers free: neither job moves
     assert plan_nodes(kube.job("grows")) == small and plan_nodes(kube.job("stays")) == kept
-    patch = {"spec": {"regrow": {"afterSeconds": 0}}}
+    # first a minSpeedup no plan reaches: an Event says why it stays
+    patch = {"spec": {"regrow": {"minSpeedup": 1000, "afterSeconds": 0}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "grows", patch)
+    wait("RegrowDeclined", lambda: kube.events("RegrowDeclined"), 60)
+    (event,) = kube.events("RegrowDeclined")
+    assert event.type == "Normal" and event.involved_object.name == "grows"
+    assert "below spec.regrow.minSpeedup 1000: it keeps its servers" in event.message
+    job = kube.job("grows")
+    assert plan_nodes(job) == small and job["status"]["replans"] == 0
+    patch = {"spec": {"regrow": {"minSpeedup": 1.25, "afterSeconds": 0}}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "grows", patch)
 
     def regrown() -> bool:
