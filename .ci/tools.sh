@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds (once) the Go tools the tests and checks use, cached under ~/.cache/hulk/bin keyed
-# by version: helm, kubeconform and the Kubernetes JSON schemas (charts/tools.sh), and
+# by version: helm, kubeconform, promtool and the Kubernetes JSON schemas (charts/tools.sh), and
 # toxiproxy for the probe's fault-injection tests. Fast when cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -9,7 +9,8 @@
 #      kopf's CRDs against schemas generated from the CRDs themselves; ServiceMonitors and
 #      the PrometheusRule against @kubernetes-models/prometheus-operator (npm), kubeconform
 #      having no schema, and every PromQL expression (alert rules, dashboard) with
-#      Prometheus' own grammar (@prometheus-io/lezer-promql)
+#      Prometheus' own grammar (@prometheus-io/lezer-promql); the alert rules with
+#      promtool (check rules, and the unit tests of charts/alerts-test.yaml)
 #   5. hadolint on the Dockerfile (docker/check.sh)
 #
 # Tools are built or installed once into $HULK_CACHE (default ~/.cache/hulk); a warm run
@@ -113,6 +114,23 @@ for kind in ServiceMonitor PrometheusRule; do
   }
 done
 node "$npm_dir/validate-monitoring.mjs" <"$work/monitoring.jsonl" || fail=1
+
+step "alert rules with Prometheus' promtool: check rules, then the tests in charts/alerts-test.yaml"
+mkdir -p "$work/alerts"
+if "$HELM" template hulk charts/hulk --namespace hulk-system --kube-version "$K8S_VERSION" \
+  --set metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true \
+  >"$work/alerts/chart.yaml"; then
+  python -c '
+import sys, yaml
+(rule,) = [d for d in yaml.safe_load_all(sys.stdin) if d and d.get("kind") == "PrometheusRule"]
+print(yaml.safe_dump(rule["spec"], sort_keys=False))
+' <"$work/alerts/chart.yaml" >"$work/alerts/rules.yaml" || fail=1
+  cp charts/alerts-test.yaml "$work/alerts/"
+  "$PROMTOOL" check rules "$work/alerts/rules.yaml" || fail=1
+  "$PROMTOOL" test rules "$work/alerts/alerts-test.yaml" || fail=1
+else
+  fail=1
+fi
 
 step "Dockerfile (hadolint)"
 bash docker/check.sh || fail=1

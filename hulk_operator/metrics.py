@@ -8,6 +8,9 @@
   did (``restarted``: created again; ``job_failed``: the job failed, by restartPolicy
   Never or past ``spec.backoffLimit``).
 - ``hulk_jobs{phase}``: jobs by phase.
+
+Every counter's label values are exported at 0 from the start (``increase()`` misses a
+series' first increment otherwise).
 - ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
 """
 
@@ -17,7 +20,12 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from hulk_operator.recovery import LOSS_REASONS
+from hulk_operator.regrow import REASON as REGROWN
 from hulk_operator.status import PHASES
+
+PLAN_RESULTS = ("placed", "unplaced")
+STAGE_FAILURE_ACTIONS = ("restarted", "job_failed")
 
 
 class Metrics:
@@ -41,6 +49,15 @@ class Metrics:
             registry=r,
         )
         self.jobs = Gauge("hulk_jobs", "HulkTrainingJobs by phase", ["phase"], registry=r)
+        # Every label value a counter can take is exported from the start, at 0: a series
+        # first scraped at 1 has no earlier sample, and increase() over it stays 0 (the
+        # first job failure since the operator started would never fire HulkJobFailed).
+        for result in PLAN_RESULTS:
+            self.plans.labels(result=result)
+        for reason in (*LOSS_REASONS, REGROWN):
+            self.replans.labels(reason=reason)
+        for action in STAGE_FAILURE_ACTIONS:
+            self.stage_failures.labels(action=action)
         self.predicted = Gauge(
             "hulk_predicted_iteration_seconds",
             "Predicted seconds per training iteration",

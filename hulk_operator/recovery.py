@@ -151,6 +151,19 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
     return out
 
 
+# Every cause a running job's server can be lost for (the first word of ``lost_servers``'
+# and ``stuck_servers``' values): the ``reason`` labels of ``hulk_replans_total``.
+LOSS_REASONS = (
+    "Deleted",
+    "NotReady",
+    "Cordoned",
+    "Tainted",
+    "GPUsGone",
+    "GPUsTaken",
+    "ResourcesTaken",
+)
+
+
 def event_message(
     lost: Mapping[str, str],
     old: JobPlan,

@@ -1,0 +1,35 @@
+"""The operator's Prometheus metrics (prometheus-client), without a cluster."""
+
+from __future__ import annotations
+
+from hulk_operator.inventory import NodeInfo, Taint
+from hulk_operator.metrics import PLAN_RESULTS, STAGE_FAILURE_ACTIONS, Metrics
+from hulk_operator.recovery import LOSS_REASONS
+
+
+def test_every_counter_label_is_exported_at_zero_from_the_start() -> None:
+    """A series first scraped at 1 has no earlier sample, so increase() misses its first
+    increment: the first job failure since the operator started never fired HulkJobFailed
+    (charts/alerts-test.yaml tests the rules on series that start at 0)."""
+    text = Metrics().text()
+    assert 'hulk_stage_failures_total{action="job_failed"} 0.0' in text
+    assert 'hulk_replans_total{reason="NotReady"} 0.0' in text
+    for action in STAGE_FAILURE_ACTIONS:
+        assert f'hulk_stage_failures_total{{action="{action}"}} 0.0' in text
+    for reason in (*LOSS_REASONS, "Regrown"):
+        assert f'hulk_replans_total{{reason="{reason}"}} 0.0' in text
+    for result in PLAN_RESULTS:
+        assert f'hulk_plans_total{{result="{result}"}} 0.0' in text
+
+
+def test_the_reasons_a_node_is_left_for_are_all_labels_of_the_replans_counter() -> None:
+    """``reconcile`` labels a re-plan with the first word of the cause: each must be one of
+    the label values exported from the start."""
+    taint = Taint("maintenance", "now", "NoExecute")
+    for node in (
+        NodeInfo("a", ready=False),
+        NodeInfo("a", unschedulable=True),
+        NodeInfo("a", taints=(taint,)),
+    ):
+        why = node.sick()
+        assert why is not None and why.split()[0] in LOSS_REASONS, why
