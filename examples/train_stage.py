@@ -35,6 +35,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import zlib
@@ -322,8 +323,11 @@ class StageTrainer:
                 path = step_dir / f"layer-{i:05d}.pt"
                 if not path.is_file():
                     raise SetupError(f"{path} is missing: the checkpoint is incomplete")
-                saved = torch.load(path, map_location="cpu", weights_only=True)
-                full = {n: saved[n] for n in ("w1", "b1", "w2", "b2")}
+                try:
+                    saved = torch.load(path, map_location="cpu", weights_only=True)
+                    full = {n: saved[n] for n in ("w1", "b1", "w2", "b2")}
+                except Exception as e:  # a torn or foreign file: torch raises many kinds
+                    raise SetupError(f"{path} is unreadable ({type(e).__name__}: {e})") from None
                 moms = {n: saved[f"momentum.{n}"] for n in full if f"momentum.{n}" in saved}
                 if full["b2"].shape[0] != a.hidden:
                     raise SetupError(
@@ -462,6 +466,19 @@ class StageTrainer:
                     torch.save(data, part)
                     os.replace(part, step_dir / f"layer-{i:05d}.pt")
         dist.barrier()
+        missing = [
+            f"layer-{i:05d}.pt"
+            for i in range(self.layout.layers[-1][1])
+            if self.rank == 0 and not (step_dir / f"layer-{i:05d}.pt").is_file()
+        ]
+        said: list[Any] = [missing]
+        dist.broadcast_object_list(said, src=0)
+        if said[0]:
+            raise SetupError(
+                f"after every stage saved step {step}, {step_dir} lacks {', '.join(said[0][:3])}"
+                f"{' ...' if len(said[0]) > 3 else ''}: the stage pods do not share "
+                "--checkpoint-dir (mount one ReadWriteMany volume at it in every stage pod)"
+            )
         if self.rank == 0:
             part = root / "progress.json.part"
             part.write_text(json.dumps({"step": step, "layers": self.layout.layers[-1][1]}))
@@ -471,15 +488,35 @@ class StageTrainer:
                     shutil.rmtree(old, ignore_errors=True)
 
 
-def resume_point(root: Path | None) -> tuple[int, Path | None]:
-    """(the step to start from, the checkpoint folder to load or None)."""
+def resume_point(root: Path | None) -> tuple[int, Path | None, int | None]:
+    """(the step to start from, the checkpoint folder to load or None, the number of
+    layers the checkpoint holds or None), from ``progress.json``."""
     if root is None or not (root / "progress.json").is_file():
-        return 0, None
+        return 0, None, None
+    progress = root / "progress.json"
+    folders = sorted(root.glob("step-*"))
     try:
-        step = int(json.loads((root / "progress.json").read_text())["step"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise SetupError(f"{root / 'progress.json'} is unreadable ({e}): remove it") from None
-    return step, root / f"step-{step:09d}"
+        data = json.loads(progress.read_text())
+        step, layers = data["step"], data["layers"]
+        if not all(type(v) is int and v >= 0 for v in (step, layers)):
+            raise ValueError("step and layers must be whole numbers, at least 0")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        newest = folders[-1].name if folders else None
+        fix = ""
+        if newest and newest.split("-")[1].isdigit():
+            files = len(list((root / newest).glob("layer-*.pt")))
+            fix = (
+                f'to resume from the newest checkpoint, {newest}, write {{"step": '
+                f'{int(newest.split("-")[1])}, "layers": {files}}} into it; '
+            )
+        raise SetupError(
+            f"{progress} is unreadable ({e}): {fix}to start afresh, remove it (the first "
+            "checkpoint then deletes the step-* folders)"
+        ) from None
+    folder = root / f"step-{step:09d}"
+    if not folder.is_dir():
+        raise SetupError(f"{progress} names step {step}, but {folder} is missing")
+    return step, folder, layers
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -517,51 +554,179 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def pick_device(choice: str, local_rank: int) -> tuple[torch.device, str, str | None]:
+    """(this process's device, the process group's backend, what is wrong or None)."""
+    cpu = torch.device("cpu")
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return cpu, "gloo", None
+    if not torch.cuda.is_available():
+        return cpu, "gloo", "--device cuda, but this process sees no GPU"
+    n = torch.cuda.device_count()
+    if local_rank >= n:
+        return (
+            cpu,
+            "cpu:gloo,cuda:nccl",
+            (
+                f"LOCAL_RANK={local_rank}, but the pod sees {n} GPU(s): torchrun starts "
+                "PET_NPROC_PER_NODE processes, the server's GPUs; request all of them in the "
+                f"template (nvidia.com/gpu), or run torchrun --nproc-per-node={n}"
+            ),
+        )
+    return torch.device(f"cuda:{local_rank}"), "cpu:gloo,cuda:nccl", None
+
+
+def agree(rank: int, mine: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every process's report; ``SetupError`` (the same on every process) if any has a
+    problem, so that a bad pod stops all of them at once instead of leaving the others
+    waiting for it."""
+    found: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(found, mine)
+    bad = [(r, f["problem"]) for r, f in enumerate(found) if f.get("problem")]
+    if bad:
+        r, problem = bad[0]
+        more = f" (and {len(bad) - 1} more process(es))" if len(bad) > 1 else ""
+        raise SetupError(f"rank {r}: {problem}{more}")
+    return found
+
+
+def setup(
+    args: argparse.Namespace, rank: int, me: Member | None, problem: str | None, device: Any
+) -> tuple[StageTrainer, int]:
+    """The layout, the arguments and the checkpoint every process agrees on, loaded."""
+    settings = {k: str(v) for k, v in sorted(vars(args).items())}
+    view: Any = None
+    if problem is None:
+        try:
+            view = resume_point(args.checkpoint_dir)
+        except SetupError as e:
+            problem = str(e)
+    found = agree(rank, {"problem": problem, "member": me, "args": settings, "resume": view})
+    layout = build_layout([f["member"] for f in found])
+    for r, f in enumerate(found):
+        if f["args"] != settings:
+            diff = sorted(k for k in settings if f["args"].get(k) != settings[k])
+            raise SetupError(
+                f"ranks {min(r, rank)} and {max(r, rank)} run with different arguments "
+                f"({', '.join('--' + k.replace('_', '-') for k in diff)}): give every stage "
+                "pod the same"
+            )
+        if f["resume"] != view:
+            raise SetupError(
+                f"ranks {min(r, rank)} and {max(r, rank)} see different checkpoints in "
+                f"--checkpoint-dir {args.checkpoint_dir}: the stage pods do not share it "
+                "(mount one ReadWriteMany volume at it in every stage pod)"
+            )
+    start, folder, layers = view
+    if layers is not None and layers != layout.layers[-1][1]:
+        raise SetupError(
+            f"the checkpoint in {args.checkpoint_dir} holds a model of {layers} layers, and "
+            f"this plan's has {layout.layers[-1][1]}: give another model another "
+            "--checkpoint-dir"
+        )
+    trainer = StageTrainer(layout, rank, args, device)
+    try:
+        trainer.load(folder)
+        problem = None
+    except SetupError as e:
+        problem = str(e)
+    agree(rank, {"problem": problem})
+    return trainer, start
+
+
+class Stop:
+    """SIGTERM (a re-plan or a deletion of the pod): finish the step, checkpoint, exit."""
+
+    def __init__(self) -> None:
+        self.signalled = False
+        signal.signal(signal.SIGTERM, self._set)
+
+    def _set(self, *_: object) -> None:
+        self.signalled = True
+
+    def agreed(self, device: torch.device) -> bool:
+        """Whether any process was signalled (one small all-reduce per step)."""
+        flag = torch.tensor([float(self.signalled)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+STOPPED_BY_PEER = 75  # a peer was stopped: exit non-zero, so the kubelet restarts this pod
+
+
+def leave(code: int) -> int:
+    """Ends the process without tearing the process group down: a peer that has already
+    exited (rank 0 holds the rendezvous store) can make gloo abort in teardown."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        env = os.environ
-        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-            if name not in env:
-                raise SetupError(f"{name} is not set: run this in a Hulk stage pod or torchrun")
-        rank = int(env["RANK"])
-        me = member_from_env(env, rank)
-        use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-        device = torch.device(f"cuda:{me.local_rank}") if use_cuda else torch.device("cpu")
-        if use_cuda:
-            torch.cuda.set_device(device)
-        dist.init_process_group(
-            "nccl" if use_cuda else "gloo",
-            timeout=datetime.timedelta(minutes=args.timeout_min),
-        )
-        members: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(members, me)
-        layout = build_layout(members)
-        trainer = StageTrainer(layout, rank, args, device)
-        start, step_dir = resume_point(args.checkpoint_dir)
-        trainer.load(step_dir)
-    except SetupError as e:
-        print(f"train_stage: {e}", file=sys.stderr)
-        return 2
-    if rank == 0:
-        where = ", ".join(
-            f"stage {k} layers {lo}-{hi} ({kind}, {len(g)} lane(s), {len(g[0])} process(es) each)"
-            for k, ((lo, hi), kind, g) in enumerate(
-                zip(layout.layers, layout.parallelism, layout.groups, strict=True)
+    env = os.environ
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if name not in env:
+            print(
+                f"train_stage: {name} is not set: run this in a Hulk stage pod or torchrun",
+                file=sys.stderr,
             )
-        )
-        print(f"train_stage: from step {start}: {where}", flush=True)
-    for s in range(start, args.steps):
-        t0 = time.perf_counter()
-        loss = trainer.step(s)
-        if loss is not None and trainer.lane == 0:
-            print(f"step {s + 1} loss {loss:.6f} time {time.perf_counter() - t0:.3f} s", flush=True)
-        if args.checkpoint_dir is not None and (
-            (s + 1) % args.checkpoint_every == 0 or s + 1 == args.steps
-        ):
-            trainer.save(args.checkpoint_dir, s + 1)
-    dist.destroy_process_group()
-    return 0
+            return 2
+    rank = int(env["RANK"])
+    me, problem = None, None
+    try:
+        me = member_from_env(env, rank)
+    except SetupError as e:
+        problem = str(e)
+    device, backend, gpu_problem = pick_device(args.device, int(env.get("LOCAL_RANK", "0")))
+    problem = problem or gpu_problem
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    stop = Stop()
+    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=args.timeout_min))
+    try:
+        trainer, start = setup(args, rank, me, problem, device)
+        layout = trainer.layout
+        if rank == 0:
+            where = ", ".join(
+                f"stage {k} layers {lo}-{hi} ({kind}, {len(g)} lane(s) of "
+                f"{'/'.join(str(len(lane)) for lane in g)} process(es))"
+                for k, ((lo, hi), kind, g) in enumerate(
+                    zip(layout.layers, layout.parallelism, layout.groups, strict=True)
+                )
+            )
+            print(f"train_stage: from step {start}: {where}", flush=True)
+            if start >= args.steps:
+                print(
+                    f"train_stage: the checkpoint is at step {start}: nothing to do for "
+                    f"--steps {args.steps}",
+                    flush=True,
+                )
+        for s in range(start, args.steps):
+            t0 = time.perf_counter()
+            loss = trainer.step(s)
+            if loss is not None and trainer.lane == 0:
+                print(
+                    f"step {s + 1} loss {loss:.6f} time {time.perf_counter() - t0:.3f} s",
+                    flush=True,
+                )
+            stopping = stop.agreed(device)
+            if args.checkpoint_dir is not None and (
+                stopping or (s + 1) % args.checkpoint_every == 0 or s + 1 == args.steps
+            ):
+                trainer.save(args.checkpoint_dir, s + 1)
+            if stopping:
+                saved = (
+                    f"checkpoint of step {s + 1} saved"
+                    if args.checkpoint_dir
+                    else "no --checkpoint-dir"
+                )
+                why = "SIGTERM" if stop.signalled else "a stage pod got SIGTERM"
+                print(f"train_stage: stopped after step {s + 1} ({why}; {saved})", flush=True)
+                return leave(128 + signal.SIGTERM if stop.signalled else STOPPED_BY_PEER)
+    except SetupError as e:
+        print(f"train_stage: {e}", file=sys.stderr, flush=True)
+        return leave(2)
+    return leave(0)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -62,14 +63,22 @@ def pod_envs(plan: JobPlan, gpus: Mapping[str, int]) -> list[dict[str, str]]:
     return sorted(envs, key=lambda e: int(e["RANK"]))
 
 
-def run_pods(plan: JobPlan, gpus: Mapping[str, int], extra: list[str]) -> list[str]:
-    """Starts one torchrun per stage pod; returns each pod's output, failing on any exit
-    status but 0."""
+def start_pods(
+    plan: JobPlan,
+    gpus: Mapping[str, int],
+    extra: list[str],
+    *,
+    torchrun: bool = True,
+    cwd: Callable[[int], Path | None] = lambda rank: None,
+    env_of: Callable[[int, dict[str, str]], dict[str, str]] = lambda rank, env: env,
+) -> list[subprocess.Popen[str]]:
+    """One process per stage pod (``torchrun``, or the trainer alone): the operator's
+    environment for that pod, as ``env_of(rank, env)`` leaves it, in ``cwd(rank)``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     procs = []
-    for pod in pod_envs(plan, gpus):
+    for rank, pod in enumerate(pod_envs(plan, gpus)):
         env = {
             **os.environ,
             **pod,
@@ -79,23 +88,39 @@ def run_pods(plan: JobPlan, gpus: Mapping[str, int], extra: list[str]) -> list[s
             "PET_MASTER_PORT": port,
             "OMP_NUM_THREADS": "1",
         }
-        cmd = [sys.executable, "-m", "torch.distributed.run", str(TRAINER), *ARGS, *extra]
+        launch = [sys.executable, "-m", "torch.distributed.run"] if torchrun else [sys.executable]
         procs.append(
             subprocess.Popen(
-                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                [*launch, str(TRAINER), *ARGS, *extra],
+                env=env_of(rank, env),
+                cwd=cwd(rank),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
         )
-    outs = []
+    return procs
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
+    """Each process's (exit status, output)."""
+    out = []
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=300)
-            outs.append(out)
+            text, _ = p.communicate(timeout=timeout)
+            out.append((p.returncode, text))
     finally:
         for p in procs:
             p.kill()
-    for p, out in zip(procs, outs, strict=True):
-        assert p.returncode == 0, out[-3000:]
-    return outs
+    return out
+
+
+def run_pods(plan: JobPlan, gpus: Mapping[str, int], extra: list[str]) -> list[str]:
+    """Runs every stage pod to the end; fails on any exit status but 0."""
+    done = finish(start_pods(plan, gpus, extra))
+    for rc, out in done:
+        assert rc == 0, out[-3000:]
+    return [out for _, out in done]
 
 
 def reference(steps: int) -> tuple[list[dict[str, torch.Tensor]], list[float]]:
@@ -131,7 +156,7 @@ def losses_of(outs: list[str]) -> dict[int, float]:
 
 def assert_checkpoint(root: Path, step: int) -> None:
     want, _ = reference(step)
-    assert ts.resume_point(root) == (step, root / f"step-{step:09d}")
+    assert ts.resume_point(root) == (step, root / f"step-{step:09d}", LAYERS)
     for i, layer in enumerate(want):
         saved = torch.load(root / f"step-{step:09d}" / f"layer-{i:05d}.pt", weights_only=True)
         for n, t in layer.items():
@@ -239,14 +264,120 @@ def test_shards_cover_the_layer_once() -> None:
         assert ts.take_shard(full["b2"], "b2", parts, parts - 1).shape == full["b2"].shape
 
 
-def test_outside_a_stage_pod_it_says_which_variable_is_missing() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HULK_", "RANK"))}
-    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
-    r = subprocess.run(
-        [sys.executable, str(TRAINER), "--device=cpu"], env=env, capture_output=True, text=True
+TWO = JobPlan("toy", (Stage((0, 2), ("a",)), Stage((2, LAYERS), ("b",))), micro_batches=2)
+ONE_GPU = {"a": 1, "b": 1}
+
+
+def test_a_pod_with_a_missing_variable_stops_every_pod_at_once() -> None:
+    """Before, the pod said so and exited, and the others waited --timeout-min for it."""
+
+    def drop(rank: int, env: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if not (rank == 1 and k == "HULK_MICRO_BATCHES")}
+
+    done = finish(start_pods(TWO, ONE_GPU, ["--steps=2"], torchrun=False, env_of=drop), 90)
+    for rc, out in done:
+        assert rc == 2, out[-2000:]
+        assert out.strip().splitlines()[-1] == (
+            "train_stage: rank 1: HULK_MICRO_BATCHES is not set: run this in a Hulk stage pod, "
+            "or set the HULK_* variables the operator sets (docs/operator.md, Env)"
+        )
+
+
+def test_pods_that_do_not_share_the_checkpoint_folder_are_stopped(tmp_path: Path) -> None:
+    """``--checkpoint-dir ckpt`` in each pod's own folder: the same argument, two folders
+    (per-pod storage instead of one ReadWriteMany volume). Before, each stage wrote its
+    layers to its own folder and the run went on; resumed, the stages started from
+    different steps."""
+    for rank in (0, 1):
+        (tmp_path / f"pod{rank}").mkdir()
+    own = start_pods(
+        TWO,
+        ONE_GPU,
+        ["--steps=3", "--checkpoint-dir=ckpt", "--checkpoint-every=2"],
+        torchrun=False,
+        cwd=lambda rank: tmp_path / f"pod{rank}",
     )
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
-        "train_stage: HULK_STAGE_PARALLELISM is not set: run this in a Hulk stage pod, or set "
-        "the HULK_* variables the operator sets (docs/operator.md, Env)"
-    ]
+    for rc, out in finish(own, 90):
+        assert rc == 2, out[-2000:]
+        assert out.strip().splitlines()[-1] == (
+            "train_stage: after every stage saved step 2, ckpt/step-000000002 lacks "
+            "layer-00002.pt, layer-00003.pt, layer-00004.pt: the stage pods do not share "
+            "--checkpoint-dir (mount one ReadWriteMany volume at it in every stage pod)"
+        )
+    assert not (tmp_path / "pod0" / "ckpt" / "progress.json").exists()
+    # a checkpoint that only one pod sees
+    shared = tmp_path / "pod0" / "ckpt"
+    shared.mkdir(exist_ok=True)
+    (shared / "step-000000002").mkdir(exist_ok=True)
+    (shared / "progress.json").write_text('{"step": 2, "layers": 5}')
+    seen = start_pods(
+        TWO,
+        ONE_GPU,
+        ["--steps=3", "--checkpoint-dir=ckpt"],
+        torchrun=False,
+        cwd=lambda rank: tmp_path / f"pod{rank}",
+    )
+    for rc, out in finish(seen, 90):
+        assert rc == 2, out[-2000:]
+        assert out.strip().splitlines()[-1] == (
+            "train_stage: ranks 0 and 1 see different checkpoints in --checkpoint-dir ckpt: the "
+            "stage pods do not share it (mount one ReadWriteMany volume at it in every stage "
+            "pod)"
+        )
+
+
+def test_sigterm_checkpoints_the_step_and_stops_every_pod(tmp_path: Path) -> None:
+    """A re-plan deletes some stage pods (SIGTERM): every pod finishes its step, the
+    checkpoint of that step is saved, the signalled pod exits 143 and the others 75, so that
+    the kubelet restarts them (restartPolicy OnFailure) into the new plan."""
+    ckpt = tmp_path / "ckpt"
+    procs = start_pods(
+        TWO,
+        ONE_GPU,
+        ["--steps=100000", f"--checkpoint-dir={ckpt}", "--checkpoint-every=1000"],
+        torchrun=False,
+    )
+    last = procs[1]  # the last stage prints the losses
+    assert last.stdout is not None
+    for line in last.stdout:
+        if line.startswith("step 3 "):
+            break
+    procs[0].send_signal(signal.SIGTERM)
+    (rc0, out0), (rc1, out1) = finish(procs, 120)
+    assert (rc0, rc1) == (128 + signal.SIGTERM, 75), (out0[-2000:], out1[-2000:])
+    step = ts.resume_point(ckpt)[0]
+    assert step >= 3
+    assert f"stopped after step {step} (SIGTERM; checkpoint of step {step} saved)" in out0
+    assert f"stopped after step {step} (a stage pod got SIGTERM; " in out1
+    assert_checkpoint(ckpt, step)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "step-000000002").mkdir(parents=True)
+    (ckpt / "progress.json").write_text('{"step": 2, "layers": 6}')
+    done = finish(start_pods(TWO, ONE_GPU, [f"--checkpoint-dir={ckpt}"], torchrun=False), 90)
+    for rc, out in done:
+        assert rc == 2
+        assert out.strip().splitlines()[-1] == (
+            f"train_stage: the checkpoint in {ckpt} holds a model of 6 layers, and this "
+            "plan's has 5: give another model another --checkpoint-dir"
+        )
+
+
+def test_an_unreadable_progress_file_says_how_to_resume(tmp_path: Path) -> None:
+    (tmp_path / "step-000000020").mkdir()
+    for i in range(3):
+        (tmp_path / "step-000000020" / f"layer-{i:05d}.pt").write_bytes(b"")
+    for text in ("{", "[]", '{"step": true, "layers": 3}', '{"step": -1, "layers": 3}'):
+        (tmp_path / "progress.json").write_text(text)
+        with pytest.raises(ts.SetupError) as e:
+            ts.resume_point(tmp_path)
+        assert str(e.value).endswith(
+            'to resume from the newest checkpoint, step-000000020, write {"step": 20, '
+            '"layers": 3} into it; to start afresh, remove it (the first checkpoint then '
+            "deletes the step-* folders)"
+        ), text
+    (tmp_path / "progress.json").write_text('{"step": 10, "layers": 3}')
+    with pytest.raises(ts.SetupError, match=r"names step 10, but .*step-000000010 is missing"):
+        ts.resume_point(tmp_path)
