@@ -17,7 +17,10 @@ layout:
   stage (baseline C's plans);
 - checkpoints: one file per layer under ``--checkpoint-dir`` (a volume every stage pod
   mounts), so a job that Hulk re-plans onto other servers, with other stage boundaries or
-  other GPU counts, resumes where it stopped.
+  other GPU counts, resumes where it stopped; on SIGTERM (a re-plan deletes the pods) every
+  process finishes its step and that step is saved;
+- the processes agree before they train: a pod with a bad variable, other arguments, or
+  another view of the checkpoint folder stops all of them at once, each with the same line.
 
 The model is a stack of residual MLP blocks ``x + W2 gelu(W1 x + b1) + b2`` learning a
 fixed random teacher; layer i's initial weights depend only on ``--seed`` and i, and the
@@ -543,7 +546,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument(
-        "--timeout-min", type=float, default=10, help="how long to wait for the other stage pods"
+        "--timeout-min",
+        type=float,
+        default=10,
+        help="how long a collective waits for the other stage pods (torchrun's own rendezvous "
+        "waits 600 s for them first: torchrun --rdzv-conf timeout=SECONDS)",
     )
     args = ap.parse_args(argv)
     for name in ("hidden", "global_batch", "checkpoint_every"):
