@@ -225,6 +225,12 @@ def build_layout(members: Sequence[Member]) -> Layout:
     groups: list[tuple[tuple[int, ...], ...]] = []
     layers: list[tuple[int, int]] = []
     kinds: list[str] = []
+    empty = [k for k, ms in enumerate(stages) if not ms]
+    if empty:
+        raise SetupError(
+            f"no pod reports HULK_STAGE_INDEX={empty[0]} of HULK_NUM_STAGES={len(stages)}: a "
+            "stage's pods are missing from WORLD_SIZE, or report another stage"
+        )
     for k, ms in enumerate(stages):
         replicas = sorted({m.replica for m in ms})
         if not ms or replicas != list(range(ms[0].nodes)):

@@ -235,7 +235,14 @@ def test_layout_groups_lanes_and_tensor_slices() -> None:
     ("members", "says"),
     [
         ([member(0, 0, 2, 0), member(1, 0, 1, 1)], "stage 0 has pods for replicas [0]"),
-        ([member(0, 0, 1, 0)], "stage 1 has pods for replicas []"),
+        (
+            [member(0, 0, 1, 0)],
+            "no pod reports HULK_STAGE_INDEX=1 of HULK_NUM_STAGES=2: a stage's pods are missing",
+        ),
+        (  # a pod of stage 1 that says it is stage 0: before, "stage 0's pods disagree"
+            [member(0, 0, 1, 0), member(0, 0, 1, 1, layers=(2, 4))],
+            "no pod reports HULK_STAGE_INDEX=1",
+        ),
         (
             [member(0, 0, 1, 0), member(1, 0, 1, 1, layers=(3, 4))],
             "stage 1 starts at HULK_LAYER_START=3, not at layer 2",
