@@ -115,6 +115,13 @@ def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tup
     return out
 
 
+def assert_refused(procs: list[subprocess.Popen[str]], line: str) -> None:
+    """Every pod exits 2, its last line ``line`` (well before --timeout-min)."""
+    for rc, out in finish(procs, 90):
+        assert rc == 2, out[-2000:]
+        assert out.strip().splitlines()[-1] == line
+
+
 def run_pods(plan: JobPlan, gpus: Mapping[str, int], extra: list[str]) -> list[str]:
     """Runs every stage pod to the end; fails on any exit status but 0."""
     done = finish(start_pods(plan, gpus, extra))
@@ -281,13 +288,11 @@ def test_a_pod_with_a_missing_variable_stops_every_pod_at_once() -> None:
     def drop(rank: int, env: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in env.items() if not (rank == 1 and k == "HULK_MICRO_BATCHES")}
 
-    done = finish(start_pods(TWO, ONE_GPU, ["--steps=2"], torchrun=False, env_of=drop), 90)
-    for rc, out in done:
-        assert rc == 2, out[-2000:]
-        assert out.strip().splitlines()[-1] == (
-            "train_stage: rank 1: HULK_MICRO_BATCHES is not set: run this in a Hulk stage pod, "
-            "or set the HULK_* variables the operator sets (docs/operator.md, Env)"
-        )
+    assert_refused(
+        start_pods(TWO, ONE_GPU, ["--steps=2"], torchrun=False, env_of=drop),
+        "train_stage: rank 1: HULK_MICRO_BATCHES is not set: run this in a Hulk stage pod, "
+        "or set the HULK_* variables the operator sets (docs/operator.md, Env)",
+    )
 
 
 def test_pods_that_do_not_share_the_checkpoint_folder_are_stopped(tmp_path: Path) -> None:
@@ -304,13 +309,12 @@ def test_pods_that_do_not_share_the_checkpoint_folder_are_stopped(tmp_path: Path
         torchrun=False,
         cwd=lambda rank: tmp_path / f"pod{rank}",
     )
-    for rc, out in finish(own, 90):
-        assert rc == 2, out[-2000:]
-        assert out.strip().splitlines()[-1] == (
-            "train_stage: after every stage saved step 2, ckpt/step-000000002 lacks "
-            "layer-00002.pt, layer-00003.pt, layer-00004.pt: the stage pods do not share "
-            "--checkpoint-dir (mount one ReadWriteMany volume at it in every stage pod)"
-        )
+    assert_refused(
+        own,
+        "train_stage: after every stage saved step 2, ckpt/step-000000002 lacks "
+        "layer-00002.pt, layer-00003.pt, layer-00004.pt: the stage pods do not share "
+        "--checkpoint-dir (mount one ReadWriteMany volume at it in every stage pod)",
+    )
     assert not (tmp_path / "pod0" / "ckpt" / "progress.json").exists()
     # a checkpoint that only one pod sees
     shared = tmp_path / "pod0" / "ckpt"
@@ -324,13 +328,11 @@ def test_pods_that_do_not_share_the_checkpoint_folder_are_stopped(tmp_path: Path
         torchrun=False,
         cwd=lambda rank: tmp_path / f"pod{rank}",
     )
-    for rc, out in finish(seen, 90):
-        assert rc == 2, out[-2000:]
-        assert out.strip().splitlines()[-1] == (
-            "train_stage: ranks 0 and 1 see different checkpoints in --checkpoint-dir ckpt: the "
-            "stage pods do not share it (mount one ReadWriteMany volume at it in every stage "
-            "pod)"
-        )
+    assert_refused(
+        seen,
+        "train_stage: ranks 0 and 1 see different checkpoints in --checkpoint-dir ckpt: the "
+        "stage pods do not share it (mount one ReadWriteMany volume at it in every stage pod)",
+    )
 
 
 def test_sigterm_checkpoints_the_step_and_stops_every_pod(tmp_path: Path) -> None:
@@ -363,13 +365,11 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     (ckpt / "step-000000002").mkdir(parents=True)
     (ckpt / "progress.json").write_text('{"step": 2, "layers": 6}')
-    done = finish(start_pods(TWO, ONE_GPU, [f"--checkpoint-dir={ckpt}"], torchrun=False), 90)
-    for rc, out in done:
-        assert rc == 2
-        assert out.strip().splitlines()[-1] == (
-            f"train_stage: the checkpoint in {ckpt} holds a model of 6 layers, and this "
-            "plan's has 5: give another model another --checkpoint-dir"
-        )
+    assert_refused(
+        start_pods(TWO, ONE_GPU, [f"--checkpoint-dir={ckpt}"], torchrun=False),
+        f"train_stage: the checkpoint in {ckpt} holds a model of 6 layers, and this plan's "
+        "has 5: give another model another --checkpoint-dir",
+    )
 
 
 def test_an_unreadable_progress_file_says_how_to_resume(tmp_path: Path) -> None:
