@@ -358,45 +358,66 @@ class StageTrainer:
             x = block_forward(self.params[i], x, self.tp)
         return x
 
-    def _recv(self, rows: int, src: int) -> torch.Tensor:
-        buf = torch.empty(rows, self.args.hidden, device=self.device)
-        if self.rank == self.leader:
-            dist.recv(buf, src=src)
+    def _post(self, sizes: Sequence[int], src: int | None) -> list[tuple[torch.Tensor, Any]]:
+        """A buffer per micro-batch coming from ``src``, every receive posted at once (on
+        the leader), so that transfers over a slow link overlap this stage's compute."""
+        posted = []
+        for rows in sizes:
+            buf = torch.empty(rows, self.args.hidden, device=self.device)
+            mine = src is not None and self.rank == self.leader
+            posted.append((buf, dist.irecv(buf, src=src) if mine else None))
+        return posted
+
+    def _take(self, posted: tuple[torch.Tensor, Any]) -> torch.Tensor:
+        """A posted buffer once it has arrived, on every rank of the tensor group."""
+        buf, work = posted
+        if work is not None:
+            work.wait()
         if self.tp is not None:
             dist.broadcast(buf, src=self.leader, group=self.tp)
         return buf
 
     def step(self, step: int) -> float | None:
-        """One optimizer step; the global batch's loss on the last stage's leaders."""
+        """One optimizer step (GPipe: every micro-batch forward, then every one backward);
+        the global batch's loss on the last stage's leaders."""
         assert self.optimizer is not None
         k, lay, lane = self.stage, self.layout, self.lane
         prev = lay.groups[k - 1][lane][0] if k else None
         nxt = lay.groups[k + 1][lane][0] if k < self.last else None
+        leads = self.rank == self.leader
         x_all = y_all = None
         if k == 0 or k == self.last:
             x_all, y_all = batch(step, self.args.seed, self.args.global_batch, self.args.hidden)
-        inputs, outputs = [], []
-        for lo, hi in self.micro_rows():
+        rows = self.micro_rows()
+        incoming = self._post([hi - lo for lo, hi in rows], prev)
+        inputs, outputs, sending = [], [], []
+        for j, (lo, hi) in enumerate(rows):
             if prev is None:
                 assert x_all is not None
                 x = x_all[lo:hi].to(self.device)
             else:
-                x = self._recv(hi - lo, prev).requires_grad_()
+                x = self._take(incoming[j]).requires_grad_()
             y = self.forward(x)
             if nxt is None:
                 assert y_all is not None
                 y = loss_of(y, y_all[lo:hi].to(self.device), self.args.global_batch)
-            elif self.rank == self.leader:
-                dist.send(y.detach().contiguous(), dst=nxt)
+            elif leads:
+                out = y.detach().contiguous()
+                sending.append((out, dist.isend(out, dst=nxt)))
             inputs.append(x)
             outputs.append(y)
-        for j in reversed(range(len(outputs))):
+        order = list(reversed(range(len(outputs))))
+        grads = self._post([rows[j][1] - rows[j][0] for j in order], nxt)
+        for i, j in enumerate(order):
             if nxt is None:
                 outputs[j].backward()
             else:
-                outputs[j].backward(self._recv(outputs[j].shape[0], nxt))
-            if prev is not None and self.rank == self.leader:
-                dist.send(inputs[j].grad.contiguous(), dst=prev)
+                outputs[j].backward(self._take(grads[i]))
+            if prev is not None and leads:
+                g = inputs[j].grad.contiguous()
+                sending.append((g, dist.isend(g, dst=prev)))
+        for _, work in sending:
+            work.wait()
         self._sum_lanes()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
