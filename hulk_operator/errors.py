@@ -81,11 +81,40 @@ def api_message(exc: BaseException) -> str:
 
 
 def rejected_template(exc: BaseException) -> str | None:
-    """The message for a stage pod the API server refused as invalid (400, 422): the
-    job's ``spec.template`` is at fault, so retrying cannot help. None for other errors."""
+    """The message for a stage pod the API server refused as invalid (400, 422), or that
+    the Kubernetes client refused to send (a field of the wrong type: its models validate
+    every request): the job's ``spec.template`` is at fault, so retrying cannot help. None
+    for other errors."""
+    client_side = client_rejection(exc)
+    if client_side is not None:
+        return client_side
     if api_status(exc) not in (400, 422):
         return None
     return f"spec.template: the API server rejects the stage pods: {api_message(exc)}"
+
+
+def client_rejection(exc: BaseException) -> str | None:
+    """The message for a pod the Kubernetes client's models refuse (a pydantic
+    ValidationError): each field as a path of the job's template, what is wrong and the
+    value found. None for other errors."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return None
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = list(err.get("loc", ()))
+        while loc and isinstance(loc[0], int):  # the API method's argument position
+            loc = loc[1:]
+        path = ""
+        for p in loc:
+            path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
+        if path.startswith("spec."):
+            path = "spec.template." + path
+        hint = " (quote it)" if "valid string" in str(err.get("msg")) else ""
+        parts.append(f"{path}: {err.get('msg')}, got {err.get('input')!r}{hint}")
+    more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+    return f"spec.template: the stage pods are not valid: {'; '.join(parts)}{more}"
 
 
 def namespace_terminating(exc: BaseException) -> bool:

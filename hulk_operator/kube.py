@@ -96,14 +96,17 @@ def create_pods(
     return [n for n in _fan_out.map(one, pods) if n]
 
 
-def dry_run_pod(api: client.ApiClient, pod: Mapping[str, Any]) -> ApiException | None:
+def dry_run_pod(api: client.ApiClient, pod: Mapping[str, Any]) -> Exception | None:
     """Creates ``pod`` as a server-side dry run (nothing is stored): the API server's error
-    if it refuses the pod, else None (also when the check itself cannot run: the real
-    creation will tell)."""
+    if it refuses the pod, or the client's if its models refuse to send it (a field of the
+    wrong type: the real creation would fail the same way), else None (also when the check
+    itself cannot run: the real creation will tell)."""
+    from pydantic import ValidationError
+
     core = client.CoreV1Api(api)
     try:
         core.create_namespaced_pod(pod["metadata"]["namespace"], pod, dry_run="All")  # type: ignore[arg-type]
-    except ApiException as exc:
+    except (ApiException, ValidationError) as exc:
         return exc
     except Exception:  # the check is advisory
         return None

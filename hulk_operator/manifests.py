@@ -172,6 +172,25 @@ def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
+def _as_text(value: Any) -> Any:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def quantities_as_text(spec: dict[str, Any]) -> None:
+    """Writes the resource quantities of a pod spec's containers (and its ``overhead``) as
+    strings, in place. Kubernetes takes ``8`` and ``"8"`` alike (and a manifest may hold
+    either), but the Python client refuses a number where its model says string, so the
+    pods were never created."""
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            res = c.get("resources") if isinstance(c, dict) else None
+            for kind in ("limits", "requests"):
+                if isinstance(res, dict) and isinstance(res.get(kind), dict):
+                    res[kind] = {k: _as_text(v) for k, v in res[kind].items()}
+    if isinstance(spec.get("overhead"), dict):
+        spec["overhead"] = {k: _as_text(v) for k, v in spec["overhead"].items()}
+
+
 def stage_pod(
     *,
     job: str,
@@ -196,6 +215,7 @@ def stage_pod(
     containers = spec.get("containers") or []
     if not containers:
         raise ValueError("spec.template.spec.containers must name at least one container")
+    quantities_as_text(spec)
     host = hostname(job, slot.stage, slot.replica)
     labels = {
         **(meta.get("labels") or {}),

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -430,24 +431,41 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
 
     edit()
 
-    def refused() -> dict[str, Any] | None:
-        c = condition(kube.job("tmpledit"), "Planned")
-        return c if c.get("observedGeneration") == 2 and c["reason"] == "InvalidSpec" else None
+    def refused(generation: int) -> Callable[[], dict[str, Any] | None]:
+        def check() -> dict[str, Any] | None:
+            c = condition(kube.job("tmpledit"), "Planned")
+            ok = c.get("observedGeneration") == generation and c["reason"] == "InvalidSpec"
+            return c if ok else None
 
-    c = wait("the edit refused", refused, 30)
+        return check
+
+    c = wait("the edit refused", refused(2), 30)
     assert c["status"] == "False" and "resources.limits[cpu]" in c["message"]
     time.sleep(3)  # reconciliations run meanwhile: they must leave the pods alone
     job = kube.job("tmpledit")
     assert job["status"]["phase"] == "Running" and job["status"].get("plan") is not None
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("tmpledit")} == before
+    # a value the Kubernetes client refuses to send (before, the dry run let it through, the
+    # pods were deleted and none could be created again)
     del template["spec"]["containers"][0]["resources"]
+    template["spec"]["containers"][0]["env"] = [{"name": "EPOCHS", "value": 5}]
+    edit()
+    c = wait("the second edit refused", refused(3), 30)
+    assert c["message"] == (
+        "spec.template: the stage pods are not valid: spec.template.spec.containers[0]"
+        ".env[0].value: Input should be a valid string, got 5 (quote it); the pods of the last "
+        "valid spec keep running; fix the spec to plan it again"
+    ), c["message"]
+    time.sleep(3)
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("tmpledit")} == before
+    del template["spec"]["containers"][0]["env"]
     template["metadata"] = {"labels": {"team": "ml"}}  # a valid change: new pods
     edit()
 
     def replanned() -> bool:
         job = kube.job("tmpledit")
         c = condition(job, "Planned")
-        return job["status"].get("phase") == "Running" and c.get("observedGeneration") == 3
+        return job["status"].get("phase") == "Running" and c.get("observedGeneration") == 4
 
     wait("Running with the new template", replanned, 60)
     pods = kube.live_pods("tmpledit")
@@ -1366,7 +1384,9 @@ def test_a_template_that_asks_for_gpus_is_planned_and_launched_with_that_many(
     kube: Kube, operator: Any
 ) -> None:
     m = manifest("one-gpu", model={"preset": "bert-large"})
-    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: "1"}}
+    # a number, as YAML gives `nvidia.com/gpu: 1`: before, the client refused to send the
+    # pods and the job stayed Placing
+    m["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: 1}}
     kube.apply(m)
     wait("Running", lambda: kube.phase("one-gpu") == "Running", 60)
     stages = kube.job("one-gpu")["status"]["plan"]["stages"]

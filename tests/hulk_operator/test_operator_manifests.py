@@ -116,7 +116,7 @@ def test_template_gpu_request_wins() -> None:
         slot=manifests.slots(PLAN)[0],
         gpus=8,
     )
-    assert p["spec"]["containers"][0]["resources"] == {"limits": {GPU: 2}}
+    assert p["spec"]["containers"][0]["resources"] == {"limits": {GPU: "2"}}
 
 
 def test_template_without_containers_is_refused() -> None:
@@ -171,3 +171,45 @@ def test_template_check_pod_is_a_stage_pod_on_a_placeholder_server() -> None:
     c = pod["spec"]["containers"][0]
     assert c["image"] == "train:1" and c["resources"]["limits"][GPU] == "1"
     assert env(pod)["KEEP"] == "1" and env(pod)["RANK"] == "0"  # the operator's env wins
+
+
+def test_resource_quantities_written_as_numbers_are_sent_as_strings() -> None:
+    """Kubernetes takes `nvidia.com/gpu: 8` and `"8"` alike; the Python client refused the
+    number, so the job's pods were never created (a user trial)."""
+    template = {
+        "spec": {
+            "overhead": {"cpu": 0.25},
+            "initContainers": [{"name": "i", "resources": {"requests": {"memory": 1024}}}],
+            "containers": [
+                {"name": "t", "resources": {"limits": {GPU: 8}, "requests": {"cpu": 4, "x": True}}}
+            ],
+        }
+    }
+    pod = manifests.template_check_pod(job="j", namespace="ns", uid="u", template=template)
+    spec = pod["spec"]
+    assert spec["containers"][0]["resources"] == {
+        "limits": {GPU: "8"},
+        "requests": {"cpu": "4", "x": True},  # not a number: left for the API to refuse
+    }
+    assert spec["initContainers"][0]["resources"]["requests"] == {"memory": "1024"}
+    assert spec["overhead"] == {"cpu": "0.25"}
+    assert template["spec"]["containers"][0]["resources"]["limits"][GPU] == 8  # not mutated
+
+
+def test_a_pod_the_kubernetes_client_refuses_names_the_template_field() -> None:
+    """The client's models validate a request before it is sent (no server is contacted):
+    that refusal is the template's fault, as the API server's 422 is."""
+    from kubernetes import client
+
+    from hulk_operator.errors import rejected_template
+
+    template = {"spec": {"containers": [{"name": "t", "env": [{"name": "N", "value": 5}]}]}}
+    pod = manifests.template_check_pod(job="j", namespace="ns", uid="u", template=template)
+    api = client.CoreV1Api(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    with pytest.raises(Exception) as refused:
+        api.create_namespaced_pod("ns", pod)  # type: ignore[arg-type]
+    assert rejected_template(refused.value) == (
+        "spec.template: the stage pods are not valid: spec.template.spec.containers[0].env[0]"
+        ".value: Input should be a valid string, got 5 (quote it)"
+    )
+    assert rejected_template(ValueError("other")) is None
