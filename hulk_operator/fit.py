@@ -37,7 +37,10 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
             + (f"; did you mean {', '.join(near)}?" if near else "")
         )
     if sel and not any(selected(i, sel, None) for i in nodes.values()):
-        parts.append(f"{entry.selector_from} {selector_pairs(entry)} matches no node")
+        parts.append(
+            f"{entry.selector_from} {selector_pairs(entry)} matches no node"
+            + label_values(sel, nodes)
+        )
     if entry.affinity and not any(selected(i, None, None, entry.affinity) for i in nodes.values()):
         parts.append(f"{AFFINITY} matches no node")
     return "; ".join(parts) or (
@@ -109,6 +112,20 @@ def missing_resources(need: Resources, infos: Sequence[NodeInfo]) -> list[str]:
         for k, _ in need.extra
         if not any(i.allocatable == Resources() or i.allocatable.amount(k) for i in infos)
     ]
+
+
+def label_values(sel: Mapping[str, str], nodes: Mapping[str, NodeInfo], most: int = 6) -> str:
+    """The values the GPU nodes carry for each key of a selector that matches none, as
+    ``" (gpu: a100, h100; no node has team)"``; empty when there is nothing to say."""
+    said = []
+    for key in sorted(sel):
+        values = sorted({str(i.labels[key]) for i in nodes.values() if key in i.labels})
+        if not values:
+            said.append(f"no node has {key}")
+        elif sel[key] not in values:
+            more = f" and {len(values) - most} more" if len(values) > most else ""
+            said.append(f"{key}: {', '.join(values[:most])}{more}")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def selector_pairs(entry: JobEntry) -> str:

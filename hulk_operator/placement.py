@@ -25,6 +25,7 @@ from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
 from hulk_operator.fit import describe, matching_nodes, missing_resources, planned_within, unmatched
 from hulk_operator.inventory import (
+    ALWAYS_TOLERATED,
     Latencies,
     NodeInfo,
     Resources,
@@ -33,6 +34,7 @@ from hulk_operator.inventory import (
     estimated_pairs,
     fits,
     selected,
+    tolerates,
 )
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
@@ -61,6 +63,37 @@ class Decision:
     @property
     def nodes(self) -> frozenset[str]:
         return frozenset(self.job_plan.nodes) if self.job_plan else frozenset()
+
+
+def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]) -> str:
+    """Why these nodes take no new stage, counted by cause; untolerated taints named, with
+    the toleration that would let the job use them."""
+    counts: dict[str, int] = {}
+    taints: set[str] = set()
+    for i in infos:
+        if not i.ready:
+            why = "not Ready"
+        elif i.unschedulable:
+            why = "cordoned"
+        elif i.server is None:
+            why = f"no usable GPUs ({i.problem})" if i.problem else "no usable GPUs"
+        else:
+            bad = [
+                t
+                for t in i.taints
+                if t.effect in ("NoSchedule", "NoExecute")
+                and not tolerates([*ALWAYS_TOLERATED, *tolerations], t)
+            ]
+            taints.update(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in bad)
+            why = "tainted"
+        counts[why] = counts.get(why, 0) + 1
+    out = ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    if taints:
+        out += (
+            f"; the taint(s) {', '.join(sorted(taints))} need a toleration in "
+            "spec.template.spec.tolerations"
+        )
+    return out
 
 
 @dataclass
@@ -118,9 +151,8 @@ class Snapshot:
         usable = [i for i in matching if i.offers(entry.tolerations)]
         need = entry.requests
         if not usable:
-            return (
-                f"the {len(matching)} node(s) matching the job take no new stage: not Ready, "
-                "cordoned, tainted, or without usable GPU labels"
+            return f"the {len(matching)} node(s) matching the job take no new stage: " + refusals(
+                matching, entry.tolerations
             )
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]

@@ -12,7 +12,8 @@ from placement_helpers import entry, nodes, snap
 from hulk_operator import recovery
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import Latencies, Resources, node_info
+from hulk_operator.inventory import PRODUCT as PRODUCT_LABEL
+from hulk_operator.inventory import Latencies, Resources, Taint, node_info
 from hulk_operator.placement import Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
@@ -81,9 +82,9 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     near = entry(bert, allowed_regions=("New Delhi", "Tokyo"))
     assert reason(near).endswith("; did you mean new-delhi, tokyo?"), reason(near)
     h100 = entry(bert, node_selector=(("gpu", "h100"),))
-    assert reason(h100) == "spec.nodeSelector gpu=h100 matches no node"
+    assert reason(h100) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
     both = entry(bert, allowed_regions=("beijing",), node_selector=(("gpu", "h100"),))
-    assert reason(both) == "spec.nodeSelector gpu=h100 matches no node"
+    assert reason(both) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
     paris = entry(bert, allowed_regions=("paris",))
     paris_nodes = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
     held = snap([paris], {n: ("other", "job") for n in paris_nodes})
@@ -95,8 +96,34 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
         n: replace(i, unschedulable=True) if n in paris_nodes else i for n, i in nodes().items()
     }
     sick = Snapshot(cordoned, Latencies(), {paris.key: paris}, {})
-    assert reason(paris, sick).startswith(
-        f"the {len(paris_nodes)} node(s) matching the job take no new stage"
+    assert reason(paris, sick) == (
+        f"the {len(paris_nodes)} node(s) matching the job take no new stage: "
+        f"{len(paris_nodes)} cordoned"
+    )
+    # before: "not Ready, cordoned, tainted, or without usable GPU labels", whichever it was
+    taint = Taint("team", "vision", "NoSchedule")
+    mixed = dict(nodes())
+    first, *rest = paris_nodes
+    mixed[first] = replace(mixed[first], ready=False)
+    for n in rest:
+        mixed[n] = replace(mixed[n], taints=(taint,))
+    tainted = Snapshot(mixed, Latencies(), {paris.key: paris}, {})
+    assert reason(paris, tainted) == (
+        f"the {len(paris_nodes)} node(s) matching the job take no new stage: "
+        f"{len(rest)} tainted, 1 not Ready; the taint(s) team=vision:NoSchedule need a "
+        "toleration in spec.template.spec.tolerations"
+    )
+    # a selector on a label the nodes carry lists the values they carry
+    product = entry(bert, node_selector=((PRODUCT_LABEL, "NVIDIA-H100"),))
+    values = sorted(
+        {i.labels[PRODUCT_LABEL] for i in nodes().values() if PRODUCT_LABEL in i.labels}
+    )
+    assert values and "NVIDIA-H100" not in values
+    assert reason(product) == (
+        f"spec.nodeSelector {PRODUCT_LABEL}=NVIDIA-H100 matches no node ({PRODUCT_LABEL}: "
+        + ", ".join(values[:6])
+        + (f" and {len(values) - 6} more" if len(values) > 6 else "")
+        + ")"
     )
 
 
@@ -433,7 +460,7 @@ def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
     e = make(None, {"gpu": "h100"})
     assert e.selector_from == "spec.template.spec.nodeSelector"
     d = plan_pending(snap([e]), plan)[e.key]
-    assert d.reason == "spec.template.spec.nodeSelector gpu=h100 matches no node"
+    assert d.reason == "spec.template.spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
     e = make({"gpu": "a100"}, {"gpu": "h100"})
     assert e.job is None and e.error is not None
     assert e.error.startswith("spec.template.spec.nodeSelector: gpu=h100 contradicts")
