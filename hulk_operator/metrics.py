@@ -8,10 +8,10 @@
   did (``restarted``: created again; ``job_failed``: the job failed, by restartPolicy
   Never or past ``spec.backoffLimit``).
 - ``hulk_jobs{phase}``: jobs by phase.
+- ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
 
 Every counter's label values are exported at 0 from the start (``increase()`` misses a
 series' first increment otherwise).
-- ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
 """
 
 from __future__ import annotations

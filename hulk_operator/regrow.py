@@ -73,7 +73,7 @@ def faster(
             return None, None
         gained = len(set(new.nodes) - set(current.nodes))
         return None, (
-            f"a plan with {gained} free server(s) would make its step {was / now:.3g}x "
+            f"a new plan ({gained} free server(s) added) would make its step {was / now:.3g}x "
             f"faster (predicted {now:.3g} s, now {was:.3g} s), below spec.regrow.minSpeedup "
             f"{entry.regrow[0]:g}: it keeps its servers (checked again when the free "
             "servers change)"

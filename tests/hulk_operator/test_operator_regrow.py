@@ -127,8 +127,8 @@ def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
     placer = Placer(plan, regrow_every_s=0)
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
     msg = placer.regrow_declined.pop(running.key)
-    assert msg.startswith("a plan with "), msg
-    assert " free server(s) would make its step " in msg
+    assert msg.startswith("a new plan ("), msg
+    assert " free server(s) added) would make its step " in msg
     assert msg.endswith(
         f"now {current.predicted_iteration_seconds:.3g} s), below spec.regrow.minSpeedup "
         "1e+06: it keeps its servers (checked again when the free servers change)"
