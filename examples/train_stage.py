@@ -428,10 +428,10 @@ class StageTrainer:
             dist.all_reduce(loss, group=self.dp_groups[k])
         return float(loss.item())
 
-    def _whole(self, tensors: dict[str, torch.Tensor], gather: bool) -> dict[str, torch.Tensor]:
+    def _whole(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The whole of each tensor of a layer, from this rank's slices (on every rank of the
         tensor group); replicated ones (b2) are already whole."""
-        if self.tp is None or not gather:
+        if self.tp is None:
             return dict(tensors)
         out = {}
         for n, t in tensors.items():
@@ -460,7 +460,7 @@ class StageTrainer:
         names = [(i, n) for i in sorted(self.params) for n in self.params[i]]
         grads: dict[tuple[int, int | str], torch.Tensor] = {}
         for i in sorted(self.params):
-            whole = self._whole({n: p.grad for n, p in self.params[i].items()}, gather=True)
+            whole = self._whole({n: p.grad for n, p in self.params[i].items()})
             grads.update({(i, n): t for n, t in whole.items()})
         flat = torch.cat([grads[key].flatten() for key in names])
         if self.rank == self.leader:
@@ -486,8 +486,8 @@ class StageTrainer:
                 moms = {
                     n: s.get("momentum_buffer", torch.zeros_like(p[n])) for n, s in state.items()
                 }
-                whole = self._whole({n: t.detach() for n, t in p.items()}, gather=True)
-                whole_m = self._whole(moms, gather=True)
+                whole = self._whole({n: t.detach() for n, t in p.items()})
+                whole_m = self._whole(moms)
                 if self.rank == self.leader:
                     step_dir.mkdir(parents=True, exist_ok=True)
                     data = {n: t.cpu() for n, t in whole.items()}
