@@ -40,6 +40,7 @@ from hulk_operator.inventory import (
     NodeInfo,
     Resources,
     Usage,
+    gpu_quota,
     node_info,
     pod_requests,
     read_latencies,
@@ -231,6 +232,17 @@ def hulk_other_pods(
     return {str(node): need} if any(need) else None
 
 
+@kopf.index("resourcequotas")
+def hulk_quotas(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, float]] | None:
+    """GPU quotas by namespace: what each ResourceQuota on ``requests.nvidia.com/gpu``
+    leaves, so that a job is planned within it instead of holding servers its stage pods
+    may not use."""
+    left = gpu_quota(body)
+    return {namespace: (name, left)} if namespace and left is not None else None
+
+
 def _one(store: Any) -> Any:
     return next(iter(store), None) if store is not None else None
 
@@ -379,6 +391,7 @@ async def hulktrainingjob_reconcile(
     hulk_jobs: kopf.Index[Key, JobEntry],
     hulk_pods: kopf.Index[Key, PodEntry],
     hulk_other_pods: kopf.Index[str, Resources],
+    hulk_quotas: kopf.Index[str, tuple[str, float]],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -399,7 +412,7 @@ async def hulktrainingjob_reconcile(
     used = Usage(hulk_other_pods)
 
     async def snapshot() -> Snapshot:
-        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, used)
+        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, used, hulk_quotas)
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
@@ -435,6 +448,7 @@ async def build_snapshot(
     hulk_jobs: Any,
     hulk_pods: Any,
     used: Mapping[str, Resources] | None = None,
+    hulk_quotas: Any = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -459,4 +473,7 @@ async def build_snapshot(
         )
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
-    return Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used or {})
+    quotas = {ns: list(store) for ns, store in (hulk_quotas or {}).items()}
+    return Snapshot(
+        nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used or {}, quotas=quotas
+    )

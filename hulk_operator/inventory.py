@@ -148,6 +148,21 @@ class NodeInfo:
         )
 
 
+QUOTA_GPU = f"requests.{GPU}"  # the only quota key an extended resource may have
+
+
+def gpu_quota(body: Mapping[str, Any]) -> float | None:
+    """The GPUs a ResourceQuota leaves its namespace (``requests.nvidia.com/gpu``: hard
+    minus used), or None where it does not limit them, or is scoped (it counts only some
+    pods: by PriorityClass, say)."""
+    spec = body.get("spec") or {}
+    hard = (spec.get("hard") or {}).get(QUOTA_GPU)
+    if hard is None or spec.get("scopes") or spec.get("scopeSelector"):
+        return None
+    used = ((body.get("status") or {}).get("used") or {}).get(QUOTA_GPU)
+    return _amount(hard) - _amount(used)
+
+
 def _amount(value: Any) -> float:
     """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable."""
     try:

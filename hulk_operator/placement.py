@@ -20,12 +20,13 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hulk_operator import regrow
+from hulk_operator import GPU, regrow
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
 from hulk_operator.fit import describe, matching_nodes, missing_resources, planned_within, unmatched
 from hulk_operator.inventory import (
     ALWAYS_TOLERATED,
+    QUOTA_GPU,
     Latencies,
     NodeInfo,
     Resources,
@@ -103,6 +104,12 @@ class Snapshot:
     jobs: Mapping[Key, JobEntry]
     held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
     used: Mapping[str, Resources] = field(default_factory=dict)  # server -> other pods' requests
+    # namespace -> (ResourceQuota, GPUs it leaves) for each quota on requests.nvidia.com/gpu
+    quotas: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
+
+    def gpu_quota(self, namespace: str) -> tuple[str, float] | None:
+        """The namespace's tightest GPU quota and the GPUs it leaves, or None."""
+        return min(self.quotas.get(namespace) or [], key=lambda q: q[1], default=None)
 
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
@@ -320,14 +327,17 @@ def plan_pending(
     held = dict(snap.held)
     out: dict[Key, Decision] = {}
 
-    def plan(members: list[JobEntry]) -> dict[Key, Decision]:
-        view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held, snap.used)
+    given: dict[str, float] = {}  # namespace -> GPUs its jobs were given in this round
+
+    def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
+        view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held, snap.used, snap.quotas)
         keys = {e.key for e in members}
         # Servers that the group's own leftover pods sit on (after a crash) are theirs.
         mine = [n for n, k in held.items() if k in keys]
+        servers = view.free(members[0], also=mine)
         return plan_group(
             members,
-            view.free(members[0], also=mine),
+            servers if only is None else [i for i in servers if i.name in only],
             view,
             plan_fn,
             planner=planner,
@@ -347,12 +357,60 @@ def plan_pending(
                 lowest = min(rank(e) for e in members)
                 members = [e for e in members if rank(e) > lowest]
                 decisions = plan(members)
+            for e in sorted(members, key=rank, reverse=True):
+                decisions[e.key] = _within_quota(e, decisions[e.key], snap, given, plan)
             for k, d in decisions.items():
                 for n in d.nodes:
                     held[n] = k
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     return out
+
+
+def _gpus(d: Decision) -> float:
+    if d.job_plan is None or d.cluster is None:
+        return 0.0
+    return float(sum(d.cluster.server(n).gpus for n in d.job_plan.nodes))
+
+
+def _within_quota(
+    e: JobEntry,
+    d: Decision,
+    snap: Snapshot,
+    given: dict[str, float],
+    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+) -> Decision:
+    """``d`` if its stage pods' GPUs fit what the namespace's ResourceQuota leaves (less
+    what this round gave its other jobs); else the job planned again alone on the first of
+    its servers (in pipeline order) that fit; else unplaced, saying so. Before, the quota
+    refused the stage pods and the job held its servers, which other namespaces needed."""
+    ns = e.key[0]
+    quota = snap.gpu_quota(ns)
+    if d.job_plan is None or d.cluster is None or quota is None:
+        return d
+    name, left = quota
+    room = left - given.get(ns, 0.0)
+    need = _gpus(d)
+    if need > room:
+        first, total = [], 0.0
+        for n in d.job_plan.nodes:
+            gpus = d.cluster.server(n).gpus
+            if total + gpus <= room:
+                first.append(n)
+                total += gpus
+        smaller = plan([e], first)[e.key] if first else None
+        if smaller is None or smaller.job_plan is None or _gpus(smaller) > room:
+            why = (
+                f"namespace {ns}'s ResourceQuota {name} leaves {max(room, 0):g} "
+                f"{GPU} ({QUOTA_GPU}); the plan on the free servers needs {need:g} on "
+                f"{len(d.job_plan.nodes)} server(s)"
+                + (f", and none fits within it ({smaller.reason})" if smaller else "")
+                + ": raise the quota, or free GPUs the namespace's pods hold"
+            )
+            return Decision(e.key, None, d.cluster, why, d.planner)
+        d = smaller
+    given[ns] = given.get(ns, 0.0) + _gpus(d)
+    return d
 
 
 def _priority(e: JobEntry) -> int:
@@ -451,6 +509,7 @@ class Placer:
             tuple(i.name for i in snap.free(entry)),
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
+            snap.gpu_quota(entry.key[0]),  # a quota raised: planned again
         )
 
     async def decide(
@@ -486,7 +545,9 @@ class Placer:
             )
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
-            after = Snapshot(snap.nodes, snap.latencies, snap.jobs, dict(snap.held), snap.used)
+            after = Snapshot(
+                snap.nodes, snap.latencies, snap.jobs, dict(snap.held), snap.used, snap.quotas
+            )
             for k, d in decisions.items():
                 if d.job_plan is not None:
                     self.reserved[k] = d

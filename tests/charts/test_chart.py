@@ -39,6 +39,7 @@ OPERATOR_RULES = {
     ("", "services"): {"create", "patch"},  # patch: an edited masterPort
     ("", "events"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
+    ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within
     ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
     ("", "namespaces"): {"list", "watch"},

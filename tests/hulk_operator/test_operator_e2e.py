@@ -504,6 +504,43 @@ def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_
     wait("Running once the quota is gone", lambda: kube.phase("quota") == "Running", 60)
 
 
+def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: Any) -> None:
+    """A quota on requests.nvidia.com/gpu that no server fits: the job waits Pending, saying
+    so, and holds no server (before, it was planned, its pods were refused and it held its
+    servers for good); raised, the job is planned within it."""
+    name = "gpu-quota"
+    quota = {"metadata": {"name": name}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        wait(
+            "the quota in force",
+            lambda: kube.core.read_namespaced_resource_quota(name, kube.ns).status.hard,
+        )
+        kube.apply(manifest("gq", model={"preset": "gpt2-xl"}, allowedRegions=["berlin"]))
+
+        def told() -> dict[str, Any] | None:
+            c = condition(kube.job("gq"), "Planned")
+            return (
+                c
+                if "ResourceQuota gpu-quota leaves 1 nvidia.com/gpu" in c.get("message", "")
+                else None
+            )
+
+        c = wait("Pending within the quota", told, 30)
+        assert c["status"] == "False" and c["reason"] == "Unschedulable", c
+        job = kube.job("gq")
+        assert job["status"]["phase"] == "Pending" and job["status"].get("plan") is None
+        assert not kube.pods("gq")
+        kube.core.patch_namespaced_resource_quota(
+            name, kube.ns, {"spec": {"hard": {"requests.nvidia.com/gpu": "24"}}}
+        )
+        wait("Running within the raised quota", lambda: kube.phase("gq") == "Running", 60)
+        stages = kube.job("gq")["status"]["plan"]["stages"]
+        assert sum(n["gpus"] for s in stages for n in s["nodes"]) <= 24
+    finally:
+        kube.core.delete_namespaced_resource_quota(name, kube.ns)
+
+
 def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
     """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
     kube.core.patch_namespaced_pod_status(

@@ -619,3 +619,56 @@ def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
     assert recovery.disrupted(cluster, 0.55) == "26 of the 47 GPU nodes are NotReady"
     two = {n: cluster[n] for n in names[:2]}
     assert recovery.disrupted(two, 0.55) is None  # two nodes: never taken as a disruption
+
+
+def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
+    """Before, the plan ignored the quota: the quota refused the stage pods and the job held
+    its servers, which other namespaces' jobs needed (a multi-tenant user trial)."""
+    gpt = entry(paper_jobs()[2], ns="team-a", allowed_regions=("berlin",))
+    base = snap([gpt])
+    free = plan_pending(base, plan)[gpt.key]
+    assert free.job_plan is not None
+    gpus = {n: free.cluster.server(n).gpus for n in free.job_plan.nodes}  # type: ignore[union-attr]
+    need = sum(gpus.values())
+    assert len(gpus) > 1, gpus  # the job takes several servers when it may
+
+    def decide(left: float) -> Any:
+        quotas = {"team-a": [("gpus", left), ("loose", 10_000.0)]}
+        view = Snapshot(base.nodes, base.latencies, base.jobs, {}, quotas=quotas)
+        return plan_pending(view, plan)[gpt.key]
+
+    roomy = decide(need)
+    assert roomy.job_plan is not None
+    # a quota below the plan: planned again on the first servers within it
+    smaller = decide(need - 1)
+    assert smaller.job_plan is not None, smaller.reason
+    used = sum(smaller.cluster.server(n).gpus for n in smaller.job_plan.nodes)
+    assert used <= need - 1
+    # a quota no server fits: unplaced, saying which quota and how much, holding nothing
+    tight = decide(min(gpus.values()) - 1)
+    assert tight.job_plan is None
+    assert tight.reason.startswith(
+        f"namespace team-a's ResourceQuota gpus leaves {min(gpus.values()) - 1:g} "
+        "nvidia.com/gpu (requests.nvidia.com/gpu); the plan on the free servers needs "
+    ), tight.reason
+    assert tight.reason.endswith(": raise the quota, or free GPUs the namespace's pods hold")
+    # another namespace is not limited by it
+    other = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
+    view = Snapshot(
+        base.nodes, base.latencies, {other.key: other}, {}, quotas={"team-a": [("gpus", 0.0)]}
+    )
+    assert plan_pending(view, plan)[other.key].job_plan is not None
+
+
+def test_gpu_quota_reads_hard_minus_used_and_skips_scoped_quotas() -> None:
+    from hulk_operator.inventory import gpu_quota
+
+    body = {
+        "spec": {"hard": {"requests.nvidia.com/gpu": "16", "pods": "10"}},
+        "status": {"used": {"requests.nvidia.com/gpu": "12"}},
+    }
+    assert gpu_quota(body) == 4
+    assert gpu_quota({"spec": {"hard": {"requests.nvidia.com/gpu": 8}}}) == 8  # none used
+    assert gpu_quota({"spec": {"hard": {"pods": "10"}}}) is None
+    scoped = {"spec": {**body["spec"], "scopes": ["BestEffort"]}}
+    assert gpu_quota(scoped) is None
