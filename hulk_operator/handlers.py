@@ -40,6 +40,7 @@ from hulk_operator.inventory import (
     NodeInfo,
     Resources,
     Usage,
+    gpu_limit,
     gpu_quota,
     node_info,
     pod_requests,
@@ -243,6 +244,16 @@ def hulk_quotas(
     return {namespace: (name, left)} if namespace and left is not None else None
 
 
+@kopf.index("limitranges")
+def hulk_gpu_limits(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, float]] | None:
+    """GPU maximums per stage pod by namespace (LimitRanges): a server offers a job at
+    most that many GPUs."""
+    most = gpu_limit(body)
+    return {namespace: (name, most)} if namespace and most is not None else None
+
+
 def _one(store: Any) -> Any:
     return next(iter(store), None) if store is not None else None
 
@@ -392,6 +403,7 @@ async def hulktrainingjob_reconcile(
     hulk_pods: kopf.Index[Key, PodEntry],
     hulk_other_pods: kopf.Index[str, Resources],
     hulk_quotas: kopf.Index[str, tuple[str, float]],
+    hulk_gpu_limits: kopf.Index[str, tuple[str, float]],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -412,7 +424,9 @@ async def hulktrainingjob_reconcile(
     used = Usage(hulk_other_pods)
 
     async def snapshot() -> Snapshot:
-        return await build_snapshot(memo, hulk_nodes, hulk_jobs, hulk_pods, used, hulk_quotas)
+        return await build_snapshot(
+            memo, hulk_nodes, hulk_jobs, hulk_pods, used, hulk_quotas, hulk_gpu_limits
+        )
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
@@ -449,6 +463,7 @@ async def build_snapshot(
     hulk_pods: Any,
     used: Mapping[str, Resources] | None = None,
     hulk_quotas: Any = None,
+    hulk_gpu_limits: Any = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -474,6 +489,13 @@ async def build_snapshot(
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
     quotas = {ns: list(store) for ns, store in (hulk_quotas or {}).items()}
+    limits = {ns: list(store) for ns, store in (hulk_gpu_limits or {}).items()}
     return Snapshot(
-        nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=used or {}, quotas=quotas
+        nodes=nodes,
+        latencies=latencies,
+        jobs=jobs,
+        held=held,
+        used=used or {},
+        quotas=quotas,
+        gpu_limits=limits,
     )

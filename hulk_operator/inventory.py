@@ -163,6 +163,17 @@ def gpu_quota(body: Mapping[str, Any]) -> float | None:
     return _amount(hard) - _amount(used)
 
 
+def gpu_limit(body: Mapping[str, Any]) -> float | None:
+    """The most GPUs a LimitRange lets one container or one pod request (the smallest
+    ``max`` of its Container and Pod limits), or None where it sets none."""
+    maxima = [
+        _amount(item["max"][GPU])
+        for item in (body.get("spec") or {}).get("limits") or []
+        if item.get("type") in ("Container", "Pod") and GPU in (item.get("max") or {})
+    ]
+    return min(maxima) if maxima else None
+
+
 def _amount(value: Any) -> float:
     """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable."""
     try:

@@ -107,6 +107,13 @@ class Snapshot:
     # namespace -> (ResourceQuota, GPUs it leaves) for each quota on requests.nvidia.com/gpu
     quotas: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
 
+    # namespace -> (LimitRange, most GPUs one stage pod may request) for each that sets one
+    gpu_limits: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
+
+    def gpu_max(self, namespace: str) -> tuple[str, float] | None:
+        """The namespace's tightest LimitRange maximum of GPUs per pod or container."""
+        return min(self.gpu_limits.get(namespace) or [], key=lambda q: q[1], default=None)
+
     def gpu_quota(self, namespace: str) -> tuple[str, float] | None:
         """The namespace's tightest GPU quota and the GPUs it leaves, or None."""
         return min(self.quotas.get(namespace) or [], key=lambda q: q[1], default=None)
@@ -117,7 +124,11 @@ class Snapshot:
         whose stage pod the template gives fewer GPUs than it has offers that many."""
         mine = set(also)
         sel = dict(entry.node_selector)
-        out = []
+        out: list[NodeInfo] = []
+        limit = self.gpu_max(entry.key[0])
+        most = int(limit[1]) if limit is not None else None
+        if most is not None and (most < 1 or entry.requests.gpus > most):
+            return out  # no stage pod the namespace allows: why_none_free says so
         for info in self.nodes.values():
             holder = self.held.get(info.name)
             if holder is not None and holder != entry.key and info.name not in mine:
@@ -132,6 +143,8 @@ class Snapshot:
                 asked = entry.requests.gpus  # a template that asks for GPUs gets that many
                 if asked and info.server is not None and info.server.gpus > asked:
                     info = replace(info, server=replace(info.server, gpus=asked))
+                if most is not None and info.server is not None and info.server.gpus > most:
+                    info = replace(info, server=replace(info.server, gpus=most))  # LimitRange
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
@@ -151,6 +164,15 @@ class Snapshot:
 
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
+        limit = self.gpu_max(entry.key[0])
+        if limit is not None and (limit[1] < 1 or entry.requests.gpus > limit[1]):
+            return (
+                f"namespace {entry.key[0]}'s LimitRange {limit[0]} allows {limit[1]:g} {GPU} "
+                f"per pod, and the template asks {entry.requests.gpus}: ask for at most "
+                f"{limit[1]:g}, or raise the LimitRange's max"
+                if entry.requests.gpus
+                else f"namespace {entry.key[0]}'s LimitRange {limit[0]} allows no {GPU}"
+            )
         no_match = unmatched(entry, self.nodes)
         if no_match is not None:
             return no_match
@@ -330,7 +352,9 @@ def plan_pending(
     given: dict[str, float] = {}  # namespace -> GPUs its jobs were given in this round
 
     def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
-        view = Snapshot(snap.nodes, snap.latencies, snap.jobs, held, snap.used, snap.quotas)
+        view = Snapshot(
+            snap.nodes, snap.latencies, snap.jobs, held, snap.used, snap.quotas, snap.gpu_limits
+        )
         keys = {e.key for e in members}
         # Servers that the group's own leftover pods sit on (after a crash) are theirs.
         mine = [n for n, k in held.items() if k in keys]
@@ -510,6 +534,7 @@ class Placer:
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
             snap.gpu_quota(entry.key[0]),  # a quota raised: planned again
+            snap.gpu_max(entry.key[0]),
         )
 
     async def decide(
@@ -546,7 +571,13 @@ class Placer:
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
             after = Snapshot(
-                snap.nodes, snap.latencies, snap.jobs, dict(snap.held), snap.used, snap.quotas
+                snap.nodes,
+                snap.latencies,
+                snap.jobs,
+                dict(snap.held),
+                snap.used,
+                snap.quotas,
+                snap.gpu_limits,
             )
             for k, d in decisions.items():
                 if d.job_plan is not None:

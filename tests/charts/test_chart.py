@@ -40,6 +40,7 @@ OPERATOR_RULES = {
     ("", "events"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within
+    ("", "limitranges"): {"list", "watch"},  # GPU maximums per pod: planned within
     ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
     ("", "namespaces"): {"list", "watch"},

@@ -541,6 +541,25 @@ def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: 
         kube.core.delete_namespaced_resource_quota(name, kube.ns)
 
 
+def test_a_limitrange_gpu_maximum_is_planned_within(kube: Kube, operator: Any) -> None:
+    """Before, the plan gave each stage pod its whole server's GPUs, above the namespace's
+    LimitRange maximum, and the pods were refused for ever (a multi-tenant user trial)."""
+    limits = {
+        "metadata": {"name": "gpus"},
+        "spec": {"limits": [{"type": "Container", "max": {"nvidia.com/gpu": "4"}}]},
+    }
+    kube.core.create_namespaced_limit_range(kube.ns, limits)
+    try:
+        kube.apply(manifest("lr", model={"preset": "gpt2-xl"}, allowedRegions=["berlin"]))
+        wait("Running within the LimitRange", lambda: kube.phase("lr") == "Running", 60)
+        stages = kube.job("lr")["status"]["plan"]["stages"]
+        assert {n["gpus"] for s in stages for n in s["nodes"]} <= {1, 2, 3, 4}
+        for p in kube.live_pods("lr"):
+            assert int(p.spec.containers[0].resources.limits[GPU]) <= 4
+    finally:
+        kube.core.delete_namespaced_limit_range("gpus", kube.ns)
+
+
 def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
     """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
     kube.core.patch_namespaced_pod_status(

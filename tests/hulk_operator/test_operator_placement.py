@@ -672,3 +672,46 @@ def test_gpu_quota_reads_hard_minus_used_and_skips_scoped_quotas() -> None:
     assert gpu_quota({"spec": {"hard": {"pods": "10"}}}) is None
     scoped = {"spec": {**body["spec"], "scopes": ["BestEffort"]}}
     assert gpu_quota(scoped) is None
+
+
+def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
+    """Before, a server with more GPUs than the namespace's LimitRange allows per pod was
+    planned whole, and its stage pod was refused for ever (a multi-tenant user trial)."""
+    gpt = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
+    base = snap([gpt])
+    berlin = [i for i in base.free(gpt)]
+    assert berlin and max(i.server.gpus for i in berlin if i.server) > 4
+    view = Snapshot(
+        base.nodes, base.latencies, base.jobs, {}, gpu_limits={"team-b": [("gpus", 4.0)]}
+    )
+    assert {i.server.gpus for i in view.free(gpt) if i.server} <= {1, 2, 3, 4}
+    d = plan_pending(view, plan)[gpt.key]
+    assert d.job_plan is not None, d.reason
+    assert max(d.cluster.server(n).gpus for n in d.job_plan.nodes) <= 4  # type: ignore[union-attr]
+    # a template that asks for more than the LimitRange allows: nothing is offered
+    asks = replace(gpt, requests=Resources(gpus=8))
+    view = Snapshot(
+        base.nodes, base.latencies, {asks.key: asks}, {}, gpu_limits={"team-b": [("gpus", 4.0)]}
+    )
+    d = plan_pending(view, plan)[asks.key]
+    assert d.job_plan is None
+    assert d.reason == (
+        "namespace team-b's LimitRange gpus allows 4 nvidia.com/gpu per pod, and the template "
+        "asks 8: ask for at most 4, or raise the LimitRange's max"
+    )
+
+
+def test_gpu_limit_is_the_smallest_container_or_pod_maximum() -> None:
+    from hulk_operator.inventory import gpu_limit
+
+    body = {
+        "spec": {
+            "limits": [
+                {"type": "Container", "max": {"nvidia.com/gpu": "8", "cpu": "4"}},
+                {"type": "Pod", "max": {"nvidia.com/gpu": 6}},
+                {"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}},
+            ]
+        }
+    }
+    assert gpu_limit(body) == 6
+    assert gpu_limit({"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}}) is None
