@@ -644,7 +644,13 @@ class Placer:
             if any(self._waiting(snap, e) for e in snap.jobs.values()):
                 return None
             free = snap.free(entry)
-            seen = (tuple(i.name for i in free), current.stages, entry.generation, entry.regrow)
+            seen = (
+                tuple(i.name for i in free),
+                current.stages,
+                entry.generation,
+                entry.regrow,
+                snap.gpu_quota(entry.key[0]),
+            )
             if not free or self.regrow_checked.get(entry.key) == seen:
                 return None
             self.regrow_checked[entry.key] = seen
@@ -659,7 +665,19 @@ class Placer:
                     baselines=self.baselines,
                     **self.opts,  # type: ignore[arg-type]
                 )
-                return regrow.faster(decisions[entry.key], entry, current)
+                grown, declined = regrow.faster(decisions[entry.key], entry, current)
+                quota = snap.gpu_quota(entry.key[0])
+                if grown is not None and grown.cluster is not None and quota is not None:
+                    index = grown.cluster.index
+                    now = sum(grown.cluster.server(n).gpus for n in current.nodes if n in index)
+                    more = _gpus(grown) - now
+                    if more > quota[1]:  # its pods would be refused: it stays as it is
+                        return None, (
+                            f"a faster plan needs {more:g} more {GPU}, and namespace "
+                            f"{entry.key[0]}'s ResourceQuota {quota[0]} leaves {quota[1]:g}: "
+                            "it keeps its servers (checked again when the quota changes)"
+                        )
+                return grown, declined
 
             started = time.perf_counter()
             d, declined = await asyncio.to_thread(judge)

@@ -140,6 +140,28 @@ def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
     assert running.key in placer.regrow_declined
 
 
+def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
+    """Its new pods would be refused by the quota while the old ones were gone: before, the
+    job was grown anyway and stayed Placing, PodsForbidden."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    quotas: dict[str, list[tuple[str, float]]] = {"ml": [("gpus", 0.0)]}
+
+    async def snapshot() -> Snapshot:
+        held = dict.fromkeys(current.nodes, running.key)
+        return Snapshot(nodes(), Latencies(), {running.key: running}, held, quotas=quotas)
+
+    placer = Placer(plan, regrow_every_s=0)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    msg = placer.regrow_declined.pop(running.key)
+    assert msg.startswith("a faster plan needs ") and msg.endswith(
+        "nvidia.com/gpu, and namespace ml's ResourceQuota gpus leaves 0: it keeps its servers "
+        "(checked again when the quota changes)"
+    ), msg
+    quotas["ml"] = [("gpus", 10_000.0)]  # raised: looked at again, and grown
+    grown = asyncio.run(placer.regrow(running, current, snapshot))
+    assert grown is not None and set(grown.nodes) - set(current.nodes)
+
+
 def test_a_waiting_job_gets_the_free_servers_first() -> None:
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
     huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
