@@ -1567,3 +1567,26 @@ def test_a_node_labelled_for_a_waiting_jobs_node_selector_takes_it(
         assert plan_nodes(kube.job("picky")) == [node]
     finally:
         kube.core.patch_node(node, {"metadata": {"labels": {"team": None}}})
+
+
+def test_kubectl_get_wide_shows_why_a_job_waits_and_its_priority(kube: Kube, operator: Any) -> None:
+    """The Table kubectl prints (the CRD's printer columns, rendered by the API server):
+    a Pending job's READY was empty and nothing said why it waited (a user trial)."""
+    kube.apply(manifest("wide", allowedRegions=["atlantis"], priority=7))
+    wait("Unschedulable", lambda: condition(kube.job("wide"), "Planned").get("reason"), 30)
+    api = kube.custom.api_client
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{kube.ns}/{PLURAL}/wide"
+    resp = api.call_api(
+        "GET",
+        api.configuration.host + path,
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
+    resp.read()
+    table = json.loads(resp.data)
+    names = [c["name"] for c in table["columnDefinitions"]]
+    (row,) = table["rows"]
+    cells = dict(zip(names, row["cells"], strict=True))
+    assert cells["Phase"] == "Pending"
+    assert cells["Planned"] == "Unschedulable" and cells["Priority"] == 7, cells
+    wide = {c["name"] for c in table["columnDefinitions"] if c["priority"] == 1}
+    assert {"Planned", "Priority"} <= wide  # -o wide only
