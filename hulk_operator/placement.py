@@ -112,11 +112,19 @@ class Snapshot:
 
     def gpu_max(self, namespace: str) -> tuple[str, float] | None:
         """The namespace's tightest LimitRange maximum of GPUs per pod or container."""
-        return min(self.gpu_limits.get(namespace) or [], key=lambda q: q[1], default=None)
+        return _tightest(self.gpu_limits.get(namespace))
 
     def gpu_quota(self, namespace: str) -> tuple[str, float] | None:
         """The namespace's tightest GPU quota and the GPUs it leaves, or None."""
-        return min(self.quotas.get(namespace) or [], key=lambda q: q[1], default=None)
+        return _tightest(self.quotas.get(namespace))
+
+    def limit_refuses(self, entry: JobEntry) -> tuple[str, float] | None:
+        """The namespace's LimitRange (name, maximum) when it allows none of the job's
+        stage pods: a maximum under one GPU, or under what the template asks."""
+        limit = self.gpu_max(entry.key[0])
+        if limit is not None and (limit[1] < 1 or entry.requests.gpus > limit[1]):
+            return limit
+        return None
 
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
@@ -125,10 +133,10 @@ class Snapshot:
         mine = set(also)
         sel = dict(entry.node_selector)
         out: list[NodeInfo] = []
+        if self.limit_refuses(entry):
+            return out  # no stage pod the namespace allows: why_none_free says so
         limit = self.gpu_max(entry.key[0])
         most = int(limit[1]) if limit is not None else None
-        if most is not None and (most < 1 or entry.requests.gpus > most):
-            return out  # no stage pod the namespace allows: why_none_free says so
         for info in self.nodes.values():
             holder = self.held.get(info.name)
             if holder is not None and holder != entry.key and info.name not in mine:
@@ -164,8 +172,8 @@ class Snapshot:
 
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
-        limit = self.gpu_max(entry.key[0])
-        if limit is not None and (limit[1] < 1 or entry.requests.gpus > limit[1]):
+        limit = self.limit_refuses(entry)
+        if limit is not None:
             return (
                 f"namespace {entry.key[0]}'s LimitRange {limit[0]} allows {limit[1]:g} {GPU} "
                 f"per pod, and the template asks {entry.requests.gpus}: ask for at most "
@@ -352,9 +360,7 @@ def plan_pending(
     given: dict[str, float] = {}  # namespace -> GPUs its jobs were given in this round
 
     def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
-        view = Snapshot(
-            snap.nodes, snap.latencies, snap.jobs, held, snap.used, snap.quotas, snap.gpu_limits
-        )
+        view = replace(snap, held=held)
         keys = {e.key for e in members}
         # Servers that the group's own leftover pods sit on (after a crash) are theirs.
         mine = [n for n, k in held.items() if k in keys]
@@ -389,6 +395,11 @@ def plan_pending(
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     return out
+
+
+def _tightest(limits: Sequence[tuple[str, float]] | None) -> tuple[str, float] | None:
+    """The (name, amount) with the least amount, or None."""
+    return min(limits or [], key=lambda q: q[1], default=None)
 
 
 def _gpus(d: Decision) -> float:
@@ -570,15 +581,7 @@ class Placer:
             )
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
-            after = Snapshot(
-                snap.nodes,
-                snap.latencies,
-                snap.jobs,
-                dict(snap.held),
-                snap.used,
-                snap.quotas,
-                snap.gpu_limits,
-            )
+            after = replace(snap, held=dict(snap.held))
             for k, d in decisions.items():
                 if d.job_plan is not None:
                     self.reserved[k] = d
