@@ -41,10 +41,12 @@ from hulk_operator.inventory import (
     Resources,
     Usage,
     gpu_limit,
-    gpu_quota,
     node_info,
     pod_requests,
+    quota_left,
+    quota_usage,
     read_latencies,
+    summed,
 )
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Placer, Snapshot, held_servers
@@ -216,6 +218,7 @@ def hulk_pods(
                 ),
                 "",
             ),
+            quota=tuple(sorted(quota_usage(spec).items())),
         )
     }
 
@@ -236,11 +239,11 @@ def hulk_other_pods(
 @kopf.index("resourcequotas")
 def hulk_quotas(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[str, tuple[str, float]] | None:
-    """GPU quotas by namespace: what each ResourceQuota on ``requests.nvidia.com/gpu``
-    leaves, so that a job is planned within it instead of holding servers its stage pods
-    may not use."""
-    left = gpu_quota(body)
+) -> dict[str, tuple[str, dict[str, float]]] | None:
+    """Quotas by namespace: what each ResourceQuota leaves of the resources pods count
+    toward (GPUs, pods, CPU, memory), so that a job is planned within them instead of
+    holding servers its stage pods may not use."""
+    left = quota_left(body)
     return {namespace: (name, left)} if namespace and left is not None else None
 
 
@@ -402,7 +405,7 @@ async def hulktrainingjob_reconcile(
     hulk_jobs: kopf.Index[Key, JobEntry],
     hulk_pods: kopf.Index[Key, PodEntry],
     hulk_other_pods: kopf.Index[str, Resources],
-    hulk_quotas: kopf.Index[str, tuple[str, float]],
+    hulk_quotas: kopf.Index[str, tuple[str, dict[str, float]]],
     hulk_gpu_limits: kopf.Index[str, tuple[str, float]],
     logger: kopf.Logger,
     **_: Any,
@@ -489,6 +492,10 @@ async def build_snapshot(
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
     quotas = {ns: list(store) for ns, store in (hulk_quotas or {}).items()}
+    counted = {
+        k: summed(dict(p.quota) for p in store if p.phase not in ("Succeeded", "Failed"))
+        for k, store in hulk_pods.items()
+    }
     limits = {ns: list(store) for ns, store in (hulk_gpu_limits or {}).items()}
     return Snapshot(
         nodes=nodes,
@@ -497,5 +504,6 @@ async def build_snapshot(
         held=held,
         used=used or {},
         quotas=quotas,
+        counted=counted,
         gpu_limits=limits,
     )

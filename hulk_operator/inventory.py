@@ -149,18 +149,77 @@ class NodeInfo:
 
 
 QUOTA_GPU = f"requests.{GPU}"  # the only quota key an extended resource may have
+_POD_KEYS = ("pods", "count/pods", "cpu", "memory", "ephemeral-storage")
 
 
-def gpu_quota(body: Mapping[str, Any]) -> float | None:
-    """The GPUs a ResourceQuota leaves its namespace (``requests.nvidia.com/gpu``: hard
-    minus used), or None where it does not limit them, or is scoped (it counts only some
-    pods: by PriorityClass, say)."""
+def counts_pods(resource: str) -> bool:
+    """Whether a ResourceQuota's ``resource`` counts what pods use (``pods``, ``cpu``,
+    ``requests.memory``, ``limits.cpu``, ``requests.nvidia.com/gpu``, ...), as opposed to
+    objects or volume claims (``services``, ``requests.storage``)."""
+    return (
+        resource in _POD_KEYS
+        or resource.startswith(("hugepages-", "limits."))
+        or (resource.startswith("requests.") and resource != "requests.storage")
+    )
+
+
+def quota_left(body: Mapping[str, Any]) -> dict[str, float] | None:
+    """What a ResourceQuota leaves its namespace (hard minus used) of each resource that
+    pods count toward, or None where it limits none of them, or is scoped (it counts only
+    some pods: by PriorityClass, say)."""
     spec = body.get("spec") or {}
-    hard = (spec.get("hard") or {}).get(QUOTA_GPU)
-    if hard is None or spec.get("scopes") or spec.get("scopeSelector"):
+    if spec.get("scopes") or spec.get("scopeSelector"):
         return None
-    used = ((body.get("status") or {}).get("used") or {}).get(QUOTA_GPU)
-    return _amount(hard) - _amount(used)
+    used = (body.get("status") or {}).get("used") or {}
+    hard = (spec.get("hard") or {}).items()
+    left = {k: _amount(v) - _amount(used.get(k)) for k, v in hard if counts_pods(k)}
+    return left or None
+
+
+def quota_usage(spec: Mapping[str, Any]) -> dict[str, float]:
+    """What a pod counts toward a namespace's ResourceQuota, as Kubernetes' pod evaluator
+    counts it: one pod (``pods``, ``count/pods``); its requests as ``requests.<name>`` (and
+    compute resources also as ``<name>``) and its limits as ``limits.<name>``; each the sum
+    over its containers or its largest init container, whichever is more."""
+    out: dict[str, float] = {"pods": 1.0, "count/pods": 1.0}
+    for name, amount in _effective(spec, limits=False).items():
+        out[f"requests.{name}"] = amount
+        if name in _POD_KEYS or name.startswith("hugepages-"):
+            out[name] = amount
+    for name, amount in _effective(spec, limits=True).items():
+        out[f"limits.{name}"] = amount
+    return out
+
+
+def summed(usages: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Quota usages added up per resource."""
+    out: dict[str, float] = {}
+    for usage in usages:
+        for k, v in usage.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _effective(spec: Mapping[str, Any], *, limits: bool) -> dict[str, float]:
+    """A pod's requests (or limits) per resource: the sum over its containers or its
+    largest init container, whichever is more (a request missing where a limit is set is
+    the limit, as the API server defaults it)."""
+
+    def one(c: Mapping[str, Any]) -> dict[str, float]:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if limits:
+            return {k: _amount(v) for k, v in lim.items()}
+        return {k: _amount(req[k] if k in req else lim[k]) for k in {*req, *lim}}
+
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        for k, v in one(c).items():
+            total[k] = total.get(k, 0.0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in one(c).items():
+            total[k] = max(total.get(k, 0.0), v)
+    return {k: v for k, v in total.items() if v}
 
 
 def gpu_limit(body: Mapping[str, Any]) -> float | None:
@@ -186,20 +245,9 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """What a pod holds on its node, as the scheduler counts it: the sum over its
     containers or its largest init container, whichever is more, per resource (a request
     missing where a limit is set is the limit, as the API server defaults it)."""
-
-    def one(c: Mapping[str, Any]) -> Resources:
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        got = {k: _amount(req.get(k) if k in req else lim.get(k)) for k in {*req, *lim}}
-        gpus, cpu, memory = (got.pop(k, 0.0) for k in (GPU, "cpu", "memory"))
-        return Resources(int(gpus), cpu, memory, tuple(sorted((k, v) for k, v in got.items() if v)))
-
-    total = Resources()
-    for c in spec.get("containers") or []:
-        total = total.plus(one(c))
-    for c in spec.get("initContainers") or []:
-        total = total.most(one(c))
-    return total
+    got = _effective(spec, limits=False)
+    gpus, cpu, memory = (got.pop(k, 0.0) for k in (GPU, "cpu", "memory"))
+    return Resources(int(gpus), cpu, memory, tuple(sorted(got.items())))
 
 
 def fits(allocatable: Resources, taken: Resources, need: Resources, gpus: int) -> bool:

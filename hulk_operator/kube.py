@@ -196,3 +196,11 @@ def list_running_pods(api: client.ApiClient) -> list[dict[str, Any]]:
         field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
     )
     return list(json.loads(resp.data)["items"])
+
+
+def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Raw JSON of every ResourceQuota and every LimitRange in the cluster."""
+    core = client.CoreV1Api(api)
+    quotas: Any = core.list_resource_quota_for_all_namespaces(_preload_content=False)
+    limits: Any = core.list_limit_range_for_all_namespaces(_preload_content=False)
+    return list(json.loads(quotas.data)["items"]), list(json.loads(limits.data)["items"])

@@ -97,6 +97,41 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
     return out
 
 
+@dataclass(frozen=True)
+class Short:
+    """A plan's stage pods need more of ``resource`` than namespace ``namespace``'s
+    ResourceQuota ``quota`` leaves: ``more`` (what the pods need beyond what the job's own
+    pods count now: all of ``need`` for a job that has none) against ``left``."""
+
+    namespace: str
+    quota: str
+    resource: str
+    left: float
+    more: float
+    need: float
+
+    def __str__(self) -> str:
+        return (
+            f"namespace {self.namespace}'s ResourceQuota {self.quota} leaves "
+            f"{amount_text(self.resource, max(self.left, 0.0))}"
+        )
+
+
+def amount_text(resource: str, amount: float) -> str:
+    """``12 nvidia.com/gpu (requests.nvidia.com/gpu)``, ``3 pod(s) (pods)``,
+    ``1.5Gi (limits.memory)``: an amount of a quota's resource, in the resource's units."""
+    name = resource.split(".", 1)[1] if resource.startswith(("requests.", "limits.")) else resource
+    if name in ("pods", "count/pods"):
+        return f"{amount:g} pod(s) ({resource})"
+    if name == "cpu":
+        return f"{amount:g} CPU ({resource})"
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        return f"{amount / 2**30:.4g}Gi ({resource})"
+    if name == resource:
+        return f"{amount:g} {resource}"
+    return f"{amount:g} {name} ({resource})"
+
+
 @dataclass
 class Snapshot:
     nodes: Mapping[str, NodeInfo]
@@ -104,8 +139,10 @@ class Snapshot:
     jobs: Mapping[Key, JobEntry]
     held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
     used: Mapping[str, Resources] = field(default_factory=dict)  # server -> other pods' requests
-    # namespace -> (ResourceQuota, GPUs it leaves) for each quota on requests.nvidia.com/gpu
-    quotas: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
+    # namespace -> (ResourceQuota, what it leaves of each resource pods count toward)
+    quotas: Mapping[str, Sequence[tuple[str, Mapping[str, float]]]] = field(default_factory=dict)
+    # job -> what its existing stage pods count toward its namespace's quotas
+    counted: Mapping[Key, Mapping[str, float]] = field(default_factory=dict)
 
     # namespace -> (LimitRange, most GPUs one stage pod may request) for each that sets one
     gpu_limits: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
@@ -114,9 +151,26 @@ class Snapshot:
         """The namespace's tightest LimitRange maximum of GPUs per pod or container."""
         return _tightest(self.gpu_limits.get(namespace))
 
-    def gpu_quota(self, namespace: str) -> tuple[str, float] | None:
-        """The namespace's tightest GPU quota and the GPUs it leaves, or None."""
-        return _tightest(self.quotas.get(namespace))
+    def quota_seen(self, namespace: str) -> tuple[Any, ...]:
+        """The namespace's quotas as a fingerprint: a quota raised, or freed, is a change."""
+        quotas = self.quotas.get(namespace, ())
+        return tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas))
+
+    def quota_short(
+        self, entry: JobEntry, need: Mapping[str, float], given: Mapping[str, float] | None = None
+    ) -> Short | None:
+        """The first resource of the namespace's quotas that ``need`` (what a plan's stage
+        pods count) exceeds: what the quota leaves, less what ``given`` (this round's other
+        jobs of the namespace) took, plus what the job's own pods count now (they go when
+        the plan replaces them); None where every quota holds it."""
+        mine = self.counted.get(entry.key, {})
+        for name, left in self.quotas.get(entry.key[0], ()):
+            for r, amount in sorted(left.items()):
+                room = amount - (given or {}).get(r, 0.0)
+                more = need.get(r, 0.0) - mine.get(r, 0.0)
+                if more > 0 and more > room + 1e-9:
+                    return Short(entry.key[0], name, r, room, more, need.get(r, 0.0))
+        return None
 
     def limit_refuses(self, entry: JobEntry) -> tuple[str, float] | None:
         """The namespace's LimitRange (name, maximum) when it allows none of the job's
@@ -357,7 +411,7 @@ def plan_pending(
     held = dict(snap.held)
     out: dict[Key, Decision] = {}
 
-    given: dict[str, float] = {}  # namespace -> GPUs its jobs were given in this round
+    given: dict[str, dict[str, float]] = {}  # namespace -> what its jobs took in this round
 
     def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
         view = replace(snap, held=held)
@@ -402,49 +456,57 @@ def _tightest(limits: Sequence[tuple[str, float]] | None) -> tuple[str, float] |
     return min(limits or [], key=lambda q: q[1], default=None)
 
 
-def _gpus(d: Decision) -> float:
-    if d.job_plan is None or d.cluster is None:
-        return 0.0
-    return float(sum(d.cluster.server(n).gpus for n in d.job_plan.nodes))
+def quota_need(entry: JobEntry, d: Decision | None) -> dict[str, float]:
+    """What a plan's stage pods count toward a ResourceQuota: one pod per server, each
+    with its server's GPUs and the template's other requests and limits."""
+    if d is None or d.job_plan is None or d.cluster is None:
+        return {}
+    return _pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
+
+
+def _pods_need(entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
+    out = {k: v * len(gpus) for k, v in entry.pod_quota}
+    out[QUOTA_GPU] = float(sum(gpus))
+    return out
 
 
 def _within_quota(
     e: JobEntry,
     d: Decision,
     snap: Snapshot,
-    given: dict[str, float],
+    given: dict[str, dict[str, float]],
     plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
 ) -> Decision:
-    """``d`` if its stage pods' GPUs fit what the namespace's ResourceQuota leaves (less
-    what this round gave its other jobs); else the job planned again alone on the first of
-    its servers (in pipeline order) that fit; else unplaced, saying so. Before, the quota
-    refused the stage pods and the job held its servers, which other namespaces needed."""
+    """``d`` if its stage pods fit what the namespace's ResourceQuotas leave (less what this
+    round gave its other jobs): GPUs, pods, CPU, memory; else the job planned again alone
+    on the first of its servers (in pipeline order) that fit; else unplaced, saying so.
+    Before, the quota refused the stage pods and the job held its servers, which other
+    namespaces needed."""
     ns = e.key[0]
-    quota = snap.gpu_quota(ns)
-    if d.job_plan is None or d.cluster is None or quota is None:
+    if d.job_plan is None or d.cluster is None or not snap.quotas.get(ns):
         return d
-    name, left = quota
-    room = left - given.get(ns, 0.0)
-    need = _gpus(d)
-    if need > room:
-        first, total = [], 0.0
+    taken = given.setdefault(ns, {})
+    short = snap.quota_short(e, quota_need(e, d), taken)
+    if short is not None:
+        cluster, first = d.cluster, list[str]()
         for n in d.job_plan.nodes:
-            gpus = d.cluster.server(n).gpus
-            if total + gpus <= room:
+            gpus = [cluster.server(m).gpus for m in (*first, n)]
+            if snap.quota_short(e, _pods_need(e, gpus), taken) is None:
                 first.append(n)
-                total += gpus
         smaller = plan([e], first)[e.key] if first else None
-        if smaller is None or smaller.job_plan is None or _gpus(smaller) > room:
+        if smaller is None or snap.quota_short(e, quota_need(e, smaller), taken) is not None:
+            failed = smaller.reason if smaller is not None and smaller.job_plan is None else ""
             why = (
-                f"namespace {ns}'s ResourceQuota {name} leaves {max(room, 0):g} "
-                f"{GPU} ({QUOTA_GPU}); the plan on the free servers needs {need:g} on "
-                f"{len(d.job_plan.nodes)} server(s)"
-                + (f", and none fits within it ({smaller.reason})" if smaller else "")
-                + ": raise the quota, or free GPUs the namespace's pods hold"
+                f"{short}; the plan on the free servers needs "
+                f"{amount_text(short.resource, short.need)} on {len(d.job_plan.nodes)} server(s)"
+                + (f", and none fits within it ({failed})" if failed else "")
+                + ": raise the quota, or free what the namespace's other pods hold"
             )
             return Decision(e.key, None, d.cluster, why, d.planner)
         d = smaller
-    given[ns] = given.get(ns, 0.0) + _gpus(d)
+    mine = snap.counted.get(e.key, {})
+    for k, v in quota_need(e, d).items():
+        taken[k] = taken.get(k, 0.0) + max(0.0, v - mine.get(k, 0.0))
     return d
 
 
@@ -544,7 +606,7 @@ class Placer:
             tuple(i.name for i in snap.free(entry)),
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
-            snap.gpu_quota(entry.key[0]),  # a quota raised: planned again
+            snap.quota_seen(entry.key[0]),  # a quota raised: planned again
             snap.gpu_max(entry.key[0]),
         )
 
@@ -607,17 +669,24 @@ class Placer:
             snap.held = self.held(snap.held)
             servers = snap.free(entry, also=current.nodes)
             started = time.perf_counter()
-            decisions = await asyncio.to_thread(
-                plan_group,
-                [entry],
-                servers,
-                snap,
-                self.plan_fn,
-                planner=self.planner,
-                previous=Plan(self.planner, (current,)),
-                baselines=self.baselines,
-                **self.opts,  # type: ignore[arg-type]
-            )
+
+            def plan(members: list[JobEntry], only: Collection[str] | None = None) -> Any:
+                return plan_group(
+                    members,
+                    servers if only is None else [i for i in servers if i.name in only],
+                    snap,
+                    self.plan_fn,
+                    planner=self.planner,
+                    previous=Plan(self.planner, (current,)),
+                    baselines=self.baselines,
+                    **self.opts,  # type: ignore[arg-type]
+                )
+
+            def within() -> dict[Key, Decision]:  # the namespace's quotas hold its new pods
+                d = plan([entry])[entry.key]
+                return {entry.key: _within_quota(entry, d, snap, {}, plan)}
+
+            decisions = await asyncio.to_thread(within)
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
             d = replace(decisions[entry.key], base=current)
@@ -652,7 +721,7 @@ class Placer:
                 current.stages,
                 entry.generation,
                 entry.regrow,
-                snap.gpu_quota(entry.key[0]),
+                snap.quota_seen(entry.key[0]),
             )
             if not free or self.regrow_checked.get(entry.key) == seen:
                 return None
@@ -669,17 +738,13 @@ class Placer:
                     **self.opts,  # type: ignore[arg-type]
                 )
                 grown, declined = regrow.faster(decisions[entry.key], entry, current)
-                quota = snap.gpu_quota(entry.key[0])
-                if grown is not None and grown.cluster is not None and quota is not None:
-                    index = grown.cluster.index
-                    now = sum(grown.cluster.server(n).gpus for n in current.nodes if n in index)
-                    more = _gpus(grown) - now
-                    if more > quota[1]:  # its pods would be refused: it stays as it is
-                        return None, (
-                            f"a faster plan needs {more:g} more {GPU}, and namespace "
-                            f"{entry.key[0]}'s ResourceQuota {quota[0]} leaves {quota[1]:g}: "
-                            "it keeps its servers (checked again when the quota changes)"
-                        )
+                short = snap.quota_short(entry, quota_need(entry, grown)) if grown else None
+                if short is not None:  # its pods would be refused: it stays as it is
+                    return None, (
+                        f"a faster plan needs {amount_text(short.resource, short.more)} more, "
+                        f"and {short}: it keeps its servers (checked again when the quota "
+                        "changes)"
+                    )
                 return grown, declined
 
             started = time.perf_counter()

@@ -30,9 +30,13 @@ from hulk_operator.inventory import (
     Resources,
     Usage,
     build_cluster,
+    gpu_limit,
     node_info,
     pod_requests,
+    quota_left,
+    quota_usage,
     read_latencies,
+    summed,
 )
 from hulk_operator.manifests import owner_job
 from hulk_operator.placement import (
@@ -74,6 +78,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
                                        max_age_s)  # fmt: skip
             objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
             pods = kube.list_running_pods(api)
+            quota_items, limit_items = kube.list_policies(api)
         except ApiException as exc:
             raise _refused(exc, path) from None
         except (HTTPError, OSError) as exc:
@@ -86,16 +91,39 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
     jobs = {e.key: e for e, _ in entries}
     by_key: dict[Key, Mapping[str, Any]] = {e.key: o for e, o in entries}
     stage_pods: list[tuple[Key, str]] = []
+    counted: dict[Key, list[dict[str, float]]] = {}
     others: dict[str, list[Resources]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node, job = spec.get("nodeName"), owner_job(meta)
-        if node and job:
-            stage_pods.append(((meta.get("namespace", ""), job), node))
+        if job:
+            key = (meta.get("namespace", ""), job)
+            counted.setdefault(key, []).append(quota_usage(spec))
+            if node:
+                stage_pods.append((key, node))
         elif node:
             others.setdefault(node, []).append(pod_requests(spec))
-    held = held_servers(jobs, stage_pods)
-    snap = Snapshot(nodes=nodes, latencies=latencies, jobs=jobs, held=held, used=Usage(others))
+    quotas: dict[str, list[tuple[str, dict[str, float]]]] = {}
+    for q in quota_items:
+        left = quota_left(q)
+        if left is not None:
+            quotas.setdefault(q["metadata"]["namespace"], []).append((q["metadata"]["name"], left))
+    limits: dict[str, list[tuple[str, float]]] = {}
+    for lr in limit_items:
+        most = gpu_limit(lr)
+        if most is not None:
+            meta = lr["metadata"]
+            limits.setdefault(meta["namespace"], []).append((meta["name"], most))
+    snap = Snapshot(
+        nodes=nodes,
+        latencies=latencies,
+        jobs=jobs,
+        held=held_servers(jobs, stage_pods),
+        used=Usage(others),
+        quotas=quotas,
+        counted={k: summed(v) for k, v in counted.items()},
+        gpu_limits=limits,
+    )
     return snap, by_key
 
 
@@ -110,9 +138,9 @@ def _refused(exc: ApiException, path: str) -> InvalidRequest:
         fix = f"the credentials in {path} are not accepted: renew them"
     elif exc.status == 403:
         fix = (
-            "hulk plan --kubeconfig reads nodes, pods, hulktrainingjobs and nodelatencies "
-            "in every namespace: use credentials allowed to list them (the chart's operator "
-            "ClusterRole)"
+            "hulk plan --kubeconfig reads nodes, pods, resourcequotas, limitranges, "
+            "hulktrainingjobs and nodelatencies in every namespace: use credentials allowed "
+            "to list them (the chart's operator ClusterRole)"
         )
     else:
         fix = "check the cluster's API server"

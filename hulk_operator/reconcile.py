@@ -54,6 +54,7 @@ class PodEntry:
     deleting: bool
     reason: str = ""  # status.reason of a pod the kubelet ended, e.g. Evicted
     unschedulable: str = ""  # the scheduler's message while it cannot place the pod
+    quota: tuple[tuple[str, float], ...] = ()  # what it counts toward a ResourceQuota
 
 
 @dataclass
@@ -472,7 +473,7 @@ async def _sync_pods(
     gpus: Mapping[str, int],
     force: set[str] | None = None,
 ) -> recovery.PodDiff:
-    """Creates missing pods (behind the gang gate), deletes pods not in the plan, and lifts
+    """Deletes pods not in the plan, creates missing ones (behind the gang gate), and lifts
     the gates once every pod of the plan exists."""
     from hulk_operator import kube
 
@@ -492,6 +493,12 @@ async def _sync_pods(
     diff = recovery.pod_diff(live, list(desired))
     now = time.monotonic()
     create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
+    if diff.delete:  # first: a quota counts them until they go
+        gone = (force or set()) | {
+            p.node for p in pods.values() if p.node and p.node not in ctx.nodes
+        }
+        forced = [n for n in diff.delete if pods[n].node in gone]
+        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
     if create:
         svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
         await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
@@ -500,12 +507,6 @@ async def _sync_pods(
         await asyncio.to_thread(
             kube.create_pods, ctx.api, [desired[n] for n in create], ctx.config.create_delay_s
         )
-    if diff.delete:
-        gone = (force or set()) | {
-            p.node for p in pods.values() if p.node and p.node not in ctx.nodes
-        }
-        forced = [n for n in diff.delete if pods[n].node in gone]
-        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
     # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
     # quota, and waiting out its retry pause keeps the others gated)
     missing = [n for n in diff.create if n not in create]

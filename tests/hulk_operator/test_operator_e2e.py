@@ -475,7 +475,9 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
 def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_them(
     kube: Kube, operator: Any
 ) -> None:
-    quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
+    # scoped: planned without it (an unscoped quota on pods is planned within)
+    spec = {"hard": {"pods": "2"}, "scopes": ["NotTerminating"]}
+    quota = {"metadata": {"name": "two-pods"}, "spec": spec}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
         wait(
@@ -537,6 +539,51 @@ def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: 
         wait("Running within the raised quota", lambda: kube.phase("gq") == "Running", 60)
         stages = kube.job("gq")["status"]["plan"]["stages"]
         assert sum(n["gpus"] for s in stages for n in s["nodes"]) <= 24
+    finally:
+        kube.core.delete_namespaced_resource_quota(name, kube.ns)
+
+
+def test_a_pods_quota_is_planned_within_and_a_replan_after_a_lost_server_too(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """Before, only a GPU quota was planned within: a quota on pods refused the stage pods
+    of a plan wider than it, and the job held its servers, PodsForbidden. The re-plan after
+    a lost server counts the job's own pods as its own (a user trial)."""
+    name = "two-pods"
+    quota = {"metadata": {"name": name}, "spec": {"hard": {"pods": "2"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        wait(
+            "the quota in force",
+            lambda: kube.core.read_namespaced_resource_quota(name, kube.ns).status.hard,
+        )
+        kube.apply(manifest("pq", model={"preset": "gpt2-xl"}))  # 4 stages without it
+        wait("Running within the quota", lambda: kube.phase("pq") == "Running", 60)
+        before = plan_nodes(kube.job("pq"))
+        assert len(before) == 2 and len(kube.live_pods("pq")) == 2, before
+        victim = before[-1]
+        pods = kube.live_pods("pq")
+        kept = {p.metadata.name: p.metadata.uid for p in pods if p.spec.node_name != victim}
+        server = paper_cluster().server(victim)
+        spare = replace(server, name=f"{victim}-spare")  # a free twin to move to
+        sandbox.add_node(spare)
+        sandbox.delete_node(victim)
+        try:
+            wait("a re-plan", lambda: (kube.job("pq")["status"].get("replans") or 0) >= 1, 30)
+
+            def again() -> bool:
+                nodes = plan_nodes(kube.job("pq"))
+                return kube.phase("pq") == "Running" and victim not in nodes
+
+            wait("Running again within the quota", again, 60)
+            after = plan_nodes(kube.job("pq"))
+            assert len(after) == 2 and len(kube.live_pods("pq")) == 2, after
+            # re-planned in place, not through Pending: the healthy stage's pod stayed
+            now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("pq")}
+            assert kept and all(now.get(n) == u for n, u in kept.items()), (kept, now)
+        finally:
+            sandbox.add_node(server)
+            sandbox.delete_node(spare.name)
     finally:
         kube.core.delete_namespaced_resource_quota(name, kube.ns)
 

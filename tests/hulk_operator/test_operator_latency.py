@@ -216,6 +216,51 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     assert rows["on-mars"].split()[1:] == ["-"] + ["not", "placed"] * 3, rows["on-mars"]
 
 
+def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
+    sandbox: Any, kube: Kube
+) -> None:
+    """Before, the preview ignored them: it showed plans the operator would not make."""
+    quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    kube.apply(manifest("pods-quota", model={"preset": "gpt2-xl"}))  # 4 stages without it
+    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    cmd += ["--namespace", kube.ns, "-o", "json"]
+
+    def preview() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    try:
+        out = preview()
+        assert out.returncode == 0, out.stderr
+        (job,) = json.loads(out.stdout)["jobs"]
+        assert 1 <= len([n for s in job["stages"] for n in s["nodes"]]) <= 2, job
+        limits = {
+            "metadata": {"name": "no-gpus"},
+            "spec": {"limits": [{"type": "Container", "max": {GPU: "0"}}]},
+        }
+        kube.core.create_namespaced_limit_range(kube.ns, limits)
+        try:
+            out = preview()
+            assert out.returncode == 3 and out.stderr.startswith(
+                f"hulk plan: no job placed: pods-quota: namespace {kube.ns}'s LimitRange no-gpus "
+                f"allows no {GPU}"
+            ), out
+        finally:
+            kube.core.delete_namespaced_limit_range("no-gpus", kube.ns)
+        kube.core.patch_namespaced_resource_quota(
+            "two-pods", kube.ns, {"spec": {"hard": {"pods": "0"}}}
+        )
+        out = preview()
+        assert out.returncode == 3, out
+        (unplaced,) = json.loads(out.stdout)["unplaced"]
+        assert unplaced["reason"].startswith(
+            f"namespace {kube.ns}'s ResourceQuota two-pods leaves 0 pod(s) (pods); the plan "
+            "on the free servers needs "
+        ), unplaced
+    finally:
+        kube.core.delete_namespaced_resource_quota("two-pods", kube.ns)
+
+
 def test_the_preview_is_shown_against_every_server_a_pending_job_may_get(
     sandbox: Any, kube: Kube, tmp_path: Path
 ) -> None:

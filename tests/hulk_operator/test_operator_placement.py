@@ -9,12 +9,21 @@ from typing import Any
 import pytest
 from placement_helpers import entry, nodes, snap
 
-from hulk_operator import recovery
+from hulk_operator import GPU, recovery
 from hulk_operator import status as st
-from hulk_operator.entries import JobEntry
+from hulk_operator.entries import JobEntry, _pod_quota, object_entry
 from hulk_operator.inventory import PRODUCT as PRODUCT_LABEL
-from hulk_operator.inventory import Latencies, Resources, Taint, node_info
-from hulk_operator.placement import Placer, Snapshot, plan_pending
+from hulk_operator.inventory import (
+    QUOTA_GPU,
+    Latencies,
+    Resources,
+    Taint,
+    node_info,
+    quota_usage,
+    summed,
+)
+from hulk_operator.manifests import desired_pods
+from hulk_operator.placement import Placer, Snapshot, plan_pending, quota_need
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
@@ -306,6 +315,127 @@ def test_replan_keeps_healthy_stages() -> None:
     assert recovery.lost_servers(current, left) == {lost: "Deleted"}
     msg = recovery.event_message({lost: "Deleted"}, current, new.job_plan, 1, len(kept))
     assert lost in msg and "1 pod(s) replaced" in msg
+
+
+def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> None:
+    """Before, a re-plan took free servers regardless of the quota: the lost server's
+    replacement pods were refused and the job stayed Placing, PodsForbidden. The job's own
+    pods count toward the quota already, so it may use what they hold, and no more."""
+    gpt = entry(paper_jobs()[2])
+    state = snap([gpt])
+    d = plan_pending(state, plan)[gpt.key]
+    assert d.job_plan is not None and d.cluster is not None
+    current = d.job_plan
+    lost = current.nodes[-1]
+    kept = [n for n in current.nodes if n != lost]
+    left = {n: i for n, i in state.nodes.items() if n != lost}
+    running = replace(gpt, plan_nodes=frozenset(current.nodes))
+    held = {n: gpt.key for n in current.nodes}
+    gpus = {n: d.cluster.server(n).gpus for n in current.nodes}
+
+    def replan(quota: dict[str, float], counted: dict[str, float]) -> Any:
+        async def snapshot() -> Snapshot:
+            view = Snapshot(left, Latencies(), {gpt.key: running}, held)
+            return replace(view, quotas={"ml": [("q", quota)]}, counted={gpt.key: counted})
+
+        return asyncio.run(Placer(plan).replan(running, current, snapshot))
+
+    free = replan({}, {})  # no limit: the lost server is replaced by a free one
+    assert free.job_plan is not None and set(free.job_plan.nodes) - set(current.nodes)
+    # the lost server's pod is gone; the quota leaves nothing: the kept pods' GPUs at most
+    mine = float(sum(gpus[n] for n in kept))
+    new = replan({QUOTA_GPU: 0.0}, {QUOTA_GPU: mine})
+    assert new.job_plan is not None, new.reason
+    assert sum(new.cluster.server(n).gpus for n in new.job_plan.nodes) <= mine
+    # the same with a quota on pods: as many servers as the kept pods
+    new = replan({"pods": 0.0}, {"pods": float(len(kept))})
+    assert new.job_plan is not None and len(new.job_plan.nodes) <= len(kept)
+    # nothing fits: no plan (the job goes Pending), saying which quota
+    new = replan({"pods": 0.0}, {})
+    assert new.job_plan is None
+    assert new.reason.startswith("namespace ml's ResourceQuota q leaves 0 pod(s) (pods); ")
+
+
+def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs() -> None:
+    """Before, only a GPU quota was: a quota on pods or CPU refused the stage pods after
+    the plan was made, and the job held its servers, PodsForbidden (a user trial)."""
+    tmpl = {
+        "spec": {
+            "containers": [
+                {"name": "t", "resources": {"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}}}
+            ]
+        }
+    }
+    jobs = [
+        replace(entry(j, allowed_regions=("berlin",)), pod_quota=_pod_quota(tmpl["spec"]))
+        for j in paper_jobs()[2:4]
+    ]
+    assert dict(jobs[0].pod_quota) == {
+        "pods": 1,
+        "count/pods": 1,
+        "requests.cpu": 2,
+        "cpu": 2,
+        "requests.memory": 2**30,
+        "memory": 2**30,
+        "limits.memory": 2**30,
+    }
+
+    def decide(quota: dict[str, float]) -> dict[Any, Any]:
+        view = replace(snap(jobs), quotas={"ml": [("q", quota)]})
+        return plan_pending(view, plan)
+
+    free = decide({})
+    assert sum(len(d.job_plan.nodes) for d in free.values() if d.job_plan) > 2
+    for quota, most in (({"pods": 2}, 2), ({"requests.cpu": 5}, 2), ({"memory": 2.5 * 2**30}, 2)):
+        out = decide(quota)
+        placed = [d for d in out.values() if d.job_plan]
+        assert placed, quota
+        assert sum(len(d.job_plan.nodes) for d in placed) <= most, quota
+
+
+def test_a_plans_quota_need_is_what_its_stage_pods_count() -> None:
+    """The planner's arithmetic (pods x the template's usage + each server's GPUs) against
+    the usage of the very pods the operator would create, as Kubernetes counts it."""
+    template = {
+        "spec": {
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4"}}}],
+            "containers": [
+                {
+                    "name": "a",
+                    "resources": {
+                        "requests": {"cpu": "500m", "memory": "1Gi"},
+                        "limits": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"},
+                    },
+                },
+                {"name": "b", "resources": {"limits": {"cpu": "250m"}}},
+            ],
+        }
+    }
+    body = {
+        "apiVersion": "hulk.dev/v1alpha1",
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": "gpt2-xl"},
+        "spec": {"model": {"preset": "gpt2-xl"}, "template": template},
+    }
+    e = replace(object_entry(body, "ml"), plan_nodes=frozenset())
+    d = plan_pending(snap([e]), plan)[e.key]
+    assert d.job_plan is not None and d.cluster is not None
+    pods = desired_pods(
+        job=e.key[1],
+        namespace="ml",
+        uid="u",
+        template=template,
+        job_plan=d.job_plan,
+        gpus={n: d.cluster.server(n).gpus for n in d.job_plan.nodes},
+    )
+    counted = summed(quota_usage(p["spec"]) for p in pods.values())
+    assert quota_need(e, d) == pytest.approx(
+        {k: v for k, v in counted.items() if k != f"limits.{GPU}"}
+    )
+    n = len(pods)
+    assert counted["requests.cpu"] == pytest.approx(4 * n)  # the init container's 4 > 0.75
+    assert counted["limits.cpu"] == pytest.approx(1.25 * n)
+    assert counted["limits.ephemeral-storage"] == 2**30 * n
 
 
 def test_pod_diff() -> None:
@@ -633,7 +763,7 @@ def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
     assert len(gpus) > 1, gpus  # the job takes several servers when it may
 
     def decide(left: float) -> Any:
-        quotas = {"team-a": [("gpus", left), ("loose", 10_000.0)]}
+        quotas = {"team-a": [("gpus", {QUOTA_GPU: left}), ("loose", {QUOTA_GPU: 10_000.0})]}
         view = Snapshot(base.nodes, base.latencies, base.jobs, {}, quotas=quotas)
         return plan_pending(view, plan)[gpt.key]
 
@@ -649,29 +779,45 @@ def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
     assert tight.job_plan is None
     assert tight.reason.startswith(
         f"namespace team-a's ResourceQuota gpus leaves {min(gpus.values()) - 1:g} "
-        "nvidia.com/gpu (requests.nvidia.com/gpu); the plan on the free servers needs "
+        f"nvidia.com/gpu (requests.nvidia.com/gpu); the plan on the free servers needs {need:g} "
+        f"nvidia.com/gpu (requests.nvidia.com/gpu) on {len(gpus)} server(s)"
     ), tight.reason
-    assert tight.reason.endswith(": raise the quota, or free GPUs the namespace's pods hold")
+    assert tight.reason.endswith(": raise the quota, or free what the namespace's other pods hold")
     # another namespace is not limited by it
     other = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
+    zero = {QUOTA_GPU: 0.0}
     view = Snapshot(
-        base.nodes, base.latencies, {other.key: other}, {}, quotas={"team-a": [("gpus", 0.0)]}
+        base.nodes, base.latencies, {other.key: other}, {}, quotas={"team-a": [("gpus", zero)]}
     )
     assert plan_pending(view, plan)[other.key].job_plan is not None
 
 
-def test_gpu_quota_reads_hard_minus_used_and_skips_scoped_quotas() -> None:
-    from hulk_operator.inventory import gpu_quota
+def test_quota_left_reads_hard_minus_used_of_what_pods_count_and_skips_scoped_quotas() -> None:
+    from hulk_operator.inventory import quota_left
 
     body = {
-        "spec": {"hard": {"requests.nvidia.com/gpu": "16", "pods": "10"}},
-        "status": {"used": {"requests.nvidia.com/gpu": "12"}},
+        "spec": {
+            "hard": {
+                "requests.nvidia.com/gpu": "16",
+                "pods": "10",
+                "requests.cpu": "8",
+                "limits.memory": "4Gi",
+                "services": "2",  # objects, not pods: not planned within
+                "requests.storage": "1Ti",  # volume claims
+            }
+        },
+        "status": {"used": {"requests.nvidia.com/gpu": "12", "requests.cpu": "500m"}},
     }
-    assert gpu_quota(body) == 4
-    assert gpu_quota({"spec": {"hard": {"requests.nvidia.com/gpu": 8}}}) == 8  # none used
-    assert gpu_quota({"spec": {"hard": {"pods": "10"}}}) is None
+    assert quota_left(body) == {
+        QUOTA_GPU: 4,
+        "pods": 10,
+        "requests.cpu": 7.5,
+        "limits.memory": 4 * 2**30,
+    }
+    assert quota_left({"spec": {"hard": {QUOTA_GPU: 8}}}) == {QUOTA_GPU: 8}  # none used
+    assert quota_left({"spec": {"hard": {"services": "10"}}}) is None
     scoped = {"spec": {**body["spec"], "scopes": ["BestEffort"]}}
-    assert gpu_quota(scoped) is None
+    assert quota_left(scoped) is None
 
 
 def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:

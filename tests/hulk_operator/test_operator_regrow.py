@@ -16,7 +16,7 @@ from placement_helpers import entry, nodes, snap
 from hulk_operator import GROUP, PLURAL, VERSION, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, object_entry
-from hulk_operator.inventory import Latencies
+from hulk_operator.inventory import QUOTA_GPU, Latencies
 from hulk_operator.placement import Decision, Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
@@ -144,20 +144,26 @@ def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
     """Its new pods would be refused by the quota while the old ones were gone: before, the
     job was grown anyway and stayed Placing, PodsForbidden."""
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
-    quotas: dict[str, list[tuple[str, float]]] = {"ml": [("gpus", 0.0)]}
+    quotas: dict[str, list[tuple[str, dict[str, float]]]] = {"ml": [("gpus", {QUOTA_GPU: 0.0})]}
+    # its own pods count toward the quota already: only the growth must fit what is left
+    gpus = sum(paper_cluster().server(n).gpus for n in current.nodes)
+    counted = {running.key: {QUOTA_GPU: float(gpus)}}
 
     async def snapshot() -> Snapshot:
         held = dict.fromkeys(current.nodes, running.key)
-        return Snapshot(nodes(), Latencies(), {running.key: running}, held, quotas=quotas)
+        return Snapshot(
+            nodes(), Latencies(), {running.key: running}, held, quotas=quotas, counted=counted
+        )
 
     placer = Placer(plan, regrow_every_s=0)
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
     msg = placer.regrow_declined.pop(running.key)
     assert msg.startswith("a faster plan needs ") and msg.endswith(
-        "nvidia.com/gpu, and namespace ml's ResourceQuota gpus leaves 0: it keeps its servers "
+        " nvidia.com/gpu (requests.nvidia.com/gpu) more, and namespace ml's ResourceQuota gpus "
+        "leaves 0 nvidia.com/gpu (requests.nvidia.com/gpu): it keeps its servers "
         "(checked again when the quota changes)"
     ), msg
-    quotas["ml"] = [("gpus", 10_000.0)]  # raised: looked at again, and grown
+    quotas["ml"] = [("gpus", {QUOTA_GPU: 10_000.0})]  # raised: looked at again, and grown
     grown = asyncio.run(placer.regrow(running, current, snapshot))
     assert grown is not None and set(grown.nodes) - set(current.nodes)
 
