@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hulk_operator import GPU
 from hulk_operator import status as st
-from hulk_operator.inventory import QUOTA_GPU, Resources, pod_requests, quota_usage
+from hulk_operator.inventory import Resources, pod_requests, stage_quota, with_defaults
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict, regrow_settings
@@ -42,8 +41,10 @@ class JobEntry:
     requests: Resources = field(default_factory=Resources)  # one stage pod of the template
     suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
     regrow: tuple[float, float] | None = None  # spec.regrow: (minSpeedup, afterSeconds)
-    # what one stage pod counts toward a ResourceQuota besides its GPUs (``quota_usage``)
+    # what one stage pod counts toward a ResourceQuota besides its GPUs (``stage_quota``)
     pod_quota: tuple[tuple[str, float], ...] = (("count/pods", 1.0), ("pods", 1.0))
+    # the template's containers' resources: the namespace's LimitRanges may fill them in
+    pod_resources: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def pending(self) -> bool:
@@ -151,7 +152,8 @@ def job_entry(
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
         requests=pod_requests(tmpl_spec),
-        pod_quota=_pod_quota(tmpl_spec),
+        pod_quota=stage_quota(tmpl_spec),
+        pod_resources=with_defaults(tmpl_spec, ()),
         suspended=spec.get("suspend") is True,
         regrow=_regrow(spec) if job is not None else None,
         affinity=tuple(
@@ -164,13 +166,6 @@ def job_entry(
             or ()
         ),
     )
-
-
-def _pod_quota(tmpl_spec: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
-    """What a stage pod of this template counts toward a quota, its GPUs aside (the plan
-    gives each pod its server's)."""
-    gpus = (QUOTA_GPU, f"limits.{GPU}")
-    return tuple(sorted((k, v) for k, v in quota_usage(tmpl_spec).items() if k not in gpus))
 
 
 # spec fields with a default in the CRD: an absent field is its default (a CRD upgrade that

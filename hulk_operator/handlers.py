@@ -41,6 +41,7 @@ from hulk_operator.inventory import (
     Resources,
     Usage,
     gpu_limit,
+    limit_defaults,
     node_info,
     pod_requests,
     quota_left,
@@ -257,6 +258,16 @@ def hulk_gpu_limits(
     return {namespace: (name, most)} if namespace and most is not None else None
 
 
+@kopf.index("limitranges")
+def hulk_limit_defaults(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, dict[str, Any], dict[str, Any]]] | None:
+    """Default requests and limits by namespace (LimitRanges): they count toward the
+    namespace's quotas for a template that leaves them out."""
+    defaults = limit_defaults(body)
+    return {namespace: (name, *defaults)} if namespace and defaults is not None else None
+
+
 def _one(store: Any) -> Any:
     return next(iter(store), None) if store is not None else None
 
@@ -407,6 +418,7 @@ async def hulktrainingjob_reconcile(
     hulk_other_pods: kopf.Index[str, Resources],
     hulk_quotas: kopf.Index[str, tuple[str, dict[str, float]]],
     hulk_gpu_limits: kopf.Index[str, tuple[str, float]],
+    hulk_limit_defaults: kopf.Index[str, tuple[str, dict[str, Any], dict[str, Any]]],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -428,7 +440,14 @@ async def hulktrainingjob_reconcile(
 
     async def snapshot() -> Snapshot:
         return await build_snapshot(
-            memo, hulk_nodes, hulk_jobs, hulk_pods, used, hulk_quotas, hulk_gpu_limits
+            memo,
+            hulk_nodes,
+            hulk_jobs,
+            hulk_pods,
+            used,
+            hulk_quotas,
+            hulk_gpu_limits,
+            hulk_limit_defaults,
         )
 
     def event(type_: str, reason: str, message: str) -> None:
@@ -467,6 +486,7 @@ async def build_snapshot(
     used: Mapping[str, Resources] | None = None,
     hulk_quotas: Any = None,
     hulk_gpu_limits: Any = None,
+    hulk_limit_defaults: Any = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -506,4 +526,5 @@ async def build_snapshot(
         quotas=quotas,
         counted=counted,
         gpu_limits=limits,
+        limit_defaults={ns: list(store) for ns, store in (hulk_limit_defaults or {}).items()},
     )

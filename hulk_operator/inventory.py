@@ -191,6 +191,50 @@ def quota_usage(spec: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def stage_quota(spec: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """What a stage pod of this pod spec counts toward a quota, its GPUs aside (the plan
+    gives each stage pod its server's)."""
+    gpus = (QUOTA_GPU, f"limits.{GPU}")
+    return tuple(sorted((k, v) for k, v in quota_usage(spec).items() if k not in gpus))
+
+
+def limit_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The requests and the limits a LimitRange gives a container that sets none (its
+    Container items' ``defaultRequest`` and ``default``), GPUs aside (Hulk sets a stage
+    pod's); None where it gives none."""
+    req: dict[str, Any] = {}
+    lim: dict[str, Any] = {}
+    for item in (body.get("spec") or {}).get("limits") or []:
+        if item.get("type") == "Container":
+            req.update(item.get("defaultRequest") or {})
+            lim.update(item.get("default") or {})
+    req.pop(GPU, None)
+    lim.pop(GPU, None)
+    return (req, lim) if req or lim else None
+
+
+def with_defaults(
+    spec: Mapping[str, Any], defaults: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
+) -> dict[str, Any]:
+    """A pod spec's containers' resources as the API server admits them: a request missing
+    where a limit is set is the limit (defaulting), then each LimitRange's defaults fill
+    the requests and limits still missing (the LimitRanger admission plugin)."""
+    out: dict[str, Any] = {}
+    for kind in ("containers", "initContainers"):
+        filled = []
+        for c in spec.get(kind) or []:
+            res = c.get("resources") or {}
+            lim = dict(res.get("limits") or {})
+            req = {**lim, **(res.get("requests") or {})}
+            for default_request, default_limit in defaults:
+                req = {**default_request, **req}
+                lim = {**default_limit, **lim}
+            filled.append({"resources": {"requests": req, "limits": lim}})
+        if filled:
+            out[kind] = filled
+    return out
+
+
 def summed(usages: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """Quota usages added up per resource."""
     out: dict[str, float] = {}

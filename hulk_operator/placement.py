@@ -35,7 +35,9 @@ from hulk_operator.inventory import (
     estimated_pairs,
     fits,
     selected,
+    stage_quota,
     tolerates,
+    with_defaults,
 )
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
@@ -146,6 +148,31 @@ class Snapshot:
 
     # namespace -> (LimitRange, most GPUs one stage pod may request) for each that sets one
     gpu_limits: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
+    # namespace -> (LimitRange, default requests, default limits) for each that sets some
+    limit_defaults: Mapping[str, Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]] = (
+        field(default_factory=dict)
+    )
+
+    def pod_quota(self, entry: JobEntry) -> tuple[tuple[str, float], ...]:
+        """What one of the job's stage pods counts toward a quota, its GPUs aside, once the
+        namespace's LimitRanges filled in the requests and limits its template leaves out."""
+        defaults = sorted(self.limit_defaults.get(entry.key[0], ()), key=lambda d: d[0])
+        if not defaults:
+            return entry.pod_quota
+        return stage_quota(with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in defaults]))
+
+    def quota_need(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
+        """What a plan's stage pods count toward a ResourceQuota: one pod per server, each
+        with its server's GPUs and the template's other requests and limits."""
+        if d is None or d.job_plan is None or d.cluster is None:
+            return {}
+        return self.pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
+
+    def pods_need(self, entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
+        """What stage pods with these GPUs count toward a ResourceQuota."""
+        out = {k: v * len(gpus) for k, v in self.pod_quota(entry)}
+        out[QUOTA_GPU] = float(sum(gpus))
+        return out
 
     def gpu_max(self, namespace: str) -> tuple[str, float] | None:
         """The namespace's tightest LimitRange maximum of GPUs per pod or container."""
@@ -456,20 +483,6 @@ def _tightest(limits: Sequence[tuple[str, float]] | None) -> tuple[str, float] |
     return min(limits or [], key=lambda q: q[1], default=None)
 
 
-def quota_need(entry: JobEntry, d: Decision | None) -> dict[str, float]:
-    """What a plan's stage pods count toward a ResourceQuota: one pod per server, each
-    with its server's GPUs and the template's other requests and limits."""
-    if d is None or d.job_plan is None or d.cluster is None:
-        return {}
-    return _pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
-
-
-def _pods_need(entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
-    out = {k: v * len(gpus) for k, v in entry.pod_quota}
-    out[QUOTA_GPU] = float(sum(gpus))
-    return out
-
-
 def _within_quota(
     e: JobEntry,
     d: Decision,
@@ -486,15 +499,15 @@ def _within_quota(
     if d.job_plan is None or d.cluster is None or not snap.quotas.get(ns):
         return d
     taken = given.setdefault(ns, {})
-    short = snap.quota_short(e, quota_need(e, d), taken)
+    short = snap.quota_short(e, snap.quota_need(e, d), taken)
     if short is not None:
         cluster, first = d.cluster, list[str]()
         for n in d.job_plan.nodes:
             gpus = [cluster.server(m).gpus for m in (*first, n)]
-            if snap.quota_short(e, _pods_need(e, gpus), taken) is None:
+            if snap.quota_short(e, snap.pods_need(e, gpus), taken) is None:
                 first.append(n)
         smaller = plan([e], first)[e.key] if first else None
-        if smaller is None or snap.quota_short(e, quota_need(e, smaller), taken) is not None:
+        if smaller is None or snap.quota_short(e, snap.quota_need(e, smaller), taken) is not None:
             failed = smaller.reason if smaller is not None and smaller.job_plan is None else ""
             why = (
                 f"{short}; the plan on the free servers needs "
@@ -505,7 +518,7 @@ def _within_quota(
             return Decision(e.key, None, d.cluster, why, d.planner)
         d = smaller
     mine = snap.counted.get(e.key, {})
-    for k, v in quota_need(e, d).items():
+    for k, v in snap.quota_need(e, d).items():
         taken[k] = taken.get(k, 0.0) + max(0.0, v - mine.get(k, 0.0))
     return d
 
@@ -738,7 +751,7 @@ class Placer:
                     **self.opts,  # type: ignore[arg-type]
                 )
                 grown, declined = regrow.faster(decisions[entry.key], entry, current)
-                short = snap.quota_short(entry, quota_need(entry, grown)) if grown else None
+                short = snap.quota_short(entry, snap.quota_need(entry, grown)) if grown else None
                 if short is not None:  # its pods would be refused: it stays as it is
                     return None, (
                         f"a faster plan needs {amount_text(short.resource, short.more)} more, "

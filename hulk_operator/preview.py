@@ -31,6 +31,7 @@ from hulk_operator.inventory import (
     Usage,
     build_cluster,
     gpu_limit,
+    limit_defaults,
     node_info,
     pod_requests,
     quota_left,
@@ -109,11 +110,14 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         if left is not None:
             quotas.setdefault(q["metadata"]["namespace"], []).append((q["metadata"]["name"], left))
     limits: dict[str, list[tuple[str, float]]] = {}
+    defaults: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
     for lr in limit_items:
-        most = gpu_limit(lr)
+        meta = lr["metadata"]
+        most, given = gpu_limit(lr), limit_defaults(lr)
         if most is not None:
-            meta = lr["metadata"]
             limits.setdefault(meta["namespace"], []).append((meta["name"], most))
+        if given is not None:
+            defaults.setdefault(meta["namespace"], []).append((meta["name"], *given))
     snap = Snapshot(
         nodes=nodes,
         latencies=latencies,
@@ -123,6 +127,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         quotas=quotas,
         counted={k: summed(v) for k, v in counted.items()},
         gpu_limits=limits,
+        limit_defaults=defaults,
     )
     return snap, by_key
 

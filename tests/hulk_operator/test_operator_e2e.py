@@ -588,6 +588,32 @@ def test_a_pods_quota_is_planned_within_and_a_replan_after_a_lost_server_too(
         kube.core.delete_namespaced_resource_quota(name, kube.ns)
 
 
+def test_a_limitranges_default_requests_count_toward_a_cpu_quota(kube: Kube, operator: Any) -> None:
+    """The usual multi-tenant namespace: a quota on requests.cpu and a LimitRange giving
+    containers without requests a default. Before, a template that set none counted as
+    asking no CPU: the plan took 4 servers and the quota refused 2 of its pods."""
+    limits = {
+        "metadata": {"name": "defaults"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "1"}}]},
+    }
+    kube.core.create_namespaced_limit_range(kube.ns, limits)
+    quota = {"metadata": {"name": "cpu"}, "spec": {"hard": {"requests.cpu": "2"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        wait(
+            "the quota in force",
+            lambda: kube.core.read_namespaced_resource_quota("cpu", kube.ns).status.hard,
+        )
+        kube.apply(manifest("cq", model={"preset": "gpt2-xl"}))  # 4 stages without it
+        wait("Running within the quota", lambda: kube.phase("cq") == "Running", 60)
+        pods = kube.live_pods("cq")
+        assert 1 <= len(pods) <= 2 and len(plan_nodes(kube.job("cq"))) == len(pods)
+        assert all(p.spec.containers[0].resources.requests["cpu"] == "1" for p in pods)
+    finally:
+        kube.core.delete_namespaced_resource_quota("cpu", kube.ns)
+        kube.core.delete_namespaced_limit_range("defaults", kube.ns)
+
+
 def test_a_limitrange_gpu_maximum_is_planned_within(kube: Kube, operator: Any) -> None:
     """Before, the plan gave each stage pod its whole server's GPUs, above the namespace's
     LimitRange maximum, and the pods were refused for ever (a multi-tenant user trial)."""

@@ -11,19 +11,22 @@ from placement_helpers import entry, nodes, snap
 
 from hulk_operator import GPU, recovery
 from hulk_operator import status as st
-from hulk_operator.entries import JobEntry, _pod_quota, object_entry
+from hulk_operator.entries import JobEntry, object_entry
 from hulk_operator.inventory import PRODUCT as PRODUCT_LABEL
 from hulk_operator.inventory import (
     QUOTA_GPU,
     Latencies,
     Resources,
     Taint,
+    limit_defaults,
     node_info,
     quota_usage,
+    stage_quota,
     summed,
+    with_defaults,
 )
 from hulk_operator.manifests import desired_pods
-from hulk_operator.placement import Placer, Snapshot, plan_pending, quota_need
+from hulk_operator.placement import Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
@@ -367,7 +370,7 @@ def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs(
         }
     }
     jobs = [
-        replace(entry(j, allowed_regions=("berlin",)), pod_quota=_pod_quota(tmpl["spec"]))
+        replace(entry(j, allowed_regions=("berlin",)), pod_quota=stage_quota(tmpl["spec"]))
         for j in paper_jobs()[2:4]
     ]
     assert dict(jobs[0].pod_quota) == {
@@ -391,6 +394,49 @@ def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs(
         placed = [d for d in out.values() if d.job_plan]
         assert placed, quota
         assert sum(len(d.job_plan.nodes) for d in placed) <= most, quota
+
+
+def test_a_limitranges_defaults_count_toward_the_quota_for_a_template_without_requests() -> None:
+    """The usual multi-tenant namespace: a quota on requests.cpu, and a LimitRange that
+    gives containers without requests a default. Before, a template that set none counted
+    as asking no CPU, and the plan's extra pods were refused (PodsForbidden)."""
+    lr = {
+        "spec": {
+            "limits": [
+                {"type": "Container", "defaultRequest": {"cpu": "1"}, "default": {"cpu": "2"}},
+                {"type": "Container", "max": {GPU: "8"}, "default": {GPU: "8"}},
+            ]
+        }
+    }
+    given = limit_defaults(lr)
+    assert given == ({"cpu": "1"}, {"cpu": "2"})  # GPUs aside: Hulk sets a stage pod's
+    assert limit_defaults({"spec": {"limits": [{"type": "Pod", "max": {"cpu": "4"}}]}}) is None
+    spec = {
+        "containers": [
+            {"name": "bare"},
+            {"name": "limited", "resources": {"limits": {"cpu": "3"}}},
+            {"name": "asks", "resources": {"requests": {"cpu": "500m"}}},
+        ]
+    }
+    filled = [c["resources"] for c in with_defaults(spec, [given])["containers"]]
+    assert filled == [
+        {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}},
+        {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}},  # a limit is its own request
+        {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
+    ]
+    tmpl = {"containers": [{"name": "t"}]}
+    gpt = replace(
+        entry(paper_jobs()[2], allowed_regions=("berlin",)),
+        pod_quota=stage_quota(tmpl),
+        pod_resources=with_defaults(tmpl, ()),
+    )
+    quotas = {"ml": [("cpu", {"requests.cpu": 2.0})]}
+    bare = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
+    assert bare.job_plan is not None and len(bare.job_plan.nodes) > 2  # counted as no CPU
+    view = replace(snap([gpt]), quotas=quotas, limit_defaults={"ml": [("lr", *given)]})
+    assert dict(view.pod_quota(gpt))["requests.cpu"] == 1
+    d = plan_pending(view, plan)[gpt.key]
+    assert d.job_plan is not None and len(d.job_plan.nodes) <= 2
 
 
 def test_a_plans_quota_need_is_what_its_stage_pods_count() -> None:
@@ -429,9 +475,8 @@ def test_a_plans_quota_need_is_what_its_stage_pods_count() -> None:
         gpus={n: d.cluster.server(n).gpus for n in d.job_plan.nodes},
     )
     counted = summed(quota_usage(p["spec"]) for p in pods.values())
-    assert quota_need(e, d) == pytest.approx(
-        {k: v for k, v in counted.items() if k != f"limits.{GPU}"}
-    )
+    counted.pop(f"limits.{GPU}")  # a quota cannot hold an extended resource's limits
+    assert snap([e]).quota_need(e, d) == pytest.approx(counted)
     n = len(pods)
     assert counted["requests.cpu"] == pytest.approx(4 * n)  # the init container's 4 > 0.75
     assert counted["limits.cpu"] == pytest.approx(1.25 * n)
