@@ -216,10 +216,11 @@ def limit_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def with_defaults(
     spec: Mapping[str, Any], defaults: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
 ) -> dict[str, Any]:
-    """A pod spec's containers' resources as the API server admits them: a request missing
-    where a limit is set is the limit (defaulting), then each LimitRange's defaults fill
-    the requests and limits still missing (the LimitRanger admission plugin)."""
-    out: dict[str, Any] = {}
+    """A pod spec's resources (containers', init containers' with their restart policy,
+    pod-level, overhead) as the API server admits them: a request missing where a limit is
+    set is the limit (defaulting), then each LimitRange's defaults fill the containers'
+    requests and limits still missing (the LimitRanger admission plugin)."""
+    out: dict[str, Any] = {k: spec[k] for k in ("resources", "overhead") if spec.get(k)}
     for kind in ("containers", "initContainers"):
         filled = []
         for c in spec.get(kind) or []:
@@ -229,7 +230,10 @@ def with_defaults(
             for default_request, default_limit in defaults:
                 req = {**default_request, **req}
                 lim = {**default_limit, **lim}
-            filled.append({"resources": {"requests": req, "limits": lim}})
+            one = {"name": c.get("name"), "resources": {"requests": req, "limits": lim}}
+            if c.get("restartPolicy"):
+                one["restartPolicy"] = c["restartPolicy"]
+            filled.append(one)
         if filled:
             out[kind] = filled
     return out
@@ -244,25 +248,45 @@ def summed(usages: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
-def _effective(spec: Mapping[str, Any], *, limits: bool) -> dict[str, float]:
-    """A pod's requests (or limits) per resource: the sum over its containers or its
-    largest init container, whichever is more (a request missing where a limit is set is
-    the limit, as the API server defaults it)."""
+_POD_LEVEL = ("cpu", "memory")  # what pod-level resources (spec.resources) may set
 
-    def one(c: Mapping[str, Any]) -> dict[str, float]:
-        res = c.get("resources") or {}
+
+def _effective(spec: Mapping[str, Any], *, limits: bool) -> dict[str, float]:
+    """A pod's requests (or limits) per resource, as Kubernetes adds them up: its
+    containers and its sidecars (init containers with ``restartPolicy: Always``) summed,
+    or an init container with the sidecars started before it, whichever is more; then
+    the pod-level ``spec.resources`` where set, and the ``overhead`` (a request missing
+    where a limit is set is the limit, as the API server defaults it)."""
+
+    def one(res: Mapping[str, Any]) -> dict[str, float]:
         req, lim = res.get("requests") or {}, res.get("limits") or {}
         if limits:
             return {k: _amount(v) for k, v in lim.items()}
         return {k: _amount(req[k] if k in req else lim[k]) for k in {*req, *lim}}
 
+    def add(a: dict[str, float], b: Mapping[str, float]) -> None:
+        for k, v in b.items():
+            a[k] = a.get(k, 0.0) + v
+
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
-        for k, v in one(c).items():
-            total[k] = total.get(k, 0.0) + v
+        add(total, one(c.get("resources") or {}))
+    sidecars: dict[str, float] = {}
+    peak: dict[str, float] = {}  # an init container's, with the sidecars started before it
     for c in spec.get("initContainers") or []:
-        for k, v in one(c).items():
-            total[k] = max(total.get(k, 0.0), v)
+        need = one(c.get("resources") or {})
+        if c.get("restartPolicy") == "Always":
+            add(total, need)
+            add(sidecars, need)
+            continue
+        for k in {*need, *sidecars}:
+            peak[k] = max(peak.get(k, 0.0), need.get(k, 0.0) + sidecars.get(k, 0.0))
+    for k, v in peak.items():
+        total[k] = max(total.get(k, 0.0), v)
+    pod = one(spec.get("resources") or {})
+    total.update({k: v for k, v in pod.items() if k in _POD_LEVEL or k.startswith("hugepages-")})
+    if not limits or total:
+        add(total, {k: _amount(v) for k, v in (spec.get("overhead") or {}).items()})
     return {k: v for k, v in total.items() if v}
 
 

@@ -14,6 +14,7 @@ job gets a server for every stage or nothing.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
@@ -61,7 +62,10 @@ class Decision:
     unreachable: int = 0  # pairs of the job's servers reported unreachable
     baselines: Mapping[str, float | None] = field(default_factory=dict)
     made: float = field(default_factory=time.monotonic)
+    # unique per decision made (``id()`` is not: a freed decision's id is reused)
+    serial: int = field(default_factory=itertools.count().__next__)
     base: JobPlan | None = None  # for a re-plan: the plan it replaces
+    note: str = ""  # said with the plan, e.g. that a quota made it smaller
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -97,6 +101,13 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
             "spec.template.spec.tolerations"
         )
     return out
+
+
+# quota resources that every container must set for a pod to be admitted (Kubernetes'
+# pod evaluator's Constraints, kept for backward compatibility)
+_MUST_SET = frozenset(
+    {"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"}
+)
 
 
 @dataclass(frozen=True)
@@ -153,13 +164,43 @@ class Snapshot:
         field(default_factory=dict)
     )
 
-    def pod_quota(self, entry: JobEntry) -> tuple[tuple[str, float], ...]:
-        """What one of the job's stage pods counts toward a quota, its GPUs aside, once the
-        namespace's LimitRanges filled in the requests and limits its template leaves out."""
+    def pod_resources(self, entry: JobEntry) -> Mapping[str, Any]:
+        """The job's stage pod's containers' resources once the namespace's LimitRanges
+        filled in the requests and limits its template leaves out."""
         defaults = sorted(self.limit_defaults.get(entry.key[0], ()), key=lambda d: d[0])
         if not defaults:
+            return entry.pod_resources
+        return with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in defaults])
+
+    def pod_quota(self, entry: JobEntry) -> tuple[tuple[str, float], ...]:
+        """What one of the job's stage pods counts toward a quota, its GPUs aside."""
+        if not self.limit_defaults.get(entry.key[0]):
             return entry.pod_quota
-        return stage_quota(with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in defaults]))
+        return stage_quota(self.pod_resources(entry))
+
+    def quota_refuses(self, entry: JobEntry) -> str | None:
+        """Why the namespace's quotas refuse every stage pod of the job, whatever its plan:
+        a quota on CPU or memory makes Kubernetes refuse a pod unless each container sets
+        that request (or limit), and the template, LimitRange defaults included, does not."""
+        quotas = self.quotas.get(entry.key[0], ())
+        if not quotas:
+            return None
+        spec = self.pod_resources(entry)
+        containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        for name, left in quotas:
+            for r in sorted(set(left) & _MUST_SET):
+                kind, res = r.split(".") if "." in r else ("requests", r)
+                missing = [
+                    str(c.get("name")) for c in containers if res not in c["resources"][kind]
+                ]
+                if missing:
+                    return (
+                        f"namespace {entry.key[0]}'s ResourceQuota {name} limits {r}, so "
+                        f"Kubernetes refuses pods whose containers do not all set "
+                        f"resources.{kind}.{res}, and spec.template's {', '.join(missing)} "
+                        f"does not: set it there (or give the namespace a LimitRange default)"
+                    )
+        return None
 
     def quota_need(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
         """What a plan's stage pods count toward a ResourceQuota: one pod per server, each
@@ -194,8 +235,10 @@ class Snapshot:
         for name, left in self.quotas.get(entry.key[0], ()):
             for r, amount in sorted(left.items()):
                 room = amount - (given or {}).get(r, 0.0)
+                # (a quota lowered below what the job's pods use leaves less than nothing:
+                # its new pods must still fit, so ``more`` may be negative and still short)
                 more = need.get(r, 0.0) - mine.get(r, 0.0)
-                if more > 0 and more > room + 1e-9:
+                if need.get(r, 0.0) > 0 and more > room + 1e-9:
                     return Short(entry.key[0], name, r, room, more, need.get(r, 0.0))
         return None
 
@@ -489,38 +532,91 @@ def _within_quota(
     snap: Snapshot,
     given: dict[str, dict[str, float]],
     plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+    keep: Sequence[str] = (),
 ) -> Decision:
     """``d`` if its stage pods fit what the namespace's ResourceQuotas leave (less what this
-    round gave its other jobs): GPUs, pods, CPU, memory; else the job planned again alone
-    on the first of its servers (in pipeline order) that fit; else unplaced, saying so.
-    Before, the quota refused the stage pods and the job held its servers, which other
-    namespaces needed."""
+    round gave its other jobs): GPUs, pods, CPU, memory; else the fastest of the job's
+    plans on a few sets of its servers that fit (its plan's servers in pipeline order;
+    ``keep``, the servers it runs on, first; the biggest servers first); else unplaced,
+    saying so. Before, the quota refused the stage pods and the job held its servers,
+    which other namespaces needed."""
     ns = e.key[0]
     if d.job_plan is None or d.cluster is None or not snap.quotas.get(ns):
         return d
+    cluster = d.cluster
+    refused = snap.quota_refuses(e)
+    if refused:
+        return Decision(e.key, None, cluster, refused, d.planner)
     taken = given.setdefault(ns, {})
     short = snap.quota_short(e, snap.quota_need(e, d), taken)
     if short is not None:
-        cluster, first = d.cluster, list[str]()
-        for n in d.job_plan.nodes:
-            gpus = [cluster.server(m).gpus for m in (*first, n)]
-            if snap.quota_short(e, snap.pods_need(e, gpus), taken) is None:
-                first.append(n)
-        smaller = plan([e], first)[e.key] if first else None
-        if smaller is None or snap.quota_short(e, snap.quota_need(e, smaller), taken) is not None:
-            failed = smaller.reason if smaller is not None and smaller.job_plan is None else ""
-            why = (
-                f"{short}; the plan on the free servers needs "
-                f"{amount_text(short.resource, short.need)} on {len(d.job_plan.nodes)} server(s)"
-                + (f", and none fits within it ({failed})" if failed else "")
-                + ": raise the quota, or free what the namespace's other pods hold"
+        gpus = {s.name: s.gpus for s in cluster.servers}
+        planned = list(d.job_plan.nodes)
+        biggest = sorted(gpus, key=lambda n: (-gpus[n], n))
+        kept = [n for n in keep if n in gpus]
+        pools: list[list[str]] = []
+        for order in (planned, [*kept, *planned, *biggest], biggest):
+            pool: list[str] = []
+            for n in dict.fromkeys(order):
+                if snap.quota_short(e, snap.pods_need(e, [gpus[m] for m in (*pool, n)]), taken):
+                    continue
+                pool.append(n)
+            if pool and pool not in pools:
+                pools.append(pool)
+        tried = [plan([e], pool)[e.key] for pool in pools]
+        fits = [
+            t
+            for t in tried
+            if t.job_plan is not None and snap.quota_short(e, snap.quota_need(e, t), taken) is None
+        ]
+        if not fits:
+            return Decision(
+                e.key, None, cluster, _quota_why(e, d, snap, taken, short, tried), d.planner
             )
-            return Decision(e.key, None, d.cluster, why, d.planner)
-        d = smaller
+        best = min(fits, key=lambda t: t.job_plan.predicted_iteration_seconds)  # type: ignore[union-attr]
+        note = (
+            f"within namespace {ns}'s ResourceQuota {short.quota} ({short.resource}): "
+            f"{len(best.nodes)} server(s), {len(planned)} without it"
+        )
+        d = replace(best, note=note)
     mine = snap.counted.get(e.key, {})
     for k, v in snap.quota_need(e, d).items():
         taken[k] = taken.get(k, 0.0) + max(0.0, v - mine.get(k, 0.0))
     return d
+
+
+def _quota_why(
+    e: JobEntry,
+    d: Decision,
+    snap: Snapshot,
+    taken: Mapping[str, float],
+    short: Short,
+    tried: Sequence[Decision],
+) -> str:
+    """Why no plan fits the namespace's quotas: the quota and resource that refuse even
+    one stage pod (on the smallest of the plan's servers) where one does, else what the
+    plan on the free servers needs; what this round's other jobs took, if they did."""
+    assert d.job_plan is not None and d.cluster is not None
+    smallest = min(d.cluster.server(n).gpus for n in d.job_plan.nodes)
+    one = snap.quota_short(e, snap.pods_need(e, [smallest]), taken)
+    what = one or short
+    why = str(what)
+    if taken.get(what.resource):
+        why += (
+            f" after this round's other jobs in the namespace took "
+            f"{amount_text(what.resource, taken[what.resource])}"
+        )
+    if one is not None:
+        why += f"; one stage pod needs {amount_text(one.resource, one.need)}"
+    else:
+        why += (
+            f"; the plan on the free servers needs {amount_text(short.resource, short.need)} "
+            f"on {len(d.job_plan.nodes)} server(s)"
+        )
+        failed = next((t.reason for t in tried if t.job_plan is None and t.reason), "")
+        if failed:
+            why += f", and none fits within it ({failed})"
+    return why + ": raise the quota, or free what the namespace's other pods hold"
 
 
 def _priority(e: JobEntry) -> int:
@@ -580,16 +676,16 @@ class Placer:
         # builds a snapshot and the job's free servers under the planning lock.
         self.regrow_every_s = regrow_every_s
         self._regrow_looked: dict[Key, float] = {}
-        self._used: set[int] = set()
+        self._used: set[int] = set()  # serials of decisions applied
 
     def first_use(self, decision: Decision) -> bool:
         """True the first time a decision is applied (for events and counters)."""
-        if id(decision) in self._used:
+        if decision.serial in self._used:
             return False
-        self._used.add(id(decision))
+        self._used.add(decision.serial)
         if len(self._used) > 10_000:
-            self._used = {id(d) for d in self.reserved.values()} | {
-                id(d) for _, d in self.unplaced.values()
+            self._used = {d.serial for d in self.reserved.values()} | {
+                d.serial for _, d in self.unplaced.values()
             }
         return True
 
@@ -697,7 +793,7 @@ class Placer:
 
             def within() -> dict[Key, Decision]:  # the namespace's quotas hold its new pods
                 d = plan([entry])[entry.key]
-                return {entry.key: _within_quota(entry, d, snap, {}, plan)}
+                return {entry.key: _within_quota(entry, d, snap, {}, plan, keep=current.nodes)}
 
             decisions = await asyncio.to_thread(within)
             if self.on_round:
@@ -741,23 +837,32 @@ class Placer:
             self.regrow_checked[entry.key] = seen
 
             def judge() -> tuple[Decision | None, str | None]:
-                decisions = plan_group(
-                    [entry],
-                    snap.free(entry, also=current.nodes),
-                    snap,
-                    self.plan_fn,
-                    planner=self.planner,
-                    baselines=self.baselines,
-                    **self.opts,  # type: ignore[arg-type]
-                )
-                grown, declined = regrow.faster(decisions[entry.key], entry, current)
-                short = snap.quota_short(entry, snap.quota_need(entry, grown)) if grown else None
-                if short is not None:  # its pods would be refused: it stays as it is
-                    return None, (
-                        f"a faster plan needs {amount_text(short.resource, short.more)} more, "
-                        f"and {short}: it keeps its servers (checked again when the quota "
-                        "changes)"
+                pool = snap.free(entry, also=current.nodes)
+
+                def plan(members: list[JobEntry], only: Collection[str] | None = None) -> Any:
+                    return plan_group(
+                        members,
+                        pool if only is None else [i for i in pool if i.name in only],
+                        snap,
+                        self.plan_fn,
+                        planner=self.planner,
+                        baselines=self.baselines,
+                        **self.opts,  # type: ignore[arg-type]
                     )
+
+                d = plan([entry])[entry.key]
+                # the namespace's quotas: the fastest plan within them is judged instead
+                within = _within_quota(entry, d, snap, {}, plan, keep=current.nodes)
+                grown, declined = regrow.faster(within, entry, current, d.cluster)
+                short = snap.quota_short(entry, snap.quota_need(entry, d))
+                if grown is None and d.job_plan is not None and within is not d:
+                    declined = (
+                        f"a faster plan needs {amount_text(short.resource, short.more)} more, "
+                        f"and {short}, and none within it is spec.regrow.minSpeedup "
+                        f"{entry.regrow[0] if entry.regrow else 0:g} times faster"
+                        if short is not None and within.job_plan is not None
+                        else f"no faster plan fits: {within.reason}"
+                    ) + ": it keeps its servers (checked again when the quota changes)"
                 return grown, declined
 
             started = time.perf_counter()

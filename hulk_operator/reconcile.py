@@ -211,13 +211,18 @@ async def reconcile(
         await _delete(ctx, ns, ended)
     elif failed and replanned is None:
         return await _stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
+    desired = _desired(entry, spec, plan, gpus)
     try:
-        diff = await _sync_pods(ctx, entry, spec, plan, gpus, force=force)
+        diff = await _sync_pods(ctx, entry, spec, desired, force=force)
     except Exception as exc:
         if namespace_terminating(exc):
             return {}  # the namespace is going, and its jobs with it
         refused = forbidden_pods(exc)
         if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
+            if replanned is not None:  # told now: the next round sees the new plan only
+                live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
+                meant = recovery.pod_diff(live, list(desired))
+                conds = _replanned(ctx, replanned, plan, meant, conds, gen)
             ready = st.condition(status, st.READY) or {}
             if ready.get("message") != refused:
                 ctx.event("Warning", PODS_FORBIDDEN, refused)
@@ -241,22 +246,33 @@ async def reconcile(
         )
         ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
-        old, lost = replanned
-        if lost:
-            msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
-            ctx.event("Warning", "Replanned", msg)
-            reason = sorted(set(lost.values()))[0].split()[0]
-        else:
-            why = regrow.cause(old, plan)
-            msg = recovery.event_message({}, old, plan, len(diff.create), len(diff.keep), why)
-            ctx.event("Normal", regrow.REASON, msg)
-            reason = regrow.REASON
-        conds = st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
-    desired = set(diff.create) | set(diff.keep)
-    new.update(_phase(ctx, entry, desired, conds, gen))
+        conds = _replanned(ctx, replanned, plan, diff, conds, gen)
+    new.update(_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen))
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
     return new
+
+
+def _replanned(
+    ctx: Context,
+    replanned: tuple[JobPlan, dict[str, str]],
+    plan: JobPlan,
+    diff: recovery.PodDiff,
+    conds: list[dict[str, Any]],
+    gen: int,
+) -> list[dict[str, Any]]:
+    """The Event and the ``Replanning`` condition of a re-plan (a loss's or a regrowth's)."""
+    old, lost = replanned
+    if lost:
+        msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
+        ctx.event("Warning", "Replanned", msg)
+        reason = sorted(set(lost.values()))[0].split()[0]
+    else:
+        why = regrow.cause(old, plan)
+        msg = recovery.event_message({}, old, plan, len(diff.create), len(diff.keep), why)
+        ctx.event("Normal", regrow.REASON, msg)
+        reason = regrow.REASON
+    return st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
 
 
 def _fail(
@@ -374,8 +390,8 @@ def _planned_message(d: Decision, job: Job | None) -> str:
     regions = len({d.cluster.server(n).region for n in jp.nodes})
     line = st.plan_line(len(jp.stages), len(jp.nodes), regions, d.planner,
                         jp.predicted_iteration_seconds)  # fmt: skip
-    note = batch_note(job, jp) if job else None
-    return line + (f"; {note}" if note else "")
+    notes = [n for n in (d.note, batch_note(job, jp) if job else None) if n]
+    return "; ".join([line, *notes])
 
 
 def _estimated(
@@ -465,29 +481,34 @@ async def _remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None
     return len(pods)
 
 
-async def _sync_pods(
-    ctx: Context,
-    entry: JobEntry,
-    spec: Mapping[str, Any],
-    plan: JobPlan,
-    gpus: Mapping[str, int],
-    force: set[str] | None = None,
-) -> recovery.PodDiff:
-    """Deletes pods not in the plan, creates missing ones (behind the gang gate), and lifts
-    the gates once every pod of the plan exists."""
-    from hulk_operator import kube
-
-    ns, name = entry.key
-    port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
-    desired = manifests.desired_pods(
-        job=name,
-        namespace=ns,
+def _desired(
+    entry: JobEntry, spec: Mapping[str, Any], plan: JobPlan, gpus: Mapping[str, int]
+) -> dict[str, dict[str, Any]]:
+    """The job's stage pods under ``plan``, by name."""
+    return manifests.desired_pods(
+        job=entry.key[1],
+        namespace=entry.key[0],
         uid=entry.uid,
         template=spec.get("template") or {},
         job_plan=plan,
         gpus=gpus,
-        master_port=port,
+        master_port=int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT),
     )
+
+
+async def _sync_pods(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    desired: Mapping[str, dict[str, Any]],
+    force: set[str] | None = None,
+) -> recovery.PodDiff:
+    """Deletes pods not in the plan, creates missing ones (``desired``, behind the gang
+    gate), and lifts the gates once every pod of the plan exists."""
+    from hulk_operator import kube
+
+    ns, name = entry.key
+    port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
     pods = {p.name: p for p in ctx.pods.get(entry.key, [])}
     live = [n for n, p in pods.items() if not p.deleting]
     diff = recovery.pod_diff(live, list(desired))

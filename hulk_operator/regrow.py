@@ -27,7 +27,7 @@ from hulk_operator import status as st
 from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import epoch
 from hulk_planner.cost import CostModel
-from hulk_planner.model import JobPlan
+from hulk_planner.model import Cluster, JobPlan
 
 if TYPE_CHECKING:
     from hulk_operator.placement import Decision
@@ -53,13 +53,14 @@ DECLINED = "RegrowDeclined"  # the Event's reason when the plan found is not fas
 
 
 def faster(
-    decision: Decision, entry: JobEntry, current: JobPlan
+    decision: Decision, entry: JobEntry, current: JobPlan, scored_on: Cluster | None = None
 ) -> tuple[Decision | None, str | None]:
     """``decision`` as a re-plan of ``current`` (its ``base``, predicted on the decision's
-    latencies) when its step is at least ``minSpeedup`` times faster; else None and, when
-    the new plan is faster but not by ``minSpeedup``, the words of a ``RegrowDeclined``
-    Event (with no plan, or none faster, there is nothing to tell)."""
-    new, cluster = decision.job_plan, decision.cluster
+    latencies, or ``scored_on``'s: a cluster that holds the current servers, where the
+    decision was planned on a part of it) when its step is at least ``minSpeedup`` times
+    faster; else None and, when the new plan is faster but not by ``minSpeedup``, the words
+    of a ``RegrowDeclined`` Event (with no plan, or none faster, there is nothing to tell)."""
+    new, cluster = decision.job_plan, scored_on or decision.cluster
     if new is None or cluster is None or entry.job is None or entry.regrow is None:
         return None, None
     if not set(current.nodes) <= set(cluster.index):

@@ -115,9 +115,16 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             if not io.other_api(doc):
                 kept.append(doc)
                 continue
+            policy = doc.get("kind") in ("ResourceQuota", "LimitRange")
             print(  # a bundle for kubectl apply: a Namespace, a ConfigMap
                 f"hulk plan: note: {path}#{i}: {doc.get('kind')} ({doc.get('apiVersion')}) "
-                "is not a HulkTrainingJob: skipped",
+                "is not a HulkTrainingJob: skipped"
+                + (
+                    " (with --kubeconfig the preview plans within the cluster's own quotas "
+                    "and LimitRanges: apply it first to preview with it)"
+                    if policy
+                    else ""
+                ),
                 file=sys.stderr,
             )
         documents.append((str(path), kept))

@@ -614,6 +614,59 @@ def test_a_limitranges_default_requests_count_toward_a_cpu_quota(kube: Kube, ope
         kube.core.delete_namespaced_limit_range("defaults", kube.ns)
 
 
+def test_a_replan_whose_new_pod_a_quota_refuses_is_still_told(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """Before, a re-plan whose pod the API server refused (a scoped quota, which is not
+    planned within) posted no Replanned Event and left the Replanning condition as it was:
+    the next round saw only the new plan (a user trial)."""
+    kube.apply(manifest("rq", model={"preset": "gpt2-xl"}, allowedRegions=["rome"]))
+    wait("Running", lambda: kube.phase("rq") == "Running", 60)
+    before = plan_nodes(kube.job("rq"))
+    hard = {"pods": str(len(before) - 1)}  # one pod below what the job runs
+    quota = {"metadata": {"name": "scoped"}, "spec": {"hard": hard, "scopes": ["NotTerminating"]}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    victim = before[-1]
+    server = paper_cluster().server(victim)
+    spare = replace(server, name=f"{victim}-spare")
+    try:
+        wait(
+            "the quota counted",
+            lambda: (
+                (kube.core.read_namespaced_resource_quota("scoped", kube.ns).status.used or {}).get(
+                    "pods"
+                )
+                == str(len(before))
+            ),
+        )
+        sandbox.add_node(spare)
+        sandbox.delete_node(victim)
+
+        def refused() -> dict[str, Any] | None:
+            c = condition(kube.job("rq"), "Ready")
+            return c if c.get("reason") == "PodsForbidden" else None
+
+        wait("the new pod refused", refused, 30)
+        c = condition(kube.job("rq"), "Replanning")
+        assert c["status"] == "True" and c["reason"] == "Deleted" and victim in c["message"], c
+        (event,) = wait("the Replanned Event", lambda: kube.events("Replanned"), 10)
+        assert victim in event.message
+        kube.core.delete_namespaced_resource_quota("scoped", kube.ns)
+
+        def recovered() -> bool:
+            c = condition(kube.job("rq"), "Replanning")
+            return kube.phase("rq") == "Running" and c.get("reason") == "Recovered"
+
+        wait("Running again, recovered", recovered, 60)
+    finally:
+        try:
+            kube.core.delete_namespaced_resource_quota("scoped", kube.ns)
+        except client.ApiException:
+            pass
+        sandbox.add_node(server)
+        sandbox.delete_node(spare.name)
+
+
 def test_a_limitrange_gpu_maximum_is_planned_within(kube: Kube, operator: Any) -> None:
     """Before, the plan gave each stage pod its whole server's GPUs, above the namespace's
     LimitRange maximum, and the pods were refused for ever (a multi-tenant user trial)."""

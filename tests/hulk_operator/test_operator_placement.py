@@ -26,7 +26,7 @@ from hulk_operator.inventory import (
     with_defaults,
 )
 from hulk_operator.manifests import desired_pods
-from hulk_operator.placement import Placer, Snapshot, plan_pending
+from hulk_operator.placement import Decision, Placer, Snapshot, plan_pending
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
@@ -353,10 +353,87 @@ def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> Non
     # the same with a quota on pods: as many servers as the kept pods
     new = replan({"pods": 0.0}, {"pods": float(len(kept))})
     assert new.job_plan is not None and len(new.job_plan.nodes) <= len(kept)
+    assert set(kept) <= set(new.job_plan.nodes)  # the servers it runs on come first
+    # a quota lowered below what the job's pods use (the lost one still counted): a new
+    # pod would be refused, so the job keeps fewer servers than before (before, the check
+    # passed when the new plan needed no more than the old one held)
+    new = replan({"pods": -2.0}, {"pods": float(len(current.nodes))})
+    assert new.job_plan is not None and len(new.job_plan.nodes) <= len(current.nodes) - 2
     # nothing fits: no plan (the job goes Pending), saying which quota
     new = replan({"pods": 0.0}, {})
     assert new.job_plan is None
     assert new.reason.startswith("namespace ml's ResourceQuota q leaves 0 pod(s) (pods); ")
+
+
+def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> None:
+    """Before, when the job did not fit the servers the quota left, the message named only
+    the planner's reason (GPU memory) and not the quota that cut the servers."""
+    opt = entry(paper_jobs()[0])  # OPT-175B: many servers
+    view = replace(snap([opt]), quotas={"ml": [("two", {"pods": 2.0})]})
+    d = plan_pending(view, plan)[opt.key]
+    assert d.job_plan is None
+    assert d.reason.startswith(
+        "namespace ml's ResourceQuota two leaves 2 pod(s) (pods); the plan on the free servers "
+        "needs "
+    ), d.reason
+    assert ", and none fits within it (" in d.reason
+
+
+def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() -> None:
+    """Kubernetes refuses a pod unless each container sets what a quota on CPU or memory
+    counts ("must specify limits.cpu"): before, the job was planned and held its servers."""
+    tmpl = {
+        "containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}],
+        "initContainers": [{"name": "fetch"}],
+    }
+    gpt = replace(
+        entry(paper_jobs()[2]), pod_quota=stage_quota(tmpl), pod_resources=with_defaults(tmpl, ())
+    )
+    quotas = {"ml": [("q", {"limits.cpu": 100.0, "pods": 100.0})]}
+    d = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
+    assert d.job_plan is None
+    assert d.reason == (
+        "namespace ml's ResourceQuota q limits limits.cpu, so Kubernetes refuses pods whose "
+        "containers do not all set resources.limits.cpu, and spec.template's trainer, fetch "
+        "does not: set it there (or give the namespace a LimitRange default)"
+    )
+    defaults = {"ml": [("lr", {}, {"cpu": "2"})]}  # a LimitRange default limit: admitted
+    view = replace(snap([gpt]), quotas=quotas, limit_defaults=defaults)
+    assert plan_pending(view, plan)[gpt.key].job_plan is not None
+
+
+def test_quota_usage_counts_sidecars_pod_level_resources_and_overhead() -> None:
+    """As Kubernetes adds a pod's requests up (a user trial found sidecars and pod-level
+    resources counted short, and the quota refused the pods the plan counted on)."""
+    spec = {
+        "initContainers": [
+            {"name": "init", "resources": {"requests": {"cpu": "3"}}},
+            {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "2"}}},
+            {"name": "late", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}},
+        ],
+        "containers": [{"name": "t", "resources": {"requests": {"cpu": "2"}}}],
+    }
+    usage = quota_usage(spec)
+    # containers 2 + sidecar 2 = 4; "late" 4 + the sidecar started before it = 6
+    assert usage["requests.cpu"] == 6 and usage["requests.memory"] == 2**30
+    spec["initContainers"] = spec["initContainers"][:2]
+    assert quota_usage(spec)["requests.cpu"] == 4  # "init" 3 + no sidecar yet < 4
+    pod_level = {**spec, "resources": {"requests": {"cpu": "10"}}, "overhead": {"cpu": "250m"}}
+    assert quota_usage(pod_level)["requests.cpu"] == 10.25
+    assert stage_quota(with_defaults(pod_level, ())) == stage_quota(pod_level)
+
+
+def test_a_decision_is_applied_once_even_where_python_reuses_its_id() -> None:
+    """Before, a decision was known by ``id()``: a new decision at a freed one's address was
+    taken as applied, and its Event (Unschedulable, Planned) was never posted."""
+    placer = Placer(plan)
+    ids = set()
+    for _ in range(50):
+        d = Decision(("ml", "x"), None, None, "why", "hulk")
+        ids.add(id(d))
+        assert placer.first_use(d) and not placer.first_use(d)
+        del d
+    assert len(ids) < 50  # (addresses were reused, as CPython does)
 
 
 def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs() -> None:
@@ -431,8 +508,14 @@ def test_a_limitranges_defaults_count_toward_the_quota_for_a_template_without_re
         pod_resources=with_defaults(tmpl, ()),
     )
     quotas = {"ml": [("cpu", {"requests.cpu": 2.0})]}
+    # without a default, Kubernetes refuses every pod: no servers held, the fix named
     bare = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
-    assert bare.job_plan is not None and len(bare.job_plan.nodes) > 2  # counted as no CPU
+    assert bare.job_plan is None
+    assert bare.reason == (
+        "namespace ml's ResourceQuota cpu limits requests.cpu, so Kubernetes refuses pods "
+        "whose containers do not all set resources.requests.cpu, and spec.template's t does "
+        "not: set it there (or give the namespace a LimitRange default)"
+    )
     view = replace(snap([gpt]), quotas=quotas, limit_defaults={"ml": [("lr", *given)]})
     assert dict(view.pod_quota(gpt))["requests.cpu"] == 1
     d = plan_pending(view, plan)[gpt.key]
@@ -824,8 +907,8 @@ def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
     assert tight.job_plan is None
     assert tight.reason.startswith(
         f"namespace team-a's ResourceQuota gpus leaves {min(gpus.values()) - 1:g} "
-        f"nvidia.com/gpu (requests.nvidia.com/gpu); the plan on the free servers needs {need:g} "
-        f"nvidia.com/gpu (requests.nvidia.com/gpu) on {len(gpus)} server(s)"
+        f"nvidia.com/gpu (requests.nvidia.com/gpu); one stage pod needs {min(gpus.values())} "
+        "nvidia.com/gpu (requests.nvidia.com/gpu)"
     ), tight.reason
     assert tight.reason.endswith(": raise the quota, or free what the namespace's other pods hold")
     # another namespace is not limited by it

@@ -142,10 +142,10 @@ def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
 
 def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
     """Its new pods would be refused by the quota while the old ones were gone: before, the
-    job was grown anyway and stayed Placing, PodsForbidden."""
-    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    job was grown anyway and stayed Placing, PodsForbidden. Its own pods count toward the
+    quota already: a plan as large as they are is within it."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
     quotas: dict[str, list[tuple[str, dict[str, float]]]] = {"ml": [("gpus", {QUOTA_GPU: 0.0})]}
-    # its own pods count toward the quota already: only the growth must fit what is left
     gpus = sum(paper_cluster().server(n).gpus for n in current.nodes)
     counted = {running.key: {QUOTA_GPU: float(gpus)}}
 
@@ -160,12 +160,40 @@ def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
     msg = placer.regrow_declined.pop(running.key)
     assert msg.startswith("a faster plan needs ") and msg.endswith(
         " nvidia.com/gpu (requests.nvidia.com/gpu) more, and namespace ml's ResourceQuota gpus "
-        "leaves 0 nvidia.com/gpu (requests.nvidia.com/gpu): it keeps its servers "
-        "(checked again when the quota changes)"
+        "leaves 0 nvidia.com/gpu (requests.nvidia.com/gpu), and none within it is "
+        "spec.regrow.minSpeedup 1e+06 times faster: it keeps its servers (checked again when "
+        "the quota changes)"
     ), msg
+    # at minSpeedup 1.25 the fastest plan within the quota is taken: as many GPUs as now
+    within = asyncio.run(placer.regrow(replace(running, regrow=(1.25, 0.0)), current, snapshot))
+    assert within is not None and within.job_plan is not None
+    assert sum(paper_cluster().server(n).gpus for n in within.nodes) <= gpus
+    assert within.note.startswith("within namespace ml's ResourceQuota gpus")
+    placer.reserved.clear()
     quotas["ml"] = [("gpus", {QUOTA_GPU: 10_000.0})]  # raised: looked at again, and grown
-    grown = asyncio.run(placer.regrow(running, current, snapshot))
-    assert grown is not None and set(grown.nodes) - set(current.nodes)
+    grown = asyncio.run(placer.regrow(replace(running, regrow=(1.25, 0.0)), current, snapshot))
+    assert grown is not None and set(grown.nodes) - set(current.nodes) and not grown.note
+
+
+def test_a_job_grows_within_its_namespaces_quota() -> None:
+    """Before, a growth wider than the quota was declined whole: a job on one server under
+    a quota on pods raised from 1 to 2 never grew (a user trial)."""
+    running, current = squeezed(GPT, ("London",), regrow=(1.25, 0.0))
+    assert len(current.nodes) == 1
+    quotas: dict[str, list[tuple[str, dict[str, float]]]] = {"ml": [("pods", {"pods": 1.0})]}
+
+    async def snapshot() -> Snapshot:
+        held = dict.fromkeys(current.nodes, running.key)
+        view = Snapshot(nodes(), Latencies(), {running.key: running}, held, quotas=quotas)
+        return replace(view, counted={running.key: {"pods": 1.0}})
+
+    grown = asyncio.run(Placer(plan, regrow_every_s=0).regrow(running, current, snapshot))
+    assert grown is not None and grown.job_plan is not None and grown.base is not None
+    assert len(grown.nodes) == 2  # its own pod and the one the quota leaves
+    assert (
+        grown.base.predicted_iteration_seconds >= 1.25 * grown.job_plan.predicted_iteration_seconds
+    )
+    assert grown.note.startswith("within namespace ml's ResourceQuota pods (pods): 2 server(s), ")
 
 
 def test_a_waiting_job_gets_the_free_servers_first() -> None:

@@ -211,6 +211,12 @@ def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> Non
         input=bundle.read_text(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert piped.returncode == 0 and piped.stdout == out.stdout, piped.stderr
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"}}
+    out = hulk("plan", "--jobs", write(tmp_path / "q.yaml", quota, job_doc("bert-large")))
+    assert out.returncode == 0, out.stderr
+    assert "ResourceQuota (v1) is not a HulkTrainingJob: skipped (with --kubeconfig the " in (
+        out.stderr
+    )  # a user took the preview for one within the file's quota
     wrong = {**job_doc("x"), "kind": "HulkTrainingjob"}  # a typo of ours is still an error
     out = hulk("plan", "--jobs", write(tmp_path / "typo.yaml", wrong))
     assert_one_line_error(out, "kind", "'HulkTrainingjob'")
