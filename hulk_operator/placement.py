@@ -554,13 +554,17 @@ def _within_quota(
         planned = list(d.job_plan.nodes)
         biggest = sorted(gpus, key=lambda n: (-gpus[n], n))
         kept = [n for n in keep if n in gpus]
+        base = dict(snap.pod_quota(e))
         pools: list[list[str]] = []
         for order in (planned, [*kept, *planned, *biggest], biggest):
             pool: list[str] = []
+            held = 0.0  # the pool's GPUs
             for n in dict.fromkeys(order):
-                if snap.quota_short(e, snap.pods_need(e, [gpus[m] for m in (*pool, n)]), taken):
-                    continue
-                pool.append(n)
+                need = {k: v * (len(pool) + 1) for k, v in base.items()}
+                need[QUOTA_GPU] = held + gpus[n]
+                if snap.quota_short(e, need, taken) is None:
+                    pool.append(n)
+                    held += gpus[n]
             if pool and pool not in pools:
                 pools.append(pool)
         tried = [plan([e], pool)[e.key] for pool in pools]

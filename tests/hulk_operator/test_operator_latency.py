@@ -254,8 +254,8 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
         assert out.returncode == 3, out
         (unplaced,) = json.loads(out.stdout)["unplaced"]
         assert unplaced["reason"].startswith(
-            f"namespace {kube.ns}'s ResourceQuota two-pods leaves 0 pod(s) (pods); the plan "
-            "on the free servers needs "
+            f"namespace {kube.ns}'s ResourceQuota two-pods leaves 0 pod(s) (pods); one stage "
+            "pod needs 1 pod(s) (pods): raise the quota"
         ), unplaced
     finally:
         kube.core.delete_namespaced_resource_quota("two-pods", kube.ns)
