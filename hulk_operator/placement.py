@@ -187,9 +187,12 @@ class Snapshot:
             return None
         spec = self.pod_resources(entry)
         containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        pod_level = spec.get("resources") or {}
         for name, left in quotas:
             for r in sorted(set(left) & _MUST_SET):
                 kind, res = r.split(".") if "." in r else ("requests", r)
+                if res in (pod_level.get(kind) or {}) or res in (pod_level.get("limits") or {}):
+                    continue  # set for the whole pod (spec.resources): admitted so
                 missing = [
                     str(c.get("name")) for c in containers if res not in c["resources"][kind]
                 ]
@@ -537,7 +540,8 @@ def _within_quota(
     """``d`` if its stage pods fit what the namespace's ResourceQuotas leave (less what this
     round gave its other jobs): GPUs, pods, CPU, memory; else the fastest of the job's
     plans on a few sets of its servers that fit (its plan's servers in pipeline order;
-    ``keep``, the servers it runs on, first; the biggest servers first); else unplaced,
+    ``keep``, the servers it runs on, first; the most GPU memory, compute, or fastest GPUs
+    first); else unplaced,
     saying so. Before, the quota refused the stage pods and the job held its servers,
     which other namespaces needed."""
     ns = e.key[0]
@@ -552,11 +556,21 @@ def _within_quota(
     if short is not None:
         gpus = {s.name: s.gpus for s in cluster.servers}
         planned = list(d.job_plan.nodes)
-        biggest = sorted(gpus, key=lambda n: (-gpus[n], n))
         kept = [n for n in keep if n in gpus]
+
+        def most(key: Callable[[Any], float]) -> list[str]:
+            return [s.name for s in sorted(cluster.servers, key=lambda s: (-key(s), s.name))]
+
+        memory = most(lambda s: s.gpus * s.gpu_memory_gib)  # a big model's layers fit
         base = dict(snap.pod_quota(e))
         pools: list[list[str]] = []
-        for order in (planned, [*kept, *planned, *biggest], biggest):
+        for order in (
+            planned,
+            [*kept, *planned, *memory],
+            memory,
+            most(lambda s: s.gpus * s.gpu_tflops),  # the fastest servers
+            most(lambda s: s.gpu_tflops),  # the fastest GPUs: most from a quota on GPUs
+        ):
             pool: list[str] = []
             held = 0.0  # the pool's GPUs
             for n in dict.fromkeys(order):
@@ -578,9 +592,13 @@ def _within_quota(
                 e.key, None, cluster, _quota_why(e, d, snap, taken, short, tried), d.planner
             )
         best = min(fits, key=lambda t: t.job_plan.predicted_iteration_seconds)  # type: ignore[union-attr]
+        names = sorted({name for name, _ in snap.quotas.get(ns, ())})
         note = (
             f"within namespace {ns}'s ResourceQuota {short.quota} ({short.resource}): "
             f"{len(best.nodes)} server(s), {len(planned)} without it"
+            if len(names) == 1
+            else f"within namespace {ns}'s ResourceQuotas {', '.join(names)}: "
+            f"{len(best.nodes)} server(s), {len(planned)} without them"
         )
         d = replace(best, note=note)
     mine = snap.counted.get(e.key, {})
@@ -601,10 +619,13 @@ def _quota_why(
     one stage pod (on the smallest of the plan's servers) where one does, else what the
     plan on the free servers needs; what this round's other jobs took, if they did."""
     assert d.job_plan is not None and d.cluster is not None
-    smallest = min(d.cluster.server(n).gpus for n in d.job_plan.nodes)
+    smallest = min(s.gpus for s in d.cluster.servers)  # of the servers offered
     one = snap.quota_short(e, snap.pods_need(e, [smallest]), taken)
     what = one or short
     why = str(what)
+    mine = snap.counted.get(e.key, {}).get(what.resource)
+    if mine:
+        why += f" beyond the {amount_text(what.resource, mine)} its own pods hold"
     if taken.get(what.resource):
         why += (
             f" after this round's other jobs in the namespace took "
@@ -676,6 +697,7 @@ class Placer:
         self.regrow_checked: dict[Key, tuple[Any, ...]] = {}  # what the last regrow saw
         # a faster plan below minSpeedup: the RegrowDeclined Event's words, until posted
         self.regrow_declined: dict[Key, str] = {}
+        self.regrow_told: dict[Key, str] = {}  # the last RegrowDeclined posted: not twice
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
         # builds a snapshot and the job's free servers under the planning lock.
         self.regrow_every_s = regrow_every_s
@@ -705,6 +727,8 @@ class Placer:
             del self._regrow_looked[k]
         for k in [k for k in self.regrow_declined if k not in jobs]:
             del self.regrow_declined[k]
+        for k in [k for k in self.regrow_told if k not in jobs]:
+            del self.regrow_told[k]
 
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
         out = dict(base)
@@ -871,8 +895,9 @@ class Placer:
 
             started = time.perf_counter()
             d, declined = await asyncio.to_thread(judge)
-            if declined is not None:
-                self.regrow_declined[entry.key] = declined
+            if declined is not None and self.regrow_told.get(entry.key) != declined:
+                self.regrow_declined[entry.key] = declined  # (the same words: told once)
+                self.regrow_told[entry.key] = declined
             if self.on_round:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:

@@ -363,6 +363,12 @@ def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> Non
     new = replan({"pods": 0.0}, {})
     assert new.job_plan is None
     assert new.reason.startswith("namespace ml's ResourceQuota q leaves 0 pod(s) (pods); ")
+    new = replan({"pods": -5.0}, {"pods": 1.0})
+    assert new.job_plan is None
+    assert new.reason.startswith(
+        "namespace ml's ResourceQuota q leaves 0 pod(s) (pods) beyond the 1 pod(s) (pods) its "
+        "own pods hold; one stage pod needs 1 pod(s) (pods)"
+    ), new.reason
 
 
 def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> None:
@@ -377,6 +383,23 @@ def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> Non
         "needs "
     ), d.reason
     assert ", and none fits within it (" in d.reason
+
+
+def test_a_quota_for_one_pod_finds_the_one_server_that_holds_the_model() -> None:
+    """Before, the sets of servers tried within a quota were the plan's own and the ones
+    with the most GPUs: T5-11B under a quota of one pod stayed Pending ("needs 166 GiB of
+    GPU memory") while a server holding it was free (a user trial)."""
+    t5 = entry(paper_jobs()[1])
+    # as in the trial, most servers are taken: of the free ones, the one with the most GPUs
+    # (paris-40: 11 TITAN Xp, 132 GiB) has too little memory for the model
+    free = {"paris-40", "neimeng-5"} | {s.name for s in paper_cluster().servers if s.gpus <= 4}
+    held = {s.name: ("x", "y") for s in paper_cluster().servers if s.name not in free}
+    view = replace(snap([t5], held), quotas={"ml": [("one", {"pods": 1.0})]})
+    d = plan_pending(view, plan)[t5.key]
+    assert d.job_plan is not None and len(d.job_plan.nodes) == 1, d.reason
+    assert d.note == "within namespace ml's ResourceQuota one (pods): 1 server(s), " + (
+        f"{len(plan_pending(snap([t5], held), plan)[t5.key].nodes)} without it"
+    )
 
 
 def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() -> None:
@@ -400,6 +423,10 @@ def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() ->
     defaults = {"ml": [("lr", {}, {"cpu": "2"})]}  # a LimitRange default limit: admitted
     view = replace(snap([gpt]), quotas=quotas, limit_defaults=defaults)
     assert plan_pending(view, plan)[gpt.key].job_plan is not None
+    # so is a limit for the whole pod (spec.resources), which the containers then need not set
+    pod_level = {**tmpl, "resources": {"limits": {"cpu": "4"}}}
+    gpt = replace(gpt, pod_quota=stage_quota(pod_level), pod_resources=with_defaults(pod_level, ()))
+    assert plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key].job_plan is not None
 
 
 def test_quota_usage_counts_sidecars_pod_level_resources_and_overhead() -> None:
