@@ -249,6 +249,8 @@ def preview_plan(
         d = decisions[e.key]
         if d.job_plan is not None:
             placed.append(replace(d.job_plan, name=names[e.key]))
+            if d.note:  # e.g. a quota made it smaller: as the operator says in Planned
+                notes.append(f"job {names[e.key]}: {d.note}")
         else:
             unplaced.append(Unplaced(names[e.key], d.reason))
     # the servers any pending job may get (with its tolerations and requests, wherever its

@@ -234,6 +234,10 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
         assert out.returncode == 0, out.stderr
         (job,) = json.loads(out.stdout)["jobs"]
         assert 1 <= len([n for s in job["stages"] for n in s["nodes"]]) <= 2, job
+        assert (
+            f"hulk plan: note: job pods-quota: within namespace {kube.ns}'s ResourceQuota "
+            "two-pods (pods): "
+        ) in out.stderr, out.stderr
         limits = {
             "metadata": {"name": "no-gpus"},
             "spec": {"limits": [{"type": "Container", "max": {GPU: "0"}}]},
