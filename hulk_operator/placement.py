@@ -807,17 +807,7 @@ class Placer:
             servers = snap.free(entry, also=current.nodes)
             started = time.perf_counter()
 
-            def plan(members: list[JobEntry], only: Collection[str] | None = None) -> Any:
-                return plan_group(
-                    members,
-                    servers if only is None else [i for i in servers if i.name in only],
-                    snap,
-                    self.plan_fn,
-                    planner=self.planner,
-                    previous=Plan(self.planner, (current,)),
-                    baselines=self.baselines,
-                    **self.opts,  # type: ignore[arg-type]
-                )
+            plan = self._planning(servers, snap, previous=current)
 
             def within() -> dict[Key, Decision]:  # the namespace's quotas hold its new pods
                 d = plan([entry])[entry.key]
@@ -865,18 +855,7 @@ class Placer:
             self.regrow_checked[entry.key] = seen
 
             def judge() -> tuple[Decision | None, str | None]:
-                pool = snap.free(entry, also=current.nodes)
-
-                def plan(members: list[JobEntry], only: Collection[str] | None = None) -> Any:
-                    return plan_group(
-                        members,
-                        pool if only is None else [i for i in pool if i.name in only],
-                        snap,
-                        self.plan_fn,
-                        planner=self.planner,
-                        baselines=self.baselines,
-                        **self.opts,  # type: ignore[arg-type]
-                    )
+                plan = self._planning(snap.free(entry, also=current.nodes), snap)
 
                 d = plan([entry])[entry.key]
                 # the namespace's quotas: the fastest plan within them is judged instead
@@ -903,6 +882,26 @@ class Placer:
             if d is not None:
                 self.reserved[entry.key] = d
             return d
+
+    def _planning(
+        self, servers: Sequence[NodeInfo], snap: Snapshot, previous: JobPlan | None = None
+    ) -> Callable[..., dict[Key, Decision]]:
+        """A job group planned on ``servers`` (or the ``only`` ones of them), a re-plan of
+        ``previous`` where given: for ``_within_quota``'s tries."""
+
+        def plan(members: list[JobEntry], only: Collection[str] | None = None) -> Any:
+            return plan_group(
+                members,
+                servers if only is None else [i for i in servers if i.name in only],
+                snap,
+                self.plan_fn,
+                planner=self.planner,
+                previous=Plan(self.planner, (previous,)) if previous else None,
+                baselines=self.baselines,
+                **self.opts,  # type: ignore[arg-type]
+            )
+
+        return plan
 
     def _waiting(self, snap: Snapshot, e: JobEntry) -> bool:
         """A pending job that may yet be placed on the free servers: not tried on them, or

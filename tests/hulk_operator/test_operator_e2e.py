@@ -472,6 +472,14 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
     assert pods and all(p.metadata.labels.get("team") == "ml" for p in pods)
 
 
+def quota_in_force(kube: Kube, name: str) -> None:
+    """Waits until the quota controller has read ResourceQuota ``name``'s limits."""
+    wait(
+        "the quota in force",
+        lambda: kube.core.read_namespaced_resource_quota(name, kube.ns).status.hard,
+    )
+
+
 def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_them(
     kube: Kube, operator: Any
 ) -> None:
@@ -480,10 +488,7 @@ def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_
     quota = {"metadata": {"name": "two-pods"}, "spec": spec}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
-        wait(
-            "the quota in force",
-            lambda: kube.core.read_namespaced_resource_quota("two-pods", kube.ns).status.hard,
-        )
+        quota_in_force(kube, "two-pods")
         kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
 
         def refused() -> dict[str, Any] | None:
@@ -514,10 +519,7 @@ def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: 
     quota = {"metadata": {"name": name}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
-        wait(
-            "the quota in force",
-            lambda: kube.core.read_namespaced_resource_quota(name, kube.ns).status.hard,
-        )
+        quota_in_force(kube, name)
         kube.apply(manifest("gq", model={"preset": "gpt2-xl"}, allowedRegions=["berlin"]))
 
         def told() -> dict[str, Any] | None:
@@ -553,10 +555,7 @@ def test_a_pods_quota_is_planned_within_and_a_replan_after_a_lost_server_too(
     quota = {"metadata": {"name": name}, "spec": {"hard": {"pods": "2"}}}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
-        wait(
-            "the quota in force",
-            lambda: kube.core.read_namespaced_resource_quota(name, kube.ns).status.hard,
-        )
+        quota_in_force(kube, name)
         kube.apply(manifest("pq", model={"preset": "gpt2-xl"}))  # 4 stages without it
         wait("Running within the quota", lambda: kube.phase("pq") == "Running", 60)
         before = plan_nodes(kube.job("pq"))
@@ -600,10 +599,7 @@ def test_a_limitranges_default_requests_count_toward_a_cpu_quota(kube: Kube, ope
     quota = {"metadata": {"name": "cpu"}, "spec": {"hard": {"requests.cpu": "2"}}}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
-        wait(
-            "the quota in force",
-            lambda: kube.core.read_namespaced_resource_quota("cpu", kube.ns).status.hard,
-        )
+        quota_in_force(kube, "cpu")
         kube.apply(manifest("cq", model={"preset": "gpt2-xl"}))  # 4 stages without it
         wait("Running within the quota", lambda: kube.phase("cq") == "Running", 60)
         pods = kube.live_pods("cq")

@@ -371,6 +371,11 @@ def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> Non
     ), new.reason
 
 
+def templated(e: JobEntry, pod_spec: dict[str, Any]) -> JobEntry:
+    """``e`` with a template whose pod spec is ``pod_spec``, as ``job_entry`` reads it."""
+    return replace(e, pod_quota=stage_quota(pod_spec), pod_resources=with_defaults(pod_spec, ()))
+
+
 def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> None:
     """Before, when the job did not fit the servers the quota left, the message named only
     the planner's reason (GPU memory) and not the quota that cut the servers."""
@@ -409,9 +414,7 @@ def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() ->
         "containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}],
         "initContainers": [{"name": "fetch"}],
     }
-    gpt = replace(
-        entry(paper_jobs()[2]), pod_quota=stage_quota(tmpl), pod_resources=with_defaults(tmpl, ())
-    )
+    gpt = templated(entry(paper_jobs()[2]), tmpl)
     quotas = {"ml": [("q", {"limits.cpu": 100.0, "pods": 100.0})]}
     d = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
     assert d.job_plan is None
@@ -425,7 +428,7 @@ def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() ->
     assert plan_pending(view, plan)[gpt.key].job_plan is not None
     # so is a limit for the whole pod (spec.resources), which the containers then need not set
     pod_level = {**tmpl, "resources": {"limits": {"cpu": "4"}}}
-    gpt = replace(gpt, pod_quota=stage_quota(pod_level), pod_resources=with_defaults(pod_level, ()))
+    gpt = templated(gpt, pod_level)
     assert plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key].job_plan is not None
 
 
@@ -474,8 +477,7 @@ def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs(
         }
     }
     jobs = [
-        replace(entry(j, allowed_regions=("berlin",)), pod_quota=stage_quota(tmpl["spec"]))
-        for j in paper_jobs()[2:4]
+        templated(entry(j, allowed_regions=("berlin",)), tmpl["spec"]) for j in paper_jobs()[2:4]
     ]
     assert dict(jobs[0].pod_quota) == {
         "pods": 1,
@@ -529,19 +531,12 @@ def test_a_limitranges_defaults_count_toward_the_quota_for_a_template_without_re
         {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
     ]
     tmpl = {"containers": [{"name": "t"}]}
-    gpt = replace(
-        entry(paper_jobs()[2], allowed_regions=("berlin",)),
-        pod_quota=stage_quota(tmpl),
-        pod_resources=with_defaults(tmpl, ()),
-    )
+    gpt = templated(entry(paper_jobs()[2], allowed_regions=("berlin",)), tmpl)
     quotas = {"ml": [("cpu", {"requests.cpu": 2.0})]}
     # without a default, Kubernetes refuses every pod: no servers held, the fix named
     bare = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
-    assert bare.job_plan is None
-    assert bare.reason == (
-        "namespace ml's ResourceQuota cpu limits requests.cpu, so Kubernetes refuses pods "
-        "whose containers do not all set resources.requests.cpu, and spec.template's t does "
-        "not: set it there (or give the namespace a LimitRange default)"
+    assert bare.job_plan is None and "set resources.requests.cpu, and spec.template's t " in (
+        bare.reason
     )
     view = replace(snap([gpt]), quotas=quotas, limit_defaults={"ml": [("lr", *given)]})
     assert dict(view.pod_quota(gpt))["requests.cpu"] == 1
