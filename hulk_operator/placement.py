@@ -745,6 +745,7 @@ class Placer:
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
             snap.quota_seen(entry.key[0]),  # a quota raised: planned again
             snap.gpu_max(entry.key[0]),
+            repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
         )
 
     async def decide(

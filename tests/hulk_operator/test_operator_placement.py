@@ -426,6 +426,16 @@ def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() ->
     defaults = {"ml": [("lr", {}, {"cpu": "2"})]}  # a LimitRange default limit: admitted
     view = replace(snap([gpt]), quotas=quotas, limit_defaults=defaults)
     assert plan_pending(view, plan)[gpt.key].job_plan is not None
+    # the operator plans it again once the LimitRange appears (nothing else changed)
+    placer = Placer(plan, batch_window_s=0.0)
+    views = [replace(snap([gpt]), quotas=quotas), view]
+
+    async def snapshot() -> Snapshot:
+        return views[0]
+
+    assert asyncio.run(placer.decide(gpt.key, snapshot)).job_plan is None  # type: ignore[union-attr]
+    views.pop(0)
+    assert asyncio.run(placer.decide(gpt.key, snapshot)).job_plan is not None  # type: ignore[union-attr]
     # so is a limit for the whole pod (spec.resources), which the containers then need not set
     pod_level = {**tmpl, "resources": {"limits": {"cpu": "4"}}}
     gpt = templated(gpt, pod_level)
