@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             except HulkError as exc:
                 print(f"hulk operator: error: {exc}", file=sys.stderr)
                 return 2
-    memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg)
+    memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg, namespaces=args.namespace or [])
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,

@@ -43,10 +43,12 @@ from hulk_operator.inventory import (
     gpu_limit,
     limit_defaults,
     node_info,
+    other_pods,
     pod_requests,
     quota_left,
     quota_usage,
     read_latencies,
+    served,
     summed,
 )
 from hulk_operator.metrics import Metrics
@@ -436,7 +438,7 @@ async def hulktrainingjob_reconcile(
         else:
             logger.info("NotReady nodes are taken as lost again")
 
-    used = Usage(hulk_other_pods)
+    used = Usage(hulk_other_pods, *([await _outside(memo)] if memo.get("namespaces") else []))
 
     async def snapshot() -> Snapshot:
         return await build_snapshot(
@@ -476,6 +478,24 @@ async def hulktrainingjob_reconcile(
     if changed:
         patch.status.update(changed)
     memo.metrics.set_phases(_one(s).phase or st.PENDING for s in hulk_jobs.values() if _one(s))
+
+
+async def _outside(memo: kopf.Memo) -> dict[str, list[Resources]]:
+    """What the pods of the namespaces this operator does not serve request, by node: its
+    pod index sees those it serves alone, so the others are listed (every
+    ``LATENCY_CACHE_S`` at most); another team's notebook, or another operator's stage pod,
+    holds GPUs that must not be offered."""
+    import asyncio
+
+    when, outside = memo.get("outside") or (-LATENCY_CACHE_S, None)
+    if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
+        pods = await asyncio.to_thread(kube.list_running_pods, memo.api)
+        theirs = [
+            p for p in pods if not served(str(p["metadata"].get("namespace")), memo.namespaces)
+        ]
+        outside = other_pods(theirs, memo.namespaces)
+        memo.outside = (time.monotonic(), outside)
+    return outside
 
 
 async def build_snapshot(

@@ -26,6 +26,7 @@ without a link, the two cannot communicate.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -35,6 +36,7 @@ from typing import Any, NamedTuple
 from kubernetes.utils import parse_quantity
 
 from hulk_operator import GPU
+from hulk_operator.manifests import owner_job
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.hardware import normalize_capability, tflops_for
 from hulk_planner.model import Cluster, Link, RegionLink, Server
@@ -318,6 +320,36 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return Resources(int(gpus), cpu, memory, tuple(sorted(got.items())))
 
 
+def served(namespace: str, patterns: Sequence[str]) -> bool:
+    """Whether an operator started with ``--namespace`` ``patterns`` (kopf's globs, ``!``
+    excluding) serves ``namespace``; every namespace when there are none."""
+    if not patterns:
+        return True
+    keep = [p for p in patterns if not p.startswith("!")]
+    drop = [p[1:] for p in patterns if p.startswith("!")]
+    return (not keep or any(fnmatch.fnmatchcase(namespace, p) for p in keep)) and not any(
+        fnmatch.fnmatchcase(namespace, p) for p in drop
+    )
+
+
+def other_pods(
+    pods: Iterable[Mapping[str, Any]], patterns: Sequence[str] = ()
+) -> dict[str, list[Resources]]:
+    """What the pods bound to nodes request, by node, leaving out the stage pods of the
+    jobs this operator serves (the namespaces ``patterns`` name; all where none): those
+    it plans itself. A stage pod of another operator's namespace is another pod here."""
+    out: dict[str, list[Resources]] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (owner_job(meta) and served(str(meta.get("namespace")), patterns)):
+            continue
+        need = pod_requests(spec)
+        if any(need):
+            out.setdefault(node, []).append(need)
+    return out
+
+
 def fits(allocatable: Resources, taken: Resources, need: Resources, gpus: int) -> bool:
     """Whether a pod requesting ``need`` fits on a node with ``allocatable`` (and ``gpus``
     GPUs left) beside other pods requesting ``taken``. CPU or memory the node does not
@@ -339,20 +371,23 @@ class Usage(Mapping[str, Resources]):
     node -> each pod's requests (the operator's index), so a reconciliation that needs one
     node does not add up every node."""
 
-    def __init__(self, by_node: Mapping[str, Iterable[Resources]]) -> None:
-        self._by_node = by_node
+    def __init__(self, *by_node: Mapping[str, Iterable[Resources]]) -> None:
+        self._by_node = by_node  # (several: the index, and pods listed apart)
 
     def __getitem__(self, node: str) -> Resources:
+        found = [m[node] for m in self._by_node if node in m]
+        if not found:
+            raise KeyError(node)
         out = Resources()
-        for r in self._by_node[node]:
+        for r in (r for rs in found for r in rs):
             out = out.plus(r)
         return out
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._by_node)
+        return iter({n: None for m in self._by_node for n in m})
 
     def __len__(self) -> int:
-        return len(self._by_node)
+        return len({n for m in self._by_node for n in m})
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:

@@ -27,13 +27,12 @@ from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.inventory import (
-    Resources,
     Usage,
     build_cluster,
     gpu_limit,
     limit_defaults,
     node_info,
-    pod_requests,
+    other_pods,
     quota_left,
     quota_usage,
     read_latencies,
@@ -93,7 +92,6 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
     by_key: dict[Key, Mapping[str, Any]] = {e.key: o for e, o in entries}
     stage_pods: list[tuple[Key, str]] = []
     counted: dict[Key, list[dict[str, float]]] = {}
-    others: dict[str, list[Resources]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node, job = spec.get("nodeName"), owner_job(meta)
@@ -102,8 +100,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
             counted.setdefault(key, []).append(quota_usage(spec))
             if node:
                 stage_pods.append((key, node))
-        elif node:
-            others.setdefault(node, []).append(pod_requests(spec))
+    others = other_pods(pods)
     quotas: dict[str, list[tuple[str, dict[str, float]]]] = {}
     for q in quota_items:
         left = quota_left(q)

@@ -28,7 +28,7 @@ class OperatorThread:
         import hulk_operator.handlers  # noqa: F401  (registers the handlers)
 
         self.memo = kopf.Memo(kubeconfig=kubeconfig, config=config or OperatorConfig.from_env(),
-                              **(extra_memo or {}))  # fmt: skip
+                              namespaces=list(namespaces), **(extra_memo or {}))  # fmt: skip
         self.namespaces = list(namespaces)
         self.standalone = standalone
         self.peering_name = peering_name

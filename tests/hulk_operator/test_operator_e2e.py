@@ -1314,10 +1314,11 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     assert all(p.status.phase == "Running" for p in again) and len(again) == len(pods)
 
 
-def _gpu_pod(kube: Kube, name: str, node: str, gpus: int) -> None:
+def _gpu_pod(kube: Kube, name: str, node: str, gpus: int, namespace: str | None = None) -> None:
     """A pod that is not Hulk's (a notebook, say) holding GPUs of ``node``."""
+    ns = namespace or kube.ns
     kube.core.create_namespaced_pod(
-        kube.ns,
+        ns,
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -1336,7 +1337,7 @@ def _gpu_pod(kube: Kube, name: str, node: str, gpus: int) -> None:
     )
     wait(
         f"{name} running",
-        lambda: kube.core.read_namespaced_pod(name, kube.ns).status.phase == "Running",
+        lambda: kube.core.read_namespaced_pod(name, ns).status.phase == "Running",
         30,
     )
 
@@ -1365,6 +1366,36 @@ def test_gpus_that_other_pods_hold_are_not_planned(kube: Kube, operator: Any) ->
     (pod,) = kube.live_pods("blocked")
     assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(gpus[full])
     kube.core.delete_namespaced_pod("small", kube.ns, grace_period_seconds=0)
+
+
+def test_an_operator_of_some_namespaces_sees_the_gpus_other_namespaces_hold(
+    kube: Kube, operator: Any
+) -> None:
+    """The operator here serves the test's namespace only: before, its pod index saw that
+    namespace's pods alone, and it planned servers whose GPUs another team's pods held
+    (the stage pods then waited Unschedulable)."""
+    other = f"{kube.ns}-other"
+    kube.core.create_namespace({"metadata": {"name": other}})
+    try:
+        node = next(
+            n.metadata.name
+            for n in kube.core.list_node().items
+            if int(n.status.allocatable["nvidia.com/gpu"]) >= 2
+        )
+        gpus = int(kube.core.read_node(node).status.allocatable["nvidia.com/gpu"])
+        _gpu_pod(kube, "notebook", node, gpus, namespace=other)
+        kube.apply(manifest("elsewhere", nodeSelector={"kubernetes.io/hostname": node}))
+
+        def told() -> dict[str, Any] | None:
+            c = condition(kube.job("elsewhere"), "Planned")
+            return c if "requested by other pods" in c.get("message", "") else None
+
+        c = wait("Pending, the GPUs taken", told, 30)
+        assert c["status"] == "False" and kube.pods("elsewhere") == []
+        kube.core.delete_namespaced_pod("notebook", other, grace_period_seconds=0)
+        wait("Running once they are free", lambda: kube.phase("elsewhere") == "Running", 60)
+    finally:
+        kube.core.delete_namespace(other)
 
 
 def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(

@@ -340,3 +340,38 @@ def test_a_node_with_a_value_no_server_can_have_is_not_offered_and_says_why(
     assert info.server is None and info.problem == problem
     body["spec"]["unschedulable"] = True
     assert node_info(body).unschedulable
+
+
+def test_served_reads_kopfs_namespace_globs() -> None:
+    from hulk_operator.inventory import served
+
+    assert served("anything", [])  # -A: every namespace
+    assert served("team-a", ["team-*"]) and not served("ml", ["team-*"])
+    assert not served("team-b", ["team-*", "!team-b"])
+    assert served("ml", ["!team-b"]) and not served("team-b", ["!team-b"])
+
+
+def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
+    """An operator of some namespaces: a stage pod of a job in a namespace it does not
+    serve holds its GPUs like any other pod; its own namespaces' stage pods it plans."""
+    from hulk_operator.inventory import other_pods
+
+    def pod(ns: str, node: str | None, gpus: int, job: str | None = None) -> dict[str, Any]:
+        owner = [{"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "name": job}]
+        return {
+            "metadata": {"namespace": ns, "ownerReferences": owner if job else []},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            },
+        }
+
+    pods = [
+        pod("ml", "n1", 8, job="mine"),
+        pod("team-b", "n1", 2, job="theirs"),
+        pod("team-b", "n2", 4),
+        pod("team-b", None, 4),  # not bound: holds nothing yet
+    ]
+    got = {n: [r.gpus for r in rs] for n, rs in other_pods(pods, ["ml"]).items()}
+    assert got == {"n1": [2], "n2": [4]}
+    assert {n: [r.gpus for r in rs] for n, rs in other_pods(pods).items()} == {"n2": [4]}
