@@ -483,19 +483,31 @@ async def hulktrainingjob_reconcile(
 async def _outside(memo: kopf.Memo) -> dict[str, list[Resources]]:
     """What the pods of the namespaces this operator does not serve request, by node: its
     pod index sees those it serves alone, so the others are listed (every
-    ``LATENCY_CACHE_S`` at most); another team's notebook, or another operator's stage pod,
-    holds GPUs that must not be offered."""
+    ``LATENCY_CACHE_S`` at most, one listing at a time for all jobs); another team's
+    notebook, or another operator's stage pod, holds GPUs that must not be offered. A
+    listing that fails is logged and the last one kept: recovery goes on."""
     import asyncio
 
-    when, outside = memo.get("outside") or (-LATENCY_CACHE_S, None)
-    if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
-        pods = await asyncio.to_thread(kube.list_running_pods, memo.api)
-        theirs = [
-            p for p in pods if not served(str(p["metadata"].get("namespace")), memo.namespaces)
-        ]
-        outside = other_pods(theirs, memo.namespaces)
-        memo.outside = (time.monotonic(), outside)
-    return outside
+    if memo.get("outside_lock") is None:
+        memo.outside_lock = asyncio.Lock()
+    async with memo.outside_lock:
+        when, outside = memo.get("outside") or (-LATENCY_CACHE_S, None)
+        if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
+            try:
+                pods = await asyncio.to_thread(kube.list_running_pods, memo.api)
+            except Exception as exc:  # (forbidden, a timeout: the API server's to fix)
+                logging.getLogger("hulk_operator").warning(
+                    f"cannot list the pods of other namespaces ({type(exc).__name__}: {exc}); "
+                    "the GPUs they hold are those seen last"
+                )
+                memo.outside = (time.monotonic(), outside or {})
+                return outside or {}
+            theirs = [
+                p for p in pods if not served(str(p["metadata"].get("namespace")), memo.namespaces)
+            ]
+            outside = other_pods(theirs, memo.namespaces)
+            memo.outside = (time.monotonic(), outside)
+        return outside
 
 
 async def build_snapshot(

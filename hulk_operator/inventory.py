@@ -26,7 +26,6 @@ without a link, the two cannot communicate.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -287,8 +286,9 @@ def _effective(spec: Mapping[str, Any], *, limits: bool) -> dict[str, float]:
         total[k] = max(total.get(k, 0.0), v)
     pod = one(spec.get("resources") or {})
     total.update({k: v for k, v in pod.items() if k in _POD_LEVEL or k.startswith("hugepages-")})
-    if not limits or total:
-        add(total, {k: _amount(v) for k, v in (spec.get("overhead") or {}).items()})
+    overhead = {k: _amount(v) for k, v in (spec.get("overhead") or {}).items()}
+    # (a limit takes the overhead only where one is set, as Kubernetes' PodLimits adds it)
+    add(total, {k: v for k, v in overhead.items() if not limits or total.get(k)})
     return {k: v for k, v in total.items() if v}
 
 
@@ -321,15 +321,12 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
 
 
 def served(namespace: str, patterns: Sequence[str]) -> bool:
-    """Whether an operator started with ``--namespace`` ``patterns`` (kopf's globs, ``!``
-    excluding) serves ``namespace``; every namespace when there are none."""
-    if not patterns:
-        return True
-    keep = [p for p in patterns if not p.startswith("!")]
-    drop = [p[1:] for p in patterns if p.startswith("!")]
-    return (not keep or any(fnmatch.fnmatchcase(namespace, p) for p in keep)) and not any(
-        fnmatch.fnmatchcase(namespace, p) for p in drop
-    )
+    """Whether an operator started with ``--namespace`` ``patterns`` serves ``namespace``
+    (every namespace when there are none), by kopf's own matching: any pattern, each
+    comma-separated globs read left to right, ``!`` excluding."""
+    from kopf._cogs.structs.references import match_namespace  # (kopf's, as kopf serves)
+
+    return not patterns or any(match_namespace(namespace, p) for p in patterns)  # type: ignore[arg-type]
 
 
 def other_pods(

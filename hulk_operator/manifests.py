@@ -165,10 +165,13 @@ def owner_job(meta: Mapping[str, Any]) -> str | None:
 
 
 def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the template asks for GPUs itself (a container's ``0``, which keeps a
+    LimitRange's default GPUs off a sidecar, is not asking)."""
     for c in containers:
         res = c.get("resources") or {}
-        if GPU in (res.get("limits") or {}) or GPU in (res.get("requests") or {}):
-            return True
+        for amounts in (res.get("limits") or {}, res.get("requests") or {}):
+            if str(amounts.get(GPU, "0")).strip() not in ("0", "0.0", ""):
+                return True
     return False
 
 

@@ -461,6 +461,7 @@ def plan_pending(
     baselines: bool = False,
     decided: Collection[Key] = (),
     seed: int = 0,
+    taken: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[Key, Decision]:
     """Decisions for every pending job of the snapshot, planned together per constraint
     group (highest priority first); placed servers are taken out for later groups. Within a
@@ -470,7 +471,8 @@ def plan_pending(
     servers (re-planned after an edit, or left mid-placement) comes first: an edit must not
     hand a running job's servers to a waiting one. Jobs in ``decided`` already have a
     decision that their status does not show yet: they are not planned again (their
-    servers are in ``snap.held``)."""
+    servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
+    toward its quotas and do not yet)."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
     holding = set(snap.held.values())
 
@@ -484,7 +486,8 @@ def plan_pending(
     held = dict(snap.held)
     out: dict[Key, Decision] = {}
 
-    given: dict[str, dict[str, float]] = {}  # namespace -> what its jobs took in this round
+    # namespace -> what its jobs took in this round (and reservations not yet counted)
+    given = {ns: dict(use) for ns, use in (taken or {}).items()}
 
     def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
         view = replace(snap, held=held)
@@ -514,11 +517,18 @@ def plan_pending(
                 lowest = min(rank(e) for e in members)
                 members = [e for e in members if rank(e) > lowest]
                 decisions = plan(members)
-            for e in sorted(members, key=rank, reverse=True):
-                decisions[e.key] = _within_quota(e, decisions[e.key], snap, given, plan)
             for k, d in decisions.items():
                 for n in d.nodes:
                     held[n] = k
+            for e in sorted(members, key=rank, reverse=True):
+                # a job a quota shrinks is planned again on its own servers and the free
+                # ones, never on those this round gave its other members (held above)
+                was = decisions[e.key]
+                decisions[e.key] = _within_quota(e, was, snap, given, plan)
+                for n in was.nodes - decisions[e.key].nodes:
+                    del held[n]
+                for n in decisions[e.key].nodes:
+                    held[n] = e.key
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     return out
@@ -628,7 +638,7 @@ def _quota_why(
         why += f" beyond the {amount_text(what.resource, mine)} its own pods hold"
     if taken.get(what.resource):
         why += (
-            f" after this round's other jobs in the namespace took "
+            f" after the namespace's jobs planned just now took "
             f"{amount_text(what.resource, taken[what.resource])}"
         )
     if one is not None:
@@ -730,6 +740,20 @@ class Placer:
         for k in [k for k in self.regrow_told if k not in jobs]:
             del self.regrow_told[k]
 
+    def reserved_use(self, snap: Snapshot, but: Key | None = None) -> dict[str, dict[str, float]]:
+        """By namespace, what the reserved decisions' pods will count toward its quotas and
+        do not yet (not created, or not counted yet): a later round must not hand the same
+        quota out again (two gangs, each half admitted, would wait for good)."""
+        out: dict[str, dict[str, float]] = {}
+        for k, d in self.reserved.items():
+            e = snap.jobs.get(k)
+            if k == but or e is None or not snap.quotas.get(k[0]):
+                continue
+            mine, use = snap.counted.get(k, {}), out.setdefault(k[0], {})
+            for r, v in snap.quota_need(e, d).items():
+                use[r] = use.get(r, 0.0) + max(0.0, v - mine.get(r, 0.0))
+        return out
+
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
         out = dict(base)
         for k, d in self.reserved.items():
@@ -777,6 +801,7 @@ class Placer:
                 planner=self.planner,
                 baselines=self.baselines,
                 decided=set(self.reserved),
+                taken=self.reserved_use(snap),
                 **self.opts,  # type: ignore[arg-type]
             )
             if self.on_round:
@@ -812,7 +837,8 @@ class Placer:
 
             def within() -> dict[Key, Decision]:  # the namespace's quotas hold its new pods
                 d = plan([entry])[entry.key]
-                return {entry.key: _within_quota(entry, d, snap, {}, plan, keep=current.nodes)}
+                taken = self.reserved_use(snap, but=entry.key)
+                return {entry.key: _within_quota(entry, d, snap, taken, plan, keep=current.nodes)}
 
             decisions = await asyncio.to_thread(within)
             if self.on_round:
@@ -860,7 +886,8 @@ class Placer:
 
                 d = plan([entry])[entry.key]
                 # the namespace's quotas: the fastest plan within them is judged instead
-                within = _within_quota(entry, d, snap, {}, plan, keep=current.nodes)
+                taken = self.reserved_use(snap, but=entry.key)
+                within = _within_quota(entry, d, snap, taken, plan, keep=current.nodes)
                 grown, declined = regrow.faster(within, entry, current, d.cluster)
                 short = snap.quota_short(entry, snap.quota_need(entry, d))
                 if grown is None and d.job_plan is not None and within is not d:

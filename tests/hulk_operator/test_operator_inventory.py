@@ -347,8 +347,10 @@ def test_served_reads_kopfs_namespace_globs() -> None:
 
     assert served("anything", [])  # -A: every namespace
     assert served("team-a", ["team-*"]) and not served("ml", ["team-*"])
-    assert not served("team-b", ["team-*", "!team-b"])
     assert served("ml", ["!team-b"]) and not served("team-b", ["!team-b"])
+    # kopf reads each pattern as comma-separated globs and serves a match of any pattern
+    assert served("team-a", ["team-*,!team-x"]) and not served("team-x", ["team-*,!team-x"])
+    assert served("team-a", ["team-a", "!team-a"])
 
 
 def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
@@ -375,3 +377,52 @@ def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
     got = {n: [r.gpus for r in rs] for n, rs in other_pods(pods, ["ml"]).items()}
     assert got == {"n1": [2], "n2": [4]}
     assert {n: [r.gpus for r in rs] for n, rs in other_pods(pods).items()} == {"n2": [4]}
+
+
+def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusal(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every job's timer asks; one listing serves them all until it is stale, and a
+    listing the API server refuses is logged, not raised (it stopped every job's
+    reconciliation, recovery included)."""
+    import asyncio
+
+    import kopf
+    from kubernetes.client.exceptions import ApiException
+
+    from hulk_operator import handlers, kube
+
+    calls: list[int] = []
+    answer: list[Any] = [[]]
+
+    def listing(api: Any) -> list[dict[str, Any]]:
+        calls.append(1)
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return list(answer[0])
+
+    monkeypatch.setattr(kube, "list_running_pods", listing)
+    memo = kopf.Memo(api=None, namespaces=["ml"])
+    gpu = {"limits": {"nvidia.com/gpu": "2"}}
+    answer[0] = [
+        {
+            "metadata": {"namespace": "other"},
+            "spec": {"nodeName": "n1", "containers": [{"resources": gpu}]},
+        },
+        {
+            "metadata": {"namespace": "ml"},
+            "spec": {"nodeName": "n1", "containers": [{"resources": gpu}]},
+        },
+    ]
+
+    async def many() -> list[dict[str, list[Any]]]:
+        return list(await asyncio.gather(*(handlers._outside(memo) for _ in range(5))))
+
+    got = asyncio.run(many())
+    assert len(calls) == 1 and all(g == got[0] for g in got)
+    assert [r.gpus for r in got[0]["n1"]] == [2]  # its own namespace's pod: the index's
+    memo.outside = (-1e9, got[0])  # stale
+    answer[0] = ApiException(status=403, reason="Forbidden")
+    with caplog.at_level("WARNING", logger="hulk_operator"):
+        kept = asyncio.run(handlers._outside(memo))
+    assert kept == got[0] and "cannot list the pods of other namespaces" in caplog.text

@@ -117,6 +117,23 @@ def test_template_gpu_request_wins() -> None:
         gpus=8,
     )
     assert p["spec"]["containers"][0]["resources"] == {"limits": {GPU: "2"}}
+    # a sidecar's GPUs set to 0 (to keep a LimitRange's default off it) asks for none:
+    # before, the trainer was then given no GPUs at all
+    side = {"name": "log", "resources": {"limits": {GPU: 0}}}
+    tmpl = {"spec": {"containers": [{"name": "t"}, side]}}
+    p = manifests.stage_pod(
+        job="j",
+        namespace="n",
+        uid="u",
+        template=tmpl,
+        job_plan=PLAN,
+        slot=manifests.slots(PLAN)[0],
+        gpus=8,
+    )
+    trainer, log = (c["resources"] for c in p["spec"]["containers"])
+    assert trainer == {"limits": {GPU: "8"}, "requests": {GPU: "8"}} and log == {
+        "limits": {GPU: "0"}
+    }
 
 
 def test_template_without_containers_is_refused() -> None:

@@ -407,6 +407,40 @@ def test_a_quota_for_one_pod_finds_the_one_server_that_holds_the_model() -> None
     )
 
 
+def test_a_job_a_quota_shrinks_never_takes_a_server_its_round_gave_another() -> None:
+    """Before, the servers tried within a quota came from the whole group's cluster, those
+    just given to the group's other jobs included: one round gave a server to two jobs."""
+    jobs = [entry(j, ns="free") for j in paper_jobs()[2:4]]
+    jobs.append(entry(paper_jobs()[1], ns="tight"))
+    for quota in ({"pods": 8.0}, {QUOTA_GPU: 32.0}, {"pods": 3.0}):
+        view = replace(snap(jobs), quotas={"tight": [("q", quota)]})
+        placed = [d.nodes for d in plan_pending(view, plan).values() if d.job_plan]
+        assert len(placed) == 3, quota
+        assert sum(map(len, placed)) == len(frozenset().union(*placed)), (quota, placed)
+
+
+def test_a_reservation_not_yet_counted_by_the_quota_is_not_handed_out_again() -> None:
+    """A job planned a moment before another of its namespace, its pods not yet created:
+    before, the second job's round saw the whole quota free, both were planned on it, and
+    each gang got part of its pods admitted, waiting for good."""
+    gpt, bert = (entry(j, allowed_regions=("berlin", "paris")) for j in paper_jobs()[2:4])
+    alone = plan_pending(snap([gpt]), plan)[gpt.key]
+    assert alone.job_plan is not None
+    quotas = {"ml": [("q", {"pods": float(len(alone.nodes))})]}
+    jobs = {gpt.key: gpt}
+
+    async def snapshot() -> Snapshot:
+        return replace(snap(list(jobs.values())), quotas=quotas)
+
+    placer = Placer(plan, batch_window_s=0.0)
+    first = asyncio.run(placer.decide(gpt.key, snapshot))
+    assert first is not None and len(first.nodes) == len(alone.nodes)
+    jobs[bert.key] = bert  # applied next: gpt's pods are not counted yet
+    second = asyncio.run(placer.decide(bert.key, snapshot))
+    assert second is not None and second.job_plan is None, second.nodes
+    assert "after the namespace's jobs planned just now took " in second.reason
+
+
 def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() -> None:
     """Kubernetes refuses a pod unless each container sets what a quota on CPU or memory
     counts ("must specify limits.cpu"): before, the job was planned and held its servers."""
@@ -460,6 +494,8 @@ def test_quota_usage_counts_sidecars_pod_level_resources_and_overhead() -> None:
     assert quota_usage(spec)["requests.cpu"] == 4  # "init" 3 + no sidecar yet < 4
     pod_level = {**spec, "resources": {"requests": {"cpu": "10"}}, "overhead": {"cpu": "250m"}}
     assert quota_usage(pod_level)["requests.cpu"] == 10.25
+    limited = {**pod_level, "containers": [{"name": "t", "resources": {"limits": {"memory": "1"}}}]}
+    assert "limits.cpu" not in quota_usage(limited)  # no CPU limit: its overhead adds none
     assert stage_quota(with_defaults(pod_level, ())) == stage_quota(pod_level)
 
 
