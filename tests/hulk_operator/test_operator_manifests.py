@@ -105,35 +105,29 @@ def test_names_are_deterministic_and_change_only_with_the_pod() -> None:
     assert set(a) & set(c) == set(list(a)[:3])  # only the moved slot gets a new pod
 
 
-def test_template_gpu_request_wins() -> None:
-    tmpl = {"spec": {"containers": [{"name": "t", "resources": {"limits": {GPU: 2}}}]}}
-    p = manifests.stage_pod(
+def _first_pod(tmpl: dict[str, Any], gpus: int = 8) -> dict[str, Any]:
+    return manifests.stage_pod(
         job="j",
         namespace="n",
         uid="u",
         template=tmpl,
         job_plan=PLAN,
         slot=manifests.slots(PLAN)[0],
-        gpus=8,
+        gpus=gpus,
     )
+
+
+def test_template_gpu_request_wins() -> None:
+    tmpl = {"spec": {"containers": [{"name": "t", "resources": {"limits": {GPU: 2}}}]}}
+    p = _first_pod(tmpl)
     assert p["spec"]["containers"][0]["resources"] == {"limits": {GPU: "2"}}
     # a sidecar's GPUs set to 0 (to keep a LimitRange's default off it) asks for none:
     # before, the trainer was then given no GPUs at all
     side = {"name": "log", "resources": {"limits": {GPU: 0}}}
-    tmpl = {"spec": {"containers": [{"name": "t"}, side]}}
-    p = manifests.stage_pod(
-        job="j",
-        namespace="n",
-        uid="u",
-        template=tmpl,
-        job_plan=PLAN,
-        slot=manifests.slots(PLAN)[0],
-        gpus=8,
-    )
+    p = _first_pod({"spec": {"containers": [{"name": "t"}, side]}})
     trainer, log = (c["resources"] for c in p["spec"]["containers"])
-    assert trainer == {"limits": {GPU: "8"}, "requests": {GPU: "8"}} and log == {
-        "limits": {GPU: "0"}
-    }
+    assert trainer == {"limits": {GPU: "8"}, "requests": {GPU: "8"}}
+    assert log == {"limits": {GPU: "0"}}
 
 
 def test_template_without_containers_is_refused() -> None:
