@@ -543,20 +543,22 @@ async def build_snapshot(
         )
         latencies = read_latencies(items, cfg.latency_max_age_s)
         memo.latency = (time.monotonic(), latencies)
-    quotas = {ns: list(store) for ns, store in (hulk_quotas or {}).items()}
     counted = {
         k: summed(dict(p.quota) for p in store if p.phase not in ("Succeeded", "Failed"))
         for k, store in hulk_pods.items()
     }
-    limits = {ns: list(store) for ns, store in (hulk_gpu_limits or {}).items()}
+
+    def by_namespace(index: Any) -> dict[str, list[Any]]:
+        return {ns: list(store) for ns, store in (index or {}).items()}
+
     return Snapshot(
         nodes=nodes,
         latencies=latencies,
         jobs=jobs,
         held=held,
         used=used or {},
-        quotas=quotas,
+        quotas=by_namespace(hulk_quotas),
         counted=counted,
-        gpu_limits=limits,
-        limit_defaults={ns: list(store) for ns, store in (hulk_limit_defaults or {}).items()},
+        gpu_limits=by_namespace(hulk_gpu_limits),
+        limit_defaults=by_namespace(hulk_limit_defaults),
     )

@@ -212,6 +212,12 @@ class Snapshot:
             return {}
         return self.pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
 
+    def uncounted(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
+        """What a plan's stage pods will count toward a quota beyond what the job's own
+        pods count now (they go when it replaces them)."""
+        mine = self.counted.get(entry.key, {})
+        return {r: max(0.0, v - mine.get(r, 0.0)) for r, v in self.quota_need(entry, d).items()}
+
     def pods_need(self, entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
         """What stage pods with these GPUs count toward a ResourceQuota."""
         out = {k: v * len(gpus) for k, v in self.pod_quota(entry)}
@@ -231,9 +237,10 @@ class Snapshot:
         self, entry: JobEntry, need: Mapping[str, float], given: Mapping[str, float] | None = None
     ) -> Short | None:
         """The first resource of the namespace's quotas that ``need`` (what a plan's stage
-        pods count) exceeds: what the quota leaves, less what ``given`` (this round's other
-        jobs of the namespace) took, plus what the job's own pods count now (they go when
-        the plan replaces them); None where every quota holds it."""
+        pods count) exceeds: what the quota leaves, less what ``given`` (the namespace's
+        other jobs planned but not yet counted by the quota) took, plus what the job's own
+        pods count now (they go when the plan replaces them); None where every quota holds
+        it."""
         mine = self.counted.get(entry.key, {})
         for name, left in self.quotas.get(entry.key[0], ()):
             for r, amount in sorted(left.items()):
@@ -551,9 +558,8 @@ def _within_quota(
     round gave its other jobs): GPUs, pods, CPU, memory; else the fastest of the job's
     plans on a few sets of its servers that fit (its plan's servers in pipeline order;
     ``keep``, the servers it runs on, first; the most GPU memory, compute, or fastest GPUs
-    first); else unplaced,
-    saying so. Before, the quota refused the stage pods and the job held its servers,
-    which other namespaces needed."""
+    first); else unplaced, saying so. Before, the quota refused the stage pods and the job
+    held its servers, which other namespaces needed."""
     ns = e.key[0]
     if d.job_plan is None or d.cluster is None or not snap.quotas.get(ns):
         return d
@@ -611,9 +617,8 @@ def _within_quota(
             f"{len(best.nodes)} server(s), {len(planned)} without them"
         )
         d = replace(best, note=note)
-    mine = snap.counted.get(e.key, {})
-    for k, v in snap.quota_need(e, d).items():
-        taken[k] = taken.get(k, 0.0) + max(0.0, v - mine.get(k, 0.0))
+    for k, v in snap.uncounted(e, d).items():
+        taken[k] = taken.get(k, 0.0) + v
     return d
 
 
@@ -749,9 +754,9 @@ class Placer:
             e = snap.jobs.get(k)
             if k == but or e is None or not snap.quotas.get(k[0]):
                 continue
-            mine, use = snap.counted.get(k, {}), out.setdefault(k[0], {})
-            for r, v in snap.quota_need(e, d).items():
-                use[r] = use.get(r, 0.0) + max(0.0, v - mine.get(r, 0.0))
+            use = out.setdefault(k[0], {})
+            for r, v in snap.uncounted(e, d).items():
+                use[r] = use.get(r, 0.0) + v
         return out
 
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:
@@ -889,8 +894,8 @@ class Placer:
                 taken = self.reserved_use(snap, but=entry.key)
                 within = _within_quota(entry, d, snap, taken, plan, keep=current.nodes)
                 grown, declined = regrow.faster(within, entry, current, d.cluster)
-                short = snap.quota_short(entry, snap.quota_need(entry, d))
                 if grown is None and d.job_plan is not None and within is not d:
+                    short = snap.quota_short(entry, snap.quota_need(entry, d))
                     declined = (
                         f"a faster plan needs {amount_text(short.resource, short.more)} more, "
                         f"and {short}, and none within it is spec.regrow.minSpeedup "
