@@ -58,6 +58,7 @@ sets=(
   "three-regions=examples/values-three-regions.yaml"
   "all-features=charts/hulk/ci/all-features-values.yaml"
   "minimal=charts/hulk/ci/minimal-values.yaml"
+  "namespaced=charts/hulk/ci/namespaced-values.yaml"
 )
 for entry in "${sets[@]}"; do
   name=${entry%%=*}

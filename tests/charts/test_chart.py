@@ -46,6 +46,18 @@ OPERATOR_RULES = {
     ("", "namespaces"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
+# operator.watchNamespaces: what it writes, a Role in each namespace it serves; what it reads
+# cluster-wide, its ClusterRole (every namespace's pods listed: the GPUs they hold).
+CLUSTER_READS = {"nodes", "nodelatencies", "namespaces", "customresourcedefinitions"}
+OPERATOR_NAMESPACED_RULES = {
+    **{k: v for k, v in OPERATOR_RULES.items() if k[1] not in CLUSTER_READS},
+    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch", "create"},
+}
+del OPERATOR_NAMESPACED_RULES[("kopf.dev", "clusterkopfpeerings")]
+OPERATOR_CLUSTER_READS = {
+    **{k: v for k, v in OPERATOR_RULES.items() if k[1] in CLUSTER_READS},
+    ("", "pods"): {"list"},
+}
 PROBE_RULES = {
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("hulk.dev", "nodelatencies"): {"get", "create", "update", "patch"},
@@ -166,6 +178,37 @@ def test_rbac_is_exactly_what_each_component_needs(
     assert named(default, "ServiceAccount", f"hulk-{component}")
 
 
+def test_a_namespaced_operator_writes_only_in_its_namespaces(render: Render) -> None:
+    objs = render(set_values=["operator.watchNamespaces={team-a,team-b}"])
+    assert rules_of(named(objs, "ClusterRole", "hulk-operator")) == OPERATOR_CLUSTER_READS
+    subject = {"kind": "ServiceAccount", "name": "hulk-operator", "namespace": "hulk-system"}
+    assert named(objs, "ClusterRoleBinding", "hulk-operator")["subjects"] == [subject]
+    roles = by_kind(objs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert role["metadata"]["name"] == "hulk-operator"
+        assert rules_of(role) == OPERATOR_NAMESPACED_RULES
+    bindings = by_kind(objs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for b in bindings:
+        assert b["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "hulk-operator",
+        }
+        assert b["subjects"] == [subject]
+    args = container(objs, "Deployment", "hulk-operator")["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+    # kopf peers through a KopfPeering in each served namespace, not a ClusterKopfPeering
+    assert not by_kind(objs, "ClusterKopfPeering")
+    peerings = by_kind(objs, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert {p["metadata"]["name"] for p in peerings} == {"hulk"}
+    assert all(p["metadata"]["annotations"]["helm.sh/hook"] == "post-install" for p in peerings)
+    assert not by_kind(render(), "Role") and not by_kind(render(), "KopfPeering")
+
+
 def test_every_rbac_rule_is_commented() -> None:
     for name in ("operator-rbac.yaml", "probe-rbac.yaml"):
         lines = (CHART / "templates" / name).read_text().splitlines()
@@ -273,7 +316,8 @@ def test_hulk_operator_reads_the_rendered_settings(
     for key, value in merged["config"].items():
         if value is not None:
             assert getattr(cfg, key) == value, key
-    assert args.all_namespaces and not args.namespace
+    assert args.namespace == merged["watchNamespaces"]
+    assert args.all_namespaces == (not merged["watchNamespaces"])
     assert args.standalone != merged["peering"]["enabled"]
     assert args.liveness == f"http://0.0.0.0:{merged['health']['port']}{merged['health']['path']}"
 
@@ -440,6 +484,7 @@ def test_values_file_documents_every_field() -> None:
         ("operator.config.disruption_threshold=5", "/operator/config/disruption_threshold"),
         ("operator.confg.planner=hulk", "at '/operator': additional properties 'confg'"),
         ("metrics.service.type=Foo", "at '/metrics/service/type'"),
+        ("operator.watchNamespaces={team-*}", "at '/operator/watchNamespaces/0'"),
         ("metrics.serviceMonitor.interval=30", "at '/metrics/serviceMonitor/interval'"),
     ],
 )

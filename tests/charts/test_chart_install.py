@@ -26,8 +26,15 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 Render = Callable[..., list[dict[str, Any]]]
 MANAGER = "hulk-chart-test"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ANNOTATION = "hulk.dev/probe-address"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def yaml_docs(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def _is_hook(obj: dict[str, Any]) -> bool:
@@ -207,8 +214,19 @@ def test_every_rendered_object_is_accepted(installed: dict[str, Any]) -> None:
     assert len(installed["accepted"]) + len(installed["crds"]) == len(objs)
 
 
-def _review(api: Any, user: str, verb: str, group: str, resource: str, sub: str = "") -> bool:
+def _review(
+    api: Any,
+    user: str,
+    verb: str,
+    group: str,
+    resource: str,
+    sub: str = "",
+    namespace: str | None = None,
+) -> bool:
     from kubernetes import client
+
+    if namespace is None and resource in ("pods", "services", "events"):
+        namespace = "default"
 
     body = client.V1SubjectAccessReview(
         spec=client.V1SubjectAccessReviewSpec(
@@ -219,7 +237,7 @@ def _review(api: Any, user: str, verb: str, group: str, resource: str, sub: str 
                 group=group,
                 resource=resource,
                 subresource=sub or None,
-                namespace="default" if resource in ("pods", "services", "events") else None,
+                namespace=namespace,
             ),
         )
     )
@@ -594,3 +612,111 @@ def test_helm_install_upgrade_uninstall(sandbox: Sandbox, chart_tools: dict[str,
                 for c in ext.list_custom_resource_definition().items
             ):
                 time.sleep(0.2)
+
+
+def _token_kubeconfig(api: Any, sandbox: Sandbox, sa: str, namespace: str, path: Path) -> str:
+    """A kubeconfig of the sandbox that authenticates as ServiceAccount ``sa`` (a token from
+    the TokenRequest API, as a pod's projected token), not as the admin."""
+    import yaml
+    from kubernetes import client
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(sa, namespace, request)
+    config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token.status.token}}]
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
+    sandbox: Sandbox,
+    render: Render,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """operator.watchNamespaces: the chart's ClusterRole, Role and bindings, applied to the
+    sandbox, are all `hulk operator -n NS` needs: run under the ServiceAccount's own token
+    (not as admin, as the operator's other tests run), with peering, it creates its
+    KopfPeering, plans a job and creates its stage pods, and nothing it calls is refused.
+    The ServiceAccount may not write in a namespace it does not serve."""
+    import logging
+
+    from kubernetes import client
+
+    from hulk_operator import GROUP, PLURAL, VERSION
+    from hulk_operator.config import OperatorConfig
+    from hulk_operator.runner import OperatorThread
+
+    caplog.set_level(logging.WARNING)
+    with (
+        sandbox.api_client() as api,
+        own_namespace(api, "chartns") as home,
+        own_namespace(api, "team") as team,
+    ):
+        release = f"hulk-{home.removeprefix('chartns-')}"
+        objs = render(
+            namespace=home, release=release, set_values=[f"operator.watchNamespaces={{{team}}}"]
+        )
+        applier = Applier(api, tmp_path / "discovery.json")
+        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+        preexisting = {c["metadata"]["name"] for c in crds if applier.exists(c)}
+        custom: Any = client.CustomObjectsApi(api)
+        core: Any = client.CoreV1Api(api)
+        try:
+            for crd in crds:
+                applier.apply(crd)
+            for crd in crds:
+                applier.wait_established(crd["metadata"]["name"])
+            applier.dyn.resources.invalidate_cache()
+            rbac = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+            for obj in objs:
+                if obj["kind"] in rbac and obj["metadata"]["name"].startswith(release):
+                    applier.apply(obj)
+            sa = f"{release}-operator"
+            user = f"system:serviceaccount:{home}:{sa}"
+            assert not _review(api, user, "create", "", "pods", "", namespace=home)
+            assert _review(api, user, "create", "", "pods", "", namespace=team)
+            kubeconfig = _token_kubeconfig(api, sandbox, sa, home, tmp_path / "kubeconfig")
+            # the paper's first job, shrunk to a model that fits on a few servers
+            job = yaml_docs(EXAMPLES / "paper-jobs.yaml")[0]
+            job["metadata"] = {"name": "bert"}
+            job["spec"]["model"] = {"preset": "bert-large"}
+            op = OperatorThread(
+                kubeconfig,
+                namespaces=[team],
+                config=OperatorConfig(batch_window_s=0.3),
+                standalone=False,
+                peering_name=release,
+            ).start()
+            try:
+                custom.create_namespaced_custom_object(GROUP, VERSION, team, PLURAL, job)
+                deadline = time.monotonic() + 90
+                phase = None
+                while time.monotonic() < deadline and phase != "Running":
+                    got = custom.get_namespaced_custom_object(GROUP, VERSION, team, PLURAL, "bert")
+                    phase = (got.get("status") or {}).get("phase")
+                    time.sleep(0.5)
+                assert phase == "Running", got.get("status")
+                pods = core.list_namespaced_pod(team, label_selector="hulk.dev/job=bert").items
+                assert pods and all(p.spec.node_name for p in pods)
+                custom.get_namespaced_custom_object(
+                    "kopf.dev", "v1", team, "kopfpeerings", release
+                )  # created by the operator itself: the Role's create
+                custom.delete_namespaced_custom_object(GROUP, VERSION, team, PLURAL, "bert")
+                while (
+                    time.monotonic() < deadline + 60
+                    and custom.list_namespaced_custom_object(GROUP, VERSION, team, PLURAL)["items"]
+                ):
+                    time.sleep(0.5)
+            finally:
+                op.stop()
+            refused = [
+                r.getMessage()
+                for r in caplog.records
+                if any(w in r.getMessage() for w in ("403", "orbidden", "Not enough permissions"))
+            ]
+            assert refused == []
+        finally:
+            applier.clean_up(home, keep_crds=preexisting)
