@@ -39,6 +39,11 @@ class OperatorConfig:
     # NotReady node counts as lost: the control plane has lost contact, not the nodes
     # failed (kube-controller-manager's --unhealthy-zone-threshold is 0.55 too).
     disruption_threshold: float = 0.55
+    # A job whose stage pods the API server has refused this long (seconds: a scoped quota,
+    # an admission policy) gives its servers back and waits Pending, instead of holding them
+    # for good; it is planned again after a pause (this long, doubled at each refusal in a
+    # row, at most 10 min) or at once when its spec changes.
+    forbidden_grace_s: float = 120.0
     # Debugging/testing knob: pause between stage pod creations (seconds).
     create_delay_s: float = 0.0
     # GNN weights of `hulk train` for the hulk planner ("": the shipped ones).
@@ -107,6 +112,7 @@ _NUMBERS = {
     "create_delay_s": True,
     "not_ready_grace_s": True,
     "disruption_threshold": False,
+    "forbidden_grace_s": False,
 }
 # The settings `hulk operator` also takes as flags (hulk_operator/cli.py adds them).
 FLAGS = {

@@ -47,6 +47,18 @@ from hulk_planner.model import Cluster, Job, JobPlan, Plan
 PlanFn = Callable[..., Plan]
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
+MAX_REFUSED_WAIT_S = 600.0  # the longest pause of a job whose pods were refused
+
+
+@dataclass
+class Refused:
+    """A job whose stage pods the API server refuses (a scoped quota, an admission policy)."""
+
+    generation: int
+    since: float | None  # monotonic: the first refusal of its current placement
+    times: int = 0  # placements given back in a row
+    until: float = 0.0  # monotonic: not planned before, once it gave its servers back
+    decision: Decision | None = None  # what it is told meanwhile
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Decision:
     serial: int = field(default_factory=itertools.count().__next__)
     base: JobPlan | None = None  # for a re-plan: the plan it replaces
     note: str = ""  # said with the plan, e.g. that a quota made it smaller
+    refused: bool = False  # no plan: its pods were refused, it waits (Placer.give_back)
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -718,6 +731,7 @@ class Placer:
         self.regrow_every_s = regrow_every_s
         self._regrow_looked: dict[Key, float] = {}
         self._used: set[int] = set()  # serials of decisions applied
+        self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
 
     def first_use(self, decision: Decision) -> bool:
         """True the first time a decision is applied (for events and counters)."""
@@ -744,6 +758,48 @@ class Placer:
             del self.regrow_declined[k]
         for k in [k for k in self.regrow_told if k not in jobs]:
             del self.regrow_told[k]
+        for k in [k for k in self.refused if k not in jobs]:
+            del self.refused[k]
+
+    def pods_refused(self, key: Key, generation: int) -> float:
+        """Notes that the job's stage pods are refused; returns for how many seconds they
+        have been, in its current placement."""
+        now = time.monotonic()
+        r = self.refused.get(key)
+        if r is None or r.generation != generation:
+            r = self.refused[key] = Refused(generation, None)
+        if r.since is None:
+            r.since = now
+        return now - r.since
+
+    def pods_admitted(self, key: Key) -> None:
+        """The job's stage pods all exist: its refusals are over."""
+        self.refused.pop(key, None)
+
+    def give_back(self, key: Key, generation: int, why: str, grace_s: float) -> Decision:
+        """The job's pods were refused too long: it drops its plan (the caller deletes its
+        pods) and is not planned for ``grace_s``, doubled at each time in a row, at most
+        ``MAX_REFUSED_WAIT_S``, or until its spec changes. Returns what it is told."""
+        r = self.refused.get(key)
+        if r is None or r.generation != generation:
+            r = self.refused[key] = Refused(generation, None)
+        wait = min(grace_s * 2**r.times, MAX_REFUSED_WAIT_S)
+        r.times += 1
+        r.since = None
+        r.until = time.monotonic() + wait
+        reason = f"{why}; planned again in {wait:.0f} s, or when its spec changes"
+        r.decision = Decision(key, None, None, reason, self.planner, refused=True)
+        self.first_use(r.decision)  # told by the caller, once
+        self.forget(key)
+        return r.decision
+
+    def waiting_out(self, entry: JobEntry) -> Decision | None:
+        """What a job that gave its servers back is told while it waits, or None once its
+        pause is over or its spec changed."""
+        r = self.refused.get(entry.key)
+        if r is None or r.decision is None or r.generation != entry.generation:
+            return None
+        return r.decision if time.monotonic() < r.until else None
 
     def reserved_use(self, snap: Snapshot, but: Key | None = None) -> dict[str, dict[str, float]]:
         """By namespace, what the reserved decisions' pods will count toward its quotas and
@@ -790,6 +846,9 @@ class Placer:
             entry = snap.jobs.get(key)
             if entry is None or not entry.pending:
                 return None
+            waiting = self.waiting_out(entry)
+            if waiting is not None:
+                return waiting
             snap.held = self.held(snap.held)
             last = self.unplaced.get(key)
             if last is not None and last[0] == self.fingerprint(snap, entry):
@@ -805,7 +864,7 @@ class Placer:
                 self.plan_fn,
                 planner=self.planner,
                 baselines=self.baselines,
-                decided=set(self.reserved),
+                decided=set(self.reserved) | self._pausing(snap),
                 taken=self.reserved_use(snap),
                 **self.opts,  # type: ignore[arg-type]
             )
@@ -941,7 +1000,13 @@ class Placer:
         its round is not over (one tried on these very servers and left unplaced waits
         for a change, and does not hold regrowth back)."""
         last = self.unplaced.get(e.key)
+        if self.waiting_out(e) is not None:
+            return False
         return e.pending and (last is None or last[0] != self.fingerprint(snap, e))
+
+    def _pausing(self, snap: Snapshot) -> set[Key]:
+        """Jobs that gave their servers back and wait: not planned in this round."""
+        return {k for k, e in snap.jobs.items() if self.waiting_out(e) is not None}
 
     def pending_write(self, key: Key, shown: JobPlan) -> Decision | None:
         """This job's re-plan whose status write is not visible yet: a reservation made

@@ -130,8 +130,9 @@ async def reconcile(
                     ctx.event("Warning", "Unschedulable", f"no plan fits: {decision.reason}{gone}")
             new.update(_unplanned(st.PENDING))  # an edit's old plan may have left its fields
             conds = _not_ready(conds, gen)
+            cause = PODS_FORBIDDEN if decision.refused else UNSCHEDULABLE
             new["conditions"] = st.set_condition(
-                conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
+                conds, st.PLANNED, False, cause, decision.reason, gen
             )
             ctx.metrics.set_predicted(ns, name, None)
             return new
@@ -218,6 +219,9 @@ async def reconcile(
         if namespace_terminating(exc):
             return {}  # the namespace is going, and its jobs with it
         refused = forbidden_pods(exc)
+        waited = 0.0 if refused is None else ctx.placer.pods_refused(entry.key, gen)
+        if refused is not None and waited >= ctx.config.forbidden_grace_s:
+            return await _give_back(ctx, entry, len(plan.nodes), refused, waited, conds, new)
         if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
             if replanned is not None:  # told now: the next round sees the new plan only
                 live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
@@ -273,6 +277,36 @@ def _replanned(
         ctx.event("Normal", regrow.REASON, msg)
         reason = regrow.REASON
     return st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
+
+
+async def _give_back(
+    ctx: Context,
+    entry: JobEntry,
+    servers: int,
+    refused: str,
+    waited: float,
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+) -> dict[str, Any]:
+    """The job's stage pods have been refused for ``waited`` seconds, past the grace: it
+    gives its servers back (its pods deleted: a gang runs whole or not at all) and waits
+    Pending, ``Planned=False`` with reason ``PodsForbidden``, for the pause the placer sets."""
+    gen = entry.generation
+    removed = await _remove_all(ctx, entry.key)
+    why = f"{refused} (for {waited:.0f} s): its {servers} server(s) are given back" + (
+        f" and its {removed} stage pod(s) deleted" if removed else ""
+    )
+    decision = ctx.placer.give_back(entry.key, gen, why, ctx.config.forbidden_grace_s)
+    ctx.event("Warning", PODS_FORBIDDEN, decision.reason)
+    ctx.metrics.set_predicted(*entry.key, None)
+    new.update(_unplanned(st.PENDING))
+    conds = _not_ready(conds, gen)
+    if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("status") == "True":
+        conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", decision.reason, gen)
+    new["conditions"] = st.set_condition(
+        conds, st.PLANNED, False, PODS_FORBIDDEN, decision.reason, gen
+    )
+    return new
 
 
 def _fail(
@@ -534,6 +568,8 @@ async def _sync_pods(
     gated = [n for n in desired if n not in pods or pods[n].gated]
     if gated and not missing:
         await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
+    if not missing:  # every pod of the plan exists: no refusal is running out its grace
+        ctx.placer.pods_admitted(entry.key)
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
     return diff

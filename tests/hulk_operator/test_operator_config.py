@@ -24,6 +24,7 @@ from hulk_planner.errors import InvalidRequest
         ({"planning_budget_s": math.nan}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
         ({"disruption_threshold": 5.0}, "HULK_OPERATOR_DISRUPTION_THRESHOLD", "at most 1"),
         ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "zero or more"),
+        ({"forbidden_grace_s": 0.0}, "HULK_OPERATOR_FORBIDDEN_GRACE_S", "greater than zero"),
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
         ({"planner": "nope"}, "--planner", "use one of hulk"),
         ({"gnn_weights": "/nonexistent.pt"}, "--gnn-weights", "is not a file"),

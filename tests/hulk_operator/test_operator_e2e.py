@@ -511,6 +511,53 @@ def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_
     wait("Running once the quota is gone", lambda: kube.phase("quota") == "Running", 60)
 
 
+def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """Before, a job whose stage pods a scoped quota refused held its servers (and the pods
+    already created, gated) until the quota changed, however long: other namespaces' jobs
+    could not use them. Past forbidden_grace_s it gives them back, waits Pending for longer
+    each time it is refused again, and runs once the quota allows it."""
+    spec = {"hard": {"pods": "2"}, "scopes": ["NotTerminating"]}
+    kube.core.create_namespaced_resource_quota(kube.ns, {"metadata": {"name": "two"}, "spec": spec})
+    config = replace(CONFIG, forbidden_grace_s=2.0)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    try:
+        with cleanup_jobs(kube):
+            quota_in_force(kube, "two")
+            kube.apply(manifest("gb", model={"preset": "gpt2-xl"}))  # 4 stages
+
+            def given_back(pause: int) -> Callable[[], dict[str, Any] | None]:
+                def check() -> dict[str, Any] | None:
+                    c = condition(kube.job("gb"), "Planned")
+                    said = c.get("message", "")
+                    return c if f"planned again in {pause} s" in said else None
+
+                return check
+
+            c = wait("the servers given back", given_back(2), 60)
+            assert c["status"] == "False" and c["reason"] == "PodsForbidden", c
+            assert (
+                "exceeded quota: two" in c["message"] and "server(s) are given back" in c["message"]
+            ), c
+            status = kube.job("gb")["status"]
+            assert status["phase"] == "Pending" and status.get("plan") is None
+            wait("its pods gone", lambda: not kube.live_pods("gb"), 30)
+            events = kube.events("PodsForbidden")
+            assert any("given back" in e.message for e in events), [e.message for e in events]
+            # planned again after the pause, refused again: a longer pause
+            wait("given back again, for longer", given_back(4), 60)
+            kube.core.delete_namespaced_resource_quota("two", kube.ns)
+            wait("Running once the quota is gone", lambda: kube.phase("gb") == "Running", 60)
+            assert condition(kube.job("gb"), "Planned")["status"] == "True"
+    finally:
+        op.stop()
+        try:
+            kube.core.delete_namespaced_resource_quota("two", kube.ns)
+        except client.ApiException:
+            pass
+
+
 def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: Any) -> None:
     """A quota on requests.nvidia.com/gpu that no server fits: the job waits Pending, saying
     so, and holds no server (before, it was planned, its pods were refused and it held its

@@ -297,6 +297,60 @@ def test_placer_batches_reserves_and_caches_failures() -> None:
     asyncio.run(main())
 
 
+def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job whose stage pods the API server refuses past the grace gives its servers back
+    and is not planned for the grace, doubled at each refusal in a row (at most 10 min);
+    nor does a round plan it then (its servers go to the others). Admitted pods end the
+    run of refusals; an edited spec ends the pause at once."""
+    from hulk_operator import placement
+
+    now = [1000.0]
+    monkeypatch.setattr(placement.time, "monotonic", lambda: now[0])
+    a, b = (entry(j) for j in paper_jobs()[:2])
+    state = snap([a, b])
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(state.nodes, state.latencies, state.jobs, dict(state.held))
+
+    async def main() -> None:
+        placer = Placer(plan, batch_window_s=0.0)
+        assert placer.pods_refused(a.key, a.generation) == 0.0
+        now[0] += 30
+        assert placer.pods_refused(a.key, a.generation) == 30.0
+        waits = []
+        for _ in range(6):
+            told = placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
+            assert told.refused and told.job_plan is None and told.reason.startswith("refused")
+            assert not placer.first_use(told)  # its Event is posted by the caller
+            assert await placer.decide(a.key, snapshot) is told
+            waits.append(int(told.reason.split(" in ")[1].split()[0]))
+            now[0] += waits[-1] - 1
+            assert await placer.decide(a.key, snapshot) is told  # still pausing
+            now[0] += 1
+            assert placer.waiting_out(a) is None  # the pause is over
+            assert placer.pods_refused(a.key, a.generation) == 0.0  # refused again
+        assert waits == [120, 240, 480, 600, 600, 600]
+        # while it pauses, a round plans the others and never it
+        placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
+        got = await placer.decide(b.key, snapshot)
+        assert got is not None and got.job_plan is not None and a.key not in placer.reserved
+        # an edit: planned at once
+        edited = replace(a, generation=a.generation + 1)
+        state.jobs[a.key] = edited  # type: ignore[index]
+        assert placer.waiting_out(edited) is None
+        got = await placer.decide(a.key, snapshot)
+        assert got is not None and got.job_plan is not None and not got.refused
+        # admitted pods end the run of refusals: the next pause is the grace again
+        placer.pods_admitted(a.key)
+        placer.pods_refused(a.key, edited.generation)
+        told = placer.give_back(a.key, edited.generation, "refused", grace_s=120.0)
+        assert "in 120 s" in told.reason
+
+    asyncio.run(main())
+
+
 def test_replan_keeps_healthy_stages() -> None:
     gpt = entry(paper_jobs()[2])
     state = snap([gpt])
