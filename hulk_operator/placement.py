@@ -48,6 +48,9 @@ PlanFn = Callable[..., Plan]
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
 MAX_REFUSED_WAIT_S = 600.0  # the longest pause of a job whose pods were refused
+# An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
+# is planned again at most this often: a busy namespace must not start a round at every pod.
+QUOTA_RECHECK_S = 10.0
 
 
 @dataclass
@@ -824,14 +827,29 @@ class Placer:
 
     @staticmethod
     def fingerprint(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
+        """What a job's last failed round saw; the quota figures come last."""
         return (
             tuple(i.name for i in snap.free(entry)),
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
-            snap.quota_seen(entry.key[0]),  # a quota raised: planned again
             snap.gpu_max(entry.key[0]),
             repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
+            snap.quota_seen(entry.key[0]),  # a quota raised: planned again
         )
+
+    def _unchanged(self, snap: Snapshot, entry: JobEntry) -> Decision | None:
+        """The job's last failure, where planning it again now would change nothing: the
+        round saw the same, or only its namespace's quota figures moved, less than
+        ``QUOTA_RECHECK_S`` ago."""
+        last = self.unplaced.get(entry.key)
+        if last is None:
+            return None
+        seen, now = last[0], self.fingerprint(snap, entry)
+        if seen == now:
+            return last[1]
+        if seen[:-1] == now[:-1] and time.monotonic() - last[1].made < QUOTA_RECHECK_S:
+            return last[1]
+        return None
 
     async def decide(
         self, key: Key, snapshot: Callable[[], Awaitable[Snapshot]]
@@ -850,9 +868,9 @@ class Placer:
             if waiting is not None:
                 return waiting
             snap.held = self.held(snap.held)
-            last = self.unplaced.get(key)
-            if last is not None and last[0] == self.fingerprint(snap, entry):
-                return last[1]
+            last = self._unchanged(snap, entry)
+            if last is not None:
+                return last
             await asyncio.sleep(self.batch_window_s)
             snap = await snapshot()
             self.prune(snap.jobs)
@@ -999,10 +1017,9 @@ class Placer:
         """A pending job that may yet be placed on the free servers: not tried on them, or
         its round is not over (one tried on these very servers and left unplaced waits
         for a change, and does not hold regrowth back)."""
-        last = self.unplaced.get(e.key)
         if self.waiting_out(e) is not None:
             return False
-        return e.pending and (last is None or last[0] != self.fingerprint(snap, e))
+        return e.pending and self._unchanged(snap, e) is None
 
     def _pausing(self, snap: Snapshot) -> set[Key]:
         """Jobs that gave their servers back and wait: not planned in this round."""

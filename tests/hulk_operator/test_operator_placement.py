@@ -495,6 +495,57 @@ def test_a_reservation_not_yet_counted_by_the_quota_is_not_handed_out_again() ->
     assert "after the namespace's jobs planned just now took " in second.reason
 
 
+def test_an_unplaced_job_is_planned_again_at_most_every_10_s_for_quota_figures_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, every pod that came or went in a namespace with a quota moved its figures
+    and started a new round for each of its unplaced jobs (at 5,000 servers, one round is
+    seconds). Now the figures alone are looked at again after QUOTA_RECHECK_S; a raised
+    quota is then planned within, and anything else that changes is looked at at once."""
+    import time
+
+    from hulk_operator import placement
+
+    now = [time.monotonic()]  # (a decision's ``made`` is read from the real clock: the
+    # fake one is set from it)
+    monkeypatch.setattr(placement.time, "monotonic", lambda: now[0])
+    rounds: list[int] = []
+
+    def counting(*args: Any, **kw: Any) -> Plan:
+        rounds.append(1)
+        return plan(*args, **kw)
+
+    opt = entry(paper_jobs()[0])
+    quota = {"pods": 0.0, "requests.memory": 2.0**40}
+    state = {"held": {}}
+
+    async def snapshot() -> Snapshot:
+        return replace(snap([opt], dict(state["held"])), quotas={"ml": [("q", dict(quota))]})
+
+    async def main() -> None:
+        placer = Placer(counting, batch_window_s=0.0)
+        first = await placer.decide(opt.key, snapshot)
+        assert first is not None and first.job_plan is None
+        assert "ResourceQuota q" in first.reason
+        done = len(rounds)
+        quota["requests.memory"] -= 2.0**30  # a pod of the namespace came: figures moved
+        now[0] = first.made + placement.QUOTA_RECHECK_S - 1
+        assert await placer.decide(opt.key, snapshot) is first and len(rounds) == done
+        state["held"] = {"berlin-30": ("other", "x")}  # the free servers changed: at once
+        again = await placer.decide(opt.key, snapshot)
+        assert again is not None and again is not first and len(rounds) > done
+        assert again.job_plan is None
+        done = len(rounds)
+        quota["pods"] = 100.0  # raised
+        now[0] = again.made + placement.QUOTA_RECHECK_S - 1
+        assert await placer.decide(opt.key, snapshot) is again and len(rounds) == done
+        now[0] += 1
+        placed = await placer.decide(opt.key, snapshot)
+        assert placed is not None and placed.job_plan is not None
+
+    asyncio.run(main())
+
+
 def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() -> None:
     """Kubernetes refuses a pod unless each container sets what a quota on CPU or memory
     counts ("must specify limits.cpu"): before, the job was planned and held its servers."""
