@@ -204,11 +204,14 @@ class Snapshot:
         spec = self.pod_resources(entry)
         containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
         pod_level = spec.get("resources") or {}
+        set_for_pod = [*(pod_level.get("requests") or {}), *(pod_level.get("limits") or {})]
+        if any(r in ("cpu", "memory") or r.startswith("hugepages-") for r in set_for_pod):
+            # pod-level resources (spec.resources): Kubernetes skips the whole check
+            # (PodLevelResources, on by default since 1.34)
+            return None
         for name, left in quotas:
             for r in sorted(set(left) & _MUST_SET):
                 kind, res = r.split(".") if "." in r else ("requests", r)
-                if res in (pod_level.get(kind) or {}) or res in (pod_level.get("limits") or {}):
-                    continue  # set for the whole pod (spec.resources): admitted so
                 missing = [
                     str(c.get("name")) for c in containers if res not in c["resources"][kind]
                 ]

@@ -558,6 +558,50 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
             pass
 
 
+def test_the_quota_must_set_rule_hulk_plans_with_is_the_api_servers(kube: Kube) -> None:
+    """Which templates a quota on limits.cpu makes Kubernetes refuse ("must specify
+    limits.cpu"), as Hulk decides it before planning, against the API server's own answer
+    (a dry-run create): they must agree, pod-level resources included (Kubernetes 1.34+
+    skips the whole check for a pod that sets any)."""
+    from placement_helpers import entry, snap
+
+    from hulk_operator.inventory import stage_quota, with_defaults
+    from hulk_planner.datasets import paper_jobs
+
+    name = "cpu-limits"
+    quota = {"metadata": {"name": name}, "spec": {"hard": {"limits.cpu": "100"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    quota_in_force(kube, name)
+    bare = {"name": "t", "image": "x"}
+    limited = {**bare, "resources": {"limits": {"cpu": "1"}}}
+    cases = {
+        "a container sets no limit": {"containers": [bare]},
+        "every container sets it": {"containers": [limited]},
+        "an init container sets none": {
+            "containers": [limited],
+            "initContainers": [{**bare, "name": "init"}],
+        },
+        "the pod sets it": {"containers": [bare], "resources": {"limits": {"cpu": "1"}}},
+        "the pod sets memory": {"containers": [bare], "resources": {"requests": {"memory": "1G"}}},
+    }
+    job = entry(paper_jobs()[2], ns=kube.ns)
+    got: dict[str, tuple[bool, bool]] = {}
+    for case, spec in cases.items():
+        e = replace(job, pod_quota=stage_quota(spec), pod_resources=with_defaults(spec, ()))
+        view = replace(snap([e]), quotas={kube.ns: [(name, {"limits.cpu": 100.0})]})
+        hulk = view.quota_refuses(e) is None
+        pod = {"metadata": {"name": "probe"}, "spec": spec}
+        try:
+            kube.core.create_namespaced_pod(kube.ns, pod, dry_run="All")
+            admitted = True
+        except client.ApiException as exc:
+            assert exc.status == 403 and "must specify limits.cpu" in str(exc.body), exc.body
+            admitted = False
+        got[case] = (hulk, admitted)
+    assert all(hulk == admitted for hulk, admitted in got.values()), got
+    assert {admitted for _, admitted in got.values()} == {True, False}  # both kinds tried
+
+
 def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: Any) -> None:
     """A quota on requests.nvidia.com/gpu that no server fits: the job waits Pending, saying
     so, and holds no server (before, it was planned, its pods were refused and it held its

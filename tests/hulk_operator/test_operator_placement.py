@@ -577,8 +577,15 @@ def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() ->
     assert asyncio.run(placer.decide(gpt.key, snapshot)).job_plan is not None  # type: ignore[union-attr]
     # so is a limit for the whole pod (spec.resources), which the containers then need not set
     pod_level = {**tmpl, "resources": {"limits": {"cpu": "4"}}}
-    gpt = templated(gpt, pod_level)
-    assert plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key].job_plan is not None
+    assert plan_pending(replace(snap([templated(gpt, pod_level)]), quotas=quotas), plan)[
+        gpt.key
+    ].job_plan
+    # any pod-level CPU or memory skips the whole check (PodLevelResources: before, only the
+    # resource set for the pod was exempt, and this job waited for good)
+    memory_only = {**tmpl, "resources": {"requests": {"memory": "1Gi"}}}
+    assert plan_pending(replace(snap([templated(gpt, memory_only)]), quotas=quotas), plan)[
+        gpt.key
+    ].job_plan
 
 
 def test_quota_usage_counts_sidecars_pod_level_resources_and_overhead() -> None:
