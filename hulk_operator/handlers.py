@@ -36,11 +36,13 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import JobEntry, Key, job_entry, object_entry, spec_hashes
 from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.inventory import (
+    Bound,
     Latencies,
     NodeInfo,
     Resources,
     Usage,
     gpu_limit,
+    limit_bounds,
     limit_defaults,
     node_info,
     other_pods,
@@ -270,6 +272,17 @@ def hulk_limit_defaults(
     return {namespace: (name, *defaults)} if namespace and defaults is not None else None
 
 
+@kopf.index("limitranges")
+def hulk_limit_bounds(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[str, tuple[Bound, ...]] | None:
+    """What LimitRanges bound a container's and a pod's requests and limits by (GPUs
+    aside), by namespace: a template out of bounds is told before planning, and holds no
+    server."""
+    bounds = limit_bounds(body)
+    return {namespace: bounds} if namespace and bounds is not None else None
+
+
 def _one(store: Any) -> Any:
     return next(iter(store), None) if store is not None else None
 
@@ -421,6 +434,7 @@ async def hulktrainingjob_reconcile(
     hulk_quotas: kopf.Index[str, tuple[str, dict[str, float]]],
     hulk_gpu_limits: kopf.Index[str, tuple[str, float]],
     hulk_limit_defaults: kopf.Index[str, tuple[str, dict[str, Any], dict[str, Any]]],
+    hulk_limit_bounds: kopf.Index[str, tuple[Bound, ...]],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -450,6 +464,7 @@ async def hulktrainingjob_reconcile(
             hulk_quotas,
             hulk_gpu_limits,
             hulk_limit_defaults,
+            hulk_limit_bounds,
         )
 
     def event(type_: str, reason: str, message: str) -> None:
@@ -519,6 +534,7 @@ async def build_snapshot(
     hulk_quotas: Any = None,
     hulk_gpu_limits: Any = None,
     hulk_limit_defaults: Any = None,
+    hulk_limit_bounds: Any = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -561,4 +577,8 @@ async def build_snapshot(
         counted=counted,
         gpu_limits=by_namespace(hulk_gpu_limits),
         limit_defaults=by_namespace(hulk_limit_defaults),
+        limit_bounds={
+            ns: [b for bounds in stores for b in bounds]
+            for ns, stores in by_namespace(hulk_limit_bounds).items()
+        },
     )

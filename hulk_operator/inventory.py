@@ -214,6 +214,90 @@ def limit_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return (req, lim) if req or lim else None
 
 
+# (LimitRange, Container or Pod, min/max/maxLimitRequestRatio, resource, amount)
+Bound = tuple[str, str, str, str, float]
+_BOUND_KINDS = ("min", "max", "maxLimitRequestRatio")
+
+
+def limit_bounds(body: Mapping[str, Any]) -> tuple[Bound, ...] | None:
+    """What a LimitRange bounds a container's and a pod's requests and limits by (its
+    Container and Pod items' min, max and maxLimitRequestRatio), GPUs aside (a stage pod's
+    are its server's, within ``gpu_limit``); None where it sets none."""
+    name = str((body.get("metadata") or {}).get("name", ""))
+    out: list[Bound] = []
+    for item in (body.get("spec") or {}).get("limits") or []:
+        if item.get("type") not in ("Container", "Pod"):
+            continue
+        for kind in _BOUND_KINDS:
+            for res, value in sorted((item.get(kind) or {}).items()):
+                if res != GPU:
+                    out.append((name, str(item["type"]), kind, res, _amount(value)))
+    return tuple(out) or None
+
+
+def bounds_refuse(spec: Mapping[str, Any], bounds: Iterable[Bound]) -> str | None:
+    """Why Kubernetes' LimitRanger refuses a pod with these resources (``with_defaults``'
+    output: the LimitRanges' defaults filled in), as its validation reads each bound; None
+    where it admits it. A Container bound holds for every container and init container, a
+    Pod bound for the pod's requests and limits added up (pod-level resources where set)."""
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    whole = {k: v for k, v in spec.items() if k != "overhead"}  # LimitRanger leaves it out
+    for limit_range, type_, kind, res, amount in bounds:
+        if type_ == "Container":
+            targets = [
+                (
+                    f"container {c.get('name')}",
+                    {k: _amount(v) for k, v in (c["resources"].get("requests") or {}).items()},
+                    {k: _amount(v) for k, v in (c["resources"].get("limits") or {}).items()},
+                )
+                for c in containers
+            ]
+        else:
+            pod = "the pod (its containers added up)"
+            targets = [(pod, _effective(whole, limits=False), _effective(whole, limits=True))]
+        for who, req, lim in targets:
+            why = _out_of_bound(kind, res, amount, req.get(res), lim.get(res))
+            if why:
+                return f"LimitRange {limit_range} ({type_} {kind}): {who} {why}"
+    return None
+
+
+def _out_of_bound(
+    kind: str, res: str, amount: float, req: float | None, lim: float | None
+) -> str | None:
+    """One bound of a LimitRange against a request and a limit (None: not set), as
+    Kubernetes' LimitRanger checks it."""
+
+    def q(v: float) -> str:
+        return quantity_text(res, v)
+
+    if kind == "min":
+        if req is None:
+            return f"requests no {res} (the minimum is {q(amount)})"
+        low = min(req, lim if lim is not None else req)
+        if low < amount:
+            return f"asks {q(low)}, under the minimum of {q(amount)}"
+    elif kind == "max":
+        if lim is None:
+            return f"sets no {res} limit (the maximum is {q(amount)})"
+        high = max(lim, req or 0.0)
+        if high > amount:
+            return f"asks {q(high)}, over the maximum of {q(amount)}"
+    else:
+        if not req or not lim:
+            return f"sets no {res} request or limit (limit/request at most {amount:g})"
+        if lim / req > amount:
+            return f"has a {res} limit/request of {lim / req:g}, over the maximum of {amount:g}"
+    return None
+
+
+def quantity_text(resource: str, amount: float) -> str:
+    """``8 cpu``, ``16Gi memory``: an amount of a resource in its units."""
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return f"{amount / 2**30:.4g}Gi {resource}"
+    return f"{amount:g} {resource}"
+
+
 def with_defaults(
     spec: Mapping[str, Any], defaults: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
 ) -> dict[str, Any]:

@@ -28,9 +28,11 @@ from hulk_operator.fit import describe, matching_nodes, missing_resources, plann
 from hulk_operator.inventory import (
     ALWAYS_TOLERATED,
     QUOTA_GPU,
+    Bound,
     Latencies,
     NodeInfo,
     Resources,
+    bounds_refuse,
     build_cluster,
     cut_pairs,
     estimated_pairs,
@@ -179,6 +181,8 @@ class Snapshot:
     limit_defaults: Mapping[str, Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]] = (
         field(default_factory=dict)
     )
+    # namespace -> the bounds of its LimitRanges on containers' and pods' resources (not GPUs)
+    limit_bounds: Mapping[str, Sequence[Bound]] = field(default_factory=dict)
 
     def pod_resources(self, entry: JobEntry) -> Mapping[str, Any]:
         """The job's stage pod's containers' resources once the namespace's LimitRanges
@@ -271,6 +275,20 @@ class Snapshot:
                     return Short(entry.key[0], name, r, room, more, need.get(r, 0.0))
         return None
 
+    def bounds_refuse(self, entry: JobEntry) -> str | None:
+        """Why the namespace's LimitRanges refuse every stage pod of the job, whatever its
+        plan: its template (their defaults filled in) is out of their CPU or memory bounds."""
+        bounds = sorted(self.limit_bounds.get(entry.key[0], ()))
+        if not bounds:
+            return None
+        why = bounds_refuse(self.pod_resources(entry), bounds)
+        if why is None:
+            return None
+        return (
+            f"namespace {entry.key[0]}'s {why}: Kubernetes refuses such stage pods; change "
+            "spec.template's resources, or the LimitRange"
+        )
+
     def limit_refuses(self, entry: JobEntry) -> tuple[str, float] | None:
         """The namespace's LimitRange (name, maximum) when it allows none of the job's
         stage pods: a maximum under one GPU, or under what the template asks."""
@@ -286,7 +304,7 @@ class Snapshot:
         mine = set(also)
         sel = dict(entry.node_selector)
         out: list[NodeInfo] = []
-        if self.limit_refuses(entry):
+        if self.limit_refuses(entry) or self.bounds_refuse(entry):
             return out  # no stage pod the namespace allows: why_none_free says so
         limit = self.gpu_max(entry.key[0])
         most = int(limit[1]) if limit is not None else None
@@ -325,6 +343,9 @@ class Snapshot:
 
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
+        bounds = self.bounds_refuse(entry)
+        if bounds is not None:
+            return bounds
         limit = self.limit_refuses(entry)
         if limit is not None:
             return (
@@ -836,6 +857,7 @@ class Placer:
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
             snap.gpu_max(entry.key[0]),
+            tuple(sorted(snap.limit_bounds.get(entry.key[0], ()))),
             repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
             snap.quota_seen(entry.key[0]),  # a quota raised: planned again
         )

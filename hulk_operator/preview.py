@@ -27,9 +27,11 @@ from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.inventory import (
+    Bound,
     Usage,
     build_cluster,
     gpu_limit,
+    limit_bounds,
     limit_defaults,
     node_info,
     other_pods,
@@ -108,8 +110,10 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
             quotas.setdefault(q["metadata"]["namespace"], []).append((q["metadata"]["name"], left))
     limits: dict[str, list[tuple[str, float]]] = {}
     defaults: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
+    bounds: dict[str, list[Bound]] = {}
     for lr in limit_items:
         meta = lr["metadata"]
+        bounds.setdefault(meta["namespace"], []).extend(limit_bounds(lr) or ())
         most, given = gpu_limit(lr), limit_defaults(lr)
         if most is not None:
             limits.setdefault(meta["namespace"], []).append((meta["name"], most))
@@ -125,6 +129,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         counted={k: summed(v) for k, v in counted.items()},
         gpu_limits=limits,
         limit_defaults=defaults,
+        limit_bounds=bounds,
     )
     return snap, by_key
 

@@ -602,6 +602,91 @@ def test_the_quota_must_set_rule_hulk_plans_with_is_the_api_servers(kube: Kube) 
     assert {admitted for _, admitted in got.values()} == {True, False}  # both kinds tried
 
 
+LIMIT_RANGE = {
+    "metadata": {"name": "bounds"},
+    "spec": {
+        "limits": [
+            {
+                "type": "Container",
+                "max": {"cpu": "2"},
+                "min": {"memory": "100Mi"},
+                "maxLimitRequestRatio": {"cpu": "4"},
+            },
+            {"type": "Pod", "max": {"memory": "4Gi"}},
+        ]
+    },
+}
+
+
+def test_limitrange_bounds_hulk_plans_with_are_the_api_servers(kube: Kube) -> None:
+    """Which templates a LimitRange's min, max and limit/request ratio (per container and
+    per pod) make Kubernetes refuse, as Hulk decides it before planning (the LimitRange's
+    defaults filled in, as stored: a max is the default limit), against the API server's
+    own answer (a dry-run create): they must agree. Before, such a job was planned, its pods
+    refused, and it held its servers."""
+    import json as json_
+
+    from placement_helpers import entry, snap
+
+    from hulk_operator.inventory import limit_bounds, limit_defaults, stage_quota, with_defaults
+    from hulk_planner.datasets import paper_jobs
+
+    kube.core.create_namespaced_limit_range(kube.ns, LIMIT_RANGE)
+    raw: Any = kube.core.read_namespaced_limit_range("bounds", kube.ns, _preload_content=False)
+    stored = json_.loads(raw.data)
+    defaults, bounds = limit_defaults(stored), limit_bounds(stored)
+    assert defaults is not None and bounds is not None
+
+    def box(name: str, **resources: dict[str, str]) -> dict[str, Any]:
+        return {"name": name, "image": "x", "resources": resources}
+
+    fits = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    cases = {
+        "within every bound": {"containers": [box("t", **fits)]},
+        "no memory limit (the pod maximum needs one)": {"containers": [box("t")]},
+        "over the container CPU maximum": {
+            "containers": [box("t", limits={"cpu": "3", "memory": "1Gi"})]
+        },
+        "a CPU limit 10x its request": {"containers": [box("t", requests={"cpu": "100m"}, **fits)]},
+        "under the container memory minimum": {
+            "containers": [box("t", requests={"memory": "50Mi"}, **fits)]
+        },
+        "two containers over the pod memory maximum": {
+            "containers": [
+                box("a", limits={"cpu": "1", "memory": "3Gi"}),
+                box("b", limits={"cpu": "1", "memory": "3Gi"}),
+            ]
+        },
+        "an init container over the CPU maximum": {
+            "containers": [box("t", **fits)],
+            "initContainers": [box("init", limits={"cpu": "3", "memory": "1Gi"})],
+        },
+    }
+    job = entry(paper_jobs()[2], ns=kube.ns)
+    got: dict[str, tuple[bool, bool]] = {}
+    for case, spec in cases.items():
+        e = replace(job, pod_quota=stage_quota(spec), pod_resources=with_defaults(spec, ()))
+        view = replace(
+            snap([e]),
+            limit_defaults={kube.ns: [("bounds", *defaults)]},
+            limit_bounds={kube.ns: list(bounds)},
+        )
+        why = view.bounds_refuse(e)
+        assert why is None or why.startswith(f"namespace {kube.ns}'s LimitRange bounds ("), why
+        try:
+            kube.core.create_namespaced_pod(
+                kube.ns, {"metadata": {"name": "probe"}, "spec": spec}, dry_run="All"
+            )
+            admitted = True
+        except client.ApiException as exc:
+            said = str(exc.body)
+            assert exc.status == 403 and ("usage per" in said or "ratio" in said), said
+            admitted = False
+        got[case] = (why is None, admitted)
+    assert all(hulk == admitted for hulk, admitted in got.values()), got
+    assert got["within every bound"] == (True, True)
+
+
 def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: Any) -> None:
     """A quota on requests.nvidia.com/gpu that no server fits: the job waits Pending, saying
     so, and holds no server (before, it was planned, its pods were refused and it held its

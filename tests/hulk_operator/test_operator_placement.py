@@ -18,6 +18,7 @@ from hulk_operator.inventory import (
     Latencies,
     Resources,
     Taint,
+    limit_bounds,
     limit_defaults,
     node_info,
     quota_usage,
@@ -586,6 +587,57 @@ def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() ->
     assert plan_pending(replace(snap([templated(gpt, memory_only)]), quotas=quotas), plan)[
         gpt.key
     ].job_plan
+
+
+def test_a_template_out_of_a_limitranges_bounds_is_told_before_planning() -> None:
+    """A LimitRange's CPU or memory bounds refuse every stage pod of such a template:
+    before, the job was planned, its pods were refused and it held its servers. Now it
+    holds none and is told which bound and container; once the LimitRange is gone it is
+    planned (a sandbox test checks the rule against the API server's answers)."""
+    body = {
+        "metadata": {"name": "lr"},
+        "spec": {
+            "limits": [
+                {"type": "Container", "max": {"cpu": "2", GPU: "8"}},
+                {"type": "Pod", "min": {"memory": "1Gi"}},
+                {"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}},
+            ]
+        },
+    }
+    bounds = limit_bounds(body)
+    assert bounds == (("lr", "Container", "max", "cpu", 2.0), ("lr", "Pod", "min", "memory", 2**30))
+    assert limit_bounds({"spec": {"limits": [{"type": "Container", "max": {GPU: "8"}}]}}) is None
+    tmpl = {
+        "containers": [{"name": "trainer", "resources": {"limits": {"cpu": "4", "memory": "2Gi"}}}]
+    }
+    gpt = templated(entry(paper_jobs()[2]), tmpl)
+    view = replace(snap([gpt]), limit_bounds={"ml": list(bounds)})
+    assert view.free(gpt) == []
+    d = plan_pending(view, plan)[gpt.key]
+    assert d.job_plan is None
+    assert d.reason == (
+        "namespace ml's LimitRange lr (Container max): container trainer asks 4 cpu, over the "
+        "maximum of 2 cpu: Kubernetes refuses such stage pods; change spec.template's "
+        "resources, or the LimitRange"
+    )
+    # the pod's memory added up over its containers, under the Pod minimum
+    small = {
+        "containers": [{"name": "t", "resources": {"limits": {"cpu": "1", "memory": "512Mi"}}}]
+    }
+    view = replace(snap([templated(gpt, small)]), limit_bounds={"ml": list(bounds)})
+    assert "the pod (its containers added up) asks 0.5Gi memory, under the minimum of 1Gi" in (
+        plan_pending(view, plan)[gpt.key].reason
+    )
+    # the LimitRange gone: planned at the next round (nothing else changed)
+    placer = Placer(plan, batch_window_s=0.0)
+    views = [replace(snap([gpt]), limit_bounds={"ml": list(bounds)}), snap([gpt])]
+
+    async def snapshot() -> Snapshot:
+        return views[0]
+
+    assert asyncio.run(placer.decide(gpt.key, snapshot)).job_plan is None  # type: ignore[union-attr]
+    views.pop(0)
+    assert asyncio.run(placer.decide(gpt.key, snapshot)).job_plan is not None  # type: ignore[union-attr]
 
 
 def test_quota_usage_counts_sidecars_pod_level_resources_and_overhead() -> None:
