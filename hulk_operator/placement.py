@@ -50,6 +50,7 @@ PlanFn = Callable[..., Plan]
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
 MAX_REFUSED_WAIT_S = 600.0  # the longest pause of a job whose pods were refused
+REFUSALS_APART_S = 60.0  # refusals further apart are not one run (retries are 10 s apart)
 # An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
 # is planned again at most this often: a busy namespace must not start a round at every pod.
 QUOTA_RECHECK_S = 10.0
@@ -61,6 +62,8 @@ class Refused:
 
     generation: int
     since: float | None  # monotonic: the first refusal of its current placement
+    servers: frozenset[str] = frozenset()  # that placement's
+    last: float = 0.0  # monotonic: the latest refusal (a refused pod is tried every 10 s)
     times: int = 0  # placements given back in a row
     until: float = 0.0  # monotonic: not planned before, once it gave its servers back
     decision: Decision | None = None  # what it is told meanwhile
@@ -766,9 +769,11 @@ class Placer:
             return False
         self._used.add(decision.serial)
         if len(self._used) > 10_000:
-            self._used = {d.serial for d in self.reserved.values()} | {
-                d.serial for _, d in self.unplaced.values()
-            }
+            self._used = (
+                {d.serial for d in self.reserved.values()}
+                | {d.serial for _, d in self.unplaced.values()}
+                | {r.decision.serial for r in self.refused.values() if r.decision is not None}
+            )
         return True
 
     def prune(self, jobs: Mapping[Key, JobEntry]) -> None:
@@ -788,15 +793,17 @@ class Placer:
         for k in [k for k in self.refused if k not in jobs]:
             del self.refused[k]
 
-    def pods_refused(self, key: Key, generation: int) -> float:
-        """Notes that the job's stage pods are refused; returns for how many seconds they
-        have been, in its current placement."""
+    def pods_refused(self, key: Key, generation: int, servers: Collection[str]) -> float:
+        """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns
+        for how many seconds they have been, in this placement (a re-plan's new servers,
+        or a placement after a pause, start the clock again)."""
         now = time.monotonic()
         r = self.refused.get(key)
         if r is None or r.generation != generation:
             r = self.refused[key] = Refused(generation, None)
-        if r.since is None:
-            r.since = now
+        if r.since is None or r.servers != frozenset(servers) or now - r.last > REFUSALS_APART_S:
+            r.since, r.servers = now, frozenset(servers)  # (a gap: the job went and came back)
+        r.last = now
         return now - r.since
 
     def pods_admitted(self, key: Key) -> None:
@@ -810,7 +817,7 @@ class Placer:
         r = self.refused.get(key)
         if r is None or r.generation != generation:
             r = self.refused[key] = Refused(generation, None)
-        wait = min(grace_s * 2**r.times, MAX_REFUSED_WAIT_S)
+        wait = min(grace_s * 2 ** min(r.times, 30), MAX_REFUSED_WAIT_S)  # (no overflow)
         r.times += 1
         r.since = None
         r.until = time.monotonic() + wait
@@ -1044,7 +1051,8 @@ class Placer:
         for a change, and does not hold regrowth back)."""
         if self.waiting_out(e) is not None:
             return False
-        return e.pending and self._unchanged(snap, e) is None
+        last = self.unplaced.get(e.key)  # (a quota's figures moved: it may fit now)
+        return e.pending and (last is None or last[0] != self.fingerprint(snap, e))
 
     def _pausing(self, snap: Snapshot) -> set[Key]:
         """Jobs that gave their servers back and wait: not planned in this round."""

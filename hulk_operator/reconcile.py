@@ -219,9 +219,11 @@ async def reconcile(
         if namespace_terminating(exc):
             return {}  # the namespace is going, and its jobs with it
         refused = forbidden_pods(exc)
-        waited = 0.0 if refused is None else ctx.placer.pods_refused(entry.key, gen)
+        waited = 0.0
+        if refused is not None:
+            waited = ctx.placer.pods_refused(entry.key, gen, plan.nodes)
         if refused is not None and waited >= ctx.config.forbidden_grace_s:
-            return await _give_back(ctx, entry, len(plan.nodes), refused, waited, conds, new)
+            return await _give_back(ctx, entry, plan, refused, waited, conds, new, force)
         if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
             if replanned is not None:  # told now: the next round sees the new plan only
                 live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
@@ -282,18 +284,19 @@ def _replanned(
 async def _give_back(
     ctx: Context,
     entry: JobEntry,
-    servers: int,
+    plan: JobPlan,
     refused: str,
     waited: float,
     conds: list[dict[str, Any]],
     new: dict[str, Any],
+    force: set[str],
 ) -> dict[str, Any]:
     """The job's stage pods have been refused for ``waited`` seconds, past the grace: it
     gives its servers back (its pods deleted: a gang runs whole or not at all) and waits
     Pending, ``Planned=False`` with reason ``PodsForbidden``, for the pause the placer sets."""
     gen = entry.generation
-    removed = await _remove_all(ctx, entry.key)
-    why = f"{refused} (for {waited:.0f} s): its {servers} server(s) are given back" + (
+    removed = await _remove_all(ctx, entry.key, force=force)  # (those on lost servers)
+    why = f"{refused} (for {waited:.0f} s): its {len(plan.nodes)} server(s) are given back" + (
         f" and its {removed} stage pod(s) deleted" if removed else ""
     )
     decision = ctx.placer.give_back(entry.key, gen, why, ctx.config.forbidden_grace_s)

@@ -183,20 +183,27 @@ def test_a_namespaced_operator_writes_only_in_its_namespaces(render: Render) -> 
     assert rules_of(named(objs, "ClusterRole", "hulk-operator")) == OPERATOR_CLUSTER_READS
     subject = {"kind": "ServiceAccount", "name": "hulk-operator", "namespace": "hulk-system"}
     assert named(objs, "ClusterRoleBinding", "hulk-operator")["subjects"] == [subject]
-    roles = by_kind(objs, "Role")
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    for role in roles:
-        assert role["metadata"]["name"] == "hulk-operator"
-        assert rules_of(role) == OPERATOR_NAMESPACED_RULES
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(objs, "Role")}
+    assert set(roles) == {
+        ("team-a", "hulk-operator"),
+        ("team-b", "hulk-operator"),
+        ("hulk-system", "hulk-operator-events"),  # kopf's Events on Nodes go to its own
+    }
+    for (_, name), role in roles.items():
+        events = {("", "events"): {"create"}}
+        assert rules_of(role) == (events if name.endswith("-events") else OPERATOR_NAMESPACED_RULES)
     bindings = by_kind(objs, "RoleBinding")
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert {(b["metadata"]["namespace"], b["metadata"]["name"]) for b in bindings} == set(roles)
     for b in bindings:
         assert b["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "Role",
-            "name": "hulk-operator",
+            "name": b["metadata"]["name"],
         }
         assert b["subjects"] == [subject]
+    # serving its own namespace: no second Role there
+    own = render(namespace="team-a", set_values=["operator.watchNamespaces={team-a}"])
+    assert [r["metadata"]["name"] for r in by_kind(own, "Role")] == ["hulk-operator"]
     args = container(objs, "Deployment", "hulk-operator")["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args

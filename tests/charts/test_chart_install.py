@@ -678,6 +678,7 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
             user = f"system:serviceaccount:{home}:{sa}"
             assert not _review(api, user, "create", "", "pods", "", namespace=home)
             assert _review(api, user, "create", "", "pods", "", namespace=team)
+            assert _review(api, user, "create", "", "events", "", namespace=home)  # on Nodes
             kubeconfig = _token_kubeconfig(api, sandbox, sa, home, tmp_path / "kubeconfig")
             # the paper's first job, shrunk to a model that fits on a few servers
             job = yaml_docs(EXAMPLES / "paper-jobs.yaml")[0]

@@ -251,6 +251,19 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
             ), out
         finally:
             kube.core.delete_namespaced_limit_range("no-gpus", kube.ns)
+        bounds = {
+            "metadata": {"name": "pod-memory"},
+            "spec": {"limits": [{"type": "Pod", "max": {"memory": "1Gi"}}]},
+        }
+        kube.core.create_namespaced_limit_range(kube.ns, bounds)
+        try:
+            out = preview()
+            assert out.returncode == 3 and out.stderr.startswith(
+                f"hulk plan: no job placed: pods-quota: namespace {kube.ns}'s LimitRange "
+                "pod-memory (Pod max): the pod (its containers added up) sets no memory limit"
+            ), out
+        finally:
+            kube.core.delete_namespaced_limit_range("pod-memory", kube.ns)
         kube.core.patch_namespaced_resource_quota(
             "two-pods", kube.ns, {"spec": {"hard": {"pods": "0"}}}
         )

@@ -315,11 +315,21 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
     async def snapshot() -> Snapshot:
         return Snapshot(state.nodes, state.latencies, state.jobs, dict(state.held))
 
+    here, there = {"berlin-30"}, {"paris-33"}
+
     async def main() -> None:
         placer = Placer(plan, batch_window_s=0.0)
-        assert placer.pods_refused(a.key, a.generation) == 0.0
+        assert placer.pods_refused(a.key, a.generation, here) == 0.0
         now[0] += 30
-        assert placer.pods_refused(a.key, a.generation) == 30.0
+        assert placer.pods_refused(a.key, a.generation, here) == 30.0
+        # a re-plan's new servers, or refusals far apart (the job went and came back),
+        # start the clock again
+        now[0] += 10
+        assert placer.pods_refused(a.key, a.generation, there) == 0.0
+        now[0] += placement.REFUSALS_APART_S + 1
+        assert placer.pods_refused(a.key, a.generation, there) == 0.0
+        now[0] += 30
+        assert placer.pods_refused(a.key, a.generation, there) == 30.0
         waits = []
         for _ in range(6):
             told = placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
@@ -331,8 +341,12 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
             assert await placer.decide(a.key, snapshot) is told  # still pausing
             now[0] += 1
             assert placer.waiting_out(a) is None  # the pause is over
-            assert placer.pods_refused(a.key, a.generation) == 0.0  # refused again
+            assert placer.pods_refused(a.key, a.generation, here) == 0.0  # refused again
         assert waits == [120, 240, 480, 600, 600, 600]
+        for _ in range(1100):  # refused for weeks: the pause stays at its cap
+            told = placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
+        assert "in 600 s" in told.reason
+        now[0] += 600
         # while it pauses, a round plans the others and never it
         placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
         got = await placer.decide(b.key, snapshot)
@@ -345,7 +359,7 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
         assert got is not None and got.job_plan is not None and not got.refused
         # admitted pods end the run of refusals: the next pause is the grace again
         placer.pods_admitted(a.key)
-        placer.pods_refused(a.key, edited.generation)
+        placer.pods_refused(a.key, edited.generation, here)
         told = placer.give_back(a.key, edited.generation, "refused", grace_s=120.0)
         assert "in 120 s" in told.reason
 
