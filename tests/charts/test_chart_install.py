@@ -117,6 +117,14 @@ class Applier:
         while core.list_namespaced_pod(namespace).items and time.monotonic() < deadline:
             time.sleep(0.2)
 
+    def apply_crds(self, crds: list[dict[str, Any]]) -> None:
+        """Applies the CRDs and waits until they are served."""
+        for crd in crds:
+            self.apply(crd)
+        for crd in crds:
+            self.wait_established(crd["metadata"]["name"])
+        self.dyn.resources.invalidate_cache()
+
     def wait_established(self, name: str, timeout: float = 60.0) -> None:
         crds = self.dyn.resources.get(
             api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
@@ -175,11 +183,7 @@ def installed(
         crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
         preexisting = {c["metadata"]["name"] for c in crds if applier.exists(c)}
         try:
-            for crd in crds:
-                applier.apply(crd)
-            for crd in crds:
-                applier.wait_established(crd["metadata"]["name"])
-            applier.dyn.resources.invalidate_cache()
+            applier.apply_crds(crds)
             rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
             accepted = [applier.apply(o) for o in rest if not _is_hook(o)]
             accepted += [applier.apply(o) for o in rest if _is_hook(o)]
@@ -665,11 +669,7 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
         custom: Any = client.CustomObjectsApi(api)
         core: Any = client.CoreV1Api(api)
         try:
-            for crd in crds:
-                applier.apply(crd)
-            for crd in crds:
-                applier.wait_established(crd["metadata"]["name"])
-            applier.dyn.resources.invalidate_cache()
+            applier.apply_crds(crds)
             rbac = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
             for obj in objs:
                 if obj["kind"] in rbac and obj["metadata"]["name"].startswith(release):
