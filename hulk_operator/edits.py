@@ -21,7 +21,7 @@ from typing import Any
 
 from hulk_operator import kube, manifests
 from hulk_operator.entries import CONSTRAINTS, JobEntry, normalized, spec_hashes
-from hulk_operator.errors import rejected_template
+from hulk_operator.errors import rejected_template, template_forbidden
 from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo
 
@@ -74,14 +74,15 @@ def refusal(
     nodes: Mapping[str, NodeInfo],
 ) -> str | None:
     """Why an edit of a running job is refused (its pods run on), or None: a pod template
-    the API server rejects (a server-side dry run of one stage pod), constraints no node
+    the API server rejects or forbids (a server-side dry run of one stage pod: invalid, or
+    out of a LimitRange's bounds, or refused by a policy), constraints no node
     matches, a model no set of the servers it may use could hold, stage pod requests no
     node could hold."""
     pod = manifests.template_check_pod(
         job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
     )
     error = kube.dry_run_pod(api, pod)
-    if error is not None and (why := rejected_template(error)) is not None:
+    if error is not None and (why := rejected_template(error) or template_forbidden(error)):
         return why
     if not nodes:
         return None

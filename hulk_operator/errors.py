@@ -124,6 +124,19 @@ def namespace_terminating(exc: BaseException) -> bool:
     return api_status(exc) == 403 and "because it is being terminated" in api_message(exc)
 
 
+def template_forbidden(exc: BaseException) -> str | None:
+    """The message for a stage pod the API server forbids for what its template asks (a
+    LimitRange's bounds, a quota's rule that every container sets a value, an admission
+    policy), not for the namespace's room (an exceeded quota), the operator's rights or a
+    namespace going away; None for other errors."""
+    if api_status(exc) != 403:
+        return None
+    said = api_message(exc)
+    if any(w in said for w in ("exceeded quota", "cannot create resource", "being terminated")):
+        return None
+    return f"spec.template: the API server refuses its stage pods: {said}"
+
+
 def forbidden_pods(exc: BaseException) -> str | None:
     """The message for stage pods the API server forbids (403: a ResourceQuota, an admission
     policy): the plan is fine, the namespace has no room yet. None for other errors."""

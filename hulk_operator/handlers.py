@@ -469,6 +469,8 @@ async def hulktrainingjob_reconcile(
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
+        # (also in the operator's log: what happened to a job, without kubectl)
+        (logger.warning if type_ == "Warning" else logger.info)(f"{reason}: {message}")
 
     ctx = Context(
         api=memo.api,

@@ -60,6 +60,7 @@ QUOTA_RECHECK_S = 10.0
 class Refused:
     """A job whose stage pods the API server refuses (a scoped quota, an admission policy)."""
 
+    uid: str  # the job object's (one deleted and applied again starts afresh)
     generation: int
     since: float | None  # monotonic: the first refusal of its current placement
     servers: frozenset[str] = frozenset()  # that placement's
@@ -524,6 +525,15 @@ def plan_pending(
     servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
     toward its quotas and do not yet)."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
+    out: dict[Key, Decision] = {}
+    # a template out of its namespace's LimitRange bounds gets no server: told here, as the
+    # bounds read the template's limits, which do not group jobs (one such member made
+    # its whole group's servers unfree, or was planned with them)
+    for e in list(pending):
+        refused = snap.bounds_refuse(e)
+        if refused is not None:
+            out[e.key] = Decision(e.key, None, None, refused, planner)
+            pending.remove(e)
     holding = set(snap.held.values())
 
     def rank(e: JobEntry) -> tuple[int, bool]:
@@ -534,7 +544,6 @@ def plan_pending(
         groups.setdefault(e.constraints, []).append(e)
     order = sorted(groups.values(), key=lambda g: max(rank(e) for e in g), reverse=True)
     held = dict(snap.held)
-    out: dict[Key, Decision] = {}
 
     # namespace -> what its jobs took in this round (and reservations not yet counted)
     given = {ns: dict(use) for ns, use in (taken or {}).items()}
@@ -793,14 +802,12 @@ class Placer:
         for k in [k for k in self.refused if k not in jobs]:
             del self.refused[k]
 
-    def pods_refused(self, key: Key, generation: int, servers: Collection[str]) -> float:
+    def pods_refused(self, entry: JobEntry, servers: Collection[str]) -> float:
         """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns
         for how many seconds they have been, in this placement (a re-plan's new servers,
         or a placement after a pause, start the clock again)."""
         now = time.monotonic()
-        r = self.refused.get(key)
-        if r is None or r.generation != generation:
-            r = self.refused[key] = Refused(generation, None)
+        r = self._refusal(entry)
         if r.since is None or r.servers != frozenset(servers) or now - r.last > REFUSALS_APART_S:
             r.since, r.servers = now, frozenset(servers)  # (a gap: the job went and came back)
         r.last = now
@@ -810,18 +817,25 @@ class Placer:
         """The job's stage pods all exist: its refusals are over."""
         self.refused.pop(key, None)
 
-    def give_back(self, key: Key, generation: int, why: str, grace_s: float) -> Decision:
+    def _refusal(self, entry: JobEntry) -> Refused:
+        """The job's record of refusals, a fresh one for a new object or spec."""
+        r = self.refused.get(entry.key)
+        if r is None or (r.uid, r.generation) != (entry.uid, entry.generation):
+            r = self.refused[entry.key] = Refused(entry.uid, entry.generation, None)
+        return r
+
+    def give_back(self, entry: JobEntry, why: str, grace_s: float) -> Decision:
         """The job's pods were refused too long: it drops its plan (the caller deletes its
         pods) and is not planned for ``grace_s``, doubled at each time in a row, at most
         ``MAX_REFUSED_WAIT_S``, or until its spec changes. Returns what it is told."""
-        r = self.refused.get(key)
-        if r is None or r.generation != generation:
-            r = self.refused[key] = Refused(generation, None)
+        key = entry.key
+        r = self._refusal(entry)
         wait = min(grace_s * 2 ** min(r.times, 30), MAX_REFUSED_WAIT_S)  # (no overflow)
         r.times += 1
         r.since = None
         r.until = time.monotonic() + wait
-        reason = f"{why}; planned again in {wait:.0f} s, or when its spec changes"
+        at = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
+        reason = f"{why}; planned again in {wait:.0f} s (at {at}), or when its spec changes"
         r.decision = Decision(key, None, None, reason, self.planner, refused=True)
         self.first_use(r.decision)  # told by the caller, once
         self.forget(key)
@@ -831,7 +845,9 @@ class Placer:
         """What a job that gave its servers back is told while it waits, or None once its
         pause is over or its spec changed."""
         r = self.refused.get(entry.key)
-        if r is None or r.decision is None or r.generation != entry.generation:
+        if r is None or r.decision is None:
+            return None
+        if (r.uid, r.generation) != (entry.uid, entry.generation):
             return None
         return r.decision if time.monotonic() < r.until else None
 

@@ -26,6 +26,7 @@ from urllib3.exceptions import HTTPError
 from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
+from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.inventory import (
     Bound,
     Usage,
@@ -255,6 +256,11 @@ def preview_plan(
                 notes.append(f"job {names[e.key]}: {d.note}")
         else:
             unplaced.append(Unplaced(names[e.key], d.reason))
+        said = st.condition((objects.get(e.key) or {}).get("status") or {}, st.PLANNED) or {}
+        if manifests is None and said.get("reason") == PODS_FORBIDDEN:
+            notes.append(  # the operator's pause after refused pods is its own, not previewed
+                f"job {names[e.key]}: the operator does not plan it now: {said.get('message')}"
+            )
     # the servers any pending job may get (with its tolerations and requests, wherever its
     # selectors allow), and those the plans use: the cluster the plan is shown against
     found: dict[str, Server] = {}

@@ -221,7 +221,7 @@ async def reconcile(
         refused = forbidden_pods(exc)
         waited = 0.0
         if refused is not None:
-            waited = ctx.placer.pods_refused(entry.key, gen, plan.nodes)
+            waited = ctx.placer.pods_refused(entry, plan.nodes)
         if refused is not None and waited >= ctx.config.forbidden_grace_s:
             return await _give_back(ctx, entry, plan, refused, waited, conds, new, force)
         if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
@@ -299,7 +299,7 @@ async def _give_back(
     why = f"{refused} (for {waited:.0f} s): its {len(plan.nodes)} server(s) are given back" + (
         f" and its {removed} stage pod(s) deleted" if removed else ""
     )
-    decision = ctx.placer.give_back(entry.key, gen, why, ctx.config.forbidden_grace_s)
+    decision = ctx.placer.give_back(entry, why, ctx.config.forbidden_grace_s)
     ctx.event("Warning", PODS_FORBIDDEN, decision.reason)
     ctx.metrics.set_predicted(*entry.key, None)
     new.update(_unplanned(st.PENDING))

@@ -344,6 +344,13 @@ def test_peering_off_runs_standalone_without_peering_object(render: Render) -> N
     c = container(objs, "Deployment", "hulk-operator")
     assert "--standalone" in c["args"] and not any(a.startswith("--peering") for a in c["args"])
     assert not by_kind(objs, "ClusterKopfPeering")
+    # nor any right on peering objects, cluster-wide or namespaced
+    namespaced = render(
+        set_values=["operator.peering.enabled=false", "operator.watchNamespaces={team-a}"]
+    )
+    for rendered in (objs, namespaced):
+        roles = by_kind(rendered, "ClusterRole") + by_kind(rendered, "Role")
+        assert roles and not [r for r in roles for g, _ in rules_of(r) if g == "kopf.dev"]
 
 
 def test_probe_daemonset_uses_host_network_and_tolerates_gpu_nodes(

@@ -1268,6 +1268,41 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     assert not kube.events("Unschedulable")
 
 
+def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, the dry run of the edited template was refused (403: a LimitRange the
+    namespace got after the job started) but only 400/422 counted: the edit was taken,
+    the job was planned again, told Unschedulable and lost its pods (a user trial)."""
+    kube.apply(manifest("bounded", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("bounded") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("bounded")}
+    bounds = {
+        "metadata": {"name": "pod-memory"},
+        "spec": {"limits": [{"type": "Pod", "max": {"memory": "8Gi"}}]},
+    }
+    kube.core.create_namespaced_limit_range(kube.ns, bounds)  # the template sets no limit
+    try:
+        template = copy.deepcopy(kube.job("bounded")["spec"]["template"])
+        template["spec"]["containers"][0]["args"] = ["--steps", "5"]
+        patch = {"spec": {"template": template}}
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "bounded", patch
+        )
+        c = edit_refused(kube, "bounded")
+        assert c["reason"] == "InvalidSpec", c
+        assert (
+            c["message"].startswith("spec.template: the API server refuses its stage pods: ")
+            and "maximum memory usage per Pod is 8Gi" in c["message"]
+        ), c
+        time.sleep(2)
+        assert kube.phase("bounded") == "Running"
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("bounded")} == before
+        assert not kube.events("Unschedulable")
+    finally:
+        kube.core.delete_namespaced_limit_range("pod-memory", kube.ns)
+
+
 def test_a_crd_upgrade_that_adds_a_defaulted_field_leaves_jobs_alone(
     kube: Kube, operator: Any
 ) -> None:

@@ -26,7 +26,7 @@ from hjob_helpers import (
     wait,
 )
 
-from hulk_operator import GPU
+from hulk_operator import GPU, GROUP, PLURAL, VERSION
 from hulk_operator.inventory import Latencies, build_cluster
 from hulk_operator.preview import cluster_from_kubeconfig
 from hulk_planner.api import plan
@@ -274,6 +274,31 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
             f"namespace {kube.ns}'s ResourceQuota two-pods leaves 0 pod(s) (pods); one stage "
             "pod needs 1 pod(s) (pods): raise the quota"
         ), unplaced
+        # a job the operator holds back after its pods were refused says so (a user trial:
+        # the preview showed it placed, with no word of the pause)
+        said = "the API server refuses the stage pods: ...; planned again in 120 s"
+        status = {
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "Planned",
+                        "status": "False",
+                        "reason": "PodsForbidden",
+                        "message": said,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
+            }
+        }
+        kube.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, kube.ns, PLURAL, "pods-quota", status
+        )
+        out = preview()
+        assert (
+            f"hulk plan: note: job pods-quota: the operator does not plan it now: {said}"
+            in out.stderr
+        ), out.stderr
     finally:
         kube.core.delete_namespaced_resource_quota("two-pods", kube.ns)
 

@@ -319,20 +319,20 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
 
     async def main() -> None:
         placer = Placer(plan, batch_window_s=0.0)
-        assert placer.pods_refused(a.key, a.generation, here) == 0.0
+        assert placer.pods_refused(a, here) == 0.0
         now[0] += 30
-        assert placer.pods_refused(a.key, a.generation, here) == 30.0
+        assert placer.pods_refused(a, here) == 30.0
         # a re-plan's new servers, or refusals far apart (the job went and came back),
         # start the clock again
         now[0] += 10
-        assert placer.pods_refused(a.key, a.generation, there) == 0.0
+        assert placer.pods_refused(a, there) == 0.0
         now[0] += placement.REFUSALS_APART_S + 1
-        assert placer.pods_refused(a.key, a.generation, there) == 0.0
+        assert placer.pods_refused(a, there) == 0.0
         now[0] += 30
-        assert placer.pods_refused(a.key, a.generation, there) == 30.0
+        assert placer.pods_refused(a, there) == 30.0
         waits = []
         for _ in range(6):
-            told = placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
+            told = placer.give_back(a, "refused", grace_s=120.0)
             assert told.refused and told.job_plan is None and told.reason.startswith("refused")
             assert not placer.first_use(told)  # its Event is posted by the caller
             assert await placer.decide(a.key, snapshot) is told
@@ -341,16 +341,18 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
             assert await placer.decide(a.key, snapshot) is told  # still pausing
             now[0] += 1
             assert placer.waiting_out(a) is None  # the pause is over
-            assert placer.pods_refused(a.key, a.generation, here) == 0.0  # refused again
+            assert placer.pods_refused(a, here) == 0.0  # refused again
         assert waits == [120, 240, 480, 600, 600, 600]
         for _ in range(1100):  # refused for weeks: the pause stays at its cap
-            told = placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
+            told = placer.give_back(a, "refused", grace_s=120.0)
         assert "in 600 s" in told.reason
         now[0] += 600
         # while it pauses, a round plans the others and never it
-        placer.give_back(a.key, a.generation, "refused", grace_s=120.0)
+        placer.give_back(a, "refused", grace_s=120.0)
         got = await placer.decide(b.key, snapshot)
         assert got is not None and got.job_plan is not None and a.key not in placer.reserved
+        # the job deleted and applied again (a new object, same name): planned at once
+        assert placer.waiting_out(replace(a, uid="uid-again")) is None
         # an edit: planned at once
         edited = replace(a, generation=a.generation + 1)
         state.jobs[a.key] = edited  # type: ignore[index]
@@ -359,8 +361,8 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
         assert got is not None and got.job_plan is not None and not got.refused
         # admitted pods end the run of refusals: the next pause is the grace again
         placer.pods_admitted(a.key)
-        placer.pods_refused(a.key, edited.generation, here)
-        told = placer.give_back(a.key, edited.generation, "refused", grace_s=120.0)
+        placer.pods_refused(edited, here)
+        told = placer.give_back(edited, "refused", grace_s=120.0)
         assert "in 120 s" in told.reason
 
     asyncio.run(main())
@@ -642,6 +644,18 @@ def test_a_template_out_of_a_limitranges_bounds_is_told_before_planning() -> Non
     assert "the pod (its containers added up) asks 0.5Gi memory, under the minimum of 1Gi" in (
         plan_pending(view, plan)[gpt.key].reason
     )
+    # beside a job with the same requests (one constraint group), in either name order: the
+    # one out of bounds is told, the other placed (a user trial: before, the group's
+    # servers followed its first member, so the good job waited, or the bad one was placed)
+    fits = {"containers": [{"name": "t", "resources": {"limits": {"cpu": "2", "memory": "2Gi"}}}]}
+    for bad_name, good_name in (("a-bad", "b-good"), ("z-bad", "b-good")):
+        bad = replace(templated(gpt, tmpl), key=("ml", bad_name))
+        good = replace(templated(gpt, fits), key=("ml", good_name))
+        assert bad.constraints == good.constraints
+        view = replace(snap([bad, good]), limit_bounds={"ml": list(bounds)})
+        got = plan_pending(view, plan)
+        assert got[bad.key].job_plan is None and "LimitRange lr" in got[bad.key].reason
+        assert got[good.key].job_plan is not None, got[good.key].reason
     # the LimitRange gone: planned at the next round (nothing else changed)
     placer = Placer(plan, batch_window_s=0.0)
     views = [replace(snap([gpt]), limit_bounds={"ml": list(bounds)}), snap([gpt])]
