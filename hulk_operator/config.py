@@ -42,7 +42,8 @@ class OperatorConfig:
     # A job whose stage pods the API server has refused this long (seconds: a scoped quota,
     # an admission policy) gives its servers back and waits Pending, instead of holding them
     # for good; it is planned again after a pause (this long, doubled at each refusal in a
-    # row, at most 10 min) or at once when its spec changes.
+    # row, at most 10 min) or at once when its spec or its namespace's quotas or
+    # LimitRanges change.
     forbidden_grace_s: float = 120.0
     # Debugging/testing knob: pause between stage pod creations (seconds).
     create_delay_s: float = 0.0

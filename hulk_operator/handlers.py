@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -47,6 +47,7 @@ from hulk_operator.inventory import (
     node_info,
     other_pods,
     pod_requests,
+    policy_text,
     quota_left,
     quota_usage,
     read_latencies,
@@ -252,6 +253,23 @@ def hulk_quotas(
     return {namespace: (name, left)} if namespace and left is not None else None
 
 
+@kopf.index("resourcequotas")
+def hulk_quota_specs(
+    namespace: str | None, name: str, spec: kopf.Spec, **_: Any
+) -> dict[str, tuple[str, str]] | None:
+    """Each ResourceQuota's spec by namespace, scoped ones and object counts included: a
+    change ends the pause of a job whose pods were refused (a quota raised, or gone)."""
+    return {namespace: (f"ResourceQuota {name}", policy_text(spec))} if namespace else None
+
+
+@kopf.index("limitranges")
+def hulk_limit_specs(
+    namespace: str | None, name: str, spec: kopf.Spec, **_: Any
+) -> dict[str, tuple[str, str]] | None:
+    """Each LimitRange's spec by namespace (as ``hulk_quota_specs``)."""
+    return {namespace: (f"LimitRange {name}", policy_text(spec))} if namespace else None
+
+
 @kopf.index("limitranges")
 def hulk_gpu_limits(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
@@ -435,6 +453,8 @@ async def hulktrainingjob_reconcile(
     hulk_gpu_limits: kopf.Index[str, tuple[str, float]],
     hulk_limit_defaults: kopf.Index[str, tuple[str, dict[str, Any], dict[str, Any]]],
     hulk_limit_bounds: kopf.Index[str, tuple[Bound, ...]],
+    hulk_quota_specs: kopf.Index[str, tuple[str, str]],
+    hulk_limit_specs: kopf.Index[str, tuple[str, str]],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -465,6 +485,7 @@ async def hulktrainingjob_reconcile(
             hulk_gpu_limits,
             hulk_limit_defaults,
             hulk_limit_bounds,
+            (hulk_quota_specs, hulk_limit_specs),
         )
 
     def event(type_: str, reason: str, message: str) -> None:
@@ -537,6 +558,7 @@ async def build_snapshot(
     hulk_gpu_limits: Any = None,
     hulk_limit_defaults: Any = None,
     hulk_limit_bounds: Any = None,
+    policy_specs: Sequence[Any] = (),
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -582,5 +604,9 @@ async def build_snapshot(
         limit_bounds={
             ns: [b for bounds in stores for b in bounds]
             for ns, stores in by_namespace(hulk_limit_bounds).items()
+        },
+        policies={
+            ns: [p for index in policy_specs for p in (index or {}).get(ns, ())]
+            for ns in {ns for index in policy_specs for ns in (index or {})}
         },
     )

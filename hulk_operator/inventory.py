@@ -26,6 +26,7 @@ without a link, the two cannot communicate.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -217,6 +218,11 @@ def limit_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
 # (LimitRange, Container or Pod, min/max/maxLimitRequestRatio, resource, amount)
 Bound = tuple[str, str, str, str, float]
 _BOUND_KINDS = ("min", "max", "maxLimitRequestRatio")
+
+
+def policy_text(spec: Mapping[str, Any]) -> str:
+    """A ResourceQuota's or LimitRange's spec as one comparable string."""
+    return json.dumps(dict(spec), sort_keys=True, default=str)
 
 
 def limit_bounds(body: Mapping[str, Any]) -> tuple[Bound, ...] | None:

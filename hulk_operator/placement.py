@@ -68,6 +68,7 @@ class Refused:
     times: int = 0  # placements given back in a row
     until: float = 0.0  # monotonic: not planned before, once it gave its servers back
     decision: Decision | None = None  # what it is told meanwhile
+    policies: tuple[tuple[str, str], ...] = ()  # its namespace's, when it gave servers back
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,12 @@ class Snapshot:
     )
     # namespace -> the bounds of its LimitRanges on containers' and pods' resources (not GPUs)
     limit_bounds: Mapping[str, Sequence[Bound]] = field(default_factory=dict)
+    # namespace -> ("ResourceQuota q" / "LimitRange l", its spec) of each, scoped ones too
+    policies: Mapping[str, Sequence[tuple[str, str]]] = field(default_factory=dict)
+
+    def policies_seen(self, namespace: str) -> tuple[tuple[str, str], ...]:
+        """The namespace's ResourceQuotas' and LimitRanges' specs (not what they count)."""
+        return tuple(sorted(self.policies.get(namespace, ())))
 
     def pod_resources(self, entry: JobEntry) -> Mapping[str, Any]:
         """The job's stage pod's containers' resources once the namespace's LimitRanges
@@ -824,10 +831,17 @@ class Placer:
             r = self.refused[entry.key] = Refused(entry.uid, entry.generation, None)
         return r
 
-    def give_back(self, entry: JobEntry, why: str, grace_s: float) -> Decision:
+    def give_back(
+        self,
+        entry: JobEntry,
+        why: str,
+        grace_s: float,
+        policies: tuple[tuple[str, str], ...] = (),
+    ) -> Decision:
         """The job's pods were refused too long: it drops its plan (the caller deletes its
         pods) and is not planned for ``grace_s``, doubled at each time in a row, at most
-        ``MAX_REFUSED_WAIT_S``, or until its spec changes. Returns what it is told."""
+        ``MAX_REFUSED_WAIT_S``, or until its spec or its namespace's ``policies`` (quotas
+        and LimitRanges, as they are now) change. Returns what it is told."""
         key = entry.key
         r = self._refusal(entry)
         wait = min(grace_s * 2 ** min(r.times, 30), MAX_REFUSED_WAIT_S)  # (no overflow)
@@ -835,19 +849,25 @@ class Placer:
         r.since = None
         r.until = time.monotonic() + wait
         at = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
-        reason = f"{why}; planned again in {wait:.0f} s (at {at}), or when its spec changes"
+        reason = (
+            f"{why}; planned again in {wait:.0f} s (at {at}), or when its spec or the "
+            "namespace's ResourceQuotas or LimitRanges change"
+        )
+        r.policies = policies
         r.decision = Decision(key, None, None, reason, self.planner, refused=True)
         self.first_use(r.decision)  # told by the caller, once
         self.forget(key)
         return r.decision
 
-    def waiting_out(self, entry: JobEntry) -> Decision | None:
+    def waiting_out(self, entry: JobEntry, snap: Snapshot) -> Decision | None:
         """What a job that gave its servers back is told while it waits, or None once its
-        pause is over or its spec changed."""
+        pause is over, or its spec or its namespace's quotas or LimitRanges changed."""
         r = self.refused.get(entry.key)
         if r is None or r.decision is None:
             return None
         if (r.uid, r.generation) != (entry.uid, entry.generation):
+            return None
+        if snap.policies_seen(entry.key[0]) != r.policies:
             return None
         return r.decision if time.monotonic() < r.until else None
 
@@ -912,7 +932,7 @@ class Placer:
             entry = snap.jobs.get(key)
             if entry is None or not entry.pending:
                 return None
-            waiting = self.waiting_out(entry)
+            waiting = self.waiting_out(entry, snap)
             if waiting is not None:
                 return waiting
             snap.held = self.held(snap.held)
@@ -1065,14 +1085,14 @@ class Placer:
         """A pending job that may yet be placed on the free servers: not tried on them, or
         its round is not over (one tried on these very servers and left unplaced waits
         for a change, and does not hold regrowth back)."""
-        if self.waiting_out(e) is not None:
+        if self.waiting_out(e, snap) is not None:
             return False
         last = self.unplaced.get(e.key)  # (a quota's figures moved: it may fit now)
         return e.pending and (last is None or last[0] != self.fingerprint(snap, e))
 
     def _pausing(self, snap: Snapshot) -> set[Key]:
         """Jobs that gave their servers back and wait: not planned in this round."""
-        return {k for k, e in snap.jobs.items() if self.waiting_out(e) is not None}
+        return {k for k, e in snap.jobs.items() if self.waiting_out(e, snap) is not None}
 
     def pending_write(self, key: Key, shown: JobPlan) -> Decision | None:
         """This job's re-plan whose status write is not visible yet: a reservation made

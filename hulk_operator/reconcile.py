@@ -299,7 +299,8 @@ async def _give_back(
     why = f"{refused} (for {waited:.0f} s): its {len(plan.nodes)} server(s) are given back" + (
         f" and its {removed} stage pod(s) deleted" if removed else ""
     )
-    decision = ctx.placer.give_back(entry, why, ctx.config.forbidden_grace_s)
+    seen = (await ctx.snapshot()).policies_seen(entry.key[0])  # a change ends the pause
+    decision = ctx.placer.give_back(entry, why, ctx.config.forbidden_grace_s, seen)
     ctx.event("Warning", PODS_FORBIDDEN, decision.reason)
     ctx.metrics.set_predicted(*entry.key, None)
     new.update(_unplanned(st.PENDING))

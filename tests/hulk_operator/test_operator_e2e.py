@@ -517,10 +517,12 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
     """Before, a job whose stage pods a scoped quota refused held its servers (and the pods
     already created, gated) until the quota changed, however long: other namespaces' jobs
     could not use them. Past forbidden_grace_s it gives them back, waits Pending for longer
-    each time it is refused again, and runs once the quota allows it."""
+    each time it is refused again, and runs as soon as the quota is deleted (not at the end
+    of its pause: a user trial)."""
     spec = {"hard": {"pods": "2"}, "scopes": ["NotTerminating"]}
     kube.core.create_namespaced_resource_quota(kube.ns, {"metadata": {"name": "two"}, "spec": spec})
-    config = replace(CONFIG, forbidden_grace_s=2.0)
+    grace = 8.0  # pauses of 8 s, then 16 s (a refused pod is tried again every 10 s)
+    config = replace(CONFIG, forbidden_grace_s=grace)
     op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
     try:
         with cleanup_jobs(kube):
@@ -535,7 +537,7 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
 
                 return check
 
-            c = wait("the servers given back", given_back(2), 60)
+            c = wait("the servers given back", given_back(8), 60)
             assert c["status"] == "False" and c["reason"] == "PodsForbidden", c
             assert (
                 "exceeded quota: two" in c["message"] and "server(s) are given back" in c["message"]
@@ -546,9 +548,11 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
             events = kube.events("PodsForbidden")
             assert any("given back" in e.message for e in events), [e.message for e in events]
             # planned again after the pause, refused again: a longer pause
-            wait("given back again, for longer", given_back(4), 60)
+            wait("given back again, for longer", given_back(16), 60)
             kube.core.delete_namespaced_resource_quota("two", kube.ns)
-            wait("Running once the quota is gone", lambda: kube.phase("gb") == "Running", 60)
+            # planned at once, well before the 16 s pause is over
+            wait("planned once the quota is gone", lambda: kube.phase("gb") != "Pending", 8)
+            wait("Running", lambda: kube.phase("gb") == "Running", 60)
             assert condition(kube.job("gb"), "Planned")["status"] == "True"
     finally:
         op.stop()

@@ -340,7 +340,7 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
             now[0] += waits[-1] - 1
             assert await placer.decide(a.key, snapshot) is told  # still pausing
             now[0] += 1
-            assert placer.waiting_out(a) is None  # the pause is over
+            assert placer.waiting_out(a, state) is None  # the pause is over
             assert placer.pods_refused(a, here) == 0.0  # refused again
         assert waits == [120, 240, 480, 600, 600, 600]
         for _ in range(1100):  # refused for weeks: the pause stays at its cap
@@ -351,12 +351,21 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
         placer.give_back(a, "refused", grace_s=120.0)
         got = await placer.decide(b.key, snapshot)
         assert got is not None and got.job_plan is not None and a.key not in placer.reserved
+        # its namespace's quotas or LimitRanges changed (one raised, or deleted): at once
+        quota = ("ResourceQuota q", '{"hard": {"pods": "2"}}')
+        placer.give_back(a, "refused", grace_s=120.0, policies=(quota,))
+        assert placer.waiting_out(a, replace(state, policies={"ml": [quota]})) is not None
+        raised = ("ResourceQuota q", '{"hard": {"pods": "9"}}')
+        assert placer.waiting_out(a, replace(state, policies={"ml": [raised]})) is None
+        assert placer.waiting_out(a, state) is None  # deleted
+        assert placer.waiting_out(a, replace(state, policies={"other": [raised]})) is None
+        placer.give_back(a, "refused", grace_s=120.0)
         # the job deleted and applied again (a new object, same name): planned at once
-        assert placer.waiting_out(replace(a, uid="uid-again")) is None
+        assert placer.waiting_out(replace(a, uid="uid-again"), state) is None
         # an edit: planned at once
         edited = replace(a, generation=a.generation + 1)
         state.jobs[a.key] = edited  # type: ignore[index]
-        assert placer.waiting_out(edited) is None
+        assert placer.waiting_out(edited, state) is None
         got = await placer.decide(a.key, snapshot)
         assert got is not None and got.job_plan is not None and not got.refused
         # admitted pods end the run of refusals: the next pause is the grace again
