@@ -288,7 +288,7 @@ class Snapshot:
 
     def bounds_refuse(self, entry: JobEntry) -> str | None:
         """Why the namespace's LimitRanges refuse every stage pod of the job, whatever its
-        plan: its template (their defaults filled in) is out of their CPU or memory bounds."""
+        plan: its template (their defaults filled in) is out of their bounds (GPUs aside)."""
         bounds = sorted(self.limit_bounds.get(entry.key[0], ()))
         if not bounds:
             return None
