@@ -39,8 +39,8 @@ class OperatorConfig:
     # NotReady node counts as lost: the control plane has lost contact, not the nodes
     # failed (kube-controller-manager's --unhealthy-zone-threshold is 0.55 too).
     disruption_threshold: float = 0.55
-    # A job whose stage pods the API server has refused this long (seconds: a scoped quota,
-    # an admission policy) gives its servers back and waits Pending, instead of holding them
+    # A job whose stage pods the API server has refused this long (seconds: an admission
+    # policy, a quota on objects) gives its servers back and waits Pending, instead of holding them
     # for good; it is planned again after a pause (this long, doubled at each refusal in a
     # row, at most 10 min) or at once when its spec or its namespace's quotas or
     # LimitRanges change.

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator import status as st
-from hulk_operator.inventory import Resources, pod_requests, stage_quota, with_defaults
+from hulk_operator.inventory import (
+    Resources,
+    pod_requests,
+    stage_quota,
+    template_facts,
+    with_defaults,
+)
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict, regrow_settings
@@ -45,6 +51,8 @@ class JobEntry:
     pod_quota: tuple[tuple[str, float], ...] = (("count/pods", 1.0), ("pods", 1.0))
     # the template's containers' resources: the namespace's LimitRanges may fill them in
     pod_resources: Mapping[str, Any] = field(default_factory=dict)
+    # what scoped ResourceQuotas read of the template (``template_facts``)
+    pod_facts: tuple[bool, str, bool] = (False, "", False)
 
     @property
     def pending(self) -> bool:
@@ -154,6 +162,7 @@ def job_entry(
         requests=pod_requests(tmpl_spec),
         pod_quota=stage_quota(tmpl_spec),
         pod_resources=with_defaults(tmpl_spec, ()),
+        pod_facts=template_facts(tmpl_spec),
         suspended=spec.get("suspend") is True,
         regrow=_regrow(spec) if job is not None else None,
         affinity=tuple(

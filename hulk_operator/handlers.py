@@ -40,6 +40,7 @@ from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
     Resources,
+    Scope,
     Usage,
     gpu_limit,
     limit_bounds,
@@ -49,6 +50,7 @@ from hulk_operator.inventory import (
     pod_requests,
     policy_text,
     quota_left,
+    quota_scopes,
     quota_usage,
     read_latencies,
     served,
@@ -248,9 +250,30 @@ def hulk_quotas(
 ) -> dict[str, tuple[str, dict[str, float]]] | None:
     """Quotas by namespace: what each ResourceQuota leaves of the resources pods count
     toward (GPUs, pods, CPU, memory), so that a job is planned within them instead of
-    holding servers its stage pods may not use."""
+    holding servers its stage pods may not use. Scoped ones: ``hulk_scoped_quotas``."""
     left = quota_left(body)
-    return {namespace: (name, left)} if namespace and left is not None else None
+    if not namespace or left is None or quota_scopes(body):
+        return None
+    return {namespace: (name, left)}
+
+
+@kopf.index("resourcequotas")
+def hulk_scoped_quotas(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, dict[str, float], tuple[Scope, ...]]] | None:
+    """Scoped quotas by namespace (by PriorityClass, QoS class, deadline): they count a
+    job's stage pods where their scopes match them."""
+    left, scopes = quota_left(body), quota_scopes(body)
+    if not namespace or left is None or not scopes:
+        return None
+    return {namespace: (name, left, scopes)}
+
+
+@kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
+def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, str] | None:
+    """The PriorityClass that pods naming none get (``globalDefault``): scoped quotas
+    read it as theirs."""
+    return {"default": name} if body.get("globalDefault") is True else None
 
 
 @kopf.index("resourcequotas")
@@ -455,6 +478,8 @@ async def hulktrainingjob_reconcile(
     hulk_limit_bounds: kopf.Index[str, tuple[Bound, ...]],
     hulk_quota_specs: kopf.Index[str, tuple[str, str]],
     hulk_limit_specs: kopf.Index[str, tuple[str, str]],
+    hulk_scoped_quotas: kopf.Index[str, tuple[str, dict[str, float], tuple[Scope, ...]]],
+    hulk_default_priority: kopf.Index[str, str],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -486,6 +511,8 @@ async def hulktrainingjob_reconcile(
             hulk_limit_defaults,
             hulk_limit_bounds,
             (hulk_quota_specs, hulk_limit_specs),
+            hulk_scoped_quotas,
+            hulk_default_priority,
         )
 
     def event(type_: str, reason: str, message: str) -> None:
@@ -559,6 +586,8 @@ async def build_snapshot(
     hulk_limit_defaults: Any = None,
     hulk_limit_bounds: Any = None,
     policy_specs: Sequence[Any] = (),
+    hulk_scoped_quotas: Any = None,
+    hulk_default_priority: Any = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -609,4 +638,6 @@ async def build_snapshot(
             ns: [p for index in policy_specs for p in (index or {}).get(ns, ())]
             for ns in {ns for index in policy_specs for ns in (index or {})}
         },
+        scoped_quotas=by_namespace(hulk_scoped_quotas),
+        default_priority_class=min((hulk_default_priority or {}).get("default", ()), default=""),
     )

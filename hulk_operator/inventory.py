@@ -167,15 +167,108 @@ def counts_pods(resource: str) -> bool:
 
 def quota_left(body: Mapping[str, Any]) -> dict[str, float] | None:
     """What a ResourceQuota leaves its namespace (hard minus used) of each resource that
-    pods count toward, or None where it limits none of them, or is scoped (it counts only
-    some pods: by PriorityClass, say)."""
+    pods count toward, or None where it limits none of them. (A scoped one counts only the
+    pods its ``quota_scopes`` match.)"""
     spec = body.get("spec") or {}
-    if spec.get("scopes") or spec.get("scopeSelector"):
-        return None
     used = (body.get("status") or {}).get("used") or {}
     hard = (spec.get("hard") or {}).items()
     left = {k: _amount(v) - _amount(used.get(k)) for k, v in hard if counts_pods(k)}
     return left or None
+
+
+# (scopeName, operator, values) of a ResourceQuota's scopes and scopeSelector
+Scope = tuple[str, str, tuple[str, ...]]
+
+
+def quota_scopes(body: Mapping[str, Any]) -> tuple[Scope, ...]:
+    """The pods a ResourceQuota counts, as Kubernetes reads its ``scopes`` (each an
+    ``Exists``) and its ``scopeSelector``'s expressions; () for every pod."""
+    spec = body.get("spec") or {}
+    out: list[Scope] = [(str(s), "Exists", ()) for s in spec.get("scopes") or ()]
+    for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or ():
+        out.append((str(e.get("scopeName")), str(e.get("operator")), tuple(e.get("values") or ())))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What a ResourceQuota's scopes read of a pod."""
+
+    terminating: bool = False  # spec.activeDeadlineSeconds set
+    best_effort: bool = False  # QoS class BestEffort: no CPU or memory asked anywhere
+    priority_class: str = ""  # spec.priorityClassName, the global default's where unset
+    cross_namespace_affinity: bool = False  # a pod (anti-)affinity term naming namespaces
+
+
+def scopes_match(scopes: Sequence[Scope], pod: PodFacts) -> bool:
+    """Whether a quota with these scopes counts the pod, as Kubernetes' pod evaluator
+    matches each (all must): a PriorityClass selector reads the class as a label that is
+    absent when the pod has none."""
+    for name, op, values in scopes:
+        if name == "PriorityClass":
+            pc = pod.priority_class
+            ok = {
+                "Exists": pc != "",
+                "DoesNotExist": pc == "",
+                "In": pc != "" and pc in values,
+                "NotIn": pc == "" or pc not in values,
+            }.get(op, False)
+        else:
+            facts = {
+                "Terminating": pod.terminating,
+                "NotTerminating": not pod.terminating,
+                "BestEffort": pod.best_effort,
+                "NotBestEffort": not pod.best_effort,
+                "CrossNamespacePodAffinity": pod.cross_namespace_affinity,
+            }
+            ok = facts.get(name, False)  # (VolumeAttributesClass: claims, not pods)
+            ok = not ok if op == "DoesNotExist" else ok
+        if not ok:
+            return False
+    return True
+
+
+def best_effort(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod (its resources, ``with_defaults``') is of QoS class BestEffort: no
+    CPU or memory requested or limited above zero, by its pod-level resources where set,
+    else by any container (GPUs do not count)."""
+    pod = spec.get("resources") or {}
+    if pod.get("requests") or pod.get("limits"):
+        lists = [pod]
+    else:
+        cs = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+        lists = [c.get("resources") or {} for c in cs]
+    return not any(
+        k in ("cpu", "memory") and _amount(v) > 0
+        for res in lists
+        for kind in ("requests", "limits")
+        for k, v in (res.get(kind) or {}).items()
+    )
+
+
+def template_facts(spec: Mapping[str, Any]) -> tuple[bool, str, bool]:
+    """What a pod template says of the scopes (``PodFacts`` but its QoS class, which the
+    namespace's LimitRange defaults decide): (terminating, priority class, cross-namespace
+    affinity)."""
+    deadline = spec.get("activeDeadlineSeconds")
+    affinity = spec.get("affinity") or {}
+    terms = [
+        t
+        for kind in ("podAffinity", "podAntiAffinity")
+        for t in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or ()
+    ] + [
+        w.get("podAffinityTerm") or {}
+        for kind in ("podAffinity", "podAntiAffinity")
+        for w in (affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+        or ()
+    ]
+    cross = any(t.get("namespaces") or t.get("namespaceSelector") is not None for t in terms)
+    return (
+        isinstance(deadline, int) and deadline >= 0,
+        str(spec.get("priorityClassName") or ""),
+        cross,
+    )
 
 
 def quota_usage(spec: Mapping[str, Any]) -> dict[str, float]:

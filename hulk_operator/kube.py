@@ -204,3 +204,14 @@ def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], list[dic
     quotas: Any = core.list_resource_quota_for_all_namespaces(_preload_content=False)
     limits: Any = core.list_limit_range_for_all_namespaces(_preload_content=False)
     return list(json.loads(quotas.data)["items"]), list(json.loads(limits.data)["items"])
+
+
+def default_priority_class(api: client.ApiClient) -> str:
+    """The name of the PriorityClass a pod naming none gets (``globalDefault``), "" where
+    there is none or it cannot be read (a preview without the right: scoped quotas are
+    then read as if there were none)."""
+    try:
+        found: Any = client.SchedulingV1Api(api).list_priority_class()
+    except ApiException:
+        return ""
+    return min((str(c.metadata.name) for c in found.items if c.global_default), default="")

@@ -31,12 +31,16 @@ from hulk_operator.inventory import (
     Bound,
     Latencies,
     NodeInfo,
+    PodFacts,
     Resources,
+    Scope,
+    best_effort,
     bounds_refuse,
     build_cluster,
     cut_pairs,
     estimated_pairs,
     fits,
+    scopes_match,
     selected,
     stage_quota,
     tolerates,
@@ -58,7 +62,7 @@ QUOTA_RECHECK_S = 10.0
 
 @dataclass
 class Refused:
-    """A job whose stage pods the API server refuses (a scoped quota, an admission policy)."""
+    """A job whose stage pods the API server refuses (an admission policy, a quota on objects)."""
 
     uid: str  # the job object's (one deleted and applied again starts afresh)
     generation: int
@@ -190,6 +194,33 @@ class Snapshot:
     limit_bounds: Mapping[str, Sequence[Bound]] = field(default_factory=dict)
     # namespace -> ("ResourceQuota q" / "LimitRange l", its spec) of each, scoped ones too
     policies: Mapping[str, Sequence[tuple[str, str]]] = field(default_factory=dict)
+    # namespace -> (ResourceQuota, what it leaves, its scopes) of each scoped one
+    scoped_quotas: Mapping[str, Sequence[tuple[str, Mapping[str, float], tuple[Scope, ...]]]] = (
+        field(default_factory=dict)
+    )
+    default_priority_class: str = ""  # the PriorityClass a pod without one gets (globalDefault)
+
+    def pod_facts(self, entry: JobEntry) -> PodFacts:
+        """What scoped quotas read of the job's stage pods (as admitted: LimitRange
+        defaults filled in, the default PriorityClass where the template names none)."""
+        terminating, priority_class, cross = entry.pod_facts
+        return PodFacts(
+            terminating,
+            best_effort(self.pod_resources(entry)),
+            priority_class or self.default_priority_class,
+            cross,
+        )
+
+    def quotas_for(self, entry: JobEntry) -> list[tuple[str, Mapping[str, float]]]:
+        """The (name, what it leaves) of each ResourceQuota of the job's namespace that
+        counts its stage pods: the unscoped ones, and the scoped ones whose scopes match."""
+        ns = entry.key[0]
+        out = list(self.quotas.get(ns, ()))
+        scoped = self.scoped_quotas.get(ns, ())
+        if scoped:
+            facts = self.pod_facts(entry)
+            out += [(n, left) for n, left, scopes in scoped if scopes_match(scopes, facts)]
+        return out
 
     def policies_seen(self, namespace: str) -> tuple[tuple[str, str], ...]:
         """The namespace's ResourceQuotas' and LimitRanges' specs (not what they count)."""
@@ -213,7 +244,7 @@ class Snapshot:
         """Why the namespace's quotas refuse every stage pod of the job, whatever its plan:
         a quota on CPU or memory makes Kubernetes refuse a pod unless each container sets
         that request (or limit), and the template, LimitRange defaults included, does not."""
-        quotas = self.quotas.get(entry.key[0], ())
+        quotas = self.quotas_for(entry)
         if not quotas:
             return None
         spec = self.pod_resources(entry)
@@ -264,7 +295,10 @@ class Snapshot:
 
     def quota_seen(self, namespace: str) -> tuple[Any, ...]:
         """The namespace's quotas as a fingerprint: a quota raised, or freed, is a change."""
-        quotas = self.quotas.get(namespace, ())
+        quotas = [
+            *self.quotas.get(namespace, ()),
+            *((n, left) for n, left, _ in self.scoped_quotas.get(namespace, ())),
+        ]
         return tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas))
 
     def quota_short(
@@ -276,7 +310,7 @@ class Snapshot:
         pods count now (they go when the plan replaces them); None where every quota holds
         it."""
         mine = self.counted.get(entry.key, {})
-        for name, left in self.quotas.get(entry.key[0], ()):
+        for name, left in self.quotas_for(entry):
             for r, amount in sorted(left.items()):
                 room = amount - (given or {}).get(r, 0.0)
                 # (a quota lowered below what the job's pods use leaves less than nothing:
@@ -620,7 +654,7 @@ def _within_quota(
     first); else unplaced, saying so. Before, the quota refused the stage pods and the job
     held its servers, which other namespaces needed."""
     ns = e.key[0]
-    if d.job_plan is None or d.cluster is None or not snap.quotas.get(ns):
+    if d.job_plan is None or d.cluster is None or not snap.quotas_for(e):
         return d
     cluster = d.cluster
     refused = snap.quota_refuses(e)
@@ -667,7 +701,7 @@ def _within_quota(
                 e.key, None, cluster, _quota_why(e, d, snap, taken, short, tried), d.planner
             )
         best = min(fits, key=lambda t: t.job_plan.predicted_iteration_seconds)  # type: ignore[union-attr]
-        names = sorted({name for name, _ in snap.quotas.get(ns, ())})
+        names = sorted({name for name, _ in snap.quotas_for(e)})
         note = (
             f"within namespace {ns}'s ResourceQuota {short.quota} ({short.resource}): "
             f"{len(best.nodes)} server(s), {len(planned)} without it"
@@ -878,7 +912,7 @@ class Placer:
         out: dict[str, dict[str, float]] = {}
         for k, d in self.reserved.items():
             e = snap.jobs.get(k)
-            if k == but or e is None or not snap.quotas.get(k[0]):
+            if k == but or e is None or not snap.quotas_for(e):
                 continue
             use = out.setdefault(k[0], {})
             for r, v in snap.uncounted(e, d).items():

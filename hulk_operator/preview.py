@@ -29,6 +29,7 @@ from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.inventory import (
     Bound,
+    Scope,
     Usage,
     build_cluster,
     gpu_limit,
@@ -37,6 +38,7 @@ from hulk_operator.inventory import (
     node_info,
     other_pods,
     quota_left,
+    quota_scopes,
     quota_usage,
     read_latencies,
     summed,
@@ -82,6 +84,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
             objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
             pods = kube.list_running_pods(api)
             quota_items, limit_items = kube.list_policies(api)
+            default_class = kube.default_priority_class(api)
         except ApiException as exc:
             raise _refused(exc, path) from None
         except (HTTPError, OSError) as exc:
@@ -105,10 +108,13 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
                 stage_pods.append((key, node))
     others = other_pods(pods)
     quotas: dict[str, list[tuple[str, dict[str, float]]]] = {}
+    scoped: dict[str, list[tuple[str, dict[str, float], tuple[Scope, ...]]]] = {}
     for q in quota_items:
-        left = quota_left(q)
-        if left is not None:
-            quotas.setdefault(q["metadata"]["namespace"], []).append((q["metadata"]["name"], left))
+        left, scopes, meta = quota_left(q), quota_scopes(q), q["metadata"]
+        if left is not None and scopes:
+            scoped.setdefault(meta["namespace"], []).append((meta["name"], left, scopes))
+        elif left is not None:
+            quotas.setdefault(meta["namespace"], []).append((meta["name"], left))
     limits: dict[str, list[tuple[str, float]]] = {}
     defaults: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
     bounds: dict[str, list[Bound]] = {}
@@ -131,6 +137,8 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         gpu_limits=limits,
         limit_defaults=defaults,
         limit_bounds=bounds,
+        scoped_quotas=scoped,
+        default_priority_class=default_class,
     )
     return snap, by_key
 

@@ -42,13 +42,20 @@ OPERATOR_RULES = {
     ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within
     ("", "limitranges"): {"list", "watch"},  # GPU maximums per pod: planned within
     ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},
+    ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},  # the global default's
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
     ("", "namespaces"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 # operator.watchNamespaces: what it writes, a Role in each namespace it serves; what it reads
 # cluster-wide, its ClusterRole (every namespace's pods listed: the GPUs they hold).
-CLUSTER_READS = {"nodes", "nodelatencies", "namespaces", "customresourcedefinitions"}
+CLUSTER_READS = {
+    "nodes",
+    "nodelatencies",
+    "priorityclasses",
+    "namespaces",
+    "customresourcedefinitions",
+}
 OPERATOR_NAMESPACED_RULES = {
     **{k: v for k, v in OPERATOR_RULES.items() if k[1] not in CLUSTER_READS},
     ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch", "create"},

@@ -103,3 +103,58 @@ def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
             except client.ApiException:
                 pass
         wait("jobs deleted", lambda: not kube.jobs(), timeout)
+
+
+@contextmanager
+def refusing_pods(kube: Kube, allow: str, probe: dict[str, Any], why: str) -> Iterator[str]:
+    """A ValidatingAdmissionPolicy that refuses (403) each pod created in ``kube``'s
+    namespace for which the CEL expression ``allow`` (``object``: the pod) is false, with
+    the message ``why``: a refusal Hulk cannot plan around (a ResourceQuota it can). Waits
+    until the API server refuses ``probe`` (a pod the policy refuses, created as a dry
+    run); yields the policy's name; on the way out deletes it and its binding and waits
+    until the probe is let through."""
+    adm = client.AdmissionregistrationV1Api(kube.api)
+    name = f"refuse-{kube.ns}"
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+    pods["operations"] = ["CREATE"]
+    policy = {
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [pods]},
+            "validations": [{"expression": allow, "message": why, "reason": "Forbidden"}],
+        },
+    }
+    only_here = {"matchLabels": {"kubernetes.io/metadata.name": kube.ns}}
+    binding = {
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": only_here},
+        },
+    }
+
+    def refused() -> bool:
+        try:
+            kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All")
+        except client.ApiException as exc:
+            return exc.status == 403 and why in str(exc.body)
+        return False
+
+    adm.create_validating_admission_policy(policy)
+    try:
+        adm.create_validating_admission_policy_binding(binding)
+
+        wait("the admission policy in force", lambda: refused(), 30)
+        yield name
+    finally:
+        for delete in (
+            adm.delete_validating_admission_policy_binding,
+            adm.delete_validating_admission_policy,
+        ):
+            try:
+                delete(name)
+            except client.ApiException:
+                pass
+        wait("the admission policy gone", lambda: not refused(), 30)

@@ -26,6 +26,7 @@ from hjob_helpers import (
     manifest,
     paper_manifests,
     plan_nodes,
+    refusing_pods,
     wait,
 )
 from kubernetes import client
@@ -480,15 +481,23 @@ def quota_in_force(kube: Kube, name: str) -> None:
     )
 
 
-def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_them(
+# an admission policy refusing stage pods 2 and up (Hulk plans within a namespace's
+# ResourceQuotas, scoped ones included: they refuse none of its pods)
+STAGES_UNDER_2 = (
+    "!has(object.metadata.labels) || !('hulk.dev/stage' in object.metadata.labels)"
+    " || int(object.metadata.labels['hulk.dev/stage']) < 2"
+)
+STAGE_2 = {
+    "metadata": {"name": "probe", "labels": {"hulk.dev/stage": "2"}},
+    "spec": {"containers": [{"name": "c", "image": "x"}]},
+}
+
+
+def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_them(
     kube: Kube, operator: Any
 ) -> None:
-    # scoped: planned without it (an unscoped quota on pods is planned within)
-    spec = {"hard": {"pods": "2"}, "scopes": ["NotTerminating"]}
-    quota = {"metadata": {"name": "two-pods"}, "spec": spec}
-    kube.core.create_namespaced_resource_quota(kube.ns, quota)
-    try:
-        quota_in_force(kube, "two-pods")
+    why = "two stages at most here"
+    with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why):
         kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
 
         def refused() -> dict[str, Any] | None:
@@ -496,7 +505,7 @@ def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_
             return c if c.get("reason") == "PodsForbidden" else None
 
         c = wait("the pods refused", refused, 30)
-        assert c["status"] == "False" and "exceeded quota: two-pods" in c["message"], c
+        assert c["status"] == "False" and why in c["message"], c
         # the reconciles while the refused pods wait out their retry pause lift no gate
         time.sleep(3 * CONFIG.reconcile_interval_s)
         job = kube.job("quota")
@@ -505,59 +514,57 @@ def test_a_namespace_quota_that_refuses_the_stage_pods_is_shown_until_it_allows_
         pods = kube.pods("quota")
         assert pods and all(p.spec.scheduling_gates for p in pods)  # none runs alone
         events = kube.events("PodsForbidden")
-        assert events and all("exceeded quota" in e.message for e in events)
-    finally:
-        kube.core.delete_namespaced_resource_quota("two-pods", kube.ns)
-    wait("Running once the quota is gone", lambda: kube.phase("quota") == "Running", 60)
+        assert events and all(why in e.message for e in events)
+    wait("Running once the policy is gone", lambda: kube.phase("quota") == "Running", 60)
 
 
 def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
-    """Before, a job whose stage pods a scoped quota refused held its servers (and the pods
-    already created, gated) until the quota changed, however long: other namespaces' jobs
-    could not use them. Past forbidden_grace_s it gives them back, waits Pending for longer
-    each time it is refused again, and runs as soon as the quota is deleted (not at the end
-    of its pause: a user trial)."""
-    spec = {"hard": {"pods": "2"}, "scopes": ["NotTerminating"]}
-    kube.core.create_namespaced_resource_quota(kube.ns, {"metadata": {"name": "two"}, "spec": spec})
+    """Before, a job whose stage pods an admission policy refused held its servers (and the
+    pods already created, gated) however long: other namespaces' jobs could not use them.
+    Past forbidden_grace_s it gives them back and waits Pending for longer each time it is
+    refused again. A change to a ResourceQuota or LimitRange of its namespace ends the pause
+    at once (before, a user who deleted the refusing quota waited it out: a user trial)."""
     grace = 8.0  # pauses of 8 s, then 16 s (a refused pod is tried again every 10 s)
     config = replace(CONFIG, forbidden_grace_s=grace)
     op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    why = "two stages at most here"
     try:
         with cleanup_jobs(kube):
-            quota_in_force(kube, "two")
-            kube.apply(manifest("gb", model={"preset": "gpt2-xl"}))  # 4 stages
+            with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why):
+                kube.apply(manifest("gb", model={"preset": "gpt2-xl"}))  # 4 stages
 
-            def given_back(pause: int) -> Callable[[], dict[str, Any] | None]:
-                def check() -> dict[str, Any] | None:
-                    c = condition(kube.job("gb"), "Planned")
-                    said = c.get("message", "")
-                    return c if f"planned again in {pause} s" in said else None
+                def given_back(pause: int) -> Callable[[], dict[str, Any] | None]:
+                    def check() -> dict[str, Any] | None:
+                        c = condition(kube.job("gb"), "Planned")
+                        said = c.get("message", "")
+                        return c if f"planned again in {pause} s" in said else None
 
-                return check
+                    return check
 
-            c = wait("the servers given back", given_back(8), 60)
-            assert c["status"] == "False" and c["reason"] == "PodsForbidden", c
-            assert (
-                "exceeded quota: two" in c["message"] and "server(s) are given back" in c["message"]
-            ), c
-            status = kube.job("gb")["status"]
-            assert status["phase"] == "Pending" and status.get("plan") is None
-            wait("its pods gone", lambda: not kube.live_pods("gb"), 30)
-            events = kube.events("PodsForbidden")
-            assert any("given back" in e.message for e in events), [e.message for e in events]
-            # planned again after the pause, refused again: a longer pause
-            wait("given back again, for longer", given_back(16), 60)
-            kube.core.delete_namespaced_resource_quota("two", kube.ns)
+                wait("two pods created, gated", lambda: len(kube.live_pods("gb")) == 2, 30)
+                c = wait("the servers given back", given_back(8), 60)
+                assert c["status"] == "False" and c["reason"] == "PodsForbidden", c
+                assert why in c["message"] and "server(s) are given back" in c["message"], c
+                status = kube.job("gb")["status"]
+                assert status["phase"] == "Pending" and status.get("plan") is None
+                wait("its pods gone", lambda: not kube.live_pods("gb"), 30)
+                events = kube.events("PodsForbidden")
+                assert any("given back" in e.message for e in events), [e.message for e in events]
+                # planned again after the pause, refused again: a longer pause
+                wait("given back again, for longer", given_back(16), 60)
+            # the policy gone, and a quota created (one that counts no pod)
+            quota = {"metadata": {"name": "maps"}, "spec": {"hard": {"count/configmaps": "50"}}}
+            kube.core.create_namespaced_resource_quota(kube.ns, quota)
             # planned at once, well before the 16 s pause is over
-            wait("planned once the quota is gone", lambda: kube.phase("gb") != "Pending", 8)
+            wait("planned once a quota changed", lambda: kube.phase("gb") != "Pending", 8)
             wait("Running", lambda: kube.phase("gb") == "Running", 60)
             assert condition(kube.job("gb"), "Planned")["status"] == "True"
     finally:
         op.stop()
         try:
-            kube.core.delete_namespaced_resource_quota("two", kube.ns)
+            kube.core.delete_namespaced_resource_quota("maps", kube.ns)
         except client.ApiException:
             pass
 
@@ -790,44 +797,46 @@ def test_a_limitranges_default_requests_count_toward_a_cpu_quota(kube: Kube, ope
         kube.core.delete_namespaced_limit_range("defaults", kube.ns)
 
 
-def test_a_replan_whose_new_pod_a_quota_refuses_is_still_told(
+def test_a_replan_whose_new_pod_the_api_server_refuses_is_still_told(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:
-    """Before, a re-plan whose pod the API server refused (a scoped quota, which is not
-    planned within) posted no Replanned Event and left the Replanning condition as it was:
-    the next round saw only the new plan (a user trial)."""
+    """Before, a re-plan whose pod the API server refused (an admission policy) posted no
+    Replanned Event and left the Replanning condition as it was: the next round saw only
+    the new plan (a user trial)."""
     kube.apply(manifest("rq", model={"preset": "gpt2-xl"}, allowedRegions=["rome"]))
     wait("Running", lambda: kube.phase("rq") == "Running", 60)
     before = plan_nodes(kube.job("rq"))
-    hard = {"pods": str(len(before) - 1)}  # one pod below what the job runs
-    quota = {"metadata": {"name": "scoped"}, "spec": {"hard": hard, "scopes": ["NotTerminating"]}}
-    kube.core.create_namespaced_resource_quota(kube.ns, quota)
     victim = before[-1]
     server = paper_cluster().server(victim)
     spare = replace(server, name=f"{victim}-spare")
+    host = "object.spec.nodeSelector['kubernetes.io/hostname']"
+    allow = (
+        "!has(object.spec.nodeSelector) || !('kubernetes.io/hostname' in object.spec.nodeSelector)"
+        f" || {host} != '{spare.name}'"
+    )
+    probe = {
+        "metadata": {"name": "probe"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "nodeSelector": {"kubernetes.io/hostname": spare.name},
+        },
+    }
+    why = "not on the spare"
     try:
-        wait(
-            "the quota counted",
-            lambda: (
-                (kube.core.read_namespaced_resource_quota("scoped", kube.ns).status.used or {}).get(
-                    "pods"
-                )
-                == str(len(before))
-            ),
-        )
-        sandbox.add_node(spare)
-        sandbox.delete_node(victim)
+        with refusing_pods(kube, allow, probe, why):
+            sandbox.add_node(spare)
+            sandbox.delete_node(victim)
 
-        def refused() -> dict[str, Any] | None:
-            c = condition(kube.job("rq"), "Ready")
-            return c if c.get("reason") == "PodsForbidden" else None
+            def refused() -> dict[str, Any] | None:
+                c = condition(kube.job("rq"), "Ready")
+                return c if c.get("reason") == "PodsForbidden" else None
 
-        wait("the new pod refused", refused, 30)
-        c = condition(kube.job("rq"), "Replanning")
-        assert c["status"] == "True" and c["reason"] == "Deleted" and victim in c["message"], c
-        (event,) = wait("the Replanned Event", lambda: kube.events("Replanned"), 10)
-        assert victim in event.message
-        kube.core.delete_namespaced_resource_quota("scoped", kube.ns)
+            c = wait("the new pod refused", refused, 30)
+            assert why in c["message"], c
+            c = condition(kube.job("rq"), "Replanning")
+            assert c["status"] == "True" and c["reason"] == "Deleted" and victim in c["message"], c
+            (event,) = wait("the Replanned Event", lambda: kube.events("Replanned"), 10)
+            assert victim in event.message
 
         def recovered() -> bool:
             c = condition(kube.job("rq"), "Replanning")
@@ -835,12 +844,36 @@ def test_a_replan_whose_new_pod_a_quota_refuses_is_still_told(
 
         wait("Running again, recovered", recovered, 60)
     finally:
-        try:
-            kube.core.delete_namespaced_resource_quota("scoped", kube.ns)
-        except client.ApiException:
-            pass
         sandbox.add_node(server)
         sandbox.delete_node(spare.name)
+
+
+def test_a_priorityclass_scoped_gpu_quota_is_planned_within(kube: Kube, operator: Any) -> None:
+    """The common multi-tenant rule: a quota on GPUs for pods of one PriorityClass. Before,
+    Hulk planned as if no scoped quota were there and the quota refused the stage pods
+    (PodsForbidden); a job of that class is planned within it now."""
+    sched = client.SchedulingV1Api(kube.api)
+    cls = f"hi-{kube.ns}"
+    sched.create_priority_class({"metadata": {"name": cls}, "value": 1000})
+    gpus = 8  # one paper server's at most (the job takes 4 servers without it)
+    match = [{"scopeName": "PriorityClass", "operator": "In", "values": [cls]}]
+    spec = {"hard": {f"requests.{GPU}": str(gpus)}, "scopeSelector": {"matchExpressions": match}}
+    kube.core.create_namespaced_resource_quota(kube.ns, {"metadata": {"name": "hi"}, "spec": spec})
+    try:
+        quota_in_force(kube, "hi")
+        m = manifest("pc", model={"preset": "gpt2-xl"})
+        m["spec"]["template"]["spec"]["priorityClassName"] = cls
+        kube.apply(m)
+        wait("Running within the quota", lambda: kube.phase("pc") == "Running", 60)
+        pods = kube.live_pods("pc")
+        assert all(p.spec.priority_class_name == cls for p in pods)
+        assert sum(int(p.spec.containers[0].resources.requests[GPU]) for p in pods) <= gpus
+        assert not kube.events("PodsForbidden")
+        planned = condition(kube.job("pc"), "Planned")
+        assert "within namespace" in planned["message"] and "ResourceQuota hi" in planned["message"]
+    finally:
+        kube.core.delete_namespaced_resource_quota("hi", kube.ns)
+        sched.delete_priority_class(cls)
 
 
 def test_a_limitrange_gpu_maximum_is_planned_within(kube: Kube, operator: Any) -> None:

@@ -25,6 +25,7 @@ from hjob_helpers import (
     plan_nodes,
     wait,
 )
+from kubernetes import client
 
 from hulk_operator import GPU, GROUP, PLURAL, VERSION
 from hulk_operator.inventory import Latencies, build_cluster
@@ -264,6 +265,24 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
             ), out
         finally:
             kube.core.delete_namespaced_limit_range("pod-memory", kube.ns)
+        # a quota scoped to the cluster's default PriorityClass counts the job's pods (its
+        # template names none)
+        sched = client.SchedulingV1Api(kube.api)
+        cls = f"default-{kube.ns}"
+        sched.create_priority_class({"metadata": {"name": cls}, "value": 10, "globalDefault": True})
+        match = [{"scopeName": "PriorityClass", "operator": "In", "values": [cls]}]
+        spec = {"hard": {"pods": "1"}, "scopeSelector": {"matchExpressions": match}}
+        scoped = {"metadata": {"name": "one-default"}, "spec": spec}
+        kube.core.create_namespaced_resource_quota(kube.ns, scoped)
+        try:
+            out = preview()
+            assert out.returncode == 0, out.stderr
+            (job,) = json.loads(out.stdout)["jobs"]
+            assert len([n for s in job["stages"] for n in s["nodes"]]) == 1, job
+            assert "one-default" in out.stderr, out.stderr
+        finally:
+            kube.core.delete_namespaced_resource_quota("one-default", kube.ns)
+            sched.delete_priority_class(cls)
         kube.core.patch_namespaced_resource_quota(
             "two-pods", kube.ns, {"spec": {"hard": {"pods": "0"}}}
         )

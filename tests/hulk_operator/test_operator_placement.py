@@ -1189,8 +1189,8 @@ def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
     assert plan_pending(view, plan)[other.key].job_plan is not None
 
 
-def test_quota_left_reads_hard_minus_used_of_what_pods_count_and_skips_scoped_quotas() -> None:
-    from hulk_operator.inventory import quota_left
+def test_quota_left_reads_hard_minus_used_of_what_pods_count() -> None:
+    from hulk_operator.inventory import quota_left, quota_scopes
 
     body = {
         "spec": {
@@ -1213,8 +1213,88 @@ def test_quota_left_reads_hard_minus_used_of_what_pods_count_and_skips_scoped_qu
     }
     assert quota_left({"spec": {"hard": {QUOTA_GPU: 8}}}) == {QUOTA_GPU: 8}  # none used
     assert quota_left({"spec": {"hard": {"services": "10"}}}) is None
-    scoped = {"spec": {**body["spec"], "scopes": ["BestEffort"]}}
-    assert quota_left(scoped) is None
+    assert quota_scopes(body) == ()
+    selector = {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["hi"]}]
+    }
+    scoped = {
+        "spec": {**body["spec"], "scopes": ["NotTerminating"], "scopeSelector": selector},
+        "status": body["status"],
+    }
+    assert quota_left(scoped) == quota_left(body)  # what it counts: the pods its scopes match
+    assert quota_scopes(scoped) == (
+        ("NotTerminating", "Exists", ()),
+        ("PriorityClass", "In", ("hi",)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("scope", "facts", "counted"),
+    [
+        (("Terminating", "Exists", ()), {"terminating": True}, True),
+        (("Terminating", "Exists", ()), {}, False),
+        (("NotTerminating", "Exists", ()), {}, True),
+        (("BestEffort", "Exists", ()), {"best_effort": True}, True),
+        (("NotBestEffort", "Exists", ()), {"best_effort": True}, False),
+        (("PriorityClass", "In", ("hi", "mid")), {"priority_class": "hi"}, True),
+        (("PriorityClass", "In", ("hi",)), {}, False),
+        (("PriorityClass", "NotIn", ("hi",)), {}, True),  # no class: the label is absent
+        (("PriorityClass", "NotIn", ("hi",)), {"priority_class": "hi"}, False),
+        (("PriorityClass", "Exists", ()), {"priority_class": "lo"}, True),
+        (("PriorityClass", "DoesNotExist", ()), {}, True),
+        (("PriorityClass", "DoesNotExist", ()), {"priority_class": "lo"}, False),
+        (("CrossNamespacePodAffinity", "Exists", ()), {"cross_namespace_affinity": True}, True),
+        (("VolumeAttributesClass", "Exists", ()), {}, False),  # claims', not pods'
+    ],
+)
+def test_a_scoped_quota_counts_the_pods_its_scopes_match(
+    scope: Any, facts: dict[str, Any], counted: bool
+) -> None:
+    from hulk_operator.inventory import PodFacts, scopes_match
+
+    assert scopes_match([scope], PodFacts(**facts)) is counted
+
+
+def test_what_scoped_quotas_read_of_a_stage_pod() -> None:
+    """As Kubernetes reads it: the QoS class from CPU and memory only (a GPU-only stage
+    pod is BestEffort), after the LimitRange defaults; the global default PriorityClass
+    where the template names none; a deadline; affinity terms naming namespaces."""
+    from hulk_operator.inventory import PodFacts, template_facts
+
+    gpu_only = {"containers": [{"name": "t", "resources": {"limits": {GPU: "8"}}}]}
+    opt = templated(entry(paper_jobs()[0]), gpu_only)
+    assert snap([opt]).pod_facts(opt) == PodFacts(best_effort=True)
+    defaults = {"ml": [("lr", {"cpu": "1"}, {})]}  # a default CPU request: Burstable
+    view = replace(snap([opt]), limit_defaults=defaults, default_priority_class="normal")
+    assert view.pod_facts(opt) == PodFacts(best_effort=False, priority_class="normal")
+    term = {"topologyKey": "x", "namespaceSelector": {}}
+    spec = {
+        "activeDeadlineSeconds": 3600,
+        "priorityClassName": "hi",
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+    }
+    assert template_facts(spec) == (True, "hi", True)
+    assert template_facts({}) == (False, "", False)
+
+
+def test_a_job_is_planned_within_the_scoped_quotas_that_count_its_pods() -> None:
+    """Before, a scoped quota was not planned within: a PriorityClass quota on GPUs (a
+    common multi-tenant rule) refused the stage pods after planning (PodsForbidden). A job
+    of that class is planned within it now; a job of another class is not held to it."""
+    selector = {"PriorityClass": ("In", ("hi",))}
+    scopes = tuple((k, op, v) for k, (op, v) in selector.items())
+    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", False))
+    low = replace(high, key=("ml", "low"), pod_facts=(False, "lo", False))
+    free = plan_pending(snap([high]), plan)[high.key]
+    assert free.job_plan is not None and len(free.nodes) > 1
+    scoped = {
+        "ml": [("hi-gpus", {QUOTA_GPU: float(min(s.gpus for s in free.cluster.servers))}, scopes)]
+    }
+    got = plan_pending(replace(snap([high]), scoped_quotas=scoped), plan)[high.key]
+    assert got.job_plan is not None and len(got.nodes) == 1, got.reason
+    assert "within namespace ml's ResourceQuota hi-gpus" in got.note
+    other = plan_pending(replace(snap([low]), scoped_quotas=scoped), plan)[low.key]
+    assert other.job_plan is not None and other.nodes == free.nodes and not other.note
 
 
 def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
