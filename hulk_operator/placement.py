@@ -58,6 +58,8 @@ REFUSALS_APART_S = 60.0  # refusals further apart are not one run (retries are 1
 # An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
 # is planned again at most this often: a busy namespace must not start a round at every pod.
 QUOTA_RECHECK_S = 10.0
+# (ResourceQuota, resource): what a round's jobs took of a quota that counts their pods
+Taken = tuple[str, str]
 
 
 @dataclass
@@ -302,17 +304,17 @@ class Snapshot:
         return tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas))
 
     def quota_short(
-        self, entry: JobEntry, need: Mapping[str, float], given: Mapping[str, float] | None = None
+        self, entry: JobEntry, need: Mapping[str, float], given: Mapping[Taken, float] | None = None
     ) -> Short | None:
-        """The first resource of the namespace's quotas that ``need`` (what a plan's stage
-        pods count) exceeds: what the quota leaves, less what ``given`` (the namespace's
-        other jobs planned but not yet counted by the quota) took, plus what the job's own
-        pods count now (they go when the plan replaces them); None where every quota holds
-        it."""
+        """The first resource of the quotas counting the job's pods that ``need`` (what a
+        plan's stage pods count) exceeds: what the quota leaves, less what ``given`` (the
+        namespace's other jobs planned but not yet counted, by quota and resource) took,
+        plus what the job's own pods count now (they go when the plan replaces them); None
+        where every quota holds it."""
         mine = self.counted.get(entry.key, {})
         for name, left in self.quotas_for(entry):
             for r, amount in sorted(left.items()):
-                room = amount - (given or {}).get(r, 0.0)
+                room = amount - (given or {}).get((name, r), 0.0)
                 # (a quota lowered below what the job's pods use leaves less than nothing:
                 # its new pods must still fit, so ``more`` may be negative and still short)
                 more = need.get(r, 0.0) - mine.get(r, 0.0)
@@ -553,7 +555,7 @@ def plan_pending(
     baselines: bool = False,
     decided: Collection[Key] = (),
     seed: int = 0,
-    taken: Mapping[str, Mapping[str, float]] | None = None,
+    taken: Mapping[str, Mapping[Taken, float]] | None = None,
 ) -> dict[Key, Decision]:
     """Decisions for every pending job of the snapshot, planned together per constraint
     group (highest priority first); placed servers are taken out for later groups. Within a
@@ -564,7 +566,7 @@ def plan_pending(
     hand a running job's servers to a waiting one. Jobs in ``decided`` already have a
     decision that their status does not show yet: they are not planned again (their
     servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
-    toward its quotas and do not yet)."""
+    toward its quotas and do not yet, by (quota, resource))."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
     out: dict[Key, Decision] = {}
     # a template out of its namespace's LimitRange bounds gets no server: told here, as the
@@ -643,7 +645,7 @@ def _within_quota(
     e: JobEntry,
     d: Decision,
     snap: Snapshot,
-    given: dict[str, dict[str, float]],
+    given: dict[str, dict[Taken, float]],
     plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
     keep: Sequence[str] = (),
 ) -> Decision:
@@ -710,16 +712,24 @@ def _within_quota(
             f"{len(best.nodes)} server(s), {len(planned)} without them"
         )
         d = replace(best, note=note)
-    for k, v in snap.uncounted(e, d).items():
-        taken[k] = taken.get(k, 0.0) + v
+    add_use(taken, snap, e, d)
     return d
+
+
+def add_use(taken: dict[Taken, float], snap: Snapshot, e: JobEntry, d: Decision) -> None:
+    """Adds what ``d``'s stage pods will count and do not yet to each quota that counts
+    them (a scoped quota counts only the jobs whose pods its scopes match)."""
+    use = snap.uncounted(e, d)
+    for name, _ in snap.quotas_for(e):
+        for r, v in use.items():
+            taken[(name, r)] = taken.get((name, r), 0.0) + v
 
 
 def _quota_why(
     e: JobEntry,
     d: Decision,
     snap: Snapshot,
-    taken: Mapping[str, float],
+    taken: Mapping[Taken, float],
     short: Short,
     tried: Sequence[Decision],
 ) -> str:
@@ -734,10 +744,10 @@ def _quota_why(
     mine = snap.counted.get(e.key, {}).get(what.resource)
     if mine:
         why += f" beyond the {amount_text(what.resource, mine)} its own pods hold"
-    if taken.get(what.resource):
+    if taken.get((what.quota, what.resource)):
         why += (
             f" after the namespace's jobs planned just now took "
-            f"{amount_text(what.resource, taken[what.resource])}"
+            f"{amount_text(what.resource, taken[(what.quota, what.resource)])}"
         )
     if one is not None:
         why += f"; one stage pod needs {amount_text(one.resource, one.need)}"
@@ -905,18 +915,16 @@ class Placer:
             return None
         return r.decision if time.monotonic() < r.until else None
 
-    def reserved_use(self, snap: Snapshot, but: Key | None = None) -> dict[str, dict[str, float]]:
+    def reserved_use(self, snap: Snapshot, but: Key | None = None) -> dict[str, dict[Taken, float]]:
         """By namespace, what the reserved decisions' pods will count toward its quotas and
-        do not yet (not created, or not counted yet): a later round must not hand the same
-        quota out again (two gangs, each half admitted, would wait for good)."""
-        out: dict[str, dict[str, float]] = {}
+        do not yet (not created, or not counted yet), by quota and resource: a later round
+        must not hand the same quota out again (two gangs, each half admitted, would wait
+        for good)."""
+        out: dict[str, dict[Taken, float]] = {}
         for k, d in self.reserved.items():
             e = snap.jobs.get(k)
-            if k == but or e is None or not snap.quotas_for(e):
-                continue
-            use = out.setdefault(k[0], {})
-            for r, v in snap.uncounted(e, d).items():
-                use[r] = use.get(r, 0.0) + v
+            if k != but and e is not None:
+                add_use(out.setdefault(k[0], {}), snap, e, d)
         return out
 
     def held(self, base: Mapping[str, Key]) -> dict[str, Key]:

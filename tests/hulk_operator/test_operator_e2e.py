@@ -613,6 +613,105 @@ def test_the_quota_must_set_rule_hulk_plans_with_is_the_api_servers(kube: Kube) 
     assert {admitted for _, admitted in got.values()} == {True, False}  # both kinds tried
 
 
+def test_the_stage_pods_scoped_quotas_count_are_the_api_servers(kube: Kube) -> None:
+    """Which scoped quotas count a stage pod (by QoS class, deadline, PriorityClass,
+    cross-namespace affinity), as Hulk decides it when planning, against the API server's
+    own answer: a quota of 0 pods refuses a dry-run create of the pod exactly where it
+    counts it. They must agree for every pair of scope and template."""
+    from placement_helpers import entry, snap
+
+    from hulk_operator.inventory import quota_scopes, template_facts, with_defaults
+    from hulk_planner.datasets import paper_jobs
+
+    sched = client.SchedulingV1Api(kube.api)
+    cls = f"hi-{kube.ns}"
+    sched.create_priority_class({"metadata": {"name": cls}, "value": 100})
+    gpu = {"limits": {GPU: "1"}, "requests": {GPU: "1"}}  # as the operator adds them
+    trainer = {"name": "t", "image": "x", "resources": gpu}
+    cpu = {"name": "t", "image": "x", "resources": {**gpu, "requests": {GPU: "1", "cpu": "1"}}}
+    anywhere = {"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}}
+    templates = {
+        "GPUs only": {"containers": [trainer]},
+        "a CPU request, a class": {"containers": [cpu], "priorityClassName": cls},
+        "a deadline": {"containers": [trainer], "activeDeadlineSeconds": 3600},
+        "affinity to any namespace": {
+            "containers": [trainer],
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anywhere]}
+            },
+        },
+        "pod-level memory": {"containers": [trainer], "resources": {"requests": {"memory": "1G"}}},
+    }
+
+    def by_class(op: str, values: list[str]) -> dict[str, Any]:
+        expr = {"scopeName": "PriorityClass", "operator": op}
+        return {
+            "scopeSelector": {
+                "matchExpressions": [{**expr, **({"values": values} if values else {})}]
+            }
+        }
+
+    scopes = {
+        "best-effort": {"scopes": ["BestEffort"]},
+        "not-best-effort": {"scopes": ["NotBestEffort"]},
+        "terminating": {"scopes": ["Terminating"]},
+        "not-terminating": {"scopes": ["NotTerminating"]},
+        "class-in": by_class("In", [cls]),
+        "class-not-in": by_class("NotIn", [cls]),
+        "no-class": by_class("DoesNotExist", []),
+        "cross-namespace": {"scopes": ["CrossNamespacePodAffinity"]},
+    }
+    job = entry(paper_jobs()[2], ns=kube.ns)
+
+    def counts(name: str, spec: dict[str, Any]) -> bool:
+        """Whether quota ``name`` refuses the pod (tried again while a quota deleted a
+        moment ago, still in the API server's cache, refuses it)."""
+        pod = {"metadata": {"name": "probe"}, "spec": spec}
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                kube.core.create_namespaced_pod(kube.ns, pod, dry_run="All")
+            except client.ApiException as exc:
+                assert exc.status == 403 and "exceeded quota" in str(exc.body), exc.body
+                if f"exceeded quota: {name}," in str(exc.body):
+                    return True
+                assert time.monotonic() < deadline, exc.body
+                time.sleep(0.2)
+                continue
+            return False
+
+    got: dict[tuple[str, str], tuple[bool, bool]] = {}
+    try:
+        for name, spec in scopes.items():
+            quota = {"metadata": {"name": name}, "spec": {"hard": {"pods": "0"}, **spec}}
+            kube.core.create_namespaced_resource_quota(kube.ns, quota)
+            quota_in_force(kube, name)
+            # each refuses at least one template: seen once the API server has the quota
+            wait(
+                f"quota {name} in the API server's admission",
+                lambda: any(counts(name, t) for t in templates.values()),  # noqa: B023
+                15,
+            )
+            scoped = {kube.ns: [(name, {"pods": 0.0}, quota_scopes(quota))]}
+            for case, t in templates.items():
+                e = replace(job, pod_facts=template_facts(t), pod_resources=with_defaults(t, ()))
+                view = replace(snap([e]), scoped_quotas=scoped)
+                hulk = name in [n for n, _ in view.quotas_for(e)]
+                api = counts(name, t)
+                got[(name, case)] = (hulk, api)
+            kube.core.delete_namespaced_resource_quota(name, kube.ns)
+        assert all(hulk == api for hulk, api in got.values()), {
+            k: v for k, v in got.items() if v[0] != v[1]
+        }
+    finally:
+        for name in scopes:
+            try:
+                kube.core.delete_namespaced_resource_quota(name, kube.ns)
+            except client.ApiException:
+                pass
+        sched.delete_priority_class(cls)
+
+
 LIMIT_RANGE = {
     "metadata": {"name": "bounds"},
     "spec": {

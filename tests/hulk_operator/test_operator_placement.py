@@ -1297,6 +1297,35 @@ def test_a_job_is_planned_within_the_scoped_quotas_that_count_its_pods() -> None
     assert other.job_plan is not None and other.nodes == free.nodes and not other.note
 
 
+def test_what_a_round_took_counts_only_toward_the_quotas_that_count_those_pods() -> None:
+    """Before, what the namespace's other jobs took in the round (or reserved) was summed by
+    resource over all its quotas: a job of another PriorityClass, counted by an unscoped
+    quota, shrank the room a PriorityClass quota left for the jobs of its class."""
+    from hulk_operator.placement import add_use
+
+    scopes = (("PriorityClass", "In", ("hi",)),)
+    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", False))
+    low = replace(high, key=("ml", "low"), pod_facts=(False, "lo", False))
+    free = plan_pending(snap([high]), plan)[high.key]
+    assert free.job_plan is not None
+    gpus = float(sum(s.gpus for s in free.cluster.servers if s.name in free.nodes))
+    view = replace(
+        snap([high, low]),
+        quotas={"ml": [("pods", {"pods": 100.0})]},
+        scoped_quotas={"ml": [("hi-gpus", {QUOTA_GPU: gpus}, scopes)]},
+    )
+    taken: dict[tuple[str, str], float] = {}
+    add_use(taken, view, low, replace(free, key=low.key))
+    assert taken and {q for q, _ in taken} == {"pods"}  # not the class quota's
+    assert taken[("pods", QUOTA_GPU)] == gpus
+    got = plan_pending(replace(view, jobs={high.key: high}), plan, taken={"ml": taken})
+    assert got[high.key].nodes == free.nodes, got[high.key].reason
+    add_use(taken, view, high, free)
+    assert taken[("hi-gpus", QUOTA_GPU)] == gpus
+    got = plan_pending(replace(view, jobs={high.key: high}), plan, taken={"ml": taken})
+    assert got[high.key].job_plan is None and "hi-gpus" in got[high.key].reason
+
+
 def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
     """Before, a server with more GPUs than the namespace's LimitRange allows per pod was
     planned whole, and its stage pod was refused for ever (a multi-tenant user trial)."""
