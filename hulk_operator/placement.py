@@ -944,6 +944,9 @@ class Placer:
             snap.gpu_max(entry.key[0]),
             tuple(sorted(snap.limit_bounds.get(entry.key[0], ()))),
             repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
+            # which scoped quotas count its pods (their scopes, the default PriorityClass)
+            snap.pod_facts(entry),
+            tuple(sorted((n, sc) for n, _, sc in snap.scoped_quotas.get(entry.key[0], ()))),
             snap.quota_seen(entry.key[0]),  # a quota raised: planned again
         )
 

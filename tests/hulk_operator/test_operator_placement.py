@@ -572,6 +572,33 @@ def test_an_unplaced_job_is_planned_again_at_most_every_10_s_for_quota_figures_a
     asyncio.run(main())
 
 
+def test_a_job_a_class_quota_held_back_is_planned_again_when_its_class_changes() -> None:
+    """Its pods' PriorityClass is the cluster's default where the template names none:
+    when that default changes, which quotas count them does too (before, the round's
+    fingerprint did not see it and the job waited on a quota that no longer counted it)."""
+    opt = entry(paper_jobs()[0])
+    scopes = (("PriorityClass", "In", ("hi",)),)
+    state = {"default": "hi"}
+
+    async def snapshot() -> Snapshot:
+        return replace(
+            snap([opt]),
+            scoped_quotas={"ml": [("hi-gpus", {QUOTA_GPU: 0.0}, scopes)]},
+            default_priority_class=state["default"],
+        )
+
+    async def main() -> None:
+        placer = Placer(plan, batch_window_s=0.0)
+        first = await placer.decide(opt.key, snapshot)
+        assert first is not None and first.job_plan is None and "hi-gpus" in first.reason
+        assert await placer.decide(opt.key, snapshot) is first  # nothing changed
+        state["default"] = "lo"
+        again = await placer.decide(opt.key, snapshot)
+        assert again is not None and again.job_plan is not None, again
+
+    asyncio.run(main())
+
+
 def test_a_quota_on_limits_that_the_template_does_not_set_refuses_every_pod() -> None:
     """Kubernetes refuses a pod unless each container sets what a quota on CPU or memory
     counts ("must specify limits.cpu"): before, the job was planned and held its servers."""
