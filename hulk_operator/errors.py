@@ -137,9 +137,18 @@ def template_forbidden(exc: BaseException) -> str | None:
     return f"spec.template: the API server refuses its stage pods: {said}"
 
 
+SERVICE_MARK = "hulk_service"  # set on an error creating the job's headless Service
+
+
 def forbidden_pods(exc: BaseException) -> str | None:
     """The message for stage pods the API server forbids (403: a ResourceQuota, an admission
-    policy): the plan is fine, the namespace has no room yet. None for other errors."""
+    policy), or the headless Service created before them (a quota on services): the plan
+    is fine, the namespace has no room yet. None for other errors."""
     if api_status(exc) != 403:
         return None
+    if getattr(exc, SERVICE_MARK, False):
+        return (
+            "the API server refuses the job's headless Service (the stage pods' hostnames "
+            f"need it: they are created after it): {api_message(exc)}"
+        )
     return f"the API server refuses the stage pods: {api_message(exc)}"

@@ -21,6 +21,7 @@ from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import (
     INVALID_SPEC,
     PODS_FORBIDDEN,
+    SERVICE_MARK,
     UNSCHEDULABLE,
     forbidden_pods,
     namespace_terminating,
@@ -560,7 +561,11 @@ async def _sync_pods(
         await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
     if create:
         svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
-        await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
+        try:
+            await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
+        except Exception as exc:
+            setattr(exc, SERVICE_MARK, True)  # told as the Service's (forbidden_pods)
+            raise
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
         await asyncio.to_thread(

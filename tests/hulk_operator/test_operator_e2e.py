@@ -518,6 +518,30 @@ def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_th
     wait("Running once the policy is gone", lambda: kube.phase("quota") == "Running", 60)
 
 
+def test_a_services_quota_that_refuses_the_jobs_service_is_told_as_such(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, the refusal of the headless Service (created before the stage pods) was told
+    as the stage pods' ("the API server refuses the stage pods: services ... is forbidden")."""
+    quota = {"metadata": {"name": "no-services"}, "spec": {"hard": {"services": "0"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        quota_in_force(kube, "no-services")
+        kube.apply(manifest("svcq", model={"preset": "gpt2-xl"}))
+
+        def refused() -> dict[str, Any] | None:
+            c = condition(kube.job("svcq"), "Ready")
+            return c if c.get("reason") == "PodsForbidden" else None
+
+        c = wait("the Service refused", refused, 30)
+        assert c["message"].startswith("the API server refuses the job's headless Service"), c
+        assert "exceeded quota: no-services" in c["message"], c
+        assert not kube.pods("svcq")  # none is created before its Service
+    finally:
+        kube.core.delete_namespaced_resource_quota("no-services", kube.ns)
+    wait("Running once the quota is gone", lambda: kube.phase("svcq") == "Running", 60)
+
+
 def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
