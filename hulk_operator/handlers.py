@@ -1,7 +1,10 @@
 """The kopf handlers of the HulkTrainingJob operator (``kopf run -m hulk_operator.handlers``).
 
 - Indexes (``@kopf.index``) keep the cluster in memory: ``hulk_nodes`` (Node -> NodeInfo),
-  ``hulk_jobs`` (HulkTrainingJob -> JobEntry) and ``hulk_pods`` (stage pods by job).
+  ``hulk_jobs`` (HulkTrainingJob -> JobEntry) and ``hulk_pods`` (stage pods by job). An
+  index function returns ``{}`` for an object it does not index, never None: kopf keeps
+  an object's last value when the function returns None (a pod that finished kept its
+  GPUs counted).
 - ``hulktrainingjob_create``/``_update`` validate the spec; a bad one gets a Warning Event.
 - ``hulktrainingjob_reconcile`` (a timer, every ``reconcile_interval_s``) does the work:
   plans pending jobs together, re-plans jobs that lost servers, keeps the pods in line with
@@ -204,11 +207,11 @@ def hulk_pods(
     spec: kopf.Spec,
     status: kopf.Status,
     **_: Any,
-) -> dict[Key, PodEntry] | None:
+) -> dict[Key, PodEntry]:
     """Stage pods by job: pods a HulkTrainingJob owns (the label alone is not enough)."""
     job = manifests.owner_job(meta)
     if job is None:
-        return None
+        return {}
     return {
         (namespace or "", job): PodEntry(
             name=name,
@@ -234,94 +237,94 @@ def hulk_pods(
 @kopf.index("pods")
 def hulk_other_pods(
     meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
-) -> dict[str, Resources] | None:
+) -> dict[str, Resources]:
     """What other pods (not Hulk's stage pods) request, by node: the planner offers only
     the rest of a node's GPUs, and only nodes where a stage pod's CPU and memory fit."""
     node = spec.get("nodeName")
     if not node or status.get("phase") in ("Succeeded", "Failed") or manifests.owner_job(meta):
-        return None
+        return {}
     need = pod_requests(spec)
-    return {str(node): need} if any(need) else None
+    return {str(node): need} if any(need) else {}
 
 
 @kopf.index("resourcequotas")
 def hulk_quotas(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[str, tuple[str, dict[str, float]]] | None:
+) -> dict[str, tuple[str, dict[str, float]]]:
     """Quotas by namespace: what each ResourceQuota leaves of the resources pods count
     toward (GPUs, pods, CPU, memory), so that a job is planned within them instead of
     holding servers its stage pods may not use. Scoped ones: ``hulk_scoped_quotas``."""
     left = quota_left(body)
     if not namespace or left is None or quota_scopes(body):
-        return None
+        return {}
     return {namespace: (name, left)}
 
 
 @kopf.index("resourcequotas")
 def hulk_scoped_quotas(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[str, tuple[str, dict[str, float], tuple[Scope, ...]]] | None:
+) -> dict[str, tuple[str, dict[str, float], tuple[Scope, ...]]]:
     """Scoped quotas by namespace (by PriorityClass, QoS class, deadline): they count a
     job's stage pods where their scopes match them."""
     left, scopes = quota_left(body), quota_scopes(body)
     if not namespace or left is None or not scopes:
-        return None
+        return {}
     return {namespace: (name, left, scopes)}
 
 
 @kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
-def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, str] | None:
+def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, str]:
     """The PriorityClass that pods naming none get (``globalDefault``): scoped quotas
     read it as theirs."""
-    return {"default": name} if body.get("globalDefault") is True else None
+    return {"default": name} if body.get("globalDefault") is True else {}
 
 
 @kopf.index("resourcequotas")
 def hulk_quota_specs(
     namespace: str | None, name: str, spec: kopf.Spec, **_: Any
-) -> dict[str, tuple[str, str]] | None:
+) -> dict[str, tuple[str, str]]:
     """Each ResourceQuota's spec by namespace, scoped ones and object counts included: a
     change ends the pause of a job whose pods were refused (a quota raised, or gone)."""
-    return {namespace: (f"ResourceQuota {name}", policy_text(spec))} if namespace else None
+    return {namespace: (f"ResourceQuota {name}", policy_text(spec))} if namespace else {}
 
 
 @kopf.index("limitranges")
 def hulk_limit_specs(
     namespace: str | None, name: str, spec: kopf.Spec, **_: Any
-) -> dict[str, tuple[str, str]] | None:
+) -> dict[str, tuple[str, str]]:
     """Each LimitRange's spec by namespace (as ``hulk_quota_specs``)."""
-    return {namespace: (f"LimitRange {name}", policy_text(spec))} if namespace else None
+    return {namespace: (f"LimitRange {name}", policy_text(spec))} if namespace else {}
 
 
 @kopf.index("limitranges")
 def hulk_gpu_limits(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[str, tuple[str, float]] | None:
+) -> dict[str, tuple[str, float]]:
     """GPU maximums per stage pod by namespace (LimitRanges): a server offers a job at
     most that many GPUs."""
     most = gpu_limit(body)
-    return {namespace: (name, most)} if namespace and most is not None else None
+    return {namespace: (name, most)} if namespace and most is not None else {}
 
 
 @kopf.index("limitranges")
 def hulk_limit_defaults(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[str, tuple[str, dict[str, Any], dict[str, Any]]] | None:
+) -> dict[str, tuple[str, dict[str, Any], dict[str, Any]]]:
     """Default requests and limits by namespace (LimitRanges): they count toward the
     namespace's quotas for a template that leaves them out."""
     defaults = limit_defaults(body)
-    return {namespace: (name, *defaults)} if namespace and defaults is not None else None
+    return {namespace: (name, *defaults)} if namespace and defaults is not None else {}
 
 
 @kopf.index("limitranges")
 def hulk_limit_bounds(
     namespace: str | None, body: kopf.Body, **_: Any
-) -> dict[str, tuple[Bound, ...]] | None:
+) -> dict[str, tuple[Bound, ...]]:
     """What LimitRanges bound a container's and a pod's requests and limits by (GPUs
     aside), by namespace: a template out of bounds is told before planning, and holds no
     server."""
     bounds = limit_bounds(body)
-    return {namespace: bounds} if namespace and bounds is not None else None
+    return {namespace: bounds} if namespace and bounds is not None else {}
 
 
 def _one(store: Any) -> Any:

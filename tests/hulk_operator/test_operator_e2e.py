@@ -1739,6 +1739,32 @@ def test_gpus_that_other_pods_hold_are_not_planned(kube: Kube, operator: Any) ->
     kube.core.delete_namespaced_pod("small", kube.ns, grace_period_seconds=0)
 
 
+def test_gpus_a_finished_pod_held_are_planned_again(kube: Kube, operator: Any) -> None:
+    """A batch pod that finished (Succeeded, not deleted: a Job's pods stay) holds no GPU.
+    Before, the pod index kept its last entry (kopf keeps an object's value when the index
+    function returns None) and its server stayed taken until the pod was deleted."""
+    gpus = {
+        n.metadata.name: int(n.status.allocatable["nvidia.com/gpu"])
+        for n in kube.core.list_node().items
+    }
+    node = sorted(n for n, g in gpus.items() if g >= 2)[0]
+    _gpu_pod(kube, "batch", node, gpus[node])
+    kube.apply(manifest("after", nodeSelector={"kubernetes.io/hostname": node}))
+
+    def blocked() -> bool:
+        c = condition(kube.job("after"), "Planned")
+        return "requested by other pods" in c.get("message", "")
+
+    wait("held by the batch pod", blocked, 30)
+    kube.core.patch_namespaced_pod_status(
+        "batch", kube.ns, {"status": {"phase": "Succeeded", "reason": "Completed"}}
+    )
+    wait("Running on the server the pod left", lambda: kube.phase("after") == "Running", 60)
+    (pod,) = kube.live_pods("after")
+    assert pod.spec.node_name == node
+    assert kube.core.read_namespaced_pod("batch", kube.ns).status.phase == "Succeeded"
+
+
 def test_an_operator_of_some_namespaces_sees_the_gpus_other_namespaces_hold(
     kube: Kube, operator: Any
 ) -> None:

@@ -1,0 +1,66 @@
+"""The kopf index functions, called as kopf calls them (kopf itself is not run here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+import pytest
+
+from hulk_operator import GPU, LABEL_JOB, handlers
+
+QUOTA = {"spec": {"hard": {"services": "10"}}}  # counts no pod
+LIMITS: dict[str, Any] = {"spec": {"limits": [{"type": "PersistentVolumeClaim"}]}}
+
+# each index function, and an object it does not index (or no longer does: a pod that
+# finished, a quota edited to count no pod, a PriorityClass no longer the default)
+UNINDEXED: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "hulk_pods": (
+        handlers.hulk_pods,
+        {"namespace": "ml", "name": "p", "meta": {"labels": {LABEL_JOB: "j"}}},
+    ),
+    "hulk_other_pods": (
+        handlers.hulk_other_pods,
+        {
+            "meta": {},
+            "spec": {"nodeName": "n", "containers": [{"resources": {"requests": {GPU: "4"}}}]},
+            "status": {"phase": "Succeeded"},
+        },
+    ),
+    "hulk_quotas": (handlers.hulk_quotas, {"namespace": "ml", "name": "q", "body": QUOTA}),
+    "hulk_scoped_quotas": (
+        handlers.hulk_scoped_quotas,
+        {"namespace": "ml", "name": "q", "body": {"spec": {"hard": {"pods": "2"}}}},
+    ),
+    "hulk_default_priority": (
+        handlers.hulk_default_priority,
+        {"name": "hi", "body": {"value": 10, "globalDefault": False}},
+    ),
+    "hulk_quota_specs": (handlers.hulk_quota_specs, {"namespace": None, "name": "q", "spec": {}}),
+    "hulk_limit_specs": (handlers.hulk_limit_specs, {"namespace": None, "name": "l", "spec": {}}),
+    "hulk_gpu_limits": (handlers.hulk_gpu_limits, {"namespace": "ml", "name": "l", "body": LIMITS}),
+    "hulk_limit_defaults": (
+        handlers.hulk_limit_defaults,
+        {"namespace": "ml", "name": "l", "body": LIMITS},
+    ),
+    "hulk_limit_bounds": (handlers.hulk_limit_bounds, {"namespace": "ml", "body": LIMITS}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNINDEXED))
+def test_an_index_function_returns_an_empty_dict_for_an_object_it_does_not_index(
+    name: str,
+) -> None:
+    """Not None: for None, kopf keeps the object's last value in the index. Before, a
+    finished pod's GPUs stayed counted as held, a quota edited to count no pod kept its
+    old figures, and a PriorityClass no longer the default stayed the default."""
+    fn, kwargs = UNINDEXED[name]
+    base = {"namespace": None, "name": "x", "body": {}, "meta": {}, "spec": {}, "status": {}}
+    assert fn(**{**base, **kwargs}) == {}
+
+
+def test_every_index_function_that_may_skip_an_object_is_checked() -> None:
+    registered = {h.fn.__name__ for h in kopf.get_default_registry()._indexing.get_all_handlers()}
+    always = {"hulk_nodes", "hulk_jobs"}  # they index every object they see
+    assert registered - always == set(UNINDEXED)
