@@ -9,6 +9,7 @@ any point, converges on exactly one pod per slot and no other pod of the job.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,13 @@ from hulk_planner.model import Job, JobPlan
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
 KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
+
+
+def same_cause(told: str, reason: str) -> bool:
+    """Whether two reasons a job is not placed differ in their figures alone (free GPUs,
+    what a quota leaves): the same cause, not worth another Event."""
+    figures = re.compile(r"\d+(?:\.\d+)?")
+    return figures.sub("#", told) == figures.sub("#", reason)
 
 
 def refused_edit(conds: list[dict[str, Any]], why: str, gen: int) -> list[dict[str, Any]]:
@@ -121,9 +129,14 @@ async def reconcile(
             return {}
         if decision.job_plan is None:
             removed = await _remove_all(ctx, entry.key)  # gang: all stages or none
-            # still unplaceable at a later round (others came and went, the reason's figures
-            # moved): the Event was posted; the condition keeps the latest reason
-            said = planned.get("reason") == UNSCHEDULABLE and planned.get("status") == "False"
+            # still unplaceable at a later round for the same cause (others came and went,
+            # the reason's figures moved): the Event was posted; the condition keeps the
+            # latest reason. Another cause (another quota, say) is posted.
+            said = (
+                planned.get("reason") == UNSCHEDULABLE
+                and planned.get("status") == "False"
+                and same_cause(str(planned.get("message") or ""), decision.reason)
+            )
             if ctx.placer.first_use(decision):
                 ctx.metrics.plans.labels(result="unplaced").inc()
                 gone = f"; its {removed} stage pod(s) removed" if removed else ""

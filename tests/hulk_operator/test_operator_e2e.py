@@ -1334,6 +1334,31 @@ def test_a_job_no_plan_fits_is_told_once_while_other_jobs_come_and_go(
     assert c["reason"] == "Unschedulable" and c["message"].startswith(need), c
 
 
+def test_a_job_held_back_for_another_cause_is_told_again(kube: Kube, operator: Any) -> None:
+    """Its Unschedulable Event is posted once per cause, not per round; before, it was
+    posted once whatever came after: the Event named a quota the user had deleted while the
+    condition named another (a user trial)."""
+    first = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, first)
+    quota_in_force(kube, "no-pods")
+    kube.apply(manifest("held", model={"preset": "gpt2-xl"}))
+    (event,) = wait("Unschedulable", lambda: kube.events("Unschedulable"), 30)
+    assert "ResourceQuota no-pods" in event.message, event.message
+    second = {"metadata": {"name": "no-gpus"}, "spec": {"hard": {f"requests.{GPU}": "0"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, second)
+    quota_in_force(kube, "no-gpus")
+    kube.core.delete_namespaced_resource_quota("no-pods", kube.ns)
+
+    def told_again() -> list[Any]:
+        return [e for e in kube.events("Unschedulable") if "no-gpus" in e.message]
+
+    wait("told the new cause", told_again, 30)
+    c = condition(kube.job("held"), "Planned")
+    assert "ResourceQuota no-gpus" in c["message"], c
+    kube.core.delete_namespaced_resource_quota("no-gpus", kube.ns)
+    wait("Running", lambda: kube.phase("held") == "Running", 60)
+
+
 def test_an_edit_no_set_of_servers_could_hold_leaves_the_job_running(
     kube: Kube, operator: Any
 ) -> None:
