@@ -164,9 +164,11 @@ def run(args: argparse.Namespace) -> int:
     os.environ["HULK_OPERATOR_RECONCILE_INTERVAL_S"] = str(cfg.reconcile_interval_s)
     import hulk_operator.handlers  # noqa: F401
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    # kopf's formatter: a line about an object starts with it ("[team-a/gpt2] Planned: ...")
+    kopf.configure(
+        verbose=args.verbose,
+        log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",  # type: ignore[arg-type]
+        log_prefix=True,
     )
     from hulk_operator import crd, kube
 

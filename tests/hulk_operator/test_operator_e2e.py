@@ -1145,7 +1145,7 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
 
 
 def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
-    sandbox: Any, namespace: str, kube: Kube
+    sandbox: Any, namespace: str, kube: Kube, tmp_path: Any
 ) -> None:
     env = {**os.environ, "HULK_OPERATOR_CREATE_DELAY_S": "0.25", "PYTHONUNBUFFERED": "1"}
     cmd = [
@@ -1161,16 +1161,19 @@ def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
         "--liveness",
         "",
     ]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-    )
-    try:
-        for m in paper_manifests():
-            kube.apply(m)
-        wait("some pods", lambda: len(kube.pods()) >= 3, timeout=60, every=0.05)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    log = tmp_path / "operator.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            for m in paper_manifests():
+                kube.apply(m)
+            wait("some pods", lambda: len(kube.pods()) >= 3, timeout=60, every=0.05)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+    # a line about a job names it (before, "kopf.objects: Planned: ..." named none)
+    said = log.read_text()
+    assert f"kopf.objects: [{namespace}/opt-175b] " in said, said[-2000:]
     created = len(kube.pods())
     with (
         OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=CONFIG),
