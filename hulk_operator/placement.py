@@ -759,7 +759,35 @@ def _quota_why(
         failed = next((t.reason for t in tried if t.job_plan is None and t.reason), "")
         if failed:
             why += f", and none fits within it ({failed})"
+    scopes = next((sc for n, _, sc in snap.scoped_quotas.get(e.key[0], ()) if n == what.quota), ())
+    if scopes:  # the template decides whether it counts the pods at all
+        read = dict.fromkeys(SCOPE_READS.get(name, name) for name, _, _ in scopes)
+        return why + (
+            ": raise the quota, free what the namespace's other pods hold, or change what its "
+            f"scopes ({scopes_text(scopes)}) read of spec.template ({', '.join(read)})"
+        )
     return why + ": raise the quota, or free what the namespace's other pods hold"
+
+
+# what each ResourceQuota scope reads of a pod
+SCOPE_READS = {
+    "PriorityClass": "priorityClassName",
+    "Terminating": "activeDeadlineSeconds",
+    "NotTerminating": "activeDeadlineSeconds",
+    "BestEffort": "CPU and memory requests and limits",
+    "NotBestEffort": "CPU and memory requests and limits",
+    "CrossNamespacePodAffinity": "affinity terms naming namespaces",
+}
+
+
+def scopes_text(scopes: Sequence[Scope]) -> str:
+    """``PriorityClass In [hi], NotTerminating``: a quota's scopes as its spec says them."""
+    return ", ".join(
+        name
+        if op == "Exists" and not values
+        else f"{name} {op}" + (f" [{', '.join(values)}]" if values else "")
+        for name, op, values in scopes
+    )
 
 
 def _priority(e: JobEntry) -> int:

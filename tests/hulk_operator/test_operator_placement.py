@@ -1324,6 +1324,23 @@ def test_a_job_is_planned_within_the_scoped_quotas_that_count_its_pods() -> None
     assert other.job_plan is not None and other.nodes == free.nodes and not other.note
 
 
+def test_a_job_a_scoped_quota_holds_back_is_told_what_the_scopes_read() -> None:
+    """Its template decides whether the quota counts its pods at all: before, the message
+    said only "raise the quota, or free what the namespace's other pods hold", and nothing
+    was held where a quota of 0 forbids the template's class or affinity (a user trial)."""
+    scopes = (("PriorityClass", "In", ("hi",)), ("CrossNamespacePodAffinity", "Exists", ()))
+    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", True))
+    view = replace(snap([high]), scoped_quotas={"ml": [("hi-xns", {"pods": 0.0}, scopes)]})
+    got = plan_pending(view, plan)[high.key]
+    assert got.job_plan is None
+    assert got.reason.startswith("namespace ml's ResourceQuota hi-xns leaves 0 pod(s) (pods)")
+    assert got.reason.endswith(
+        ": raise the quota, free what the namespace's other pods hold, or change what its "
+        "scopes (PriorityClass In [hi], CrossNamespacePodAffinity) read of spec.template "
+        "(priorityClassName, affinity terms naming namespaces)"
+    ), got.reason
+
+
 def test_what_a_round_took_counts_only_toward_the_quotas_that_count_those_pods() -> None:
     """Before, what the namespace's other jobs took in the round (or reserved) was summed by
     resource over all its quotas: a job of another PriorityClass, counted by an unscoped
