@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
     # kopf's formatter: a line about an object starts with it ("[team-a/gpt2] Planned: ...")
     kopf.configure(
+        debug=args.verbose,  # (asyncio's warnings too)
         verbose=args.verbose,
         log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",  # type: ignore[arg-type]
         log_prefix=True,

@@ -273,10 +273,13 @@ def hulk_scoped_quotas(
 
 
 @kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
-def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, str]:
-    """The PriorityClass that pods naming none get (``globalDefault``): scoped quotas
-    read it as theirs."""
-    return {"default": name} if body.get("globalDefault") is True else {}
+def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, tuple[float, str]]:
+    """The PriorityClasses that pods naming none may get (``globalDefault``; of several,
+    the lowest value wins, as in the Priority admission plugin): scoped quotas read it as
+    theirs."""
+    if body.get("globalDefault") is not True:
+        return {}
+    return {"default": (float(body.get("value") or 0), name)}
 
 
 @kopf.index("resourcequotas")
@@ -482,7 +485,7 @@ async def hulktrainingjob_reconcile(
     hulk_quota_specs: kopf.Index[str, tuple[str, str]],
     hulk_limit_specs: kopf.Index[str, tuple[str, str]],
     hulk_scoped_quotas: kopf.Index[str, tuple[str, dict[str, float], tuple[Scope, ...]]],
-    hulk_default_priority: kopf.Index[str, str],
+    hulk_default_priority: kopf.Index[str, tuple[float, str]],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -642,5 +645,7 @@ async def build_snapshot(
             for ns in {ns for index in policy_specs for ns in (index or {})}
         },
         scoped_quotas=by_namespace(hulk_scoped_quotas),
-        default_priority_class=min((hulk_default_priority or {}).get("default", ()), default=""),
+        default_priority_class=min(
+            (hulk_default_priority or {}).get("default", ()), default=(0.0, "")
+        )[1],
     )

@@ -221,8 +221,8 @@ def scopes_match(scopes: Sequence[Scope], pod: PodFacts) -> bool:
                 "NotBestEffort": not pod.best_effort,
                 "CrossNamespacePodAffinity": pod.cross_namespace_affinity,
             }
-            ok = facts.get(name, False)  # (VolumeAttributesClass: claims, not pods)
-            ok = not ok if op == "DoesNotExist" else ok
+            # (their operator is always Exists; VolumeAttributesClass: claims, not pods)
+            ok = facts.get(name, False)
         if not ok:
             return False
     return True
@@ -251,17 +251,23 @@ def template_facts(spec: Mapping[str, Any]) -> tuple[bool, str, bool]:
     namespace's LimitRange defaults decide): (terminating, priority class, cross-namespace
     affinity)."""
     deadline = spec.get("activeDeadlineSeconds")
-    affinity = spec.get("affinity") or {}
-    terms = [
-        t
-        for kind in ("podAffinity", "podAntiAffinity")
-        for t in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-        or ()
-    ] + [
-        w.get("podAffinityTerm") or {}
-        for kind in ("podAffinity", "podAntiAffinity")
-        for w in (affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
-        or ()
+
+    def items(m: Any, key: str) -> list[Any]:  # (a malformed template: the API server says)
+        got = m.get(key) if isinstance(m, Mapping) else None
+        return [x for x in got if isinstance(x, Mapping)] if isinstance(got, list) else []
+
+    affinity = spec.get("affinity")
+    kinds = (
+        [affinity.get(k) for k in ("podAffinity", "podAntiAffinity")]
+        if isinstance(affinity, Mapping)
+        else []
+    )
+    terms = [t for k in kinds for t in items(k, "requiredDuringSchedulingIgnoredDuringExecution")]
+    terms += [
+        w["podAffinityTerm"]
+        for k in kinds
+        for w in items(k, "preferredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(w.get("podAffinityTerm"), Mapping)
     ]
     cross = any(t.get("namespaces") or t.get("namespaceSelector") is not None for t in terms)
     return (

@@ -206,12 +206,15 @@ def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], list[dic
     return list(json.loads(quotas.data)["items"]), list(json.loads(limits.data)["items"])
 
 
-def default_priority_class(api: client.ApiClient) -> str:
-    """The name of the PriorityClass a pod naming none gets (``globalDefault``), "" where
-    there is none or it cannot be read (a preview without the right: scoped quotas are
-    then read as if there were none)."""
+def default_priority_class(api: client.ApiClient) -> str | None:
+    """The name of the PriorityClass a pod naming none gets (``globalDefault``; of several,
+    the lowest value, as the Priority admission plugin picks), "" where there is none,
+    None where PriorityClasses cannot be listed (a tenant's kubeconfig)."""
     try:
         found: Any = client.SchedulingV1Api(api).list_priority_class()
     except ApiException:
-        return ""
-    return min((str(c.metadata.name) for c in found.items if c.global_default), default="")
+        return None
+    defaults = [
+        (float(c.value or 0), str(c.metadata.name)) for c in found.items if c.global_default
+    ]
+    return min(defaults, default=(0.0, ""))[1]

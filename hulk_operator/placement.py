@@ -181,7 +181,8 @@ class Snapshot:
     jobs: Mapping[Key, JobEntry]
     held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
     used: Mapping[str, Resources] = field(default_factory=dict)  # server -> other pods' requests
-    # namespace -> (ResourceQuota, what it leaves of each resource pods count toward)
+    # namespace -> (ResourceQuota, what it leaves of each resource pods count toward) of
+    # each unscoped one (``quotas_for``: those that count a job's pods, scoped ones too)
     quotas: Mapping[str, Sequence[tuple[str, Mapping[str, float]]]] = field(default_factory=dict)
     # job -> what its existing stage pods count toward its namespace's quotas
     counted: Mapping[Key, Mapping[str, float]] = field(default_factory=dict)
@@ -716,6 +717,14 @@ def _within_quota(
     return d
 
 
+def _quotas_seen(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
+    """Which of its namespace's quotas count the job's pods (the scopes, what they read of
+    the pods: the default PriorityClass), then their figures (a quota raised), last."""
+    ns = entry.key[0]
+    scopes = tuple(sorted((n, sc) for n, _, sc in snap.scoped_quotas.get(ns, ())))
+    return (snap.pod_facts(entry), scopes, snap.quota_seen(ns))
+
+
 def add_use(taken: dict[Taken, float], snap: Snapshot, e: JobEntry, d: Decision) -> None:
     """Adds what ``d``'s stage pods will count and do not yet to each quota that counts
     them (a scoped quota counts only the jobs whose pods its scopes match)."""
@@ -972,10 +981,7 @@ class Placer:
             snap.gpu_max(entry.key[0]),
             tuple(sorted(snap.limit_bounds.get(entry.key[0], ()))),
             repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
-            # which scoped quotas count its pods (their scopes, the default PriorityClass)
-            snap.pod_facts(entry),
-            tuple(sorted((n, sc) for n, _, sc in snap.scoped_quotas.get(entry.key[0], ()))),
-            snap.quota_seen(entry.key[0]),  # a quota raised: planned again
+            *_quotas_seen(snap, entry),
         )
 
     def _unchanged(self, snap: Snapshot, entry: JobEntry) -> Decision | None:
@@ -1098,7 +1104,7 @@ class Placer:
                 current.stages,
                 entry.generation,
                 entry.regrow,
-                snap.quota_seen(entry.key[0]),
+                *_quotas_seen(snap, entry),
             )
             if not free or self.regrow_checked.get(entry.key) == seen:
                 return None

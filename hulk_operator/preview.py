@@ -74,8 +74,9 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
     return _read(path, max_age_s)[0]
 
 
-def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str, Any]]]:
-    """:func:`read_cluster`, and the HulkTrainingJob objects by key."""
+def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str, Any]], bool]:
+    """:func:`read_cluster`, the HulkTrainingJob objects by key, and whether the
+    PriorityClasses could be listed (a tenant's kubeconfig may not)."""
     with kube.make_client(path) as api:
         try:
             nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
@@ -138,9 +139,9 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         limit_defaults=defaults,
         limit_bounds=bounds,
         scoped_quotas=scoped,
-        default_priority_class=default_class,
+        default_priority_class=default_class or "",
     )
-    return snap, by_key
+    return snap, by_key, default_class is not None
 
 
 def _refused(exc: ApiException, path: str) -> InvalidRequest:
@@ -187,7 +188,7 @@ def preview_plan(
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
     with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
-    snap, objects = _read(path, DEFAULT_MAX_AGE_S)
+    snap, objects, classes_read = _read(path, DEFAULT_MAX_AGE_S)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
     standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float]]] = {}
@@ -269,6 +270,19 @@ def preview_plan(
             notes.append(  # the operator's pause after refused pods is its own, not previewed
                 f"job {names[e.key]}: the operator does not plan it now: {said.get('message')}"
             )
+    by_class = {
+        e.key[0]
+        for e in shown
+        for _, _, scopes in snap.scoped_quotas.get(e.key[0], ())
+        if not e.pod_facts[1] and any(name == "PriorityClass" for name, _, _ in scopes)
+    }
+    if not classes_read and by_class:
+        notes.append(
+            f"cannot list PriorityClasses with this kubeconfig: the quotas of namespace(s) "
+            f"{', '.join(sorted(by_class))} scoped by PriorityClass are read as if a template "
+            "without priorityClassName had none (the operator reads the cluster's "
+            "globalDefault class): the preview may differ"
+        )
     # the servers any pending job may get (with its tolerations and requests, wherever its
     # selectors allow), and those the plans use: the cluster the plan is shown against
     found: dict[str, Server] = {}

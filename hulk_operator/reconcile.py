@@ -41,9 +41,12 @@ KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to pl
 
 def same_cause(told: str, reason: str) -> bool:
     """Whether two reasons a job is not placed differ in their figures alone (free GPUs,
-    what a quota leaves): the same cause, not worth another Event."""
-    figures = re.compile(r"\d+(?:\.\d+)?")
-    return figures.sub("#", told) == figures.sub("#", reason)
+    what a quota leaves, with their units: ``1.5Gi``): the same cause, not worth another
+    Event. Digits within a name (quota ``gpu-q1``, server ``rome-44``) are not figures."""
+    return FIGURE.sub("#", told) == FIGURE.sub("#", reason)
+
+
+FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:[A-Za-z]+)?(?![\w-])")
 
 
 def refused_edit(conds: list[dict[str, Any]], why: str, gen: int) -> list[dict[str, Any]]:

@@ -29,6 +29,14 @@ UNINDEXED: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
         },
     ),
     "hulk_quotas": (handlers.hulk_quotas, {"namespace": "ml", "name": "q", "body": QUOTA}),
+    "hulk_quotas, scoped": (  # (an unscoped quota made scoped: hulk_scoped_quotas has it)
+        handlers.hulk_quotas,
+        {
+            "namespace": "ml",
+            "name": "q",
+            "body": {"spec": {"hard": {"pods": "2"}, "scopes": ["BestEffort"]}},
+        },
+    ),
     "hulk_scoped_quotas": (
         handlers.hulk_scoped_quotas,
         {"namespace": "ml", "name": "q", "body": {"spec": {"hard": {"pods": "2"}}}},
@@ -63,4 +71,11 @@ def test_an_index_function_returns_an_empty_dict_for_an_object_it_does_not_index
 def test_every_index_function_that_may_skip_an_object_is_checked() -> None:
     registered = {h.fn.__name__ for h in kopf.get_default_registry()._indexing.get_all_handlers()}
     always = {"hulk_nodes", "hulk_jobs"}  # they index every object they see
-    assert registered - always == set(UNINDEXED)
+    assert registered - always == {fn.__name__ for fn, _ in UNINDEXED.values()}
+
+
+def test_the_default_priorityclass_is_the_lowest_valued_global_default() -> None:
+    """As the Priority admission plugin picks it when several are marked (a race)."""
+    low = handlers.hulk_default_priority(name="b", body={"value": 10, "globalDefault": True})
+    high = handlers.hulk_default_priority(name="a", body={"value": 1000, "globalDefault": True})
+    assert min([low["default"], high["default"]])[1] == "b"

@@ -280,6 +280,21 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
             (job,) = json.loads(out.stdout)["jobs"]
             assert len([n for s in job["stages"] for n in s["nodes"]]) == 1, job
             assert "one-default" in out.stderr, out.stderr
+            # a kubeconfig that may not list PriorityClasses (a tenant's) is told the
+            # preview may differ (before, the quota was silently read as not counting it)
+            from hulk_operator import kube as kube_calls
+            from hulk_operator import preview as previews
+
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(kube_calls, "default_priority_class", lambda api: None)
+                got = previews.preview_plan(sandbox.kubeconfig, namespace=kube.ns, plan_fn=plan)
+            assert any(
+                n.startswith(
+                    "cannot list PriorityClasses with this kubeconfig: the quotas of "
+                    f"namespace(s) {kube.ns} scoped by PriorityClass"
+                )
+                for n in got.notes
+            ), got.notes
         finally:
             kube.core.delete_namespaced_resource_quota("one-default", kube.ns)
             sched.delete_priority_class(cls)

@@ -1302,6 +1302,10 @@ def test_what_scoped_quotas_read_of_a_stage_pod() -> None:
     }
     assert template_facts(spec) == (True, "hi", True)
     assert template_facts({}) == (False, "", False)
+    # a malformed template is the API server's to refuse: read as naming nothing, not a crash
+    # (the job would have dropped out of the operator's index, told nothing)
+    assert template_facts({"affinity": {"podAffinity": "x"}}) == (False, "", False)
+    assert template_facts({"affinity": [1]}) == (False, "", False)
 
 
 def test_a_job_is_planned_within_the_scoped_quotas_that_count_its_pods() -> None:
