@@ -189,6 +189,37 @@ def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
     assert grown is not None and set(grown.nodes) - set(current.nodes) and not grown.note
 
 
+def test_a_growth_a_class_quota_declined_is_looked_at_again_when_its_class_changes() -> None:
+    """Which quotas count its pods is part of what the check saw: the cluster's default
+    PriorityClass changing (the template names none) is a change (before, only the
+    quotas' figures were)."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
+    gpus = sum(paper_cluster().server(n).gpus for n in current.nodes)
+    scopes = (("PriorityClass", "In", ("hi",)),)
+    state = {"default": "hi"}
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(
+            nodes(),
+            Latencies(),
+            {running.key: running},
+            dict.fromkeys(current.nodes, running.key),
+            scoped_quotas={"ml": [("hi-gpus", {QUOTA_GPU: 0.0}, scopes)]},
+            counted={running.key: {QUOTA_GPU: float(gpus)}},
+            default_priority_class=state["default"],
+        )
+
+    placer = Placer(plan, regrow_every_s=0)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert "ResourceQuota hi-gpus" in placer.regrow_declined.pop(running.key)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert running.key not in placer.regrow_declined  # nothing changed: not looked at
+    state["default"] = "lo"  # the quota no longer counts its pods: looked at again
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    told = placer.regrow_declined.pop(running.key)
+    assert "ResourceQuota" not in told and "minSpeedup 1e+06" in told, told
+
+
 def test_a_job_grows_within_its_namespaces_quota() -> None:
     """Before, a growth wider than the quota was declined whole: a job on one server under
     a quota on pods raised from 1 to 2 never grew (a user trial)."""
