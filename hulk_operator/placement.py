@@ -623,7 +623,9 @@ def plan_pending(
             for k, d in decisions.items():
                 for n in d.nodes:
                     held[n] = k
-            for e in sorted(members, key=rank, reverse=True):
+            ranked = sorted(members, key=rank, reverse=True)
+            joint = dict(decisions)  # the group's plans before the quotas
+            for e in ranked:
                 # a job a quota shrinks is planned again on its own servers and the free
                 # ones, never on those this round gave its other members (held above)
                 was = decisions[e.key]
@@ -632,9 +634,115 @@ def plan_pending(
                     del held[n]
                 for n in decisions[e.key].nodes:
                     held[n] = e.key
+            for m in ranked:  # a job the quota left out, when another took its room
+                _make_room(m, ranked, rank, joint, decisions, snap, given, held, plan)
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     return out
+
+
+def _make_room(
+    m: JobEntry,
+    ranked: Sequence[JobEntry],
+    rank: Callable[[JobEntry], Any],
+    joint: Mapping[Key, Decision],
+    decisions: dict[Key, Decision],
+    snap: Snapshot,
+    given: dict[str, dict[Taken, float]],
+    held: dict[str, Key],
+    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+) -> None:
+    """Job ``m``, which its namespace's quotas left unplaced in this round after a job of
+    the same rank there took their room first: each such job ``e`` in turn is planned again
+    within what the quotas leave less a plan of ``m`` (its plan on the free servers, else
+    its plan within half of what ``e`` and it may share), then ``m`` within the rest; where
+    both fit, both are kept (else nothing changes). Before, the first job kept its fastest
+    plan and the next waited (15 GPUs left: one job took 12, the next needed 4 per stage
+    pod: a user trial)."""
+    ns, was_m = m.key[0], joint[m.key]
+    if decisions[m.key].job_plan is not None or was_m.job_plan is None:
+        return
+    if not snap.quotas_for(m) or snap.quota_refuses(m) is not None:
+        return
+    for e in ranked:
+        d_e = decisions[e.key]
+        if e is m or e.key[0] != ns or rank(e) != rank(m) or d_e.job_plan is None:
+            continue
+        shared = {k: dict(v) for k, v in given.items()}
+        _add(shared.setdefault(ns, {}), snap, e, snap.uncounted(e, d_e), -1.0)  # e's, back
+        for kept_aside in (
+            lambda: snap.quota_need(m, was_m),
+            lambda: _half_need(m, was_m, snap, shared, plan),  # noqa: B023
+        ):
+            need_m = kept_aside()
+            if need_m is not None and _both(
+                e, m, need_m, joint, decisions, snap, shared, held, plan
+            ):
+                given.clear()
+                given.update(shared)
+                return
+
+
+def _half_need(
+    m: JobEntry,
+    was: Decision,
+    snap: Snapshot,
+    given: Mapping[str, Mapping[Taken, float]],
+    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+) -> dict[str, float] | None:
+    """What ``m``'s plan within half of what its quotas leave (less ``given``) needs, or
+    None where none fits."""
+    ns = m.key[0]
+    half = {k: dict(v) for k, v in given.items()}
+    room = half.setdefault(ns, {})
+    for name, left in snap.quotas_for(m):
+        for r, amount in left.items():
+            room[(name, r)] = (
+                room.get((name, r), 0.0) + max(amount - room.get((name, r), 0.0), 0.0) / 2
+            )
+    d = _within_quota(m, was, snap, half, plan)
+    return snap.quota_need(m, d) if d.job_plan is not None else None
+
+
+def _both(
+    e: JobEntry,
+    m: JobEntry,
+    need_m: Mapping[str, float],
+    joint: Mapping[Key, Decision],
+    decisions: dict[Key, Decision],
+    snap: Snapshot,
+    given: dict[str, dict[Taken, float]],
+    held: dict[str, Key],
+    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+) -> bool:
+    """``e`` planned again within ``given`` less ``need_m``, then ``m`` within the rest:
+    True, with both decided (``given`` and ``held`` updated), where both fit; else False,
+    nothing changed."""
+    trial = {k: dict(v) for k, v in given.items()}
+    room = trial.setdefault(e.key[0], {})
+    _add(room, snap, m, need_m, 1.0)  # kept aside for m
+    saved, d_e = dict(held), decisions[e.key]
+    new_e = _within_quota(e, joint[e.key], snap, trial, plan, keep=sorted(d_e.nodes))
+    if new_e.job_plan is not None and _free_for(new_e, held):
+        for n in d_e.nodes - new_e.nodes:
+            del held[n]
+        held.update(dict.fromkeys(new_e.nodes, e.key))
+        _add(room, snap, m, need_m, -1.0)
+        new_m = _within_quota(m, joint[m.key], snap, trial, plan)
+        if new_m.job_plan is not None and _free_for(new_m, held):
+            held.update(dict.fromkeys(new_m.nodes, m.key))
+            decisions[e.key], decisions[m.key] = new_e, new_m
+            given.clear()
+            given.update(trial)
+            return True
+    held.clear()
+    held.update(saved)
+    return False
+
+
+def _free_for(d: Decision, held: Mapping[str, Key]) -> bool:
+    """Whether no other job of the round holds a server of ``d``."""
+    return all(held.get(n, d.key) == d.key for n in d.nodes)
 
 
 def _tightest(limits: Sequence[tuple[str, float]] | None) -> tuple[str, float] | None:
@@ -728,10 +836,17 @@ def _quotas_seen(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
 def add_use(taken: dict[Taken, float], snap: Snapshot, e: JobEntry, d: Decision) -> None:
     """Adds what ``d``'s stage pods will count and do not yet to each quota that counts
     them (a scoped quota counts only the jobs whose pods its scopes match)."""
-    use = snap.uncounted(e, d)
+    _add(taken, snap, e, snap.uncounted(e, d), 1.0)
+
+
+def _add(
+    taken: dict[Taken, float], snap: Snapshot, e: JobEntry, use: Mapping[str, float], sign: float
+) -> None:
+    """Adds (``sign`` 1) or takes back (-1) ``use`` of job ``e``'s pods to each quota that
+    counts them."""
     for name, _ in snap.quotas_for(e):
         for r, v in use.items():
-            taken[(name, r)] = taken.get((name, r), 0.0) + v
+            taken[(name, r)] = taken.get((name, r), 0.0) + sign * v
 
 
 def _quota_why(

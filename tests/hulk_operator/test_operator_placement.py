@@ -1415,3 +1415,23 @@ def test_gpu_limit_is_the_smallest_container_or_pod_maximum() -> None:
     }
     assert gpu_limit(body) == 6
     assert gpu_limit({"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}}) is None
+
+
+def test_jobs_of_a_namespace_planned_together_share_its_quota() -> None:
+    """Before, the first kept its fastest plan if it fitted the quota and the next got what
+    was left: with 16 GPUs, bert-large took a 16-GPU server and gpt2-xl waited (a user
+    trial). Now the first is planned again leaving the next room, where both then fit."""
+    bert = replace(entry(paper_jobs()[3]), key=("ml", "a-bert"))
+    gpt = replace(entry(paper_jobs()[2]), key=("ml", "b-gpt"))
+    quota = {"ml": [("gpus", {QUOTA_GPU: 16.0})]}
+    got = plan_pending(replace(snap([bert, gpt]), quotas=quota), plan)
+    assert all(d.job_plan is not None for d in got.values()), {k: d.reason for k, d in got.items()}
+    assert not got[bert.key].nodes & got[gpt.key].nodes
+    cluster = paper_cluster()
+    used = sum(cluster.server(n).gpus for d in got.values() for n in d.nodes)
+    assert used <= 16
+    # a job of another namespace is not made room for
+    other = replace(gpt, key=("other", "b-gpt"))
+    quotas = {**quota, "other": [("gpus", {QUOTA_GPU: 0.0})]}
+    got = plan_pending(replace(snap([bert, other]), quotas=quotas), plan)
+    assert got[other.key].job_plan is None and len(got[bert.key].nodes) >= 1
