@@ -634,23 +634,30 @@ def plan_pending(
                     del held[n]
                 for n in decisions[e.key].nodes:
                     held[n] = e.key
+            rd = _Round(snap, joint, decisions, given, held, plan)
             for m in ranked:  # a job the quota left out, when another took its room
-                _make_room(m, ranked, rank, joint, decisions, snap, given, held, plan)
+                _make_room(m, ranked, rank, rd)
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     return out
 
 
+@dataclass
+class _Round:
+    """A constraint group's round, as ``_make_room`` re-plans two of its jobs: their plans
+    before the quotas (``joint``), their decisions, what the namespaces' quotas gave out
+    (``given``), who holds which server, and the group's planner."""
+
+    snap: Snapshot
+    joint: Mapping[Key, Decision]
+    decisions: dict[Key, Decision]
+    given: dict[str, dict[Taken, float]]
+    held: dict[str, Key]
+    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]]
+
+
 def _make_room(
-    m: JobEntry,
-    ranked: Sequence[JobEntry],
-    rank: Callable[[JobEntry], Any],
-    joint: Mapping[Key, Decision],
-    decisions: dict[Key, Decision],
-    snap: Snapshot,
-    given: dict[str, dict[Taken, float]],
-    held: dict[str, Key],
-    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+    m: JobEntry, ranked: Sequence[JobEntry], rank: Callable[[JobEntry], Any], rd: _Round
 ) -> None:
     """Job ``m``, which its namespace's quotas left unplaced in this round after a job of
     the same rank there took their room first: each such job ``e`` in turn is planned again
@@ -659,40 +666,30 @@ def _make_room(
     both fit, both are kept (else nothing changes). Before, the first job kept its fastest
     plan and the next waited (15 GPUs left: one job took 12, the next needed 4 per stage
     pod: a user trial)."""
-    ns, was_m = m.key[0], joint[m.key]
-    if decisions[m.key].job_plan is not None or was_m.job_plan is None:
+    snap, ns, was_m = rd.snap, m.key[0], rd.joint[m.key]
+    if rd.decisions[m.key].job_plan is not None or was_m.job_plan is None:
         return
     if not snap.quotas_for(m) or snap.quota_refuses(m) is not None:
         return
     for e in ranked:
-        d_e = decisions[e.key]
+        d_e = rd.decisions[e.key]
         if e is m or e.key[0] != ns or rank(e) != rank(m) or d_e.job_plan is None:
             continue
-        shared = {k: dict(v) for k, v in given.items()}
+        shared = {k: dict(v) for k, v in rd.given.items()}
         _add(shared.setdefault(ns, {}), snap, e, snap.uncounted(e, d_e), -1.0)  # e's, back
         for kept_aside in (
             lambda: snap.quota_need(m, was_m),
-            lambda: _half_need(m, was_m, snap, shared, plan),  # noqa: B023
+            lambda: _half_need(m, rd, shared),  # noqa: B023
         ):
             need_m = kept_aside()
-            if need_m is not None and _both(
-                e, m, need_m, joint, decisions, snap, shared, held, plan
-            ):
-                given.clear()
-                given.update(shared)
+            if need_m is not None and _both(e, m, need_m, rd, shared):
                 return
 
 
-def _half_need(
-    m: JobEntry,
-    was: Decision,
-    snap: Snapshot,
-    given: Mapping[str, Mapping[Taken, float]],
-    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
-) -> dict[str, float] | None:
+def _half_need(m: JobEntry, rd: _Round, given: dict[str, Any]) -> dict[str, float] | None:
     """What ``m``'s plan within half of what its quotas leave (less ``given``) needs, or
     None where none fits."""
-    ns = m.key[0]
+    ns, snap = m.key[0], rd.snap
     half = {k: dict(v) for k, v in given.items()}
     room = half.setdefault(ns, {})
     for name, left in snap.quotas_for(m):
@@ -700,40 +697,33 @@ def _half_need(
             room[(name, r)] = (
                 room.get((name, r), 0.0) + max(amount - room.get((name, r), 0.0), 0.0) / 2
             )
-    d = _within_quota(m, was, snap, half, plan)
+    d = _within_quota(m, rd.joint[m.key], snap, half, rd.plan)
     return snap.quota_need(m, d) if d.job_plan is not None else None
 
 
 def _both(
-    e: JobEntry,
-    m: JobEntry,
-    need_m: Mapping[str, float],
-    joint: Mapping[Key, Decision],
-    decisions: dict[Key, Decision],
-    snap: Snapshot,
-    given: dict[str, dict[Taken, float]],
-    held: dict[str, Key],
-    plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
+    e: JobEntry, m: JobEntry, need_m: Mapping[str, float], rd: _Round, given: dict[str, Any]
 ) -> bool:
-    """``e`` planned again within ``given`` less ``need_m``, then ``m`` within the rest:
-    True, with both decided (``given`` and ``held`` updated), where both fit; else False,
-    nothing changed."""
+    """``e`` planned again within ``given`` (the round's, ``e``'s own use taken back) less
+    ``need_m``, then ``m`` within the rest: True, with both decided (the round's given and
+    held updated), where both fit; else False, nothing changed."""
+    snap, held = rd.snap, rd.held
     trial = {k: dict(v) for k, v in given.items()}
     room = trial.setdefault(e.key[0], {})
     _add(room, snap, m, need_m, 1.0)  # kept aside for m
-    saved, d_e = dict(held), decisions[e.key]
-    new_e = _within_quota(e, joint[e.key], snap, trial, plan, keep=sorted(d_e.nodes))
+    saved, d_e = dict(held), rd.decisions[e.key]
+    new_e = _within_quota(e, rd.joint[e.key], snap, trial, rd.plan, keep=sorted(d_e.nodes))
     if new_e.job_plan is not None and _free_for(new_e, held):
         for n in d_e.nodes - new_e.nodes:
             del held[n]
         held.update(dict.fromkeys(new_e.nodes, e.key))
         _add(room, snap, m, need_m, -1.0)
-        new_m = _within_quota(m, joint[m.key], snap, trial, plan)
+        new_m = _within_quota(m, rd.joint[m.key], snap, trial, rd.plan)
         if new_m.job_plan is not None and _free_for(new_m, held):
             held.update(dict.fromkeys(new_m.nodes, m.key))
-            decisions[e.key], decisions[m.key] = new_e, new_m
-            given.clear()
-            given.update(trial)
+            rd.decisions[e.key], rd.decisions[m.key] = new_e, new_m
+            rd.given.clear()
+            rd.given.update(trial)
             return True
     held.clear()
     held.update(saved)
