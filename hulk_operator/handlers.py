@@ -45,6 +45,7 @@ from hulk_operator.inventory import (
     Resources,
     Scope,
     Usage,
+    default_class,
     gpu_limit,
     limit_bounds,
     limit_defaults,
@@ -645,7 +646,5 @@ async def build_snapshot(
             for ns in {ns for index in policy_specs for ns in (index or {})}
         },
         scoped_quotas=by_namespace(hulk_scoped_quotas),
-        default_priority_class=min(
-            (hulk_default_priority or {}).get("default", ()), default=(0.0, "")
-        )[1],
+        default_priority_class=default_class((hulk_default_priority or {}).get("default", ())),
     )

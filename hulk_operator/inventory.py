@@ -228,6 +228,13 @@ def scopes_match(scopes: Sequence[Scope], pod: PodFacts) -> bool:
     return True
 
 
+def default_class(defaults: Iterable[tuple[float, str]]) -> str:
+    """The PriorityClass a pod naming none gets, of the (value, name) of those marked
+    ``globalDefault``: the lowest value, as the Priority admission plugin picks it where
+    several are marked; "" where none is."""
+    return min(defaults, default=(0.0, ""))[1]
+
+
 def best_effort(spec: Mapping[str, Any]) -> bool:
     """Whether a pod (its resources, ``with_defaults``') is of QoS class BestEffort: no
     CPU or memory requested or limited above zero, by its pod-level resources where set,

@@ -20,6 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from hulk_operator import GANG_GATE
+from hulk_operator.inventory import default_class
 from hulk_planner.errors import InvalidRequest
 
 MERGE = "application/merge-patch+json"
@@ -214,7 +215,6 @@ def default_priority_class(api: client.ApiClient) -> str | None:
         found: Any = client.SchedulingV1Api(api).list_priority_class()
     except ApiException:
         return None
-    defaults = [
+    return default_class(
         (float(c.value or 0), str(c.metadata.name)) for c in found.items if c.global_default
-    ]
-    return min(defaults, default=(0.0, ""))[1]
+    )

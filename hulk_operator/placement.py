@@ -305,15 +305,20 @@ class Snapshot:
         return tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas))
 
     def quota_short(
-        self, entry: JobEntry, need: Mapping[str, float], given: Mapping[Taken, float] | None = None
+        self,
+        entry: JobEntry,
+        need: Mapping[str, float],
+        given: Mapping[Taken, float] | None = None,
+        quotas: Sequence[tuple[str, Mapping[str, float]]] | None = None,
     ) -> Short | None:
         """The first resource of the quotas counting the job's pods that ``need`` (what a
         plan's stage pods count) exceeds: what the quota leaves, less what ``given`` (the
         namespace's other jobs planned but not yet counted, by quota and resource) took,
         plus what the job's own pods count now (they go when the plan replaces them); None
-        where every quota holds it."""
+        where every quota holds it. ``quotas``: ``quotas_for(entry)``, where the caller has
+        it already (it asks many times)."""
         mine = self.counted.get(entry.key, {})
-        for name, left in self.quotas_for(entry):
+        for name, left in self.quotas_for(entry) if quotas is None else quotas:
             for r, amount in sorted(left.items()):
                 room = amount - (given or {}).get((name, r), 0.0)
                 # (a quota lowered below what the job's pods use leaves less than nothing:
@@ -630,10 +635,7 @@ def plan_pending(
                 # ones, never on those this round gave its other members (held above)
                 was = decisions[e.key]
                 decisions[e.key] = _within_quota(e, was, snap, given, plan)
-                for n in was.nodes - decisions[e.key].nodes:
-                    del held[n]
-                for n in decisions[e.key].nodes:
-                    held[n] = e.key
+                _rehold(held, was, decisions[e.key])
             rd = _Round(snap, joint, decisions, given, held, plan)
             for m in ranked:  # a job the quota left out, when another took its room
                 _make_room(m, ranked, rank, rd)
@@ -714,9 +716,7 @@ def _both(
     saved, d_e = dict(held), rd.decisions[e.key]
     new_e = _within_quota(e, rd.joint[e.key], snap, trial, rd.plan, keep=sorted(d_e.nodes))
     if new_e.job_plan is not None and _free_for(new_e, held):
-        for n in d_e.nodes - new_e.nodes:
-            del held[n]
-        held.update(dict.fromkeys(new_e.nodes, e.key))
+        _rehold(held, d_e, new_e)
         _add(room, snap, m, need_m, -1.0)
         new_m = _within_quota(m, rd.joint[m.key], snap, trial, rd.plan)
         if new_m.job_plan is not None and _free_for(new_m, held):
@@ -728,6 +728,13 @@ def _both(
     held.clear()
     held.update(saved)
     return False
+
+
+def _rehold(held: dict[str, Key], was: Decision, now: Decision) -> None:
+    """A job's servers in ``held`` as ``now`` decides them, where ``was`` did before."""
+    for n in was.nodes - now.nodes:
+        del held[n]
+    held.update(dict.fromkeys(now.nodes, now.key))
 
 
 def _free_for(d: Decision, held: Mapping[str, Key]) -> bool:
@@ -754,15 +761,15 @@ def _within_quota(
     ``keep``, the servers it runs on, first; the most GPU memory, compute, or fastest GPUs
     first); else unplaced, saying so. Before, the quota refused the stage pods and the job
     held its servers, which other namespaces needed."""
-    ns = e.key[0]
-    if d.job_plan is None or d.cluster is None or not snap.quotas_for(e):
+    ns, counting = e.key[0], snap.quotas_for(e)
+    if d.job_plan is None or d.cluster is None or not counting:
         return d
     cluster = d.cluster
     refused = snap.quota_refuses(e)
     if refused:
         return Decision(e.key, None, cluster, refused, d.planner)
     taken = given.setdefault(ns, {})
-    short = snap.quota_short(e, snap.quota_need(e, d), taken)
+    short = snap.quota_short(e, snap.quota_need(e, d), taken, counting)
     if short is not None:
         gpus = {s.name: s.gpus for s in cluster.servers}
         planned = list(d.job_plan.nodes)
@@ -786,7 +793,7 @@ def _within_quota(
             for n in dict.fromkeys(order):
                 need = {k: v * (len(pool) + 1) for k, v in base.items()}
                 need[QUOTA_GPU] = held + gpus[n]
-                if snap.quota_short(e, need, taken) is None:
+                if snap.quota_short(e, need, taken, counting) is None:
                     pool.append(n)
                     held += gpus[n]
             if pool and pool not in pools:
@@ -795,14 +802,15 @@ def _within_quota(
         fits = [
             t
             for t in tried
-            if t.job_plan is not None and snap.quota_short(e, snap.quota_need(e, t), taken) is None
+            if t.job_plan is not None
+            and snap.quota_short(e, snap.quota_need(e, t), taken, counting) is None
         ]
         if not fits:
             return Decision(
                 e.key, None, cluster, _quota_why(e, d, snap, taken, short, tried), d.planner
             )
         best = min(fits, key=lambda t: t.job_plan.predicted_iteration_seconds)  # type: ignore[union-attr]
-        names = sorted({name for name, _ in snap.quotas_for(e)})
+        names = sorted({name for name, _ in counting})
         note = (
             f"within namespace {ns}'s ResourceQuota {short.quota} ({short.resource}): "
             f"{len(best.nodes)} server(s), {len(planned)} without it"
