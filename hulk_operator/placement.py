@@ -58,6 +58,14 @@ REFUSALS_APART_S = 60.0  # refusals further apart are not one run (retries are 1
 # An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
 # is planned again at most this often: a busy namespace must not start a round at every pod.
 QUOTA_RECHECK_S = 10.0
+
+
+def clock() -> float:
+    """The placer's clock, ``time.monotonic`` (a test replaces ``placement.clock``, not the
+    process-wide ``time.monotonic`` that asyncio's own timers read)."""
+    return time.monotonic()
+
+
 # (ResourceQuota, resource): what a round's jobs took of a quota that counts their pods
 Taken = tuple[str, str]
 
@@ -89,7 +97,7 @@ class Decision:
     estimated: int = 0  # pairs of the job's servers whose latency is an estimate
     unreachable: int = 0  # pairs of the job's servers reported unreachable
     baselines: Mapping[str, float | None] = field(default_factory=dict)
-    made: float = field(default_factory=time.monotonic)
+    made: float = field(default_factory=lambda: clock())
     # unique per decision made (``id()`` is not: a freed decision's id is reused)
     serial: int = field(default_factory=itertools.count().__next__)
     base: JobPlan | None = None  # for a re-plan: the plan it replaces
@@ -1007,7 +1015,7 @@ class Placer:
         """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns
         for how many seconds they have been, in this placement (a re-plan's new servers,
         or a placement after a pause, start the clock again)."""
-        now = time.monotonic()
+        now = clock()
         r = self._refusal(entry)
         if r.since is None or r.servers != frozenset(servers) or now - r.last > REFUSALS_APART_S:
             r.since, r.servers = now, frozenset(servers)  # (a gap: the job went and came back)
@@ -1041,7 +1049,7 @@ class Placer:
         wait = min(grace_s * 2 ** min(r.times, 30), MAX_REFUSED_WAIT_S)  # (no overflow)
         r.times += 1
         r.since = None
-        r.until = time.monotonic() + wait
+        r.until = clock() + wait
         at = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
         reason = (
             f"{why}; planned again in {wait:.0f} s (at {at}), or when its spec or the "
@@ -1063,7 +1071,7 @@ class Placer:
             return None
         if snap.policies_seen(entry.key[0]) != r.policies:
             return None
-        return r.decision if time.monotonic() < r.until else None
+        return r.decision if clock() < r.until else None
 
     def reserved_use(self, snap: Snapshot, but: Key | None = None) -> dict[str, dict[Taken, float]]:
         """By namespace, what the reserved decisions' pods will count toward its quotas and
@@ -1107,7 +1115,7 @@ class Placer:
         seen, now = last[0], self.fingerprint(snap, entry)
         if seen == now:
             return last[1]
-        if seen[:-1] == now[:-1] and time.monotonic() - last[1].made < QUOTA_RECHECK_S:
+        if seen[:-1] == now[:-1] and clock() - last[1].made < QUOTA_RECHECK_S:
             return last[1]
         return None
 
@@ -1199,7 +1207,7 @@ class Placer:
         """A faster plan for a running job with ``spec.regrow`` on its servers plus the
         free ones (``regrow.faster``); None while a job waits for servers, when no server
         is free, or when nothing changed since the last check."""
-        now = time.monotonic()
+        now = clock()
         if now - self._regrow_looked.get(entry.key, -math.inf) < self.regrow_every_s:
             return None
         self._regrow_looked[entry.key] = now
@@ -1295,7 +1303,7 @@ class Placer:
         if d is None or d.job_plan is None:
             return None
         if d.base is not None and _same(d.base, shown):
-            if time.monotonic() - d.made < WRITE_TIMEOUT_S:
+            if clock() - d.made < WRITE_TIMEOUT_S:
                 return d
             del self.reserved[key]
             return None
