@@ -1,11 +1,11 @@
 """What planning within a namespace's ResourceQuota costs the operator: one job's planning
-round (``placement.plan_pending``, the operator's own) on generated clusters, without a
+round (``rounds.plan_pending``, the operator's own) on generated clusters, without a
 quota and under a quota on pods that holds half the servers the free plan takes.
 
     python bench/quota_planning.py [--servers 47 500 2000] [--planner hulk] [--repeat 3]
 
 A quota the plan fits costs nothing beyond the check; one it exceeds makes the operator plan
-the job again on a few sets of its servers within the quota (``placement._within_quota``)
+the job again on a few sets of its servers within the quota (``quota_fit.within_quota``)
 and keep the fastest: printed as the ratio of the round's time to a round without a quota,
 with each plan's predicted step (the quota's plan is slower: it has fewer servers). Links are
 the operator's region estimates (no NodeLatency measurements).
@@ -18,9 +18,11 @@ import statistics
 import time
 from dataclasses import replace
 
+from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import Latencies, node_info
-from hulk_operator.placement import Decision, Snapshot, plan_pending
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster

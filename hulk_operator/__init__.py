@@ -3,13 +3,23 @@
 Modules, one concern each:
 
 - ``manifests``: pure builders of the stage pods and the headless Service (dicts out).
-- ``inventory``: Node objects -> planner ``Server`` s, health, and the latency links.
+- ``inventory``: Node objects -> planner ``Server`` s, health, and the latency links; what
+  a pod counts toward ResourceQuotas and LimitRanges. ``entries``: a job as the index keeps it.
+- ``snapshot``: what a planning round sees; ``fit``: whether a job can be placed at all,
+  and how to say why not.
+- ``rounds``: plans pending jobs together on the servers no job holds (gang semantics);
+  ``quota_fit``: within their namespaces' quotas; ``decision``: a round's result per job.
+- ``placement``: the operator's planning rounds around them (one at a time, reservations,
+  refused pods). ``regrow``: a running job's faster plan on servers freed since.
+- ``reconcile``: one reconciliation of one job (plan, pods, status); ``recovery``:
+  re-plans a running job that lost a server, keeping healthy stages; ``edits``: what a
+  spec edit means for a running job's plan.
 - ``status``: the job's status fields and metav1-style conditions.
-- ``placement``: plans pending jobs together on the servers no job holds (gang semantics).
-- ``recovery``: re-plans a running job that lost a server, keeping healthy stages.
 - ``errors``: the one place where planner errors become conditions and kopf errors.
 - ``metrics``: Prometheus metrics. ``kube``: the few API calls the operator makes.
-- ``handlers``: the kopf handlers. ``cli``: ``hulk operator``. ``demo``: ``hulk demo``.
+  ``crd``: installs the CRDs. ``config``: the operator's settings.
+- ``handlers``: the kopf handlers. ``cli``: ``hulk operator``; ``runner``: the operator in
+  a background thread (tests, the demo). ``demo``: ``hulk demo``.
 - ``preview``: the live cluster as a planner ``Cluster`` for ``hulk plan --kubeconfig``.
 """
 

@@ -61,8 +61,9 @@ from hulk_operator.inventory import (
     summed,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import Placer, Snapshot, held_servers
+from hulk_operator.placement import Placer
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
+from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.api import USES_GNN
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
 

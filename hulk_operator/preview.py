@@ -44,13 +44,8 @@ from hulk_operator.inventory import (
     summed,
 )
 from hulk_operator.manifests import owner_job
-from hulk_operator.placement import (
-    BASELINES,
-    Snapshot,
-    held_servers,
-    plan_pending,
-    planner_names,
-)
+from hulk_operator.rounds import BASELINES, plan_pending, planner_names
+from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
 

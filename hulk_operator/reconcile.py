@@ -18,6 +18,7 @@ from typing import Any
 from hulk_operator import manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
+from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import (
     INVALID_SPEC,
@@ -30,7 +31,8 @@ from hulk_operator.errors import (
 )
 from hulk_operator.inventory import NodeInfo, Resources
 from hulk_operator.metrics import Metrics
-from hulk_operator.placement import Decision, Placer, Snapshot
+from hulk_operator.placement import Placer
+from hulk_operator.snapshot import Snapshot
 from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
 from hulk_planner.model import Job, JobPlan

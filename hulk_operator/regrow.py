@@ -30,7 +30,7 @@ from hulk_planner.cost import CostModel
 from hulk_planner.model import Cluster, JobPlan
 
 if TYPE_CHECKING:
-    from hulk_operator.placement import Decision
+    from hulk_operator.decision import Decision
 
 REASON = "Regrown"  # the Event's, the Replanning condition's and the replans metric's
 ALL_RUNNING = "AllStagesRunning"  # the Ready condition's reason while every stage runs

@@ -3,11 +3,12 @@ operator sees it (Ready kwok nodes) and job entries as its index keeps them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import Latencies, NodeInfo, node_info
-from hulk_operator.placement import Snapshot
+from hulk_operator.inventory import Latencies, NodeInfo, node_info, stage_quota, with_defaults
+from hulk_operator.snapshot import Snapshot
 from hulk_planner.datasets import paper_cluster
 from hulk_planner.model import Job
 from hulk_sandbox.nodes import node_manifest
@@ -39,3 +40,8 @@ def entry(job: Job, ns: str = "ml", **kw: Any) -> JobEntry:
 
 def snap(entries: list[JobEntry], held: dict[str, Any] | None = None) -> Snapshot:
     return Snapshot(nodes(), Latencies(), {e.key: e for e in entries}, held or {})
+
+
+def templated(e: JobEntry, pod_spec: dict[str, Any]) -> JobEntry:
+    """``e`` with a template whose pod spec is ``pod_spec``, as ``job_entry`` reads it."""
+    return replace(e, pod_quota=stage_quota(pod_spec), pod_resources=with_defaults(pod_spec, ()))

@@ -1,4 +1,5 @@
-"""Placement, recovery and status logic without a cluster (the real planner, in memory)."""
+"""The Placer (``placement``), recovery and status logic without a cluster (the real planner,
+in memory)."""
 
 from __future__ import annotations
 
@@ -7,258 +8,27 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from placement_helpers import entry, nodes, snap
+from placement_helpers import entry, nodes, snap, templated
 
 from hulk_operator import GPU, recovery
 from hulk_operator import status as st
-from hulk_operator.entries import JobEntry, object_entry
-from hulk_operator.inventory import PRODUCT as PRODUCT_LABEL
+from hulk_operator.decision import Decision
 from hulk_operator.inventory import (
     QUOTA_GPU,
     Latencies,
-    Resources,
-    Taint,
     limit_bounds,
-    limit_defaults,
     node_info,
     quota_usage,
     stage_quota,
-    summed,
     with_defaults,
 )
-from hulk_operator.manifests import desired_pods
-from hulk_operator.placement import Decision, Placer, Snapshot, plan_pending
+from hulk_operator.placement import Placer
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
 from hulk_sandbox.nodes import node_manifest
-
-
-def refusal(s: Snapshot, e: JobEntry) -> str:
-    """Why ``e`` gets no server in ``s`` (it must get none)."""
-    assert s.free(e) == []
-    d = plan_pending(s, plan)[e.key]
-    assert d.job_plan is None
-    return d.reason
-
-
-def test_paper_jobs_planned_together_on_disjoint_servers() -> None:
-    jobs = [entry(j) for j in paper_jobs()]
-    decisions = plan_pending(snap(jobs), plan, baselines=True)
-    assert set(decisions) == {e.key for e in jobs}
-    used: list[str] = []
-    for d in decisions.values():
-        assert d.job_plan is not None, d.reason
-        used += d.job_plan.nodes
-        assert d.estimated > 0 or len(d.job_plan.nodes) == 1  # no probe data: estimates
-        assert set(d.baselines) == {"baseline-a", "baseline-b", "baseline-c"}
-    assert len(used) == len(set(used))
-
-
-def test_held_servers_are_not_offered() -> None:
-    bert = entry(paper_jobs()[3])
-    all_nodes = set(nodes())
-    held = {n: ("other", "job") for n in sorted(all_nodes)[:-1]}
-    d = plan_pending(snap([bert], held), plan)[bert.key]
-    if d.job_plan is not None:
-        assert set(d.job_plan.nodes) <= all_nodes - set(held)
-
-
-def test_job_that_cannot_fit_gets_a_reason() -> None:
-    huge = Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1)
-    d = plan_pending(snap([entry(huge)]), plan)[("ml", "huge")]
-    assert d.job_plan is None and d.reason
-
-
-def test_a_suspended_job_is_not_planned_and_holds_no_server() -> None:
-    bert, gpt = paper_jobs()[3], paper_jobs()[2]
-    asleep = entry(bert, suspended=True)
-    awake = entry(gpt)
-    assert not asleep.pending and awake.pending
-    decisions = plan_pending(snap([asleep, awake]), plan)
-    assert set(decisions) == {awake.key}
-    assert replace(asleep, suspended=False).pending  # resumed: planned afresh
-
-
-def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
-    bert = paper_jobs()[3]
-
-    def reason(e: JobEntry, s: Snapshot | None = None) -> str:
-        d = plan_pending(s or snap([e]), plan)[e.key]
-        assert d.job_plan is None
-        return d.reason
-
-    mars = entry(bert, allowed_regions=("mars",))
-    assert reason(mars).startswith("spec.allowedRegions ['mars'] names no region")
-    assert "beijing" in reason(mars) and "did you mean" not in reason(mars)
-    # the paper's names, as the topology file writes them: the label is the slug
-    near = entry(bert, allowed_regions=("New Delhi", "Tokyo"))
-    assert reason(near).endswith("; did you mean new-delhi, tokyo?"), reason(near)
-    h100 = entry(bert, node_selector=(("gpu", "h100"),))
-    assert reason(h100) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
-    both = entry(bert, allowed_regions=("beijing",), node_selector=(("gpu", "h100"),))
-    assert reason(both) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
-    paris = entry(bert, allowed_regions=("paris",))
-    paris_nodes = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
-    held = snap([paris], {n: ("other", "job") for n in paris_nodes})
-    assert (
-        reason(paris, held)
-        == f"all {len(paris_nodes)} usable node(s) matching the job are held by other jobs"
-    )
-    cordoned = {
-        n: replace(i, unschedulable=True) if n in paris_nodes else i for n, i in nodes().items()
-    }
-    sick = Snapshot(cordoned, Latencies(), {paris.key: paris}, {})
-    assert reason(paris, sick) == (
-        f"the {len(paris_nodes)} node(s) matching the job take no new stage: "
-        f"{len(paris_nodes)} cordoned"
-    )
-    # before: "not Ready, cordoned, tainted, or without usable GPU labels", whichever it was
-    taint = Taint("team", "vision", "NoSchedule")
-    mixed = dict(nodes())
-    first, *rest = paris_nodes
-    mixed[first] = replace(mixed[first], ready=False)
-    for n in rest:
-        mixed[n] = replace(mixed[n], taints=(taint,))
-    tainted = Snapshot(mixed, Latencies(), {paris.key: paris}, {})
-    assert reason(paris, tainted) == (
-        f"the {len(paris_nodes)} node(s) matching the job take no new stage: "
-        f"{len(rest)} tainted, 1 not Ready; the taint(s) team=vision:NoSchedule need a "
-        "toleration in spec.template.spec.tolerations"
-    )
-    # a selector on a label the nodes carry lists the values they carry
-    product = entry(bert, node_selector=((PRODUCT_LABEL, "NVIDIA-H100"),))
-    values = sorted(
-        {i.labels[PRODUCT_LABEL] for i in nodes().values() if PRODUCT_LABEL in i.labels}
-    )
-    assert values and "NVIDIA-H100" not in values
-    assert reason(product) == (
-        f"spec.nodeSelector {PRODUCT_LABEL}=NVIDIA-H100 matches no node ({PRODUCT_LABEL}: "
-        + ", ".join(values[:6])
-        + (f" and {len(values) - 6} more" if len(values) > 6 else "")
-        + ")"
-    )
-
-
-def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
-    bert = entry(paper_jobs()[3], allowed_regions=("paris",))
-    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
-    whole = {n: nodes()[n].server.gpus for n in paris}  # type: ignore[union-attr]
-    part, *rest = paris
-    s = snap([bert])
-    s.used = {part: Resources(1), **{n: Resources(whole[n]) for n in rest}}
-    (offered,) = s.free(bert)
-    assert offered.name == part and offered.server is not None
-    assert offered.server.gpus == whole[part] - 1
-    # a job's own servers too: other pods that hold GPUs there took them from its stage
-    assert [(i.name, i.server.gpus) for i in s.free(bert, also=paris) if i.server] == [
-        (part, whole[part] - 1)
-    ]
-    s.used = {n: Resources(whole[n] + 1) for n in paris}
-    assert refusal(s, bert) == (
-        f"every GPU of the {len(paris)} usable node(s) matching the job is requested by "
-        "other pods (not Hulk's)"
-    )
-
-
-def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
-    from hulk_operator.reconcile import PodEntry
-
-    a, b, c, d = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
-    cpu = nodes()[b].allocatable.cpu
-
-    def pod(node: str, waiting: bool = True) -> PodEntry:
-        return PodEntry(f"p-{node}", node, "Pending", False, False, "", "no" if waiting else "")
-
-    pods = [pod(a), pod(b), pod(c), pod(d, waiting=False)]
-    used = {a: Resources(1), b: Resources(0, cpu, 0.0), c: Resources(0, 1.0, 0.0), d: Resources(8)}
-    need = Resources(0, 1.0, 0.0)
-    # a: GPUs held; b: no core left for the stage's one; c: room left (the scheduler waits
-    # for something else); d: its pod is not waiting
-    assert recovery.stuck_servers(pods, used, (), nodes(), need) == {
-        a: "GPUsTaken",
-        b: "ResourcesTaken",
-    }
-    assert recovery.stuck_servers(pods, used, (b,), nodes(), need) == {a: "GPUsTaken"}
-    assert recovery.stuck_servers(pods, used, (), nodes(), Resources()) == {a: "GPUsTaken"}
-    # with the plan's GPUs known: a stage planned on what other pods left waits for
-    # something else (re-planning would give it the same server again, and again)
-    whole = {n: nodes()[n].server.gpus for n in (a, b, c, d)}  # type: ignore[union-attr]
-    left = {n: g - used[n].gpus for n, g in whole.items()}
-    assert recovery.stuck_servers(pods, used, (), nodes(), need, left) == {b: "ResourcesTaken"}
-    assert recovery.stuck_servers(pods, used, (), nodes(), need, whole) == {
-        a: "GPUsTaken",
-        b: "ResourcesTaken",
-    }
-    # the node lost GPUs (a failed one, a stopped device plugin): fewer than the stage asks
-    fewer = {**nodes(), c: node_info(_with_gpus(c, whole[c] - 1))}
-    assert recovery.stuck_servers(pods, {}, (), fewer, need, whole) == {c: "GPUsGone"}
-    none = {**nodes(), c: node_info(_with_gpus(c, 0))}
-    assert none[c].server is None
-    assert recovery.stuck_servers(pods, {}, (), none, need, whole) == {c: "GPUsGone"}
-
-
-def _with_gpus(name: str, gpus: int) -> dict[str, Any]:
-    (server,) = [s for s in paper_cluster().servers if s.name == name]
-    body = node_manifest(server)
-    body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    for k in ("capacity", "allocatable"):
-        body["status"][k]["nvidia.com/gpu"] = str(gpus)
-    return body
-
-
-def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
-    opt = entry(paper_jobs()[0], allowed_regions=("paris",))
-    d = plan_pending(snap([opt]), plan)[opt.key]
-    assert d.job_plan is None
-    assert d.reason.endswith("free server(s) that spec.allowedRegions ['paris'] allow)")
-
-
-def test_a_job_re_planned_after_an_edit_keeps_first_claim_on_its_servers() -> None:
-    """Before: an edit of a running job (an env var) planned it together with a waiting job
-    of the same priority, which could take the running job's only server and leave it
-    Pending."""
-    bert = paper_jobs()[3]
-    london = [n for n, i in nodes().items() if i.server and i.server.region == "london"]
-    assert len(london) == 1  # room for one of the two
-    waiting = entry(replace(bert, name="a-waiting"), allowed_regions=("london",))
-    edited = entry(replace(bert, name="z-edited"), allowed_regions=("london",))
-    s = snap([waiting, edited], held={london[0]: edited.key})  # its pods still there
-    decisions = plan_pending(s, plan)
-    assert decisions[edited.key].nodes == set(london), decisions
-    assert decisions[waiting.key].job_plan is None
-    # without pods holding it, the joint plan decides as before (here: the first name)
-    fresh = plan_pending(snap([waiting, edited]), plan)
-    assert [k for k, d in fresh.items() if d.job_plan is not None] == [waiting.key]
-
-
-def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
-    """Two OPT-175B copies fit the paper's cluster, four do not: the high-priority one
-    must be among those placed, whatever the names' order (planned jointly, the first
-    names were)."""
-    opt = paper_jobs()[0]
-    jobs = [
-        entry(replace(opt, name=n, priority=p))
-        for n, p in (("a-low", 0), ("b-low", 0), ("c-low", 0), ("z-high", 10))
-    ]
-    d = plan_pending(snap(jobs), plan)
-    assert d[("ml", "z-high")].job_plan is not None
-    assert sum(d[("ml", n)].job_plan is not None for n in ("a-low", "b-low", "c-low")) == 1
-    used = [n for v in d.values() for n in v.nodes]
-    assert len(used) == len(set(used))
-
-
-def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
-    bert = paper_jobs()[3]
-    region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]
-    a = entry(bert, "a", allowed_regions=(region,))
-    b = entry(bert, "b")
-    decisions = plan_pending(snap([a, b]), plan)
-    da, db = decisions[a.key], decisions[b.key]
-    assert da.job_plan and db.job_plan
-    assert da.job_plan.name == db.job_plan.name == "bert-large"
-    assert all(nodes()[n].server.region == region for n in da.job_plan.nodes)  # type: ignore[union-attr]
-    assert not set(da.job_plan.nodes) & set(db.job_plan.nodes)
 
 
 def test_placer_batches_reserves_and_caches_failures() -> None:
@@ -305,10 +75,10 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
     and is not planned for the grace, doubled at each refusal in a row (at most 10 min);
     nor does a round plan it then (its servers go to the others). Admitted pods end the
     run of refusals; an edited spec ends the pause at once."""
-    from hulk_operator import placement
+    from hulk_operator import decision, placement
 
     now = [1000.0]
-    monkeypatch.setattr(placement, "clock", lambda: now[0])
+    monkeypatch.setattr(decision, "clock", lambda: now[0])
     a, b = (entry(j) for j in paper_jobs()[:2])
     state = snap([a, b])
 
@@ -451,54 +221,6 @@ def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> Non
     ), new.reason
 
 
-def templated(e: JobEntry, pod_spec: dict[str, Any]) -> JobEntry:
-    """``e`` with a template whose pod spec is ``pod_spec``, as ``job_entry`` reads it."""
-    return replace(e, pod_quota=stage_quota(pod_spec), pod_resources=with_defaults(pod_spec, ()))
-
-
-def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> None:
-    """Before, when the job did not fit the servers the quota left, the message named only
-    the planner's reason (GPU memory) and not the quota that cut the servers."""
-    opt = entry(paper_jobs()[0])  # OPT-175B: many servers
-    view = replace(snap([opt]), quotas={"ml": [("two", {"pods": 2.0})]})
-    d = plan_pending(view, plan)[opt.key]
-    assert d.job_plan is None
-    assert d.reason.startswith(
-        "namespace ml's ResourceQuota two leaves 2 pod(s) (pods); the plan on the free servers "
-        "needs "
-    ), d.reason
-    assert ", and none fits within it (" in d.reason
-
-
-def test_a_quota_for_one_pod_finds_the_one_server_that_holds_the_model() -> None:
-    """Before, the sets of servers tried within a quota were the plan's own and the ones
-    with the most GPUs: T5-11B under a quota of one pod stayed Pending ("needs 166 GiB of
-    GPU memory") while a server holding it was free (a user trial)."""
-    t5 = entry(paper_jobs()[1])
-    # as in the trial, most servers are taken: of the free ones, the one with the most GPUs
-    # (paris-40: 11 TITAN Xp, 132 GiB) has too little memory for the model
-    free = {"paris-40", "neimeng-5"} | {s.name for s in paper_cluster().servers if s.gpus <= 4}
-    held = {s.name: ("x", "y") for s in paper_cluster().servers if s.name not in free}
-    view = replace(snap([t5], held), quotas={"ml": [("one", {"pods": 1.0})]})
-    d = plan_pending(view, plan)[t5.key]
-    assert d.job_plan is not None and len(d.job_plan.nodes) == 1, d.reason
-    assert d.note == "within namespace ml's ResourceQuota one (pods): 1 server(s), " + (
-        f"{len(plan_pending(snap([t5], held), plan)[t5.key].nodes)} without it"
-    )
-
-
-def test_a_job_a_quota_shrinks_never_takes_a_server_its_round_gave_another() -> None:
-    """Before, the servers tried within a quota came from the whole group's cluster, those
-    just given to the group's other jobs included: one round gave a server to two jobs."""
-    jobs = [entry(j, ns="free") for j in paper_jobs()[2:4]]
-    jobs.append(entry(paper_jobs()[1], ns="tight"))
-    for quota in ({"pods": 8.0}, {QUOTA_GPU: 32.0}, {"pods": 3.0}):
-        view = replace(snap(jobs), quotas={"tight": [("q", quota)]})
-        placed = [d.nodes for d in plan_pending(view, plan).values() if d.job_plan]
-        assert len(placed) == 3, quota
-        assert sum(map(len, placed)) == len(frozenset().union(*placed)), (quota, placed)
-
-
 def test_a_reservation_not_yet_counted_by_the_quota_is_not_handed_out_again() -> None:
     """A job planned a moment before another of its namespace, its pods not yet created:
     before, the second job's round saw the whole quota free, both were planned on it, and
@@ -528,10 +250,10 @@ def test_an_unplaced_job_is_planned_again_at_most_every_10_s_for_quota_figures_a
     and started a new round for each of its unplaced jobs (at 5,000 servers, one round is
     seconds). Now the figures alone are looked at again after QUOTA_RECHECK_S; a raised
     quota is then planned within, and anything else that changes is looked at at once."""
-    from hulk_operator import placement
+    from hulk_operator import decision, placement
 
     now = [1000.0]  # (a decision's ``made`` is read from the same clock)
-    monkeypatch.setattr(placement, "clock", lambda: now[0])
+    monkeypatch.setattr(decision, "clock", lambda: now[0])
     rounds: list[int] = []
 
     def counting(*args: Any, **kw: Any) -> Plan:
@@ -737,128 +459,6 @@ def test_a_decision_is_applied_once_even_where_python_reuses_its_id() -> None:
     assert len(ids) < 50  # (addresses were reused, as CPython does)
 
 
-def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs() -> None:
-    """Before, only a GPU quota was: a quota on pods or CPU refused the stage pods after
-    the plan was made, and the job held its servers, PodsForbidden (a user trial)."""
-    tmpl = {
-        "spec": {
-            "containers": [
-                {"name": "t", "resources": {"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}}}
-            ]
-        }
-    }
-    jobs = [
-        templated(entry(j, allowed_regions=("berlin",)), tmpl["spec"]) for j in paper_jobs()[2:4]
-    ]
-    assert dict(jobs[0].pod_quota) == {
-        "pods": 1,
-        "count/pods": 1,
-        "requests.cpu": 2,
-        "cpu": 2,
-        "requests.memory": 2**30,
-        "memory": 2**30,
-        "limits.memory": 2**30,
-    }
-
-    def decide(quota: dict[str, float]) -> dict[Any, Any]:
-        view = replace(snap(jobs), quotas={"ml": [("q", quota)]})
-        return plan_pending(view, plan)
-
-    free = decide({})
-    assert sum(len(d.job_plan.nodes) for d in free.values() if d.job_plan) > 2
-    for quota, most in (({"pods": 2}, 2), ({"requests.cpu": 5}, 2), ({"memory": 2.5 * 2**30}, 2)):
-        out = decide(quota)
-        placed = [d for d in out.values() if d.job_plan]
-        assert placed, quota
-        assert sum(len(d.job_plan.nodes) for d in placed) <= most, quota
-
-
-def test_a_limitranges_defaults_count_toward_the_quota_for_a_template_without_requests() -> None:
-    """The usual multi-tenant namespace: a quota on requests.cpu, and a LimitRange that
-    gives containers without requests a default. Before, a template that set none counted
-    as asking no CPU, and the plan's extra pods were refused (PodsForbidden)."""
-    lr = {
-        "spec": {
-            "limits": [
-                {"type": "Container", "defaultRequest": {"cpu": "1"}, "default": {"cpu": "2"}},
-                {"type": "Container", "max": {GPU: "8"}, "default": {GPU: "8"}},
-            ]
-        }
-    }
-    given = limit_defaults(lr)
-    assert given == ({"cpu": "1"}, {"cpu": "2"})  # GPUs aside: Hulk sets a stage pod's
-    assert limit_defaults({"spec": {"limits": [{"type": "Pod", "max": {"cpu": "4"}}]}}) is None
-    spec = {
-        "containers": [
-            {"name": "bare"},
-            {"name": "limited", "resources": {"limits": {"cpu": "3"}}},
-            {"name": "asks", "resources": {"requests": {"cpu": "500m"}}},
-        ]
-    }
-    filled = [c["resources"] for c in with_defaults(spec, [given])["containers"]]
-    assert filled == [
-        {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}},
-        {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}},  # a limit is its own request
-        {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
-    ]
-    tmpl = {"containers": [{"name": "t"}]}
-    gpt = templated(entry(paper_jobs()[2], allowed_regions=("berlin",)), tmpl)
-    quotas = {"ml": [("cpu", {"requests.cpu": 2.0})]}
-    # without a default, Kubernetes refuses every pod: no servers held, the fix named
-    bare = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
-    assert bare.job_plan is None and "set resources.requests.cpu, and spec.template's t " in (
-        bare.reason
-    )
-    view = replace(snap([gpt]), quotas=quotas, limit_defaults={"ml": [("lr", *given)]})
-    assert dict(view.pod_quota(gpt))["requests.cpu"] == 1
-    d = plan_pending(view, plan)[gpt.key]
-    assert d.job_plan is not None and len(d.job_plan.nodes) <= 2
-
-
-def test_a_plans_quota_need_is_what_its_stage_pods_count() -> None:
-    """The planner's arithmetic (pods x the template's usage + each server's GPUs) against
-    the usage of the very pods the operator would create, as Kubernetes counts it."""
-    template = {
-        "spec": {
-            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4"}}}],
-            "containers": [
-                {
-                    "name": "a",
-                    "resources": {
-                        "requests": {"cpu": "500m", "memory": "1Gi"},
-                        "limits": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"},
-                    },
-                },
-                {"name": "b", "resources": {"limits": {"cpu": "250m"}}},
-            ],
-        }
-    }
-    body = {
-        "apiVersion": "hulk.dev/v1alpha1",
-        "kind": "HulkTrainingJob",
-        "metadata": {"name": "gpt2-xl"},
-        "spec": {"model": {"preset": "gpt2-xl"}, "template": template},
-    }
-    e = replace(object_entry(body, "ml"), plan_nodes=frozenset())
-    d = plan_pending(snap([e]), plan)[e.key]
-    assert d.job_plan is not None and d.cluster is not None
-    pods = desired_pods(
-        job=e.key[1],
-        namespace="ml",
-        uid="u",
-        template=template,
-        job_plan=d.job_plan,
-        gpus={n: d.cluster.server(n).gpus for n in d.job_plan.nodes},
-    )
-    counted = summed(quota_usage(p["spec"]) for p in pods.values())
-    counted.pop(f"limits.{GPU}")  # a quota cannot hold an extended resource's limits
-    assert snap([e]).quota_need(e, d) == pytest.approx(counted)
-    n = len(pods)
-    assert counted["requests.cpu"] == pytest.approx(4 * n)  # the init container's 4 > 0.75
-    assert counted["limits.cpu"] == pytest.approx(1.25 * n)
-    assert counted["limits.ephemeral-storage"] == 2**30 * n
-
-
 def test_pod_diff() -> None:
     d = recovery.pod_diff(["a", "b", "old"], ["a", "b", "new"])
     assert (d.create, d.delete, d.keep) == (("new",), ("old",), ("a", "b"))
@@ -991,32 +591,6 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
     )  # (before: "4 pod(s) replaced" where there had been 3)
 
 
-def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
-    from hulk_operator.entries import job_entry
-
-    def make(spec_sel: dict[str, str] | None, tmpl_sel: dict[str, str]) -> JobEntry:
-        spec: dict[str, Any] = {
-            "model": {"preset": "bert-large"},
-            "template": {"spec": {"containers": [{"name": "c"}], "nodeSelector": tmpl_sel}},
-        }
-        if spec_sel:
-            spec["nodeSelector"] = spec_sel
-        body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
-        return job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
-
-    e = make({"gpu": "a100"}, {"zone": "a", "kubernetes.io/hostname": "x"})  # a pin too
-    assert e.job is not None
-    assert e.node_selector == (("gpu", "a100"), ("kubernetes.io/hostname", "x"), ("zone", "a"))
-    assert e.selector_from == "spec.nodeSelector and spec.template.spec.nodeSelector"
-    e = make(None, {"gpu": "h100"})
-    assert e.selector_from == "spec.template.spec.nodeSelector"
-    d = plan_pending(snap([e]), plan)[e.key]
-    assert d.reason == "spec.template.spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
-    e = make({"gpu": "a100"}, {"gpu": "h100"})
-    assert e.job is None and e.error is not None
-    assert e.error.startswith("spec.template.spec.nodeSelector: gpu=h100 contradicts")
-
-
 def test_a_template_node_name_is_an_invalid_spec() -> None:
     """Before: ``template.spec.nodeName`` was dropped without a word."""
     from hulk_operator.entries import job_entry
@@ -1032,86 +606,6 @@ def test_a_template_node_name_is_an_invalid_spec() -> None:
         "plan picks (remove it; to limit the servers use spec.nodeSelector "
         "(kubernetes.io/hostname: NAME) or spec.allowedRegions)"
     )
-
-
-def test_plan_pending_passes_its_seed_to_the_planner() -> None:
-    seeds: list[int] = []
-
-    def recording(*args: Any, **kw: Any) -> Plan:
-        seeds.append(kw["seed"])
-        return plan(*args, **kw)
-
-    bert = entry(paper_jobs()[3])
-    assert plan_pending(snap([bert]), recording)[bert.key].job_plan is not None
-    assert plan_pending(snap([bert]), recording, seed=7)[bert.key].job_plan is not None
-    assert seeds == [0, 7]
-
-
-def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() -> None:
-    bert = paper_jobs()[3]
-    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
-    room = {n: nodes()[n].allocatable for n in paris}
-    cpu = min(r.cpu for r in room.values())
-    e = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 0.0))
-    s = snap([e])
-    assert [i.name for i in s.free(e)] == paris
-    tight = min(paris, key=lambda n: room[n].cpu)
-    s.used = {tight: Resources(0, 1.0, 0.0)}  # another pod takes a core of the smallest
-    assert [i.name for i in s.free(e)] == [n for n in paris if n != tight]
-    big = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 1e15))
-    d = plan_pending(snap([big]), plan)[big.key]
-    assert d.job_plan is None and d.reason.startswith(
-        f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
-        f"{len(paris)} usable node(s) matching the job"
-    )
-
-
-def test_an_extended_resource_limits_the_plan_to_nodes_that_have_it_free() -> None:
-    bert = paper_jobs()[3]
-    fpga = (("example.com/fpga", 1.0),)
-    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
-    a, b, *_ = paris
-    e = entry(bert, allowed_regions=("paris",), requests=Resources(extra=fpga))
-    s = snap([e])
-    # nodes that report no such resource have none of it, as the scheduler counts it
-    assert refusal(s, e).startswith(
-        f"none of the {len(paris)} usable node(s) matching the job has example.com/fpga, which "
-        "the stage pods request: advertise it on the nodes"
-    )
-    s.nodes = {
-        **s.nodes,
-        **{
-            n: replace(s.nodes[n], allocatable=s.nodes[n].allocatable.plus(Resources(extra=fpga)))
-            for n in (a, b)
-        },
-    }
-    assert [i.name for i in s.free(e)] == [a, b]
-    s.used = {a: Resources(extra=fpga)}  # another pod holds a's only FPGA
-    assert [i.name for i in s.free(e)] == [b]
-    s.used = {a: Resources(extra=fpga), b: Resources(extra=fpga)}
-    assert refusal(s, e).startswith(
-        f"the stage pods' requests (example.com/fpga 1) fit on none of the {len(paris)} usable"
-    )
-
-
-def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
-    need = Resources(0, 1.0, 0.0)
-    bert = entry(paper_jobs()[3], allowed_regions=("paris",), requests=need)
-    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
-    a, b, *rest = paris
-    s = snap([bert], {n: ("other", "job") for n in rest})
-    cpu = nodes()[b].allocatable.cpu
-    s.used = {a: Resources(nodes()[a].server.gpus), b: Resources(0, cpu, 0.0)}  # type: ignore[union-attr]
-    assert refusal(s, bert) == (
-        f"none of the {len(paris)} usable node(s) matching the job is free: {len(rest)} held "
-        "by other jobs, 1 with every GPU requested by other pods, 1 without room for the "
-        "stage pods' requests (cpu 1)"
-    )
-    # a stage pod that asks for no CPU fits however much other pods ask for
-    calm = entry(paper_jobs()[3], allowed_regions=("paris",))
-    crowded = snap([calm])
-    crowded.used = {n: Resources(0, 1e6, 1e15) for n in paris}
-    assert [i.name for i in crowded.free(calm)] == paris
 
 
 def test_a_slower_plan_after_a_loss_says_so() -> None:
@@ -1170,47 +664,6 @@ def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
     assert recovery.disrupted(cluster, 0.55) == "26 of the 47 GPU nodes are NotReady"
     two = {n: cluster[n] for n in names[:2]}
     assert recovery.disrupted(two, 0.55) is None  # two nodes: never taken as a disruption
-
-
-def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
-    """Before, the plan ignored the quota: the quota refused the stage pods and the job held
-    its servers, which other namespaces' jobs needed (a multi-tenant user trial)."""
-    gpt = entry(paper_jobs()[2], ns="team-a", allowed_regions=("berlin",))
-    base = snap([gpt])
-    free = plan_pending(base, plan)[gpt.key]
-    assert free.job_plan is not None
-    gpus = {n: free.cluster.server(n).gpus for n in free.job_plan.nodes}  # type: ignore[union-attr]
-    need = sum(gpus.values())
-    assert len(gpus) > 1, gpus  # the job takes several servers when it may
-
-    def decide(left: float) -> Any:
-        quotas = {"team-a": [("gpus", {QUOTA_GPU: left}), ("loose", {QUOTA_GPU: 10_000.0})]}
-        view = Snapshot(base.nodes, base.latencies, base.jobs, {}, quotas=quotas)
-        return plan_pending(view, plan)[gpt.key]
-
-    roomy = decide(need)
-    assert roomy.job_plan is not None
-    # a quota below the plan: planned again on the first servers within it
-    smaller = decide(need - 1)
-    assert smaller.job_plan is not None, smaller.reason
-    used = sum(smaller.cluster.server(n).gpus for n in smaller.job_plan.nodes)
-    assert used <= need - 1
-    # a quota no server fits: unplaced, saying which quota and how much, holding nothing
-    tight = decide(min(gpus.values()) - 1)
-    assert tight.job_plan is None
-    assert tight.reason.startswith(
-        f"namespace team-a's ResourceQuota gpus leaves {min(gpus.values()) - 1:g} "
-        f"nvidia.com/gpu (requests.nvidia.com/gpu); one stage pod needs {min(gpus.values())} "
-        "nvidia.com/gpu (requests.nvidia.com/gpu)"
-    ), tight.reason
-    assert tight.reason.endswith(": raise the quota, or free what the namespace's other pods hold")
-    # another namespace is not limited by it
-    other = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
-    zero = {QUOTA_GPU: 0.0}
-    view = Snapshot(
-        base.nodes, base.latencies, {other.key: other}, {}, quotas={"team-a": [("gpus", zero)]}
-    )
-    assert plan_pending(view, plan)[other.key].job_plan is not None
 
 
 def test_quota_left_reads_hard_minus_used_of_what_pods_count() -> None:
@@ -1303,132 +756,3 @@ def test_what_scoped_quotas_read_of_a_stage_pod() -> None:
     # (the job would have dropped out of the operator's index, told nothing)
     assert template_facts({"affinity": {"podAffinity": "x"}}) == (False, "", False)
     assert template_facts({"affinity": [1]}) == (False, "", False)
-
-
-def test_a_job_is_planned_within_the_scoped_quotas_that_count_its_pods() -> None:
-    """Before, a scoped quota was not planned within: a PriorityClass quota on GPUs (a
-    common multi-tenant rule) refused the stage pods after planning (PodsForbidden). A job
-    of that class is planned within it now; a job of another class is not held to it."""
-    selector = {"PriorityClass": ("In", ("hi",))}
-    scopes = tuple((k, op, v) for k, (op, v) in selector.items())
-    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", False))
-    low = replace(high, key=("ml", "low"), pod_facts=(False, "lo", False))
-    free = plan_pending(snap([high]), plan)[high.key]
-    assert free.job_plan is not None and len(free.nodes) > 1
-    scoped = {
-        "ml": [("hi-gpus", {QUOTA_GPU: float(min(s.gpus for s in free.cluster.servers))}, scopes)]
-    }
-    got = plan_pending(replace(snap([high]), scoped_quotas=scoped), plan)[high.key]
-    assert got.job_plan is not None and len(got.nodes) == 1, got.reason
-    assert "within namespace ml's ResourceQuota hi-gpus" in got.note
-    other = plan_pending(replace(snap([low]), scoped_quotas=scoped), plan)[low.key]
-    assert other.job_plan is not None and other.nodes == free.nodes and not other.note
-
-
-def test_a_job_a_scoped_quota_holds_back_is_told_what_the_scopes_read() -> None:
-    """Its template decides whether the quota counts its pods at all: before, the message
-    said only "raise the quota, or free what the namespace's other pods hold", and nothing
-    was held where a quota of 0 forbids the template's class or affinity (a user trial)."""
-    scopes = (("PriorityClass", "In", ("hi",)), ("CrossNamespacePodAffinity", "Exists", ()))
-    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", True))
-    view = replace(snap([high]), scoped_quotas={"ml": [("hi-xns", {"pods": 0.0}, scopes)]})
-    got = plan_pending(view, plan)[high.key]
-    assert got.job_plan is None
-    assert got.reason.startswith("namespace ml's ResourceQuota hi-xns leaves 0 pod(s) (pods)")
-    assert got.reason.endswith(
-        ": raise the quota, free what the namespace's other pods hold, or change what its "
-        "scopes (PriorityClass In [hi], CrossNamespacePodAffinity) read of spec.template "
-        "(priorityClassName, affinity terms naming namespaces)"
-    ), got.reason
-
-
-def test_what_a_round_took_counts_only_toward_the_quotas_that_count_those_pods() -> None:
-    """Before, what the namespace's other jobs took in the round (or reserved) was summed by
-    resource over all its quotas: a job of another PriorityClass, counted by an unscoped
-    quota, shrank the room a PriorityClass quota left for the jobs of its class."""
-    from hulk_operator.placement import add_use
-
-    scopes = (("PriorityClass", "In", ("hi",)),)
-    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", False))
-    low = replace(high, key=("ml", "low"), pod_facts=(False, "lo", False))
-    free = plan_pending(snap([high]), plan)[high.key]
-    assert free.job_plan is not None
-    gpus = float(sum(s.gpus for s in free.cluster.servers if s.name in free.nodes))
-    view = replace(
-        snap([high, low]),
-        quotas={"ml": [("pods", {"pods": 100.0})]},
-        scoped_quotas={"ml": [("hi-gpus", {QUOTA_GPU: gpus}, scopes)]},
-    )
-    taken: dict[tuple[str, str], float] = {}
-    add_use(taken, view, low, replace(free, key=low.key))
-    assert taken and {q for q, _ in taken} == {"pods"}  # not the class quota's
-    assert taken[("pods", QUOTA_GPU)] == gpus
-    got = plan_pending(replace(view, jobs={high.key: high}), plan, taken={"ml": taken})
-    assert got[high.key].nodes == free.nodes, got[high.key].reason
-    add_use(taken, view, high, free)
-    assert taken[("hi-gpus", QUOTA_GPU)] == gpus
-    got = plan_pending(replace(view, jobs={high.key: high}), plan, taken={"ml": taken})
-    assert got[high.key].job_plan is None and "hi-gpus" in got[high.key].reason
-
-
-def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
-    """Before, a server with more GPUs than the namespace's LimitRange allows per pod was
-    planned whole, and its stage pod was refused for ever (a multi-tenant user trial)."""
-    gpt = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
-    base = snap([gpt])
-    berlin = [i for i in base.free(gpt)]
-    assert berlin and max(i.server.gpus for i in berlin if i.server) > 4
-    view = Snapshot(
-        base.nodes, base.latencies, base.jobs, {}, gpu_limits={"team-b": [("gpus", 4.0)]}
-    )
-    assert {i.server.gpus for i in view.free(gpt) if i.server} <= {1, 2, 3, 4}
-    d = plan_pending(view, plan)[gpt.key]
-    assert d.job_plan is not None, d.reason
-    assert max(d.cluster.server(n).gpus for n in d.job_plan.nodes) <= 4  # type: ignore[union-attr]
-    # a template that asks for more than the LimitRange allows: nothing is offered
-    asks = replace(gpt, requests=Resources(gpus=8))
-    view = Snapshot(
-        base.nodes, base.latencies, {asks.key: asks}, {}, gpu_limits={"team-b": [("gpus", 4.0)]}
-    )
-    d = plan_pending(view, plan)[asks.key]
-    assert d.job_plan is None
-    assert d.reason == (
-        "namespace team-b's LimitRange gpus allows 4 nvidia.com/gpu per pod, and the template "
-        "asks 8: ask for at most 4, or raise the LimitRange's max"
-    )
-
-
-def test_gpu_limit_is_the_smallest_container_or_pod_maximum() -> None:
-    from hulk_operator.inventory import gpu_limit
-
-    body = {
-        "spec": {
-            "limits": [
-                {"type": "Container", "max": {"nvidia.com/gpu": "8", "cpu": "4"}},
-                {"type": "Pod", "max": {"nvidia.com/gpu": 6}},
-                {"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}},
-            ]
-        }
-    }
-    assert gpu_limit(body) == 6
-    assert gpu_limit({"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}}) is None
-
-
-def test_jobs_of_a_namespace_planned_together_share_its_quota() -> None:
-    """Before, the first kept its fastest plan if it fitted the quota and the next got what
-    was left: with 16 GPUs, bert-large took a 16-GPU server and gpt2-xl waited (a user
-    trial). Now the first is planned again leaving the next room, where both then fit."""
-    bert = replace(entry(paper_jobs()[3]), key=("ml", "a-bert"))
-    gpt = replace(entry(paper_jobs()[2]), key=("ml", "b-gpt"))
-    quota = {"ml": [("gpus", {QUOTA_GPU: 16.0})]}
-    got = plan_pending(replace(snap([bert, gpt]), quotas=quota), plan)
-    assert all(d.job_plan is not None for d in got.values()), {k: d.reason for k, d in got.items()}
-    assert not got[bert.key].nodes & got[gpt.key].nodes
-    cluster = paper_cluster()
-    used = sum(cluster.server(n).gpus for d in got.values() for n in d.nodes)
-    assert used <= 16
-    # a job of another namespace is not made room for
-    other = replace(gpt, key=("other", "b-gpt"))
-    quotas = {**quota, "other": [("gpus", {QUOTA_GPU: 0.0})]}
-    got = plan_pending(replace(snap([bert, other]), quotas=quotas), plan)
-    assert got[other.key].job_plan is None and len(got[bert.key].nodes) >= 1

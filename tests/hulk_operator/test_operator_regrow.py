@@ -15,9 +15,12 @@ from placement_helpers import entry, nodes, snap
 
 from hulk_operator import GROUP, PLURAL, VERSION, recovery, regrow
 from hulk_operator import status as st
+from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, object_entry
 from hulk_operator.inventory import QUOTA_GPU, Latencies
-from hulk_operator.placement import Decision, Placer, Snapshot, plan_pending
+from hulk_operator.placement import Placer
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest

@@ -1,0 +1,225 @@
+"""A planning round: pending jobs are planned together on the servers no job holds.
+
+:func:`plan_pending` is pure (a snapshot and a planner function in, decisions out). Jobs
+whose constraints differ (``allowedRegions``, ``nodeSelector``, tolerations) are planned in
+groups, highest priority first, each on what the previous groups left; each job's plan is
+then fitted to its namespace's ResourceQuotas (``quota_fit``). Gang semantics: a job gets
+a server for every stage or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from hulk_operator.decision import Decision
+from hulk_operator.entries import JobEntry, Key
+from hulk_operator.errors import classify
+from hulk_operator.fit import planned_within
+from hulk_operator.inventory import NodeInfo, build_cluster, cut_pairs, estimated_pairs
+from hulk_operator.quota_fit import Round, make_room, rehold, within_quota
+from hulk_operator.snapshot import Snapshot, Taken
+from hulk_planner.errors import HulkError
+from hulk_planner.io import seconds
+from hulk_planner.model import Job, Plan
+
+PlanFn = Callable[..., Plan]
+
+
+BASELINES = ("baseline-a", "baseline-b", "baseline-c")
+
+
+def planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
+    """Planner job name -> key: the job's name, or ``<name>.<namespace>`` when two
+    namespaces use the same name."""
+    names = [e.key[1] for e in entries]
+    return {
+        (k[1] if names.count(k[1]) == 1 else f"{k[1]}.{k[0]}"): k for k in (e.key for e in entries)
+    }
+
+
+def _rename(job: Job, name: str) -> Job:
+    return job if job.name == name else replace(job, name=name)
+
+
+def plan_group(
+    entries: Sequence[JobEntry],
+    servers: Sequence[NodeInfo],
+    snap: Snapshot,
+    plan_fn: PlanFn,
+    *,
+    planner: str,
+    same_region_ms: float,
+    cross_region_ms: float,
+    budget_s: float | None = None,
+    previous: Plan | None = None,
+    baselines: bool = False,
+    seed: int = 0,
+) -> dict[Key, Decision]:
+    """Plans ``entries`` together on ``servers``; every entry gets a decision."""
+    if not servers:
+        return {e.key: Decision(e.key, None, None, snap.why_none_free(e), planner) for e in entries}
+    cluster = build_cluster(
+        [i.server for i in servers if i.server is not None],
+        snap.latencies,
+        same_region_ms=same_region_ms,
+        cross_region_ms=cross_region_ms,
+    )
+    names = planner_names(entries)
+    by_key = {e.key: e for e in entries}
+    jobs = [_rename(by_key[k].job, n) for n, k in names.items()]  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {"seed": seed, "time_budget_s": budget_s}
+    if previous is not None:
+        kwargs["previous"] = previous
+    try:
+        result = plan_fn(cluster, jobs, planner, **kwargs)
+    except (HulkError, ValueError) as exc:
+        scope = planned_within(entries[0], len(servers))
+        reason = classify(exc).message + scope
+        own = {u.name: u.reason + scope for u in getattr(exc, "unplaced", ())}  # each its own
+        return {
+            k: Decision(k, None, cluster, own.get(n, reason), planner) for n, k in names.items()
+        }
+    extra: dict[str, dict[str, float | None]] = {n: {} for n in names}
+    if baselines:
+        for name in BASELINES:
+            try:
+                other = plan_fn(cluster, jobs, name, seed=0)
+            except (HulkError, ValueError):
+                other = Plan(name)
+            for n in names:
+                jp = other.job(n)
+                t = jp.predicted_iteration_seconds if jp else None
+                extra[n][name] = seconds(t)
+    out: dict[Key, Decision] = {}
+    for n, k in names.items():
+        jp = result.job(n)
+        if jp is not None:
+            jp = replace(jp, name=k[1])
+            out[k] = Decision(
+                k,
+                jp,
+                cluster,
+                "",
+                planner,
+                estimated=estimated_pairs(jp.nodes, snap.latencies),
+                unreachable=cut_pairs(jp.nodes, snap.latencies),
+                baselines=extra[n],
+            )
+        else:
+            why = next((u.reason for u in result.unplaced if u.name == n), "not placed")
+            out[k] = Decision(
+                k, None, cluster, why + planned_within(by_key[k], len(servers)), planner
+            )
+    return out
+
+
+def plan_pending(
+    snap: Snapshot,
+    plan_fn: PlanFn,
+    *,
+    planner: str = "hulk",
+    same_region_ms: float = 1.0,
+    cross_region_ms: float = 100.0,
+    budget_s: float | None = None,
+    baselines: bool = False,
+    decided: Collection[Key] = (),
+    seed: int = 0,
+    taken: Mapping[str, Mapping[Taken, float]] | None = None,
+) -> dict[Key, Decision]:
+    """Decisions for every pending job of the snapshot, planned together per constraint
+    group (highest priority first); placed servers are taken out for later groups. Within a
+    group a job is never left pending for a lower-priority one: if the joint plan does
+    that, the group is planned again without its lowest priority, whose jobs are planned
+    afterwards on what is left. Among equal priorities a job whose stage pods still hold
+    servers (re-planned after an edit, or left mid-placement) comes first: an edit must not
+    hand a running job's servers to a waiting one. Jobs in ``decided`` already have a
+    decision that their status does not show yet: they are not planned again (their
+    servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
+    toward its quotas and do not yet, by (quota, resource))."""
+    pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
+    out: dict[Key, Decision] = {}
+    # a template out of its namespace's LimitRange bounds gets no server: told here, as the
+    # bounds read the template's limits, which do not group jobs (one such member made
+    # its whole group's servers unfree, or was planned with them)
+    for e in list(pending):
+        refused = snap.bounds_refuse(e)
+        if refused is not None:
+            out[e.key] = Decision(e.key, None, None, refused, planner)
+            pending.remove(e)
+    holding = set(snap.held.values())
+
+    def rank(e: JobEntry) -> tuple[int, bool]:
+        return (_priority(e), e.key in holding)
+
+    groups: dict[tuple[Any, ...], list[JobEntry]] = {}
+    for e in sorted(pending, key=lambda e: e.key):
+        groups.setdefault(e.constraints, []).append(e)
+    order = sorted(groups.values(), key=lambda g: max(rank(e) for e in g), reverse=True)
+    held = dict(snap.held)
+
+    # namespace -> what its jobs took in this round (and reservations not yet counted)
+    given = {ns: dict(use) for ns, use in (taken or {}).items()}
+
+    def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
+        view = replace(snap, held=held)
+        keys = {e.key for e in members}
+        # Servers that the group's own leftover pods sit on (after a crash) are theirs.
+        mine = [n for n, k in held.items() if k in keys]
+        servers = view.free(members[0], also=mine)
+        return plan_group(
+            members,
+            servers if only is None else [i for i in servers if i.name in only],
+            view,
+            plan_fn,
+            planner=planner,
+            same_region_ms=same_region_ms,
+            cross_region_ms=cross_region_ms,
+            budget_s=budget_s,
+            baselines=baselines,
+            seed=seed,
+        )
+
+    for group in order:
+        todo = group
+        while todo:
+            members = todo
+            decisions = plan(members)
+            while _inverted(members, decisions, rank):
+                lowest = min(rank(e) for e in members)
+                members = [e for e in members if rank(e) > lowest]
+                decisions = plan(members)
+            for k, d in decisions.items():
+                for n in d.nodes:
+                    held[n] = k
+            ranked = sorted(members, key=rank, reverse=True)
+            joint = dict(decisions)  # the group's plans before the quotas
+            for e in ranked:
+                # a job a quota shrinks is planned again on its own servers and the free
+                # ones, never on those this round gave its other members (held above)
+                was = decisions[e.key]
+                decisions[e.key] = within_quota(e, was, snap, given, plan)
+                rehold(held, was, decisions[e.key])
+            rd = Round(snap, joint, decisions, given, held, plan)
+            for m in ranked:  # a job the quota left out, when another took its room
+                make_room(m, ranked, rank, rd)
+            out.update(decisions)
+            todo = [e for e in todo if e.key not in decisions]
+    return out
+
+
+def _priority(e: JobEntry) -> int:
+    return e.job.priority if e.job else 0
+
+
+def _inverted(
+    members: Sequence[JobEntry],
+    decisions: Mapping[Key, Decision],
+    rank: Callable[[JobEntry], tuple[int, bool]],
+) -> bool:
+    """A job left unplaced while one of lower rank (priority, then holding servers) is
+    placed."""
+    placed = [rank(e) for e in members if decisions[e.key].job_plan is not None]
+    waiting = [rank(e) for e in members if decisions[e.key].job_plan is None]
+    return bool(placed and waiting) and max(waiting) > min(placed)

@@ -1,0 +1,405 @@
+"""What a planning round sees (:class:`Snapshot`): the servers, who holds them, the jobs,
+and the namespaces' ResourceQuotas and LimitRanges, with the questions a round asks of
+them (which servers a job may get, what its stage pods count toward a quota, why none
+is free)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hulk_operator import GPU
+from hulk_operator.decision import Decision
+from hulk_operator.entries import JobEntry, Key
+from hulk_operator.fit import describe, matching_nodes, missing_resources, unmatched
+from hulk_operator.inventory import (
+    ALWAYS_TOLERATED,
+    QUOTA_GPU,
+    Bound,
+    Latencies,
+    NodeInfo,
+    PodFacts,
+    Resources,
+    Scope,
+    best_effort,
+    bounds_refuse,
+    fits,
+    scopes_match,
+    selected,
+    stage_quota,
+    tolerates,
+    with_defaults,
+)
+
+# (ResourceQuota, resource): what a round's jobs took of a quota that counts their pods
+Taken = tuple[str, str]
+
+
+def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]) -> str:
+    """Why these nodes take no new stage, counted by cause; untolerated taints named, with
+    the toleration that would let the job use them."""
+    counts: dict[str, int] = {}
+    taints: set[str] = set()
+    for i in infos:
+        if not i.ready:
+            why = "not Ready"
+        elif i.unschedulable:
+            why = "cordoned"
+        elif i.server is None:
+            why = f"no usable GPUs ({i.problem})" if i.problem else "no usable GPUs"
+        else:
+            bad = [
+                t
+                for t in i.taints
+                if t.effect in ("NoSchedule", "NoExecute")
+                and not tolerates([*ALWAYS_TOLERATED, *tolerations], t)
+            ]
+            taints.update(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in bad)
+            why = "tainted"
+        counts[why] = counts.get(why, 0) + 1
+    out = ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    if taints:
+        out += (
+            f"; the taint(s) {', '.join(sorted(taints))} need a toleration in "
+            "spec.template.spec.tolerations"
+        )
+    return out
+
+
+# quota resources that every container must set for a pod to be admitted (Kubernetes'
+# pod evaluator's Constraints, kept for backward compatibility)
+_MUST_SET = frozenset(
+    {"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"}
+)
+
+
+@dataclass(frozen=True)
+class Short:
+    """A plan's stage pods need more of ``resource`` than namespace ``namespace``'s
+    ResourceQuota ``quota`` leaves: ``more`` (what the pods need beyond what the job's own
+    pods count now: all of ``need`` for a job that has none) against ``left``."""
+
+    namespace: str
+    quota: str
+    resource: str
+    left: float
+    more: float
+    need: float
+
+    def __str__(self) -> str:
+        return (
+            f"namespace {self.namespace}'s ResourceQuota {self.quota} leaves "
+            f"{amount_text(self.resource, max(self.left, 0.0))}"
+        )
+
+
+def amount_text(resource: str, amount: float) -> str:
+    """``12 nvidia.com/gpu (requests.nvidia.com/gpu)``, ``3 pod(s) (pods)``,
+    ``1.5Gi (limits.memory)``: an amount of a quota's resource, in the resource's units."""
+    name = resource.split(".", 1)[1] if resource.startswith(("requests.", "limits.")) else resource
+    if name in ("pods", "count/pods"):
+        return f"{amount:g} pod(s) ({resource})"
+    if name == "cpu":
+        return f"{amount:g} CPU ({resource})"
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        return f"{amount / 2**30:.4g}Gi ({resource})"
+    if name == resource:
+        return f"{amount:g} {resource}"
+    return f"{amount:g} {name} ({resource})"
+
+
+@dataclass
+class Snapshot:
+    nodes: Mapping[str, NodeInfo]
+    latencies: Latencies
+    jobs: Mapping[Key, JobEntry]
+    held: Mapping[str, Key]  # server -> the job that holds it (plans, pods, reservations)
+    used: Mapping[str, Resources] = field(default_factory=dict)  # server -> other pods' requests
+    # namespace -> (ResourceQuota, what it leaves of each resource pods count toward) of
+    # each unscoped one (``quotas_for``: those that count a job's pods, scoped ones too)
+    quotas: Mapping[str, Sequence[tuple[str, Mapping[str, float]]]] = field(default_factory=dict)
+    # job -> what its existing stage pods count toward its namespace's quotas
+    counted: Mapping[Key, Mapping[str, float]] = field(default_factory=dict)
+
+    # namespace -> (LimitRange, most GPUs one stage pod may request) for each that sets one
+    gpu_limits: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
+    # namespace -> (LimitRange, default requests, default limits) for each that sets some
+    limit_defaults: Mapping[str, Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]] = (
+        field(default_factory=dict)
+    )
+    # namespace -> the bounds of its LimitRanges on containers' and pods' resources (not GPUs)
+    limit_bounds: Mapping[str, Sequence[Bound]] = field(default_factory=dict)
+    # namespace -> ("ResourceQuota q" / "LimitRange l", its spec) of each, scoped ones too
+    policies: Mapping[str, Sequence[tuple[str, str]]] = field(default_factory=dict)
+    # namespace -> (ResourceQuota, what it leaves, its scopes) of each scoped one
+    scoped_quotas: Mapping[str, Sequence[tuple[str, Mapping[str, float], tuple[Scope, ...]]]] = (
+        field(default_factory=dict)
+    )
+    default_priority_class: str = ""  # the PriorityClass a pod without one gets (globalDefault)
+
+    def pod_facts(self, entry: JobEntry) -> PodFacts:
+        """What scoped quotas read of the job's stage pods (as admitted: LimitRange
+        defaults filled in, the default PriorityClass where the template names none)."""
+        terminating, priority_class, cross = entry.pod_facts
+        return PodFacts(
+            terminating,
+            best_effort(self.pod_resources(entry)),
+            priority_class or self.default_priority_class,
+            cross,
+        )
+
+    def quotas_for(self, entry: JobEntry) -> list[tuple[str, Mapping[str, float]]]:
+        """The (name, what it leaves) of each ResourceQuota of the job's namespace that
+        counts its stage pods: the unscoped ones, and the scoped ones whose scopes match."""
+        ns = entry.key[0]
+        out = list(self.quotas.get(ns, ()))
+        scoped = self.scoped_quotas.get(ns, ())
+        if scoped:
+            facts = self.pod_facts(entry)
+            out += [(n, left) for n, left, scopes in scoped if scopes_match(scopes, facts)]
+        return out
+
+    def policies_seen(self, namespace: str) -> tuple[tuple[str, str], ...]:
+        """The namespace's ResourceQuotas' and LimitRanges' specs (not what they count)."""
+        return tuple(sorted(self.policies.get(namespace, ())))
+
+    def pod_resources(self, entry: JobEntry) -> Mapping[str, Any]:
+        """The job's stage pod's containers' resources once the namespace's LimitRanges
+        filled in the requests and limits its template leaves out."""
+        defaults = sorted(self.limit_defaults.get(entry.key[0], ()), key=lambda d: d[0])
+        if not defaults:
+            return entry.pod_resources
+        return with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in defaults])
+
+    def pod_quota(self, entry: JobEntry) -> tuple[tuple[str, float], ...]:
+        """What one of the job's stage pods counts toward a quota, its GPUs aside."""
+        if not self.limit_defaults.get(entry.key[0]):
+            return entry.pod_quota
+        return stage_quota(self.pod_resources(entry))
+
+    def quota_refuses(self, entry: JobEntry) -> str | None:
+        """Why the namespace's quotas refuse every stage pod of the job, whatever its plan:
+        a quota on CPU or memory makes Kubernetes refuse a pod unless each container sets
+        that request (or limit), and the template, LimitRange defaults included, does not."""
+        quotas = self.quotas_for(entry)
+        if not quotas:
+            return None
+        spec = self.pod_resources(entry)
+        containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        pod_level = spec.get("resources") or {}
+        set_for_pod = [*(pod_level.get("requests") or {}), *(pod_level.get("limits") or {})]
+        if any(r in ("cpu", "memory") or r.startswith("hugepages-") for r in set_for_pod):
+            # pod-level resources (spec.resources): Kubernetes skips the whole check
+            # (PodLevelResources, on by default since 1.34)
+            return None
+        for name, left in quotas:
+            for r in sorted(set(left) & _MUST_SET):
+                kind, res = r.split(".") if "." in r else ("requests", r)
+                missing = [
+                    str(c.get("name")) for c in containers if res not in c["resources"][kind]
+                ]
+                if missing:
+                    return (
+                        f"namespace {entry.key[0]}'s ResourceQuota {name} limits {r}, so "
+                        f"Kubernetes refuses pods whose containers do not all set "
+                        f"resources.{kind}.{res}, and spec.template's {', '.join(missing)} "
+                        f"does not: set it there (or give the namespace a LimitRange default)"
+                    )
+        return None
+
+    def quota_need(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
+        """What a plan's stage pods count toward a ResourceQuota: one pod per server, each
+        with its server's GPUs and the template's other requests and limits."""
+        if d is None or d.job_plan is None or d.cluster is None:
+            return {}
+        return self.pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
+
+    def uncounted(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
+        """What a plan's stage pods will count toward a quota beyond what the job's own
+        pods count now (they go when it replaces them)."""
+        mine = self.counted.get(entry.key, {})
+        return {r: max(0.0, v - mine.get(r, 0.0)) for r, v in self.quota_need(entry, d).items()}
+
+    def pods_need(self, entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
+        """What stage pods with these GPUs count toward a ResourceQuota."""
+        out = {k: v * len(gpus) for k, v in self.pod_quota(entry)}
+        out[QUOTA_GPU] = float(sum(gpus))
+        return out
+
+    def gpu_max(self, namespace: str) -> tuple[str, float] | None:
+        """The namespace's tightest LimitRange maximum of GPUs per pod or container."""
+        return _tightest(self.gpu_limits.get(namespace))
+
+    def quota_seen(self, namespace: str) -> tuple[Any, ...]:
+        """The namespace's quotas as a fingerprint: a quota raised, or freed, is a change."""
+        quotas = [
+            *self.quotas.get(namespace, ()),
+            *((n, left) for n, left, _ in self.scoped_quotas.get(namespace, ())),
+        ]
+        return tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas))
+
+    def quota_short(
+        self,
+        entry: JobEntry,
+        need: Mapping[str, float],
+        given: Mapping[Taken, float] | None = None,
+        quotas: Sequence[tuple[str, Mapping[str, float]]] | None = None,
+    ) -> Short | None:
+        """The first resource of the quotas counting the job's pods that ``need`` (what a
+        plan's stage pods count) exceeds: what the quota leaves, less what ``given`` (the
+        namespace's other jobs planned but not yet counted, by quota and resource) took,
+        plus what the job's own pods count now (they go when the plan replaces them); None
+        where every quota holds it. ``quotas``: ``quotas_for(entry)``, where the caller has
+        it already (it asks many times)."""
+        mine = self.counted.get(entry.key, {})
+        for name, left in self.quotas_for(entry) if quotas is None else quotas:
+            for r, amount in sorted(left.items()):
+                room = amount - (given or {}).get((name, r), 0.0)
+                # (a quota lowered below what the job's pods use leaves less than nothing:
+                # its new pods must still fit, so ``more`` may be negative and still short)
+                more = need.get(r, 0.0) - mine.get(r, 0.0)
+                if need.get(r, 0.0) > 0 and more > room + 1e-9:
+                    return Short(entry.key[0], name, r, room, more, need.get(r, 0.0))
+        return None
+
+    def bounds_refuse(self, entry: JobEntry) -> str | None:
+        """Why the namespace's LimitRanges refuse every stage pod of the job, whatever its
+        plan: its template (their defaults filled in) is out of their bounds (GPUs aside)."""
+        bounds = sorted(self.limit_bounds.get(entry.key[0], ()))
+        if not bounds:
+            return None
+        why = bounds_refuse(self.pod_resources(entry), bounds)
+        if why is None:
+            return None
+        return (
+            f"namespace {entry.key[0]}'s {why}: Kubernetes refuses such stage pods; change "
+            "spec.template's resources, or the LimitRange"
+        )
+
+    def limit_refuses(self, entry: JobEntry) -> tuple[str, float] | None:
+        """The namespace's LimitRange (name, maximum) when it allows none of the job's
+        stage pods: a maximum under one GPU, or under what the template asks."""
+        limit = self.gpu_max(entry.key[0])
+        if limit is not None and (limit[1] < 1 or entry.requests.gpus > limit[1]):
+            return limit
+        return None
+
+    def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
+        """Servers this job may get: unheld, healthy, matching its constraints; a server
+        whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
+        whose stage pod the template gives fewer GPUs than it has offers that many."""
+        mine = set(also)
+        sel = dict(entry.node_selector)
+        out: list[NodeInfo] = []
+        if self.limit_refuses(entry) or self.bounds_refuse(entry):
+            return out  # no stage pod the namespace allows: why_none_free says so
+        limit = self.gpu_max(entry.key[0])
+        most = int(limit[1]) if limit is not None else None
+        for info in self.nodes.values():
+            holder = self.held.get(info.name)
+            if holder is not None and holder != entry.key and info.name not in mine:
+                continue
+            if info.name in mine:
+                ok = info.server is not None and info.sick(entry.tolerations) is None
+            else:
+                ok = info.offers(entry.tolerations)
+            info = self._unused(info)  # its own stage pods are Hulk's: not counted
+            ok = ok and info.server is not None and self._fits(info, entry.requests)
+            if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
+                asked = entry.requests.gpus  # a template that asks for GPUs gets that many
+                if asked and info.server is not None and info.server.gpus > asked:
+                    info = replace(info, server=replace(info.server, gpus=asked))
+                if most is not None and info.server is not None and info.server.gpus > most:
+                    info = replace(info, server=replace(info.server, gpus=most))  # LimitRange
+                out.append(info)
+        return sorted(out, key=lambda i: i.name)
+
+    def _fits(self, info: NodeInfo, need: Resources) -> bool:
+        """Whether a stage pod requesting ``need`` fits beside the node's other pods."""
+        gpus = info.server.gpus if info.server is not None else 0
+        return fits(info.allocatable, self.used.get(info.name, Resources()), need, gpus)
+
+    def _unused(self, info: NodeInfo) -> NodeInfo:
+        """The node with the GPUs other pods request taken off (no server if none is left)."""
+        taken = self.used.get(info.name, Resources()).gpus
+        if not taken or info.server is None:
+            return info
+        left = info.server.gpus - taken
+        server = replace(info.server, gpus=left) if left > 0 else None
+        return replace(info, server=server)
+
+    def why_none_free(self, entry: JobEntry) -> str:
+        """Why ``free(entry)`` is empty, naming the constraint to change."""
+        bounds = self.bounds_refuse(entry)
+        if bounds is not None:
+            return bounds
+        limit = self.limit_refuses(entry)
+        if limit is not None:
+            return (
+                f"namespace {entry.key[0]}'s LimitRange {limit[0]} allows {limit[1]:g} {GPU} "
+                f"per pod, and the template asks {entry.requests.gpus}: ask for at most "
+                f"{limit[1]:g}, or raise the LimitRange's max"
+                if entry.requests.gpus
+                else f"namespace {entry.key[0]}'s LimitRange {limit[0]} allows no {GPU}"
+            )
+        no_match = unmatched(entry, self.nodes)
+        if no_match is not None:
+            return no_match
+        matching = matching_nodes(entry, self.nodes)
+        usable = [i for i in matching if i.offers(entry.tolerations)]
+        need = entry.requests
+        if not usable:
+            return f"the {len(matching)} node(s) matching the job take no new stage: " + refusals(
+                matching, entry.tolerations
+            )
+        full = [i for i in usable if self._unused(i).server is None]
+        unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
+        absent = missing_resources(need, usable)
+        if absent:
+            return (
+                f"none of the {len(usable)} usable node(s) matching the job has "
+                f"{', '.join(absent)}, which the stage pods request: advertise it on the nodes "
+                "(a device plugin, or the node's status.capacity) or drop it from the template"
+            )
+        if unfit and len(full) + len(unfit) == len(usable):
+            return (
+                f"the stage pods' requests ({describe(need)}) fit on none of the "
+                f"{len(usable)} usable node(s) matching the job"
+                + (f" ({len(full)} have every GPU requested by other pods)" if full else "")
+                + "; lower the template's requests"
+            )
+        if len(full) == len(usable):
+            return (
+                f"every GPU of the {len(usable)} usable node(s) matching the job is requested "
+                "by other pods (not Hulk's)"
+            )
+        if not full and not unfit:
+            return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
+        held = len(usable) - len(full) - len(unfit)  # free() offered none: the rest are held
+        parts = [
+            f"{held} held by other jobs" if held else "",
+            f"{len(full)} with every GPU requested by other pods" if full else "",
+            f"{len(unfit)} without room for the stage pods' requests ({describe(need)})"
+            if unfit
+            else "",
+        ]
+        return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(
+            p for p in parts if p
+        )
+
+
+def held_servers(
+    jobs: Mapping[Key, JobEntry], stage_pods: Iterable[tuple[Key, str]]
+) -> dict[str, Key]:
+    """Server -> the job that holds it: the servers of its plan, then those its live stage
+    pods sit on (pods left over, e.g. after a crash mid-placement)."""
+    held = {n: k for k, e in jobs.items() for n in e.plan_nodes}
+    for k, node in stage_pods:
+        held.setdefault(node, k)
+    return held
+
+
+def _tightest(limits: Sequence[tuple[str, float]] | None) -> tuple[str, float] | None:
+    """The (name, amount) with the least amount, or None."""
+    return min(limits or [], key=lambda q: q[1], default=None)

@@ -1,0 +1,316 @@
+"""Plans within the namespaces' ResourceQuotas (``quota_fit``), the real planner, in memory."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from placement_helpers import entry, snap, templated
+
+from hulk_operator import GPU
+from hulk_operator.entries import object_entry
+from hulk_operator.inventory import (
+    QUOTA_GPU,
+    limit_defaults,
+    quota_usage,
+    summed,
+    with_defaults,
+)
+from hulk_operator.manifests import desired_pods
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
+from hulk_planner.api import plan
+from hulk_planner.datasets import paper_cluster, paper_jobs
+
+
+def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> None:
+    """Before, when the job did not fit the servers the quota left, the message named only
+    the planner's reason (GPU memory) and not the quota that cut the servers."""
+    opt = entry(paper_jobs()[0])  # OPT-175B: many servers
+    view = replace(snap([opt]), quotas={"ml": [("two", {"pods": 2.0})]})
+    d = plan_pending(view, plan)[opt.key]
+    assert d.job_plan is None
+    assert d.reason.startswith(
+        "namespace ml's ResourceQuota two leaves 2 pod(s) (pods); the plan on the free servers "
+        "needs "
+    ), d.reason
+    assert ", and none fits within it (" in d.reason
+
+
+def test_a_quota_for_one_pod_finds_the_one_server_that_holds_the_model() -> None:
+    """Before, the sets of servers tried within a quota were the plan's own and the ones
+    with the most GPUs: T5-11B under a quota of one pod stayed Pending ("needs 166 GiB of
+    GPU memory") while a server holding it was free (a user trial)."""
+    t5 = entry(paper_jobs()[1])
+    # as in the trial, most servers are taken: of the free ones, the one with the most GPUs
+    # (paris-40: 11 TITAN Xp, 132 GiB) has too little memory for the model
+    free = {"paris-40", "neimeng-5"} | {s.name for s in paper_cluster().servers if s.gpus <= 4}
+    held = {s.name: ("x", "y") for s in paper_cluster().servers if s.name not in free}
+    view = replace(snap([t5], held), quotas={"ml": [("one", {"pods": 1.0})]})
+    d = plan_pending(view, plan)[t5.key]
+    assert d.job_plan is not None and len(d.job_plan.nodes) == 1, d.reason
+    assert d.note == "within namespace ml's ResourceQuota one (pods): 1 server(s), " + (
+        f"{len(plan_pending(snap([t5], held), plan)[t5.key].nodes)} without it"
+    )
+
+
+def test_a_job_a_quota_shrinks_never_takes_a_server_its_round_gave_another() -> None:
+    """Before, the servers tried within a quota came from the whole group's cluster, those
+    just given to the group's other jobs included: one round gave a server to two jobs."""
+    jobs = [entry(j, ns="free") for j in paper_jobs()[2:4]]
+    jobs.append(entry(paper_jobs()[1], ns="tight"))
+    for quota in ({"pods": 8.0}, {QUOTA_GPU: 32.0}, {"pods": 3.0}):
+        view = replace(snap(jobs), quotas={"tight": [("q", quota)]})
+        placed = [d.nodes for d in plan_pending(view, plan).values() if d.job_plan]
+        assert len(placed) == 3, quota
+        assert sum(map(len, placed)) == len(frozenset().union(*placed)), (quota, placed)
+
+
+def test_pods_cpu_and_memory_quotas_are_planned_within_across_a_namespaces_jobs() -> None:
+    """Before, only a GPU quota was: a quota on pods or CPU refused the stage pods after
+    the plan was made, and the job held its servers, PodsForbidden (a user trial)."""
+    tmpl = {
+        "spec": {
+            "containers": [
+                {"name": "t", "resources": {"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}}}
+            ]
+        }
+    }
+    jobs = [
+        templated(entry(j, allowed_regions=("berlin",)), tmpl["spec"]) for j in paper_jobs()[2:4]
+    ]
+    assert dict(jobs[0].pod_quota) == {
+        "pods": 1,
+        "count/pods": 1,
+        "requests.cpu": 2,
+        "cpu": 2,
+        "requests.memory": 2**30,
+        "memory": 2**30,
+        "limits.memory": 2**30,
+    }
+
+    def decide(quota: dict[str, float]) -> dict[Any, Any]:
+        view = replace(snap(jobs), quotas={"ml": [("q", quota)]})
+        return plan_pending(view, plan)
+
+    free = decide({})
+    assert sum(len(d.job_plan.nodes) for d in free.values() if d.job_plan) > 2
+    for quota, most in (({"pods": 2}, 2), ({"requests.cpu": 5}, 2), ({"memory": 2.5 * 2**30}, 2)):
+        out = decide(quota)
+        placed = [d for d in out.values() if d.job_plan]
+        assert placed, quota
+        assert sum(len(d.job_plan.nodes) for d in placed) <= most, quota
+
+
+def test_a_limitranges_defaults_count_toward_the_quota_for_a_template_without_requests() -> None:
+    """The usual multi-tenant namespace: a quota on requests.cpu, and a LimitRange that
+    gives containers without requests a default. Before, a template that set none counted
+    as asking no CPU, and the plan's extra pods were refused (PodsForbidden)."""
+    lr = {
+        "spec": {
+            "limits": [
+                {"type": "Container", "defaultRequest": {"cpu": "1"}, "default": {"cpu": "2"}},
+                {"type": "Container", "max": {GPU: "8"}, "default": {GPU: "8"}},
+            ]
+        }
+    }
+    given = limit_defaults(lr)
+    assert given == ({"cpu": "1"}, {"cpu": "2"})  # GPUs aside: Hulk sets a stage pod's
+    assert limit_defaults({"spec": {"limits": [{"type": "Pod", "max": {"cpu": "4"}}]}}) is None
+    spec = {
+        "containers": [
+            {"name": "bare"},
+            {"name": "limited", "resources": {"limits": {"cpu": "3"}}},
+            {"name": "asks", "resources": {"requests": {"cpu": "500m"}}},
+        ]
+    }
+    filled = [c["resources"] for c in with_defaults(spec, [given])["containers"]]
+    assert filled == [
+        {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}},
+        {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}},  # a limit is its own request
+        {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
+    ]
+    tmpl = {"containers": [{"name": "t"}]}
+    gpt = templated(entry(paper_jobs()[2], allowed_regions=("berlin",)), tmpl)
+    quotas = {"ml": [("cpu", {"requests.cpu": 2.0})]}
+    # without a default, Kubernetes refuses every pod: no servers held, the fix named
+    bare = plan_pending(replace(snap([gpt]), quotas=quotas), plan)[gpt.key]
+    assert bare.job_plan is None and "set resources.requests.cpu, and spec.template's t " in (
+        bare.reason
+    )
+    view = replace(snap([gpt]), quotas=quotas, limit_defaults={"ml": [("lr", *given)]})
+    assert dict(view.pod_quota(gpt))["requests.cpu"] == 1
+    d = plan_pending(view, plan)[gpt.key]
+    assert d.job_plan is not None and len(d.job_plan.nodes) <= 2
+
+
+def test_a_plans_quota_need_is_what_its_stage_pods_count() -> None:
+    """The planner's arithmetic (pods x the template's usage + each server's GPUs) against
+    the usage of the very pods the operator would create, as Kubernetes counts it."""
+    template = {
+        "spec": {
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4"}}}],
+            "containers": [
+                {
+                    "name": "a",
+                    "resources": {
+                        "requests": {"cpu": "500m", "memory": "1Gi"},
+                        "limits": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"},
+                    },
+                },
+                {"name": "b", "resources": {"limits": {"cpu": "250m"}}},
+            ],
+        }
+    }
+    body = {
+        "apiVersion": "hulk.dev/v1alpha1",
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": "gpt2-xl"},
+        "spec": {"model": {"preset": "gpt2-xl"}, "template": template},
+    }
+    e = replace(object_entry(body, "ml"), plan_nodes=frozenset())
+    d = plan_pending(snap([e]), plan)[e.key]
+    assert d.job_plan is not None and d.cluster is not None
+    pods = desired_pods(
+        job=e.key[1],
+        namespace="ml",
+        uid="u",
+        template=template,
+        job_plan=d.job_plan,
+        gpus={n: d.cluster.server(n).gpus for n in d.job_plan.nodes},
+    )
+    counted = summed(quota_usage(p["spec"]) for p in pods.values())
+    counted.pop(f"limits.{GPU}")  # a quota cannot hold an extended resource's limits
+    assert snap([e]).quota_need(e, d) == pytest.approx(counted)
+    n = len(pods)
+    assert counted["requests.cpu"] == pytest.approx(4 * n)  # the init container's 4 > 0.75
+    assert counted["limits.cpu"] == pytest.approx(1.25 * n)
+    assert counted["limits.ephemeral-storage"] == 2**30 * n
+
+
+def test_a_job_is_planned_within_its_namespaces_gpu_quota() -> None:
+    """Before, the plan ignored the quota: the quota refused the stage pods and the job held
+    its servers, which other namespaces' jobs needed (a multi-tenant user trial)."""
+    gpt = entry(paper_jobs()[2], ns="team-a", allowed_regions=("berlin",))
+    base = snap([gpt])
+    free = plan_pending(base, plan)[gpt.key]
+    assert free.job_plan is not None
+    gpus = {n: free.cluster.server(n).gpus for n in free.job_plan.nodes}  # type: ignore[union-attr]
+    need = sum(gpus.values())
+    assert len(gpus) > 1, gpus  # the job takes several servers when it may
+
+    def decide(left: float) -> Any:
+        quotas = {"team-a": [("gpus", {QUOTA_GPU: left}), ("loose", {QUOTA_GPU: 10_000.0})]}
+        view = Snapshot(base.nodes, base.latencies, base.jobs, {}, quotas=quotas)
+        return plan_pending(view, plan)[gpt.key]
+
+    roomy = decide(need)
+    assert roomy.job_plan is not None
+    # a quota below the plan: planned again on the first servers within it
+    smaller = decide(need - 1)
+    assert smaller.job_plan is not None, smaller.reason
+    used = sum(smaller.cluster.server(n).gpus for n in smaller.job_plan.nodes)
+    assert used <= need - 1
+    # a quota no server fits: unplaced, saying which quota and how much, holding nothing
+    tight = decide(min(gpus.values()) - 1)
+    assert tight.job_plan is None
+    assert tight.reason.startswith(
+        f"namespace team-a's ResourceQuota gpus leaves {min(gpus.values()) - 1:g} "
+        f"nvidia.com/gpu (requests.nvidia.com/gpu); one stage pod needs {min(gpus.values())} "
+        "nvidia.com/gpu (requests.nvidia.com/gpu)"
+    ), tight.reason
+    assert tight.reason.endswith(": raise the quota, or free what the namespace's other pods hold")
+    # another namespace is not limited by it
+    other = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
+    zero = {QUOTA_GPU: 0.0}
+    view = Snapshot(
+        base.nodes, base.latencies, {other.key: other}, {}, quotas={"team-a": [("gpus", zero)]}
+    )
+    assert plan_pending(view, plan)[other.key].job_plan is not None
+
+
+def test_a_job_is_planned_within_the_scoped_quotas_that_count_its_pods() -> None:
+    """Before, a scoped quota was not planned within: a PriorityClass quota on GPUs (a
+    common multi-tenant rule) refused the stage pods after planning (PodsForbidden). A job
+    of that class is planned within it now; a job of another class is not held to it."""
+    selector = {"PriorityClass": ("In", ("hi",))}
+    scopes = tuple((k, op, v) for k, (op, v) in selector.items())
+    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", False))
+    low = replace(high, key=("ml", "low"), pod_facts=(False, "lo", False))
+    free = plan_pending(snap([high]), plan)[high.key]
+    assert free.job_plan is not None and len(free.nodes) > 1
+    scoped = {
+        "ml": [("hi-gpus", {QUOTA_GPU: float(min(s.gpus for s in free.cluster.servers))}, scopes)]
+    }
+    got = plan_pending(replace(snap([high]), scoped_quotas=scoped), plan)[high.key]
+    assert got.job_plan is not None and len(got.nodes) == 1, got.reason
+    assert "within namespace ml's ResourceQuota hi-gpus" in got.note
+    other = plan_pending(replace(snap([low]), scoped_quotas=scoped), plan)[low.key]
+    assert other.job_plan is not None and other.nodes == free.nodes and not other.note
+
+
+def test_a_job_a_scoped_quota_holds_back_is_told_what_the_scopes_read() -> None:
+    """Its template decides whether the quota counts its pods at all: before, the message
+    said only "raise the quota, or free what the namespace's other pods hold", and nothing
+    was held where a quota of 0 forbids the template's class or affinity (a user trial)."""
+    scopes = (("PriorityClass", "In", ("hi",)), ("CrossNamespacePodAffinity", "Exists", ()))
+    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", True))
+    view = replace(snap([high]), scoped_quotas={"ml": [("hi-xns", {"pods": 0.0}, scopes)]})
+    got = plan_pending(view, plan)[high.key]
+    assert got.job_plan is None
+    assert got.reason.startswith("namespace ml's ResourceQuota hi-xns leaves 0 pod(s) (pods)")
+    assert got.reason.endswith(
+        ": raise the quota, free what the namespace's other pods hold, or change what its "
+        "scopes (PriorityClass In [hi], CrossNamespacePodAffinity) read of spec.template "
+        "(priorityClassName, affinity terms naming namespaces)"
+    ), got.reason
+
+
+def test_what_a_round_took_counts_only_toward_the_quotas_that_count_those_pods() -> None:
+    """Before, what the namespace's other jobs took in the round (or reserved) was summed by
+    resource over all its quotas: a job of another PriorityClass, counted by an unscoped
+    quota, shrank the room a PriorityClass quota left for the jobs of its class."""
+    from hulk_operator.quota_fit import add_use
+
+    scopes = (("PriorityClass", "In", ("hi",)),)
+    high = replace(entry(paper_jobs()[2]), pod_facts=(False, "hi", False))
+    low = replace(high, key=("ml", "low"), pod_facts=(False, "lo", False))
+    free = plan_pending(snap([high]), plan)[high.key]
+    assert free.job_plan is not None
+    gpus = float(sum(s.gpus for s in free.cluster.servers if s.name in free.nodes))
+    view = replace(
+        snap([high, low]),
+        quotas={"ml": [("pods", {"pods": 100.0})]},
+        scoped_quotas={"ml": [("hi-gpus", {QUOTA_GPU: gpus}, scopes)]},
+    )
+    taken: dict[tuple[str, str], float] = {}
+    add_use(taken, view, low, replace(free, key=low.key))
+    assert taken and {q for q, _ in taken} == {"pods"}  # not the class quota's
+    assert taken[("pods", QUOTA_GPU)] == gpus
+    got = plan_pending(replace(view, jobs={high.key: high}), plan, taken={"ml": taken})
+    assert got[high.key].nodes == free.nodes, got[high.key].reason
+    add_use(taken, view, high, free)
+    assert taken[("hi-gpus", QUOTA_GPU)] == gpus
+    got = plan_pending(replace(view, jobs={high.key: high}), plan, taken={"ml": taken})
+    assert got[high.key].job_plan is None and "hi-gpus" in got[high.key].reason
+
+
+def test_jobs_of_a_namespace_planned_together_share_its_quota() -> None:
+    """Before, the first kept its fastest plan if it fitted the quota and the next got what
+    was left: with 16 GPUs, bert-large took a 16-GPU server and gpt2-xl waited (a user
+    trial). Now the first is planned again leaving the next room, where both then fit."""
+    bert = replace(entry(paper_jobs()[3]), key=("ml", "a-bert"))
+    gpt = replace(entry(paper_jobs()[2]), key=("ml", "b-gpt"))
+    quota = {"ml": [("gpus", {QUOTA_GPU: 16.0})]}
+    got = plan_pending(replace(snap([bert, gpt]), quotas=quota), plan)
+    assert all(d.job_plan is not None for d in got.values()), {k: d.reason for k, d in got.items()}
+    assert not got[bert.key].nodes & got[gpt.key].nodes
+    cluster = paper_cluster()
+    used = sum(cluster.server(n).gpus for d in got.values() for n in d.nodes)
+    assert used <= 16
+    # a job of another namespace is not made room for
+    other = replace(gpt, key=("other", "b-gpt"))
+    quotas = {**quota, "other": [("gpus", {QUOTA_GPU: 0.0})]}
+    got = plan_pending(replace(snap([bert, other]), quotas=quotas), plan)
+    assert got[other.key].job_plan is None and len(got[bert.key].nodes) >= 1

@@ -1,0 +1,231 @@
+"""A planning round (``rounds.plan_pending``) without a cluster: the real planner, in memory."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from placement_helpers import entry, nodes, snap
+
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import PRODUCT as PRODUCT_LABEL
+from hulk_operator.inventory import (
+    Latencies,
+    Resources,
+    Taint,
+)
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
+from hulk_planner.api import plan
+from hulk_planner.datasets import paper_jobs
+from hulk_planner.model import Job, ModelSpec, Plan
+
+
+def test_paper_jobs_planned_together_on_disjoint_servers() -> None:
+    jobs = [entry(j) for j in paper_jobs()]
+    decisions = plan_pending(snap(jobs), plan, baselines=True)
+    assert set(decisions) == {e.key for e in jobs}
+    used: list[str] = []
+    for d in decisions.values():
+        assert d.job_plan is not None, d.reason
+        used += d.job_plan.nodes
+        assert d.estimated > 0 or len(d.job_plan.nodes) == 1  # no probe data: estimates
+        assert set(d.baselines) == {"baseline-a", "baseline-b", "baseline-c"}
+    assert len(used) == len(set(used))
+
+
+def test_held_servers_are_not_offered() -> None:
+    bert = entry(paper_jobs()[3])
+    all_nodes = set(nodes())
+    held = {n: ("other", "job") for n in sorted(all_nodes)[:-1]}
+    d = plan_pending(snap([bert], held), plan)[bert.key]
+    if d.job_plan is not None:
+        assert set(d.job_plan.nodes) <= all_nodes - set(held)
+
+
+def test_job_that_cannot_fit_gets_a_reason() -> None:
+    huge = Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1)
+    d = plan_pending(snap([entry(huge)]), plan)[("ml", "huge")]
+    assert d.job_plan is None and d.reason
+
+
+def test_a_suspended_job_is_not_planned_and_holds_no_server() -> None:
+    bert, gpt = paper_jobs()[3], paper_jobs()[2]
+    asleep = entry(bert, suspended=True)
+    awake = entry(gpt)
+    assert not asleep.pending and awake.pending
+    decisions = plan_pending(snap([asleep, awake]), plan)
+    assert set(decisions) == {awake.key}
+    assert replace(asleep, suspended=False).pending  # resumed: planned afresh
+
+
+def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
+    bert = paper_jobs()[3]
+
+    def reason(e: JobEntry, s: Snapshot | None = None) -> str:
+        d = plan_pending(s or snap([e]), plan)[e.key]
+        assert d.job_plan is None
+        return d.reason
+
+    mars = entry(bert, allowed_regions=("mars",))
+    assert reason(mars).startswith("spec.allowedRegions ['mars'] names no region")
+    assert "beijing" in reason(mars) and "did you mean" not in reason(mars)
+    # the paper's names, as the topology file writes them: the label is the slug
+    near = entry(bert, allowed_regions=("New Delhi", "Tokyo"))
+    assert reason(near).endswith("; did you mean new-delhi, tokyo?"), reason(near)
+    h100 = entry(bert, node_selector=(("gpu", "h100"),))
+    assert reason(h100) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
+    both = entry(bert, allowed_regions=("beijing",), node_selector=(("gpu", "h100"),))
+    assert reason(both) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
+    paris = entry(bert, allowed_regions=("paris",))
+    paris_nodes = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
+    held = snap([paris], {n: ("other", "job") for n in paris_nodes})
+    assert (
+        reason(paris, held)
+        == f"all {len(paris_nodes)} usable node(s) matching the job are held by other jobs"
+    )
+    cordoned = {
+        n: replace(i, unschedulable=True) if n in paris_nodes else i for n, i in nodes().items()
+    }
+    sick = Snapshot(cordoned, Latencies(), {paris.key: paris}, {})
+    assert reason(paris, sick) == (
+        f"the {len(paris_nodes)} node(s) matching the job take no new stage: "
+        f"{len(paris_nodes)} cordoned"
+    )
+    # before: "not Ready, cordoned, tainted, or without usable GPU labels", whichever it was
+    taint = Taint("team", "vision", "NoSchedule")
+    mixed = dict(nodes())
+    first, *rest = paris_nodes
+    mixed[first] = replace(mixed[first], ready=False)
+    for n in rest:
+        mixed[n] = replace(mixed[n], taints=(taint,))
+    tainted = Snapshot(mixed, Latencies(), {paris.key: paris}, {})
+    assert reason(paris, tainted) == (
+        f"the {len(paris_nodes)} node(s) matching the job take no new stage: "
+        f"{len(rest)} tainted, 1 not Ready; the taint(s) team=vision:NoSchedule need a "
+        "toleration in spec.template.spec.tolerations"
+    )
+    # a selector on a label the nodes carry lists the values they carry
+    product = entry(bert, node_selector=((PRODUCT_LABEL, "NVIDIA-H100"),))
+    values = sorted(
+        {i.labels[PRODUCT_LABEL] for i in nodes().values() if PRODUCT_LABEL in i.labels}
+    )
+    assert values and "NVIDIA-H100" not in values
+    assert reason(product) == (
+        f"spec.nodeSelector {PRODUCT_LABEL}=NVIDIA-H100 matches no node ({PRODUCT_LABEL}: "
+        + ", ".join(values[:6])
+        + (f" and {len(values) - 6} more" if len(values) > 6 else "")
+        + ")"
+    )
+
+
+def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
+    opt = entry(paper_jobs()[0], allowed_regions=("paris",))
+    d = plan_pending(snap([opt]), plan)[opt.key]
+    assert d.job_plan is None
+    assert d.reason.endswith("free server(s) that spec.allowedRegions ['paris'] allow)")
+
+
+def test_a_job_re_planned_after_an_edit_keeps_first_claim_on_its_servers() -> None:
+    """Before: an edit of a running job (an env var) planned it together with a waiting job
+    of the same priority, which could take the running job's only server and leave it
+    Pending."""
+    bert = paper_jobs()[3]
+    london = [n for n, i in nodes().items() if i.server and i.server.region == "london"]
+    assert len(london) == 1  # room for one of the two
+    waiting = entry(replace(bert, name="a-waiting"), allowed_regions=("london",))
+    edited = entry(replace(bert, name="z-edited"), allowed_regions=("london",))
+    s = snap([waiting, edited], held={london[0]: edited.key})  # its pods still there
+    decisions = plan_pending(s, plan)
+    assert decisions[edited.key].nodes == set(london), decisions
+    assert decisions[waiting.key].job_plan is None
+    # without pods holding it, the joint plan decides as before (here: the first name)
+    fresh = plan_pending(snap([waiting, edited]), plan)
+    assert [k for k, d in fresh.items() if d.job_plan is not None] == [waiting.key]
+
+
+def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
+    """Two OPT-175B copies fit the paper's cluster, four do not: the high-priority one
+    must be among those placed, whatever the names' order (planned jointly, the first
+    names were)."""
+    opt = paper_jobs()[0]
+    jobs = [
+        entry(replace(opt, name=n, priority=p))
+        for n, p in (("a-low", 0), ("b-low", 0), ("c-low", 0), ("z-high", 10))
+    ]
+    d = plan_pending(snap(jobs), plan)
+    assert d[("ml", "z-high")].job_plan is not None
+    assert sum(d[("ml", n)].job_plan is not None for n in ("a-low", "b-low", "c-low")) == 1
+    used = [n for v in d.values() for n in v.nodes]
+    assert len(used) == len(set(used))
+
+
+def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
+    bert = paper_jobs()[3]
+    region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]
+    a = entry(bert, "a", allowed_regions=(region,))
+    b = entry(bert, "b")
+    decisions = plan_pending(snap([a, b]), plan)
+    da, db = decisions[a.key], decisions[b.key]
+    assert da.job_plan and db.job_plan
+    assert da.job_plan.name == db.job_plan.name == "bert-large"
+    assert all(nodes()[n].server.region == region for n in da.job_plan.nodes)  # type: ignore[union-attr]
+    assert not set(da.job_plan.nodes) & set(db.job_plan.nodes)
+
+
+def test_the_templates_node_selector_joins_the_jobs_constraints() -> None:
+    from hulk_operator.entries import job_entry
+
+    def make(spec_sel: dict[str, str] | None, tmpl_sel: dict[str, str]) -> JobEntry:
+        spec: dict[str, Any] = {
+            "model": {"preset": "bert-large"},
+            "template": {"spec": {"containers": [{"name": "c"}], "nodeSelector": tmpl_sel}},
+        }
+        if spec_sel:
+            spec["nodeSelector"] = spec_sel
+        body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
+        return job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
+
+    e = make({"gpu": "a100"}, {"zone": "a", "kubernetes.io/hostname": "x"})  # a pin too
+    assert e.job is not None
+    assert e.node_selector == (("gpu", "a100"), ("kubernetes.io/hostname", "x"), ("zone", "a"))
+    assert e.selector_from == "spec.nodeSelector and spec.template.spec.nodeSelector"
+    e = make(None, {"gpu": "h100"})
+    assert e.selector_from == "spec.template.spec.nodeSelector"
+    d = plan_pending(snap([e]), plan)[e.key]
+    assert d.reason == "spec.template.spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
+    e = make({"gpu": "a100"}, {"gpu": "h100"})
+    assert e.job is None and e.error is not None
+    assert e.error.startswith("spec.template.spec.nodeSelector: gpu=h100 contradicts")
+
+
+def test_plan_pending_passes_its_seed_to_the_planner() -> None:
+    seeds: list[int] = []
+
+    def recording(*args: Any, **kw: Any) -> Plan:
+        seeds.append(kw["seed"])
+        return plan(*args, **kw)
+
+    bert = entry(paper_jobs()[3])
+    assert plan_pending(snap([bert]), recording)[bert.key].job_plan is not None
+    assert plan_pending(snap([bert]), recording, seed=7)[bert.key].job_plan is not None
+    assert seeds == [0, 7]
+
+
+def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() -> None:
+    bert = paper_jobs()[3]
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    room = {n: nodes()[n].allocatable for n in paris}
+    cpu = min(r.cpu for r in room.values())
+    e = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 0.0))
+    s = snap([e])
+    assert [i.name for i in s.free(e)] == paris
+    tight = min(paris, key=lambda n: room[n].cpu)
+    s.used = {tight: Resources(0, 1.0, 0.0)}  # another pod takes a core of the smallest
+    assert [i.name for i in s.free(e)] == [n for n in paris if n != tight]
+    big = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 1e15))
+    d = plan_pending(snap([big]), plan)[big.key]
+    assert d.job_plan is None and d.reason.startswith(
+        f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
+        f"{len(paris)} usable node(s) matching the job"
+    )

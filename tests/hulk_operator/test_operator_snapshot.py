@@ -1,0 +1,186 @@
+"""What a round sees (``snapshot.Snapshot``): which servers a job may get, and why none is free."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from placement_helpers import entry, nodes, snap
+
+from hulk_operator import recovery
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import (
+    Resources,
+    node_info,
+)
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
+from hulk_planner.api import plan
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_sandbox.nodes import node_manifest
+
+
+def refusal(s: Snapshot, e: JobEntry) -> str:
+    """Why ``e`` gets no server in ``s`` (it must get none)."""
+    assert s.free(e) == []
+    d = plan_pending(s, plan)[e.key]
+    assert d.job_plan is None
+    return d.reason
+
+
+def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
+    bert = entry(paper_jobs()[3], allowed_regions=("paris",))
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    whole = {n: nodes()[n].server.gpus for n in paris}  # type: ignore[union-attr]
+    part, *rest = paris
+    s = snap([bert])
+    s.used = {part: Resources(1), **{n: Resources(whole[n]) for n in rest}}
+    (offered,) = s.free(bert)
+    assert offered.name == part and offered.server is not None
+    assert offered.server.gpus == whole[part] - 1
+    # a job's own servers too: other pods that hold GPUs there took them from its stage
+    assert [(i.name, i.server.gpus) for i in s.free(bert, also=paris) if i.server] == [
+        (part, whole[part] - 1)
+    ]
+    s.used = {n: Resources(whole[n] + 1) for n in paris}
+    assert refusal(s, bert) == (
+        f"every GPU of the {len(paris)} usable node(s) matching the job is requested by "
+        "other pods (not Hulk's)"
+    )
+
+
+def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
+    from hulk_operator.reconcile import PodEntry
+
+    a, b, c, d = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    cpu = nodes()[b].allocatable.cpu
+
+    def pod(node: str, waiting: bool = True) -> PodEntry:
+        return PodEntry(f"p-{node}", node, "Pending", False, False, "", "no" if waiting else "")
+
+    pods = [pod(a), pod(b), pod(c), pod(d, waiting=False)]
+    used = {a: Resources(1), b: Resources(0, cpu, 0.0), c: Resources(0, 1.0, 0.0), d: Resources(8)}
+    need = Resources(0, 1.0, 0.0)
+    # a: GPUs held; b: no core left for the stage's one; c: room left (the scheduler waits
+    # for something else); d: its pod is not waiting
+    assert recovery.stuck_servers(pods, used, (), nodes(), need) == {
+        a: "GPUsTaken",
+        b: "ResourcesTaken",
+    }
+    assert recovery.stuck_servers(pods, used, (b,), nodes(), need) == {a: "GPUsTaken"}
+    assert recovery.stuck_servers(pods, used, (), nodes(), Resources()) == {a: "GPUsTaken"}
+    # with the plan's GPUs known: a stage planned on what other pods left waits for
+    # something else (re-planning would give it the same server again, and again)
+    whole = {n: nodes()[n].server.gpus for n in (a, b, c, d)}  # type: ignore[union-attr]
+    left = {n: g - used[n].gpus for n, g in whole.items()}
+    assert recovery.stuck_servers(pods, used, (), nodes(), need, left) == {b: "ResourcesTaken"}
+    assert recovery.stuck_servers(pods, used, (), nodes(), need, whole) == {
+        a: "GPUsTaken",
+        b: "ResourcesTaken",
+    }
+    # the node lost GPUs (a failed one, a stopped device plugin): fewer than the stage asks
+    fewer = {**nodes(), c: node_info(_with_gpus(c, whole[c] - 1))}
+    assert recovery.stuck_servers(pods, {}, (), fewer, need, whole) == {c: "GPUsGone"}
+    none = {**nodes(), c: node_info(_with_gpus(c, 0))}
+    assert none[c].server is None
+    assert recovery.stuck_servers(pods, {}, (), none, need, whole) == {c: "GPUsGone"}
+
+
+def _with_gpus(name: str, gpus: int) -> dict[str, Any]:
+    (server,) = [s for s in paper_cluster().servers if s.name == name]
+    body = node_manifest(server)
+    body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    for k in ("capacity", "allocatable"):
+        body["status"][k]["nvidia.com/gpu"] = str(gpus)
+    return body
+
+
+def test_an_extended_resource_limits_the_plan_to_nodes_that_have_it_free() -> None:
+    bert = paper_jobs()[3]
+    fpga = (("example.com/fpga", 1.0),)
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    a, b, *_ = paris
+    e = entry(bert, allowed_regions=("paris",), requests=Resources(extra=fpga))
+    s = snap([e])
+    # nodes that report no such resource have none of it, as the scheduler counts it
+    assert refusal(s, e).startswith(
+        f"none of the {len(paris)} usable node(s) matching the job has example.com/fpga, which "
+        "the stage pods request: advertise it on the nodes"
+    )
+    s.nodes = {
+        **s.nodes,
+        **{
+            n: replace(s.nodes[n], allocatable=s.nodes[n].allocatable.plus(Resources(extra=fpga)))
+            for n in (a, b)
+        },
+    }
+    assert [i.name for i in s.free(e)] == [a, b]
+    s.used = {a: Resources(extra=fpga)}  # another pod holds a's only FPGA
+    assert [i.name for i in s.free(e)] == [b]
+    s.used = {a: Resources(extra=fpga), b: Resources(extra=fpga)}
+    assert refusal(s, e).startswith(
+        f"the stage pods' requests (example.com/fpga 1) fit on none of the {len(paris)} usable"
+    )
+
+
+def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
+    need = Resources(0, 1.0, 0.0)
+    bert = entry(paper_jobs()[3], allowed_regions=("paris",), requests=need)
+    paris = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
+    a, b, *rest = paris
+    s = snap([bert], {n: ("other", "job") for n in rest})
+    cpu = nodes()[b].allocatable.cpu
+    s.used = {a: Resources(nodes()[a].server.gpus), b: Resources(0, cpu, 0.0)}  # type: ignore[union-attr]
+    assert refusal(s, bert) == (
+        f"none of the {len(paris)} usable node(s) matching the job is free: {len(rest)} held "
+        "by other jobs, 1 with every GPU requested by other pods, 1 without room for the "
+        "stage pods' requests (cpu 1)"
+    )
+    # a stage pod that asks for no CPU fits however much other pods ask for
+    calm = entry(paper_jobs()[3], allowed_regions=("paris",))
+    crowded = snap([calm])
+    crowded.used = {n: Resources(0, 1e6, 1e15) for n in paris}
+    assert [i.name for i in crowded.free(calm)] == paris
+
+
+def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
+    """Before, a server with more GPUs than the namespace's LimitRange allows per pod was
+    planned whole, and its stage pod was refused for ever (a multi-tenant user trial)."""
+    gpt = entry(paper_jobs()[2], ns="team-b", allowed_regions=("berlin",))
+    base = snap([gpt])
+    berlin = [i for i in base.free(gpt)]
+    assert berlin and max(i.server.gpus for i in berlin if i.server) > 4
+    view = Snapshot(
+        base.nodes, base.latencies, base.jobs, {}, gpu_limits={"team-b": [("gpus", 4.0)]}
+    )
+    assert {i.server.gpus for i in view.free(gpt) if i.server} <= {1, 2, 3, 4}
+    d = plan_pending(view, plan)[gpt.key]
+    assert d.job_plan is not None, d.reason
+    assert max(d.cluster.server(n).gpus for n in d.job_plan.nodes) <= 4  # type: ignore[union-attr]
+    # a template that asks for more than the LimitRange allows: nothing is offered
+    asks = replace(gpt, requests=Resources(gpus=8))
+    view = Snapshot(
+        base.nodes, base.latencies, {asks.key: asks}, {}, gpu_limits={"team-b": [("gpus", 4.0)]}
+    )
+    d = plan_pending(view, plan)[asks.key]
+    assert d.job_plan is None
+    assert d.reason == (
+        "namespace team-b's LimitRange gpus allows 4 nvidia.com/gpu per pod, and the template "
+        "asks 8: ask for at most 4, or raise the LimitRange's max"
+    )
+
+
+def test_gpu_limit_is_the_smallest_container_or_pod_maximum() -> None:
+    from hulk_operator.inventory import gpu_limit
+
+    body = {
+        "spec": {
+            "limits": [
+                {"type": "Container", "max": {"nvidia.com/gpu": "8", "cpu": "4"}},
+                {"type": "Pod", "max": {"nvidia.com/gpu": 6}},
+                {"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}},
+            ]
+        }
+    }
+    assert gpu_limit(body) == 6
+    assert gpu_limit({"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}}) is None
