@@ -3,8 +3,9 @@
 Modules, one concern each:
 
 - ``manifests``: pure builders of the stage pods and the headless Service (dicts out).
-- ``inventory``: Node objects -> planner ``Server`` s, health, and the latency links; what
-  a pod counts toward ResourceQuotas and LimitRanges. ``entries``: a job as the index keeps it.
+- ``inventory``: Node objects -> planner ``Server`` s, health, and the latency links.
+  ``quotas``: what a pod counts toward ResourceQuotas, and how LimitRanges bound it.
+  ``entries``: a job as the index keeps it.
 - ``snapshot``: what a planning round sees; ``fit``: whether a job can be placed at all,
   and how to say why not.
 - ``rounds``: plans pending jobs together on the servers no job holds (gang semantics);

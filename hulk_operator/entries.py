@@ -12,14 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator import status as st
-from hulk_operator.inventory import (
-    Resources,
-    pod_requests,
-    stage_quota,
-    template_facts,
-    with_defaults,
-)
+from hulk_operator.inventory import Resources, pod_requests
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
+from hulk_operator.quotas import stage_quota, template_facts, with_defaults
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict, regrow_settings
 from hulk_planner.model import Job

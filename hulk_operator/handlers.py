@@ -39,29 +39,31 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import JobEntry, Key, job_entry, object_entry, spec_hashes
 from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.inventory import (
-    Bound,
     Latencies,
     NodeInfo,
     Resources,
-    Scope,
     Usage,
+    node_info,
+    other_pods,
+    pod_requests,
+    read_latencies,
+    served,
+)
+from hulk_operator.metrics import Metrics
+from hulk_operator.placement import Placer
+from hulk_operator.quotas import (
+    Bound,
+    Scope,
     default_class,
     gpu_limit,
     limit_bounds,
     limit_defaults,
-    node_info,
-    other_pods,
-    pod_requests,
     policy_text,
     quota_left,
     quota_scopes,
     quota_usage,
-    read_latencies,
-    served,
     summed,
 )
-from hulk_operator.metrics import Metrics
-from hulk_operator.placement import Placer
 from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
 from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.api import USES_GNN

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from hulk_operator import GANG_GATE
-from hulk_operator.inventory import default_class
+from hulk_operator.quotas import default_class
 from hulk_planner.errors import InvalidRequest
 
 MERGE = "application/merge-patch+json"

@@ -27,23 +27,19 @@ from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
-from hulk_operator.inventory import (
+from hulk_operator.inventory import Usage, build_cluster, node_info, other_pods, read_latencies
+from hulk_operator.manifests import owner_job
+from hulk_operator.quotas import (
     Bound,
     Scope,
-    Usage,
-    build_cluster,
     gpu_limit,
     limit_bounds,
     limit_defaults,
-    node_info,
-    other_pods,
     quota_left,
     quota_scopes,
     quota_usage,
-    read_latencies,
     summed,
 )
-from hulk_operator.manifests import owner_job
 from hulk_operator.rounds import BASELINES, plan_pending, planner_names
 from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan

@@ -12,7 +12,7 @@ from typing import Any
 
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
-from hulk_operator.inventory import QUOTA_GPU, Scope
+from hulk_operator.quotas import QUOTA_GPU, Scope
 from hulk_operator.snapshot import Short, Snapshot, Taken, amount_text
 
 

@@ -15,20 +15,22 @@ from hulk_operator.entries import JobEntry, Key
 from hulk_operator.fit import describe, matching_nodes, missing_resources, unmatched
 from hulk_operator.inventory import (
     ALWAYS_TOLERATED,
-    QUOTA_GPU,
-    Bound,
     Latencies,
     NodeInfo,
-    PodFacts,
     Resources,
+    fits,
+    selected,
+    tolerates,
+)
+from hulk_operator.quotas import (
+    QUOTA_GPU,
+    Bound,
+    PodFacts,
     Scope,
     best_effort,
     bounds_refuse,
-    fits,
     scopes_match,
-    selected,
     stage_quota,
-    tolerates,
     with_defaults,
 )
 

@@ -604,7 +604,7 @@ def test_the_quota_must_set_rule_hulk_plans_with_is_the_api_servers(kube: Kube) 
     skips the whole check for a pod that sets any)."""
     from placement_helpers import entry, snap
 
-    from hulk_operator.inventory import stage_quota, with_defaults
+    from hulk_operator.quotas import stage_quota, with_defaults
     from hulk_planner.datasets import paper_jobs
 
     name = "cpu-limits"
@@ -648,7 +648,7 @@ def test_the_stage_pods_scoped_quotas_count_are_the_api_servers(kube: Kube) -> N
     counts it. They must agree for every pair of scope and template."""
     from placement_helpers import entry, snap
 
-    from hulk_operator.inventory import quota_scopes, template_facts, with_defaults
+    from hulk_operator.quotas import quota_scopes, template_facts, with_defaults
     from hulk_planner.datasets import paper_jobs
 
     sched = client.SchedulingV1Api(kube.api)
@@ -766,7 +766,7 @@ def test_limitrange_bounds_hulk_plans_with_are_the_api_servers(kube: Kube) -> No
 
     from placement_helpers import entry, snap
 
-    from hulk_operator.inventory import limit_bounds, limit_defaults, stage_quota, with_defaults
+    from hulk_operator.quotas import limit_bounds, limit_defaults, stage_quota, with_defaults
     from hulk_planner.datasets import paper_jobs
 
     kube.core.create_namespaced_limit_range(kube.ns, LIMIT_RANGE)

@@ -13,16 +13,9 @@ from placement_helpers import entry, nodes, snap, templated
 from hulk_operator import GPU, recovery
 from hulk_operator import status as st
 from hulk_operator.decision import Decision
-from hulk_operator.inventory import (
-    QUOTA_GPU,
-    Latencies,
-    limit_bounds,
-    node_info,
-    quota_usage,
-    stage_quota,
-    with_defaults,
-)
+from hulk_operator.inventory import Latencies, node_info
 from hulk_operator.placement import Placer
+from hulk_operator.quotas import QUOTA_GPU, limit_bounds
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
@@ -423,29 +416,6 @@ def test_a_template_out_of_a_limitranges_bounds_is_told_before_planning() -> Non
     assert asyncio.run(placer.decide(gpt.key, snapshot)).job_plan is not None  # type: ignore[union-attr]
 
 
-def test_quota_usage_counts_sidecars_pod_level_resources_and_overhead() -> None:
-    """As Kubernetes adds a pod's requests up (a user trial found sidecars and pod-level
-    resources counted short, and the quota refused the pods the plan counted on)."""
-    spec = {
-        "initContainers": [
-            {"name": "init", "resources": {"requests": {"cpu": "3"}}},
-            {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "2"}}},
-            {"name": "late", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}},
-        ],
-        "containers": [{"name": "t", "resources": {"requests": {"cpu": "2"}}}],
-    }
-    usage = quota_usage(spec)
-    # containers 2 + sidecar 2 = 4; "late" 4 + the sidecar started before it = 6
-    assert usage["requests.cpu"] == 6 and usage["requests.memory"] == 2**30
-    spec["initContainers"] = spec["initContainers"][:2]
-    assert quota_usage(spec)["requests.cpu"] == 4  # "init" 3 + no sidecar yet < 4
-    pod_level = {**spec, "resources": {"requests": {"cpu": "10"}}, "overhead": {"cpu": "250m"}}
-    assert quota_usage(pod_level)["requests.cpu"] == 10.25
-    limited = {**pod_level, "containers": [{"name": "t", "resources": {"limits": {"memory": "1"}}}]}
-    assert "limits.cpu" not in quota_usage(limited)  # no CPU limit: its overhead adds none
-    assert stage_quota(with_defaults(pod_level, ())) == stage_quota(pod_level)
-
-
 def test_a_decision_is_applied_once_even_where_python_reuses_its_id() -> None:
     """Before, a decision was known by ``id()``: a new decision at a freed one's address was
     taken as applied, and its Event (Unschedulable, Planned) was never posted."""
@@ -664,95 +634,3 @@ def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
     assert recovery.disrupted(cluster, 0.55) == "26 of the 47 GPU nodes are NotReady"
     two = {n: cluster[n] for n in names[:2]}
     assert recovery.disrupted(two, 0.55) is None  # two nodes: never taken as a disruption
-
-
-def test_quota_left_reads_hard_minus_used_of_what_pods_count() -> None:
-    from hulk_operator.inventory import quota_left, quota_scopes
-
-    body = {
-        "spec": {
-            "hard": {
-                "requests.nvidia.com/gpu": "16",
-                "pods": "10",
-                "requests.cpu": "8",
-                "limits.memory": "4Gi",
-                "services": "2",  # objects, not pods: not planned within
-                "requests.storage": "1Ti",  # volume claims
-            }
-        },
-        "status": {"used": {"requests.nvidia.com/gpu": "12", "requests.cpu": "500m"}},
-    }
-    assert quota_left(body) == {
-        QUOTA_GPU: 4,
-        "pods": 10,
-        "requests.cpu": 7.5,
-        "limits.memory": 4 * 2**30,
-    }
-    assert quota_left({"spec": {"hard": {QUOTA_GPU: 8}}}) == {QUOTA_GPU: 8}  # none used
-    assert quota_left({"spec": {"hard": {"services": "10"}}}) is None
-    assert quota_scopes(body) == ()
-    selector = {
-        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["hi"]}]
-    }
-    scoped = {
-        "spec": {**body["spec"], "scopes": ["NotTerminating"], "scopeSelector": selector},
-        "status": body["status"],
-    }
-    assert quota_left(scoped) == quota_left(body)  # what it counts: the pods its scopes match
-    assert quota_scopes(scoped) == (
-        ("NotTerminating", "Exists", ()),
-        ("PriorityClass", "In", ("hi",)),
-    )
-
-
-@pytest.mark.parametrize(
-    ("scope", "facts", "counted"),
-    [
-        (("Terminating", "Exists", ()), {"terminating": True}, True),
-        (("Terminating", "Exists", ()), {}, False),
-        (("NotTerminating", "Exists", ()), {}, True),
-        (("BestEffort", "Exists", ()), {"best_effort": True}, True),
-        (("NotBestEffort", "Exists", ()), {"best_effort": True}, False),
-        (("PriorityClass", "In", ("hi", "mid")), {"priority_class": "hi"}, True),
-        (("PriorityClass", "In", ("hi",)), {}, False),
-        (("PriorityClass", "NotIn", ("hi",)), {}, True),  # no class: the label is absent
-        (("PriorityClass", "NotIn", ("hi",)), {"priority_class": "hi"}, False),
-        (("PriorityClass", "Exists", ()), {"priority_class": "lo"}, True),
-        (("PriorityClass", "DoesNotExist", ()), {}, True),
-        (("PriorityClass", "DoesNotExist", ()), {"priority_class": "lo"}, False),
-        (("CrossNamespacePodAffinity", "Exists", ()), {"cross_namespace_affinity": True}, True),
-        (("VolumeAttributesClass", "Exists", ()), {}, False),  # claims', not pods'
-    ],
-)
-def test_a_scoped_quota_counts_the_pods_its_scopes_match(
-    scope: Any, facts: dict[str, Any], counted: bool
-) -> None:
-    from hulk_operator.inventory import PodFacts, scopes_match
-
-    assert scopes_match([scope], PodFacts(**facts)) is counted
-
-
-def test_what_scoped_quotas_read_of_a_stage_pod() -> None:
-    """As Kubernetes reads it: the QoS class from CPU and memory only (a GPU-only stage
-    pod is BestEffort), after the LimitRange defaults; the global default PriorityClass
-    where the template names none; a deadline; affinity terms naming namespaces."""
-    from hulk_operator.inventory import PodFacts, template_facts
-
-    gpu_only = {"containers": [{"name": "t", "resources": {"limits": {GPU: "8"}}}]}
-    opt = templated(entry(paper_jobs()[0]), gpu_only)
-    assert snap([opt]).pod_facts(opt) == PodFacts(best_effort=True)
-    defaults = {"ml": [("lr", {"cpu": "1"}, {})]}  # a default CPU request: Burstable
-    view = replace(snap([opt]), limit_defaults=defaults, default_priority_class="normal")
-    assert view.pod_facts(opt) == PodFacts(best_effort=False, priority_class="normal")
-    term = {"topologyKey": "x", "namespaceSelector": {}}
-    spec = {
-        "activeDeadlineSeconds": 3600,
-        "priorityClassName": "hi",
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
-    }
-    assert template_facts(spec) == (True, "hi", True)
-    assert template_facts({}) == (False, "", False)
-    # a malformed template is the API server's to refuse: read as naming nothing, not a crash
-    # (the job would have dropped out of the operator's index, told nothing)
-    assert template_facts({"affinity": {"podAffinity": "x"}}) == (False, "", False)
-    assert template_facts({"affinity": [1]}) == (False, "", False)

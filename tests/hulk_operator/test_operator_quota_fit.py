@@ -10,14 +10,8 @@ from placement_helpers import entry, snap, templated
 
 from hulk_operator import GPU
 from hulk_operator.entries import object_entry
-from hulk_operator.inventory import (
-    QUOTA_GPU,
-    limit_defaults,
-    quota_usage,
-    summed,
-    with_defaults,
-)
 from hulk_operator.manifests import desired_pods
+from hulk_operator.quotas import QUOTA_GPU, limit_defaults, quota_usage, summed, with_defaults
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan

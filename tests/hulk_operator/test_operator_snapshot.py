@@ -168,19 +168,3 @@ def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
         "namespace team-b's LimitRange gpus allows 4 nvidia.com/gpu per pod, and the template "
         "asks 8: ask for at most 4, or raise the LimitRange's max"
     )
-
-
-def test_gpu_limit_is_the_smallest_container_or_pod_maximum() -> None:
-    from hulk_operator.inventory import gpu_limit
-
-    body = {
-        "spec": {
-            "limits": [
-                {"type": "Container", "max": {"nvidia.com/gpu": "8", "cpu": "4"}},
-                {"type": "Pod", "max": {"nvidia.com/gpu": 6}},
-                {"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}},
-            ]
-        }
-    }
-    assert gpu_limit(body) == 6
-    assert gpu_limit({"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}}) is None

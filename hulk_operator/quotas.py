@@ -1,0 +1,382 @@
+"""What a pod counts toward its namespace's ResourceQuotas, and how its LimitRanges bound
+and default its resources, as Kubernetes' admission reads them (kopf-free, so that ``hulk
+plan --kubeconfig`` reads them exactly as the operator does).
+
+- ResourceQuota: what it leaves (``quota_left``), which pods it counts (``quota_scopes``,
+  ``scopes_match`` on a pod's ``PodFacts``), what a pod counts (``quota_usage``).
+- LimitRange: the defaults it fills in (``limit_defaults``, ``with_defaults``), its bounds
+  (``limit_bounds``, ``bounds_refuse``) and its GPU maximum (``gpu_limit``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from hulk_operator import GPU
+
+QUOTA_GPU = f"requests.{GPU}"  # the only quota key an extended resource may have
+_POD_KEYS = ("pods", "count/pods", "cpu", "memory", "ephemeral-storage")
+
+
+def counts_pods(resource: str) -> bool:
+    """Whether a ResourceQuota's ``resource`` counts what pods use (``pods``, ``cpu``,
+    ``requests.memory``, ``limits.cpu``, ``requests.nvidia.com/gpu``, ...), as opposed to
+    objects or volume claims (``services``, ``requests.storage``)."""
+    return (
+        resource in _POD_KEYS
+        or resource.startswith(("hugepages-", "limits."))
+        or (resource.startswith("requests.") and resource != "requests.storage")
+    )
+
+
+def quota_left(body: Mapping[str, Any]) -> dict[str, float] | None:
+    """What a ResourceQuota leaves its namespace (hard minus used) of each resource that
+    pods count toward, or None where it limits none of them. (A scoped one counts only the
+    pods its ``quota_scopes`` match.)"""
+    spec = body.get("spec") or {}
+    used = (body.get("status") or {}).get("used") or {}
+    hard = (spec.get("hard") or {}).items()
+    left = {k: parse_amount(v) - parse_amount(used.get(k)) for k, v in hard if counts_pods(k)}
+    return left or None
+
+
+# (scopeName, operator, values) of a ResourceQuota's scopes and scopeSelector
+Scope = tuple[str, str, tuple[str, ...]]
+
+
+def quota_scopes(body: Mapping[str, Any]) -> tuple[Scope, ...]:
+    """The pods a ResourceQuota counts, as Kubernetes reads its ``scopes`` (each an
+    ``Exists``) and its ``scopeSelector``'s expressions; () for every pod."""
+    spec = body.get("spec") or {}
+    out: list[Scope] = [(str(s), "Exists", ()) for s in spec.get("scopes") or ()]
+    for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or ():
+        out.append((str(e.get("scopeName")), str(e.get("operator")), tuple(e.get("values") or ())))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What a ResourceQuota's scopes read of a pod."""
+
+    terminating: bool = False  # spec.activeDeadlineSeconds set
+    best_effort: bool = False  # QoS class BestEffort: no CPU or memory asked anywhere
+    priority_class: str = ""  # spec.priorityClassName, the global default's where unset
+    cross_namespace_affinity: bool = False  # a pod (anti-)affinity term naming namespaces
+
+
+def scopes_match(scopes: Sequence[Scope], pod: PodFacts) -> bool:
+    """Whether a quota with these scopes counts the pod, as Kubernetes' pod evaluator
+    matches each (all must): a PriorityClass selector reads the class as a label that is
+    absent when the pod has none."""
+    for name, op, values in scopes:
+        if name == "PriorityClass":
+            pc = pod.priority_class
+            ok = {
+                "Exists": pc != "",
+                "DoesNotExist": pc == "",
+                "In": pc != "" and pc in values,
+                "NotIn": pc == "" or pc not in values,
+            }.get(op, False)
+        else:
+            facts = {
+                "Terminating": pod.terminating,
+                "NotTerminating": not pod.terminating,
+                "BestEffort": pod.best_effort,
+                "NotBestEffort": not pod.best_effort,
+                "CrossNamespacePodAffinity": pod.cross_namespace_affinity,
+            }
+            # (their operator is always Exists; VolumeAttributesClass: claims, not pods)
+            ok = facts.get(name, False)
+        if not ok:
+            return False
+    return True
+
+
+def default_class(defaults: Iterable[tuple[float, str]]) -> str:
+    """The PriorityClass a pod naming none gets, of the (value, name) of those marked
+    ``globalDefault``: the lowest value, as the Priority admission plugin picks it where
+    several are marked; "" where none is."""
+    return min(defaults, default=(0.0, ""))[1]
+
+
+def best_effort(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod (its resources, ``with_defaults``') is of QoS class BestEffort: no
+    CPU or memory requested or limited above zero, by its pod-level resources where set,
+    else by any container (GPUs do not count)."""
+    pod = spec.get("resources") or {}
+    if pod.get("requests") or pod.get("limits"):
+        lists = [pod]
+    else:
+        cs = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+        lists = [c.get("resources") or {} for c in cs]
+    return not any(
+        k in ("cpu", "memory") and parse_amount(v) > 0
+        for res in lists
+        for kind in ("requests", "limits")
+        for k, v in (res.get(kind) or {}).items()
+    )
+
+
+def template_facts(spec: Mapping[str, Any]) -> tuple[bool, str, bool]:
+    """What a pod template says of the scopes (``PodFacts`` but its QoS class, which the
+    namespace's LimitRange defaults decide): (terminating, priority class, cross-namespace
+    affinity)."""
+    deadline = spec.get("activeDeadlineSeconds")
+
+    def items(m: Any, key: str) -> list[Any]:  # (a malformed template: the API server says)
+        got = m.get(key) if isinstance(m, Mapping) else None
+        return [x for x in got if isinstance(x, Mapping)] if isinstance(got, list) else []
+
+    affinity = spec.get("affinity")
+    kinds = (
+        [affinity.get(k) for k in ("podAffinity", "podAntiAffinity")]
+        if isinstance(affinity, Mapping)
+        else []
+    )
+    terms = [t for k in kinds for t in items(k, "requiredDuringSchedulingIgnoredDuringExecution")]
+    terms += [
+        w["podAffinityTerm"]
+        for k in kinds
+        for w in items(k, "preferredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(w.get("podAffinityTerm"), Mapping)
+    ]
+    cross = any(t.get("namespaces") or t.get("namespaceSelector") is not None for t in terms)
+    return (
+        isinstance(deadline, int) and deadline >= 0,
+        str(spec.get("priorityClassName") or ""),
+        cross,
+    )
+
+
+def quota_usage(spec: Mapping[str, Any]) -> dict[str, float]:
+    """What a pod counts toward a namespace's ResourceQuota, as Kubernetes' pod evaluator
+    counts it: one pod (``pods``, ``count/pods``); its requests as ``requests.<name>`` (and
+    compute resources also as ``<name>``) and its limits as ``limits.<name>``; each the sum
+    over its containers or its largest init container, whichever is more."""
+    out: dict[str, float] = {"pods": 1.0, "count/pods": 1.0}
+    for name, amount in effective_resources(spec, limits=False).items():
+        out[f"requests.{name}"] = amount
+        if name in _POD_KEYS or name.startswith("hugepages-"):
+            out[name] = amount
+    for name, amount in effective_resources(spec, limits=True).items():
+        out[f"limits.{name}"] = amount
+    return out
+
+
+def stage_quota(spec: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """What a stage pod of this pod spec counts toward a quota, its GPUs aside (the plan
+    gives each stage pod its server's)."""
+    gpus = (QUOTA_GPU, f"limits.{GPU}")
+    return tuple(sorted((k, v) for k, v in quota_usage(spec).items() if k not in gpus))
+
+
+def limit_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The requests and the limits a LimitRange gives a container that sets none (its
+    Container items' ``defaultRequest`` and ``default``), GPUs aside (Hulk sets a stage
+    pod's); None where it gives none."""
+    req: dict[str, Any] = {}
+    lim: dict[str, Any] = {}
+    for item in (body.get("spec") or {}).get("limits") or []:
+        if item.get("type") == "Container":
+            req.update(item.get("defaultRequest") or {})
+            lim.update(item.get("default") or {})
+    req.pop(GPU, None)
+    lim.pop(GPU, None)
+    return (req, lim) if req or lim else None
+
+
+# (LimitRange, Container or Pod, min/max/maxLimitRequestRatio, resource, amount)
+Bound = tuple[str, str, str, str, float]
+_BOUND_KINDS = ("min", "max", "maxLimitRequestRatio")
+
+
+def policy_text(spec: Mapping[str, Any]) -> str:
+    """A ResourceQuota's or LimitRange's spec as one comparable string."""
+    return json.dumps(dict(spec), sort_keys=True, default=str)
+
+
+def limit_bounds(body: Mapping[str, Any]) -> tuple[Bound, ...] | None:
+    """What a LimitRange bounds a container's and a pod's requests and limits by (its
+    Container and Pod items' min, max and maxLimitRequestRatio), GPUs aside (a stage pod's
+    are its server's, within ``gpu_limit``); None where it sets none."""
+    name = str((body.get("metadata") or {}).get("name", ""))
+    out: list[Bound] = []
+    for item in (body.get("spec") or {}).get("limits") or []:
+        if item.get("type") not in ("Container", "Pod"):
+            continue
+        for kind in _BOUND_KINDS:
+            for res, value in sorted((item.get(kind) or {}).items()):
+                if res != GPU:
+                    out.append((name, str(item["type"]), kind, res, parse_amount(value)))
+    return tuple(out) or None
+
+
+def bounds_refuse(spec: Mapping[str, Any], bounds: Iterable[Bound]) -> str | None:
+    """Why Kubernetes' LimitRanger refuses a pod with these resources (``with_defaults``'
+    output: the LimitRanges' defaults filled in), as its validation reads each bound; None
+    where it admits it. A Container bound holds for every container and init container, a
+    Pod bound for the pod's requests and limits added up (pod-level resources where set)."""
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    whole = {k: v for k, v in spec.items() if k != "overhead"}  # LimitRanger leaves it out
+    for limit_range, type_, kind, res, amount in bounds:
+        if type_ == "Container":
+            targets = [
+                (
+                    f"container {c.get('name')}",
+                    {k: parse_amount(v) for k, v in (c["resources"].get("requests") or {}).items()},
+                    {k: parse_amount(v) for k, v in (c["resources"].get("limits") or {}).items()},
+                )
+                for c in containers
+            ]
+        else:
+            pod = "the pod (its containers added up)"
+            targets = [
+                (
+                    pod,
+                    effective_resources(whole, limits=False),
+                    effective_resources(whole, limits=True),
+                )
+            ]
+        for who, req, lim in targets:
+            why = _out_of_bound(kind, res, amount, req.get(res), lim.get(res))
+            if why:
+                return f"LimitRange {limit_range} ({type_} {kind}): {who} {why}"
+    return None
+
+
+def _out_of_bound(
+    kind: str, res: str, amount: float, req: float | None, lim: float | None
+) -> str | None:
+    """One bound of a LimitRange against a request and a limit (None: not set), as
+    Kubernetes' LimitRanger checks it."""
+
+    def q(v: float) -> str:
+        return quantity_text(res, v)
+
+    if kind == "min":
+        if req is None:
+            return f"requests no {res} (the minimum is {q(amount)})"
+        low = min(req, lim if lim is not None else req)
+        if low < amount:
+            return f"asks {q(low)}, under the minimum of {q(amount)}"
+    elif kind == "max":
+        if lim is None:
+            return f"sets no {res} limit (the maximum is {q(amount)})"
+        high = max(lim, req or 0.0)
+        if high > amount:
+            return f"asks {q(high)}, over the maximum of {q(amount)}"
+    else:
+        if not req or not lim:
+            return f"sets no {res} request or limit (limit/request at most {amount:g})"
+        if lim / req > amount:
+            return f"has a {res} limit/request of {lim / req:g}, over the maximum of {amount:g}"
+    return None
+
+
+def quantity_text(resource: str, amount: float) -> str:
+    """``8 cpu``, ``16Gi memory``: an amount of a resource in its units."""
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return f"{amount / 2**30:.4g}Gi {resource}"
+    return f"{amount:g} {resource}"
+
+
+def with_defaults(
+    spec: Mapping[str, Any], defaults: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
+) -> dict[str, Any]:
+    """A pod spec's resources (containers', init containers' with their restart policy,
+    pod-level, overhead) as the API server admits them: a request missing where a limit is
+    set is the limit (defaulting), then each LimitRange's defaults fill the containers'
+    requests and limits still missing (the LimitRanger admission plugin)."""
+    out: dict[str, Any] = {k: spec[k] for k in ("resources", "overhead") if spec.get(k)}
+    for kind in ("containers", "initContainers"):
+        filled = []
+        for c in spec.get(kind) or []:
+            res = c.get("resources") or {}
+            lim = dict(res.get("limits") or {})
+            req = {**lim, **(res.get("requests") or {})}
+            for default_request, default_limit in defaults:
+                req = {**default_request, **req}
+                lim = {**default_limit, **lim}
+            one = {"name": c.get("name"), "resources": {"requests": req, "limits": lim}}
+            if c.get("restartPolicy"):
+                one["restartPolicy"] = c["restartPolicy"]
+            filled.append(one)
+        if filled:
+            out[kind] = filled
+    return out
+
+
+def summed(usages: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Quota usages added up per resource."""
+    out: dict[str, float] = {}
+    for usage in usages:
+        for k, v in usage.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+_POD_LEVEL = ("cpu", "memory")  # what pod-level resources (spec.resources) may set
+
+
+def effective_resources(spec: Mapping[str, Any], *, limits: bool) -> dict[str, float]:
+    """A pod's requests (or limits) per resource, as Kubernetes adds them up: its
+    containers and its sidecars (init containers with ``restartPolicy: Always``) summed,
+    or an init container with the sidecars started before it, whichever is more; then
+    the pod-level ``spec.resources`` where set, and the ``overhead`` (a request missing
+    where a limit is set is the limit, as the API server defaults it)."""
+
+    def one(res: Mapping[str, Any]) -> dict[str, float]:
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if limits:
+            return {k: parse_amount(v) for k, v in lim.items()}
+        return {k: parse_amount(req[k] if k in req else lim[k]) for k in {*req, *lim}}
+
+    def add(a: dict[str, float], b: Mapping[str, float]) -> None:
+        for k, v in b.items():
+            a[k] = a.get(k, 0.0) + v
+
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        add(total, one(c.get("resources") or {}))
+    sidecars: dict[str, float] = {}
+    peak: dict[str, float] = {}  # an init container's, with the sidecars started before it
+    for c in spec.get("initContainers") or []:
+        need = one(c.get("resources") or {})
+        if c.get("restartPolicy") == "Always":
+            add(total, need)
+            add(sidecars, need)
+            continue
+        for k in {*need, *sidecars}:
+            peak[k] = max(peak.get(k, 0.0), need.get(k, 0.0) + sidecars.get(k, 0.0))
+    for k, v in peak.items():
+        total[k] = max(total.get(k, 0.0), v)
+    pod = one(spec.get("resources") or {})
+    total.update({k: v for k, v in pod.items() if k in _POD_LEVEL or k.startswith("hugepages-")})
+    overhead = {k: parse_amount(v) for k, v in (spec.get("overhead") or {}).items()}
+    # (a limit takes the overhead only where one is set, as Kubernetes' PodLimits adds it)
+    add(total, {k: v for k, v in overhead.items() if not limits or total.get(k)})
+    return {k: v for k, v in total.items() if v}
+
+
+def gpu_limit(body: Mapping[str, Any]) -> float | None:
+    """The most GPUs a LimitRange lets one container or one pod request (the smallest
+    ``max`` of its Container and Pod limits), or None where it sets none."""
+    maxima = [
+        parse_amount(item["max"][GPU])
+        for item in (body.get("spec") or {}).get("limits") or []
+        if item.get("type") in ("Container", "Pod") and GPU in (item.get("max") or {})
+    ]
+    return min(maxima) if maxima else None
+
+
+def parse_amount(value: Any) -> float:
+    """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable."""
+    try:
+        return max(0.0, float(parse_quantity(value))) if value not in (None, "") else 0.0
+    except (ValueError, TypeError, ArithmeticError):
+        return 0.0
