@@ -19,8 +19,10 @@ Modules, one concern each:
 - ``errors``: the one place where planner errors become conditions and kopf errors.
 - ``metrics``: Prometheus metrics. ``kube``: the few API calls the operator makes.
   ``crd``: installs the CRDs. ``config``: the operator's settings.
-- ``handlers``: the kopf handlers. ``cli``: ``hulk operator``; ``runner``: the operator in
-  a background thread (tests, the demo). ``demo``: ``hulk demo``.
+- ``indexes``: the kopf indexes that keep the cluster in memory, and the round's
+  ``Snapshot`` built from them. ``handlers``: the kopf handlers.
+- ``cli``: ``hulk operator``; ``runner``: the operator in a background thread (tests, the
+  demo). ``demo``: ``hulk demo``.
 - ``preview``: the live cluster as a planner ``Cluster`` for ``hulk plan --kubeconfig``.
 """
 

@@ -390,7 +390,7 @@ def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusa
     import kopf
     from kubernetes.client.exceptions import ApiException
 
-    from hulk_operator import handlers, kube
+    from hulk_operator import indexes, kube
 
     calls: list[int] = []
     answer: list[Any] = [[]]
@@ -416,7 +416,7 @@ def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusa
     ]
 
     async def many() -> list[dict[str, list[Any]]]:
-        return list(await asyncio.gather(*(handlers._outside(memo) for _ in range(5))))
+        return list(await asyncio.gather(*(indexes.outside_pods(memo) for _ in range(5))))
 
     got = asyncio.run(many())
     assert len(calls) == 1 and all(g == got[0] for g in got)
@@ -424,5 +424,5 @@ def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusa
     memo.outside = (-1e9, got[0])  # stale
     answer[0] = ApiException(status=403, reason="Forbidden")
     with caplog.at_level("WARNING", logger="hulk_operator"):
-        kept = asyncio.run(handlers._outside(memo))
+        kept = asyncio.run(indexes.outside_pods(memo))
     assert kept == got[0] and "cannot list the pods of other namespaces" in caplog.text

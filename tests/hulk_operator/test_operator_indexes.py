@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 import pytest
 
-from hulk_operator import GPU, LABEL_JOB, handlers
+from hulk_operator import GPU, LABEL_JOB, indexes
 
 QUOTA = {"spec": {"hard": {"services": "10"}}}  # counts no pod
 LIMITS: dict[str, Any] = {"spec": {"limits": [{"type": "PersistentVolumeClaim"}]}}
@@ -17,20 +17,20 @@ LIMITS: dict[str, Any] = {"spec": {"limits": [{"type": "PersistentVolumeClaim"}]
 # finished, a quota edited to count no pod, a PriorityClass no longer the default)
 UNINDEXED: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "hulk_pods": (
-        handlers.hulk_pods,
+        indexes.hulk_pods,
         {"namespace": "ml", "name": "p", "meta": {"labels": {LABEL_JOB: "j"}}},
     ),
     "hulk_other_pods": (
-        handlers.hulk_other_pods,
+        indexes.hulk_other_pods,
         {
             "meta": {},
             "spec": {"nodeName": "n", "containers": [{"resources": {"requests": {GPU: "4"}}}]},
             "status": {"phase": "Succeeded"},
         },
     ),
-    "hulk_quotas": (handlers.hulk_quotas, {"namespace": "ml", "name": "q", "body": QUOTA}),
+    "hulk_quotas": (indexes.hulk_quotas, {"namespace": "ml", "name": "q", "body": QUOTA}),
     "hulk_quotas, scoped": (  # (an unscoped quota made scoped: hulk_scoped_quotas has it)
-        handlers.hulk_quotas,
+        indexes.hulk_quotas,
         {
             "namespace": "ml",
             "name": "q",
@@ -38,21 +38,21 @@ UNINDEXED: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
         },
     ),
     "hulk_scoped_quotas": (
-        handlers.hulk_scoped_quotas,
+        indexes.hulk_scoped_quotas,
         {"namespace": "ml", "name": "q", "body": {"spec": {"hard": {"pods": "2"}}}},
     ),
     "hulk_default_priority": (
-        handlers.hulk_default_priority,
+        indexes.hulk_default_priority,
         {"name": "hi", "body": {"value": 10, "globalDefault": False}},
     ),
-    "hulk_quota_specs": (handlers.hulk_quota_specs, {"namespace": None, "name": "q", "spec": {}}),
-    "hulk_limit_specs": (handlers.hulk_limit_specs, {"namespace": None, "name": "l", "spec": {}}),
-    "hulk_gpu_limits": (handlers.hulk_gpu_limits, {"namespace": "ml", "name": "l", "body": LIMITS}),
+    "hulk_quota_specs": (indexes.hulk_quota_specs, {"namespace": None, "name": "q", "spec": {}}),
+    "hulk_limit_specs": (indexes.hulk_limit_specs, {"namespace": None, "name": "l", "spec": {}}),
+    "hulk_gpu_limits": (indexes.hulk_gpu_limits, {"namespace": "ml", "name": "l", "body": LIMITS}),
     "hulk_limit_defaults": (
-        handlers.hulk_limit_defaults,
+        indexes.hulk_limit_defaults,
         {"namespace": "ml", "name": "l", "body": LIMITS},
     ),
-    "hulk_limit_bounds": (handlers.hulk_limit_bounds, {"namespace": "ml", "body": LIMITS}),
+    "hulk_limit_bounds": (indexes.hulk_limit_bounds, {"namespace": "ml", "body": LIMITS}),
 }
 
 
@@ -76,6 +76,6 @@ def test_every_index_function_that_may_skip_an_object_is_checked() -> None:
 
 def test_the_default_priorityclass_is_the_lowest_valued_global_default() -> None:
     """As the Priority admission plugin picks it when several are marked (a race)."""
-    low = handlers.hulk_default_priority(name="b", body={"value": 10, "globalDefault": True})
-    high = handlers.hulk_default_priority(name="a", body={"value": 1000, "globalDefault": True})
+    low = indexes.hulk_default_priority(name="b", body={"value": 10, "globalDefault": True})
+    high = indexes.hulk_default_priority(name="a", body={"value": 1000, "globalDefault": True})
     assert min([low["default"], high["default"]])[1] == "b"

@@ -1,0 +1,309 @@
+"""The operator's in-memory view of the cluster: kopf indexes, and the ``Snapshot`` that a
+planning round reads from them (``build_snapshot``).
+
+Indexes (``@kopf.index``; kopf passes each to the handlers by its function's name):
+``hulk_nodes`` (Node -> NodeInfo), ``hulk_jobs`` (HulkTrainingJob -> JobEntry),
+``hulk_pods`` (stage pods by job), ``hulk_other_pods`` (what other pods request, by
+node), and the namespaces' ResourceQuotas, LimitRanges and the default PriorityClass. An
+index function returns ``{}`` for an object it does not index, never None: kopf keeps an
+object's last value when the function returns None (a pod that finished kept its GPUs
+counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kopf
+
+from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
+from hulk_operator.config import OperatorConfig
+from hulk_operator.entries import JobEntry, Key, job_entry
+from hulk_operator.inventory import (
+    NodeInfo,
+    Resources,
+    node_info,
+    other_pods,
+    pod_requests,
+    read_latencies,
+    served,
+)
+from hulk_operator.quotas import (
+    Bound,
+    Scope,
+    default_class,
+    gpu_limit,
+    limit_bounds,
+    limit_defaults,
+    policy_text,
+    quota_left,
+    quota_scopes,
+    quota_usage,
+    summed,
+)
+from hulk_operator.reconcile import PodEntry
+from hulk_operator.snapshot import Snapshot, held_servers
+
+LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, listed this often
+
+
+@kopf.index("nodes")
+def hulk_nodes(name: str, body: kopf.Body, logger: Any, **_: Any) -> dict[str, NodeInfo]:
+    try:
+        return {name: node_info(body)}
+    except Exception as exc:  # kopf would keep the node's old entry: a later cordon unseen
+        logger.warning(f"node {name} is not offered: {exc}")
+        return {name: NodeInfo(name, problem=f"unreadable: {exc}", ready=False)}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def hulk_jobs(
+    namespace: str | None,
+    name: str,
+    uid: str,
+    body: kopf.Body,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[Key, JobEntry]:
+    return {
+        (namespace or "", name): job_entry(namespace or "", name, uid, body, meta, spec, status)
+    }
+
+
+@kopf.index("pods", labels={LABEL_JOB: kopf.PRESENT})
+def hulk_pods(
+    namespace: str | None,
+    name: str,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[Key, PodEntry]:
+    """Stage pods by job: pods a HulkTrainingJob owns (the label alone is not enough)."""
+    job = manifests.owner_job(meta)
+    if job is None:
+        return {}
+    return {
+        (namespace or "", job): PodEntry(
+            name=name,
+            node=spec.get("nodeName")
+            or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
+            phase=str(status.get("phase") or "Pending"),
+            gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
+            deleting=bool(meta.get("deletionTimestamp")),
+            reason=str(status.get("reason") or ""),
+            unschedulable=next(
+                (
+                    str(c.get("message") or "Unschedulable")
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                ),
+                "",
+            ),
+            quota=tuple(sorted(quota_usage(spec).items())),
+        )
+    }
+
+
+@kopf.index("pods")
+def hulk_other_pods(
+    meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> dict[str, Resources]:
+    """What other pods (not Hulk's stage pods) request, by node: the planner offers only
+    the rest of a node's GPUs, and only nodes where a stage pod's CPU and memory fit."""
+    node = spec.get("nodeName")
+    if not node or status.get("phase") in ("Succeeded", "Failed") or manifests.owner_job(meta):
+        return {}
+    need = pod_requests(spec)
+    return {str(node): need} if any(need) else {}
+
+
+@kopf.index("resourcequotas")
+def hulk_quotas(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, dict[str, float]]]:
+    """Quotas by namespace: what each ResourceQuota leaves of the resources pods count
+    toward (GPUs, pods, CPU, memory), so that a job is planned within them instead of
+    holding servers its stage pods may not use. Scoped ones: ``hulk_scoped_quotas``."""
+    left = quota_left(body)
+    if not namespace or left is None or quota_scopes(body):
+        return {}
+    return {namespace: (name, left)}
+
+
+@kopf.index("resourcequotas")
+def hulk_scoped_quotas(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, dict[str, float], tuple[Scope, ...]]]:
+    """Scoped quotas by namespace (by PriorityClass, QoS class, deadline): they count a
+    job's stage pods where their scopes match them."""
+    left, scopes = quota_left(body), quota_scopes(body)
+    if not namespace or left is None or not scopes:
+        return {}
+    return {namespace: (name, left, scopes)}
+
+
+@kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
+def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, tuple[float, str]]:
+    """The PriorityClasses that pods naming none may get (``globalDefault``; of several,
+    the lowest value wins, as in the Priority admission plugin): scoped quotas read it as
+    theirs."""
+    if body.get("globalDefault") is not True:
+        return {}
+    return {"default": (float(body.get("value") or 0), name)}
+
+
+@kopf.index("resourcequotas")
+def hulk_quota_specs(
+    namespace: str | None, name: str, spec: kopf.Spec, **_: Any
+) -> dict[str, tuple[str, str]]:
+    """Each ResourceQuota's spec by namespace, scoped ones and object counts included: a
+    change ends the pause of a job whose pods were refused (a quota raised, or gone)."""
+    return {namespace: (f"ResourceQuota {name}", policy_text(spec))} if namespace else {}
+
+
+@kopf.index("limitranges")
+def hulk_limit_specs(
+    namespace: str | None, name: str, spec: kopf.Spec, **_: Any
+) -> dict[str, tuple[str, str]]:
+    """Each LimitRange's spec by namespace (as ``hulk_quota_specs``)."""
+    return {namespace: (f"LimitRange {name}", policy_text(spec))} if namespace else {}
+
+
+@kopf.index("limitranges")
+def hulk_gpu_limits(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, float]]:
+    """GPU maximums per stage pod by namespace (LimitRanges): a server offers a job at
+    most that many GPUs."""
+    most = gpu_limit(body)
+    return {namespace: (name, most)} if namespace and most is not None else {}
+
+
+@kopf.index("limitranges")
+def hulk_limit_defaults(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Default requests and limits by namespace (LimitRanges): they count toward the
+    namespace's quotas for a template that leaves them out."""
+    defaults = limit_defaults(body)
+    return {namespace: (name, *defaults)} if namespace and defaults is not None else {}
+
+
+@kopf.index("limitranges")
+def hulk_limit_bounds(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[str, tuple[Bound, ...]]:
+    """What LimitRanges bound a container's and a pod's requests and limits by (GPUs
+    aside), by namespace: a template out of bounds is told before planning, and holds no
+    server."""
+    bounds = limit_bounds(body)
+    return {namespace: bounds} if namespace and bounds is not None else {}
+
+
+def one(store: Any) -> Any:
+    """The one value an index keeps for a key (None when there is none)."""
+    return next(iter(store), None) if store is not None else None
+
+
+async def outside_pods(memo: kopf.Memo) -> dict[str, list[Resources]]:
+    """What the pods of the namespaces this operator does not serve request, by node: its
+    pod index sees those it serves alone, so the others are listed (every
+    ``LATENCY_CACHE_S`` at most, one listing at a time for all jobs); another team's
+    notebook, or another operator's stage pod, holds GPUs that must not be offered. A
+    listing that fails is logged and the last one kept: recovery goes on."""
+    import asyncio
+
+    if memo.get("outside_lock") is None:
+        memo.outside_lock = asyncio.Lock()
+    async with memo.outside_lock:
+        when, outside = memo.get("outside") or (-LATENCY_CACHE_S, None)
+        if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
+            try:
+                pods = await asyncio.to_thread(kube.list_running_pods, memo.api)
+            except Exception as exc:  # (forbidden, a timeout: the API server's to fix)
+                logging.getLogger("hulk_operator").warning(
+                    f"cannot list the pods of other namespaces ({type(exc).__name__}: {exc}); "
+                    "the GPUs they hold are those seen last"
+                )
+                memo.outside = (time.monotonic(), outside or {})
+                return outside or {}
+            theirs = [
+                p for p in pods if not served(str(p["metadata"].get("namespace")), memo.namespaces)
+            ]
+            outside = other_pods(theirs, memo.namespaces)
+            memo.outside = (time.monotonic(), outside)
+        return outside
+
+
+async def build_snapshot(
+    memo: kopf.Memo,
+    hulk_nodes: Any,
+    hulk_jobs: Any,
+    hulk_pods: Any,
+    used: Mapping[str, Resources] | None = None,
+    hulk_quotas: Any = None,
+    hulk_gpu_limits: Any = None,
+    hulk_limit_defaults: Any = None,
+    hulk_limit_bounds: Any = None,
+    policy_specs: Sequence[Any] = (),
+    hulk_scoped_quotas: Any = None,
+    hulk_default_priority: Any = None,
+) -> Snapshot:
+    """The cluster now: servers, measured latencies, jobs, who holds which server, and the
+    GPUs other pods hold."""
+    import asyncio
+
+    nodes = {n: one(s) for n, s in hulk_nodes.items() if one(s) is not None}
+    jobs = {k: one(s) for k, s in hulk_jobs.items() if one(s) is not None}
+    held = held_servers(
+        jobs,
+        (
+            (k, p.node)
+            for k, store in hulk_pods.items()
+            for p in store
+            if p.node and p.phase not in ("Succeeded", "Failed")
+        ),
+    )
+    when, latencies = memo.latency
+    if time.monotonic() - when >= LATENCY_CACHE_S:
+        cfg: OperatorConfig = memo.config
+        items = await asyncio.to_thread(
+            kube.list_objects, memo.api, GROUP, VERSION, "nodelatencies"
+        )
+        latencies = read_latencies(items, cfg.latency_max_age_s)
+        memo.latency = (time.monotonic(), latencies)
+    counted = {
+        k: summed(dict(p.quota) for p in store if p.phase not in ("Succeeded", "Failed"))
+        for k, store in hulk_pods.items()
+    }
+
+    def by_namespace(index: Any) -> dict[str, list[Any]]:
+        return {ns: list(store) for ns, store in (index or {}).items()}
+
+    return Snapshot(
+        nodes=nodes,
+        latencies=latencies,
+        jobs=jobs,
+        held=held,
+        used=used or {},
+        quotas=by_namespace(hulk_quotas),
+        counted=counted,
+        gpu_limits=by_namespace(hulk_gpu_limits),
+        limit_defaults=by_namespace(hulk_limit_defaults),
+        limit_bounds={
+            ns: [b for bounds in stores for b in bounds]
+            for ns, stores in by_namespace(hulk_limit_bounds).items()
+        },
+        policies={
+            ns: [p for index in policy_specs for p in (index or {}).get(ns, ())]
+            for ns in {ns for index in policy_specs for ns in (index or {})}
+        },
+        scoped_quotas=by_namespace(hulk_scoped_quotas),
+        default_priority_class=default_class((hulk_default_priority or {}).get("default", ())),
+    )
