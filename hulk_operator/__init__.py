@@ -12,9 +12,10 @@ Modules, one concern each:
   ``quota_fit``: within their namespaces' quotas; ``decision``: a round's result per job.
 - ``placement``: the operator's planning rounds around them (one at a time, reservations,
   refused pods). ``regrow``: a running job's faster plan on servers freed since.
-- ``reconcile``: one reconciliation of one job (plan, pods, status); ``recovery``:
-  re-plans a running job that lost a server, keeping healthy stages; ``edits``: what a
-  spec edit means for a running job's plan.
+- ``reconcile``: one reconciliation of one job (plan, pods, status), given a ``context``;
+  ``stage_pods``: its pods made to match its plan, and its phase read from them.
+- ``recovery``: re-plans a running job that lost a server, keeping healthy stages;
+  ``edits``: what a spec edit means for a running job's plan.
 - ``status``: the job's status fields and metav1-style conditions.
 - ``errors``: the one place where planner errors become conditions and kopf errors.
 - ``metrics``: Prometheus metrics. ``kube``: the few API calls the operator makes.

@@ -29,6 +29,7 @@ from hulk_operator import (
 )
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
+from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry, Key, object_entry, spec_hashes
 from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
 from hulk_operator.indexes import LATENCY_CACHE_S, build_snapshot, one, outside_pods
@@ -44,7 +45,7 @@ from hulk_operator.quotas import (
     Bound,
     Scope,
 )
-from hulk_operator.reconcile import KEPT_RUNNING, Context, PodEntry, reconcile, refused_edit
+from hulk_operator.reconcile import KEPT_RUNNING, reconcile, refused_edit
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import USES_GNN
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights

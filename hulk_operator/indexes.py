@@ -21,6 +21,7 @@ import kopf
 
 from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
 from hulk_operator.config import OperatorConfig
+from hulk_operator.context import PodEntry
 from hulk_operator.entries import JobEntry, Key, job_entry
 from hulk_operator.inventory import (
     NodeInfo,
@@ -44,7 +45,6 @@ from hulk_operator.quotas import (
     quota_usage,
     summed,
 )
-from hulk_operator.reconcile import PodEntry
 from hulk_operator.snapshot import Snapshot, held_servers
 
 LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, listed this often

@@ -8,31 +8,26 @@ any point, converges on exactly one pod per slot and no other pod of the job.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from hulk_operator import manifests, recovery, regrow
+from hulk_operator import recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
+from hulk_operator.context import Context, PodEntry
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import (
     INVALID_SPEC,
     PODS_FORBIDDEN,
-    SERVICE_MARK,
     UNSCHEDULABLE,
     forbidden_pods,
     namespace_terminating,
     rejected_template,
 )
-from hulk_operator.inventory import NodeInfo, Resources
-from hulk_operator.metrics import Metrics
-from hulk_operator.placement import Placer
-from hulk_operator.snapshot import Snapshot
+from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
 from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
 from hulk_planner.model import Job, JobPlan
@@ -55,37 +50,6 @@ def refused_edit(conds: list[dict[str, Any]], why: str, gen: int) -> list[dict[s
     """Conditions of a planned job whose latest spec is refused: it keeps running as
     planned (a typo must not stop a training run) until a valid edit."""
     return st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, f"{why}; {KEPT_RUNNING}", gen)
-
-
-@dataclass(frozen=True)
-class PodEntry:
-    """What the operator keeps of a stage pod (the value of the ``pods`` index)."""
-
-    name: str
-    node: str | None
-    phase: str
-    gated: bool
-    deleting: bool
-    reason: str = ""  # status.reason of a pod the kubelet ended, e.g. Evicted
-    unschedulable: str = ""  # the scheduler's message while it cannot place the pod
-    quota: tuple[tuple[str, float], ...] = ()  # what it counts toward a ResourceQuota
-
-
-@dataclass
-class Context:
-    """What a reconciliation needs from the operator (built by the handlers)."""
-
-    api: Any
-    config: OperatorConfig
-    placer: Placer
-    metrics: Metrics
-    nodes: Mapping[str, NodeInfo]
-    pods: Mapping[tuple[str, str], list[PodEntry]]
-    snapshot: Callable[[], Awaitable[Snapshot]]
-    event: Callable[[str, str, str], None]  # (type, reason, message)
-    recent: dict[str, float]  # pod name -> when this operator created it
-    used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
-    disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
 
 
 async def reconcile(
@@ -133,7 +97,7 @@ async def reconcile(
         if decision is None:
             return {}
         if decision.job_plan is None:
-            removed = await _remove_all(ctx, entry.key)  # gang: all stages or none
+            removed = await remove_all(ctx, entry.key)  # gang: all stages or none
             # still unplaceable at a later round for the same cause (others came and went,
             # the reason's figures moved): the Event was posted; the condition keeps the
             # latest reason. Another cause (another quota, say) is posted.
@@ -202,7 +166,7 @@ async def reconcile(
             ctx.metrics.replans.labels(reason=cause).inc()
             new["replans"] = replans + 1
             if decision.job_plan is None:  # (only a recovery's: a regrowth is None instead)
-                await _remove_all(ctx, entry.key, force=set(lost))
+                await remove_all(ctx, entry.key, force=set(lost))
                 msg = recovery.event_message(lost, plan, None, 0, 0)
                 ctx.event("Warning", "ReplanFailed", msg)
                 new.update(_unplanned(st.PENDING))
@@ -228,12 +192,12 @@ async def reconcile(
     if ended and status.get("plan") is None:
         # pods of a run that failed or finished before this plan: gone before the new ones
         # start (they may bear the same names)
-        await _delete(ctx, ns, ended)
+        await delete_pods(ctx, ns, ended)
     elif failed and replanned is None:
         return await _stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
-    desired = _desired(entry, spec, plan, gpus)
+    desired = desired_pods(entry, spec, plan, gpus)
     try:
-        diff = await _sync_pods(ctx, entry, spec, desired, force=force)
+        diff = await sync_pods(ctx, entry, spec, desired, force=force)
     except Exception as exc:
         if namespace_terminating(exc):
             return {}  # the namespace is going, and its jobs with it
@@ -262,7 +226,7 @@ async def reconcile(
         if status.get("plan") is not None:  # an edit broke a planned job's template
             new["conditions"] = refused_edit(conds, why, gen)
             return new
-        await _remove_all(ctx, entry.key)  # gang: no stage runs without the others
+        await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
     if replanned is None and diff.create and status.get("phase") == st.RUNNING:
         msg = (
@@ -272,7 +236,7 @@ async def reconcile(
         ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
         conds = _replanned(ctx, replanned, plan, diff, conds, gen)
-    new.update(_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen))
+    new.update(pods_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen))
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
     return new
@@ -314,7 +278,7 @@ async def _give_back(
     gives its servers back (its pods deleted: a gang runs whole or not at all) and waits
     Pending, ``Planned=False`` with reason ``PodsForbidden``, for the pause the placer sets."""
     gen = entry.generation
-    removed = await _remove_all(ctx, entry.key, force=force)  # (those on lost servers)
+    removed = await remove_all(ctx, entry.key, force=force)  # (those on lost servers)
     why = f"{refused} (for {waited:.0f} s): its {len(plan.nodes)} server(s) are given back" + (
         f" and its {removed} stage pod(s) deleted" if removed else ""
     )
@@ -364,7 +328,7 @@ async def _suspend(
     until it is false again (then the job is planned afresh, as after an edit)."""
     ns, name = entry.key
     gen = entry.generation
-    removed = await _remove_all(ctx, entry.key)
+    removed = await remove_all(ctx, entry.key)
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(ns, name, None)
     new.update(_unplanned(st.SUSPENDED))
@@ -499,7 +463,7 @@ async def _stage_failed(
     limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
     if policy == "Never" or restarts > limit:
         others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
-        await _delete(ctx, entry.key[0], others)
+        await delete_pods(ctx, entry.key[0], others)
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
         if policy == "Never":
             msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
@@ -510,7 +474,7 @@ async def _stage_failed(
             "retry longer)"
         )
         return _fail(ctx, entry, new, conds, "BackoffLimitExceeded", msg, gen)
-    await _delete(ctx, entry.key[0], [p.name for p in failed])
+    await delete_pods(ctx, entry.key[0], [p.name for p in failed])
     new["stageRestarts"] = restarts
     msg = f"stage pod(s) failed: {what}; created again ({restarts} of spec.backoffLimit {limit})"
     ctx.event("Warning", "StageRestarted", msg)
@@ -518,127 +482,3 @@ async def _stage_failed(
     new["conditions"] = st.set_condition(conds, st.READY, False, "StageRestarting", msg, gen)
     new["phase"] = st.PLACING
     return new
-
-
-async def _delete(ctx: Context, namespace: str, names: list[str]) -> None:
-    from hulk_operator import kube
-
-    if names:
-        await asyncio.to_thread(kube.delete_pods, ctx.api, namespace, names, [])
-
-
-async def _remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None = None) -> int:
-    """Deletes the job's stage pods not already going; returns how many."""
-    from hulk_operator import kube
-
-    pods = [p for p in ctx.pods.get(key, []) if not p.deleting]
-    if pods:
-        forced = [p.name for p in pods if p.node in (force or set()) or p.node not in ctx.nodes]
-        await asyncio.to_thread(kube.delete_pods, ctx.api, key[0], [p.name for p in pods], forced)
-    return len(pods)
-
-
-def _desired(
-    entry: JobEntry, spec: Mapping[str, Any], plan: JobPlan, gpus: Mapping[str, int]
-) -> dict[str, dict[str, Any]]:
-    """The job's stage pods under ``plan``, by name."""
-    return manifests.desired_pods(
-        job=entry.key[1],
-        namespace=entry.key[0],
-        uid=entry.uid,
-        template=spec.get("template") or {},
-        job_plan=plan,
-        gpus=gpus,
-        master_port=int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT),
-    )
-
-
-async def _sync_pods(
-    ctx: Context,
-    entry: JobEntry,
-    spec: Mapping[str, Any],
-    desired: Mapping[str, dict[str, Any]],
-    force: set[str] | None = None,
-) -> recovery.PodDiff:
-    """Deletes pods not in the plan, creates missing ones (``desired``, behind the gang
-    gate), and lifts the gates once every pod of the plan exists."""
-    from hulk_operator import kube
-
-    ns, name = entry.key
-    port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
-    pods = {p.name: p for p in ctx.pods.get(entry.key, [])}
-    live = [n for n, p in pods.items() if not p.deleting]
-    diff = recovery.pod_diff(live, list(desired))
-    now = time.monotonic()
-    create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
-    if diff.delete:  # first: a quota counts them until they go
-        gone = (force or set()) | {
-            p.node for p in pods.values() if p.node and p.node not in ctx.nodes
-        }
-        forced = [n for n in diff.delete if pods[n].node in gone]
-        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
-    if create:
-        svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
-        try:
-            await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
-        except Exception as exc:
-            setattr(exc, SERVICE_MARK, True)  # told as the Service's (forbidden_pods)
-            raise
-        for n in create:  # tried now: not again for 10 s, created or refused (backoff)
-            ctx.recent[n] = now
-        await asyncio.to_thread(
-            kube.create_pods, ctx.api, [desired[n] for n in create], ctx.config.create_delay_s
-        )
-    # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
-    # quota, and waiting out its retry pause keeps the others gated)
-    missing = [n for n in diff.create if n not in create]
-    gated = [n for n in desired if n not in pods or pods[n].gated]
-    if gated and not missing:
-        await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
-    if not missing:  # every pod of the plan exists: no refusal is running out its grace
-        ctx.placer.pods_admitted(entry.key)
-    for n in [n for n, t in ctx.recent.items() if now - t > 60]:
-        del ctx.recent[n]
-    return diff
-
-
-def _phase(
-    ctx: Context, entry: JobEntry, desired: set[str], conds: list[dict[str, Any]], gen: int
-) -> dict[str, Any]:
-    """Running once every desired pod (by name) runs and no other pod of the job is left."""
-    live = {p.name: p for p in ctx.pods.get(entry.key, []) if not p.deleting}
-    pods = {n: p for n, p in live.items() if n in desired}
-    want = len(desired)
-    phases = [p.phase for p in pods.values()]
-    running = sum(1 for p in phases if p == "Running")
-    done = sum(1 for p in phases if p == "Succeeded")
-    out: dict[str, Any] = {}
-    if want and done == want:
-        out["phase"] = st.SUCCEEDED
-        conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
-    elif running + done == want and len(live) == want:  # finishing: stages exit one by one
-        out["phase"] = st.RUNNING
-        msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")
-        why = "StagesFinishing" if done else regrow.ALL_RUNNING
-        conds = st.set_condition(conds, st.READY, True, why, msg, gen)
-        old = st.condition({"conditions": conds}, st.REPLANNING)
-        if old and old["status"] == "True":
-            over = regrow.REASON if old["reason"] == regrow.REASON else "Recovered"
-            conds = st.set_condition(conds, st.REPLANNING, False, over, old["message"], gen)
-    else:
-        out["phase"] = st.PLACING
-        msg = f"{running}/{want} stage pods running"
-        stuck = sorted((n, p.unschedulable) for n, p in pods.items() if p.unschedulable)
-        ready = st.condition({"conditions": conds}, st.READY) or {}
-        if stuck:  # the scheduler cannot place them: say why, or the job just waits
-            name, why = stuck[0]
-            more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
-            msg += f"; the scheduler cannot place {name}{more}: {why}"
-            conds = st.set_condition(conds, st.READY, False, "StageUnschedulable", msg, gen)
-        elif ready.get("reason") == PODS_FORBIDDEN and len(pods) < want:
-            pass  # refused pods wait out their retry pause: the refusal still stands
-        else:
-            conds = st.set_condition(conds, st.READY, False, "StagesStarting", msg, gen)
-    conds = st.set_condition(conds, st.FAILED, False, "NoFailure", "no stage failed", gen)
-    out["conditions"] = conds
-    return out

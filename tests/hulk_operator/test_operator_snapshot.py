@@ -50,7 +50,7 @@ def test_gpus_other_pods_request_are_taken_off_the_servers_offered() -> None:
 
 
 def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
-    from hulk_operator.reconcile import PodEntry
+    from hulk_operator.context import PodEntry
 
     a, b, c, d = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")
     cpu = nodes()[b].allocatable.cpu

@@ -1,0 +1,45 @@
+"""What a reconciliation of one job works with: the operator's parts (``Context``, built by
+the handlers) and its stage pods as the pod index keeps them (``PodEntry``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hulk_operator.config import OperatorConfig
+from hulk_operator.inventory import NodeInfo, Resources
+from hulk_operator.metrics import Metrics
+from hulk_operator.placement import Placer
+from hulk_operator.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class PodEntry:
+    """What the operator keeps of a stage pod (the value of the ``pods`` index)."""
+
+    name: str
+    node: str | None
+    phase: str
+    gated: bool
+    deleting: bool
+    reason: str = ""  # status.reason of a pod the kubelet ended, e.g. Evicted
+    unschedulable: str = ""  # the scheduler's message while it cannot place the pod
+    quota: tuple[tuple[str, float], ...] = ()  # what it counts toward a ResourceQuota
+
+
+@dataclass
+class Context:
+    """What a reconciliation needs from the operator (built by the handlers)."""
+
+    api: Any
+    config: OperatorConfig
+    placer: Placer
+    metrics: Metrics
+    nodes: Mapping[str, NodeInfo]
+    pods: Mapping[tuple[str, str], list[PodEntry]]
+    snapshot: Callable[[], Awaitable[Snapshot]]
+    event: Callable[[str, str, str], None]  # (type, reason, message)
+    recent: dict[str, float]  # pod name -> when this operator created it
+    used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
+    disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)

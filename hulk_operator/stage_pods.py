@@ -1,0 +1,141 @@
+"""A job's stage pods made to match its plan: deleted, created behind the gang gate, the
+gate lifted once all exist (``sync_pods``), and the job's phase read from them
+(``pods_phase``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from hulk_operator import manifests, recovery, regrow
+from hulk_operator import status as st
+from hulk_operator.context import Context
+from hulk_operator.entries import JobEntry
+from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
+from hulk_planner.model import JobPlan
+
+
+async def delete_pods(ctx: Context, namespace: str, names: list[str]) -> None:
+    from hulk_operator import kube
+
+    if names:
+        await asyncio.to_thread(kube.delete_pods, ctx.api, namespace, names, [])
+
+
+async def remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None = None) -> int:
+    """Deletes the job's stage pods not already going; returns how many."""
+    from hulk_operator import kube
+
+    pods = [p for p in ctx.pods.get(key, []) if not p.deleting]
+    if pods:
+        forced = [p.name for p in pods if p.node in (force or set()) or p.node not in ctx.nodes]
+        await asyncio.to_thread(kube.delete_pods, ctx.api, key[0], [p.name for p in pods], forced)
+    return len(pods)
+
+
+def desired_pods(
+    entry: JobEntry, spec: Mapping[str, Any], plan: JobPlan, gpus: Mapping[str, int]
+) -> dict[str, dict[str, Any]]:
+    """The job's stage pods under ``plan``, by name."""
+    return manifests.desired_pods(
+        job=entry.key[1],
+        namespace=entry.key[0],
+        uid=entry.uid,
+        template=spec.get("template") or {},
+        job_plan=plan,
+        gpus=gpus,
+        master_port=int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT),
+    )
+
+
+async def sync_pods(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    desired: Mapping[str, dict[str, Any]],
+    force: set[str] | None = None,
+) -> recovery.PodDiff:
+    """Deletes pods not in the plan, creates missing ones (``desired``, behind the gang
+    gate), and lifts the gates once every pod of the plan exists."""
+    from hulk_operator import kube
+
+    ns, name = entry.key
+    port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
+    pods = {p.name: p for p in ctx.pods.get(entry.key, [])}
+    live = [n for n, p in pods.items() if not p.deleting]
+    diff = recovery.pod_diff(live, list(desired))
+    now = time.monotonic()
+    create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
+    if diff.delete:  # first: a quota counts them until they go
+        gone = (force or set()) | {
+            p.node for p in pods.values() if p.node and p.node not in ctx.nodes
+        }
+        forced = [n for n in diff.delete if pods[n].node in gone]
+        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
+    if create:
+        svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
+        try:
+            await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
+        except Exception as exc:
+            setattr(exc, SERVICE_MARK, True)  # told as the Service's (forbidden_pods)
+            raise
+        for n in create:  # tried now: not again for 10 s, created or refused (backoff)
+            ctx.recent[n] = now
+        await asyncio.to_thread(
+            kube.create_pods, ctx.api, [desired[n] for n in create], ctx.config.create_delay_s
+        )
+    # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
+    # quota, and waiting out its retry pause keeps the others gated)
+    missing = [n for n in diff.create if n not in create]
+    gated = [n for n in desired if n not in pods or pods[n].gated]
+    if gated and not missing:
+        await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
+    if not missing:  # every pod of the plan exists: no refusal is running out its grace
+        ctx.placer.pods_admitted(entry.key)
+    for n in [n for n, t in ctx.recent.items() if now - t > 60]:
+        del ctx.recent[n]
+    return diff
+
+
+def pods_phase(
+    ctx: Context, entry: JobEntry, desired: set[str], conds: list[dict[str, Any]], gen: int
+) -> dict[str, Any]:
+    """Running once every desired pod (by name) runs and no other pod of the job is left."""
+    live = {p.name: p for p in ctx.pods.get(entry.key, []) if not p.deleting}
+    pods = {n: p for n, p in live.items() if n in desired}
+    want = len(desired)
+    phases = [p.phase for p in pods.values()]
+    running = sum(1 for p in phases if p == "Running")
+    done = sum(1 for p in phases if p == "Succeeded")
+    out: dict[str, Any] = {}
+    if want and done == want:
+        out["phase"] = st.SUCCEEDED
+        conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
+    elif running + done == want and len(live) == want:  # finishing: stages exit one by one
+        out["phase"] = st.RUNNING
+        msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")
+        why = "StagesFinishing" if done else regrow.ALL_RUNNING
+        conds = st.set_condition(conds, st.READY, True, why, msg, gen)
+        old = st.condition({"conditions": conds}, st.REPLANNING)
+        if old and old["status"] == "True":
+            over = regrow.REASON if old["reason"] == regrow.REASON else "Recovered"
+            conds = st.set_condition(conds, st.REPLANNING, False, over, old["message"], gen)
+    else:
+        out["phase"] = st.PLACING
+        msg = f"{running}/{want} stage pods running"
+        stuck = sorted((n, p.unschedulable) for n, p in pods.items() if p.unschedulable)
+        ready = st.condition({"conditions": conds}, st.READY) or {}
+        if stuck:  # the scheduler cannot place them: say why, or the job just waits
+            name, why = stuck[0]
+            more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
+            msg += f"; the scheduler cannot place {name}{more}: {why}"
+            conds = st.set_condition(conds, st.READY, False, "StageUnschedulable", msg, gen)
+        elif ready.get("reason") == PODS_FORBIDDEN and len(pods) < want:
+            pass  # refused pods wait out their retry pause: the refusal still stands
+        else:
+            conds = st.set_condition(conds, st.READY, False, "StagesStarting", msg, gen)
+    conds = st.set_condition(conds, st.FAILED, False, "NoFailure", "no stage failed", gen)
+    out["conditions"] = conds
+    return out
