@@ -307,6 +307,8 @@ async def hulktrainingjob_reconcile(
     hulk_limit_specs: kopf.Index[str, tuple[str, str]],
     hulk_scoped_quotas: kopf.Index[str, tuple[str, dict[str, float], tuple[Scope, ...]]],
     hulk_default_priority: kopf.Index[str, tuple[float, str]],
+    hulk_service_quotas: kopf.Index[str, tuple[str, str, float]],
+    hulk_services: kopf.Index[Key, bool],
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
@@ -333,13 +335,15 @@ async def hulktrainingjob_reconcile(
             hulk_jobs,
             hulk_pods,
             used,
-            hulk_quotas,
-            hulk_gpu_limits,
-            hulk_limit_defaults,
-            hulk_limit_bounds,
-            (hulk_quota_specs, hulk_limit_specs),
-            hulk_scoped_quotas,
-            hulk_default_priority,
+            hulk_quotas=hulk_quotas,
+            hulk_gpu_limits=hulk_gpu_limits,
+            hulk_limit_defaults=hulk_limit_defaults,
+            hulk_limit_bounds=hulk_limit_bounds,
+            policy_specs=(hulk_quota_specs, hulk_limit_specs),
+            hulk_scoped_quotas=hulk_scoped_quotas,
+            hulk_default_priority=hulk_default_priority,
+            hulk_service_quotas=hulk_service_quotas,
+            hulk_services=hulk_services,
         )
 
     def event(type_: str, reason: str, message: str) -> None:

@@ -43,6 +43,7 @@ from hulk_operator.quotas import (
     quota_left,
     quota_scopes,
     quota_usage,
+    service_left,
     summed,
 )
 from hulk_operator.snapshot import Snapshot, held_servers
@@ -159,6 +160,23 @@ def hulk_default_priority(name: str, body: kopf.Body, **_: Any) -> dict[str, tup
 
 
 @kopf.index("resourcequotas")
+def hulk_service_quotas(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, str, float]]:
+    """Quotas on Services by namespace (``services``, ``count/services``): a job with no
+    Service yet is planned only where one is left, as its headless Service comes first."""
+    left = service_left(body)
+    return {namespace: (name, *left)} if namespace and left is not None else {}
+
+
+@kopf.index("services", labels={LABEL_JOB: kopf.PRESENT})
+def hulk_services(namespace: str | None, meta: kopf.Meta, **_: Any) -> dict[Key, bool]:
+    """The jobs whose headless Service exists (a Service a HulkTrainingJob owns)."""
+    job = manifests.owner_job(meta)
+    return {(namespace or "", job): True} if job else {}
+
+
+@kopf.index("resourcequotas")
 def hulk_quota_specs(
     namespace: str | None, name: str, spec: kopf.Spec, **_: Any
 ) -> dict[str, tuple[str, str]]:
@@ -247,6 +265,7 @@ async def build_snapshot(
     hulk_jobs: Any,
     hulk_pods: Any,
     used: Mapping[str, Resources] | None = None,
+    *,
     hulk_quotas: Any = None,
     hulk_gpu_limits: Any = None,
     hulk_limit_defaults: Any = None,
@@ -254,6 +273,8 @@ async def build_snapshot(
     policy_specs: Sequence[Any] = (),
     hulk_scoped_quotas: Any = None,
     hulk_default_priority: Any = None,
+    hulk_service_quotas: Any = None,
+    hulk_services: Any = None,
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
@@ -306,4 +327,6 @@ async def build_snapshot(
         },
         scoped_quotas=by_namespace(hulk_scoped_quotas),
         default_priority_class=default_class((hulk_default_priority or {}).get("default", ())),
+        service_quotas=by_namespace(hulk_service_quotas),
+        services=frozenset(k for k, store in (hulk_services or {}).items() if any(store)),
     )

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from hulk_operator import GANG_GATE
+from hulk_operator import GANG_GATE, LABEL_JOB
 from hulk_operator.quotas import default_class
 from hulk_planner.errors import InvalidRequest
 
@@ -205,6 +205,16 @@ def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], list[dic
     quotas: Any = core.list_resource_quota_for_all_namespaces(_preload_content=False)
     limits: Any = core.list_limit_range_for_all_namespaces(_preload_content=False)
     return list(json.loads(quotas.data)["items"]), list(json.loads(limits.data)["items"])
+
+
+def list_job_services(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Raw JSON of the Services labelled ``hulk.dev/job`` in every namespace (the jobs'
+    headless Services)."""
+    core = client.CoreV1Api(api)
+    found: Any = core.list_service_for_all_namespaces(
+        label_selector=LABEL_JOB, _preload_content=False
+    )
+    return list(json.loads(found.data)["items"])
 
 
 def default_priority_class(api: client.ApiClient) -> str | None:

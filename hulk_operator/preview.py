@@ -38,6 +38,7 @@ from hulk_operator.quotas import (
     quota_left,
     quota_scopes,
     quota_usage,
+    service_left,
     summed,
 )
 from hulk_operator.rounds import BASELINES, plan_pending, planner_names
@@ -76,6 +77,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
             objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
             pods = kube.list_running_pods(api)
             quota_items, limit_items = kube.list_policies(api)
+            services = kube.list_job_services(api)
             default_class = kube.default_priority_class(api)
         except ApiException as exc:
             raise _refused(exc, path) from None
@@ -107,6 +109,18 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
             scoped.setdefault(meta["namespace"], []).append((meta["name"], left, scopes))
         elif left is not None:
             quotas.setdefault(meta["namespace"], []).append((meta["name"], left))
+    service_quotas: dict[str, list[tuple[str, str, float]]] = {}
+    for q in quota_items:
+        room = service_left(q)
+        if room is not None:
+            service_quotas.setdefault(q["metadata"]["namespace"], []).append(
+                (q["metadata"]["name"], *room)
+            )
+    with_service = frozenset(
+        (str(m.get("namespace")), job)
+        for m in (svc.get("metadata") or {} for svc in services)
+        if (job := owner_job(m))
+    )
     limits: dict[str, list[tuple[str, float]]] = {}
     defaults: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
     bounds: dict[str, list[Bound]] = {}
@@ -131,6 +145,8 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         limit_bounds=bounds,
         scoped_quotas=scoped,
         default_priority_class=default_class or "",
+        service_quotas=service_quotas,
+        services=with_service,
     )
     return snap, by_key, default_class is not None
 
@@ -146,8 +162,9 @@ def _refused(exc: ApiException, path: str) -> InvalidRequest:
         fix = f"the credentials in {path} are not accepted: renew them"
     elif exc.status == 403:
         fix = (
-            "hulk plan --kubeconfig reads nodes, pods, resourcequotas, limitranges, "
-            "hulktrainingjobs and nodelatencies in every namespace: use credentials allowed "
+            "hulk plan --kubeconfig reads nodes, pods, services, resourcequotas, "
+            "limitranges, hulktrainingjobs and nodelatencies in every namespace: use "
+            "credentials allowed "
             "to list them (the chart's operator ClusterRole)"
         )
     else:

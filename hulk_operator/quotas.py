@@ -45,6 +45,24 @@ def quota_left(body: Mapping[str, Any]) -> dict[str, float] | None:
     return left or None
 
 
+SERVICE_KEYS = ("services", "count/services")  # what a job's headless Service counts toward
+
+
+def service_left(body: Mapping[str, Any]) -> tuple[str, float] | None:
+    """(resource, Services left) of an unscoped ResourceQuota that limits Services (the
+    tighter of ``services`` and ``count/services``), or None. Every job needs one Service,
+    its headless Service, created before its stage pods. (Scopes apply to pods only.)"""
+    spec = body.get("spec") or {}
+    if spec.get("scopes") or spec.get("scopeSelector"):
+        return None
+    used = (body.get("status") or {}).get("used") or {}
+    hard = spec.get("hard") or {}
+    left = [
+        (k, parse_amount(hard[k]) - parse_amount(used.get(k))) for k in SERVICE_KEYS if k in hard
+    ]
+    return min(left, key=lambda kv: kv[1]) if left else None
+
+
 # (scopeName, operator, values) of a ResourceQuota's scopes and scopeSelector
 Scope = tuple[str, str, tuple[str, ...]]
 

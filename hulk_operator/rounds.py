@@ -182,7 +182,13 @@ def plan_pending(
         )
 
     for group in order:
-        todo = group
+        todo = []
+        for e in group:  # no Service to be had: no server held (its pods would wait on it)
+            why = snap.service_short(e, snap.waiting_services(e.key[0], held, e.key))
+            if why is None:
+                todo.append(e)
+            else:
+                out[e.key] = Decision(e.key, None, None, why, planner)
         while todo:
             members = todo
             decisions = plan(members)
@@ -194,6 +200,7 @@ def plan_pending(
                 for n in d.nodes:
                     held[n] = k
             ranked = sorted(members, key=rank, reverse=True)
+            _within_services(ranked, decisions, snap, held)
             joint = dict(decisions)  # the group's plans before the quotas
             for e in ranked:
                 # a job a quota shrinks is planned again on its own servers and the free
@@ -207,6 +214,27 @@ def plan_pending(
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     return out
+
+
+def _within_services(
+    ranked: Sequence[JobEntry], decisions: dict[Key, Decision], snap: Snapshot, held: dict[str, Key]
+) -> None:
+    """Jobs of a group placed together that need more Services than their namespace's
+    quotas leave: the highest ranked keep their plans, the others are left unplaced, their
+    servers freed (before, the API server refused the last jobs' Services, and they held
+    their servers until they gave them back)."""
+    unchecked = {e.key for e in ranked if decisions[e.key].job_plan is not None}
+    for e in ranked:
+        unchecked.discard(e.key)
+        d = decisions[e.key]
+        if d.job_plan is None:
+            continue
+        ns = e.key[0]
+        later = {k for k in unchecked if k[0] == ns} - snap.services
+        why = snap.service_short(e, snap.waiting_services(ns, held, e.key) - len(later))
+        if why is not None:
+            decisions[e.key] = Decision(e.key, None, d.cluster, why, d.planner)
+            rehold(held, d, decisions[e.key])
 
 
 def _priority(e: JobEntry) -> int:

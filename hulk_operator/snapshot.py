@@ -139,6 +139,9 @@ class Snapshot:
         field(default_factory=dict)
     )
     default_priority_class: str = ""  # the PriorityClass a pod without one gets (globalDefault)
+    # namespace -> (ResourceQuota, resource, Services it leaves) of each that limits them
+    service_quotas: Mapping[str, Sequence[tuple[str, str, float]]] = field(default_factory=dict)
+    services: frozenset[Key] = frozenset()  # the jobs whose headless Service exists
 
     def pod_facts(self, entry: JobEntry) -> PodFacts:
         """What scoped quotas read of the job's stage pods (as admitted: LimitRange
@@ -239,7 +242,38 @@ class Snapshot:
             *self.quotas.get(namespace, ()),
             *((n, left) for n, left, _ in self.scoped_quotas.get(namespace, ())),
         ]
-        return tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas))
+        return (
+            tuple(sorted((n, tuple(sorted(q.items()))) for n, q in quotas)),
+            tuple(sorted(self.service_quotas.get(namespace, ()))),
+        )
+
+    def service_short(self, entry: JobEntry, others: int) -> str | None:
+        """Why the job cannot get its headless Service: it has none yet, and a quota of its
+        namespace leaves fewer than one beside the ``others`` (jobs placed but whose
+        Service is not created yet). None where it may."""
+        ns = entry.key[0]
+        if entry.key in self.services:
+            return None
+        for name, resource, left in sorted(self.service_quotas.get(ns, ())):
+            if left - others < 1:
+                after = (
+                    f", after the {others} job(s) planned just now whose Services are not "
+                    "created yet"
+                    if others
+                    else ""
+                )
+                return (
+                    f"namespace {ns}'s ResourceQuota {name} leaves {max(left, 0.0):g} "
+                    f"Service(s) ({resource}){after}; each job needs one, its headless "
+                    "Service (the stage pods' addresses), created before its pods: raise the "
+                    f"quota's {resource}, or delete a Service the namespace no longer uses"
+                )
+        return None
+
+    def waiting_services(self, namespace: str, held: Mapping[str, Key], but: Key) -> int:
+        """The jobs of ``namespace`` that hold servers (``held``) and have no Service yet,
+        ``but`` aside: each will create one."""
+        return len({k for k in held.values() if k[0] == namespace and k != but} - self.services)
 
     def quota_short(
         self,

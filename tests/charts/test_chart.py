@@ -36,7 +36,8 @@ OPERATOR_RULES = {
     ("hulk.dev", "hulktrainingjobs/status"): {"get", "patch"},
     ("hulk.dev", "hulktrainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"create", "patch"},  # patch: an edited masterPort
+    # list/watch: which jobs have theirs (a quota on services); patch: an edited masterPort
+    ("", "services"): {"list", "watch", "create", "patch"},
     ("", "events"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within

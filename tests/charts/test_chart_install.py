@@ -305,6 +305,8 @@ OPERATOR_CALLS = [
     ("create", "", "pods", ""),
     ("patch", "", "pods", ""),  # the gang gate lifted
     ("delete", "", "pods", ""),
+    ("list", "", "services", ""),  # the jobs' own (a quota on services)
+    ("watch", "", "services", ""),
     ("create", "", "services", ""),
     ("patch", "", "services", ""),  # an edited masterPort
     ("create", "", "events", ""),

@@ -106,16 +106,22 @@ def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
 
 
 @contextmanager
-def refusing_pods(kube: Kube, allow: str, probe: dict[str, Any], why: str) -> Iterator[str]:
-    """A ValidatingAdmissionPolicy that refuses (403) each pod created in ``kube``'s
-    namespace for which the CEL expression ``allow`` (``object``: the pod) is false, with
-    the message ``why``: a refusal Hulk cannot plan around (a ResourceQuota it can). Waits
-    until the API server refuses ``probe`` (a pod the policy refuses, created as a dry
-    run); yields the policy's name; on the way out deletes it and its binding and waits
-    until the probe is let through."""
+def refusing_pods(
+    kube: Kube, allow: str, probe: dict[str, Any], why: str, resource: str = "pods"
+) -> Iterator[str]:
+    """A ValidatingAdmissionPolicy that refuses (403) each pod (or Service: ``resource``
+    "services") created in ``kube``'s namespace for which the CEL expression ``allow``
+    (``object``: the pod) is false, with the message ``why``: a refusal Hulk cannot plan
+    around (a ResourceQuota it can). Waits until the API server refuses ``probe`` (an
+    object the policy refuses, created as a dry run); yields the policy's name; on the way
+    out deletes it and its binding and waits until the probe is let through."""
     adm = client.AdmissionregistrationV1Api(kube.api)
     name = f"refuse-{kube.ns}"
-    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+    create = {
+        "pods": kube.core.create_namespaced_pod,
+        "services": kube.core.create_namespaced_service,
+    }[resource]
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": [resource]}
     pods["operations"] = ["CREATE"]
     policy = {
         "metadata": {"name": name},
@@ -137,7 +143,7 @@ def refusing_pods(kube: Kube, allow: str, probe: dict[str, Any], why: str) -> It
 
     def refused() -> bool:
         try:
-            kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All")
+            create(kube.ns, probe, dry_run="All")
         except client.ApiException as exc:
             return exc.status == 403 and why in str(exc.body)
         return False

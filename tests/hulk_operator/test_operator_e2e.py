@@ -518,28 +518,63 @@ def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_th
     wait("Running once the policy is gone", lambda: kube.phase("quota") == "Running", 60)
 
 
-def test_a_services_quota_that_refuses_the_jobs_service_is_told_as_such(
+def test_a_job_is_planned_only_where_a_services_quota_leaves_its_service(
     kube: Kube, operator: Any
 ) -> None:
-    """Before, the refusal of the headless Service (created before the stage pods) was told
-    as the stage pods' ("the API server refuses the stage pods: services ... is forbidden")."""
+    """Its headless Service is created before its stage pods. Before, a namespace at its
+    quota of Services got the job planned, the Service refused, and the job held its
+    servers (PodsForbidden) until it gave them back."""
     quota = {"metadata": {"name": "no-services"}, "spec": {"hard": {"services": "0"}}}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
         quota_in_force(kube, "no-services")
         kube.apply(manifest("svcq", model={"preset": "gpt2-xl"}))
 
+        def told() -> dict[str, Any] | None:
+            c = condition(kube.job("svcq"), "Planned")
+            return c if c.get("reason") == "Unschedulable" else None
+
+        c = wait("the job told", told, 30)
+        assert c["message"].startswith(
+            f"namespace {kube.ns}'s ResourceQuota no-services leaves 0 Service(s) (services); "
+            "each job needs one"
+        ), c
+        time.sleep(2 * CONFIG.reconcile_interval_s)
+        job = kube.job("svcq")
+        assert job["status"].get("plan") is None and not kube.pods("svcq")  # nothing held
+        kube.core.patch_namespaced_resource_quota(
+            "no-services", kube.ns, {"spec": {"hard": {"services": "1"}}}
+        )
+        wait("Running once the quota leaves one", lambda: kube.phase("svcq") == "Running", 60)
+        assert kube.core.read_namespaced_service("svcq", kube.ns)  # (hulk's own name)
+    finally:
+        kube.core.delete_namespaced_resource_quota("no-services", kube.ns)
+
+
+# an admission policy refusing the jobs' Services (labelled hulk.dev/job)
+NO_JOB_SERVICES = "!has(object.metadata.labels) || !('hulk.dev/job' in object.metadata.labels)"
+JOB_SERVICE = {
+    "metadata": {"name": "probe", "labels": {"hulk.dev/job": "x"}},
+    "spec": {"clusterIP": "None", "ports": [{"port": 1}]},
+}
+
+
+def test_a_refused_service_is_told_as_such(kube: Kube, operator: Any) -> None:
+    """Before, the refusal of the headless Service (created before the stage pods) was told
+    as the stage pods' ("the API server refuses the stage pods: services ... is forbidden")."""
+    why = "no job Services here"
+    with refusing_pods(kube, NO_JOB_SERVICES, JOB_SERVICE, why, resource="services"):
+        kube.apply(manifest("svcp", model={"preset": "gpt2-xl"}))
+
         def refused() -> dict[str, Any] | None:
-            c = condition(kube.job("svcq"), "Ready")
+            c = condition(kube.job("svcp"), "Ready")
             return c if c.get("reason") == "PodsForbidden" else None
 
         c = wait("the Service refused", refused, 30)
         assert c["message"].startswith("the API server refuses the job's headless Service"), c
-        assert "exceeded quota: no-services" in c["message"], c
-        assert not kube.pods("svcq")  # none is created before its Service
-    finally:
-        kube.core.delete_namespaced_resource_quota("no-services", kube.ns)
-    wait("Running once the quota is gone", lambda: kube.phase("svcq") == "Running", 60)
+        assert why in c["message"], c
+        assert not kube.pods("svcp")  # none is created before its Service
+    wait("Running once the policy is gone", lambda: kube.phase("svcp") == "Running", 60)
 
 
 def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(

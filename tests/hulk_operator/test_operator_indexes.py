@@ -53,6 +53,14 @@ UNINDEXED: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
         {"namespace": "ml", "name": "l", "body": LIMITS},
     ),
     "hulk_limit_bounds": (indexes.hulk_limit_bounds, {"namespace": "ml", "body": LIMITS}),
+    "hulk_service_quotas": (  # a quota on services edited to count only pods
+        indexes.hulk_service_quotas,
+        {"namespace": "ml", "name": "q", "body": {"spec": {"hard": {"pods": "2"}}}},
+    ),
+    "hulk_services": (  # a Service labelled as a job's that no job owns
+        indexes.hulk_services,
+        {"namespace": "ml", "meta": {"labels": {LABEL_JOB: "j"}}},
+    ),
 }
 
 
@@ -79,3 +87,21 @@ def test_the_default_priorityclass_is_the_lowest_valued_global_default() -> None
     low = indexes.hulk_default_priority(name="b", body={"value": 10, "globalDefault": True})
     high = indexes.hulk_default_priority(name="a", body={"value": 1000, "globalDefault": True})
     assert min([low["default"], high["default"]])[1] == "b"
+
+
+def test_the_services_a_quota_leaves_and_the_jobs_that_have_theirs() -> None:
+    """The tighter of ``services`` and ``count/services``; a job's Service is one its job
+    owns (the label alone is not enough)."""
+    body = {
+        "spec": {"hard": {"services": "10", "count/services": "4", "pods": "9"}},
+        "status": {"used": {"services": "3", "count/services": "3"}},
+    }
+    assert indexes.hulk_service_quotas(namespace="ml", name="q", body=body) == {
+        "ml": ("q", "count/services", 1.0)
+    }
+    owned = {
+        "labels": {LABEL_JOB: "gpt"},
+        "ownerReferences": [{"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
+                             "name": "gpt", "uid": "u", "controller": True}],
+    }  # fmt: skip
+    assert indexes.hulk_services(namespace="ml", meta=owned) == {("ml", "gpt"): True}

@@ -229,3 +229,54 @@ def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() 
         f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
         f"{len(paris)} usable node(s) matching the job"
     )
+
+
+def test_a_job_is_planned_only_where_a_quota_on_services_leaves_its_service() -> None:
+    """Its headless Service is created before its stage pods. Before, a namespace at its
+    quota of Services got the job planned: the Service was refused, and the job held its
+    servers until it gave them back."""
+    gpt = entry(paper_jobs()[2])
+    full = replace(snap([gpt]), service_quotas={"ml": [("svc", "services", 0.0)]})
+    d = plan_pending(full, plan)[gpt.key]
+    assert d.job_plan is None and not d.nodes
+    assert d.reason.startswith(
+        "namespace ml's ResourceQuota svc leaves 0 Service(s) (services); each job needs one, "
+        "its headless Service"
+    ), d.reason
+    assert "raise the quota's services, or delete a Service" in d.reason
+    # a job whose Service exists (a re-plan) needs no other
+    had = replace(full, services=frozenset({gpt.key}))
+    assert plan_pending(had, plan)[gpt.key].job_plan is not None
+    # another namespace's quota counts only there
+    other = replace(full, service_quotas={"team-b": [("svc", "services", 0.0)]})
+    assert plan_pending(other, plan)[gpt.key].job_plan is not None
+
+
+def test_jobs_planned_together_take_no_more_services_than_the_quota_leaves() -> None:
+    """Two jobs of one group, one Service left: the higher priority one is placed, the
+    other is told and holds no server; so is a job of a later group, and a job of the
+    namespace placed earlier whose Service is not created yet counts too."""
+    gpt, bert = (entry(j) for j in paper_jobs()[2:4])
+    bert = replace(bert, job=replace(bert.job, priority=5))
+    one_left = {"ml": [("svc", "count/services", 1.0)]}
+    decisions = plan_pending(replace(snap([gpt, bert]), service_quotas=one_left), plan)
+    assert decisions[bert.key].job_plan is not None, decisions[bert.key].reason
+    told = decisions[gpt.key]
+    assert told.job_plan is None and not told.nodes
+    assert "leaves 1 Service(s) (count/services), after the 1 job(s) planned just now" in (
+        told.reason
+    )
+    # in two groups (other allowed regions): the later group's job is told before planning
+    apart = replace(gpt, allowed_regions=("berlin", "paris"))
+    decisions = plan_pending(replace(snap([apart, bert]), service_quotas=one_left), plan)
+    placed = [d for d in decisions.values() if d.job_plan is not None]
+    assert len(placed) == 1, [d.reason for d in decisions.values()]
+    # a job already holding servers, its Service not yet created, takes the one left
+    held = {"berlin-30": bert.key}
+    view = replace(snap([gpt, replace(bert, plan_nodes=frozenset(held))], held))
+    d = plan_pending(replace(view, service_quotas=one_left), plan)[gpt.key]
+    assert d.job_plan is None and "after the 1 job(s)" in d.reason, d.reason
+    # its Service created: the quota's figure says so, and gpt is not counted twice
+    view = replace(view, services=frozenset({bert.key}))
+    d = plan_pending(replace(view, service_quotas=one_left), plan)[gpt.key]
+    assert d.job_plan is not None, d.reason
