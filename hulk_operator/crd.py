@@ -4,6 +4,7 @@ there, and kopf's peering resources (for leader election) and peering object."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -171,7 +172,7 @@ def ensure_peering(
                 log.warning("kopf peering %r: not allowed to create its %s (RBAC: create on "
                             "%s): create it by hand", name, kind, plural)  # fmt: skip
                 continue
-            if exc.status == 404 and ns is not None and "requested resource" not in str(exc.body):
+            if exc.status == 404 and ns is not None and _missing_kind(exc) == "namespaces":
                 log.warning("kopf peering %r: namespace %r not found", name, ns)
                 continue
             if exc.status == 404:  # no such resource: the CRD is not installed
@@ -187,3 +188,15 @@ def ensure_peering(
         made.append(f"{kind} {ns}/{name}" if ns else f"{kind} {name}")
         log.info("kopf peering: created %s %r%s", kind, name, f" in {ns}" if ns else "")
     return made
+
+
+def _missing_kind(exc: ApiException) -> str:
+    """What a 404 says is missing: the Status body's ``details.kind`` ("namespaces" for a
+    namespace that does not exist); "" where there is no Status (a resource the API server
+    does not serve answers "404 page not found": its CRD is not installed)."""
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return ""
+    details = body.get("details") if isinstance(body, dict) else None
+    return str(details.get("kind") or "") if isinstance(details, dict) else ""

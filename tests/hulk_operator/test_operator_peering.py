@@ -52,6 +52,11 @@ def test_peering_objects_are_created_at_startup(
         with pytest.raises(InvalidRequest) as err:
             crd.ensure_peering(api, name)
         assert err.value.field == "--peering" and "--install-crds" in str(err.value)
+        # a namespaced operator too (before, the API server's "404 page not found" was read
+        # as the namespace missing: a warning, and the operator sat paused: a user trial)
+        with pytest.raises(InvalidRequest) as err:
+            crd.ensure_peering(api, name, namespaces=[namespace])
+        assert "needs the KopfPeering CRD, which is not installed" in str(err.value)
         assert not [r for r in caplog.records if r.name == crd.log.name]
         out = subprocess.run(
             [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
@@ -73,6 +78,10 @@ def test_peering_objects_are_created_at_startup(
             # Every namespace: a ClusterKopfPeering, created once.
             assert crd.ensure_peering(api, name) == [f"ClusterKopfPeering {name}"]
             assert crd.ensure_peering(api, name) == []
+            # a namespace that does not exist: told, and nothing made there
+            assert crd.ensure_peering(api, name, namespaces=["no-such-namespace"]) == []
+            assert any("namespace 'no-such-namespace' not found" in r.getMessage()
+                       for r in caplog.records if r.name == crd.log.name)  # fmt: skip
             custom.get_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
             # `hulk operator -n NS --peering NAME` creates its KopfPeering and is not paused.
             proc = subprocess.Popen(
