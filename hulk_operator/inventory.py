@@ -281,10 +281,19 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         Taint(str(t.get("key")), t.get("value"), str(t.get("effect")))
         for t in spec.get("taints") or []
     )
-    if any(
-        t.key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable") for t in taints
-    ):
+    lifecycle = [
+        t
+        for t in spec.get("taints") or []
+        if t.get("key") in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
+    if lifecycle and ready:
+        # the node lifecycle controller's taint, its Ready condition True (not yet False, or
+        # True again, the taint not yet lifted): NotReady since the taint was added, not
+        # since the condition last turned True (kwok keeps that time from the node's start:
+        # a 20 s NotReady node looked NotReady for minutes and was re-planned at once)
         ready = False
+        added = [a for t in lifecycle if (a := epoch(t.get("timeAdded"))) is not None]
+        since = min(added, default=None)
     alloc = status.get("allocatable") or {}
     others = {k: parse_amount(v) for k, v in alloc.items() if k not in NOT_EXTRA}
     info = dict(

@@ -613,6 +613,21 @@ def test_a_node_not_ready_for_less_than_the_grace_keeps_its_stages() -> None:
     assert lost(jp, cluster, now=t + 30, not_ready_grace_s=60) == {}
     assert lost(jp, cluster, now=t + 61, not_ready_grace_s=60) == {victim: "NotReady"}
     assert lost(jp, cluster, now=t + 30, not_ready_grace_s=0) == {victim: "NotReady"}
+    # Ready again, the lifecycle controller's taint not yet lifted: NotReady since the
+    # taint was added, not since the condition's old transition (kwok keeps the node's
+    # start: before, a 20 s blip was a loss the moment the node came back; a user trial)
+    back = node_manifest(next(s for s in paper_cluster().servers if s.name == victim))
+    back["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-22T00:00:00Z"}
+    ]
+    back["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute",
+         "timeAdded": "2026-11-23T00:33:41Z"},
+    ]  # fmt: skip
+    cluster[victim] = node_info(back)
+    assert cluster[victim].not_ready_since == t and not cluster[victim].ready
+    assert lost(jp, cluster, now=t + 20, not_ready_grace_s=60) == {}
     cluster[victim] = _not_ready(victim, None)  # no transition time: lost at once
     assert lost(jp, cluster, now=t, not_ready_grace_s=60) == {victim: "NotReady"}
     # while the cluster is disrupted, NotReady is never a loss; a deleted node always is
