@@ -16,7 +16,7 @@ from typing import Any
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
-from hulk_operator.fit import planned_within
+from hulk_operator.fit import planned_within, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo, build_cluster, cut_pairs, estimated_pairs
 from hulk_operator.quota_fit import Round, make_room, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
@@ -142,9 +142,14 @@ def plan_pending(
     out: dict[Key, Decision] = {}
     # a template out of its namespace's LimitRange bounds gets no server: told here, as the
     # bounds read the template's limits, which do not group jobs (one such member made
-    # its whole group's servers unfree, or was planned with them)
+    # its whole group's servers unfree, or was planned with them); nor does a job that
+    # fits on no set of the servers it may use, even all free: told so (before, it was
+    # told the free servers' shortfall, or that other jobs held the servers: a user waited
+    # for them in vain)
     for e in list(pending):
-        refused = snap.bounds_refuse(e)
+        refused = snap.bounds_refuse(e) or (
+            too_big_for(e, snap.nodes) if unmatched(e, snap.nodes) is None else None
+        )
         if refused is not None:
             out[e.key] = Decision(e.key, None, None, refused, planner)
             pending.remove(e)

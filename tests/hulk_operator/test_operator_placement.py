@@ -51,12 +51,20 @@ def test_placer_batches_reserves_and_caches_failures() -> None:
             state.jobs[e.key] = replace(e, plan_nodes=d.nodes)  # type: ignore[index]
         placer.prune(state.jobs)
         assert not placer.reserved
-        huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
-        state.jobs[huge.key] = huge  # type: ignore[index]
-        first = await placer.decide(huge.key, snapshot)
-        again = await placer.decide(huge.key, snapshot)
+        # a second OPT-175B fits the cluster, not the one server others left free
+        second = entry(replace(paper_jobs()[0], name="opt-2"))
+        state.jobs[second.key] = second  # type: ignore[index]
+        state.held = dict.fromkeys(sorted(state.nodes)[1:], ("other", "x"))
+        first = await placer.decide(second.key, snapshot)
+        again = await placer.decide(second.key, snapshot)
         assert first is again and first is not None and first.job_plan is None
         assert calls == [4, 1]  # nothing changed: no new round
+        # one that fits no set of the cluster's servers is told so without a round
+        huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
+        state.jobs[huge.key] = huge  # type: ignore[index]
+        told = await placer.decide(huge.key, snapshot)
+        assert told is not None and told.reason.startswith("fits nowhere: needs "), told
+        assert calls == [4, 1, 1]  # (the round planned opt-2 again, alone: not huge)
 
     asyncio.run(main())
 

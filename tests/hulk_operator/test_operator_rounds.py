@@ -120,10 +120,22 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
 
 
 def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
-    opt = entry(paper_jobs()[0], allowed_regions=("paris",))
-    d = plan_pending(snap([opt]), plan)[opt.key]
+    t5 = entry(paper_jobs()[1], allowed_regions=("paris",))
+    held = dict.fromkeys(["paris-37", "paris-38", "paris-39"], ("other", "job"))  # 40 free
+    d = plan_pending(snap([t5], held), plan)[t5.key]
     assert d.job_plan is None
-    assert d.reason.endswith("free server(s) that spec.allowedRegions ['paris'] allow)")
+    assert d.reason.endswith("1 free server(s) that spec.allowedRegions ['paris'] allow)"), d.reason
+
+
+def test_a_job_that_fits_no_set_of_the_servers_it_may_use_is_told_so() -> None:
+    """Even with every one of them free: before, it was told the free servers' shortfall,
+    or that other jobs held the servers, and a user waited for them in vain."""
+    opt = entry(paper_jobs()[0], allowed_regions=("paris",))
+    held = {n: ("other", "job") for n in list(nodes())[:5]}
+    d = plan_pending(snap([opt], held), plan)[opt.key]
+    assert d.job_plan is None and d.cluster is None  # (not planned at all)
+    assert d.reason.startswith("fits nowhere: needs 2684 GiB of GPU memory, the 4 server(s)")
+    assert "allow more servers (spec.allowedRegions ['paris'])" in d.reason
 
 
 def test_a_job_re_planned_after_an_edit_keeps_first_claim_on_its_servers() -> None:
