@@ -134,8 +134,11 @@ def test_a_job_that_fits_no_set_of_the_servers_it_may_use_is_told_so() -> None:
     held = {n: ("other", "job") for n in list(nodes())[:5]}
     d = plan_pending(snap([opt], held), plan)[opt.key]
     assert d.job_plan is None and d.cluster is None  # (not planned at all)
-    assert d.reason.startswith("fits nowhere: needs 2684 GiB of GPU memory, the 4 server(s)")
-    assert "allow more servers (spec.allowedRegions ['paris'])" in d.reason
+    assert d.reason == (
+        "fits nowhere: needs 2684 GiB of GPU memory, the 4 server(s) it may use have 940 GiB "
+        "usable (allow more servers (spec.allowedRegions ['paris']), add servers, or use a "
+        "smaller model or microBatchSize)"
+    ), d.reason
 
 
 def test_a_job_re_planned_after_an_edit_keeps_first_claim_on_its_servers() -> None:
