@@ -135,7 +135,7 @@ class NodeInfo:
             return "Cordoned"
         for t in self.taints:
             if t.effect == "NoExecute" and not tolerates([*ALWAYS_TOLERATED, *tolerations], t):
-                return f"Tainted {t.key}:NoExecute"
+                return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoExecute"
         return None
 
     def offers(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> bool:

@@ -124,7 +124,7 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
     stage-by-stage list would pair unrelated stages."""
     healthy = [n for n in old.nodes if n not in lost]
     kept = [n for n in healthy if n in new.nodes]
-    servers = f"kept {len(kept)} of {len(healthy)} healthy servers"
+    servers = f"kept {len(kept)} of {len(healthy)} healthy servers" if healthy else "no server kept"
     added = [n for n in new.nodes if n not in old.nodes]
     released = [n for n in healthy if n not in new.nodes]
     if added:
@@ -177,9 +177,12 @@ def event_message(
         "GPUsTaken": "GPUs taken by other pods",
         "ResourcesTaken": "stage pod's requests no longer fit beside other pods",
     }
-    causes = cause or ", ".join(
-        f"{n} {said.get(why, why.lower())}" for n, why in sorted(lost.items())
-    )
+
+    def told(why: str) -> str:  # "Tainted maint=true:NoExecute": the taint as it is
+        first, _, rest = why.partition(" ")
+        return said.get(why) or f"{first.lower()}{' ' + rest if rest else ''}"
+
+    causes = cause or ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
     changed = "; ".join(moves(old, new, lost))

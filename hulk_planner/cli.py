@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan a live cluster's pending jobs (or --jobs) as the operator would now: its "
         "constraints, free servers and measured links (read only)",
     )
-    parser.add_argument("--namespace", help="with --kubeconfig: only this namespace's jobs")
+    parser.add_argument("-n", "--namespace", help="with --kubeconfig: only this namespace's jobs")
     parser.add_argument(
         "--weights",
         metavar="FILE",

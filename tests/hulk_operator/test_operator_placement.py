@@ -567,6 +567,10 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
         "c notready; kept 1 of 2 healthy servers, added d, e, f, released b; "
         "3 -> 4 stages, every stage laid out again; 3 pod(s) removed, 4 created, 0 kept"
     )  # (before: "4 pod(s) replaced" where there had been 3)
+    # a taint as it is (before: "maint:noexecute"); a one-server job keeps none
+    one = JobPlan("j", (Stage((0, 18), ("c",)),), 4)
+    msg = recovery.event_message({"c": "Tainted maint=true:NoExecute"}, one, new, 1, 0)
+    assert msg.startswith("c tainted maint=true:NoExecute; no server kept, added d, e, a, f;"), msg
 
 
 def test_a_template_node_name_is_an_invalid_spec() -> None:

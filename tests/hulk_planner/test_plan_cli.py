@@ -306,6 +306,8 @@ def test_flags_that_do_not_apply_together_are_refused(files: tuple[Path, Path]) 
     cluster, jobs = files
     out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--namespace", "ml")
     assert_one_line_error(out, "--namespace: applies only with --kubeconfig")
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-n", "ml")  # as kubectl's -n
+    assert_one_line_error(out, "--namespace: applies only with --kubeconfig")
     out = hulk("plan", "--cluster", cluster, "--kubeconfig", cluster)
     assert_one_line_error(out, "--cluster: does not apply with --kubeconfig")
 
