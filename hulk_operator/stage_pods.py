@@ -117,6 +117,14 @@ def pods_phase(
         out["phase"] = st.RUNNING
         msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")
         why = "StagesFinishing" if done else regrow.ALL_RUNNING
+        nodes = {p.node: ctx.nodes.get(p.node) for p in pods.values() if p.node}
+        down = sorted(n for n, info in nodes.items() if info is not None and not info.ready)
+        if down:  # within its grace: not lost yet, but not all well (before: not a word)
+            msg += f"; node(s) {', '.join(down)} NotReady: " + (
+                "not taken as lost while the cluster is disrupted"
+                if ctx.disrupted
+                else f"their stages move once NotReady for {ctx.config.not_ready_grace_s:g} s"
+            )
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)
         if old and old["status"] == "True":

@@ -1680,6 +1680,12 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
         time.sleep(4)  # NotReady for a moment: the stage stays
         assert {p.metadata.name for p in kube.live_pods(name)} == set(before)
         assert not kube.events("Replanned")
+        # and the job says so (before: "n/n stage pods running", not a word of the node)
+        ready_c = condition(kube.job(name), "Ready")
+        assert ready_c["message"].endswith(
+            f"; node(s) {victim} NotReady: their stages move once NotReady for "
+            f"{CONFIG.not_ready_grace_s:g} s"
+        ), ready_c
         # NotReady since before the grace: lost
         since = now - timedelta(seconds=CONFIG.not_ready_grace_s + 5)
         ready["lastTransitionTime"] = since.strftime("%Y-%m-%dT%H:%M:%SZ")
