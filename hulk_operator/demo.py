@@ -10,6 +10,7 @@ Ctrl-C, then the sandbox and its jobs stay).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -89,13 +90,35 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _serve(kubeconfig: str, namespace: str) -> None:
+class _Prefixed(logging.Formatter):
+    """A log line with the object it is about, as ``hulk operator`` writes it (kopf puts
+    the object in a record's ``k8s_ref``): ``kopf.objects: [ns/name] Planned: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        ref = getattr(record, "k8s_ref", None)
+        if isinstance(ref, dict) and ref.get("name"):
+            where = "/".join(str(ref[k]) for k in ("namespace", "name") if ref.get(k))
+            head = f"{record.name}: "
+            line = line.replace(head, f"{head}[{where}] ", 1)
+        return line
+
+
+def _serve(kubeconfig: str, namespace: str, log_path: Path) -> None:
     """``--keep``: the operator (a thread of this process) serves on until Ctrl-C or
-    SIGTERM; the sandbox and its jobs stay after it."""
+    SIGTERM, its log (what it did to each job, kopf's lines) written to ``log_path``; the
+    sandbox and its jobs stay after it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    to_file = logging.FileHandler(log_path)
+    to_file.setFormatter(_Prefixed("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(to_file)
+    root.setLevel(min(root.level or logging.INFO, logging.INFO))
     print(
         f"\nthe operator keeps serving namespace {namespace}; in another shell:\n"
         f"  kubectl --kubeconfig {kubeconfig} -n {namespace} get hjob\n"
         f"  kubectl --kubeconfig {kubeconfig} -n {namespace} apply -f <your HulkTrainingJob>\n"
+        f"  tail -f {log_path}   (the operator's log)\n"
         "Ctrl-C stops the operator (the sandbox and its jobs stay)",
         flush=True,
     )
@@ -106,6 +129,8 @@ def _serve(kubeconfig: str, namespace: str) -> None:
     except KeyboardInterrupt:
         print("\noperator stopped", flush=True)
     finally:
+        root.removeHandler(to_file)
+        to_file.close()
         for s, handler in old.items():
             signal.signal(s, handler)
 
@@ -226,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
                     f"status plan {'matches' if same else 'DOES NOT match'} the live pods"
                 )
                 if args.keep:
-                    _serve(box.kubeconfig, args.namespace)
+                    _serve(box.kubeconfig, args.namespace, Path(args.dir) / "operator.log")
             finally:
                 try:
                     if not args.keep:

@@ -86,6 +86,10 @@ def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_pat
         items = custom.list_namespaced_custom_object(GROUP, VERSION, "kept", PLURAL)["items"]
         names = sorted(j["metadata"]["name"] for j in items)
         assert "mine" in names and len(names) == 5, names
+        # what the operator did meanwhile is in its log (before, nowhere: a user trial)
+        said = (box / "operator.log").read_text()
+        assert f"tail -f {box / 'operator.log'}" in text
+        assert "kopf.objects: [kept/mine] Planned: 1 stage(s)" in said, said[-2000:]
         api.close()
     finally:
         if proc.poll() is None:
