@@ -242,6 +242,13 @@ def hulktrainingjob_update(
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         again = "suspending it" if suspending else "planning it again"
         logger.info(f"spec of {name} changed: {again}")
+        if plan is not None and not suspending:  # (a Suspended Event tells the other)
+            kopf.info(
+                body,
+                reason="SpecChanged",
+                message=f"spec.{', spec.'.join(sorted(changed))} changed: planning it again; "
+                "its stage pods are replaced by the new plan's",
+            )
     if failed:
         conds = list(status.get("conditions") or [])
         patch.status["conditions"] = st.set_condition(

@@ -471,6 +471,11 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
     wait("Running with the new template", replanned, 60)
     pods = kube.live_pods("tmpledit")
     assert pods and all(p.metadata.labels.get("team") == "ml" for p in pods)
+    # the re-plan says why (before: a Planned Event alone; a user trial)
+    (said,) = [e for e in kube.events("SpecChanged") if e.involved_object.name == "tmpledit"]
+    assert said.message == (
+        "spec.template changed: planning it again; its stage pods are replaced by the new plan's"
+    ), said.message
 
 
 def quota_in_force(kube: Kube, name: str) -> None:
