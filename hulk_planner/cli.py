@@ -252,14 +252,16 @@ def render_table(
     plan: Plan,
     compare: dict[str, dict[str, float] | str] | None,
     unlinked: int = 0,
+    label: str | None = None,
 ) -> str:
     """The plan as text; ``compare``: each baseline's predicted step time per job it
-    places (or why it places none); ``unlinked``: server pairs that cannot communicate."""
+    places (or why it places none); ``unlinked``: server pairs that cannot communicate;
+    ``label``: what the cluster shown is (its name by default)."""
     n = len(cluster.servers)
     shape = f"{_count(n, 'server')}, {_count(len(cluster.regions), 'region')}"
     if unlinked:
         shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs have no link"
-    lines = [f"planner: {plan.planner}    cluster: {cluster.name} ({shape})", ""]
+    lines = [f"planner: {plan.planner}    cluster: {label or cluster.name} ({shape})", ""]
     for jp in plan.jobs:
         shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"
         lines.append(
@@ -440,7 +442,9 @@ def _run(args: argparse.Namespace) -> int:
                 compare[name] = {jp.name: jp.predicted_iteration_seconds for jp in other.jobs}
             except HulkError as exc:
                 compare[name] = str(exc)
-    print(render_table(cluster, result, compare, unlinked_pairs(cluster)))
+    # a live cluster is shown by the servers the jobs may get: free, or in their plans
+    label = f"{cluster.name}: servers free or in these jobs' plans" if args.kubeconfig else None
+    print(render_table(cluster, result, compare, unlinked_pairs(cluster), label))
     return code
 
 

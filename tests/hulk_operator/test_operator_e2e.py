@@ -1377,7 +1377,7 @@ def test_a_job_no_plan_fits_is_told_once_while_other_jobs_come_and_go(
     events = kube.events("Unschedulable")
     assert len(events) == 1, [e.message for e in events]
     c = condition(kube.job("stuck"), "Planned")
-    need = f"needs {memory_need(10**13) / 2**30:.0f} GiB"
+    need = f"fits nowhere: needs {memory_need(10**13) / 2**30:.0f} GiB"
     assert c["reason"] == "Unschedulable" and c["message"].startswith(need), c
 
 

@@ -198,6 +198,9 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert "on-mars: NOT PLACED: spec.allowedRegions ['mars']" in table.stdout
+    # what the cluster shown is (before, "cluster: kubernetes (N servers ...)" read as the
+    # whole cluster: a user trial)
+    assert "    cluster: kubernetes: servers free or in these jobs' plans (" in table.stdout
     # the baselines too are planned on the servers each job may use, as the operator plans
     # them for status.baselines (they used every server: GPipe over all 47 looked 10x
     # faster than hulk's plan inside paris)
