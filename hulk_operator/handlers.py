@@ -241,7 +241,7 @@ def hulktrainingjob_update(
         patch.status["phase"] = st.PENDING
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         again = "suspending it" if suspending else "planning it again"
-        logger.info(f"spec of {name} changed: {again}")
+        logger.info(f"spec.{', spec.'.join(sorted(changed))} of {name} changed: {again}")
         if plan is not None and not suspending:  # (a Suspended Event tells the other)
             kopf.info(
                 body,

@@ -110,7 +110,10 @@ async def reconcile(
                 ctx.metrics.plans.labels(result="unplaced").inc()
                 gone = f"; its {removed} stage pod(s) removed" if removed else ""
                 if removed or not said:
-                    ctx.event("Warning", "Unschedulable", f"no plan fits: {decision.reason}{gone}")
+                    text = decision.reason  # ("fits nowhere: ..." says it already)
+                    if not text.startswith("fits nowhere"):
+                        text = f"no plan fits: {text}"
+                    ctx.event("Warning", "Unschedulable", f"{text}{gone}")
             new.update(_unplanned(st.PENDING))  # an edit's old plan may have left its fields
             conds = _not_ready(conds, gen)
             cause = PODS_FORBIDDEN if decision.refused else UNSCHEDULABLE

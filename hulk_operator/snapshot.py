@@ -256,16 +256,14 @@ class Snapshot:
             return None
         for name, resource, left in sorted(self.service_quotas.get(ns, ())):
             if left - others < 1:
-                after = (
-                    f", after the {others} job(s) planned just now whose Services are not "
-                    "created yet"
-                    if others
-                    else ""
-                )
+                # (one wording whatever the figures: a later round that finds the same
+                # cause in other figures posts no second Event)
                 return (
                     f"namespace {ns}'s ResourceQuota {name} leaves {max(left, 0.0):g} "
-                    f"Service(s) ({resource}){after}; each job needs one, its headless "
-                    "Service (the stage pods' addresses), created before its pods: raise the "
+                    f"Service(s) ({resource}), {min(others, max(left, 0.0)):g} of them for "
+                    "jobs placed just now (their Services not created yet); each job needs "
+                    "one, its headless Service (the stage pods' addresses), created before "
+                    "its pods: raise the "
                     f"quota's {resource}, or delete a Service the namespace no longer uses"
                 )
         return None

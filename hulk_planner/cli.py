@@ -260,7 +260,8 @@ def render_table(
     n = len(cluster.servers)
     shape = f"{_count(n, 'server')}, {_count(len(cluster.regions), 'region')}"
     if unlinked:
-        shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs have no link"
+        verb = "has" if unlinked == 1 else "have"
+        shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs {verb} no link"
     lines = [f"planner: {plan.planner}    cluster: {label or cluster.name} ({shape})", ""]
     for jp in plan.jobs:
         shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"

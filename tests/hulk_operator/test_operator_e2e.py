@@ -541,8 +541,8 @@ def test_a_job_is_planned_only_where_a_services_quota_leaves_its_service(
 
         c = wait("the job told", told, 30)
         assert c["message"].startswith(
-            f"namespace {kube.ns}'s ResourceQuota no-services leaves 0 Service(s) (services); "
-            "each job needs one"
+            f"namespace {kube.ns}'s ResourceQuota no-services leaves 0 Service(s) (services), "
+            "0 of them for jobs placed just now"
         ), c
         time.sleep(2 * CONFIG.reconcile_interval_s)
         job = kube.job("svcq")
@@ -1376,6 +1376,7 @@ def test_a_job_no_plan_fits_is_told_once_while_other_jobs_come_and_go(
     time.sleep(2)
     events = kube.events("Unschedulable")
     assert len(events) == 1, [e.message for e in events]
+    assert events[0].message.startswith("fits nowhere: "), events[0].message  # (said once)
     c = condition(kube.job("stuck"), "Planned")
     need = f"fits nowhere: needs {memory_need(10**13) / 2**30:.0f} GiB"
     assert c["reason"] == "Unschedulable" and c["message"].startswith(need), c
