@@ -103,19 +103,16 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
     others = other_pods(pods)
     quotas: dict[str, list[tuple[str, dict[str, float]]]] = {}
     scoped: dict[str, list[tuple[str, dict[str, float], tuple[Scope, ...]]]] = {}
+    service_quotas: dict[str, list[tuple[str, str, float]]] = {}
     for q in quota_items:
         left, scopes, meta = quota_left(q), quota_scopes(q), q["metadata"]
         if left is not None and scopes:
             scoped.setdefault(meta["namespace"], []).append((meta["name"], left, scopes))
         elif left is not None:
             quotas.setdefault(meta["namespace"], []).append((meta["name"], left))
-    service_quotas: dict[str, list[tuple[str, str, float]]] = {}
-    for q in quota_items:
         room = service_left(q)
         if room is not None:
-            service_quotas.setdefault(q["metadata"]["namespace"], []).append(
-                (q["metadata"]["name"], *room)
-            )
+            service_quotas.setdefault(meta["namespace"], []).append((meta["name"], *room))
     with_service = frozenset(
         (str(m.get("namespace")), job)
         for m in (svc.get("metadata") or {} for svc in services)

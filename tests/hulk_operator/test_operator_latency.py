@@ -301,6 +301,18 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
         finally:
             kube.core.delete_namespaced_resource_quota("one-default", kube.ns)
             sched.delete_priority_class(cls)
+        # a quota on Services: the job has none yet, and none is left
+        no_svc = {"metadata": {"name": "no-services"}, "spec": {"hard": {"services": "0"}}}
+        kube.core.create_namespaced_resource_quota(kube.ns, no_svc)
+        try:
+            out = preview()
+            assert out.returncode == 3, out
+            (unplaced,) = json.loads(out.stdout)["unplaced"]
+            assert unplaced["reason"].startswith(
+                f"namespace {kube.ns}'s ResourceQuota no-services leaves 0 Service(s) (services)"
+            ), unplaced
+        finally:
+            kube.core.delete_namespaced_resource_quota("no-services", kube.ns)
         kube.core.patch_namespaced_resource_quota(
             "two-pods", kube.ns, {"spec": {"hard": {"pods": "0"}}}
         )
