@@ -249,11 +249,21 @@ def hulktrainingjob_update(
                 message=f"spec.{', spec.'.join(sorted(changed))} changed: planning it again; "
                 "its stage pods are replaced by the new plan's",
             )
+    conds = list(status.get("conditions") or [])
     if failed:
-        conds = list(status.get("conditions") or [])
-        patch.status["conditions"] = st.set_condition(
+        conds = st.set_condition(
             conds, st.FAILED, False, "SpecChanged", "the spec changed: planning the job again", gen
         )
+    if plan is not None and st.condition(status, st.REPLANNING) is not None:
+        # (it told of the old plan's last re-plan, which the new plan replaces)
+        fields = f"spec.{', spec.'.join(sorted(changed))}"
+        conds = st.set_condition(
+            conds, st.REPLANNING, False, "SpecChanged",
+            f"{fields} changed: " + ("the job is suspended" if suspending
+            else "the job is planned again from scratch"), gen,
+        )  # fmt: skip
+    if conds != list(status.get("conditions") or []):
+        patch.status["conditions"] = conds
 
 
 def _plan_stands(

@@ -1276,6 +1276,22 @@ def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> 
         kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
     node: Any = kube.core.read_node(victim)
     assert not node.spec.unschedulable
+    # an edit that plans the job afresh: Replanning no longer tells of the old plan's
+    # recovery (before, its message kept naming the cordoned server; a user trial)
+    template = paper_manifests()[3]["spec"]["template"]
+    template["metadata"] = {"labels": {"team": "ml"}}
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, name, {"spec": {"template": template}}
+    )
+    wait(
+        "Replanning told of the edit",
+        lambda: condition(kube.job(name), "Replanning").get("reason") == "SpecChanged",
+        30,
+    )
+    c = condition(kube.job(name), "Replanning")
+    assert c["status"] == "False" and victim not in c["message"], c
+    assert c["message"] == "spec.template changed: the job is planned again from scratch"
+    wait("Running again", lambda: kube.all_running([name]), 60)
 
 
 def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -> None:
