@@ -43,3 +43,6 @@ class Context:
     recent: dict[str, float]  # pod name -> when this operator created it
     used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
     disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
+    # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting): pods not
+    # yet created are not, and nothing more is written
+    stopped: Callable[[], bool] = lambda: False

@@ -327,6 +327,7 @@ async def hulktrainingjob_reconcile(
     hulk_service_quotas: kopf.Index[str, tuple[str, str, float]],
     hulk_services: kopf.Index[Key, bool],
     logger: kopf.Logger,
+    stopped: kopf.DaemonStopped,
     **_: Any,
 ) -> None:
     key = (namespace or "", name)
@@ -380,6 +381,7 @@ async def hulktrainingjob_reconcile(
         recent=memo.recent,
         used=used,
         disrupted=disrupted,
+        stopped=lambda: bool(stopped),
     )
     try:
         new = await reconcile(ctx, entry, body, status)

@@ -12,7 +12,7 @@ import concurrent.futures
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -71,13 +71,19 @@ def _ok(exc: ApiException, *statuses: int) -> bool:
 
 
 def create_pods(
-    api: client.ApiClient, pods: Sequence[Mapping[str, Any]], delay_s: float = 0.0
+    api: client.ApiClient,
+    pods: Sequence[Mapping[str, Any]],
+    delay_s: float = 0.0,
+    stop: Callable[[], bool] = lambda: False,
 ) -> list[str]:
     """Creates the pods (409 is fine); returns the names created now. With ``delay_s``
-    (a testing knob) they are created one at a time with a pause between."""
+    (a testing knob) they are created one at a time with a pause between. Once ``stop()``
+    (the job deleted, the operator exiting), the pods not yet created are not."""
     core = client.CoreV1Api(api)
 
     def one(pod: Mapping[str, Any]) -> str | None:
+        if stop():
+            return None
         try:
             core.create_namespaced_pod(pod["metadata"]["namespace"], pod)  # type: ignore[arg-type]
             return str(pod["metadata"]["name"])
@@ -92,7 +98,11 @@ def create_pods(
             name = one(p)
             if name:
                 out.append(name)
-            time.sleep(delay_s)
+            steps = max(1, round(delay_s / 0.1))  # (a stop is seen within 0.1 s)
+            for _ in range(steps):
+                if stop():
+                    return out
+                time.sleep(delay_s / steps)
         return out
     return [n for n in _fan_out.map(one, pods) if n]
 

@@ -187,7 +187,7 @@ async def reconcile(
             new.update(_placed_fields(decision, spec))
             conds = _planned(conds, decision, entry, ctx.config, gen)
             new["phase"] = st.PLACING
-    if (body.get("metadata") or {}).get("deletionTimestamp"):
+    if (body.get("metadata") or {}).get("deletionTimestamp") or ctx.stopped():
         return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
     ended = [p.name for p in pods if p.phase in ("Failed", "Succeeded")]
@@ -231,6 +231,8 @@ async def reconcile(
             return new
         await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
+    if ctx.stopped():
+        return {}  # the job deleted (or the operator exiting) while its pods were created
     if replanned is None and diff.create and status.get("phase") == st.RUNNING:
         msg = (
             f"stage pod(s) {', '.join(sorted(diff.create))} of a running job were deleted; "

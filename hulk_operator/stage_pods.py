@@ -84,8 +84,14 @@ async def sync_pods(
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
         await asyncio.to_thread(
-            kube.create_pods, ctx.api, [desired[n] for n in create], ctx.config.create_delay_s
+            kube.create_pods,
+            ctx.api,
+            [desired[n] for n in create],
+            ctx.config.create_delay_s,
+            ctx.stopped,
         )
+        if ctx.stopped():
+            return diff  # (the job is going: no gate is lifted)
     # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
     # quota, and waiting out its retry pause keeps the others gated)
     missing = [n for n in diff.create if n not in create]

@@ -637,6 +637,39 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
             pass
 
 
+def test_a_job_deleted_while_its_pods_are_created_goes_at_once(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """Before, the reconciliation went on creating every stage pod of a job deleted
+    meanwhile (one at a time here, a second apart): kopf kept the job, and ran its delete
+    handler every half second, until it was done (a user trial: 17 times in the log)."""
+    config = replace(CONFIG, create_delay_s=1.0)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    try:
+        with cleanup_jobs(kube):
+            m = paper_manifests()[0]  # OPT-175B: 24 stages, so 24 s of creations
+            m["metadata"] = {"name": "gone"}
+            kube.apply(m)
+            wait("its first pods", lambda: len(kube.pods("gone")) >= 2, 60)
+            assert len(kube.pods("gone")) < 10  # (its status is written once all exist)
+            asked = time.monotonic()
+            kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "gone")
+
+            def gone() -> bool:
+                try:
+                    kube.job("gone")
+                except client.ApiException as exc:
+                    return exc.status == 404
+                return False
+
+            wait("the job gone", gone, 30)
+            took = time.monotonic() - asked
+            assert took < 5, f"the job went {took:.1f} s after its deletion"
+            wait("its pods gone", lambda: not kube.live_pods("gone"), 60)
+    finally:
+        op.stop()
+
+
 def test_the_quota_must_set_rule_hulk_plans_with_is_the_api_servers(kube: Kube) -> None:
     """Which templates a quota on limits.cpu makes Kubernetes refuse ("must specify
     limits.cpu"), as Hulk decides it before planning, against the API server's own answer
