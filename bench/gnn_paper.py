@@ -1,4 +1,4 @@
-"""The GNN planner on the Hulk paper's cluster (47 servers, 13 cities) with 4 and 6 jobs,
+"""The GNN planner on the Hulk paper's cluster (47 servers, 12 cities) with 4 and 6 jobs,
 against the search planner as the previous benchmark ran it (``bench/plan_quality.py``:
 0.6 s, the old ``hulk``, and 6 s, its 10x check) and with 60 s.
 

@@ -74,6 +74,23 @@ for entry in "${sets[@]}"; do
     | cut -d' ' -f2 | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')"
 done
 
+# The README's install without the Prometheus Operator: its --set line as written there.
+readme_set=$(grep -o -- '--set metrics\.serviceMonitor\.enabled=false[^ ]*' README.md | head -1)
+step "helm template (README: the example values ${readme_set})"
+if [ -z "$readme_set" ]; then
+  echo "FAIL: README.md has no '--set metrics.serviceMonitor.enabled=false...' line"
+  fail=1
+else
+  # shellcheck disable=SC2086 # (the flag and its value, as the README writes them)
+  "$HELM" template hulk charts/hulk --namespace hulk-system --kube-version "$K8S_VERSION" \
+    -f examples/values-three-regions.yaml $readme_set >"$work/readme-no-prometheus.yaml" \
+    || fail=1
+  if grep -qE '^kind: (ServiceMonitor|PrometheusRule)$' "$work/readme-no-prometheus.yaml"; then
+    echo "FAIL: the README's --set line leaves a ServiceMonitor or PrometheusRule"
+    fail=1
+  fi
+fi
+
 step "schemas from the CRDs (ours and kopf's)"
 python charts/k8s_schemas.py crd "$work/crd-schemas" charts/hulk/files/crds/*.yaml \
   charts/hulk/files/kopf/*.yaml

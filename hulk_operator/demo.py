@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the operator serves on until Ctrl-C; the sandbox and jobs stay after it",
     )
     parser.add_argument("--namespace", default="hulk-demo")
+    parser.add_argument(
+        "--replay-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --keep: publish the paper's latencies again this often (as probes would; "
+        "else they age past the operator's --latency-max-age-s)",
+    )
 
 
 def _wait(what: str, fn: Any, timeout: float = 120.0) -> None:
@@ -104,10 +113,17 @@ class _Prefixed(logging.Formatter):
         return line
 
 
-def _serve(kubeconfig: str, namespace: str, log_path: Path) -> None:
+def _serve(
+    kubeconfig: str,
+    namespace: str,
+    log_path: Path,
+    replay: Callable[[], None],
+    every_s: float,
+) -> None:
     """``--keep``: the operator (a thread of this process) serves on until Ctrl-C or
-    SIGTERM, its log (what it did to each job, kopf's lines) written to ``log_path``; the
-    sandbox and its jobs stay after it."""
+    SIGTERM, its log (what it did to each job, kopf's lines) written to ``log_path``, the
+    latencies published again every ``every_s`` (``replay``); the sandbox and its jobs stay
+    after it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     to_file = logging.FileHandler(log_path)
     to_file.setFormatter(_Prefixed("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -125,7 +141,11 @@ def _serve(kubeconfig: str, namespace: str, log_path: Path) -> None:
     old = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
-            time.sleep(3600)
+            time.sleep(every_s)
+            try:
+                replay()
+            except Exception as exc:  # (the sandbox stopped under us, say): said, served on
+                print(f"latencies not published again: {exc}", flush=True)
     except KeyboardInterrupt:
         print("\noperator stopped", flush=True)
     finally:
@@ -175,7 +195,15 @@ def run(args: argparse.Namespace) -> int:
             for link in paper.links:
                 rows[link.a][link.b] = link.latency_ms
                 rows[link.b][link.a] = link.latency_ms
-            publish_latencies(api, rows)
+
+            def replay() -> None:  # for the nodes there (a deleted one's goes with it)
+                here = {str(n.metadata.name): str(n.metadata.uid)
+                        for n in client.CoreV1Api(api).list_node().items if n.metadata}  # fmt: skip
+                kept = {a: {b: v for b, v in row.items() if b in here}
+                        for a, row in rows.items() if a in here}  # fmt: skip
+                publish_latencies(api, kept, owners=here)
+
+            replay()
             cut = len(servers) * (len(servers) - 1) // 2 - len(paper.links)
             print(
                 f"published the paper's {len(paper.links)} measured links, and its {cut} pairs "
@@ -251,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
                     f"status plan {'matches' if same else 'DOES NOT match'} the live pods"
                 )
                 if args.keep:
-                    _serve(box.kubeconfig, args.namespace, Path(args.dir) / "operator.log")
+                    log_path = Path(args.dir) / "operator.log"
+                    _serve(box.kubeconfig, args.namespace, log_path, replay, args.replay_every)
             finally:
                 try:
                     if not args.keep:

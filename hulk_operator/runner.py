@@ -4,6 +4,7 @@ benchmarks): ``with OperatorThread(kubeconfig, namespaces=[ns]): ...``."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,17 @@ from typing import Any
 import kopf
 
 from hulk_operator.config import OperatorConfig
+
+
+class _NoSignalNote(logging.Filter):
+    """Drops kopf's warning that a thread ignores OS signals: this thread is stopped by
+    ``stop()``, and its process handles the signals (``hulk demo --keep``: Ctrl-C)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("OS signals are ignored: running not in")
+
+
+logging.getLogger("kopf._core.reactor.running").addFilter(_NoSignalNote())
 
 
 class OperatorThread:

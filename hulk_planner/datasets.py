@@ -54,7 +54,8 @@ def paper_server_names() -> list[str]:
 
 
 def paper_cluster() -> Cluster:
-    """The Hulk paper's 47 servers in 13 cities with their measured latencies."""
+    """The Hulk paper's 47 servers in 12 cities (13 spellings in ``node_feature.csv``:
+    ``Neimeng`` and ``Neimeng `` are one) with their measured latencies."""
     servers = []
     for row in csv.DictReader(_read("node_feature.csv").splitlines()):
         cap = normalize_capability(row["Capability"])

@@ -17,10 +17,12 @@ def publish_latencies(
     api: client.ApiClient,
     rows: Mapping[str, Mapping[str, float | None]],
     at: datetime | None = None,
+    owners: Mapping[str, str] | None = None,
 ) -> None:
     """``rows[node][peer]`` is the one-way latency in ms measured from ``node``, or None for
-    a peer reported unreachable. Creates each node's object if missing, then writes its
-    status."""
+    a peer reported unreachable. Creates each node's object if missing (owned by its Node
+    where ``owners`` gives the Node's uid, as the probe's are: it goes with the Node), then
+    writes its status."""
     custom = client.CustomObjectsApi(api)
     stamp = (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     for node, peers in rows.items():
@@ -29,6 +31,10 @@ def publish_latencies(
             "kind": "NodeLatency",
             "metadata": {"name": node},
         }
+        if (owners or {}).get(node):
+            body["metadata"]["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": (owners or {})[node]}
+            ]
         try:
             custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
         except client.ApiException as exc:
@@ -40,7 +46,14 @@ def publish_latencies(
             else {"node": p, "reachable": True, "latencyMs": ms, "samples": 8, "lastUpdated": stamp}
             for p, ms in sorted(peers.items())
         ]
-        status = {"lastPublished": stamp, "intervalSeconds": 2.0, "peers": entries}
+        reachable = sum(1 for e in entries if e["reachable"])
+        status = {
+            "lastPublished": stamp,
+            "intervalSeconds": 2.0,
+            "reachablePeers": reachable,
+            "unreachablePeers": len(entries) - reachable,
+            "peers": entries,
+        }
         custom.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, node, {"status": status})
 
 
