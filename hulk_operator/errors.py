@@ -140,11 +140,23 @@ def template_forbidden(exc: BaseException) -> str | None:
 SERVICE_MARK = "hulk_service"  # set on an error creating the job's headless Service
 
 
+def admission_denied(exc: BaseException) -> bool:
+    """An admission policy or webhook denied the request with another code than 403: a
+    ValidatingAdmissionPolicy whose validation sets no ``reason`` answers 422 Invalid, a
+    webhook the code it chooses. A policy, as a 403's: not the template's own validity."""
+    said = api_message(exc)
+    return api_status(exc) in (400, 422) and (
+        ("ValidatingAdmissionPolicy" in said and "denied request" in said)
+        or ("admission webhook" in said and "denied the request" in said)
+    )
+
+
 def forbidden_pods(exc: BaseException) -> str | None:
     """The message for stage pods the API server forbids (403: a ResourceQuota, an admission
-    policy), or the headless Service created before them (a quota on services): the plan
-    is fine, the namespace has no room yet. None for other errors."""
-    if api_status(exc) != 403:
+    policy; an admission policy's or webhook's denial whatever its code), or the headless
+    Service created before them (a quota on services): the plan is fine, the namespace has
+    no room yet. None for other errors."""
+    if api_status(exc) != 403 and not admission_denied(exc):
         return None
     if getattr(exc, SERVICE_MARK, False):
         return (

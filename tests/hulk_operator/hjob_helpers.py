@@ -107,14 +107,20 @@ def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
 
 @contextmanager
 def refusing_pods(
-    kube: Kube, allow: str, probe: dict[str, Any], why: str, resource: str = "pods"
+    kube: Kube,
+    allow: str,
+    probe: dict[str, Any],
+    why: str,
+    resource: str = "pods",
+    reason: str | None = "Forbidden",
 ) -> Iterator[str]:
     """A ValidatingAdmissionPolicy that refuses (403) each pod (or Service: ``resource``
     "services") created in ``kube``'s namespace for which the CEL expression ``allow``
     (``object``: the pod) is false, with the message ``why``: a refusal Hulk cannot plan
     around (a ResourceQuota it can). Waits until the API server refuses ``probe`` (an
     object the policy refuses, created as a dry run); yields the policy's name; on the way
-    out deletes it and its binding and waits until the probe is let through."""
+    out deletes it and its binding and waits until the probe is let through. ``reason``
+    None: the validation sets none, and the API server answers 422 Invalid."""
     adm = client.AdmissionregistrationV1Api(kube.api)
     name = f"refuse-{kube.ns}"
     create = {
@@ -128,7 +134,9 @@ def refusing_pods(
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [pods]},
-            "validations": [{"expression": allow, "message": why, "reason": "Forbidden"}],
+            "validations": [
+                {"expression": allow, "message": why, **({"reason": reason} if reason else {})}
+            ],
         },
     }
     only_here = {"matchLabels": {"kubernetes.io/metadata.name": kube.ns}}
@@ -145,7 +153,7 @@ def refusing_pods(
         try:
             create(kube.ns, probe, dry_run="All")
         except client.ApiException as exc:
-            return exc.status == 403 and why in str(exc.body)
+            return exc.status == (403 if reason else 422) and why in str(exc.body)
         return False
 
     adm.create_validating_admission_policy(policy)

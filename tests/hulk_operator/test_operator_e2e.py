@@ -498,11 +498,14 @@ STAGE_2 = {
 }
 
 
+@pytest.mark.parametrize("reason", ["Forbidden", None])
 def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_them(
-    kube: Kube, operator: Any
+    kube: Kube, operator: Any, reason: str | None
 ) -> None:
+    """A policy whose validation sets no reason is answered 422 Invalid: before, the job
+    was failed for an invalid template, for good (a user trial)."""
     why = "two stages at most here"
-    with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why):
+    with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why, reason=reason):
         kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
 
         def refused() -> dict[str, Any] | None:
