@@ -288,14 +288,22 @@ def _plan_stands(
 def hulktrainingjob_delete(
     name: str,
     namespace: str | None,
+    meta: kopf.Meta,
     memo: kopf.Memo,
     hulk_jobs: Any = None,  # kopf.Index[Key, JobEntry]; kopf passes every index
+    hulk_pods: Any = None,  # kopf.Index[Key, PodEntry]
     **_: Any,
 ) -> None:
-    """Forgets the job (its pods and Service are garbage-collected by Kubernetes) and
-    counts the jobs left by phase (the timers of the jobs left do too, but there may be
-    none: the last job's count stayed)."""
+    """Forgets the job, deletes its stage pods, and counts the jobs left by phase (the
+    timers of the jobs left do too, but there may be none: the last job's count stayed).
+    Kubernetes' garbage collector deletes the pods too, and the Service, but it learns of
+    a CRD up to 30 s after the CRD is installed: until then the pods of a deleted job kept
+    their servers' GPUs from the next job (a test run). ``--cascade=orphan`` keeps them."""
     key = (namespace or "", name)
+    orphan = "orphan" in (meta.get("finalizers") or [])  # kubectl delete --cascade=orphan
+    pods = [p.name for p in (hulk_pods or {}).get(key, []) if not p.deleting]
+    if pods and not orphan:
+        kube.delete_pods(memo.api, namespace or "", pods)
     memo.placer.forget(key)
     memo.metrics.set_predicted(namespace or "", name, None)
     if hulk_jobs is not None:

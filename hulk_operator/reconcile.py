@@ -76,6 +76,7 @@ async def reconcile(
             return new
         new.update(_unplanned(st.PHASE_FAILED))
         ctx.metrics.set_predicted(ns, name, None)
+        conds = st.set_condition(conds, st.READY, False, INVALID_SPEC, error, gen)
         conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, error, gen)
         new["conditions"] = st.set_condition(conds, st.FAILED, True, INVALID_SPEC, error, gen)
         return new
@@ -316,7 +317,7 @@ def _fail(
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(*entry.key, None)
     conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
-    conds = st.set_condition(conds, st.PLANNED, False, reason, "the job failed: no plan", gen)
+    conds = st.set_condition(conds, st.PLANNED, False, reason, f"not planned: {msg}", gen)
     new.update(_unplanned(st.PHASE_FAILED))
     new["conditions"] = st.set_condition(conds, st.FAILED, True, reason, msg, gen)
     return new

@@ -180,7 +180,8 @@ def event_message(
 
     def told(why: str) -> str:  # "Tainted maint=true:NoExecute": the taint as it is
         first, _, rest = why.partition(" ")
-        return said.get(why) or f"{first.lower()}{' ' + rest if rest else ''}"
+        word = first if first == "NotReady" else first.lower()  # (as kubectl shows it)
+        return said.get(why) or f"{word}{' ' + rest if rest else ''}"
 
     causes = cause or ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
     if new is None:

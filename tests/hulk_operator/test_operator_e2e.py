@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 import pytest
 from hjob_helpers import (
     CONFIG,
@@ -287,6 +288,9 @@ def test_unknown_preset_fails_with_a_condition_and_an_event(
     c = condition(job, "Failed")
     assert c["status"] == "True" and c["reason"] == "InvalidSpec"
     assert "spec.model.preset" in c["message"]
+    # kubectl get hjob's READY column too (before, blank: no Ready condition; a docs trial)
+    assert condition(job, "Ready")["status"] == "False"
+    assert condition(job, "Ready")["reason"] == "InvalidSpec"
     # kubectl describe shows it; a user's mistake is no operator error in its log
     (event,) = wait("the Event", lambda: kube.events("InvalidSpec") or None, 10)
     assert event.type == "Warning" and "spec.model.preset" in event.message
@@ -409,6 +413,8 @@ def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
     assert c["status"] == "True" and c["reason"] == "InvalidSpec"
     assert c["message"].startswith("spec.template: the API server rejects the stage pods: ")
     assert "resources.limits[cpu]" in c["message"], c["message"]
+    planned = condition(kube.job("badtmpl"), "Planned")  # (before: "the job failed: no plan")
+    assert planned["status"] == "False" and planned["message"] == f"not planned: {c['message']}"
     assert not kube.pods("badtmpl") and kube.job("badtmpl")["status"].get("plan") is None
     del container["resources"]  # fixed: planned and running
     kube.custom.patch_namespaced_custom_object(
@@ -671,6 +677,41 @@ def test_a_job_deleted_while_its_pods_are_created_goes_at_once(
             wait("its pods gone", lambda: not kube.live_pods("gone"), 60)
     finally:
         op.stop()
+
+
+@pytest.mark.parametrize("orphan", [False, True])
+def test_a_deleted_jobs_stage_pods_are_deleted_with_it_unless_orphaned(
+    kube: Kube, orphan: bool
+) -> None:
+    """The garbage collector learns of a CRD up to 30 s after it is installed: until then
+    a deleted job's pods kept their servers' GPUs from the next job (a test run). The
+    delete handler deletes them itself, but where the job is deleted with
+    ``--cascade=orphan``. (Pods here have no owner: only the handler can delete them.)"""
+    from hulk_operator import handlers
+    from hulk_operator.context import PodEntry
+    from hulk_operator.metrics import Metrics
+    from hulk_operator.placement import Placer
+
+    pod = {
+        "metadata": {"name": "gone-0-0", "labels": {"hulk.dev/job": "gone"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    kube.core.create_namespaced_pod(kube.ns, pod)
+    memo = kopf.Memo(api=kube.api, placer=Placer(plan), metrics=Metrics())
+    entry = PodEntry("gone-0-0", None, "Pending", gated=False, deleting=False)
+    handlers.hulktrainingjob_delete(
+        name="gone",
+        namespace=kube.ns,
+        meta={"finalizers": ["orphan"] if orphan else []},
+        memo=memo,
+        hulk_jobs={},
+        hulk_pods={(kube.ns, "gone"): [entry]},
+    )
+    kept = [p for p in kube.core.list_namespaced_pod(kube.ns).items
+            if p.metadata.name == "gone-0-0" and p.metadata.deletion_timestamp is None]  # fmt: skip
+    assert bool(kept) == orphan
+    if kept:
+        kube.core.delete_namespaced_pod("gone-0-0", kube.ns, grace_period_seconds=0)
 
 
 def test_the_quota_must_set_rule_hulk_plans_with_is_the_api_servers(kube: Kube) -> None:
@@ -1294,7 +1335,8 @@ def check_one_stage_replaced(
     job = kube.job(name)
     assert job["status"]["replans"] == 1
     (event,) = kube.events("Replanned")
-    assert f"{victim} {cause.lower()}" in event.message, event.message
+    told = cause if cause == "NotReady" else cause.lower()  # (NotReady as kubectl writes it)
+    assert f"{victim} {told}" in event.message, event.message
     assert f"1 pod(s) replaced, {len(before) - 1} kept" in event.message
     assert condition(job, "Replanning")["status"] == "False"  # all pods run again
 

@@ -564,7 +564,7 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
     )
     msg = recovery.event_message({"c": "NotReady"}, old, new, 4, 0)
     assert msg == (
-        "c notready; kept 1 of 2 healthy servers, added d, e, f, released b; "
+        "c NotReady; kept 1 of 2 healthy servers, added d, e, f, released b; "
         "3 -> 4 stages, every stage laid out again; 3 pod(s) removed, 4 created, 0 kept"
     )  # (before: "4 pod(s) replaced" where there had been 3)
     # a taint as it is (before: "maint:noexecute"); a one-server job keeps none
