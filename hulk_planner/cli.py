@@ -12,7 +12,7 @@ import math
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -254,6 +254,7 @@ def render_table(
     compare: dict[str, dict[str, float] | str] | None,
     unlinked: int = 0,
     label: str | None = None,
+    why_not: Mapping[str, Mapping[str, str]] | None = None,
 ) -> str:
     """The plan as text; ``compare``: each baseline's predicted step time per job it
     places (or why it places none); ``unlinked``: server pairs that cannot communicate;
@@ -309,6 +310,15 @@ def render_table(
                 cell += f" ({len(rs)} of {len(names)} jobs)"
             row += f"{cell:>24}"
         lines.append(row)
+        for c, other in compare.items():  # why a baseline placed nothing, or not a job
+            if isinstance(other, str):
+                lines.append(f"{c}: {other}")
+                continue
+            by_reason: dict[str, list[str]] = {}
+            for job, reason in (why_not or {}).get(c, {}).items():
+                by_reason.setdefault(reason, []).append(job)
+            for reason, jobs in by_reason.items():
+                lines.append(f"{c} does not place {', '.join(jobs)}: {reason}")
     return "\n".join(lines)
 
 
@@ -431,6 +441,7 @@ def _run(args: argparse.Namespace) -> int:
         print(io.dump_plan(result, args.output), end="" if args.output == "yaml" else "\n")
         return code
     compare: dict[str, dict[str, float] | str] | None = None
+    why_not: dict[str, dict[str, str]] = {}
     if not args.no_compare:
         compare = {}
         for name in BASELINES:
@@ -442,11 +453,12 @@ def _run(args: argparse.Namespace) -> int:
             try:
                 other = planned(name)
                 compare[name] = {jp.name: jp.predicted_iteration_seconds for jp in other.jobs}
+                why_not[name] = {u.name: u.reason for u in other.unplaced}
             except HulkError as exc:
                 compare[name] = str(exc)
     # a live cluster is shown by the servers the jobs may get: free, or in their plans
     label = f"{cluster.name}: servers free or in these jobs' plans" if args.kubeconfig else None
-    print(render_table(cluster, result, compare, unlinked_pairs(cluster), label))
+    print(render_table(cluster, result, compare, unlinked_pairs(cluster), label, why_not))
     return code
 
 

@@ -38,11 +38,21 @@ API_VERSION = "hulk.dev/v1alpha1"
 L = TypeVar("L", Link, RegionLink)
 
 
+# What to write where a server's field is missing (the fix its error names).
+_SERVER_HINTS = {
+    "gpuTFLOPS": "peak dense 16-bit TFLOPS of one GPU: 989 for an H100 SXM, 312 for an A100",
+    "gpuMemoryGiB": "GiB of memory of one GPU: 80 for an H100 or A100-80GB",
+    "gpus": "the number of GPUs in the server, e.g. 8",
+}
+
+
 def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
     if not isinstance(doc, Mapping):
         raise InvalidRequest(where, f"must be a mapping, got {type(doc).__name__}")
     if key not in doc or doc[key] is None:
-        raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing")
+        hint = _SERVER_HINTS.get(key) if where.startswith("spec.nodes[") else None
+        fix = f"add it: {hint}" if hint else "add it (docs/formats.md lists each field)"
+        raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing", fix)
     return doc[key]
 
 

@@ -129,6 +129,24 @@ def test_generated_clusters_round_trip(n: int, seed: int, explicit: bool) -> Non
     assert io.cluster_to_dict(again) == doc
 
 
+def test_a_missing_server_figure_says_what_to_write() -> None:
+    """Before: 'spec.nodes[0].gpuTFLOPS: is required but missing', and no fix (a docs
+    trial)."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0].pop("gpuTFLOPS")
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert str(exc.value) == (
+        "spec.nodes[0].gpuTFLOPS: is required but missing (add it: peak dense 16-bit TFLOPS "
+        "of one GPU: 989 for an H100 SXM, 312 for an A100)"
+    )
+    doc["spec"]["links"][0].pop("latencyMs")
+    doc["spec"]["nodes"][0]["gpuTFLOPS"] = 312
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert exc.value.fix == "add it (docs/formats.md lists each field)"
+
+
 @pytest.mark.parametrize(
     ("mutate", "field", "problem"),
     [

@@ -232,6 +232,18 @@ def test_huge_ratios_are_written_in_scientific_notation_in_every_row() -> None:
     assert row.endswith("(3.0e+05x)") and mean.endswith("3.0e+05x"), text
 
 
+def test_the_table_says_why_a_baseline_places_a_job_not() -> None:
+    """Before, 'not placed' and no reason: it was in -o json alone (a docs trial)."""
+    topology = Path(__file__).resolve().parents[2] / "examples" / "three-cities-topology.yaml"
+    out = hulk("plan", "--cluster", topology, "--moves", "50")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    said = [line for line in lines if line.startswith("baseline-b does not place ")]
+    assert said == ["baseline-b does not place t5-11b, gpt2-xl: its servers cannot all reach "
+                    "each other"], lines[-6:]  # fmt: skip
+    assert [line for line in lines if line.startswith("t5-11b ") and "not placed" in line]
+
+
 def test_the_same_seed_and_moves_give_the_same_plan(files: tuple[Path, Path]) -> None:
     """Before: --seed alone did not repeat a plan (the search stops after a wall-clock
     time); --moves bounds it by moves instead."""
