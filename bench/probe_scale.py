@@ -7,7 +7,7 @@ Without ``--kubeconfig`` it starts a sandbox with one node per agent (and stops 
 Each agent is a real ``hulk probe`` process on its own loopback address (127.0.0.2, ...).
 A few pairs talk through toxiproxy proxies that delay each direction by a known amount.
 
-Figures and goals (issue 6):
+Figures and goals (the probe's cost on every node):
 - convergence: time from "every agent ready" until every ordered pair is published with a
   sample, in probe intervals (goal <= 2); time from spawning the processes is printed too;
 - agent resident memory (VmRSS), max over agents (goal < 60 MB);

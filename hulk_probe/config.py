@@ -182,19 +182,6 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
     listen = parse_hostport(text or f"0.0.0.0:{DEFAULT_ECHO_PORT}", what, DEFAULT_ECHO_PORT)
 
     listen_what = what
-    text, what = raw("--advertise")
-    if text:
-        advertise = parse_hostport(text, what, listen[1])
-    elif not _is_unspecified(listen[0]):
-        advertise, what = listen, f"{listen_what} (advertised, as no --advertise is given)"
-    elif env.get("POD_IP"):
-        advertise = (env["POD_IP"], listen[1])
-    else:
-        raise ConfigError(
-            "--advertise is required when --listen binds every address (or set $POD_IP)"
-        )
-    if _is_unspecified(advertise[0]) or advertise[1] == 0:
-        raise ConfigError(f"{what}: peers cannot reach {advertise[0]}:{advertise[1]}")
 
     text, what = raw("--metrics")
     metrics: tuple[str, int] | None
@@ -239,6 +226,21 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
     level = (level or "INFO").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"{what}: expected DEBUG, INFO, WARNING or ERROR, got {level!r}")
+
+    # (last: the other flags' mistakes are told first, where a missing --advertise hid them)
+    text, what = raw("--advertise")
+    if text:
+        advertise = parse_hostport(text, what, listen[1])
+    elif not _is_unspecified(listen[0]):
+        advertise, what = listen, f"{listen_what} (advertised, as no --advertise is given)"
+    elif env.get("POD_IP"):
+        advertise = (env["POD_IP"], listen[1])
+    else:
+        raise ConfigError(
+            "--advertise is required when --listen binds every address (or set $POD_IP)"
+        )
+    if _is_unspecified(advertise[0]) or advertise[1] == 0:
+        raise ConfigError(f"{what}: peers cannot reach {advertise[0]}:{advertise[1]}")
 
     return ProbeConfig(
         node_name=node_name,

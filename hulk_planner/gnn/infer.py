@@ -12,7 +12,8 @@ The ``.pt`` reader handles what ``torch.save`` writes for a dict of plain values
 tensors (a zip with ``data.pkl`` and one raw file per storage; the pickle calls
 ``torch._utils._rebuild_tensor_v2``). Anything else in the pickle is refused, so reading a
 weights file runs no code; if a future torch writes a different layout the reader raises
-``WeightsFormatError`` and ``load_weights`` falls back to ``torch.load``.
+``WeightsFormatError`` and ``load_weights`` falls back to ``torch.load`` (not for an object
+the reader refuses: ``RefusedObject``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class WeightsFormatError(ValueError):
     """The file is not a ``torch.save`` archive this reader understands."""
 
 
+class RefusedObject(WeightsFormatError):
+    """The pickle names an object weights never hold (code to run, say): refused, and not
+    handed to ``torch.load`` either (whose safe mode would refuse it too, at length)."""
+
+
 def _rebuild_tensor(
     storage: np.ndarray,
     offset: int,
@@ -76,7 +82,7 @@ class _Unpickler(pickle.Unpickler):
             return _rebuild_tensor
         if module == "torch" and name in _DTYPES:
             return np.dtype(_DTYPES[name])
-        raise WeightsFormatError(f"unexpected object {module}.{name} in the weights file")
+        raise RefusedObject(f"unexpected object {module}.{name} in the weights file")
 
     def persistent_load(self, pid: Any) -> Any:
         if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
@@ -111,6 +117,8 @@ def load_weights(path: str | Path) -> dict[str, Any]:
     """``{"config": ..., "state_dict": {name: np.ndarray}, ...}`` from a weights file."""
     try:
         return dict(read_pt(path))
+    except RefusedObject:
+        raise
     except WeightsFormatError:
         import torch
 

@@ -64,6 +64,9 @@ def test_node_name_from_downward_api_variable() -> None:
             "--publish-interval must be at least",
         ),
         (["--node-name", "n", "--listen", "0.0.0.0:1"], "--advertise is required"),
+        # the default --listen needs --advertise, but a bad flag is told first (before, the
+        # missing --advertise hid it: a docs trial)
+        (["--node-name", "n", "--listen", "0.0.0.0:1", "--interval", "0"], "--interval must"),
         (["--node-name", "n", "--listen", "127.0.0.1:99999"], "port must be a number"),
         (["--node-name", "n", "--listen", "::1:5"], "IPv6 addresses in brackets"),
         (["--node-name", "n", "--peer-address", "b"], "expected NODE=HOST:PORT"),

@@ -45,6 +45,18 @@ def test_read_pt_refuses_code(tmp_path: Path) -> None:
     torch.save({"f": print}, path)  # a reference to a builtin, not a tensor
     with pytest.raises(WeightsFormatError, match="unexpected object"):
         read_pt(path)
+    # hulk plan --weights evil.pt: one line naming the object (before, torch.load was tried
+    # too: its warning, and its message cut short; a docs trial)
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--weights", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"hulk plan: error: --weights: {str(path)!r} is not Hulk GNN weights (RefusedObject: "
+        "unexpected object __builtin__.print in the weights file) (give a .pt file that `hulk "
+        "train --output FILE` wrote)"
+    ], out.stderr
     (tmp_path / "plain.pt").write_text("not a zip")
     with pytest.raises(WeightsFormatError, match="not a zip"):
         read_pt(tmp_path / "plain.pt")
