@@ -37,6 +37,7 @@ from hulk_operator.quotas import (
     Scope,
     default_class,
     gpu_limit,
+    gpu_minimum,
     limit_bounds,
     limit_defaults,
     policy_text,
@@ -204,6 +205,16 @@ def hulk_gpu_limits(
 
 
 @kopf.index("limitranges")
+def hulk_gpu_minimums(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, tuple[str, float]]:
+    """GPU minimums per stage pod by namespace (LimitRanges): a server that offers a job
+    fewer GPUs is not planned for it (its stage pod would be refused)."""
+    least = gpu_minimum(body)
+    return {namespace: (name, least)} if namespace and least is not None else {}
+
+
+@kopf.index("limitranges")
 def hulk_limit_defaults(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[str, tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -268,6 +279,7 @@ async def build_snapshot(
     *,
     hulk_quotas: Any = None,
     hulk_gpu_limits: Any = None,
+    hulk_gpu_minimums: Any = None,
     hulk_limit_defaults: Any = None,
     hulk_limit_bounds: Any = None,
     policy_specs: Sequence[Any] = (),
@@ -316,6 +328,7 @@ async def build_snapshot(
         quotas=by_namespace(hulk_quotas),
         counted=counted,
         gpu_limits=by_namespace(hulk_gpu_limits),
+        gpu_minimums=by_namespace(hulk_gpu_minimums),
         limit_defaults=by_namespace(hulk_limit_defaults),
         limit_bounds={
             ns: [b for bounds in stores for b in bounds]

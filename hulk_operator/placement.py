@@ -214,6 +214,7 @@ class Placer:
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
             snap.gpu_max(entry.key[0]),
+            snap.gpu_min(entry.key[0]),
             tuple(sorted(snap.limit_bounds.get(entry.key[0], ()))),
             repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
             *quotas_seen(snap, entry),

@@ -33,6 +33,7 @@ from hulk_operator.quotas import (
     Bound,
     Scope,
     gpu_limit,
+    gpu_minimum,
     limit_bounds,
     limit_defaults,
     quota_left,
@@ -119,14 +120,17 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         if (job := owner_job(m))
     )
     limits: dict[str, list[tuple[str, float]]] = {}
+    minimums: dict[str, list[tuple[str, float]]] = {}
     defaults: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
     bounds: dict[str, list[Bound]] = {}
     for lr in limit_items:
         meta = lr["metadata"]
         bounds.setdefault(meta["namespace"], []).extend(limit_bounds(lr) or ())
-        most, given = gpu_limit(lr), limit_defaults(lr)
+        most, least, given = gpu_limit(lr), gpu_minimum(lr), limit_defaults(lr)
         if most is not None:
             limits.setdefault(meta["namespace"], []).append((meta["name"], most))
+        if least is not None:
+            minimums.setdefault(meta["namespace"], []).append((meta["name"], least))
         if given is not None:
             defaults.setdefault(meta["namespace"], []).append((meta["name"], *given))
     snap = Snapshot(
@@ -138,6 +142,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
         quotas=quotas,
         counted={k: summed(v) for k, v in counted.items()},
         gpu_limits=limits,
+        gpu_minimums=minimums,
         limit_defaults=defaults,
         limit_bounds=bounds,
         scoped_quotas=scoped,

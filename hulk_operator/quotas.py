@@ -392,6 +392,17 @@ def gpu_limit(body: Mapping[str, Any]) -> float | None:
     return min(maxima) if maxima else None
 
 
+def gpu_minimum(body: Mapping[str, Any]) -> float | None:
+    """The fewest GPUs a LimitRange lets one container or one pod request (the largest
+    ``min`` of its Container and Pod limits), or None where it sets none."""
+    minima = [
+        parse_amount(item["min"][GPU])
+        for item in (body.get("spec") or {}).get("limits") or []
+        if item.get("type") in ("Container", "Pod") and GPU in (item.get("min") or {})
+    ]
+    return max(minima) if minima else None
+
+
 def parse_amount(value: Any) -> float:
     """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable."""
     try:

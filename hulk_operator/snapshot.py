@@ -126,6 +126,8 @@ class Snapshot:
 
     # namespace -> (LimitRange, most GPUs one stage pod may request) for each that sets one
     gpu_limits: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
+    # namespace -> (LimitRange, fewest GPUs one stage pod may request) for each that sets one
+    gpu_minimums: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
     # namespace -> (LimitRange, default requests, default limits) for each that sets some
     limit_defaults: Mapping[str, Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]] = (
         field(default_factory=dict)
@@ -236,6 +238,10 @@ class Snapshot:
         """The namespace's tightest LimitRange maximum of GPUs per pod or container."""
         return _tightest(self.gpu_limits.get(namespace))
 
+    def gpu_min(self, namespace: str) -> tuple[str, float] | None:
+        """The namespace's tightest LimitRange minimum of GPUs per pod or container."""
+        return max(self.gpu_minimums.get(namespace) or [], key=lambda q: q[1], default=None)
+
     def quota_seen(self, namespace: str) -> tuple[Any, ...]:
         """The namespace's quotas as a fingerprint: a quota raised, or freed, is a change."""
         quotas = [
@@ -319,6 +325,28 @@ class Snapshot:
             return limit
         return None
 
+    def minimum_refuses(self, entry: JobEntry) -> str | None:
+        """Why the namespace's LimitRange minimum of GPUs allows none of the job's stage
+        pods, whatever the server: the template asks fewer, or a maximum is lower."""
+        least, most = self.gpu_min(entry.key[0]), self.gpu_max(entry.key[0])
+        if least is None:
+            return None
+        ns, name, amount = entry.key[0], least[0], least[1]
+        asked = entry.requests.gpus
+        if asked and asked < amount:
+            return (
+                f"namespace {ns}'s LimitRange {name} asks at least {amount:g} {GPU} per pod, "
+                f"and the template asks {asked}: ask for at least {amount:g}, or lower the "
+                "LimitRange's min"
+            )
+        if most is not None and most[1] < amount:
+            return (
+                f"namespace {ns}'s LimitRange {name} asks at least {amount:g} {GPU} per pod, "
+                f"and LimitRange {most[0]} allows at most {most[1]:g}: no stage pod can meet "
+                "both; lower the min, or raise the max"
+            )
+        return None
+
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
         whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
@@ -326,10 +354,11 @@ class Snapshot:
         mine = set(also)
         sel = dict(entry.node_selector)
         out: list[NodeInfo] = []
-        if self.limit_refuses(entry) or self.bounds_refuse(entry):
+        if self.limit_refuses(entry) or self.bounds_refuse(entry) or self.minimum_refuses(entry):
             return out  # no stage pod the namespace allows: why_none_free says so
-        limit = self.gpu_max(entry.key[0])
+        limit, floor = self.gpu_max(entry.key[0]), self.gpu_min(entry.key[0])
         most = int(limit[1]) if limit is not None else None
+        least = floor[1] if floor is not None else 0.0
         for info in self.nodes.values():
             holder = self.held.get(info.name)
             if holder is not None and holder != entry.key and info.name not in mine:
@@ -346,8 +375,19 @@ class Snapshot:
                     info = replace(info, server=replace(info.server, gpus=asked))
                 if most is not None and info.server is not None and info.server.gpus > most:
                     info = replace(info, server=replace(info.server, gpus=most))  # LimitRange
+                if info.server is not None and info.server.gpus < least:
+                    continue  # its stage pod would ask fewer GPUs than the LimitRange's min
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
+
+    def _offered(self, info: NodeInfo, entry: JobEntry) -> int:
+        """The GPUs the node's stage pod for the job would ask (as ``free`` gives them)."""
+        server = self._unused(info).server
+        gpus = server.gpus if server is not None else 0
+        if entry.requests.gpus:
+            gpus = min(gpus, entry.requests.gpus)
+        limit = self.gpu_max(entry.key[0])
+        return min(gpus, int(limit[1])) if limit is not None else gpus
 
     def _fits(self, info: NodeInfo, need: Resources) -> bool:
         """Whether a stage pod requesting ``need`` fits beside the node's other pods."""
@@ -377,6 +417,9 @@ class Snapshot:
                 if entry.requests.gpus
                 else f"namespace {entry.key[0]}'s LimitRange {limit[0]} allows no {GPU}"
             )
+        refused = self.minimum_refuses(entry)
+        if refused is not None:
+            return refused
         no_match = unmatched(entry, self.nodes)
         if no_match is not None:
             return no_match
@@ -389,6 +432,15 @@ class Snapshot:
             )
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
+        floor = self.gpu_min(entry.key[0])
+        few = [
+            i
+            for i in usable
+            if floor is not None
+            and i not in full
+            and i not in unfit
+            and self._offered(i, entry) < floor[1]
+        ]
         absent = missing_resources(need, usable)
         if absent:
             return (
@@ -408,14 +460,23 @@ class Snapshot:
                 f"every GPU of the {len(usable)} usable node(s) matching the job is requested "
                 "by other pods (not Hulk's)"
             )
-        if not full and not unfit:
+        if floor is not None and few and len(few) == len(usable):
+            return (
+                f"none of the {len(usable)} usable node(s) matching the job offers the "
+                f"{floor[1]:g} {GPU} namespace {entry.key[0]}'s LimitRange {floor[0]} asks at "
+                "least per pod: lower the LimitRange's min, or allow servers with more GPUs"
+            )
+        if not full and not unfit and not few:
             return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
-        held = len(usable) - len(full) - len(unfit)  # free() offered none: the rest are held
+        held = len(usable) - len(full) - len(unfit) - len(few)  # the rest are held
         parts = [
             f"{held} held by other jobs" if held else "",
             f"{len(full)} with every GPU requested by other pods" if full else "",
             f"{len(unfit)} without room for the stage pods' requests ({describe(need)})"
             if unfit
+            else "",
+            f"{len(few)} offering fewer than the {floor[1]:g} {GPU} LimitRange {floor[0]} asks"
+            if few and floor is not None
             else "",
         ]
         return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(

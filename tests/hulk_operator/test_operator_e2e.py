@@ -1139,6 +1139,35 @@ def test_a_limitrange_gpu_maximum_is_planned_within(kube: Kube, operator: Any) -
         kube.core.delete_namespaced_limit_range("gpus", kube.ns)
 
 
+def test_a_limitrange_gpu_minimum_is_planned_within(kube: Kube, operator: Any) -> None:
+    """Before, a server offering fewer GPUs than the namespace's LimitRange min per pod got
+    a stage, whose pod was refused (a Known limit)."""
+    limits = {
+        "metadata": {"name": "floor"},
+        "spec": {"limits": [{"type": "Container", "min": {"nvidia.com/gpu": "8"}}]},
+    }
+    kube.core.create_namespaced_limit_range(kube.ns, limits)
+    try:
+        kube.apply(manifest("lrmin", model={"preset": "gpt2-xl"}, allowedRegions=["paris"]))
+        wait("Running within the LimitRange", lambda: kube.phase("lrmin") == "Running", 60)
+        stages = kube.job("lrmin")["status"]["plan"]["stages"]
+        assert min(n["gpus"] for s in stages for n in s["nodes"]) >= 8, stages
+        for p in kube.live_pods("lrmin"):
+            assert int(p.spec.containers[0].resources.limits[GPU]) >= 8
+        # a min no server of the job's region offers: told, not planned
+        kube.apply(manifest("lrtop", model={"preset": "gpt2-xl"}, allowedRegions=["london"]))
+
+        def told() -> dict[str, Any] | None:
+            c = condition(kube.job("lrtop"), "Planned")
+            return c if c.get("reason") == "Unschedulable" else None
+
+        c = wait("the job told", told, 30)
+        assert "offers the 8 nvidia.com/gpu" in c["message"] and "LimitRange floor" in c["message"]
+        assert not kube.pods("lrtop")
+    finally:
+        kube.core.delete_namespaced_limit_range("floor", kube.ns)
+
+
 def _fail_pod(kube: Kube, pod: str, reason: str) -> None:
     """What the kubelet writes when it ends a pod for good (kwok runs no containers)."""
     kube.core.patch_namespaced_pod_status(

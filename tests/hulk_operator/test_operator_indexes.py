@@ -48,6 +48,10 @@ UNINDEXED: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "hulk_quota_specs": (indexes.hulk_quota_specs, {"namespace": None, "name": "q", "spec": {}}),
     "hulk_limit_specs": (indexes.hulk_limit_specs, {"namespace": None, "name": "l", "spec": {}}),
     "hulk_gpu_limits": (indexes.hulk_gpu_limits, {"namespace": "ml", "name": "l", "body": LIMITS}),
+    "hulk_gpu_minimums": (
+        indexes.hulk_gpu_minimums,
+        {"namespace": "ml", "name": "l", "body": LIMITS},
+    ),
     "hulk_limit_defaults": (
         indexes.hulk_limit_defaults,
         {"namespace": "ml", "name": "l", "body": LIMITS},
@@ -105,3 +109,17 @@ def test_the_services_a_quota_leaves_and_the_jobs_that_have_theirs() -> None:
                              "name": "gpt", "uid": "u", "controller": True}],
     }  # fmt: skip
     assert indexes.hulk_services(namespace="ml", meta=owned) == {("ml", "gpt"): True}
+
+
+def test_a_limitranges_gpu_minimum_is_its_largest_min_for_a_container_or_a_pod() -> None:
+    body = {
+        "spec": {
+            "limits": [
+                {"type": "Container", "min": {GPU: "2"}, "max": {GPU: "8"}},
+                {"type": "Pod", "min": {GPU: "4"}},
+                {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}},
+            ]
+        }
+    }
+    assert indexes.hulk_gpu_minimums(namespace="ml", name="l", body=body) == {"ml": ("l", 4.0)}
+    assert indexes.hulk_gpu_limits(namespace="ml", name="l", body=body) == {"ml": ("l", 8.0)}

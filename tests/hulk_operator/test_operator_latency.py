@@ -255,6 +255,16 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
             ), out
         finally:
             kube.core.delete_namespaced_limit_range("no-gpus", kube.ns)
+        floor = {  # more GPUs per pod than any server has
+            "metadata": {"name": "floor"},
+            "spec": {"limits": [{"type": "Container", "min": {GPU: "17"}}]},
+        }
+        kube.core.create_namespaced_limit_range(kube.ns, floor)
+        try:
+            out = preview()
+            assert out.returncode == 3 and "LimitRange floor asks at least" in out.stderr, out
+        finally:
+            kube.core.delete_namespaced_limit_range("floor", kube.ns)
         bounds = {
             "metadata": {"name": "pod-memory"},
             "spec": {"limits": [{"type": "Pod", "max": {"memory": "1Gi"}}]},

@@ -143,6 +143,49 @@ def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
     assert [i.name for i in crowded.free(calm)] == paris
 
 
+def test_a_limitrange_gpu_minimum_keeps_servers_with_fewer_gpus_from_a_job() -> None:
+    """A LimitRange's min of GPUs per pod: before, a server offering fewer was planned, and
+    its stage pod refused (a Known limit). Servers offering fewer are not offered; a template
+    asking fewer, or a max under the min, is told; none left says which LimitRange."""
+    gpt = entry(paper_jobs()[2], ns="team-b", allowed_regions=("paris",))  # 12, 12, 6, 11 GPUs
+    base = snap([gpt])
+    paris = {i.name: i.server.gpus for i in base.free(gpt) if i.server}
+    assert sorted(paris.values()) == [6, 11, 12, 12], paris
+
+    def view(e: JobEntry, **kw: Any) -> Snapshot:
+        return Snapshot(base.nodes, base.latencies, {e.key: e}, {}, **kw)
+
+    least = view(gpt, gpu_minimums={"team-b": [("floor", 8.0), ("low", 2.0)]})
+    assert least.gpu_min("team-b") == ("floor", 8.0)  # the tightest
+    assert sorted(i.server.gpus for i in least.free(gpt) if i.server) == [11, 12, 12]
+    d = plan_pending(least, plan)[gpt.key]
+    assert d.job_plan is not None, d.reason
+    assert min(d.cluster.server(n).gpus for n in d.job_plan.nodes) >= 8  # type: ignore[union-attr]
+    # every server too small
+    high = view(gpt, gpu_minimums={"team-b": [("floor", 13.0)]})
+    assert high.free(gpt) == []
+    assert plan_pending(high, plan)[gpt.key].reason == (
+        "none of the 4 usable node(s) matching the job offers the 13 nvidia.com/gpu namespace "
+        "team-b's LimitRange floor asks at least per pod: lower the LimitRange's min, or allow "
+        "servers with more GPUs"
+    )
+    # a template that asks fewer than the min, and a max under the min
+    asks = replace(gpt, requests=Resources(gpus=4))
+    d = plan_pending(view(asks, gpu_minimums={"team-b": [("floor", 8.0)]}), plan)[asks.key]
+    assert d.job_plan is None and d.reason == (
+        "namespace team-b's LimitRange floor asks at least 8 nvidia.com/gpu per pod, and the "
+        "template asks 4: ask for at least 8, or lower the LimitRange's min"
+    )
+    both = view(
+        gpt, gpu_minimums={"team-b": [("floor", 8.0)]}, gpu_limits={"team-b": [("cap", 4.0)]}
+    )
+    assert plan_pending(both, plan)[gpt.key].reason == (
+        "namespace team-b's LimitRange floor asks at least 8 nvidia.com/gpu per pod, and "
+        "LimitRange cap allows at most 4: no stage pod can meet both; lower the min, or raise "
+        "the max"
+    )
+
+
 def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
     """Before, a server with more GPUs than the namespace's LimitRange allows per pod was
     planned whole, and its stage pod was refused for ever (a multi-tenant user trial)."""
