@@ -381,26 +381,26 @@ def effective_resources(spec: Mapping[str, Any], *, limits: bool) -> dict[str, f
     return {k: v for k, v in total.items() if v}
 
 
+def _gpu_bounds(body: Mapping[str, Any], kind: str) -> list[float]:
+    """A LimitRange's ``kind`` (``max``, ``min``) amounts of GPUs, of its Container and Pod
+    limits."""
+    return [
+        parse_amount(item[kind][GPU])
+        for item in (body.get("spec") or {}).get("limits") or []
+        if item.get("type") in ("Container", "Pod") and GPU in (item.get(kind) or {})
+    ]
+
+
 def gpu_limit(body: Mapping[str, Any]) -> float | None:
     """The most GPUs a LimitRange lets one container or one pod request (the smallest
     ``max`` of its Container and Pod limits), or None where it sets none."""
-    maxima = [
-        parse_amount(item["max"][GPU])
-        for item in (body.get("spec") or {}).get("limits") or []
-        if item.get("type") in ("Container", "Pod") and GPU in (item.get("max") or {})
-    ]
-    return min(maxima) if maxima else None
+    return min(_gpu_bounds(body, "max"), default=None)
 
 
 def gpu_minimum(body: Mapping[str, Any]) -> float | None:
     """The fewest GPUs a LimitRange lets one container or one pod request (the largest
     ``min`` of its Container and Pod limits), or None where it sets none."""
-    minima = [
-        parse_amount(item["min"][GPU])
-        for item in (body.get("spec") or {}).get("limits") or []
-        if item.get("type") in ("Container", "Pod") and GPU in (item.get("min") or {})
-    ]
-    return max(minima) if minima else None
+    return max(_gpu_bounds(body, "min"), default=None)
 
 
 def parse_amount(value: Any) -> float:
