@@ -35,6 +35,7 @@ class Decision:
     base: JobPlan | None = None  # for a re-plan: the plan it replaces
     note: str = ""  # said with the plan, e.g. that a quota made it smaller
     refused: bool = False  # no plan: its pods were refused, it waits (Placer.give_back)
+    generation: int = 0  # the job's metadata.generation it was made for (0: not stamped)
 
     @property
     def nodes(self) -> frozenset[str]:

@@ -142,12 +142,17 @@ SERVICE_MARK = "hulk_service"  # set on an error creating the job's headless Ser
 
 def admission_denied(exc: BaseException) -> bool:
     """An admission policy or webhook denied the request with another code than 403: a
-    ValidatingAdmissionPolicy whose validation sets no ``reason`` answers 422 Invalid, a
-    webhook the code it chooses. A policy, as a 403's: not the template's own validity."""
-    said = api_message(exc)
-    return api_status(exc) in (400, 422) and (
-        ("ValidatingAdmissionPolicy" in said and "denied request" in said)
-        or ("admission webhook" in said and "denied the request" in said)
+    ValidatingAdmissionPolicy whose validation sets no ``reason`` answers 422 Invalid (413
+    with ``RequestEntityTooLarge``), a webhook the code it chooses. A policy, as a 403's:
+    not the template's own validity."""
+    said, code = api_message(exc), api_status(exc)
+    return (
+        code is not None
+        and 400 <= code < 500
+        and (
+            ("ValidatingAdmissionPolicy" in said and "denied request" in said)
+            or ("admission webhook" in said and "denied the request" in said)
+        )
     )
 
 

@@ -109,10 +109,12 @@ class Placer:
         return True
 
     def prune(self, jobs: Mapping[Key, JobEntry]) -> None:
-        """Drops reservations that the jobs' statuses now show (or whose job is gone)."""
+        """Drops reservations that the jobs' statuses now show, whose job is gone, or that
+        were made for an older spec (an edit while it was planned)."""
         for k, d in list(self.reserved.items()):
             e = jobs.get(k)
-            if e is None or e.deleting or e.plan_nodes == d.nodes:
+            stale = e is not None and d.generation and d.generation != e.generation
+            if e is None or e.deleting or e.plan_nodes == d.nodes or stale:
                 del self.reserved[k]
         for k in [k for k in self.regrow_checked if k not in jobs]:
             del self.regrow_checked[k]
@@ -240,10 +242,10 @@ class Placer:
         """This job's decision: a reservation made by an earlier round, the same failure
         as last time when nothing changed, or a fresh round over all pending jobs."""
         async with self.lock:
+            snap = await snapshot()
+            self.prune(snap.jobs)  # (a reservation for an older spec goes)
             if key in self.reserved:
                 return self.reserved[key]
-            snap = await snapshot()
-            self.prune(snap.jobs)
             entry = snap.jobs.get(key)
             if entry is None or not entry.pending:
                 return None
@@ -274,7 +276,7 @@ class Placer:
             after = replace(snap, held=dict(snap.held))
             for k, d in decisions.items():
                 if d.job_plan is not None:
-                    self.reserved[k] = d
+                    self.reserved[k] = replace(d, generation=snap.jobs[k].generation)
                     self.unplaced.pop(k, None)
                     for n in d.nodes:
                         after.held[n] = k  # type: ignore[index]
@@ -308,7 +310,7 @@ class Placer:
             decisions = await asyncio.to_thread(within)
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
-            d = replace(decisions[entry.key], base=current)
+            d = replace(decisions[entry.key], base=current, generation=entry.generation)
             if d.job_plan is not None:
                 self.reserved[entry.key] = d
             return d
@@ -373,6 +375,7 @@ class Placer:
             if self.on_round:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:
+                d = replace(d, generation=entry.generation)
                 self.reserved[entry.key] = d
             return d
 

@@ -188,8 +188,14 @@ async def reconcile(
             new.update(_placed_fields(decision, spec))
             conds = _planned(conds, decision, entry, ctx.config, gen)
             new["phase"] = st.PLACING
-    if (body.get("metadata") or {}).get("deletionTimestamp") or ctx.stopped():
-        return {}  # deleted while we planned (``body`` is kopf's live view): create nothing
+    if (
+        (body.get("metadata") or {}).get("deletionTimestamp")
+        or ctx.stopped()
+        or _edited(body, entry)
+    ):
+        # deleted, or its spec edited, while we planned (``body`` is kopf's live view):
+        # create nothing, write nothing (an edit's new plan comes at the next round)
+        return {}
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
     ended = [p.name for p in pods if p.phase in ("Failed", "Succeeded")]
     failed = [p for p in pods if p.phase == "Failed"]
@@ -232,8 +238,8 @@ async def reconcile(
             return new
         await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
-    if ctx.stopped():
-        return {}  # the job deleted (or the operator exiting) while its pods were created
+    if ctx.stopped() or _edited(body, entry):
+        return {}  # deleted or edited (or the operator exiting) while its pods were created
     if replanned is None and diff.create and status.get("phase") == st.RUNNING:
         msg = (
             f"stage pod(s) {', '.join(sorted(diff.create))} of a running job were deleted; "
@@ -300,6 +306,15 @@ async def _give_back(
         conds, st.PLANNED, False, PODS_FORBIDDEN, decision.reason, gen
     )
     return new
+
+
+def _edited(body: Mapping[str, Any], entry: JobEntry) -> bool:
+    """Whether the job's spec changed since this reconciliation began (``body`` is kopf's
+    live view; ``entry`` what the index held then): its plan is for the old spec. Before,
+    a re-plan for a lost server made meanwhile was written over the edit's reset, and the
+    job ran the old spec's plan for good (a user trial)."""
+    live = (body.get("metadata") or {}).get("generation")
+    return live is not None and int(live) != entry.generation
 
 
 def _fail(

@@ -153,7 +153,8 @@ def refusing_pods(
         try:
             create(kube.ns, probe, dry_run="All")
         except client.ApiException as exc:
-            return exc.status == (403 if reason else 422) and why in str(exc.body)
+            code = {"Forbidden": 403, None: 422, "RequestEntityTooLarge": 413}[reason]
+            return exc.status == code and why in str(exc.body)
         return False
 
     adm.create_validating_admission_policy(policy)

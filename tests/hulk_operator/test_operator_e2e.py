@@ -504,12 +504,14 @@ STAGE_2 = {
 }
 
 
-@pytest.mark.parametrize("reason", ["Forbidden", None])
+@pytest.mark.parametrize("reason", ["Forbidden", None, "RequestEntityTooLarge"])
 def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_them(
     kube: Kube, operator: Any, reason: str | None
 ) -> None:
     """A policy whose validation sets no reason is answered 422 Invalid: before, the job
-    was failed for an invalid template, for good (a user trial)."""
+    was failed for an invalid template, for good (a docs trial); one that sets
+    RequestEntityTooLarge, 413: the job held its servers for good, its reconciliation
+    failing with the API server's whole reply (a user trial)."""
     why = "two stages at most here"
     with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why, reason=reason):
         kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
@@ -1399,6 +1401,43 @@ def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> 
     assert c["status"] == "False" and victim not in c["message"], c
     assert c["message"] == "spec.template changed: the job is planned again from scratch"
     wait("Running again", lambda: kube.all_running([name]), 60)
+
+
+def test_an_edit_while_a_lost_server_is_replanned_is_not_lost(kube: Kube, operator: Any) -> None:
+    """Before, the re-plan for the cordoned server, made for the old spec, was written over
+    the edit's reset: the job ran GPT-2 XL's 48 layers as BERT-large for good (a user
+    trial, 3 times in 3)."""
+    kube.apply(manifest("race", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("race") == "Running", 60)
+    victim = plan_nodes(kube.job("race"))[0]
+    kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
+    try:
+        time.sleep(1.0)  # the re-plan under way
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "race", {"spec": {"model": {"preset": "bert-large"}}}
+        )
+
+        def settled() -> bool:
+            job = kube.job("race")
+            planned = condition(job, "Planned")
+            return (
+                job["status"].get("phase") == "Running"
+                and planned.get("observedGeneration") == 2
+                and kube.all_running(["race"])
+            )
+
+        wait("Running the edited spec", settled, 60)
+        time.sleep(2 * CONFIG.reconcile_interval_s)
+        job = kube.job("race")
+        stages = job["status"]["plan"]["stages"]
+        assert stages[-1]["layers"]["end"] == 24, stages  # BERT-large's layers, not 48
+        assert victim not in plan_nodes(job)
+        check_pods_match_plans(kube, ["race"])
+        for p in kube.live_pods("race"):
+            env = {e.name: e.value for e in p.spec.containers[0].env or []}
+            assert int(env["HULK_LAYER_END"]) <= 24, env
+    finally:
+        kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
 
 
 def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -> None:
