@@ -274,9 +274,13 @@ class Placer:
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
             after = replace(snap, held=dict(snap.held))
+            decisions = {  # (the spec each was made for: an edit since drops it, ``prune``)
+                k: replace(d, generation=snap.jobs[k].generation) if k in snap.jobs else d
+                for k, d in decisions.items()
+            }
             for k, d in decisions.items():
                 if d.job_plan is not None:
-                    self.reserved[k] = replace(d, generation=snap.jobs[k].generation)
+                    self.reserved[k] = d
                     self.unplaced.pop(k, None)
                     for n in d.nodes:
                         after.held[n] = k  # type: ignore[index]

@@ -379,11 +379,12 @@ def _unplanned(phase: str) -> dict[str, Any]:
 
 
 def _not_ready(conds: list[dict[str, Any]], gen: int) -> list[dict[str, Any]]:
-    """``Ready`` of a job whose pods are gone (no plan): False, not a stale 'all running';
-    and no ``LatencyEstimated``, which told of the plan gone."""
+    """``Ready`` of a job with no plan (its pods gone, or never made): False, not a stale
+    'all running' nor missing (kubectl's READY column was blank for a job never placed: a
+    user trial); and no ``LatencyEstimated``, which told of the plan gone."""
     conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of a plan
     ready = st.condition({"conditions": conds}, st.READY)
-    if ready is None or ready.get("reason") == "NotPlanned":
+    if ready is not None and ready.get("reason") == "NotPlanned":
         return conds
     return st.set_condition(conds, st.READY, False, "NotPlanned", "no plan: no stage pods", gen)
 

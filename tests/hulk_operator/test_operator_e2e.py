@@ -1542,6 +1542,9 @@ def test_a_job_no_plan_fits_is_told_once_while_other_jobs_come_and_go(
     c = condition(kube.job("stuck"), "Planned")
     need = f"fits nowhere: needs {memory_need(10**13) / 2**30:.0f} GiB"
     assert c["reason"] == "Unschedulable" and c["message"].startswith(need), c
+    # kubectl get hjob's READY column says False (before, blank: no Ready; a user trial)
+    ready = condition(kube.job("stuck"), "Ready")
+    assert (ready.get("status"), ready.get("reason")) == ("False", "NotPlanned"), ready
 
 
 def test_a_job_held_back_for_another_cause_is_told_again(kube: Kube, operator: Any) -> None:
