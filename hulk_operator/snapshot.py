@@ -356,8 +356,7 @@ class Snapshot:
         out: list[NodeInfo] = []
         if self.limit_refuses(entry) or self.bounds_refuse(entry) or self.minimum_refuses(entry):
             return out  # no stage pod the namespace allows: why_none_free says so
-        limit, floor = self.gpu_max(entry.key[0]), self.gpu_min(entry.key[0])
-        most = int(limit[1]) if limit is not None else None
+        floor = self.gpu_min(entry.key[0])
         least = floor[1] if floor is not None else 0.0
         for info in self.nodes.values():
             holder = self.held.get(info.name)
@@ -370,24 +369,33 @@ class Snapshot:
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             ok = ok and info.server is not None and self._fits(info, entry.requests)
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
-                asked = entry.requests.gpus  # a template that asks for GPUs gets that many
-                if asked and info.server is not None and info.server.gpus > asked:
-                    info = replace(info, server=replace(info.server, gpus=asked))
-                if most is not None and info.server is not None and info.server.gpus > most:
-                    info = replace(info, server=replace(info.server, gpus=most))  # LimitRange
+                info = self._capped(info, entry)
                 if info.server is not None and info.server.gpus < least:
                     continue  # its stage pod would ask fewer GPUs than the LimitRange's min
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
-    def _offered(self, info: NodeInfo, entry: JobEntry) -> int:
-        """The GPUs the node's stage pod for the job would ask (as ``free`` gives them)."""
-        server = self._unused(info).server
-        gpus = server.gpus if server is not None else 0
-        if entry.requests.gpus:
+    def _capped(self, info: NodeInfo, entry: JobEntry) -> NodeInfo:
+        """The node (other pods' GPUs taken off already) with the GPUs the job's stage pod
+        would ask: what the template asks, within the namespace's LimitRange maximum."""
+        if info.server is None:
+            return info
+        gpus = info.server.gpus
+        if entry.requests.gpus:  # a template that asks for GPUs gets that many
             gpus = min(gpus, entry.requests.gpus)
         limit = self.gpu_max(entry.key[0])
-        return min(gpus, int(limit[1])) if limit is not None else gpus
+        if limit is not None:
+            gpus = min(gpus, int(limit[1]))  # LimitRange
+        return (
+            info
+            if gpus == info.server.gpus
+            else replace(info, server=replace(info.server, gpus=gpus))
+        )
+
+    def _offered(self, info: NodeInfo, entry: JobEntry) -> int:
+        """The GPUs the node's stage pod for the job would ask (as ``free`` gives them)."""
+        server = self._capped(self._unused(info), entry).server
+        return server.gpus if server is not None else 0
 
     def _fits(self, info: NodeInfo, need: Resources) -> bool:
         """Whether a stage pod requesting ``need`` fits beside the node's other pods."""
