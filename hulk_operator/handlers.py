@@ -171,12 +171,12 @@ def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_:
 def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
     """Whether the job's spec is invalid, for the planner or for the operator (a template
     ``nodeName``, node selectors that contradict each other): then posted as a Warning
-    Event, logged as info."""
+    Event, also in the log as a warning."""
     if entry.job is not None:
         return False
     message = entry.error or "invalid spec"
     kopf.warn(body, reason=INVALID_SPEC, message=message)
-    logger.info(f"invalid spec: {message}")
+    logger.warning(f"{INVALID_SPEC}: {message}")
     return True
 
 
@@ -233,6 +233,7 @@ def hulktrainingjob_update(
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, why, gen)
             kopf.warn(body, reason=INVALID_SPEC, message=f"{why}; {KEPT_RUNNING}")
+            logger.warning(f"{INVALID_SPEC}: {why}; {KEPT_RUNNING}")
             return
     memo.placer.forget((namespace or "", name))
     failed = phase == st.PHASE_FAILED
@@ -375,9 +376,13 @@ async def hulktrainingjob_reconcile(
         )
 
     def event(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
         # (also in the operator's log: what happened to a job, without kubectl)
-        (logger.warning if type_ == "Warning" else logger.info)(f"{reason}: {message}")
+        log = logger.warning if type_ == "Warning" else logger.info
+        if stopped:  # the job is being deleted: an Event would outlive it, and say nothing
+            log(f"{reason} (not posted: the job is being deleted or the operator stops): {message}")
+            return
+        kopf.event(body, type=type_, reason=reason, message=message)
+        log(f"{reason}: {message}")
 
     ctx = Context(
         api=memo.api,
