@@ -44,7 +44,7 @@ from hulk_operator.quotas import (
 )
 from hulk_operator.rounds import BASELINES, plan_pending, planner_names
 from hulk_operator.snapshot import Snapshot, held_servers
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, NothingToPlan
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
 
 DEFAULT_MAX_AGE_S = 600.0
@@ -237,10 +237,9 @@ def preview_plan(
     pending = [e for e in jobs.values() if e.pending]
     if not pending and not standing:
         where = f"namespace {namespace!r}" if namespace else "the cluster"
-        raise InvalidRequest(
-            "--kubeconfig",
-            f"{where} has no pending HulkTrainingJob",
-            "apply one, or give its manifest with --jobs FILE",
+        raise NothingToPlan(
+            f"{where} has no pending HulkTrainingJob (to preview one, apply it or give its "
+            "manifest with --jobs FILE)"
         )
     snap = replace(snap, jobs=jobs)
     decisions = plan_pending(

@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
+from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan, NothingToPlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
 from hulk_planner.regions import plan_in_regions, region_limits
 
@@ -331,6 +331,16 @@ def run(args: argparse.Namespace) -> int:
     except NoFeasiblePlan as exc:
         print(f"hulk plan: no job placed: {exc}", file=sys.stderr)
         return NOTHING_PLACED
+    except NothingToPlan as exc:  # (a live cluster whose jobs all run: no error)
+        print(f"hulk plan: nothing to plan: {exc}", file=sys.stderr)
+        if args.output in ("json", "yaml"):  # an empty plan, for a script that reads it
+            from hulk_planner import io
+
+            print(
+                io.dump_plan(Plan(args.planner), args.output),
+                end="" if args.output == "yaml" else "\n",
+            )
+        return 0
     except HulkError as exc:
         print(f"hulk plan: error: {exc}", file=sys.stderr)
         return 2

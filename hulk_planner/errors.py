@@ -6,6 +6,8 @@
 - ``NoFeasiblePlan``: the input is valid but no placement exists (not enough GPU memory,
   no server can reach another). The operator keeps the job Pending and retries when the
   cluster changes.
+- ``NothingToPlan``: the input is valid and holds no job to plan (a live cluster with no
+  pending job). The CLI says so and exits with code 0, an empty plan on ``-o json``.
 """
 
 from __future__ import annotations
@@ -39,3 +41,8 @@ class NoFeasiblePlan(HulkError):
         self.reason = reason
         self.unplaced = tuple(unplaced)
         super().__init__(reason)
+
+
+class NothingToPlan(HulkError):
+    """No job to plan, and rightly so (``hulk plan --kubeconfig`` on a cluster whose jobs
+    all run): not bad input."""
