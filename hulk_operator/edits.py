@@ -11,21 +11,51 @@ running pods alone when, after it, the spec:
   every server of the plan still meets.
 
 Anything else is planned again from scratch, unless :func:`refusal` refuses it: then the
-pods of the last valid spec run on (a typo must not stop a training run).
+pods of the last valid spec run on (a typo must not stop a training run). An edit refused
+for the cluster's sake (a policy, a LimitRange, no node to hold it), not its own, is
+checked again (:func:`recheck`) and planned once the cluster allows it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hulk_operator import kube, manifests
+from hulk_operator import status as st
+from hulk_operator.context import Context
 from hulk_operator.entries import CONSTRAINTS, JobEntry, normalized, spec_hashes
-from hulk_operator.errors import rejected_template, template_forbidden
+from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
 from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
+RECHECK_S = 15.0  # how often an edit the cluster refused is checked again
+KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
+KEPT_WAITING = (
+    f"the pods of the last valid spec keep running; the edit is checked again every "
+    f"{RECHECK_S:g} s and planned once the cluster allows it (or fix the spec)"
+)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an edit of a running job is refused. ``waits``: refused by the cluster (a
+    policy, a LimitRange, nodes), not for the spec's own fault: checked again."""
+
+    why: str
+    waits: bool
+
+    @property
+    def reason(self) -> str:
+        return EDIT_REFUSED if self.waits else INVALID_SPEC
+
+    @property
+    def message(self) -> str:
+        return f"{self.why}; {KEPT_WAITING if self.waits else KEPT_RUNNING}"
 
 
 def changed_fields(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> set[str]:
@@ -72,20 +102,60 @@ def refusal(
     spec: Mapping[str, Any],
     entry: JobEntry,
     nodes: Mapping[str, NodeInfo],
-) -> str | None:
+) -> Refusal | None:
     """Why an edit of a running job is refused (its pods run on), or None: a pod template
-    the API server rejects or forbids (a server-side dry run of one stage pod: invalid, or
-    out of a LimitRange's bounds, or refused by a policy), constraints no node
-    matches, a model no set of the servers it may use could hold, stage pod requests no
-    node could hold."""
+    the API server rejects (a server-side dry run of one stage pod: invalid) or forbids
+    (out of a LimitRange's bounds, refused by a policy: the cluster's rule, which may
+    change), constraints no node matches, a model no set of the servers it may use could
+    hold, stage pod requests no node could hold (the cluster's nodes, which may change)."""
     pod = manifests.template_check_pod(
         job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
     )
     error = kube.dry_run_pod(api, pod)
-    if error is not None and (why := rejected_template(error) or template_forbidden(error)):
-        return why
+    if error is not None:
+        if (why := policy_refusal(error)) is not None:
+            return Refusal(why, waits=True)
+        if (why := rejected_template(error)) is not None:
+            return Refusal(why, waits=False)
     if not nodes:
         return None
-    return (
-        unmatched(entry, nodes) or too_big_for(entry, nodes) or requests_fit_nowhere(entry, nodes)
+    why = unmatched(entry, nodes) or too_big_for(entry, nodes) or requests_fit_nowhere(entry, nodes)
+    return None if why is None else Refusal(why, waits=True)
+
+
+async def recheck(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    gen: int,
+) -> dict[str, Any]:
+    """A running job whose latest edit the cluster refused (``Planned`` reason
+    ``EditRefused``), checked again at most every ``RECHECK_S``: the status fields that
+    plan it again from scratch once the edit is allowed (as an edit accepted at once
+    would), the refusal's new words if they changed, else nothing."""
+    now = time.monotonic()
+    if now - ctx.placer.edit_checked.get(entry.key, float("-inf")) < RECHECK_S:
+        return {}
+    ctx.placer.edit_checked[entry.key] = now
+    ns, name = entry.key
+    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, entry, ctx.nodes)
+    told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
+    if refused is not None:
+        if refused.message == told:
+            return {}
+        return {
+            "conditions": st.set_condition(
+                conds, st.PLANNED, False, refused.reason, refused.message, gen
+            )
+        }
+    ctx.placer.forget(entry.key)
+    msg = (
+        "the cluster allows the refused edit now: planning the job again; its stage pods "
+        "are replaced by the new plan's"
     )
+    ctx.event("Normal", "SpecChanged", msg)
+    conds = st.set_condition(conds, st.PLANNED, False, "SpecChanged", msg, gen)
+    if st.condition({"conditions": conds}, st.REPLANNING) is not None:
+        conds = st.set_condition(conds, st.REPLANNING, False, "SpecChanged", msg, gen)
+    return {"plan": None, "phase": st.PENDING, "stageRestarts": 0, "conditions": conds}

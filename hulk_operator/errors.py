@@ -23,6 +23,7 @@ import kopf
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 
 INVALID_SPEC = "InvalidSpec"
+EDIT_REFUSED = "EditRefused"  # an edit the cluster does not allow now (checked again)
 UNSCHEDULABLE = "Unschedulable"
 PLANNER_ERROR = "PlannerError"
 PODS_FORBIDDEN = "PodsForbidden"
@@ -135,6 +136,17 @@ def template_forbidden(exc: BaseException) -> str | None:
     if any(w in said for w in ("exceeded quota", "cannot create resource", "being terminated")):
         return None
     return f"spec.template: the API server refuses its stage pods: {said}"
+
+
+def policy_refusal(exc: BaseException) -> str | None:
+    """The message for a stage pod that a rule of the cluster refuses for what its template
+    asks (``template_forbidden``, or an admission policy's or webhook's denial whatever its
+    code): a rule that may change, not the template's own validity. None for other errors."""
+    if (why := template_forbidden(exc)) is not None:
+        return why
+    if admission_denied(exc):
+        return f"spec.template: the API server refuses its stage pods: {api_message(exc)}"
+    return None
 
 
 SERVICE_MARK = "hulk_service"  # set on an error creating the job's headless Service

@@ -31,7 +31,7 @@ from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry, Key, object_entry, spec_hashes
-from hulk_operator.errors import INVALID_SPEC, classify, to_kopf
+from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, classify, to_kopf
 from hulk_operator.indexes import LATENCY_CACHE_S, build_snapshot, one, outside_pods
 from hulk_operator.inventory import (
     Latencies,
@@ -45,7 +45,7 @@ from hulk_operator.quotas import (
     Bound,
     Scope,
 )
-from hulk_operator.reconcile import KEPT_RUNNING, reconcile, refused_edit
+from hulk_operator.reconcile import reconcile, refused_edit
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import USES_GNN
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
@@ -228,12 +228,12 @@ def hulktrainingjob_update(
             _plan_stands(patch, status, stands, spec_hashes(after), gen)
             logger.info(f"{name}: {stands}")
             return
-        why = edits.refusal(memo.api, name, namespace, after, entry, nodes)
-        if why is not None:  # keep the running plan and its pods; say why
+        refused = edits.refusal(memo.api, name, namespace, after, entry, nodes)
+        if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
-            patch.status["conditions"] = refused_edit(conds, why, gen)
-            kopf.warn(body, reason=INVALID_SPEC, message=f"{why}; {KEPT_RUNNING}")
-            logger.warning(f"{INVALID_SPEC}: {why}; {KEPT_RUNNING}")
+            patch.status["conditions"] = refused_edit(conds, refused, gen)
+            kopf.warn(body, reason=refused.reason, message=refused.message)
+            logger.warning(f"{refused.reason}: {refused.message}")
             return
     memo.placer.forget((namespace or "", name))
     failed = phase == st.PHASE_FAILED
@@ -276,7 +276,7 @@ def _plan_stands(
     if (status.get("plan") or {}).get("specHashes") != fingerprint:
         patch.status["plan"] = {"specHashes": fingerprint}  # (a merge patch: stages stay)
     planned = st.condition(status, st.PLANNED) or {}
-    if planned.get("reason") == INVALID_SPEC:
+    if planned.get("reason") in (INVALID_SPEC, EDIT_REFUSED):
         conds = list(status.get("conditions") or [])
         line = st.plan_line_from_status(status)
         message = f"{line} ({why})" if line else why

@@ -94,6 +94,7 @@ class Placer:
         self._regrow_looked: dict[Key, float] = {}
         self._used: set[int] = set()  # serials of decisions applied
         self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
+        self.edit_checked: dict[Key, float] = {}  # when a refused edit was last checked
 
     def first_use(self, decision: Decision) -> bool:
         """True the first time a decision is applied (for events and counters)."""
@@ -436,3 +437,4 @@ class Placer:
     def forget(self, key: Key) -> None:
         self.reserved.pop(key, None)
         self.unplaced.pop(key, None)
+        self.edit_checked.pop(key, None)

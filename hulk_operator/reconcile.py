@@ -13,13 +13,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from hulk_operator import recovery, regrow
+from hulk_operator import edits, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.decision import Decision
+from hulk_operator.edits import Refusal
 from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import (
+    EDIT_REFUSED,
     INVALID_SPEC,
     PODS_FORBIDDEN,
     UNSCHEDULABLE,
@@ -33,7 +35,6 @@ from hulk_planner.io import seconds
 from hulk_planner.model import Job, JobPlan
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
-KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
 
 
 def same_cause(told: str, reason: str) -> bool:
@@ -46,10 +47,11 @@ def same_cause(told: str, reason: str) -> bool:
 FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:[A-Za-z]+)?(?![\w-])")
 
 
-def refused_edit(conds: list[dict[str, Any]], why: str, gen: int) -> list[dict[str, Any]]:
+def refused_edit(conds: list[dict[str, Any]], refused: Refusal, gen: int) -> list[dict[str, Any]]:
     """Conditions of a planned job whose latest spec is refused: it keeps running as
-    planned (a typo must not stop a training run) until a valid edit."""
-    return st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, f"{why}; {KEPT_RUNNING}", gen)
+    planned (a typo must not stop a training run) until a valid edit, or until the cluster
+    allows an edit it refused (``edits.recheck``)."""
+    return st.set_condition(conds, st.PLANNED, False, refused.reason, refused.message, gen)
 
 
 async def reconcile(
@@ -72,7 +74,7 @@ async def reconcile(
     if entry.job is None:
         error = entry.error or "invalid spec"
         if status.get("plan") is not None:  # an edit broke a planned job's spec
-            new["conditions"] = refused_edit(conds, error, gen)
+            new["conditions"] = refused_edit(conds, Refusal(error, waits=False), gen)
             return new
         new.update(_unplanned(st.PHASE_FAILED))
         ctx.metrics.set_predicted(ns, name, None)
@@ -87,6 +89,9 @@ async def reconcile(
     planned = st.condition(status, st.PLANNED) or {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (INVALID_SPEC, gen):
         return {}  # this spec's pod template was refused: the last valid one's pods run on
+    if (planned.get("reason"), planned.get("observedGeneration")) == (EDIT_REFUSED, gen):
+        # refused by the cluster: the last valid spec's pods run on until it allows the edit
+        return new | await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen)
     spec = body.get("spec") or {}
     plan = st.job_plan_from_status(name, status)
     gpus = st.plan_gpus(status)
@@ -234,7 +239,7 @@ async def reconcile(
         if why is None:
             raise
         if status.get("plan") is not None:  # an edit broke a planned job's template
-            new["conditions"] = refused_edit(conds, why, gen)
+            new["conditions"] = refused_edit(conds, Refusal(why, waits=False), gen)
             return new
         await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)

@@ -1594,17 +1594,17 @@ def test_an_edit_no_set_of_servers_could_hold_leaves_the_job_running(
 
     c = edit_refused(kube, "typo")
     total = sum(s.memory_bytes for s in paper_cluster().servers) * MEMORY_USABLE
-    assert c["reason"] == "InvalidSpec", c
+    assert c["reason"] == "EditRefused", c  # the cluster's lack, checked again
     assert c["message"] == (
         f"fits nowhere: needs {memory_need(10**13) / 2**30:.0f} GiB of GPU memory, the whole "
         f"cluster has {total / 2**30:.0f} GiB usable (add servers, or use a smaller model or "
-        "microBatchSize); the pods of the last valid spec keep running; fix the spec to plan "
-        "it again"
+        "microBatchSize); the pods of the last valid spec keep running; the edit is checked "
+        "again every 15 s and planned once the cluster allows it (or fix the spec)"
     ), c
     job = kube.job("typo")
     assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
-    (event,) = wait("InvalidSpec Event", lambda: kube.events("InvalidSpec"), 10)
+    (event,) = wait("EditRefused Event", lambda: kube.events("EditRefused"), 10)
     assert event.type == "Warning" and event.message.startswith("fits nowhere: needs ")
     assert not kube.events("Unschedulable")
 
@@ -1623,14 +1623,15 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "typo", patch)
 
     c = edit_refused(kube, "typo")
-    assert c["reason"] == "InvalidSpec", c
+    assert c["reason"] == "EditRefused", c
     assert c["message"].startswith("spec.allowedRegions ['atlantis'] names no region"), c
-    assert c["message"].endswith("; the pods of the last valid spec keep running; fix the "
-                                 "spec to plan it again")  # fmt: skip
+    assert c["message"].endswith("; the pods of the last valid spec keep running; the edit is "
+                                 "checked again every 15 s and planned once the cluster "
+                                 "allows it (or fix the spec)")  # fmt: skip
     job = kube.job("typo")
     assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("typo")} == before
-    (event,) = wait("InvalidSpec Event", lambda: kube.events("InvalidSpec"), 10)
+    (event,) = wait("EditRefused Event", lambda: kube.events("EditRefused"), 10)
     assert event.type == "Warning" and "atlantis" in event.message
     # the typo undone: the spec is back to what the pods run, and they run on (before:
     # undoing it planned the job again and replaced every pod)
@@ -1665,7 +1666,7 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "greedy", patch)
 
     c = edit_refused(kube, "greedy")
-    assert c["reason"] == "InvalidSpec", c
+    assert c["reason"] == "EditRefused", c
     assert c["message"].startswith(
         "spec.template: the stage pods' requests (cpu 5000) fit on none of the 47 node(s)"
     ), c
@@ -1697,17 +1698,71 @@ def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
             GROUP, VERSION, kube.ns, PLURAL, "bounded", patch
         )
         c = edit_refused(kube, "bounded")
-        assert c["reason"] == "InvalidSpec", c
+        assert c["reason"] == "EditRefused", c
         assert (
             c["message"].startswith("spec.template: the API server refuses its stage pods: ")
             and "maximum memory usage per Pod is 8Gi" in c["message"]
-        ), c
+            and c["message"].endswith("checked again every 15 s and planned once the cluster "
+                                      "allows it (or fix the spec)")
+        ), c  # fmt: skip
         time.sleep(2)
         assert kube.phase("bounded") == "Running"
         assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("bounded")} == before
         assert not kube.events("Unschedulable")
     finally:
         kube.core.delete_namespaced_limit_range("pod-memory", kube.ns)
+    # the LimitRange gone, the edit is planned within a check's interval (before, it stayed
+    # refused until the next edit; a user trial): its pods replace the old ones
+    start = time.monotonic()
+
+    def replaced() -> bool:
+        pods = kube.live_pods("bounded")
+        args = [p.spec.containers[0].args for p in pods]
+        return kube.phase("bounded") == "Running" and all(a[-2:] == ["--steps", "5"] for a in args)
+
+    wait("the edit planned", replaced, 60)
+    assert time.monotonic() - start < 40
+    assert not {p.metadata.uid for p in kube.live_pods("bounded")} & set(before.values())
+    (event,) = kube.events("SpecChanged")
+    assert event.message.startswith("the cluster allows the refused edit now: planning"), event
+    assert condition(kube.job("bounded"), "Planned")["status"] == "True"
+
+
+NOT_LABELLED_HOLD = "!has(object.metadata.labels) || !('hold' in object.metadata.labels)"
+HELD = {
+    "metadata": {"name": "probe", "labels": {"hold": "yes"}},
+    "spec": {"containers": [{"name": "c", "image": "x"}]},
+}
+
+
+def test_an_edit_an_admission_policy_refuses_is_planned_once_it_allows_it(
+    kube: Kube, operator: Any
+) -> None:
+    """A policy with no ``reason`` (422) refuses the edited template's pods: the pods of the
+    last spec run on, and the edit is planned once the policy is gone. Before, it was
+    refused as an invalid template, for good, until another edit (a user trial)."""
+    kube.apply(manifest("held", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("held") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("held")}
+    why = "no held pods here"
+    with refusing_pods(kube, NOT_LABELLED_HOLD, HELD, why, reason=None):
+        template = copy.deepcopy(kube.job("held")["spec"]["template"])
+        template["metadata"] = {"labels": {"hold": "yes"}}
+        patch = {"spec": {"template": template}}
+        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "held", patch)
+        c = edit_refused(kube, "held")
+        assert c["reason"] == "EditRefused" and why in c["message"], c
+        time.sleep(2)
+        assert kube.phase("held") == "Running"
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("held")} == before
+
+    def replaced() -> bool:
+        pods = kube.live_pods("held")
+        labelled = pods and all((p.metadata.labels or {}).get("hold") == "yes" for p in pods)
+        return kube.phase("held") == "Running" and bool(labelled)
+
+    wait("the edit planned", replaced, 60)
+    assert not {p.metadata.uid for p in kube.live_pods("held")} & set(before.values())
 
 
 def test_a_crd_upgrade_that_adds_a_defaulted_field_leaves_jobs_alone(
