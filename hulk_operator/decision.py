@@ -29,6 +29,7 @@ class Decision:
     estimated: int = 0  # pairs of the job's servers whose latency is an estimate
     unreachable: int = 0  # pairs of the job's servers reported unreachable
     baselines: Mapping[str, float | None] = field(default_factory=dict)
+    baselines_why: Mapping[str, str] = field(default_factory=dict)  # why one places it not
     made: float = field(default_factory=lambda: clock())
     # unique per decision made (``id()`` is not: a freed decision's id is reused)
     serial: int = field(default_factory=itertools.count().__next__)

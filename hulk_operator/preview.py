@@ -59,6 +59,8 @@ class Preview:
     # them (each job's group on the servers it may use); empty unless asked for
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # for the user, a line each
+    # baseline -> placed job it leaves unplaced -> why (as ``plan``'s own ``unplaced``)
+    baselines_why: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
@@ -255,10 +257,14 @@ def preview_plan(
     shown = pending + [e for e, _, _ in standing.values()]
     names = {k: n for n, k in planner_names(shown).items()}  # <name>.<ns> if needed
     compared: dict[str, dict[str, float]] = {b: {} for b in BASELINES} if baselines else {}
+    why_not: dict[str, dict[str, str]] = {}
     for e in pending:
-        for base, t in decisions[e.key].baselines.items():
-            if t is not None and decisions[e.key].job_plan is not None:
+        d = decisions[e.key]
+        for base, t in d.baselines.items():
+            if t is not None and d.job_plan is not None:
                 compared.setdefault(base, {})[names[e.key]] = t
+        for base, why in d.baselines_why.items() if d.job_plan is not None else ():
+            why_not.setdefault(base, {})[names[e.key]] = why
     for k, (_, _, then) in standing.items() if baselines else ():
         for base, t in then.items():
             compared.setdefault(base, {})[names[k]] = t
@@ -310,7 +316,7 @@ def preview_plan(
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
     jobs_out = [replace(e.job, name=names[e.key]) for e in shown if e.job is not None]
     out = Plan(planner, tuple(placed), tuple(unplaced))
-    return Preview(cluster, jobs_out, out, compared, notes)
+    return Preview(cluster, jobs_out, out, compared, notes, why_not)
 
 
 def _stands(

@@ -22,7 +22,7 @@ from hulk_operator.quota_fit import Round, make_room, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
-from hulk_planner.model import Job, Plan
+from hulk_planner.model import Job, Plan, Unplaced
 
 PlanFn = Callable[..., Plan]
 
@@ -82,16 +82,21 @@ def plan_group(
             k: Decision(k, None, cluster, own.get(n, reason), planner) for n, k in names.items()
         }
     extra: dict[str, dict[str, float | None]] = {n: {} for n in names}
+    why_not: dict[str, dict[str, str]] = {n: {} for n in names}  # job -> baseline -> why
     if baselines:
         for name in BASELINES:
             try:
                 other = plan_fn(cluster, jobs, name, seed=0)
-            except (HulkError, ValueError):
-                other = Plan(name)
+            except (HulkError, ValueError) as exc:
+                own = {u.name: u.reason for u in getattr(exc, "unplaced", ())}
+                other = Plan(name, (), tuple(Unplaced(n, own.get(n, str(exc))) for n in names))
+            told = {u.name: u.reason for u in other.unplaced}
             for n in names:
                 jp = other.job(n)
                 t = jp.predicted_iteration_seconds if jp else None
                 extra[n][name] = seconds(t)
+                if jp is None:
+                    why_not[n][name] = told.get(n, "not placed")
     out: dict[Key, Decision] = {}
     for n, k in names.items():
         jp = result.job(n)
@@ -106,6 +111,7 @@ def plan_group(
                 estimated=estimated_pairs(jp.nodes, snap.latencies),
                 unreachable=cut_pairs(jp.nodes, snap.latencies),
                 baselines=extra[n],
+                baselines_why=why_not[n],
             )
         else:
             why = next((u.reason for u in result.unplaced if u.name == n), "not placed")

@@ -100,6 +100,7 @@ class _Inputs:
     plan: Plan | None = None  # made already (--kubeconfig)
     limits: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job -> its regions
     baselines: dict[str, dict[str, float]] | None = None  # made already: job -> seconds
+    why_not: dict[str, dict[str, str]] = field(default_factory=dict)  # baseline -> job -> why
 
 
 def _inputs(args: argparse.Namespace) -> _Inputs:
@@ -182,7 +183,9 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         )
         for note in pv.notes:
             print(f"hulk plan: note: {note}", file=sys.stderr)
-        return _Inputs(pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines)
+        return _Inputs(
+            pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines, why_not=pv.baselines_why
+        )
     if args.namespace:
         raise InvalidRequest(
             "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
@@ -451,7 +454,7 @@ def _run(args: argparse.Namespace) -> int:
         print(io.dump_plan(result, args.output), end="" if args.output == "yaml" else "\n")
         return code
     compare: dict[str, dict[str, float] | str] | None = None
-    why_not: dict[str, dict[str, str]] = {}
+    why_not: dict[str, dict[str, str]] = dict(given.why_not)
     if not args.no_compare:
         compare = {}
         for name in BASELINES:

@@ -124,6 +124,12 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     live = {n.metadata.name for n in nodes.items}
     assert set(used) <= live and len(used) == len(set(used))
     assert all(j["predictedIterationSeconds"] > 0 for j in preview["jobs"])
+    # the table says why a baseline leaves a job unplaced, as on a topology file (before,
+    # "not placed" alone: status.baselines holds figures only; a user trial)
+    table = [*cmd[:-2], "--time-budget", "0.5"]
+    out = subprocess.run(table, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "baseline-a does not place opt-175b: no server holds the whole model: " in out.stdout
     # A preview writes nothing: no pod, no status.
     assert not kube.pods() and not any(j.get("status") for j in kube.jobs())
     # given as a manifest, a suspended job is previewed as if resumed
