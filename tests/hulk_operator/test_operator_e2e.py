@@ -1690,7 +1690,17 @@ def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
         "spec": {"limits": [{"type": "Pod", "max": {"memory": "8Gi"}}]},
     }
     kube.core.create_namespaced_limit_range(kube.ns, bounds)  # the template sets no limit
+    probe = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    def bounded() -> bool:  # (the API server's LimitRanger reads LimitRanges from a cache)
+        try:
+            kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All")
+        except client.ApiException as exc:
+            return exc.status == 403
+        return False
+
     try:
+        wait("the LimitRange in force", bounded, 30)
         template = copy.deepcopy(kube.job("bounded")["spec"]["template"])
         template["spec"]["containers"][0]["args"] = ["--steps", "5"]
         patch = {"spec": {"template": template}}
