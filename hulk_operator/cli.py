@@ -18,9 +18,12 @@ import logging
 import os
 import random
 import sys
+import threading
+from typing import Any
 from urllib.parse import urlsplit
 
 from hulk_operator.config import FLAGS, OperatorConfig
+from hulk_operator.pauses import PauseWatch, identity
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -185,14 +188,30 @@ def run(args: argparse.Namespace) -> int:
             except HulkError as exc:
                 print(f"hulk operator: error: {exc}", file=sys.stderr)
                 return 2
-    memo = kopf.Memo(kubeconfig=args.kubeconfig, config=cfg, namespaces=args.namespace or [])
-    kopf.run(
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        standalone=args.standalone,
-        peering_name=None if args.standalone else args.peering,
-        priority=args.priority if args.priority is not None else random.randint(1, 2**30),
-        liveness_endpoint=args.liveness or None,
-        memo=memo,
-    )
-    return 0
+    priority = args.priority if args.priority is not None else random.randint(1, 2**30)
+    me = identity()  # (the same for each run of kopf)
+    kept: dict[str, Any] = {}  # what a new run of kopf takes over: the metrics it serves
+    while True:
+        memo = kopf.Memo(
+            kubeconfig=args.kubeconfig, config=cfg, namespaces=args.namespace or [], **kept
+        )
+        stop = threading.Event()
+        with PauseWatch(memo, stop) as watch:
+            kopf.run(
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                standalone=args.standalone,
+                peering_name=None if args.standalone else args.peering,
+                priority=priority,
+                identity=me,  # type: ignore[arg-type]  # (kopf's Identity: a NewType of str)
+                liveness_endpoint=args.liveness or None,
+                memo=memo,
+                stop_flag=stop,
+            )
+        if not watch.restart:
+            return 0
+        kept = {"metrics": memo["metrics"]} if "metrics" in memo else {}
+        logging.info(
+            "resumed after a pause by a peer: starting again, for a view of the cluster "
+            "without the objects deleted during the pause"
+        )

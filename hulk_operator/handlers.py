@@ -40,6 +40,7 @@ from hulk_operator.inventory import (
     Usage,
 )
 from hulk_operator.metrics import Metrics
+from hulk_operator.pauses import RESTARTING
 from hulk_operator.placement import Placer
 from hulk_operator.quotas import (
     Bound,
@@ -340,6 +341,8 @@ async def hulktrainingjob_reconcile(
     stopped: kopf.DaemonStopped,
     **_: Any,
 ) -> None:
+    if memo.get(RESTARTING):  # resumed after a pause: kopf runs afresh (``pauses``)
+        return
     key = (namespace or "", name)
     entry = one(hulk_jobs.get(key))
     if entry is None or entry.deleting:

@@ -31,6 +31,7 @@ STAGE_FAILURE_ACTIONS = ("restarted", "job_failed")
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._served: tuple[str, int] | None = None
         r = self.registry
         self.plans = Counter("hulk_plans_total", "Planning results per job", ["result"], registry=r)
         self.planning_seconds = Histogram(
@@ -66,7 +67,16 @@ class Metrics:
         )
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serves the figures on ``port`` (once: kopf run again keeps serving them)."""
+        if self._served == (addr, port):
+            return
         start_http_server(port, addr=addr, registry=self.registry)
+        self._served = (addr, port)
+
+    def clear_jobs(self) -> None:
+        """Drops the per-job figures (a replica paused by a peer: they go stale)."""
+        self.jobs.clear()
+        self.predicted.clear()
 
     def set_phases(self, phases: Iterable[str]) -> None:
         counts: dict[str, int] = dict.fromkeys(PHASES, 0)

@@ -10,17 +10,21 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from typing import Any
 
 import pytest
-from hjob_helpers import ROOT, Kube, cleanup_jobs, manifest, wait
+from hjob_helpers import ROOT, Kube, cleanup_jobs, condition, manifest, plan_nodes, wait
 from kubernetes import client
 
 from hulk_operator import crd
+from hulk_operator.pauses import RESUMED
+from hulk_planner.datasets import paper_cluster
 from hulk_planner.errors import InvalidRequest
 
 pytestmark = pytest.mark.sandbox
@@ -137,3 +141,104 @@ def test_a_missing_job_crd_is_one_warning_naming_the_ways_to_install_it(
     assert text.startswith("the HulkTrainingJob CRD is not installed (absent.hulk.dev/v1alpha1")
     assert "kubectl apply -f crds/hulktrainingjobs.hulk.dev.yaml" in text
     assert "--install-crds" in text and "crds.enabled=true" in text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _operator(
+    sandbox: Any,
+    namespace: str,
+    peering: str,
+    priority: int,
+    log: Any,
+    port: int,
+    liveness: str = "",
+) -> subprocess.Popen[Any]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
+         "-n", namespace, "--peering", peering, "--install-crds", "--liveness", liveness,
+         "--priority", str(priority), "--metrics-port", str(port)],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_replica_resumed_after_a_pause_sees_what_was_deleted_meanwhile(
+    sandbox: Any, namespace: str, kube: Kube, tmp_path: Any
+) -> None:
+    """kopf keeps in its indexes the objects deleted while a replica is paused by a peer
+    of higher priority. Before, the resumed replica planned on a deleted node, and took
+    a deleted job's server as held (a user trial); a paused replica's metrics kept its
+    last per-job figures (an alert on Pending jobs fired on)."""
+    peering = f"hulk-test-{uuid.uuid4().hex[:6]}"
+    rome = sorted(s.name for s in paper_cluster().servers if s.region == "Rome")
+    held, lost = rome[:2]
+    port = _free_port()
+    log = (tmp_path / "low.log").open("w")
+    healthz = f"http://127.0.0.1:{_free_port()}/healthz"
+    low = _operator(sandbox, namespace, peering, 50, log, port, healthz)
+    high: subprocess.Popen[Any] | None = None
+    try:
+        with cleanup_jobs(kube):
+            kube.apply(manifest("first", nodeSelector={"kubernetes.io/hostname": held}))
+            wait("first Running", lambda: kube.phase("first") == "Running", 60)
+            url = f"http://127.0.0.1:{port}/metrics"
+            wait("its figures", lambda: 'job="first"' in _get(url), 30)
+            high = _operator(sandbox, namespace, peering, 2_000_000_000, subprocess.DEVNULL,
+                             _free_port())  # fmt: skip
+            text = lambda: (tmp_path / "low.log").read_text()  # noqa: E731
+            wait("the low replica paused", lambda: "Pausing operations in favour of" in text(), 60)
+            # paused: no per-job figure of its own (the peer's are the live ones)
+            assert 'job="first"' not in _get(url) and "hulk_jobs{" not in _get(url)
+            kube.delete_job("first")  # the high replica deletes it and its pods
+            wait("first's pods gone", lambda: not kube.live_pods("first"), 60)
+            sandbox.delete_node(lost)
+            _stop(high)
+            high = None
+            wait("the low replica resumed", lambda: RESUMED in text(), 60)
+            # the server first held is free, and the deleted node is gone
+            kube.apply(manifest("second", nodeSelector={"kubernetes.io/hostname": held}))
+            kube.apply(manifest("third", nodeSelector={"kubernetes.io/hostname": lost}))
+            wait("second Running", lambda: kube.phase("second") == "Running", 60)
+            assert plan_nodes(kube.job("second")) == [held]
+            planned = wait("third told", lambda: condition(kube.job("third"), "Planned"), 60)
+            assert planned["status"] == "False" and planned["reason"] == "Unschedulable"
+            assert not kube.pods("third")
+            assert "starting again, for a view of the cluster" in text()
+            wait("its figures again", lambda: 'job="second"' in _get(url), 30)
+            assert _get(healthz).startswith("{"), text()  # served by the new run of kopf
+    finally:
+        if high is not None:
+            _stop(high)
+        _stop(low)
+        log.close()
+        if lost not in {n.metadata.name for n in kube.core.list_node().items}:
+            sandbox.add_node(paper_cluster().server(lost))
+        with sandbox.api_client() as api:
+            try:
+                client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "kopfpeerings", peering
+                )
+            except client.ApiException:
+                pass
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
