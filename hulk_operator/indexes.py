@@ -24,6 +24,7 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.context import PodEntry
 from hulk_operator.entries import JobEntry, Key, job_entry
 from hulk_operator.inventory import (
+    NO_GPUS,
     NodeInfo,
     Resources,
     node_info,
@@ -53,12 +54,25 @@ LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, liste
 
 
 @kopf.index("nodes")
-def hulk_nodes(name: str, body: kopf.Body, logger: Any, **_: Any) -> dict[str, NodeInfo]:
+def hulk_nodes(
+    name: str, body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any
+) -> dict[str, NodeInfo]:
     try:
-        return {name: node_info(body)}
+        info = node_info(body)
     except Exception as exc:  # kopf would keep the node's old entry: a later cordon unseen
         logger.warning(f"node {name} is not offered: {exc}")
         return {name: NodeInfo(name, problem=f"unreadable: {exc}", ready=False)}
+    # a GPU node whose labels Hulk cannot read: said once a change (before, it was left out
+    # of planning with no word anywhere; a user trial); CPU-only nodes are no news
+    told: dict[str, str | None] = memo.setdefault("node_problems", {})
+    problem = info.problem if info.problem != NO_GPUS else None
+    if told.get(name) != problem:
+        if problem is not None:
+            logger.warning(f"node {name} is not offered to jobs: {problem}")
+        elif info.server is not None:
+            logger.info(f"node {name} is offered to jobs again")
+        told[name] = problem
+    return {name: info}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

@@ -263,6 +263,9 @@ def epoch(stamp: Any) -> float | None:
         return None
 
 
+NO_GPUS = "no allocatable nvidia.com/gpu"  # a CPU node's (no problem to tell of)
+
+
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
     """A Node object (dict) -> :class:`NodeInfo`. Pure."""
     meta = body.get("metadata") or {}
@@ -319,7 +322,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     memory_mib = _float(labels.get(MEMORY))
     tflops = _float(annotations.get(TFLOPS_ANNOTATION)) or tflops_for(product, capability)
     if gpus <= 0:
-        problem = "no allocatable nvidia.com/gpu"
+        problem = NO_GPUS
     elif labels.get(MIG, "none") not in ("none", "") or "-MIG-" in (product or "").upper():
         problem = "GPUs are MIG slices"
     elif (product or "").upper().endswith("-SHARED"):
@@ -363,7 +366,10 @@ def selected(
     """The job's ``nodeSelector``, ``allowedRegions`` and required node affinity."""
     if selector and any(info.labels.get(k) != v for k, v in selector.items()):
         return False
-    if regions and (info.server is None or info.server.region not in regions):
+    # (a node that is no server, e.g. its GPU labels unreadable, by its region label: it
+    # matches, and is told of as taking no stage)
+    region = info.server.region if info.server else info.labels.get(REGION) or UNLABELLED
+    if regions and region not in regions:
         return False
     return affinity_matches(info, affinity)
 

@@ -433,11 +433,21 @@ class Snapshot:
             return no_match
         matching = matching_nodes(entry, self.nodes)
         usable = [i for i in matching if i.offers(entry.tolerations)]
-        need = entry.requests
         if not usable:
             return f"the {len(matching)} node(s) matching the job take no new stage: " + refusals(
                 matching, entry.tolerations
             )
+        others = [i for i in matching if i not in usable]  # (before, left unsaid: a user trial)
+        return self._none_free(entry, usable) + (
+            f"; {len(others)} other matching node(s) take no new stage: "
+            + refusals(others, entry.tolerations)
+            if others
+            else ""
+        )
+
+    def _none_free(self, entry: JobEntry, usable: Sequence[NodeInfo]) -> str:
+        """Why none of the ``usable`` nodes (matching the job, offered) is free for it."""
+        need = entry.requests
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
         floor = self.gpu_min(entry.key[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -123,3 +124,27 @@ def test_a_limitranges_gpu_minimum_is_its_largest_min_for_a_container_or_a_pod()
     }
     assert indexes.hulk_gpu_minimums(namespace="ml", name="l", body=body) == {"ml": ("l", 4.0)}
     assert indexes.hulk_gpu_limits(namespace="ml", name="l", body=body) == {"ml": ("l", 8.0)}
+
+
+def test_a_gpu_node_left_out_for_its_labels_is_logged_once_a_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before, a GPU node whose labels Hulk cannot read left planning with no word in the
+    log (a user trial); a CPU node is no news."""
+    from test_operator_inventory import node
+
+    memo, log = kopf.Memo(), logging.getLogger("test-nodes")
+    good, bad = node(), node()
+    bad["metadata"]["labels"]["nvidia.com/gpu.memory"] = "lots"
+    cpu = node(status__allocatable={"cpu": "8"})
+    with caplog.at_level(logging.INFO, logger="test-nodes"):
+        for body in (bad, bad, good, good, cpu, bad):
+            (info,) = indexes.hulk_nodes(name="bj-0", body=body, memo=memo, logger=log).values()
+            assert (info.server is None) == (body is not good)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    warning = (
+        "WARNING",
+        "node bj-0 is not offered to jobs: label nvidia.com/gpu.memory='lots' is not a number "
+        "of MiB above zero",
+    )
+    assert said == [warning, ("INFO", "node bj-0 is offered to jobs again"), warning]
