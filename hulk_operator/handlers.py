@@ -150,8 +150,15 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.probe(id="jobs")
-def operator_probe(memo: kopf.Memo, **_: Any) -> int:
-    """Liveness: how many jobs are reserved for placement right now."""
+def operator_jobs_probe(hulk_jobs: Any = None, **_: Any) -> int:
+    """Liveness (``/healthz``): how many HulkTrainingJobs this replica serves."""
+    return len(hulk_jobs or {})
+
+
+@kopf.on.probe(id="placing")
+def operator_placing_probe(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness: how many jobs are planned and not yet written to their status (before,
+    this was the figure under "jobs": 0 with 4 jobs running read as none; a user trial)."""
     placer = memo.get("placer")
     return len(placer.reserved) if placer else 0
 
