@@ -164,7 +164,8 @@ def delete_pods(
 
 def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> None:
     """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
-    have been edited since)."""
+    have been edited since), and adopts it when no other controller owns it (left by a job
+    of the same name deleted with ``--cascade=orphan``: before, it outlived the new job)."""
     core = client.CoreV1Api(api)
     ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
     try:
@@ -172,8 +173,14 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> None:
     except ApiException as exc:
         if not _ok(exc, 409):
             raise
-        ports = {"spec": {"ports": service["spec"]["ports"]}}  # the list, replaced whole
-        core.patch_namespaced_service(name, ns, ports, _content_type=MERGE)
+        patch: dict[str, Any] = {"spec": {"ports": service["spec"]["ports"]}}  # (replaced whole)
+        there: Any = core.read_namespaced_service(name, ns)
+        owners = there.metadata.owner_references or []
+        ours = service["metadata"].get("ownerReferences") or []
+        if ours and {o.uid for o in owners} != {o["uid"] for o in ours}:
+            if not any(o.controller and o.kind != ours[0]["kind"] for o in owners):
+                patch["metadata"] = {"ownerReferences": ours}
+        core.patch_namespaced_service(name, ns, patch, _content_type=MERGE)
 
 
 def list_objects(

@@ -513,6 +513,30 @@ STAGE_2 = {
 }
 
 
+def test_a_service_left_by_an_orphaning_delete_is_adopted_by_the_job_applied_again(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, ``kubectl delete --cascade=orphan`` then applying the job again left the
+    Service owned by nobody: it outlived the new job (a user trial)."""
+    kube.apply(manifest("again"))
+    wait("Running", lambda: kube.phase("again") == "Running", 60)
+    orphan = client.V1DeleteOptions(propagation_policy="Orphan")
+    kube.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "again", body=orphan
+    )
+    wait("the job gone", lambda: not kube.jobs(), 30)
+    svc = kube.core.read_namespaced_service("again", kube.ns)
+    assert not svc.metadata.owner_references  # orphaned
+    for p in kube.pods("again"):  # (the orphaned pods hold their servers until deleted)
+        kube.core.delete_namespaced_pod(p.metadata.name, kube.ns, grace_period_seconds=0)
+    wait("the pods gone", lambda: not kube.pods("again"), 30)
+    kube.apply(manifest("again"))
+    wait("Running again", lambda: kube.phase("again") == "Running", 60)
+    uid = kube.job("again")["metadata"]["uid"]
+    (owner,) = kube.core.read_namespaced_service("again", kube.ns).metadata.owner_references
+    assert owner.uid == uid and owner.kind == "HulkTrainingJob"
+
+
 @pytest.mark.parametrize("reason", ["Forbidden", None, "RequestEntityTooLarge"])
 def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_them(
     kube: Kube, operator: Any, reason: str | None
