@@ -188,6 +188,15 @@ def run(args: argparse.Namespace) -> int:
             except HulkError as exc:
                 print(f"hulk operator: error: {exc}", file=sys.stderr)
                 return 2
+            other = crd.overlapping_peers(api, args.peering, namespaces=args.namespace or ())
+            if other:  # (before, both acted, with no word: a user trial)
+                logging.warning(
+                    "an operator serving %s runs (%s): neither pauses for the other, and both "
+                    "act on the jobs they share; run one operator (-A, or -n for each "
+                    "namespace), or stop that one",
+                    "named namespaces" if not args.namespace else "every namespace",
+                    "; ".join(other),
+                )
     priority = args.priority if args.priority is not None else random.randint(1, 2**30)
     me = identity()  # (the same for each run of kopf)
     kept: dict[str, Any] = {}  # what a new run of kopf takes over: the metrics it serves

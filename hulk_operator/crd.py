@@ -190,6 +190,51 @@ def ensure_peering(
     return made
 
 
+def overlapping_peers(
+    api: client.ApiClient, name: str, *, namespaces: Sequence[str] = (), now: float | None = None
+) -> list[str]:
+    """Live operators of the other scope under peering ``name``: kopf keeps the peering of
+    an operator serving every namespace (``ClusterKopfPeering``) apart from that of one
+    serving named namespaces (``KopfPeering``), so neither pauses for the other, and both
+    act on the same jobs. Each as ``"<kind> [<namespace>/]<name>: <identity>"``; advisory:
+    a read that fails or is refused (RBAC) finds nothing."""
+    custom = client.CustomObjectsApi(api)
+    found: list[Any]
+    try:
+        if namespaces:
+            found = [custom.get_cluster_custom_object(
+                PEERING_GROUP, PEERING_VERSION, "clusterkopfpeerings", name)]  # fmt: skip
+        else:
+            listed: Any = custom.list_cluster_custom_object(
+                PEERING_GROUP, PEERING_VERSION, "kopfpeerings"
+            )
+            found = [o for o in listed.get("items", []) if o["metadata"]["name"] == name]
+    except Exception:  # (advisory)
+        return []
+    now = time.time() if now is None else now
+    out = []
+    for obj in found:
+        ns = obj["metadata"].get("namespace")
+        where = f"KopfPeering {ns}/{name}" if ns else f"ClusterKopfPeering {name}"
+        for who, peer in sorted((obj.get("status") or {}).items()):
+            if isinstance(peer, dict) and _alive(peer, now):
+                out.append(f"{where}: {who}")
+    return out
+
+
+def _alive(peer: dict[str, Any], now: float) -> bool:
+    """Whether a kopf peering record (``lastseen``, ``lifetime`` seconds) is still live."""
+    import datetime
+
+    try:
+        seen = datetime.datetime.fromisoformat(str(peer["lastseen"]))
+        if seen.tzinfo is None:
+            seen = seen.replace(tzinfo=datetime.UTC)
+        return seen.timestamp() + float(peer.get("lifetime", 60)) > now
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _missing_kind(exc: ApiException) -> str:
     """What a 404 says is missing: the Status body's ``details.kind`` ("namespaces" for a
     namespace that does not exist); "" where there is no Status (a resource the API server

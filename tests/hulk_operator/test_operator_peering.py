@@ -7,6 +7,7 @@ fixes when the peering CRDs themselves are absent."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -247,3 +248,47 @@ def _get(url: str) -> str:
             return str(r.read().decode())
     except OSError:
         return ""
+
+
+def test_operators_of_overlapping_scopes_are_told_of_each_other(
+    sandbox: Any, namespace: str, tmp_path: Any
+) -> None:
+    """kopf keeps the peering of an operator serving every namespace apart from that of one
+    serving named namespaces: neither pauses for the other, and both acted on the same
+    jobs, with no word (a user trial). Now each is told of the other, when live."""
+    name = f"hulk-test-{uuid.uuid4().hex[:6]}"
+    now = datetime.datetime.now(datetime.UTC)
+    live = {"priority": 5, "lifetime": 20, "lastseen": now.isoformat()}
+    gone = {**live, "lastseen": (now - datetime.timedelta(minutes=5)).isoformat()}
+    meta = {"apiVersion": f"{GROUP}/{VERSION}", "metadata": {"name": name}}
+    with sandbox.api_client() as api:
+        crd.install(api, peering=True)
+        custom = client.CustomObjectsApi(api)
+        wide = {**meta, "kind": "ClusterKopfPeering", "status": {"a@x/1": live, "b@x/2": gone}}
+        custom.create_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", wide)
+        narrow = {**meta, "kind": "KopfPeering", "status": {"c@y/3": live}}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings", narrow)
+        try:
+            assert crd.overlapping_peers(api, name, namespaces=[namespace]) == [
+                f"ClusterKopfPeering {name}: a@x/1"
+            ]
+            assert crd.overlapping_peers(api, name) == [f"KopfPeering {namespace}/{name}: c@y/3"]
+            assert crd.overlapping_peers(api, "no-such-peering") == []
+            # `hulk operator -n NS` says so at start
+            log = tmp_path / "op.log"
+            with log.open("w") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "hulk", "operator", "--kubeconfig",
+                     sandbox.kubeconfig, "-n", namespace, "--peering", name, "--liveness", "",
+                     "--priority", "100"],
+                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+                try:
+                    wait("the warning", lambda: "an operator serving every" in log.read_text(), 60)
+                finally:
+                    _stop(proc)
+            assert f"(ClusterKopfPeering {name}: a@x/1)" in log.read_text()
+        finally:
+            custom.delete_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings", name)
