@@ -111,12 +111,7 @@ def test_peering_objects_are_created_at_startup(
                     (peer,) = (obj.get("status") or {}).values()
                     assert (peer["priority"], peer["lifetime"]) == (100, 20), peer
             finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+                _stop(proc)
         finally:
             try:
                 custom.delete_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
