@@ -55,7 +55,10 @@ class PauseWatch(logging.Filter):
         return True
 
     def __enter__(self) -> PauseWatch:
-        logging.getLogger(PEERING_LOGGER).addFilter(self)
+        peering = logging.getLogger(PEERING_LOGGER)
+        if peering.getEffectiveLevel() > logging.INFO:  # (its lines are at INFO)
+            peering.setLevel(logging.INFO)
+        peering.addFilter(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
