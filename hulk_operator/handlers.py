@@ -46,12 +46,14 @@ from hulk_operator.quotas import (
     Bound,
     Scope,
 )
-from hulk_operator.reconcile import reconcile, refused_edit
+from hulk_operator.reconcile import edited_since, reconcile, refused_edit
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import USES_GNN
 from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
 
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
+# kopf's record of the spec its handlers last took (an annotation), read by the timer too
+DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix="hulk.dev", key="last-handled-configuration")
 PEERING_LIFETIME_S = 20  # seconds a replica's peering record counts after its last refresh
 
 
@@ -93,9 +95,7 @@ async def operator_startup(
     # Keep kopf's bookkeeping in annotations under our own prefix and out of .status,
     # which belongs to the job's users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hulk.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="hulk.dev", key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = DIFFBASE
     settings.persistence.finalizer = "hulk.dev/kopf-finalizer"
     # Post our own kopf.event() calls (Planned, Replanned...) as Kubernetes Events.
     settings.posting.level = logging.INFO
@@ -275,6 +275,16 @@ def hulktrainingjob_update(
         patch.status["conditions"] = conds
 
 
+def _edit_unhandled(body: kopf.Body) -> bool:
+    """Whether the job's spec differs from the one kopf's handlers last took (its
+    last-handled annotation): an edit the update handler has yet to take. A job with no
+    record yet (being created) has none."""
+    handled = DIFFBASE.fetch(body=body)
+    if handled is None:
+        return False
+    return handled.get("spec") != DIFFBASE.build(body=body).get("spec")
+
+
 def _plan_stands(
     patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: dict[str, str], gen: int
 ) -> None:
@@ -348,11 +358,16 @@ async def hulktrainingjob_reconcile(
     stopped: kopf.DaemonStopped,
     **_: Any,
 ) -> None:
-    if memo.get(RESTARTING):  # resumed after a pause: kopf runs afresh (``pauses``)
-        return
+    if (flag := memo.get(RESTARTING)) is not None and flag.is_set():
+        return  # resumed after a pause: kopf runs afresh (``pauses``)
     key = (namespace or "", name)
     entry = one(hulk_jobs.get(key))
     if entry is None or entry.deleting:
+        return
+    if _edit_unhandled(body):
+        # the update handler has not taken this edit yet: until it does (refused, or the
+        # plan reset), pods made from the new spec on the old plan could replace the running
+        # ones with pods it refuses (a user trial: a typo'd edit left a job with no pods)
         return
     nodes = {n: one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
@@ -414,6 +429,8 @@ async def hulktrainingjob_reconcile(
         if classify(exc).permanent:
             raise to_kopf(exc) from exc
         raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=2.0) from exc
+    if edited_since(body, entry):  # an edit came meanwhile: what was worked out is stale,
+        return  # and would write over the update handler's conditions (a user trial)
     changed = st.diff(status, new)
     if changed:
         patch.status.update(changed)

@@ -26,17 +26,20 @@ from typing import Any
 PEERING_LOGGER = "kopf._core.engines.peering"
 PAUSED = ("Pausing operations in favour of", "Pausing all operators")
 RESUMED = "Resuming operations after the pause"
-RESTARTING = "restarting"  # the memo's flag: handlers do nothing until kopf runs afresh
+RESTARTING = "restarting"  # the memo's Event: handlers do nothing until kopf runs afresh
 
 
 class PauseWatch(logging.Filter):
     """Reads kopf's peering log: on a pause, clears the per-job metrics; on a resume,
     stops this run of kopf (``stop``), for ``hulk operator`` to start it again
-    (``restart``), and has the handlers do nothing meanwhile (``memo[RESTARTING]``)."""
+    (``restart``), and has the handlers do nothing meanwhile (``memo[RESTARTING]`` set)."""
 
     def __init__(self, memo: MutableMapping[str, Any], stop: threading.Event) -> None:
         super().__init__()
         self.memo = memo
+        # an Event, not a flag of its own: kopf hands each object's handlers a shallow copy
+        # of the memo made when it first saw the object, sharing its values only
+        self.restarting = memo.setdefault(RESTARTING, threading.Event())
         self.stop = stop
         self.paused = False  # paused once active (kopf starts paused, and says nothing)
         self.restart = False
@@ -49,7 +52,7 @@ class PauseWatch(logging.Filter):
             if metrics is not None:
                 metrics.clear_jobs()
         elif text.startswith(RESUMED) and self.paused:  # (not the resume at the start)
-            self.memo[RESTARTING] = True
+            self.restarting.set()
             self.restart = True
             self.stop.set()
         return True

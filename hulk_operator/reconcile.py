@@ -196,7 +196,7 @@ async def reconcile(
     if (
         (body.get("metadata") or {}).get("deletionTimestamp")
         or ctx.stopped()
-        or _edited(body, entry)
+        or edited_since(body, entry)
     ):
         # deleted, or its spec edited, while we planned (``body`` is kopf's live view):
         # create nothing, write nothing (an edit's new plan comes at the next round)
@@ -243,7 +243,7 @@ async def reconcile(
             return new
         await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
-    if ctx.stopped() or _edited(body, entry):
+    if ctx.stopped() or edited_since(body, entry):
         return {}  # deleted or edited (or the operator exiting) while its pods were created
     if replanned is None and diff.create and status.get("phase") == st.RUNNING:
         msg = (
@@ -313,7 +313,7 @@ async def _give_back(
     return new
 
 
-def _edited(body: Mapping[str, Any], entry: JobEntry) -> bool:
+def edited_since(body: Mapping[str, Any], entry: JobEntry) -> bool:
     """Whether the job's spec changed since this reconciliation began (``body`` is kopf's
     live view; ``entry`` what the index held then): its plan is for the old spec. Before,
     a re-plan for a lost server made meanwhile was written over the edit's reset, and the
