@@ -76,4 +76,4 @@ def identity() -> str:
     if pod:
         return pod
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
-    return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{secrets.token_hex(2)}"
+    return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{secrets.token_hex(3)}"

@@ -1,0 +1,42 @@
+"""Reading kopf's peering log (``hulk_operator.pauses``), without kopf running: a pause
+clears the per-job figures; a resume after a pause stops kopf for a fresh run, and every
+object's memo sees it (kopf hands each object a shallow copy of the memo)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+
+import kopf
+import pytest
+
+from hulk_operator.metrics import Metrics
+from hulk_operator.pauses import PEERING_LOGGER, RESTARTING, PauseWatch, identity
+
+
+def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> None:
+    metrics = Metrics()
+    metrics.set_phases(["Running", "Pending"])
+    metrics.set_predicted("ml", "gpt", 2.5)
+    memo, stop = kopf.Memo(metrics=metrics), threading.Event()
+    log = logging.getLogger(PEERING_LOGGER)
+    with PauseWatch(memo, stop) as watch:
+        per_object = copy.copy(memo)  # as kopf makes it when it first sees an object
+        # kopf starts paused, silently, and resumes: no view is stale yet
+        log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
+        assert not stop.is_set() and not per_object[RESTARTING].is_set()
+        assert 'job="gpt"' in metrics.text() and "hulk_jobs{" in metrics.text()
+        log.info("Pausing operations in favour of [<Peer b: priority=9>].")
+        assert 'job="gpt"' not in metrics.text() and "hulk_jobs{" not in metrics.text()
+        assert not stop.is_set()
+        log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
+    assert stop.is_set() and watch.restart and per_object[RESTARTING].is_set()
+    assert watch not in log.filters  # (taken off with the run)
+
+
+def test_the_identity_is_the_pods_name_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_ID", "hulk-operator-7d9f-abcde")
+    assert identity() == "hulk-operator-7d9f-abcde"
+    monkeypatch.delenv("POD_ID")
+    assert identity() != identity()  # (a random suffix: two processes on one host differ)
