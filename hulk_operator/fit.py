@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import NodeInfo, Resources, fits, selected
+from hulk_operator.inventory import NO_GPUS, NodeInfo, Resources, fits, selected
 from hulk_planner.cost import too_big
 from hulk_planner.datasets import slug
 
@@ -57,17 +57,29 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     change this; what other jobs hold does not count here."""
     if entry.job is None:
         return None
-    servers = [i.server for i in matching_nodes(entry, nodes) if i.server is not None]
+    matching = matching_nodes(entry, nodes)
+    servers = [i.server for i in matching if i.server is not None]
+    if not servers:  # (nodes it matches with no usable GPUs: the snapshot says why)
+        return None
     limits = constraint_names(entry)
     if not limits:
-        return too_big(entry.job, servers)
-    return too_big(
-        entry.job,
-        servers,
-        f"the {len(servers)} server(s) it may use have",
-        f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
-        "model or microBatchSize",
-    )
+        why = too_big(entry.job, servers)
+    else:
+        why = too_big(
+            entry.job,
+            servers,
+            f"the {len(servers)} server(s) it may use have",
+            f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
+            "model or microBatchSize",
+        )
+    unread = [i for i in matching if i.server is None and i.problem and i.problem != NO_GPUS]
+    if why is not None and unread:  # GPU nodes left out: their labels may be the fix
+        why += (
+            f"; not counted, {len(unread)} matching node(s) with "
+            + ", ".join(f"{i.name}: {i.problem}" for i in unread[:3])
+            + (", ..." if len(unread) > 3 else "")
+        )
+    return why
 
 
 def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:

@@ -7,7 +7,10 @@ from dataclasses import replace
 from placement_helpers import entry, nodes
 
 from hulk_operator.fit import requests_fit_nowhere, too_big_for
-from hulk_operator.inventory import Resources
+from hulk_operator.inventory import Latencies, Resources
+from hulk_operator.rounds import plan_pending
+from hulk_operator.snapshot import Snapshot
+from hulk_planner.api import plan
 from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec
@@ -35,6 +38,18 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     assert why is not None and f"the {len(paris)} server(s) it may use have " in why, why
     assert why.endswith("GiB usable (allow more servers (spec.allowedRegions ['paris']), add "
                         "servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
+    # a GPU node it matches whose labels are unreadable: named (before, "the 0 server(s) it
+    # may use have 0 GiB" for a job matching that node alone; a user trial)
+    bad = "label nvidia.com/gpu.memory='lots' is not a number of MiB above zero"
+    broken = dict(nodes())
+    broken[paris[0]] = replace(broken[paris[0]], server=None, problem=bad)
+    why = too_big_for(entry(opt, allowed_regions=("paris",)), broken)
+    assert why is not None and why.endswith(f"; not counted, 1 matching node(s) with "
+                                            f"{paris[0]}: {bad}"), why  # fmt: skip
+    alone = entry(opt, node_selector=(("kubernetes.io/hostname", paris[0]),))
+    assert too_big_for(alone, broken) is None  # the snapshot says why it takes no stage:
+    d = plan_pending(Snapshot(broken, Latencies(), {alone.key: alone}, {}), plan)[alone.key]
+    assert d.reason == f"the 1 node(s) matching the job take no new stage: 1 no usable GPUs ({bad})"
     invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
     assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
 
