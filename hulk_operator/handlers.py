@@ -168,12 +168,35 @@ def operator_placing_probe(memo: kopf.Memo, **_: Any) -> int:
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def hulktrainingjob_create(body: kopf.Body, name: str, logger: kopf.Logger, **_: Any) -> None:
+def hulktrainingjob_create(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    hulk_nodes: Any = None,
+    **_: Any,
+) -> None:
     """Validates the spec; an invalid one is the user's to fix, not an operator error: a
-    Warning Event says why (``kubectl describe``), the timer's ``Failed`` condition too."""
+    Warning Event says why (``kubectl describe``), the timer's ``Failed`` condition too.
+    A planned job with no record of the spec kopf last handled was replaced (``kubectl
+    replace`` drops the annotations): kopf takes it for a new one, and it is handled as an
+    edit from the spec its pods run (before, the timer made the new spec's pods on the old
+    plan; a user trial)."""
+    if status.get("plan") is not None and _replaced(body):
+        spec = dict(body.get("spec") or {})
+        _spec_edited(body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes)
+        return
     if _refused(body, logger, object_entry(body)):
         return
     logger.debug(f"job {name} accepted")
+
+
+def _replaced(body: kopf.Body) -> bool:
+    """Whether kopf has no record of the spec it last handled for this job."""
+    return DIFFBASE.fetch(body=body) is None
 
 
 def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
@@ -202,6 +225,22 @@ def hulktrainingjob_update(
     hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
     **_: Any,
 ) -> None:
+    """An edit of the spec: :func:`_spec_edited`."""
+    _spec_edited(body, name, namespace, status, patch, memo, logger, old, new, hulk_nodes)
+
+
+def _spec_edited(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    old: Any,
+    new: Any,
+    hulk_nodes: Any,
+) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). A running job runs on when the edit leaves what its pods are made
@@ -211,7 +250,13 @@ def hulktrainingjob_update(
     does one whose constraints no node of the cluster matches or whose model no set of the
     nodes it may use could hold (a typo'd region or parameter count must not stop a
     training run). A finished job runs again after any edit but defaults filled in."""
-    changed = edits.changed_fields(old, new)
+    if old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
+        running = (status.get("plan") or {}).get("specHashes") or {}
+        now = spec_hashes(new)
+        changed = {"model" if k == "job" else k for k in now if running.get(k) != now[k]}
+        changed = changed or {"(replaced)"}  # the same spec: a refusal is lifted below
+    else:
+        changed = edits.changed_fields(old, new)
     if not changed:
         logger.debug(f"{name}: only defaults filled in (a CRD upgrade): nothing to do")
         return
@@ -278,10 +323,10 @@ def hulktrainingjob_update(
 def _edit_unhandled(body: kopf.Body) -> bool:
     """Whether the job's spec differs from the one kopf's handlers last took (its
     last-handled annotation): an edit the update handler has yet to take. A job with no
-    record yet (being created) has none."""
+    record is being created (none), or was replaced with its plan kept (one)."""
     handled = DIFFBASE.fetch(body=body)
-    if handled is None:
-        return False
+    if handled is None:  # being created, or a planned job replaced (until handled as edited)
+        return (body.get("status") or {}).get("plan") is not None
     return handled.get("spec") != DIFFBASE.build(body=body).get("spec")
 
 

@@ -454,6 +454,55 @@ def test_a_burst_of_refused_edits_never_touches_the_running_pods(kube: Kube, ope
     assert c["reason"] == "InvalidSpec", c
 
 
+def test_replacing_a_job_is_handled_as_an_edit_from_what_its_pods_run(
+    kube: Kube, operator: Any
+) -> None:
+    """``kubectl replace`` drops kopf's record of the spec it last handled (an annotation):
+    kopf took the job for a new one, the refusal of an earlier edit stayed, and the timer
+    made the new spec's pods on the old plan (a user trial)."""
+    kube.apply(manifest("swapped", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("swapped") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("swapped")}
+    job = kube.job("swapped")
+    spec = copy.deepcopy(job["spec"])
+    typo = {"spec": {"model": {"preset": "bert-largest"}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "swapped", typo)
+    assert edit_refused(kube, "swapped")["reason"] == "InvalidSpec"
+
+    def replace_with(spec: dict[str, Any]) -> None:  # as kubectl replace -f FILE does
+        version = kube.job("swapped")["metadata"]["resourceVersion"]
+        meta = {"name": "swapped", "resourceVersion": version}
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "HulkTrainingJob", "spec": spec}
+        body["metadata"] = meta
+        kube.custom.replace_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "swapped", body
+        )
+
+    replace_with(spec)  # the spec its pods run: the refusal is lifted, the pods run on
+
+    def lifted() -> dict[str, Any] | None:
+        c = condition(kube.job("swapped"), "Planned")
+        return c if c.get("observedGeneration") == 3 and c["status"] == "True" else None
+
+    wait("the refusal lifted", lifted, 30)
+    time.sleep(2)
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("swapped")} == before
+    assert not kube.events("StageRecreated")
+    # another template: planned again as an edit (the old pods replaced by the new plan's)
+    spec["template"]["metadata"] = {"labels": {"team": "nlp"}}
+    replace_with(spec)
+
+    def replanned() -> bool:
+        pods = kube.live_pods("swapped")
+        ok = pods and all((p.metadata.labels or {}).get("team") == "nlp" for p in pods)
+        return kube.phase("swapped") == "Running" and bool(ok)
+
+    wait("planned again", replanned, 60)
+    said = [e for e in kube.events("SpecChanged") if e.involved_object.name == "swapped"]
+    assert said and said[0].message.startswith("spec.template changed: planning it again")
+    assert not kube.events("StageRecreated")
+
+
 def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
     m = manifest("tmpledit")
     kube.apply(m)
