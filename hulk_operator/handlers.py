@@ -187,7 +187,9 @@ def hulktrainingjob_create(
     plan; a user trial)."""
     if status.get("plan") is not None and _replaced(body):
         spec = dict(body.get("spec") or {})
-        _spec_edited(body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes)
+        hulktrainingjob_update(
+            body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes
+        )
         return
     if _refused(body, logger, object_entry(body)):
         return
@@ -211,7 +213,6 @@ def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
     return True
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def hulktrainingjob_update(
     body: kopf.Body,
     name: str,
@@ -224,22 +225,6 @@ def hulktrainingjob_update(
     new: Any,
     hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
     **_: Any,
-) -> None:
-    """An edit of the spec: :func:`_spec_edited`."""
-    _spec_edited(body, name, namespace, status, patch, memo, logger, old, new, hulk_nodes)
-
-
-def _spec_edited(
-    body: kopf.Body,
-    name: str,
-    namespace: str | None,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    old: Any,
-    new: Any,
-    hulk_nodes: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
@@ -318,6 +303,10 @@ def _spec_edited(
         )  # fmt: skip
     if conds != list(status.get("conditions") or []):
         patch.status["conditions"] = conds
+
+
+# (registered here, not by a decorator, so that the create handler can call it as typed)
+kopf.on.update(GROUP, VERSION, PLURAL, field="spec")(hulktrainingjob_update)
 
 
 def _edit_unhandled(body: kopf.Body) -> bool:

@@ -93,6 +93,12 @@ async def reconcile(
         # refused by the cluster: the last valid spec's pods run on until it allows the edit
         return new | await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen)
     spec = body.get("spec") or {}
+    made_for = (status.get("plan") or {}).get("specHashes")
+    if made_for and made_for != spec_hashes(spec) and planned.get("observedGeneration") != gen:
+        # the plan is for another spec, and the update handler's word on this one is not
+        # in sight: kopf writes its record of the spec handled and the status apart, and
+        # pods made meanwhile from this spec on that plan replaced the running ones
+        return {}
     plan = st.job_plan_from_status(name, status)
     gpus = st.plan_gpus(status)
     replans = int(status.get("replans") or 0)
