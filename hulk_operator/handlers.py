@@ -239,6 +239,9 @@ def hulktrainingjob_update(
         running = (status.get("plan") or {}).get("specHashes") or {}
         now = spec_hashes(new)
         changed = {"model" if k == "job" else k for k in now if running.get(k) != now[k]}
+        if not changed and status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED):
+            logger.info(f"{name} is {status.get('phase')}: replaced with its spec, nothing to do")
+            return
         changed = changed or {"(replaced)"}  # the same spec: a refusal is lifted below
     else:
         changed = edits.changed_fields(old, new)

@@ -2089,6 +2089,15 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     assert (
         kube.phase("done") == "Succeeded" and {p.metadata.name for p in kube.pods("done")} == kept
     )
+    # replaced with its own spec (kubectl replace: kopf's record dropped): nothing either
+    live = kube.job("done")
+    body = {k: live[k] for k in ("apiVersion", "kind", "spec")}
+    body["metadata"] = {"name": "done", "resourceVersion": live["metadata"]["resourceVersion"]}
+    kube.custom.replace_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "done", body)
+    time.sleep(3)
+    assert (
+        kube.phase("done") == "Succeeded" and {p.metadata.name for p in kube.pods("done")} == kept
+    )
     template = copy.deepcopy(kube.job("done")["spec"]["template"])
     template["spec"]["containers"][0]["env"] = [{"name": "RUN", "value": "2"}]
     edit = {"spec": {"template": template, "suspend": False}}
