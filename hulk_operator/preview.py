@@ -238,6 +238,12 @@ def preview_plan(
         }
     pending = [e for e in jobs.values() if e.pending]
     if not pending and not standing:
+        if namespace and not _namespace_exists(path, namespace):  # (a typo read as empty)
+            raise InvalidRequest(
+                "--namespace",
+                f"namespace {namespace!r} does not exist",
+                "check its name: kubectl get namespaces",
+            )
         where = f"namespace {namespace!r}" if namespace else "the cluster"
         raise NothingToPlan(
             f"{where} has no pending HulkTrainingJob (to preview one, apply it or give its "
@@ -376,3 +382,19 @@ def cluster_from_kubeconfig(
         raise NoFeasiblePlan(f"the cluster has no usable GPU server ({skipped or 'no nodes'})")
     return build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                          cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
+
+
+def _namespace_exists(path: str, namespace: str) -> bool:
+    """Whether ``namespace`` exists (True where it cannot be told: a tenant's kubeconfig
+    may not read namespaces)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    with kube.make_client(path) as api:
+        try:
+            client.CoreV1Api(api).read_namespace(namespace)
+        except ApiException as exc:
+            return exc.status != 404
+        except Exception:
+            return True
+    return True

@@ -108,6 +108,13 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
         "(to preview one, apply it or give its manifest with --jobs FILE)"
     )
     assert json.loads(out.stdout)["jobs"] == []
+    # a namespace that does not exist is bad input, not an empty one (a user trial)
+    typo = [*cmd[:-3], "no-such-namespace", "-o", "json"]
+    out = subprocess.run(typo, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "hulk plan: error: --namespace: namespace 'no-such-namespace' does not exist (check "
+        "its name: kubectl get namespaces)"
+    ), out.stderr
     for m in paper_manifests():
         kube.apply(m)
     asleep = copy.deepcopy(paper_manifests()[3])
