@@ -201,6 +201,12 @@ def _replaced(body: kopf.Body) -> bool:
     return DIFFBASE.fetch(body=body) is None
 
 
+def _warn(body: kopf.Body, logger: kopf.Logger, reason: str, message: str) -> None:
+    """A Warning Event, also in the operator's log at WARNING (as the timer's are)."""
+    kopf.warn(body, reason=reason, message=message)
+    logger.warning(f"{reason}: {message}")
+
+
 def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
     """Whether the job's spec is invalid, for the planner or for the operator (a template
     ``nodeName``, node selectors that contradict each other): then posted as a Warning
@@ -208,8 +214,7 @@ def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
     if entry.job is not None:
         return False
     message = entry.error or "invalid spec"
-    kopf.warn(body, reason=INVALID_SPEC, message=message)
-    logger.warning(f"{INVALID_SPEC}: {message}")
+    _warn(body, logger, INVALID_SPEC, message)
     return True
 
 
@@ -273,8 +278,7 @@ def hulktrainingjob_update(
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, refused, gen)
-            kopf.warn(body, reason=refused.reason, message=refused.message)
-            logger.warning(f"{refused.reason}: {refused.message}")
+            _warn(body, logger, refused.reason, refused.message)
             return
     memo.placer.forget((namespace or "", name))
     failed = phase == st.PHASE_FAILED
