@@ -42,7 +42,11 @@ class PauseWatch(logging.Filter):
         self.restarting = memo.setdefault(RESTARTING, threading.Event())
         self.stop = stop
         self.paused = False  # paused once active (kopf starts paused, and says nothing)
-        self.restart = False
+
+    @property
+    def restart(self) -> bool:
+        """Whether this run of kopf stopped for a fresh one."""
+        return self.restarting.is_set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
@@ -53,7 +57,6 @@ class PauseWatch(logging.Filter):
                 metrics.clear_jobs()
         elif text.startswith(RESUMED) and self.paused:  # (not the resume at the start)
             self.restarting.set()
-            self.restart = True
             self.stop.set()
         return True
 
