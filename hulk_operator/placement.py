@@ -214,6 +214,11 @@ class Placer:
         """What a job's last failed round saw; the quota figures come last."""
         return (
             tuple(i.name for i in snap.free(entry)),
+            # every node as the index keeps it (unchanged ones are the same objects, so
+            # this compares fast): a relabel that leaves the free set as it was (more GPU
+            # memory on a free server, say) was not seen, and the job waited on a failure
+            # planning would no longer give
+            tuple(snap.nodes.values()),
             entry.generation,
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
             snap.gpu_max(entry.key[0]),
@@ -344,6 +349,7 @@ class Placer:
             free = snap.free(entry)
             seen = (
                 tuple(i.name for i in free),
+                tuple(snap.nodes.values()),  # a relabel (faster GPUs, same name): looked at
                 current.stages,
                 entry.generation,
                 entry.regrow,

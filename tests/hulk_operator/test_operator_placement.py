@@ -69,6 +69,39 @@ def test_placer_batches_reserves_and_caches_failures() -> None:
     asyncio.run(main())
 
 
+def test_a_relabel_that_leaves_the_free_servers_as_they_were_is_planned_on() -> None:
+    """A free server relabelled with more GPU memory: the job that did not fit is planned
+    again, and on it (before, the round's failure stood, as the free servers' names had
+    not changed: the job waited on it until something else did)."""
+    calls: list[int] = []
+
+    def counting(*args: Any, **kw: Any) -> Plan:
+        calls.append(len(args[1]))
+        return plan(*args, **kw)
+
+    t5 = entry(paper_jobs()[1])
+    state = snap([t5])
+    state.held = dict.fromkeys(sorted(state.nodes)[1:], ("other", "x"))  # beijing-0 free
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(state.nodes, state.latencies, state.jobs, dict(state.held))
+
+    async def main() -> None:
+        placer = Placer(counting, batch_window_s=0.01)
+        first = await placer.decide(t5.key, snapshot)
+        assert first is not None and first.job_plan is None, first
+        assert await placer.decide(t5.key, snapshot) is first and calls == [1]
+        body = node_manifest(paper_cluster().server("beijing-0"))
+        body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        body["metadata"]["labels"]["nvidia.com/gpu.memory"] = "81920"  # A100 80GB boards
+        state.nodes["beijing-0"] = node_info(body)  # type: ignore[index]
+        again = await placer.decide(t5.key, snapshot)
+        assert calls == [1, 1]
+        assert again is not None and again.nodes == {"beijing-0"}, again
+
+    asyncio.run(main())
+
+
 def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -83,9 +83,11 @@ def test_a_plan_whose_link_was_cut_is_not_regrown() -> None:
     assert asyncio.run(Placer(plan, regrow_every_s=0).regrow(running, current, snapshot)) is None
 
 
-def counted(every_s: float) -> tuple[Callable[[], Decision | None], Callable[[], None], list[int]]:
+def counted(
+    every_s: float,
+) -> tuple[Callable[[], Decision | None], Callable[[bool], None], list[int]]:
     """A job that cannot grow 1e6x, a Placer that counts its planning rounds: (look once,
-    free one more server, the rounds)."""
+    take one free server away, or relabel it with ``True``; the rounds)."""
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
     free = nodes()
     calls: list[int] = []
@@ -103,8 +105,14 @@ def counted(every_s: float) -> tuple[Callable[[], Decision | None], Callable[[],
     def look() -> Decision | None:
         return asyncio.run(placer.regrow(running, current, snapshot))
 
-    def free_one() -> None:
-        del free[next(n for n in free if n not in current.nodes)]
+    def free_one(relabel: bool = False) -> None:
+        name = next(n for n in free if n not in current.nodes)
+        if relabel:  # its GPUs swapped for faster ones: more TFLOPS, the same name
+            info = free[name]
+            assert info.server is not None
+            free[name] = replace(info, server=replace(info.server, gpu_tflops=989.0))
+        else:
+            del free[name]
 
     return look, free_one, calls
 
@@ -117,6 +125,9 @@ def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_chan
     free_one()
     assert look() is None
     assert len(calls) == 2
+    free_one(relabel=True)  # the same free servers by name (before, not planned again)
+    assert look() is None
+    assert len(calls) == 3
 
 
 def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
