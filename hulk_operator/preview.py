@@ -203,7 +203,8 @@ def preview_plan(
     snap, objects, classes_read = _read(path, DEFAULT_MAX_AGE_S)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
-    standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float]]] = {}
+    # and why those that could not place it could not
+    standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float], dict[str, str]]] = {}
     notes: list[str] = []
     if manifests is not None:
         for m in manifests:
@@ -213,8 +214,8 @@ def preview_plan(
             running = snap.jobs.get(e.key)
             kept = _stands(objects.get(e.key), running, m, e, snap)
             if running is not None and kept is not None:
-                why, jp, compared_then = kept
-                standing[e.key] = (e, jp, compared_then)
+                why, jp, compared_then, why_then = kept
+                standing[e.key] = (e, jp, compared_then, why_then)
                 notes.append(f"job {e.key[1]}: runs; applying this manifest, {why}: shown as "
                              "its pods run")  # fmt: skip
                 if e.regrow is not None:
@@ -260,7 +261,7 @@ def preview_plan(
         seed=seed,
         baselines=baselines,
     )
-    shown = pending + [e for e, _, _ in standing.values()]
+    shown = pending + [e for e, _, _, _ in standing.values()]
     names = {k: n for n, k in planner_names(shown).items()}  # <name>.<ns> if needed
     compared: dict[str, dict[str, float]] = {b: {} for b in BASELINES} if baselines else {}
     why_not: dict[str, dict[str, str]] = {}
@@ -271,9 +272,11 @@ def preview_plan(
                 compared.setdefault(base, {})[names[e.key]] = t
         for base, why in d.baselines_why.items() if d.job_plan is not None else ():
             why_not.setdefault(base, {})[names[e.key]] = why
-    for k, (_, _, then) in standing.items() if baselines else ():
+    for k, (_, _, then, why_then) in standing.items() if baselines else ():
         for base, t in then.items():
             compared.setdefault(base, {})[names[k]] = t
+        for base, why in why_then.items():
+            why_not.setdefault(base, {})[names[k]] = why
     placed, unplaced = [], []
     for e in sorted(shown, key=lambda e: e.key):
         if e.key in standing:
@@ -313,7 +316,7 @@ def preview_plan(
     for d in decisions.values():
         if d.cluster is not None and d.job_plan is not None:
             found |= {n: d.cluster.server(n) for n in d.job_plan.nodes if n not in found}
-    for _, jp, _ in standing.values():
+    for _, jp, _, _ in standing.values():
         found |= {n: s for n in jp.nodes if (s := snap.nodes[n].server) is not None}
     servers = [found[n] for n in sorted(found)]
     if not servers:  # nothing to show a plan against: say why each job got nothing
@@ -331,10 +334,10 @@ def _stands(
     manifest: Mapping[str, Any],
     entry: JobEntry,
     snap: Snapshot,
-) -> tuple[str, JobPlan, dict[str, float]] | None:
+) -> tuple[str, JobPlan, dict[str, float], dict[str, str]] | None:
     """For a manifest of a running job: why applying it would leave the job's plan standing,
-    that plan and the baselines' step times when it was made (as its status records them);
-    None if it would be planned again."""
+    that plan, the baselines' step times when it was made and why those that could not
+    place it could not (as its status records them); None if it would be planned again."""
     if obj is None or running is None or not running.plan_nodes or running.deleting:
         return None
     status = obj.get("status") or {}
@@ -358,7 +361,12 @@ def _stands(
         for b in status.get("baselines") or []
         if isinstance(b, Mapping) and isinstance(b.get("predictedIterationSeconds"), int | float)
     }
-    return why, jp, then
+    why_not = {
+        str(b.get("planner")): b["reason"]
+        for b in status.get("baselines") or []
+        if isinstance(b, Mapping) and isinstance(b.get("reason"), str)
+    }
+    return why, jp, then, why_not
 
 
 def cluster_from_kubeconfig(

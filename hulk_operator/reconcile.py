@@ -420,8 +420,12 @@ def _placed_fields(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any
     if decision.baselines:
         # no key where a baseline cannot place the job: the API server drops nulls inside a
         # merge-patched list anyway (and kopf then warns that the patch did not hold)
+        # (and why it cannot: `hulk plan --kubeconfig --jobs` shows it for a running job)
+        why = decision.baselines_why
         out["baselines"] = [
-            {"planner": k, **({"predictedIterationSeconds": v} if v is not None else {})}
+            {"planner": k, "predictedIterationSeconds": v}
+            if v is not None
+            else {"planner": k, **({"reason": why[k]} if k in why else {})}
             for k, v in sorted(decision.baselines.items())
         ]
     return out

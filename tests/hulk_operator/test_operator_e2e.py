@@ -72,7 +72,7 @@ def check_pods_match_plans(kube: Kube, names: list[str]) -> None:
 
 
 def test_paper_jobs_land_on_planned_servers_and_run(
-    kube: Kube, operator: Any, caplog: pytest.LogCaptureFixture
+    kube: Kube, operator: Any, sandbox: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     start = time.monotonic()
     for m in paper_manifests():
@@ -92,11 +92,22 @@ def test_paper_jobs_land_on_planned_servers_and_run(
         assert {"MASTER_ADDR", "WORLD_SIZE", "PET_NNODES", "HULK_LAYER_END"} <= set(env)
     svc: Any = kube.core.read_namespaced_service("gpt2-xl", kube.ns)
     assert svc.spec.cluster_ip == "None"
-    # baseline A cannot place OPT-175B (no server holds it): its entry has no time, and
-    # every status patch held as written
+    # baseline A cannot place OPT-175B (no server holds it): its entry has no time but a
+    # reason, and every status patch held as written
     opt = {b["planner"]: b for b in kube.job(PAPER[0])["status"]["baselines"]}
-    assert opt["baseline-a"] == {"planner": "baseline-a"}
+    assert set(opt["baseline-a"]) == {"planner", "reason"}, opt
+    assert opt["baseline-a"]["reason"].startswith("no server holds the whole model: "), opt
     assert "inconsistencies" not in caplog.text
+    # the preview of the running job's manifest says why, from its status (before, "not
+    # placed" alone: status.baselines held figures only; a user trial)
+    path = tmp_path / "opt.yaml"
+    path.write_text(json.dumps(paper_manifests()[0]))
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig, "-n", kube.ns, "--jobs", str(path)]
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"baseline-a does not place {PAPER[0]}: no server holds the whole model: " in out.stdout
     print(f"apply -> all Running: {elapsed:.1f}s")
 
 
