@@ -40,7 +40,7 @@ from hulk_operator.inventory import (
     Usage,
 )
 from hulk_operator.metrics import Metrics
-from hulk_operator.pauses import RESTARTING
+from hulk_operator.pauses import PAUSED_NOW, RESTARTING
 from hulk_operator.placement import Placer
 from hulk_operator.quotas import (
     Bound,
@@ -114,6 +114,8 @@ async def operator_startup(
     # log at INFO). 20 s keeps that short; each replica refreshes its record every ~10 s.
     settings.peering.lifetime = PEERING_LIFETIME_S
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
+    # each /healthz call (a kubelet's every 10 s) logged one INFO line per probe
+    logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
     memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     memo.metrics = memo.get("metrics") or Metrics()
     if cfg.metrics_port:
@@ -150,9 +152,18 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.probe(id="jobs")
-def operator_jobs_probe(hulk_jobs: Any = None, **_: Any) -> int:
-    """Liveness (``/healthz``): how many HulkTrainingJobs this replica serves."""
-    return len(hulk_jobs or {})
+def operator_jobs_probe(memo: kopf.Memo, hulk_jobs: Any = None, **_: Any) -> int:
+    """Liveness (``/healthz``): how many HulkTrainingJobs this replica serves; 0 while a
+    peer pauses it (before, a standby counted the jobs of its stale view; a user trial)."""
+    return 0 if operator_paused_probe(memo) else len(hulk_jobs or {})
+
+
+@kopf.on.probe(id="paused")
+def operator_paused_probe(memo: kopf.Memo, **_: Any) -> bool:
+    """Liveness: whether a peer of higher priority pauses this replica (``hulk operator``
+    reads it from kopf's log, ``pauses``)."""
+    paused = memo.get(PAUSED_NOW)
+    return bool(paused is not None and paused.is_set())
 
 
 @kopf.on.probe(id="placing")

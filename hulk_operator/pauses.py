@@ -6,7 +6,7 @@ its indexes the objects deleted in between, though (kopf 1.45): a resumed replic
 plan on deleted nodes and count the GPUs of deleted pods as taken (a user trial). So
 ``hulk operator`` runs kopf afresh when its replica resumes (new indexes, filled by the
 startup listing before any handler runs), and a paused replica stops exporting per-job
-figures (a standby's last ones would keep an alert firing).
+figures (a standby's last ones would keep an alert firing) and says so on ``/healthz``.
 
 kopf tells of a pause and a resume only in its log, so :class:`PauseWatch` reads those
 lines; the sandbox test of the resume would fail if kopf reworded them."""
@@ -27,6 +27,7 @@ PEERING_LOGGER = "kopf._core.engines.peering"
 PAUSED = ("Pausing operations in favour of", "Pausing all operators")
 RESUMED = "Resuming operations after the pause"
 RESTARTING = "restarting"  # the memo's Event: handlers do nothing until kopf runs afresh
+PAUSED_NOW = "paused"  # the memo's Event, set while a peer pauses this replica (/healthz)
 
 
 class PauseWatch(logging.Filter):
@@ -40,6 +41,7 @@ class PauseWatch(logging.Filter):
         # an Event, not a flag of its own: kopf hands each object's handlers a shallow copy
         # of the memo made when it first saw the object, sharing its values only
         self.restarting = memo.setdefault(RESTARTING, threading.Event())
+        self.paused_now = memo.setdefault(PAUSED_NOW, threading.Event())
         self.stop = stop
         self.paused = False  # paused once active (kopf starts paused, and says nothing)
 
@@ -52,10 +54,12 @@ class PauseWatch(logging.Filter):
         text = record.getMessage()
         if text.startswith(PAUSED):
             self.paused = True
+            self.paused_now.set()
             metrics = self.memo.get("metrics")
             if metrics is not None:
                 metrics.clear_jobs()
         elif text.startswith(RESUMED) and self.paused:  # (not the resume at the start)
+            self.paused_now.clear()
             self.restarting.set()
             self.stop.set()
         return True

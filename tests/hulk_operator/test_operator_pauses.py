@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from hulk_operator.metrics import Metrics
-from hulk_operator.pauses import PEERING_LOGGER, RESTARTING, PauseWatch, identity
+from hulk_operator.pauses import PAUSED_NOW, PEERING_LOGGER, RESTARTING, PauseWatch, identity
 
 
 def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> None:
@@ -27,10 +27,12 @@ def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> N
         log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
         assert not stop.is_set() and not per_object[RESTARTING].is_set()
         assert 'job="gpt"' in metrics.text() and "hulk_jobs{" in metrics.text()
+        assert not per_object[PAUSED_NOW].is_set()
         log.info("Pausing operations in favour of [<Peer b: priority=9>].")
         assert 'job="gpt"' not in metrics.text() and "hulk_jobs{" not in metrics.text()
-        assert not stop.is_set()
+        assert not stop.is_set() and per_object[PAUSED_NOW].is_set()  # (for /healthz)
         log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
+        assert not per_object[PAUSED_NOW].is_set()
     assert stop.is_set() and watch.restart and per_object[RESTARTING].is_set()
     assert watch not in log.filters  # (taken off with the run)
 

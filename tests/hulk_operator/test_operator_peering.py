@@ -198,8 +198,12 @@ def test_a_replica_resumed_after_a_pause_sees_what_was_deleted_meanwhile(
                              _free_port())  # fmt: skip
             text = lambda: (tmp_path / "low.log").read_text()  # noqa: E731
             wait("the low replica paused", lambda: "Pausing operations in favour of" in text(), 60)
-            # paused: no per-job figure of its own (the peer's are the live ones)
+            # paused: no per-job figure of its own (the peer's are the live ones), and
+            # /healthz says so (before, it counted the jobs of its stale view; a user trial)
             assert 'job="first"' not in _get(url) and "hulk_jobs{" not in _get(url)
+            health = lambda: json.loads(_get(healthz) or "{}")  # noqa: E731
+            wait("healthz says paused", lambda: health().get("paused") is True, 30)
+            assert health()["jobs"] == 0
             kube.delete_job("first")  # the high replica deletes it and its pods
             wait("first's pods gone", lambda: not kube.live_pods("first"), 60)
             sandbox.delete_node(lost)
@@ -218,9 +222,10 @@ def test_a_replica_resumed_after_a_pause_sees_what_was_deleted_meanwhile(
             wait("its figures again", lambda: 'job="second"' in _get(url), 30)
             # served by the new run of kopf; "jobs" the jobs it serves (before, those planned
             # and not yet written: 0 with every job running; a user trial)
-            health = lambda: json.loads(_get(healthz) or "{}")  # noqa: E731
             wait("healthz", lambda: health().get("jobs") == 2, 30)
-            assert health()["placing"] == 0
+            assert health()["placing"] == 0 and health()["paused"] is False
+            # kopf's INFO line per probe per call is not logged (a line every 10 s)
+            assert "kopf.activities.probe" not in text(), text()
     finally:
         if high is not None:
             _stop(high)
