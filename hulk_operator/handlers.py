@@ -155,13 +155,17 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
 def operator_jobs_probe(memo: kopf.Memo, hulk_jobs: Any = None, **_: Any) -> int:
     """Liveness (``/healthz``): how many HulkTrainingJobs this replica serves; 0 while a
     peer pauses it (before, a standby counted the jobs of its stale view; a user trial)."""
-    return 0 if operator_paused_probe(memo) else len(hulk_jobs or {})
+    return 0 if _paused(memo) else len(hulk_jobs or {})
 
 
 @kopf.on.probe(id="paused")
 def operator_paused_probe(memo: kopf.Memo, **_: Any) -> bool:
     """Liveness: whether a peer of higher priority pauses this replica (``hulk operator``
     reads it from kopf's log, ``pauses``)."""
+    return _paused(memo)
+
+
+def _paused(memo: kopf.Memo) -> bool:
     paused = memo.get(PAUSED_NOW)
     return bool(paused is not None and paused.is_set())
 
