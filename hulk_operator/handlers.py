@@ -139,6 +139,7 @@ async def operator_startup(
         on_round=on_round,
     )
     memo.recent = {}
+    memo.disruption = {}  # (a dict: every job's shallow copy of the memo shares it)
     memo.latency = (-LATENCY_CACHE_S, Latencies())
     weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
     logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
@@ -428,12 +429,7 @@ async def hulktrainingjob_reconcile(
     nodes = {n: one(s) for n, s in hulk_nodes.items()}
     pods = {key: list(hulk_pods.get(key, []))}
     disrupted = recovery.disrupted(nodes, memo.config.disruption_threshold)
-    if bool(disrupted) != bool(getattr(memo, "disrupted", None)):  # said once a change
-        memo.disrupted = disrupted
-        if disrupted:
-            logger.warning(f"{disrupted}: no NotReady node is taken as lost until fewer are")
-        else:
-            logger.info("NotReady nodes are taken as lost again")
+    recovery.say_disruption(memo.disruption, disrupted, logger)
 
     used = Usage(hulk_other_pods, *([await outside_pods(memo)] if memo.get("namespaces") else []))
 

@@ -197,3 +197,16 @@ def event_message(
     if math.isfinite(was) and math.isfinite(now) and was > 0:  # a slower plan says so
         step = f"; predicted step {now:.3g} s (was {was:.3g} s)"
     return f"{causes}; {changed}; {pods}{step}"
+
+
+def say_disruption(said: dict[str, str | None], disrupted: str | None, logger: Any) -> None:
+    """Logs a disruption (most GPU nodes NotReady) and its end once per change, whichever
+    job's timer sees it first: ``said`` is shared by them all (before, the memo's own
+    attribute, which kopf's per-object copies of the memo do not share: once per job)."""
+    if bool(disrupted) == bool(said.get("now")):
+        return
+    said["now"] = disrupted
+    if disrupted:
+        logger.warning(f"{disrupted}: no NotReady node is taken as lost until fewer are")
+    else:
+        logger.info("NotReady nodes are taken as lost again")

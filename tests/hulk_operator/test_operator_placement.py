@@ -4,9 +4,11 @@ in memory)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import replace
 from typing import Any
 
+import kopf
 import pytest
 from placement_helpers import entry, nodes, snap, templated
 
@@ -694,3 +696,28 @@ def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
     assert recovery.disrupted(cluster, 0.55) == "26 of the 47 GPU nodes are NotReady"
     two = {n: cluster[n] for n in names[:2]}
     assert recovery.disrupted(two, 0.55) is None  # two nodes: never taken as a disruption
+
+
+def test_a_disruption_is_logged_once_whichever_jobs_timer_sees_it() -> None:
+    """Every job's timer checks; the line is said once per change (before, once per job:
+    each kept its own flag, in kopf's per-object copy of the memo)."""
+    lines: list[tuple[str, str]] = []
+
+    class Log:
+        def warning(self, text: str) -> None:
+            lines.append(("WARNING", text))
+
+        def info(self, text: str) -> None:
+            lines.append(("INFO", text))
+
+    memo = kopf.Memo(disruption={})
+    copies = [copy.copy(memo) for _ in range(3)]  # as kopf makes them, one per job
+    for m in copies:
+        recovery.say_disruption(m.disruption, "26 of the 47 GPU nodes are NotReady", Log())
+    for m in copies:
+        recovery.say_disruption(m.disruption, None, Log())
+    assert lines == [
+        ("WARNING", "26 of the 47 GPU nodes are NotReady: no NotReady node is taken as lost "
+         "until fewer are"),
+        ("INFO", "NotReady nodes are taken as lost again"),
+    ]  # fmt: skip
