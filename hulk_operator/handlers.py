@@ -32,9 +32,8 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry, Key, object_entry, spec_hashes
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, classify, to_kopf
-from hulk_operator.indexes import LATENCY_CACHE_S, build_snapshot, one, outside_pods
+from hulk_operator.indexes import Listings, build_snapshot, one, outside_pods
 from hulk_operator.inventory import (
-    Latencies,
     NodeInfo,
     Resources,
     Usage,
@@ -140,7 +139,7 @@ async def operator_startup(
     )
     memo.recent = {}
     memo.disruption = {}  # (a dict: every job's shallow copy of the memo shares it)
-    memo.latency = (-LATENCY_CACHE_S, Latencies())
+    memo.listings = Listings()  # (shared: each job's copy of the memo holds the same)
     weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
     logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
 

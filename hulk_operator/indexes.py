@@ -12,9 +12,11 @@ counted).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -25,6 +27,7 @@ from hulk_operator.context import PodEntry
 from hulk_operator.entries import JobEntry, Key, job_entry
 from hulk_operator.inventory import (
     NO_GPUS,
+    Latencies,
     NodeInfo,
     Resources,
     node_info,
@@ -51,6 +54,18 @@ from hulk_operator.quotas import (
 from hulk_operator.snapshot import Snapshot, held_servers
 
 LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, listed this often
+
+
+@dataclass
+class Listings:
+    """What the operator lists rather than indexes (``LATENCY_CACHE_S``), kept once for
+    every job (``memo.listings``, set at start-up): kopf hands each object's handlers a
+    shallow copy of the memo, so what one job's handler set on the memo was its own, and
+    every job listed the NodeLatency objects, and other namespaces' pods, for itself."""
+
+    latency: tuple[float, Latencies] = (-LATENCY_CACHE_S, Latencies())
+    outside: tuple[float, dict[str, list[Resources]]] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one listing at a time
 
 
 @kopf.index("nodes")
@@ -260,12 +275,9 @@ async def outside_pods(memo: kopf.Memo) -> dict[str, list[Resources]]:
     ``LATENCY_CACHE_S`` at most, one listing at a time for all jobs); another team's
     notebook, or another operator's stage pod, holds GPUs that must not be offered. A
     listing that fails is logged and the last one kept: recovery goes on."""
-    import asyncio
-
-    if memo.get("outside_lock") is None:
-        memo.outside_lock = asyncio.Lock()
-    async with memo.outside_lock:
-        when, outside = memo.get("outside") or (-LATENCY_CACHE_S, None)
+    cache: Listings = memo.listings
+    async with cache.lock:
+        when, outside = cache.outside or (-LATENCY_CACHE_S, None)
         if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
             try:
                 pods = await asyncio.to_thread(kube.list_running_pods, memo.api)
@@ -274,13 +286,13 @@ async def outside_pods(memo: kopf.Memo) -> dict[str, list[Resources]]:
                     f"cannot list the pods of other namespaces ({type(exc).__name__}: {exc}); "
                     "the GPUs they hold are those seen last"
                 )
-                memo.outside = (time.monotonic(), outside or {})
+                cache.outside = (time.monotonic(), outside or {})
                 return outside or {}
             theirs = [
                 p for p in pods if not served(str(p["metadata"].get("namespace")), memo.namespaces)
             ]
             outside = other_pods(theirs, memo.namespaces)
-            memo.outside = (time.monotonic(), outside)
+            cache.outside = (time.monotonic(), outside)
         return outside
 
 
@@ -304,8 +316,6 @@ async def build_snapshot(
 ) -> Snapshot:
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
-    import asyncio
-
     nodes = {n: one(s) for n, s in hulk_nodes.items() if one(s) is not None}
     jobs = {k: one(s) for k, s in hulk_jobs.items() if one(s) is not None}
     held = held_servers(
@@ -317,14 +327,16 @@ async def build_snapshot(
             if p.node and p.phase not in ("Succeeded", "Failed")
         ),
     )
-    when, latencies = memo.latency
-    if time.monotonic() - when >= LATENCY_CACHE_S:
-        cfg: OperatorConfig = memo.config
-        items = await asyncio.to_thread(
-            kube.list_objects, memo.api, GROUP, VERSION, "nodelatencies"
-        )
-        latencies = read_latencies(items, cfg.latency_max_age_s)
-        memo.latency = (time.monotonic(), latencies)
+    cache: Listings = memo.listings
+    async with cache.lock:
+        when, latencies = cache.latency
+        if time.monotonic() - when >= LATENCY_CACHE_S:
+            cfg: OperatorConfig = memo.config
+            items = await asyncio.to_thread(
+                kube.list_objects, memo.api, GROUP, VERSION, "nodelatencies"
+            )
+            latencies = await asyncio.to_thread(read_latencies, items, cfg.latency_max_age_s)
+            cache.latency = (time.monotonic(), latencies)
     counted = {
         k: summed(dict(p.quota) for p in store if p.phase not in ("Succeeded", "Failed"))
         for k, store in hulk_pods.items()

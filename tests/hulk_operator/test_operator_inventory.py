@@ -402,7 +402,7 @@ def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusa
         return list(answer[0])
 
     monkeypatch.setattr(kube, "list_running_pods", listing)
-    memo = kopf.Memo(api=None, namespaces=["ml"])
+    memo = kopf.Memo(api=None, namespaces=["ml"], listings=indexes.Listings())
     gpu = {"limits": {"nvidia.com/gpu": "2"}}
     answer[0] = [
         {
@@ -416,13 +416,57 @@ def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusa
     ]
 
     async def many() -> list[dict[str, list[Any]]]:
-        return list(await asyncio.gather(*(indexes.outside_pods(memo) for _ in range(5))))
+        # five jobs' timers, each with its copy of the memo, as kopf hands them (before, each
+        # copy kept its own listing: one per job)
+        jobs = [copy.copy(memo) for _ in range(5)]
+        return list(await asyncio.gather(*(indexes.outside_pods(m) for m in jobs)))
 
-    got = asyncio.run(many())
+    async def twice() -> list[dict[str, list[Any]]]:
+        got = await many()
+        assert await many() == got  # (listed again when 10 s old)
+        return got
+
+    got = asyncio.run(twice())
     assert len(calls) == 1 and all(g == got[0] for g in got)
     assert [r.gpus for r in got[0]["n1"]] == [2]  # its own namespace's pod: the index's
-    memo.outside = (-1e9, got[0])  # stale
+    memo.listings.outside = (-1e9, got[0])  # stale
     answer[0] = ApiException(status=403, reason="Forbidden")
     with caplog.at_level("WARNING", logger="hulk_operator"):
         kept = asyncio.run(indexes.outside_pods(memo))
     assert kept == got[0] and "cannot list the pods of other namespaces" in caplog.text
+
+
+def test_every_jobs_snapshot_shares_one_listing_of_the_latencies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The NodeLatency objects are listed once for every job's timer, each with its copy
+    of the memo (before, each copy kept its own listing: one per job every 10 s)."""
+    import asyncio
+
+    import kopf
+
+    from hulk_operator import indexes, kube
+    from hulk_operator.config import OperatorConfig
+
+    calls: list[str] = []
+
+    def listing(api: Any, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        calls.append(plural)
+        return []
+
+    monkeypatch.setattr(kube, "list_objects", listing)
+    memo = kopf.Memo(api=None, config=OperatorConfig(), listings=indexes.Listings())
+
+    async def many() -> list[Any]:
+        jobs = [copy.copy(memo) for _ in range(5)]
+        return list(await asyncio.gather(*(indexes.build_snapshot(m, {}, {}, {}) for m in jobs)))
+
+    async def main() -> None:
+        assert len(await many()) == 5 and calls == ["nodelatencies"]
+        await many()
+        assert calls == ["nodelatencies"]  # (listed again when 10 s old)
+        memo.listings.latency = (-1e9, memo.listings.latency[1])  # stale
+        await many()
+        assert calls == ["nodelatencies"] * 2
+
+    asyncio.run(main())
