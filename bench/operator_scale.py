@@ -5,8 +5,9 @@ The operator runs as its own process (`hulk operator`, log in the sandbox's dire
 its RSS is its own. With ``--spread`` the jobs arrive over several planning rounds (a round
 must never hand out a server that an earlier round gave to a job whose status does not show
 it yet; before that was fixed, pods pinned twice stayed Pending forever). Prints the time
-to all placed and all Running, the planning rounds, and if not all Running, why.
-Goal: all placed, operator memory under 600 MB."""
+to all placed and all Running, the planning rounds, the operator's CPU at rest once all
+run (``--rest`` seconds: each job's 1 s timer, with nothing to do), and if not all Running,
+why. Goal: all placed, operator memory under 600 MB."""
 
 from __future__ import annotations
 
@@ -65,6 +66,12 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the process so far (/proc/PID/stat)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def diagnose(k: Cluster, ns: str) -> None:
     """Why pods are not Running: phases, scheduler messages, servers used twice."""
     pods = [p for p in k.pods(ns) if p.metadata.deletion_timestamp is None]
@@ -90,6 +97,9 @@ def main() -> None:
         type=float,
         default=0.0,
         help="apply the jobs over this many seconds (several planning rounds)",
+    )
+    ap.add_argument(
+        "--rest", type=float, default=30.0, help="seconds to measure the operator's CPU at rest"
     )
     args = ap.parse_args()
     from hulk_operator import crd
@@ -166,6 +176,16 @@ def main() -> None:
             print(f"operator RSS {rss:.0f} MB (peak {peak:.0f} MB)", flush=True)
             print(planning_rounds(), flush=True)
             print(placement_spread(k.jobs(ns)), flush=True)
+            if ok and args.rest > 0:
+                time.sleep(5)  # (the last status writes and Events)
+                was, t = cpu_seconds(proc.pid), time.monotonic()
+                time.sleep(args.rest)
+                used = (cpu_seconds(proc.pid) - was) / (time.monotonic() - t)
+                print(
+                    f"operator CPU at rest: {100 * used:.1f}% of a core over {args.rest:g}s "
+                    f"({args.jobs} jobs Running on {args.nodes} nodes)",
+                    flush=True,
+                )
             if not ok:
                 diagnose(k, ns)
     finally:
