@@ -159,3 +159,42 @@ async def recheck(
     if st.condition({"conditions": conds}, st.REPLANNING) is not None:
         conds = st.set_condition(conds, st.REPLANNING, False, "SpecChanged", msg, gen)
     return {"plan": None, "phase": st.PENDING, "stageRestarts": 0, "conditions": conds}
+
+
+STAGES_MISSING = "StagesMissing"  # Ready's reason: a refused job's pods are not all running
+
+
+def kept_pods(
+    ctx: Context, entry: JobEntry, status: Mapping[str, Any], conds: list[dict[str, Any]], gen: int
+) -> list[dict[str, Any]] | None:
+    """A job whose latest spec is refused runs on as planned, and nothing makes its pods
+    again (the refused spec cannot, the last valid one is not kept): the conditions that
+    say so when one of them is gone, or its server (Ready False, reason ``StagesMissing``,
+    and a Warning Event when that starts or its count changes), those that say all run
+    again, or None where Ready stands. (Before, Ready said every stage ran while none did:
+    a user trial deleted the pod of a job whose edit was refused.)"""
+    plan = st.job_plan_from_status(entry.key[1], status)
+    if plan is None:
+        return None
+    slots = [n for s in plan.stages for n in s.nodes]
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    gone = sorted({n for n in slots if n not in ctx.nodes})
+    running = sum(1 for p in pods if p.phase == "Running" and p.node in ctx.nodes)
+    ready = st.condition({"conditions": conds}, st.READY) or {}
+    if running >= len(slots) and not gone:
+        if ready.get("reason") != STAGES_MISSING:
+            return None
+        msg = f"{running}/{len(slots)} stage pods running"
+        return st.set_condition(conds, st.READY, True, "AllStagesRunning", msg, gen)
+    msg = (
+        f"{running}/{len(slots)} stage pods running"
+        + (f"; server(s) {', '.join(gone)} deleted" if gone else "")
+        + (
+            "; the job's spec is refused (see Planned), so none is made again: fix the spec, or "
+            "edit it back, and the missing stages are created again"
+        )
+    )
+    if ready.get("message") == msg:
+        return None
+    ctx.event("Warning", STAGES_MISSING, msg)  # (once per change of its words)
+    return st.set_condition(conds, st.READY, False, STAGES_MISSING, msg, gen)

@@ -74,7 +74,8 @@ async def reconcile(
     if entry.job is None:
         error = entry.error or "invalid spec"
         if status.get("plan") is not None:  # an edit broke a planned job's spec
-            new["conditions"] = refused_edit(conds, Refusal(error, waits=False), gen)
+            conds = refused_edit(conds, Refusal(error, waits=False), gen)
+            new["conditions"] = edits.kept_pods(ctx, entry, status, conds, gen) or conds
             return new
         new.update(_unplanned(st.PHASE_FAILED))
         ctx.metrics.set_predicted(ns, name, None)
@@ -88,10 +89,17 @@ async def reconcile(
         return {}  # finished: a lost server or pod is no reason to run it again
     planned = st.condition(status, st.PLANNED) or {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (INVALID_SPEC, gen):
-        return {}  # this spec's pod template was refused: the last valid one's pods run on
+        # this spec's pod template was refused: the last valid one's pods run on
+        kept = edits.kept_pods(ctx, entry, status, conds, gen)
+        return {} if kept is None else new | {"conditions": kept}
     if (planned.get("reason"), planned.get("observedGeneration")) == (EDIT_REFUSED, gen):
         # refused by the cluster: the last valid spec's pods run on until it allows the edit
-        return new | await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen)
+        again = await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen)
+        if "plan" in again:  # allowed now: planned afresh
+            return new | again
+        conds = again.get("conditions", conds)
+        kept = edits.kept_pods(ctx, entry, status, conds, gen)
+        return new | again | ({} if kept is None else {"conditions": kept})
     spec = body.get("spec") or {}
     made_for = (status.get("plan") or {}).get("specHashes")
     if made_for and made_for != spec_hashes(spec) and planned.get("observedGeneration") != gen:

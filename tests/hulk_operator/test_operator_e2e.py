@@ -422,6 +422,59 @@ def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any)
     assert not set(before) & {p.metadata.name for p in kube.live_pods("steady")}
 
 
+def test_a_refused_jobs_missing_pod_is_told_and_made_again_once_the_spec_is_fixed(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """Nothing makes a refused job's pods again (the refused spec cannot): Ready says
+    which are missing and how to have them made (before, it said every stage ran while
+    none did: a user trial deleted the pod of a job whose edit was refused)."""
+    kube.apply(manifest("kept", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("kept") == "Running", 60)
+    pods = kube.live_pods("kept")
+    _edit_preset(kube, "kept", "gpt-17")
+    assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"
+    assert condition(kube.job("kept"), "Ready")["status"] == "True"
+    gone = pods[0].metadata.name
+    kube.core.delete_namespaced_pod(gone, kube.ns, grace_period_seconds=0)
+
+    def told() -> dict[str, Any] | None:
+        c = condition(kube.job("kept"), "Ready")
+        return c if c["reason"] == "StagesMissing" else None
+
+    c = wait("Ready told", told, 30)
+    assert c["status"] == "False" and c["message"] == (
+        f"{len(pods) - 1}/{len(pods)} stage pods running; the job's spec is refused (see "
+        "Planned), so none is made again: fix the spec, or edit it back, and the missing "
+        "stages are created again"
+    ), c
+    assert [e.message for e in kube.events("StagesMissing")] == [c["message"]]
+    assert gone not in {p.metadata.name for p in kube.live_pods("kept")}  # (not made again)
+    _edit_preset(kube, "kept", "gpt2-xl")  # back to what its pods run: the pod is made again
+
+    def whole() -> bool:
+        ready = condition(kube.job("kept"), "Ready")
+        return ready["status"] == "True" and len(kube.live_pods("kept")) == len(pods)
+
+    wait("every stage running again", whole, 60)
+    assert gone in {p.metadata.name for p in kube.live_pods("kept")}
+    assert not kube.events("Replanned")
+    # an edit the cluster refuses (no such region), then a server of the plan deleted
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "kept", {"spec": {"allowedRegions": ["atlantis"]}}
+    )
+    assert edit_refused(kube, "kept", generation=4)["reason"] == "EditRefused"
+    victim = plan_nodes(kube.job("kept"))[-1]
+    sandbox.delete_node(victim)
+    try:
+        c = wait("Ready told", lambda: told() if victim in str(told()) else None, 30)
+        assert c["message"].startswith(
+            f"{len(pods) - 1}/{len(pods)} stage pods running; server(s) {victim} deleted; "
+        ), c
+        assert kube.job("kept")["status"]["phase"] == "Running"  # (it runs on, as it can)
+    finally:
+        sandbox.add_node(paper_cluster().server(victim))
+
+
 def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
     kube: Kube, operator: Any
 ) -> None:
