@@ -48,6 +48,11 @@ MINOR = "nvidia.com/gpu.compute.minor"
 MIG = "nvidia.com/mig.strategy"
 TFLOPS_ANNOTATION = "hulk.dev/gpu-tflops"
 UNLABELLED = "unlabelled"
+# Plausibility bounds on what a node's labels say of one GPU (several times the largest
+# made, 288 GB and about 2,500 dense 16-bit TFLOPS in 2025): a typo'd label otherwise made a
+# model no GPU could hold fit one server, and a running job's pods moved there (a user trial)
+MAX_LABEL_MEMORY_MIB = 1024 * 1024  # 1 TiB
+MAX_ANNOTATED_TFLOPS = 20_000.0
 NOT_EXTRA = (GPU, "cpu", "memory", "pods")  # allocatable kept apart, or not a request
 ALWAYS_TOLERATED = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)
 
@@ -331,6 +336,11 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         problem = f"label {MEMORY}={labels[MEMORY]!r} is not a number of MiB above zero"
     elif memory_mib is None:
         problem = f"label {MEMORY} is missing"
+    elif memory_mib > MAX_LABEL_MEMORY_MIB:
+        problem = (
+            f"label {MEMORY}={labels[MEMORY]!r} is {memory_mib / 2**20:.3g} TiB per GPU, more "
+            f"than any GPU has (at most {MAX_LABEL_MEMORY_MIB} MiB: the label is in MiB)"
+        )
     elif _float(annotations.get(TFLOPS_ANNOTATION)) is None and TFLOPS_ANNOTATION in annotations:
         problem = (
             f"annotation {TFLOPS_ANNOTATION}={annotations[TFLOPS_ANNOTATION]!r} is not a "
@@ -338,6 +348,11 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         )
     elif tflops is None:
         problem = f"unknown GPU speed (set annotation {TFLOPS_ANNOTATION})"
+    elif tflops > MAX_ANNOTATED_TFLOPS:
+        problem = (
+            f"annotation {TFLOPS_ANNOTATION}={annotations[TFLOPS_ANNOTATION]!r} is more than "
+            f"any GPU does (at most {MAX_ANNOTATED_TFLOPS:g} dense 16-bit TFLOPS per GPU)"
+        )
     if problem:
         return NodeInfo(**info, problem=problem)  # type: ignore[arg-type]
     assert memory_mib is not None and tflops is not None

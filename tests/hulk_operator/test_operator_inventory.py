@@ -329,6 +329,17 @@ def _memory(value: str) -> dict[str, Any]:
         (_annotate("fast"), "annotation hulk.dev/gpu-tflops='fast' is not a number above zero"),
         (_memory("1e400"), "label nvidia.com/gpu.memory='1e400' is not a number of MiB above zero"),
         (_memory("-1"), "label nvidia.com/gpu.memory='-1' is not a number of MiB above zero"),
+        # a typo'd label: a model no GPU could hold fitted one server (a user trial)
+        (
+            _memory("999999999"),
+            "label nvidia.com/gpu.memory='999999999' is 954 TiB per GPU, more than any GPU "
+            "has (at most 1048576 MiB: the label is in MiB)",
+        ),
+        (
+            _annotate("250000"),
+            "annotation hulk.dev/gpu-tflops='250000' is more than any GPU does (at most 20000 "
+            "dense 16-bit TFLOPS per GPU)",
+        ),
     ],
 )
 def test_a_node_with_a_value_no_server_can_have_is_not_offered_and_says_why(
@@ -338,6 +349,9 @@ def test_a_node_with_a_value_no_server_can_have_is_not_offered_and_says_why(
     of that node would go unseen."""
     info = node_info(body)
     assert info.server is None and info.problem == problem
+    if "999999999" in problem:  # the largest GPUs made are still offered
+        body["metadata"]["labels"]["nvidia.com/gpu.memory"] = "294912"  # 288 GiB
+        assert node_info(body).server is not None
     body["spec"]["unschedulable"] = True
     assert node_info(body).unschedulable
 
