@@ -353,6 +353,8 @@ def _plan_stands(
     if planned.get("reason") in (INVALID_SPEC, EDIT_REFUSED):
         conds = list(status.get("conditions") or [])
         line = st.plan_line_from_status(status)
+        if (st.condition(status, st.READY) or {}).get("reason") == edits.STAGES_MISSING:
+            why += "; its missing stage pods are made again"  # (none was, while refused)
         message = f"{line} ({why})" if line else why
         patch.status["conditions"] = st.set_condition(
             conds, st.PLANNED, True, "Planned", message, gen

@@ -457,6 +457,11 @@ def test_a_refused_jobs_missing_pod_is_told_and_made_again_once_the_spec_is_fixe
 
     wait("every stage running again", whole, 60)
     assert gone in {p.metadata.name for p in kube.live_pods("kept")}
+    planned = condition(kube.job("kept"), "Planned")
+    assert planned["status"] == "True" and planned["message"].endswith(
+        "(the spec is back to the one its pods run: its plan stands; its missing stage pods "
+        "are made again)"
+    ), planned
     assert not kube.events("Replanned")
     # an edit the cluster refuses (no such region), then a server of the plan deleted
     kube.custom.patch_namespaced_custom_object(
