@@ -369,18 +369,24 @@ def hulktrainingjob_delete(
     memo: kopf.Memo,
     hulk_jobs: Any = None,  # kopf.Index[Key, JobEntry]; kopf passes every index
     hulk_pods: Any = None,  # kopf.Index[Key, PodEntry]
+    hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]
     **_: Any,
 ) -> None:
     """Forgets the job, deletes its stage pods, and counts the jobs left by phase (the
     timers of the jobs left do too, but there may be none: the last job's count stayed).
     Kubernetes' garbage collector deletes the pods too, and the Service, but it learns of
     a CRD up to 30 s after the CRD is installed: until then the pods of a deleted job kept
-    their servers' GPUs from the next job (a test run). ``--cascade=orphan`` keeps them."""
+    their servers' GPUs from the next job (a test run). ``--cascade=orphan`` keeps them.
+    A pod whose node is gone is deleted with grace period 0, deleting already or not: no
+    kubelet will confirm it (it stayed Terminating for half a minute; a user trial)."""
     key = (namespace or "", name)
     orphan = "orphan" in (meta.get("finalizers") or [])  # kubectl delete --cascade=orphan
-    pods = [p.name for p in (hulk_pods or {}).get(key, []) if not p.deleting]
+    store = list((hulk_pods or {}).get(key, []))
+    nodes = hulk_nodes or {}
+    gone = [p.name for p in store if p.node and p.node not in nodes]
+    pods = [p.name for p in store if not p.deleting or p.name in gone]
     if pods and not orphan:
-        kube.delete_pods(memo.api, namespace or "", pods)
+        kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
     memo.metrics.set_predicted(namespace or "", name, None)
     if hulk_jobs is not None:
