@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig, config=cfg, namespaces=args.namespace or [], **kept
         )
         stop = threading.Event()
-        with PauseWatch(memo, stop) as watch:
+        with PauseWatch(memo, stop, peering=not args.standalone) as watch:
             kopf.run(
                 clusterwide=not args.namespace,
                 namespaces=args.namespace,

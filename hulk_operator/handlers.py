@@ -113,8 +113,10 @@ async def operator_startup(
     # log at INFO). 20 s keeps that short; each replica refreshes its record every ~10 s.
     settings.peering.lifetime = PEERING_LIFETIME_S
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
-    # each /healthz call (a kubelet's every 10 s) logged one INFO line per probe
+    # each /healthz call (a kubelet's every 10 s) logged one INFO line per probe, and
+    # aiohttp's access line
     logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     memo.metrics = memo.get("metrics") or Metrics()
     if cfg.metrics_port:

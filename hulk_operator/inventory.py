@@ -333,18 +333,18 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     elif (product or "").upper().endswith("-SHARED"):
         problem = "GPUs are time-sliced (-SHARED)"
     elif memory_mib is None and labels.get(MEMORY) is not None:
-        problem = f"label {MEMORY}={labels[MEMORY]!r} is not a number of MiB above zero"
+        problem = f"label {MEMORY}={labels[MEMORY]!r} is not a finite number of MiB above zero"
     elif memory_mib is None:
         problem = f"label {MEMORY} is missing"
     elif memory_mib > MAX_LABEL_MEMORY_MIB:
         problem = (
-            f"label {MEMORY}={labels[MEMORY]!r} is {memory_mib / 2**20:.3g} TiB per GPU, more "
-            f"than any GPU has (at most {MAX_LABEL_MEMORY_MIB} MiB: the label is in MiB)"
+            f"label {MEMORY}={labels[MEMORY]!r} is more than any GPU has (the label is in MiB: "
+            f"at most {MAX_LABEL_MEMORY_MIB}, 1 TiB)"
         )
     elif _float(annotations.get(TFLOPS_ANNOTATION)) is None and TFLOPS_ANNOTATION in annotations:
         problem = (
             f"annotation {TFLOPS_ANNOTATION}={annotations[TFLOPS_ANNOTATION]!r} is not a "
-            "number above zero"
+            "finite number above zero"
         )
     elif tflops is None:
         problem = f"unknown GPU speed (set annotation {TFLOPS_ANNOTATION})"

@@ -35,13 +35,17 @@ class PauseWatch(logging.Filter):
     stops this run of kopf (``stop``), for ``hulk operator`` to start it again
     (``restart``), and has the handlers do nothing meanwhile (``memo[RESTARTING]`` set)."""
 
-    def __init__(self, memo: MutableMapping[str, Any], stop: threading.Event) -> None:
+    def __init__(
+        self, memo: MutableMapping[str, Any], stop: threading.Event, peering: bool = True
+    ) -> None:
         super().__init__()
         self.memo = memo
         # an Event, not a flag of its own: kopf hands each object's handlers a shallow copy
         # of the memo made when it first saw the object, sharing its values only
         self.restarting = memo.setdefault(RESTARTING, threading.Event())
         self.paused_now = memo.setdefault(PAUSED_NOW, threading.Event())
+        if peering:  # kopf starts paused, and says nothing until it resumes (a replica that
+            self.paused_now.set()  # starts beside a peer of higher priority: never)
         self.stop = stop
         self.paused = False  # paused once active (kopf starts paused, and says nothing)
 
@@ -58,10 +62,11 @@ class PauseWatch(logging.Filter):
             metrics = self.memo.get("metrics")
             if metrics is not None:
                 metrics.clear_jobs()
-        elif text.startswith(RESUMED) and self.paused:  # (not the resume at the start)
+        elif text.startswith(RESUMED):
             self.paused_now.clear()
-            self.restarting.set()
-            self.stop.set()
+            if self.paused:  # (not the resume at the start)
+                self.restarting.set()
+                self.stop.set()
         return True
 
     def __enter__(self) -> PauseWatch:

@@ -49,7 +49,7 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
         elif i.unschedulable:
             why = "cordoned"
         elif i.server is None:
-            why = f"no usable GPUs ({i.problem})" if i.problem else "no usable GPUs"
+            why = f"not offered ({i.problem})" if i.problem else "not offered"
         else:
             bad = [
                 t

@@ -40,7 +40,7 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
                         "servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
     # a GPU node it matches whose labels are unreadable: named (before, "the 0 server(s) it
     # may use have 0 GiB" for a job matching that node alone; a user trial)
-    bad = "label nvidia.com/gpu.memory='lots' is not a number of MiB above zero"
+    bad = "label nvidia.com/gpu.memory='lots' is not a finite number of MiB above zero"
     broken = dict(nodes())
     broken[paris[0]] = replace(broken[paris[0]], server=None, problem=bad)
     why = too_big_for(entry(opt, allowed_regions=("paris",)), broken)
@@ -49,7 +49,7 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     alone = entry(opt, node_selector=(("kubernetes.io/hostname", paris[0]),))
     assert too_big_for(alone, broken) is None  # the snapshot says why it takes no stage:
     d = plan_pending(Snapshot(broken, Latencies(), {alone.key: alone}, {}), plan)[alone.key]
-    assert d.reason == f"the 1 node(s) matching the job take no new stage: 1 no usable GPUs ({bad})"
+    assert d.reason == f"the 1 node(s) matching the job take no new stage: 1 not offered ({bad})"
     invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
     assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
 

@@ -144,7 +144,7 @@ def test_a_gpu_node_left_out_for_its_labels_is_logged_once_a_change(
     said = [(r.levelname, r.getMessage()) for r in caplog.records]
     warning = (
         "WARNING",
-        "node bj-0 is not offered to jobs: label nvidia.com/gpu.memory='lots' is not a number "
-        "of MiB above zero",
+        "node bj-0 is not offered to jobs: label nvidia.com/gpu.memory='lots' is not a finite "
+        "number of MiB above zero",
     )
     assert said == [warning, ("INFO", "node bj-0 is offered to jobs again"), warning]

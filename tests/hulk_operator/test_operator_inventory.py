@@ -325,15 +325,27 @@ def _memory(value: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
-        (_annotate("inf"), "annotation hulk.dev/gpu-tflops='inf' is not a number above zero"),
-        (_annotate("fast"), "annotation hulk.dev/gpu-tflops='fast' is not a number above zero"),
-        (_memory("1e400"), "label nvidia.com/gpu.memory='1e400' is not a number of MiB above zero"),
-        (_memory("-1"), "label nvidia.com/gpu.memory='-1' is not a number of MiB above zero"),
+        (
+            _annotate("inf"),
+            "annotation hulk.dev/gpu-tflops='inf' is not a finite number above zero",
+        ),
+        (
+            _annotate("fast"),
+            "annotation hulk.dev/gpu-tflops='fast' is not a finite number above zero",
+        ),
+        (
+            _memory("1e400"),
+            "label nvidia.com/gpu.memory='1e400' is not a finite number of MiB above zero",
+        ),
+        (
+            _memory("-1"),
+            "label nvidia.com/gpu.memory='-1' is not a finite number of MiB above zero",
+        ),
         # a typo'd label: a model no GPU could hold fitted one server (a user trial)
         (
             _memory("999999999"),
-            "label nvidia.com/gpu.memory='999999999' is 954 TiB per GPU, more than any GPU "
-            "has (at most 1048576 MiB: the label is in MiB)",
+            "label nvidia.com/gpu.memory='999999999' is more than any GPU has (the label is "
+            "in MiB: at most 1048576, 1 TiB)",
         ),
         (
             _annotate("250000"),

@@ -23,7 +23,10 @@ def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> N
     log = logging.getLogger(PEERING_LOGGER)
     with PauseWatch(memo, stop) as watch:
         per_object = copy.copy(memo)  # as kopf makes it when it first sees an object
-        # kopf starts paused, silently, and resumes: no view is stale yet
+        # kopf starts paused, silently (for ever, beside a peer of higher priority: before,
+        # /healthz said "paused": false meanwhile; a user trial), and resumes: no view is
+        # stale yet
+        assert per_object[PAUSED_NOW].is_set()
         log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
         assert not stop.is_set() and not per_object[RESTARTING].is_set()
         assert 'job="gpt"' in metrics.text() and "hulk_jobs{" in metrics.text()
@@ -35,6 +38,8 @@ def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> N
         assert not per_object[PAUSED_NOW].is_set()
     assert stop.is_set() and watch.restart and per_object[RESTARTING].is_set()
     assert watch not in log.filters  # (taken off with the run)
+    with PauseWatch(kopf.Memo(), threading.Event(), peering=False) as alone:
+        assert not alone.paused_now.is_set()  # --standalone: kopf never pauses
 
 
 def test_the_identity_is_the_pods_name_when_given(monkeypatch: pytest.MonkeyPatch) -> None:

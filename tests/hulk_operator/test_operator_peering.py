@@ -204,6 +204,18 @@ def test_a_replica_resumed_after_a_pause_sees_what_was_deleted_meanwhile(
             health = lambda: json.loads(_get(healthz) or "{}")  # noqa: E731
             wait("healthz says paused", lambda: health().get("paused") is True, 30)
             assert health()["jobs"] == 0
+            # a replica started beside a peer of higher priority: paused from the start,
+            # which kopf does not log (before, "paused": false; a user trial)
+            late_healthz = f"http://127.0.0.1:{_free_port()}/healthz"
+            late = _operator(sandbox, namespace, peering, 10, subprocess.DEVNULL, _free_port(),
+                             late_healthz)  # fmt: skip
+            try:
+                said = wait("its healthz", lambda: json.loads(_get(late_healthz) or "{}"), 60)
+                time.sleep(3)  # (its peering record read: it stays paused)
+                said = json.loads(_get(late_healthz))
+                assert said["paused"] is True and said["jobs"] == 0, said
+            finally:
+                _stop(late)
             kube.delete_job("first")  # the high replica deletes it and its pods
             wait("first's pods gone", lambda: not kube.live_pods("first"), 60)
             sandbox.delete_node(lost)
@@ -224,8 +236,10 @@ def test_a_replica_resumed_after_a_pause_sees_what_was_deleted_meanwhile(
             # and not yet written: 0 with every job running; a user trial)
             wait("healthz", lambda: health().get("jobs") == 2, 30)
             assert health()["placing"] == 0 and health()["paused"] is False
-            # kopf's INFO line per probe per call is not logged (a line every 10 s)
+            # kopf's INFO line per probe per call is not logged (a line every 10 s), nor
+            # aiohttp's access line
             assert "kopf.activities.probe" not in text(), text()
+            assert "GET /healthz" not in text(), text()
     finally:
         if high is not None:
             _stop(high)

@@ -89,15 +89,13 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     # node with an unreadable GPU label dropped out of the count; a user trial)
     unlabelled, *others = paris_nodes
     broken = dict(nodes())
-    broken[unlabelled] = replace(
-        broken[unlabelled], server=None, problem="label nvidia.com/gpu.memory='lots' is not a "
-        "number of MiB above zero",
-    )  # fmt: skip
+    problem = "label nvidia.com/gpu.memory='lots' is not a finite number of MiB above zero"
+    broken[unlabelled] = replace(broken[unlabelled], server=None, problem=problem)
     held_rest = Snapshot(broken, Latencies(), {paris.key: paris}, {n: ("o", "j") for n in others})
     assert reason(paris, held_rest) == (
         f"all {len(others)} usable node(s) matching the job are held by other jobs; 1 other "
-        "matching node(s) take no new stage: 1 no usable GPUs (label nvidia.com/gpu.memory="
-        "'lots' is not a number of MiB above zero)"
+        "matching node(s) take no new stage: 1 not offered (label nvidia.com/gpu.memory="
+        "'lots' is not a finite number of MiB above zero)"
     )
     cordoned = {
         n: replace(i, unschedulable=True) if n in paris_nodes else i for n, i in nodes().items()
