@@ -46,3 +46,8 @@ class Context:
     # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting): pods not
     # yet created are not, and nothing more is written
     stopped: Callable[[], bool] = lambda: False
+    # job key -> (what they were built from, its stage pods as built): shared by the jobs'
+    # ticks, as building every pod manifest each tick was most of a tick (``desired_pods``)
+    built_pods: dict[tuple[str, str], tuple[Any, dict[str, dict[str, Any]]]] = field(
+        default_factory=dict
+    )

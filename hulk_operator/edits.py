@@ -24,13 +24,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hulk_operator import kube, manifests
+from hulk_operator import kube, manifests, recovery
 from hulk_operator import status as st
 from hulk_operator.context import Context
-from hulk_operator.entries import CONSTRAINTS, JobEntry, normalized, spec_hashes
+from hulk_operator.entries import (
+    CONSTRAINTS,
+    JobEntry,
+    normalized,
+    planned_pod_spec,
+    spec_hashes,
+)
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
 from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo
+from hulk_operator.stage_pods import desired_pods, sync_pods
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
 RECHECK_S = 15.0  # how often an edit the cluster refused is checked again
@@ -164,15 +171,57 @@ async def recheck(
 STAGES_MISSING = "StagesMissing"  # Ready's reason: a refused job's pods are not all running
 
 
+async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> str | None:
+    """Makes a refused job's missing stage pods again from the spec its plan was made
+    for (``status.plan.podTemplate``), as a Deployment's old ReplicaSet keeps its pods
+    while a new template is refused: the job keeps training. None where every pod is
+    there, or was made now; else why none is (a server of the plan deleted: the plan
+    cannot go on and cannot be made again from a refused spec; no record of the spec; the
+    pods left are not those of the record; the API server refused them)."""
+    plan = st.job_plan_from_status(entry.key[1], status)
+    made = planned_pod_spec(status.get("plan"))
+    if plan is None:
+        return None
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    if made is None:
+        return "the spec the plan was made for is not kept (a plan of an older operator)"
+    if any(n not in ctx.nodes for n in plan.nodes):
+        return "a server of the plan is deleted"
+    desired = desired_pods(entry, made, plan, st.plan_gpus(status), ctx.built_pods)
+    diff = recovery.pod_diff([p.name for p in pods], list(desired))
+    if diff.delete:  # not the pods the record makes: left as they are
+        return "the pods left are not those of the spec the plan was made for"
+    if not diff.create:
+        return None
+    try:  # (a pod made less than 10 s ago is made again once that is over: sync_pods)
+        await sync_pods(ctx, entry, made, desired)
+    except Exception as exc:  # (a quota, a policy: said, and tried again at a later tick)
+        return f"making them was refused: {type(exc).__name__}: {exc}"
+    if (st.condition(status, st.READY) or {}).get("reason") != STAGES_MISSING:  # (noticed now)
+        ctx.event(
+            "Warning",
+            "StageRecreated",
+            f"stage pod(s) {', '.join(diff.create)} of a job whose spec is refused were "
+            "deleted; made again from the spec the plan was made for",
+        )
+    return None
+
+
 def kept_pods(
-    ctx: Context, entry: JobEntry, status: Mapping[str, Any], conds: list[dict[str, Any]], gen: int
+    ctx: Context,
+    entry: JobEntry,
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    gen: int,
+    unmade: str | None = None,
 ) -> list[dict[str, Any]] | None:
-    """A job whose latest spec is refused runs on as planned, and nothing makes its pods
-    again (the refused spec cannot, the last valid one is not kept): the conditions that
-    say so when one of them is gone, or its server (Ready False, reason ``StagesMissing``,
-    and a Warning Event when that starts or its count changes), those that say all run
-    again, or None where Ready stands. (Before, Ready said every stage ran while none did:
-    a user trial deleted the pod of a job whose edit was refused.)"""
+    """A job whose latest spec is refused runs on as planned, its missing pods made again
+    from the spec its plan was made for (``remake_missing``; ``unmade``: why they are
+    not): the conditions that say so while one of them is not running, or its server is
+    gone (Ready False, reason ``StagesMissing``, and a Warning Event when that starts or
+    its words change), those that say all run again, or None where Ready stands. (Before,
+    Ready said every stage ran while none did: a user trial deleted the pod of a job
+    whose edit was refused.)"""
     plan = st.job_plan_from_status(entry.key[1], status)
     if plan is None:
         return None
@@ -186,13 +235,17 @@ def kept_pods(
             return None
         msg = f"{running}/{len(slots)} stage pods running"
         return st.set_condition(conds, st.READY, True, "AllStagesRunning", msg, gen)
+    if unmade is None:  # made again, or starting
+        fate = "the missing ones are made again from the spec the plan was made for"
+    else:
+        fate = (
+            f"none is made again ({unmade}): fix the spec, or edit it back, and the job is "
+            "planned again as needed"
+        )
     msg = (
         f"{running}/{len(slots)} stage pods running"
         + (f"; server(s) {', '.join(gone)} deleted" if gone else "")
-        + (
-            "; the job's spec is refused (see Planned), so none is made again: fix the spec, or "
-            "edit it back, and the missing stages are created again"
-        )
+        + f"; the job's spec is refused (see Planned): {fate}"
     )
     if ready.get("message") == msg:
         return None

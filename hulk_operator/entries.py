@@ -231,6 +231,34 @@ def spec_hashes(spec: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
+POD_PARTS = ("template", "masterPort")  # what the stage pods are made from, with the plan
+
+
+def pod_source(spec: Mapping[str, Any] | None) -> str:
+    """The spec's parts the stage pods are made from, as written (JSON, kept as
+    ``status.plan.podTemplate``): a job whose later spec is refused makes its missing
+    pods from it (``edits.remake_missing``), as a Deployment's old ReplicaSet does."""
+    spec = spec or {}
+    return json.dumps({k: spec[k] for k in POD_PARTS if spec.get(k) is not None}, sort_keys=True)
+
+
+def planned_pod_spec(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The parts of the spec a plan's pods were made from (``pod_source``), where the plan
+    keeps them and they match its fingerprints (``specHashes``); else None."""
+    plan = plan or {}
+    text, hashes = plan.get("podTemplate"), plan.get("specHashes") or {}
+    if not isinstance(text, str):
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return None
+    ours = spec_hashes(spec) if isinstance(spec, dict) else {}
+    if any(ours.get(k) is None or ours.get(k) != hashes.get(k) for k in POD_PARTS):
+        return None
+    return dict(spec)
+
+
 def _regrow(spec: Mapping[str, Any]) -> tuple[float, float] | None:
     try:
         return regrow_settings(spec)

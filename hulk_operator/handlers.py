@@ -30,9 +30,9 @@ from hulk_operator import (
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
-from hulk_operator.entries import JobEntry, Key, object_entry, spec_hashes
+from hulk_operator.entries import JobEntry, Key, object_entry, pod_source, spec_hashes
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, classify, to_kopf
-from hulk_operator.indexes import Listings, build_snapshot, one, outside_pods
+from hulk_operator.indexes import Listings, NodeView, build_snapshot, one, outside_pods
 from hulk_operator.inventory import (
     NodeInfo,
     Resources,
@@ -142,6 +142,8 @@ async def operator_startup(
     memo.recent = {}
     memo.disruption = {}  # (a dict: every job's shallow copy of the memo shares it)
     memo.listings = Listings()  # (shared: each job's copy of the memo holds the same)
+    memo.node_view = NodeView()  # (shared too)
+    memo.built_pods = {}  # job key -> its stage pods as last built (``stage_pods``; shared)
     weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
     logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
 
@@ -288,7 +290,7 @@ def hulktrainingjob_update(
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         if stands is not None:
-            _plan_stands(patch, status, stands, spec_hashes(after), gen)
+            _plan_stands(patch, status, stands, after, gen)
             logger.info(f"{name}: {stands}")
             return
         refused = edits.refusal(memo.api, name, namespace, after, entry, nodes)
@@ -340,17 +342,22 @@ def _edit_unhandled(body: kopf.Body) -> bool:
     handled = DIFFBASE.fetch(body=body)
     if handled is None:  # being created, or a planned job replaced (until handled as edited)
         return (body.get("status") or {}).get("plan") is not None
-    return handled.get("spec") != DIFFBASE.build(body=body).get("spec")
+    # (kopf's record keeps the spec as it was; DIFFBASE.build(body) would deep-copy the
+    # whole job at each tick to compare the same)
+    return handled.get("spec") != body.get("spec")
 
 
 def _plan_stands(
-    patch: kopf.Patch, status: kopf.Status, why: str, fingerprint: dict[str, str], gen: int
+    patch: kopf.Patch, status: kopf.Status, why: str, spec: Mapping[str, Any], gen: int
 ) -> None:
     """The plan goes on for the edited spec: its fingerprint follows the spec, and a
     refusal of an earlier edit is lifted (``Planned`` summarises the plan again, as later
     edits that leave it standing do not touch the condition)."""
-    if (status.get("plan") or {}).get("specHashes") != fingerprint:
-        patch.status["plan"] = {"specHashes": fingerprint}  # (a merge patch: stages stay)
+    fingerprint, source = spec_hashes(spec), pod_source(spec)
+    made = status.get("plan") or {}
+    if (made.get("specHashes"), made.get("podTemplate")) != (fingerprint, source):
+        # (a merge patch: the stages stay)
+        patch.status["plan"] = {"specHashes": fingerprint, "podTemplate": source}
     planned = st.condition(status, st.PLANNED) or {}
     if planned.get("reason") in (INVALID_SPEC, EDIT_REFUSED):
         conds = list(status.get("conditions") or [])
@@ -390,6 +397,7 @@ def hulktrainingjob_delete(
     if pods and not orphan:
         kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
+    memo.built_pods.pop(key, None)
     memo.metrics.set_predicted(namespace or "", name, None)
     if hulk_jobs is not None:
         left = (one(s) for k, s in hulk_jobs.items() if k != key)
@@ -435,9 +443,9 @@ async def hulktrainingjob_reconcile(
         # plan reset), pods made from the new spec on the old plan could replace the running
         # ones with pods it refuses (a user trial: a typo'd edit left a job with no pods)
         return
-    nodes = {n: one(s) for n, s in hulk_nodes.items()}
+    nodes = memo.node_view.nodes(hulk_nodes)  # (rebuilt only when a node changed)
     pods = {key: list(hulk_pods.get(key, []))}
-    disrupted = recovery.disrupted(nodes, memo.config.disruption_threshold)
+    disrupted = memo.node_view.disrupted(hulk_nodes, memo.config.disruption_threshold)
     recovery.say_disruption(memo.disruption, disrupted, logger)
 
     used = Usage(hulk_other_pods, *([await outside_pods(memo)] if memo.get("namespaces") else []))
@@ -483,6 +491,7 @@ async def hulktrainingjob_reconcile(
         used=used,
         disrupted=disrupted,
         stopped=lambda: bool(stopped),
+        built_pods=memo.built_pods,
     )
     try:
         new = await reconcile(ctx, entry, body, status)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 import kopf
 
-from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests
+from hulk_operator import GANG_GATE, GROUP, LABEL_JOB, PLURAL, VERSION, kube, manifests, recovery
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import PodEntry
 from hulk_operator.entries import JobEntry, Key, job_entry
@@ -53,6 +54,8 @@ from hulk_operator.quotas import (
 )
 from hulk_operator.snapshot import Snapshot, held_servers
 
+# a namespace named as it is (no glob, list or exclusion, as ``served`` reads them)
+PLAIN_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, listed this often
 
 
@@ -66,6 +69,45 @@ class Listings:
     latency: tuple[float, Latencies] = (-LATENCY_CACHE_S, Latencies())
     outside: tuple[float, dict[str, list[Resources]]] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one listing at a time
+
+
+@dataclass
+class NodeView:
+    """The node index as one dict, ``{name: NodeInfo}``, built again only when a node
+    changed (``memo.node_view``, set at start-up, shared by every job): each job's 1 s
+    timer built it afresh from the 1,000 entries of a large cluster, the largest part of
+    the operator's CPU at rest (a profile, ``bench/operator_scale.py``). ``node_event``
+    counts the changes; kopf updates the index before it calls that handler, so a tick
+    sees a change at the latest one tick late, and a removal at once (the count differs).
+    Also keeps ``recovery.disrupted`` for the dict."""
+
+    changes: int = 0
+    built: tuple[int, dict[str, NodeInfo], dict[float, str | None]] | None = None
+
+    def nodes(self, index: Mapping[str, Any]) -> dict[str, NodeInfo]:
+        """The index's nodes by name (the same dict until a node changes: read only)."""
+        built = self.built
+        if built is None or built[0] != self.changes or len(built[1]) != len(index):
+            built = self.built = (self.changes, {n: one(s) for n, s in index.items()}, {})
+        return built[1]
+
+    def disrupted(self, index: Mapping[str, Any], threshold: float) -> str | None:
+        """``recovery.disrupted`` of ``nodes(index)``, worked out once a change."""
+        nodes = self.nodes(index)
+        assert self.built is not None
+        said = self.built[2]
+        if threshold not in said:
+            said[threshold] = recovery.disrupted(nodes, threshold)
+        return said[threshold]
+
+
+@kopf.on.event("nodes")
+async def node_event(memo: kopf.Memo, **_: Any) -> None:
+    """A node added, changed or deleted (after kopf updated ``hulk_nodes``): the jobs'
+    dict of nodes is built again at their next tick."""
+    view = memo.get("node_view")
+    if view is not None:
+        view.changes += 1
 
 
 @kopf.index("nodes")
@@ -280,7 +322,8 @@ async def outside_pods(memo: kopf.Memo) -> dict[str, list[Resources]]:
         when, outside = cache.outside or (-LATENCY_CACHE_S, None)
         if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
             try:
-                pods = await asyncio.to_thread(kube.list_running_pods, memo.api)
+                plain = [n for n in memo.namespaces if PLAIN_NAMESPACE.fullmatch(n)]
+                pods = await asyncio.to_thread(kube.list_running_pods, memo.api, plain)
             except Exception as exc:  # (forbidden, a timeout: the API server's to fix)
                 logging.getLogger("hulk_operator").warning(
                     f"cannot list the pods of other namespaces ({type(exc).__name__}: {exc}); "

@@ -19,7 +19,7 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.decision import Decision
 from hulk_operator.edits import Refusal
-from hulk_operator.entries import JobEntry, spec_hashes
+from hulk_operator.entries import JobEntry, pod_source, spec_hashes
 from hulk_operator.errors import (
     EDIT_REFUSED,
     INVALID_SPEC,
@@ -75,7 +75,8 @@ async def reconcile(
         error = entry.error or "invalid spec"
         if status.get("plan") is not None:  # an edit broke a planned job's spec
             conds = refused_edit(conds, Refusal(error, waits=False), gen)
-            new["conditions"] = edits.kept_pods(ctx, entry, status, conds, gen) or conds
+            unmade = await edits.remake_missing(ctx, entry, status)
+            new["conditions"] = edits.kept_pods(ctx, entry, status, conds, gen, unmade) or conds
             return new
         new.update(_unplanned(st.PHASE_FAILED))
         ctx.metrics.set_predicted(ns, name, None)
@@ -90,7 +91,8 @@ async def reconcile(
     planned = st.condition(status, st.PLANNED) or {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (INVALID_SPEC, gen):
         # this spec's pod template was refused: the last valid one's pods run on
-        kept = edits.kept_pods(ctx, entry, status, conds, gen)
+        unmade = await edits.remake_missing(ctx, entry, status)
+        kept = edits.kept_pods(ctx, entry, status, conds, gen, unmade)
         return {} if kept is None else new | {"conditions": kept}
     if (planned.get("reason"), planned.get("observedGeneration")) == (EDIT_REFUSED, gen):
         # refused by the cluster: the last valid spec's pods run on until it allows the edit
@@ -98,7 +100,8 @@ async def reconcile(
         if "plan" in again:  # allowed now: planned afresh
             return new | again
         conds = again.get("conditions", conds)
-        kept = edits.kept_pods(ctx, entry, status, conds, gen)
+        unmade = await edits.remake_missing(ctx, entry, status)
+        kept = edits.kept_pods(ctx, entry, status, conds, gen, unmade)
         return new | again | ({} if kept is None else {"conditions": kept})
     spec = body.get("spec") or {}
     made_for = (status.get("plan") or {}).get("specHashes")
@@ -224,7 +227,7 @@ async def reconcile(
         await delete_pods(ctx, ns, ended)
     elif failed and replanned is None:
         return await _stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
-    desired = desired_pods(entry, spec, plan, gpus)
+    desired = desired_pods(entry, spec, plan, gpus, ctx.built_pods)
     try:
         diff = await sync_pods(ctx, entry, spec, desired, force=force)
     except Exception as exc:
@@ -267,6 +270,9 @@ async def reconcile(
         ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
         conds = _replanned(ctx, replanned, plan, diff, conds, gen)
+    source = pod_source(spec)
+    if "plan" not in new and (status.get("plan") or {}).get("podTemplate") != source:
+        new["plan"] = {"podTemplate": source}  # (a plan made before it was kept; merged)
     new.update(pods_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen))
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
@@ -421,6 +427,7 @@ def _placed_fields(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any
         "plan": {
             **st.plan_status(jp, decision.cluster, decision.planner),
             "specHashes": spec_hashes(spec),
+            "podTemplate": pod_source(spec),
         },
         "predictedIterationSeconds": seconds(jp.predicted_iteration_seconds),
         **st.summary(jp, decision.cluster),

@@ -5,6 +5,7 @@ gate lifted once all exist (``sync_pods``), and the job's phase read from them
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -36,18 +37,39 @@ async def remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None 
 
 
 def desired_pods(
-    entry: JobEntry, spec: Mapping[str, Any], plan: JobPlan, gpus: Mapping[str, int]
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    plan: JobPlan,
+    gpus: Mapping[str, int],
+    built: dict[tuple[str, str], tuple[Any, dict[str, dict[str, Any]]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The job's stage pods under ``plan``, by name."""
-    return manifests.desired_pods(
+    """The job's stage pods under ``plan``, by name. With ``built`` (``Context.built_pods``)
+    the pods last built for the job are given again while the job, its template, plan and
+    GPUs are the same: they are the same dicts, to read and not to change."""
+    template = spec.get("template") or {}
+    port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
+    source = (
+        entry.uid,
+        repr(plan),  # (its step time may be NaN, which equals nothing)
+        sorted(gpus.items()),
+        port,
+        json.dumps(template, sort_keys=True, default=str),
+    )
+    last = built.get(entry.key) if built is not None else None
+    if last is not None and last[0] == source:
+        return last[1]
+    pods = manifests.desired_pods(
         job=entry.key[1],
         namespace=entry.key[0],
         uid=entry.uid,
-        template=spec.get("template") or {},
+        template=template,
         job_plan=plan,
         gpus=gpus,
-        master_port=int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT),
+        master_port=port,
     )
+    if built is not None:
+        built[entry.key] = (source, pods)
+    return pods
 
 
 async def sync_pods(

@@ -101,3 +101,56 @@ def test_a_plan_made_before_the_fingerprint_compares_with_the_spec_before() -> N
     legacy: dict[str, Any] = {}  # status.plan without specHashes
     assert plan_stands(SPEC, edited(priority=3), legacy, lambda: True) is not None
     assert plan_stands(SPEC, edited(model={"preset": "t5-11b"}), legacy, lambda: True) is None
+
+
+def test_an_edit_is_unhandled_while_kopfs_record_holds_another_spec() -> None:
+    """The timer holds off while the update handler has an edit to take. It compares the
+    spec kopf recorded with the job's own; kopf's ``build`` of the job, which deep-copied
+    the whole job each tick, keeps the spec as it is (checked here, lest kopf change)."""
+    import json
+
+    import kopf
+
+    from hulk_operator.handlers import DIFFBASE, _edit_unhandled
+
+    def job(spec: dict[str, Any], handled: dict[str, Any] | None, plan: bool) -> kopf.Body:
+        notes = {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"}
+        if handled is not None:
+            record = {"spec": handled, "metadata": {"labels": {"x": "1"}}}
+            notes["hulk.dev/last-handled-configuration"] = json.dumps(record)
+        body = {
+            "apiVersion": "hulk.dev/v1alpha1",
+            "kind": "HulkTrainingJob",
+            "metadata": {"name": "j", "labels": {"x": "1"}, "annotations": notes},
+            "spec": spec,
+            "status": {"plan": {"stages": []}} if plan else {},
+        }
+        return kopf.Body(body)
+
+    for spec in (SPEC, edited(allowedRegions=None), {"model": {}, "template": {}}):
+        assert DIFFBASE.build(body=job(spec, None, False)).get("spec") == spec
+        assert not _edit_unhandled(job(spec, copy.deepcopy(spec), True))
+        assert _edit_unhandled(job(spec, edited(model={"preset": "gpt3-xl"}), True))
+        assert _edit_unhandled(job(spec, None, True))  # replaced with its plan kept
+        assert not _edit_unhandled(job(spec, None, False))  # being created
+
+
+def test_the_spec_a_plan_was_made_for_is_read_back_only_where_it_matches_the_plan() -> None:
+    """``status.plan.podTemplate`` keeps what the stage pods are made from; a refused job
+    makes its missing pods from it, so it must be what the plan's fingerprints name."""
+    from hulk_operator.entries import planned_pod_spec, pod_source
+
+    plan = {"specHashes": spec_hashes(SPEC), "podTemplate": pod_source(SPEC)}
+    assert planned_pod_spec(plan) == {"template": SPEC["template"]}
+    port = edited(masterPort=29600)
+    assert planned_pod_spec({"specHashes": spec_hashes(port), "podTemplate": pod_source(port)}) == {
+        "template": SPEC["template"],
+        "masterPort": 29600,
+    }
+    other = edited(template={"spec": {"containers": [{"name": "t", "image": "trainer:2"}]}})
+    assert planned_pod_spec({**plan, "podTemplate": pod_source(other)}) is None
+    assert planned_pod_spec({**plan, "podTemplate": pod_source(port)}) is None
+    assert planned_pod_spec({"specHashes": plan["specHashes"]}) is None  # (an older plan)
+    assert planned_pod_spec({**plan, "podTemplate": "{not json"}) is None
+    assert planned_pod_spec({**plan, "podTemplate": "[]"}) is None
+    assert planned_pod_spec(None) is None

@@ -148,3 +148,34 @@ def test_a_gpu_node_left_out_for_its_labels_is_logged_once_a_change(
         "number of MiB above zero",
     )
     assert said == [warning, ("INFO", "node bj-0 is offered to jobs again"), warning]
+
+
+def test_the_jobs_dict_of_nodes_is_built_again_only_when_a_node_changed() -> None:
+    """Every job's tick reads one dict of the nodes, built again after ``node_event``
+    (a node added or changed) or when the index lost a node; ``disrupted`` with it. Each
+    tick built it afresh from every node before (the most of the CPU at rest)."""
+    import asyncio
+    import copy
+    from dataclasses import replace
+
+    from placement_helpers import nodes
+
+    index = {n: [info] for n, info in list(nodes().items())[:4]}
+    names = list(index)
+    memo = kopf.Memo(node_view=indexes.NodeView())
+    view = memo.node_view
+    first = view.nodes(index)
+    assert first == {n: s[0] for n, s in index.items()}
+    assert view.nodes(index) is first and view.disrupted(index, 0.5) is None
+    for n in names[:3]:
+        index[n] = [replace(index[n][0], ready=False)]
+    assert view.nodes(index) is first  # (no event yet: kopf calls the handler right after)
+    assert view.disrupted(index, 0.5) is None
+    asyncio.run(indexes.node_event(memo=copy.copy(memo)))  # (a job's copy of the memo)
+    again = view.nodes(index)
+    assert again is not first and not again[names[0]].ready
+    assert view.disrupted(index, 0.5) == "3 of the 4 GPU nodes are NotReady"
+    assert view.disrupted(index, 0.9) is None  # (by threshold)
+    del index[names[0]]  # kopf discards a deleted node before the handler runs
+    assert names[0] not in view.nodes(index)
+    assert view.disrupted(index, 0.5) is None  # (more than two must be down)
