@@ -397,7 +397,8 @@ def hulktrainingjob_delete(
     if pods and not orphan:
         kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
-    memo.built_pods.pop(key, None)
+    if (built := memo.get("built_pods")) is not None:
+        built.pop(key, None)
     memo.metrics.set_predicted(namespace or "", name, None)
     if hulk_jobs is not None:
         left = (one(s) for k, s in hulk_jobs.items() if k != key)
