@@ -201,10 +201,14 @@ def run(args: argparse.Namespace) -> int:
     me = identity()  # (the same for each run of kopf)
     kept: dict[str, Any] = {}  # what a new run of kopf takes over: the metrics it serves
     while True:
+        stop = threading.Event()  # (set by ``operator_cleanup`` too: kopf waits on it)
         memo = kopf.Memo(
-            kubeconfig=args.kubeconfig, config=cfg, namespaces=args.namespace or [], **kept
+            kubeconfig=args.kubeconfig,
+            config=cfg,
+            namespaces=args.namespace or [],
+            stop_flag=stop,
+            **kept,
         )
-        stop = threading.Event()
         with PauseWatch(memo, stop, peering=not args.standalone) as watch:
             kopf.run(
                 clusterwide=not args.namespace,

@@ -57,11 +57,16 @@ PEERING_LIFETIME_S = 20  # seconds a replica's peering record counts after its l
 
 
 class _QuietTimers(logging.Filter):
-    """Drops kopf's "Timer ... succeeded." line, logged every tick of every job."""
+    """Drops kopf's "Timer ... succeeded." line, logged every tick of every job, and its
+    "Handler 'node_event' succeeded." line, logged at every change of every node (a
+    kubelet's status updates: one line a node every few seconds)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        return not (msg.startswith("Timer ") and msg.endswith(" succeeded."))
+        return not (msg.endswith(" succeeded.") and msg.startswith(QUIET_LINES))
+
+
+QUIET_LINES = ("Timer ", "Handler 'node_event'")
 
 
 @kopf.on.login()
@@ -150,9 +155,15 @@ async def operator_startup(
 
 @kopf.on.cleanup()
 async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
+    """Closes the API client, and sets ``hulk operator``'s stop flag: kopf waits for that
+    flag in a thread of the event loop's executor, which the loop's end then waited for
+    until kopf's own deadline killed the process (SIGTERM: 10 s, exit code -9)."""
     api = memo.get("api")
     if api is not None and not memo.get("keep_api"):
         api.close()
+    stop = memo.get("stop_flag")
+    if stop is not None:
+        stop.set()
 
 
 @kopf.on.probe(id="jobs")

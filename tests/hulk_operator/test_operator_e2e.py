@@ -1527,6 +1527,8 @@ def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
     # a line about a job names it (before, "kopf.objects: Planned: ..." named none)
     said = log.read_text()
     assert f"kopf.objects: [{namespace}/opt-175b] " in said, said[-2000:]
+    # kopf's line for each tick of each job, and for each change of each node, is dropped
+    assert "Handler 'node_event'" not in said and "Timer " not in said, said[-2000:]
     created = len(kube.pods())
     with (
         OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=CONFIG),

@@ -110,6 +110,11 @@ def test_peering_objects_are_created_at_startup(
                     # back its successor that long at most
                     (peer,) = (obj.get("status") or {}).values()
                     assert (peer["priority"], peer["lifetime"]) == (100, 20), peer
+                # SIGTERM (a pod deleted): a clean exit at once (before, kopf's deadline
+                # killed it after 10 s, exit code -9: kopf waited on its stop flag)
+                began = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(20) == 0 and time.monotonic() - began < 5
             finally:
                 _stop(proc)
         finally:
