@@ -158,8 +158,8 @@ async def recheck(
         }
     ctx.placer.forget(entry.key)
     msg = (
-        "the cluster allows the refused edit now: planning the job again; its stage pods "
-        "are replaced by the new plan's"
+        "the cluster allows the refused edit now: planning the job again; the new plan's "
+        "stage pods replace those it changes"
     )
     ctx.event("Normal", "SpecChanged", msg)
     conds = st.set_condition(conds, st.PLANNED, False, "SpecChanged", msg, gen)

@@ -323,7 +323,7 @@ def hulktrainingjob_update(
                 body,
                 reason="SpecChanged",
                 message=f"spec.{', spec.'.join(sorted(changed))} changed: planning it again; "
-                "its stage pods are replaced by the new plan's",
+                "the new plan's stage pods replace those it changes",
             )
     conds = list(status.get("conditions") or [])
     if failed:

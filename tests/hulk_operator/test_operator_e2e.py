@@ -657,7 +657,7 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
     # the re-plan says why (before: a Planned Event alone; a user trial)
     (said,) = [e for e in kube.events("SpecChanged") if e.involved_object.name == "tmpledit"]
     assert said.message == (
-        "spec.template changed: planning it again; its stage pods are replaced by the new plan's"
+        "spec.template changed: planning it again; the new plan's stage pods replace those it changes"
     ), said.message
 
 
