@@ -169,6 +169,7 @@ async def recheck(
 
 
 STAGES_MISSING = "StagesMissing"  # Ready's reason: a refused job's pods are not all running
+STAGE_RESTARTING = "StageRestarting"  # Ready's reason: a failed stage pod is made again
 
 
 async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> str | None:
@@ -231,10 +232,12 @@ def kept_pods(
     running = sum(1 for p in pods if p.phase == "Running" and p.node in ctx.nodes)
     ready = st.condition({"conditions": conds}, st.READY) or {}
     if running >= len(slots) and not gone:
-        if ready.get("reason") != STAGES_MISSING:
+        if ready.get("reason") not in (STAGES_MISSING, STAGE_RESTARTING):
             return None
         msg = f"{running}/{len(slots)} stage pods running"
         return st.set_condition(conds, st.READY, True, "AllStagesRunning", msg, gen)
+    if ready.get("reason") == STAGE_RESTARTING and unmade is None and not gone:
+        return None  # (a failed stage's restart, told: it stands until they all run)
     if unmade is None:  # made again, or starting
         fate = "the missing ones are made again from the spec the plan was made for"
     else:

@@ -19,7 +19,7 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.decision import Decision
 from hulk_operator.edits import Refusal
-from hulk_operator.entries import JobEntry, pod_source, spec_hashes
+from hulk_operator.entries import JobEntry, planned_pod_spec, pod_source, spec_hashes
 from hulk_operator.errors import (
     EDIT_REFUSED,
     INVALID_SPEC,
@@ -75,9 +75,7 @@ async def reconcile(
         error = entry.error or "invalid spec"
         if status.get("plan") is not None:  # an edit broke a planned job's spec
             conds = refused_edit(conds, Refusal(error, waits=False), gen)
-            unmade = await edits.remake_missing(ctx, entry, status)
-            new["conditions"] = edits.kept_pods(ctx, entry, status, conds, gen, unmade) or conds
-            return new
+            return new | {"conditions": conds} | await _run_on(ctx, entry, body, status, conds, gen)
         new.update(_unplanned(st.PHASE_FAILED))
         ctx.metrics.set_predicted(ns, name, None)
         conds = st.set_condition(conds, st.READY, False, INVALID_SPEC, error, gen)
@@ -91,18 +89,15 @@ async def reconcile(
     planned = st.condition(status, st.PLANNED) or {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (INVALID_SPEC, gen):
         # this spec's pod template was refused: the last valid one's pods run on
-        unmade = await edits.remake_missing(ctx, entry, status)
-        kept = edits.kept_pods(ctx, entry, status, conds, gen, unmade)
-        return {} if kept is None else new | {"conditions": kept}
+        kept = await _run_on(ctx, entry, body, status, conds, gen)
+        return new | kept if kept else {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (EDIT_REFUSED, gen):
         # refused by the cluster: the last valid spec's pods run on until it allows the edit
         again = await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen)
         if "plan" in again:  # allowed now: planned afresh
             return new | again
         conds = again.get("conditions", conds)
-        unmade = await edits.remake_missing(ctx, entry, status)
-        kept = edits.kept_pods(ctx, entry, status, conds, gen, unmade)
-        return new | again | ({} if kept is None else {"conditions": kept})
+        return new | again | await _run_on(ctx, entry, body, status, conds, gen)
     spec = body.get("spec") or {}
     made_for = (status.get("plan") or {}).get("specHashes")
     if made_for and made_for != spec_hashes(spec) and planned.get("observedGeneration") != gen:
@@ -277,6 +272,36 @@ async def reconcile(
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
     return new
+
+
+async def _run_on(
+    ctx: Context,
+    entry: JobEntry,
+    body: Mapping[str, Any],
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    gen: int,
+) -> dict[str, Any]:
+    """The status fields to write for a job whose latest spec is refused: it runs on as
+    planned, a failed stage pod restarted (``spec.backoffLimit`` as for any job), a
+    missing one made again from the spec the plan was made for (``edits``). Before, a
+    stage pod that failed stayed Failed, while Ready said it was being made again."""
+    failed = [p for p in ctx.pods.get(entry.key, []) if not p.deleting and p.phase == "Failed"]
+    if failed:
+        limit = (body.get("spec") or {}).get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            limit = DEFAULT_BACKOFF_LIMIT  # (the refused spec's may be what is wrong)
+        made = {**(planned_pod_spec(status.get("plan")) or {}), "backoffLimit": limit}
+        return await _stage_failed(ctx, entry, made, status, failed, conds, {}, gen)
+    unmade = await edits.remake_missing(ctx, entry, status)
+    kept = edits.kept_pods(ctx, entry, status, conds, gen, unmade)
+    if kept is None:
+        return {}
+    out: dict[str, Any] = {"conditions": kept}
+    ready = st.condition({"conditions": kept}, st.READY) or {}
+    if ready.get("status") == "True" and status.get("phase") != st.RUNNING:
+        out["phase"] = st.RUNNING  # (restarted, or started while refused)
+    return out
 
 
 def _replanned(
@@ -531,6 +556,6 @@ async def _stage_failed(
     msg = f"stage pod(s) failed: {what}; created again ({restarts} of spec.backoffLimit {limit})"
     ctx.event("Warning", "StageRestarted", msg)
     ctx.metrics.stage_failures.labels(action="restarted").inc(len(failed))
-    new["conditions"] = st.set_condition(conds, st.READY, False, "StageRestarting", msg, gen)
+    new["conditions"] = st.set_condition(conds, st.READY, False, edits.STAGE_RESTARTING, msg, gen)
     new["phase"] = st.PLACING
     return new

@@ -462,6 +462,26 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     )
     assert [e.message for e in kube.events("StagesMissing")] == [missing]
     assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"  # (still refused)
+    # a stage pod that fails is restarted as any job's is (before, it stayed Failed while
+    # Ready said it was being made again)
+    failed = sorted(again)[-1]
+    _fail_pod(kube, failed, "Evicted")
+
+    def restarted() -> bool:
+        now = {p.metadata.name: p for p in kube.live_pods("kept")}
+        fresh = (
+            now.get(failed) is not None and now[failed].metadata.uid != again[failed].metadata.uid
+        )
+        job = kube.job("kept")
+        return fresh and job["status"]["phase"] == "Running" and whole()
+
+    wait("the failed stage restarted", restarted, 40)
+    wait("Ready", lambda: condition(kube.job("kept"), "Ready")["status"] == "True", 10)
+    assert kube.job("kept")["status"]["stageRestarts"] == 1
+    (event,) = kube.events("StageRestarted")
+    assert failed in event.message and "(1 of spec.backoffLimit 6)" in event.message, event
+    assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"  # (still refused)
+    again = {p.metadata.name: p for p in kube.live_pods("kept")}
     _edit_preset(kube, "kept", "gpt2-xl")  # back to what its pods run: nothing to do
 
     def stands() -> dict[str, Any] | None:
@@ -657,7 +677,8 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
     # the re-plan says why (before: a Planned Event alone; a user trial)
     (said,) = [e for e in kube.events("SpecChanged") if e.involved_object.name == "tmpledit"]
     assert said.message == (
-        "spec.template changed: planning it again; the new plan's stage pods replace those it changes"
+        "spec.template changed: planning it again; the new plan's stage pods replace those it "
+        "changes"
     ), said.message
 
 
