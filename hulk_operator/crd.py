@@ -135,10 +135,18 @@ def ensure_peering(
     if not namespaces:
         where: list[str | None] = [None]
     else:
-        where = [ns for ns in namespaces if not any(c in ns for c in "*?[!")]
-        for glob in sorted(set(namespaces) - {w for w in where if w}):
-            log.warning("kopf peering %r: create its KopfPeering in the namespaces of %r "
-                        "yourself (a glob)", name, glob)  # fmt: skip
+        where = [ns for ns in namespaces if not any(c in ns for c in "*?[!,")]
+        globs = sorted(set(namespaces) - {w for w in where if w})
+        if globs:
+            where += [ns for ns in _namespaces(api, globs, name) if ns not in where]
+            log.warning(
+                "kopf peering %r: a namespace made later that %s matches pauses this operator "
+                "until its KopfPeering %r is made there too (kopf's peering; or run "
+                "--standalone)",
+                name,
+                " or ".join(map(repr, globs)),
+                name,
+            )
     for ns in where:
         kind = "ClusterKopfPeering" if ns is None else "KopfPeering"
         plural = f"{kind.lower()}s"
@@ -188,6 +196,22 @@ def ensure_peering(
         made.append(f"{kind} {ns}/{name}" if ns else f"{kind} {name}")
         log.info("kopf peering: created %s %r%s", kind, name, f" in {ns}" if ns else "")
     return made
+
+
+def _namespaces(api: client.ApiClient, globs: Sequence[str], peering: str) -> list[str]:
+    """The namespaces that exist now and that ``globs`` serve (as kopf matches them; before,
+    none got its KopfPeering, and kopf sat paused with no word after the start)."""
+    from hulk_operator.inventory import served
+
+    try:
+        found = client.CoreV1Api(api).list_namespace().items
+    except ApiException as exc:
+        log.warning("kopf peering %r: cannot list the namespaces (%s %s): create its "
+                    "KopfPeering in those of %s by hand", peering, exc.status, exc.reason,
+                    " or ".join(map(repr, globs)))  # fmt: skip
+        return []
+    names = [str(n.metadata.name) for n in found if n.metadata is not None]
+    return sorted(n for n in names if served(n, globs))
 
 
 def overlapping_peers(

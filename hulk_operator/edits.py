@@ -176,29 +176,43 @@ async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any
     """Makes a refused job's missing stage pods again from the spec its plan was made
     for (``status.plan.podTemplate``), as a Deployment's old ReplicaSet keeps its pods
     while a new template is refused: the job keeps training. None where every pod is
-    there, or was made now; else why none is (a server of the plan deleted: the plan
-    cannot go on and cannot be made again from a refused spec; no record of the spec; the
-    pods left are not those of the record; the API server refused them)."""
+    there, or was made now; else why none is: a server of the plan deleted, or one of a
+    missing pod cordoned, NotReady or tainted (a drain cordons first: its pod would wait
+    Pending for ever), where only a new plan helps and a refused spec makes none; no
+    record of the spec, or one the plan's fingerprints do not match; pods left that the
+    record does not make; the API server refusing them."""
     plan = st.job_plan_from_status(entry.key[1], status)
-    made = planned_pod_spec(status.get("plan"))
     if plan is None:
         return None
-    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    made = planned_pod_spec(status.get("plan"))
     if made is None:
-        return "the spec the plan was made for is not kept (a plan of an older operator)"
-    if any(n not in ctx.nodes for n in plan.nodes):
-        return "a server of the plan is deleted"
+        if "podTemplate" not in (status.get("plan") or {}):
+            return (
+                "none is made again, as the plan keeps no record of its spec (an older operator's)"
+            )
+        return (
+            "none is made again, as the plan's record of its spec does not match its fingerprints"
+        )
+    gone = [n for n in plan.nodes if n not in ctx.nodes]
+    if gone:
+        return "none is made again, as a server of the plan is deleted"
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
     desired = desired_pods(entry, made, plan, st.plan_gpus(status), ctx.built_pods)
     diff = recovery.pod_diff([p.name for p in pods], list(desired))
     if diff.delete:  # not the pods the record makes: left as they are
-        return "the pods left are not those of the spec the plan was made for"
+        return "none is made again, as the pods left are not those its spec makes"
     if not diff.create:
         return None
+    servers = {desired[n]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for n in diff.create}
+    sick = sorted(f"{n} {why}" for n in servers if (why := ctx.nodes[n].sick(entry.tolerations)))
+    if sick:
+        return f"none is made again, as server(s) {', '.join(sick)} cannot take it"
     try:  # (a pod made less than 10 s ago is made again once that is over: sync_pods)
         await sync_pods(ctx, entry, made, desired)
     except Exception as exc:  # (a quota, a policy: said, and tried again at a later tick)
-        return f"making them was refused: {type(exc).__name__}: {exc}"
-    if (st.condition(status, st.READY) or {}).get("reason") != STAGES_MISSING:  # (noticed now)
+        return f"none is made again, as the API server refused them: {type(exc).__name__}: {exc}"
+    told = (st.condition(status, st.READY) or {}).get("reason")
+    if told not in (STAGES_MISSING, STAGE_RESTARTING):  # (noticed now; not a failed stage's)
         ctx.event(
             "Warning",
             "StageRecreated",
@@ -241,10 +255,7 @@ def kept_pods(
     if unmade is None:  # made again, or starting
         fate = "the missing ones are made again from the spec the plan was made for"
     else:
-        fate = (
-            f"none is made again ({unmade}): fix the spec, or edit it back, and the job is "
-            "planned again as needed"
-        )
+        fate = f"{unmade}: fix the spec, or edit it back, and the job is planned again as needed"
     msg = (
         f"{running}/{len(slots)} stage pods running"
         + (f"; server(s) {', '.join(gone)} deleted" if gone else "")

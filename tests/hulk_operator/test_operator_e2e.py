@@ -480,6 +480,7 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     assert kube.job("kept")["status"]["stageRestarts"] == 1
     (event,) = kube.events("StageRestarted")
     assert failed in event.message and "(1 of spec.backoffLimit 6)" in event.message, event
+    assert len(kube.events("StageRecreated")) == 1  # (a restart is told once)
     assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"  # (still refused)
     again = {p.metadata.name: p for p in kube.live_pods("kept")}
     _edit_preset(kube, "kept", "gpt2-xl")  # back to what its pods run: nothing to do
@@ -501,6 +502,31 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
         GROUP, VERSION, kube.ns, PLURAL, "kept", {"spec": {"allowedRegions": ["atlantis"]}}
     )
     assert edit_refused(kube, "kept", generation=4)["reason"] == "EditRefused"
+    # a drain: the server cordoned, then its pod deleted: not made again where it would
+    # wait Pending for ever (a user trial), and made again once the server is uncordoned
+    drained = plan_nodes(kube.job("kept"))[0]
+    pod = next(p for p in kube.live_pods("kept") if p.spec.node_name == drained)
+    kube.core.patch_node(drained, {"spec": {"unschedulable": True}})
+    try:
+        kube.core.delete_namespaced_pod(pod.metadata.name, kube.ns, grace_period_seconds=0)
+
+        def cordoned() -> dict[str, Any] | None:
+            c = condition(kube.job("kept"), "Ready")
+            return c if f"{drained} Cordoned" in c.get("message", "") else None
+
+        c = wait("Ready told", cordoned, 30)
+        assert c["reason"] == "StagesMissing" and (
+            f"none is made again, as server(s) {drained} Cordoned cannot take it: fix the "
+            "spec, or edit it back" in c["message"]
+        ), c
+        assert pod.metadata.name not in {p.metadata.name for p in kube.pods("kept")}
+    finally:
+        kube.core.patch_node(drained, {"spec": {"unschedulable": None}})
+
+    def back() -> bool:
+        return pod.metadata.name in {p.metadata.name for p in kube.live_pods("kept")} and whole()
+
+    wait("made again once uncordoned", back, 30)
     victim = plan_nodes(kube.job("kept"))[-1]
     sandbox.delete_node(victim)
     try:
@@ -512,12 +538,11 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
         c = wait("Ready told", told, 30)
         assert c["status"] == "False" and c["message"] == (
             f"{len(pods) - 1}/{len(pods)} stage pods running; server(s) {victim} deleted; the "
-            "job's spec is refused (see Planned): none is made again (a server of the plan is "
-            "deleted): fix the spec, or edit it back, and the job is planned again as needed"
+            "job's spec is refused (see Planned): none is made again, as a server of the plan "
+            "is deleted: fix the spec, or edit it back, and the job is planned again as needed"
         ), c
-        assert sorted(e.message for e in kube.events("StagesMissing")) == sorted(
-            [missing, c["message"]]
-        )  # (listed by name, which kopf draws at random)
+        said = [e.message for e in kube.events("StagesMissing")]
+        assert missing in said and c["message"] in said  # (listed by name: kopf's random)
         assert kube.job("kept")["status"]["phase"] == "Running"  # (it runs on, as it can)
         # deleted, its pod on the deleted node goes at once: no kubelet would confirm it
         # (before, it stayed Terminating for about 34 s; a user trial)

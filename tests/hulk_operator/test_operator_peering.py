@@ -89,6 +89,12 @@ def test_peering_objects_are_created_at_startup(
             assert any("namespace 'no-such-namespace' not found" in r.getMessage()
                        for r in caplog.records if r.name == crd.log.name)  # fmt: skip
             custom.get_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
+            # a glob: one in each namespace it matches now (before, none: kopf sat paused
+            # with no word after the start; a user trial)
+            made = crd.ensure_peering(api, name, namespaces=[f"{namespace[:-1]}*"])
+            assert made == [f"KopfPeering {namespace}/{name}"], made
+            assert any("a namespace made later that" in r.getMessage() for r in caplog.records)
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings", name)
             # `hulk operator -n NS --peering NAME` creates its KopfPeering and is not paused.
             proc = subprocess.Popen(
                 [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
