@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from hulk_operator.inventory import named, served
 from hulk_planner.errors import InvalidRequest
 
 HERE = Path(__file__).resolve().parent
@@ -127,7 +128,8 @@ def ensure_peering(
     with ``--peering NAME`` does not stay paused (kopf starts paused and waits, silently,
     until the object exists): a ``ClusterKopfPeering`` when the operator serves every
     namespace (no ``namespaces``), else a ``KopfPeering`` in each namespace named exactly
-    (a glob's namespaces are not known yet; create those by hand). Idempotent; returns what
+    and in each existing one a glob matches (one made later is not known yet: a warning
+    says to make it there by hand). Idempotent; returns what
     it created. A missing peering CRD is an ``InvalidRequest`` naming the fixes: the
     operator would otherwise run paused for ever."""
     custom = client.CustomObjectsApi(api)
@@ -135,7 +137,7 @@ def ensure_peering(
     if not namespaces:
         where: list[str | None] = [None]
     else:
-        where = [ns for ns in namespaces if not any(c in ns for c in "*?[!,")]
+        where = [ns for ns in namespaces if named(ns)]
         globs = sorted(set(namespaces) - {w for w in where if w})
         if globs:
             where += [ns for ns in _namespaces(api, globs, name) if ns not in where]
@@ -201,8 +203,6 @@ def ensure_peering(
 def _namespaces(api: client.ApiClient, globs: Sequence[str], peering: str) -> list[str]:
     """The namespaces that exist now and that ``globs`` serve (as kopf matches them; before,
     none got its KopfPeering, and kopf sat paused with no word after the start)."""
-    from hulk_operator.inventory import served
-
     try:
         found = client.CoreV1Api(api).list_namespace().items
     except ApiException as exc:

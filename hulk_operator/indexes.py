@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
     Resources,
+    named,
     node_info,
     other_pods,
     pod_requests,
@@ -54,8 +54,6 @@ from hulk_operator.quotas import (
 )
 from hulk_operator.snapshot import Snapshot, held_servers
 
-# a namespace named as it is (no glob, list or exclusion, as ``served`` reads them)
-PLAIN_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, listed this often
 
 
@@ -322,7 +320,7 @@ async def outside_pods(memo: kopf.Memo) -> dict[str, list[Resources]]:
         when, outside = cache.outside or (-LATENCY_CACHE_S, None)
         if outside is None or time.monotonic() - when >= LATENCY_CACHE_S:
             try:
-                plain = [n for n in memo.namespaces if PLAIN_NAMESPACE.fullmatch(n)]
+                plain = [n for n in memo.namespaces if named(n)]
                 pods = await asyncio.to_thread(kube.list_running_pods, memo.api, plain)
             except Exception as exc:  # (forbidden, a timeout: the API server's to fix)
                 logging.getLogger("hulk_operator").warning(

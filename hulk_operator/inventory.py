@@ -171,6 +171,12 @@ def served(namespace: str, patterns: Sequence[str]) -> bool:
     return not patterns or any(match_namespace(namespace, p) for p in patterns)  # type: ignore[arg-type]
 
 
+def named(pattern: str) -> bool:
+    """Whether a ``--namespace`` pattern names one namespace as it is, with no glob,
+    list or exclusion (``served`` reads those)."""
+    return not any(c in pattern for c in "*?[!,")
+
+
 def other_pods(
     pods: Iterable[Mapping[str, Any]], patterns: Sequence[str] = ()
 ) -> dict[str, list[Resources]]:

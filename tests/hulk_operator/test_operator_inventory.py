@@ -377,6 +377,11 @@ def test_served_reads_kopfs_namespace_globs() -> None:
     # kopf reads each pattern as comma-separated globs and serves a match of any pattern
     assert served("team-a", ["team-*,!team-x"]) and not served("team-x", ["team-*,!team-x"])
     assert served("team-a", ["team-a", "!team-a"])
+    # a pattern that names one namespace as it is (listed apart, given a KopfPeering)
+    from hulk_operator.inventory import named
+
+    assert named("team-a") and named("ml")
+    assert not any(named(p) for p in ("team-*", "team-?", "team-[ab]", "!team-b", "a,b"))
 
 
 def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
