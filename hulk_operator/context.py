@@ -42,6 +42,7 @@ class Context:
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
     used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
+    has_service: bool = True  # whether the job's headless Service exists (its index)
     disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
     # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting): pods not
     # yet created are not, and nothing more is written

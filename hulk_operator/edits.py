@@ -37,7 +37,7 @@ from hulk_operator.entries import (
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
 from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo
-from hulk_operator.stage_pods import desired_pods, sync_pods
+from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
 RECHECK_S = 15.0  # how often an edit the cluster refused is checked again
@@ -201,7 +201,9 @@ async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any
     diff = recovery.pod_diff([p.name for p in pods], list(desired))
     if diff.delete:  # not the pods the record makes: left as they are
         return "none is made again, as the pods left are not those its spec makes"
-    if not diff.create:
+    if not diff.create:  # (its Service, deleted by hand, is made again as any job's)
+        port = int(made.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
+        await restore_service(ctx, entry, port, bool(pods))
         return None
     servers = {desired[n]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for n in diff.create}
     sick = sorted(f"{n} {why}" for n in servers if (why := ctx.nodes[n].sick(entry.tolerations)))

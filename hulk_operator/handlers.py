@@ -502,6 +502,7 @@ async def hulktrainingjob_reconcile(
         recent=memo.recent,
         used=used,
         disrupted=disrupted,
+        has_service=any(hulk_services.get(key) or ()),
         stopped=lambda: bool(stopped),
         built_pods=memo.built_pods,
     )

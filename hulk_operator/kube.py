@@ -162,14 +162,16 @@ def delete_pods(
     list(_fan_out.map(one, names))
 
 
-def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> None:
+def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
     """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
     have been edited since), and adopts it when no other controller owns it (left by a job
-    of the same name deleted with ``--cascade=orphan``: before, it outlived the new job)."""
+    of the same name deleted with ``--cascade=orphan``: before, it outlived the new job).
+    True where it was created."""
     core = client.CoreV1Api(api)
     ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
     try:
         core.create_namespaced_service(ns, service)  # type: ignore[arg-type]
+        return True
     except ApiException as exc:
         if not _ok(exc, 409):
             raise
@@ -181,6 +183,7 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> None:
             if not any(o.controller and o.kind != ours[0]["kind"] for o in owners):
                 patch["metadata"] = {"ownerReferences": ours}
         core.patch_namespaced_service(name, ns, patch, _content_type=MERGE)
+        return False
 
 
 def list_objects(

@@ -17,6 +17,8 @@ from hulk_operator.entries import JobEntry
 from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
 from hulk_planner.model import JobPlan
 
+SERVICE_TRIED = "service/"  # Context.recent key prefix: when a job's Service was made again
+
 
 async def delete_pods(ctx: Context, namespace: str, names: list[str]) -> None:
     from hulk_operator import kube
@@ -96,7 +98,9 @@ async def sync_pods(
         }
         forced = [n for n in diff.delete if pods[n].node in gone]
         await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
-    if create:
+    if not create:
+        await restore_service(ctx, entry, port, bool(live))
+    else:
         svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
         try:
             await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
@@ -125,6 +129,34 @@ async def sync_pods(
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
     return diff
+
+
+async def restore_service(ctx: Context, entry: JobEntry, port: int, live: bool) -> None:
+    """Makes the headless Service of a job whose pods run again where it was deleted (by
+    hand, say): the stages find one another by name through it, and before it was made
+    again only with a stage pod. Tried at most every 10 s; a refusal is an Event."""
+    from hulk_operator import kube
+
+    ns, name = entry.key
+    tried = f"{SERVICE_TRIED}{ns}/{name}"
+    now = time.monotonic()
+    if ctx.has_service or not live or now - ctx.recent.get(tried, -1e9) <= 10.0:
+        return
+    ctx.recent[tried] = now
+    svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
+    what = f"the job's headless Service {svc['metadata']['name']} was deleted"
+    try:
+        made = await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
+    except Exception as exc:  # (a quota on Services, a policy): tried again in 60 s
+        ctx.recent[tried] = now + 50.0
+        ctx.event("Warning", "ServiceRecreated", f"{what}; the API server refuses it: {exc}")
+        return
+    if made:  # (not where the index had not seen it yet)
+        ctx.event(
+            "Warning",
+            "ServiceRecreated",
+            f"{what}; made again (its stage pods find one another by name through it)",
+        )
 
 
 def pods_phase(

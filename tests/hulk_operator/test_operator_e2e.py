@@ -482,6 +482,7 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     assert failed in event.message and "(1 of spec.backoffLimit 6)" in event.message, event
     assert len(kube.events("StageRecreated")) == 1  # (a restart is told once)
     assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"  # (still refused)
+    _service_made_again(kube, "kept")  # (from the spec the plan was made for)
     again = {p.metadata.name: p for p in kube.live_pods("kept")}
     _edit_preset(kube, "kept", "gpt2-xl")  # back to what its pods run: nothing to do
 
@@ -1470,6 +1471,31 @@ def test_a_deleted_stage_pod_is_created_again_with_an_event(kube: Kube, operator
     (event,) = kube.events("StageRecreated")
     assert victim in event.message
     assert kube.events("Replanned") == [] and kube.job("gone")["status"].get("replans", 0) == 0
+    _service_made_again(kube, "gone")  # (by hand too: it was made again only with a pod)
+
+
+def _service_made_again(kube: Kube, job: str) -> None:
+    """Deletes the job's headless Service while its pods run: it is made again, told once
+    by an Event; the pods stay."""
+    pods = {p.metadata.uid for p in kube.live_pods(job)}
+    old = kube.core.read_namespaced_service(job, kube.ns).metadata.uid  # type: ignore[union-attr]
+
+    def again() -> bool:
+        try:
+            svc: Any = kube.core.read_namespaced_service(job, kube.ns)
+        except client.ApiException:
+            return False
+        return bool(svc.metadata.uid != old)
+
+    kube.core.delete_namespaced_service(job, kube.ns)
+    wait("the Service made again", again, 30)
+    svc: Any = kube.core.read_namespaced_service(job, kube.ns)
+    assert [o.name for o in svc.metadata.owner_references] == [job]
+    assert svc.spec.cluster_ip == "None"
+    time.sleep(3)  # (its index sees it: no second one)
+    (event,) = kube.events("ServiceRecreated")
+    assert f"Service {job} was deleted; made again" in event.message, event.message
+    assert {p.metadata.uid for p in kube.live_pods(job)} == pods
 
 
 def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator: Any) -> None:
