@@ -42,6 +42,8 @@ class Context:
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
     used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
+    # the pairs NodeLatency reports unreachable (``indexes.latencies_now``; blocking)
+    unreachable: Callable[[], frozenset[frozenset[str]]] = frozenset
     has_service: bool = True  # whether the job's headless Service exists (its index)
     disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
     # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting): pods not

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from hulk_operator.entries import (
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
 from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
-from hulk_operator.inventory import NodeInfo
+from hulk_operator.inventory import NodeInfo, Pair
 from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
@@ -109,6 +109,7 @@ def refusal(
     spec: Mapping[str, Any],
     entry: JobEntry,
     nodes: Mapping[str, NodeInfo],
+    unreachable: Collection[Pair] = (),
 ) -> Refusal | None:
     """Why an edit of a running job is refused (its pods run on), or None: a pod template
     the API server rejects (a server-side dry run of one stage pod: invalid) or forbids
@@ -126,7 +127,11 @@ def refusal(
             return Refusal(why, waits=False)
     if not nodes:
         return None
-    why = unmatched(entry, nodes) or too_big_for(entry, nodes) or requests_fit_nowhere(entry, nodes)
+    why = (
+        unmatched(entry, nodes)
+        or too_big_for(entry, nodes, unreachable)
+        or requests_fit_nowhere(entry, nodes)
+    )
     return None if why is None else Refusal(why, waits=True)
 
 
@@ -146,7 +151,8 @@ async def recheck(
         return {}
     ctx.placer.edit_checked[entry.key] = now
     ns, name = entry.key
-    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, entry, ctx.nodes)
+    cut = await asyncio.to_thread(ctx.unreachable)
+    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, entry, ctx.nodes, cut)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:
         if refused.message == told:

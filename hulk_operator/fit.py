@@ -8,10 +8,10 @@ them (the job keeps running on its last valid spec) and quotes them when a job w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import NO_GPUS, NodeInfo, Resources, fits, selected
+from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, selected
 from hulk_planner.cost import too_big
 from hulk_planner.datasets import slug
 
@@ -50,10 +50,16 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     )
 
 
-def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+def too_big_for(
+    entry: JobEntry, nodes: Mapping[str, NodeInfo], unreachable: Collection[Pair] = ()
+) -> str | None:
     """Why the job fits on no set of the cluster's servers that its constraints allow, even
     with every one of them free (an edit's ``parameters: 1e13`` for ``1e10``); None when
-    their GPU memory could hold it. Like :func:`unmatched`, only an edit or new nodes
+    their GPU memory could hold it. With the pairs the probe reports ``unreachable``, the
+    memory counted is that of the largest group of them that can reach each other (a
+    pipeline's servers are linked one to the next): an edit of ``allowedRegions`` to
+    regions with no link between them was accepted, and its plan failing removed the
+    running job's pods (a user trial). Like :func:`unmatched`, only an edit or new nodes
     change this; what other jobs hold does not count here."""
     if entry.job is None:
         return None
@@ -62,16 +68,26 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     if not servers:  # (nodes it matches with no usable GPUs: the snapshot says why)
         return None
     limits = constraint_names(entry)
-    if not limits:
-        why = too_big(entry.job, servers)
-    else:
-        why = too_big(
-            entry.job,
-            servers,
-            f"the {len(servers)} server(s) it may use have",
-            f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
-            "model or microBatchSize",
-        )
+    where = f"the {len(servers)} server(s) it may use have" if limits else "the whole cluster has"
+    fix = (
+        f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
+        "model or microBatchSize"
+        if limits
+        else "add servers, or use a smaller model or microBatchSize"
+    )
+    why = too_big(entry.job, servers, where, fix)
+    if why is None and unreachable:
+        groups = reachable_groups([s.name for s in servers], unreachable)
+        if len(groups) > 1:
+            by_name = {s.name: s for s in servers}
+            best = max(groups, key=lambda g: sum(by_name[n].memory_bytes for n in g))
+            why = too_big(
+                entry.job,
+                [by_name[n] for n in best],
+                f"{where} {len(groups)} groups that cannot reach each other (NodeLatency "
+                f"reports their pairs unreachable), and the largest, {len(best)} server(s), has",
+                fix,
+            )
     unread = [i for i in matching if i.server is None and i.problem and i.problem != NO_GPUS]
     if why is not None and unread:  # GPU nodes left out: their labels may be the fix
         why += (
@@ -80,6 +96,34 @@ def too_big_for(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
             + (", ..." if len(unread) > 3 else "")
         )
     return why
+
+
+def reachable_groups(names: Sequence[str], unreachable: Collection[Pair]) -> list[list[str]]:
+    """``names`` split into the groups whose servers can reach each other, one to the next:
+    every pair is linked but those reported unreachable (their fallback latency; as
+    ``inventory.build_cluster`` builds the cluster). A walk over the complement of the cut
+    pairs, so a cluster of 1,000 servers with a few cuts costs no 500,000 pairs."""
+    cut: dict[str, set[str]] = {}
+    for pair in unreachable:
+        if len(pair) == 2:
+            a, b = sorted(pair)
+            cut.setdefault(a, set()).add(b)
+            cut.setdefault(b, set()).add(a)
+    left = set(names)
+    if not any(n in cut for n in left):
+        return [sorted(left)] if left else []
+    groups = []
+    while left:
+        start = min(left)
+        left.discard(start)
+        group, queue = [start], [start]
+        while queue and left:
+            near = left - cut.get(queue.pop(), set())
+            left -= near
+            group += near
+            queue += near
+        groups.append(sorted(group))
+    return groups
 
 
 def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:

@@ -32,7 +32,14 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry, Key, object_entry, pod_source, spec_hashes
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, classify, to_kopf
-from hulk_operator.indexes import Listings, NodeView, build_snapshot, one, outside_pods
+from hulk_operator.indexes import (
+    Listings,
+    NodeView,
+    build_snapshot,
+    latencies_now,
+    one,
+    outside_pods,
+)
 from hulk_operator.inventory import (
     NodeInfo,
     Resources,
@@ -304,7 +311,8 @@ def hulktrainingjob_update(
             _plan_stands(patch, status, stands, after, gen)
             logger.info(f"{name}: {stands}")
             return
-        refused = edits.refusal(memo.api, name, namespace, after, entry, nodes)
+        cut = latencies_now(memo).unreachable
+        refused = edits.refusal(memo.api, name, namespace, after, entry, nodes, cut)
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, refused, gen)
@@ -503,6 +511,7 @@ async def hulktrainingjob_reconcile(
         used=used,
         disrupted=disrupted,
         has_service=any(hulk_services.get(key) or ()),
+        unreachable=lambda: latencies_now(memo).unreachable,
         stopped=lambda: bool(stopped),
         built_pods=memo.built_pods,
     )

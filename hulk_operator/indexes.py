@@ -69,6 +69,19 @@ class Listings:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one listing at a time
 
 
+def latencies_now(memo: Any) -> Latencies:
+    """What the NodeLatency objects say, listed again where the last listing (shared by
+    every job: ``memo.listings``) is ``LATENCY_CACHE_S`` old (blocking: for a thread)."""
+    cache: Listings = memo.listings
+    when, latencies = cache.latency
+    if time.monotonic() - when >= LATENCY_CACHE_S:
+        cfg: OperatorConfig = memo.config
+        items = kube.list_objects(memo.api, GROUP, VERSION, "nodelatencies")
+        latencies = read_latencies(items, cfg.latency_max_age_s)
+        cache.latency = (time.monotonic(), latencies)
+    return latencies
+
+
 @dataclass
 class NodeView:
     """The node index as one dict, ``{name: NodeInfo}``, built again only when a node
@@ -370,14 +383,7 @@ async def build_snapshot(
     )
     cache: Listings = memo.listings
     async with cache.lock:
-        when, latencies = cache.latency
-        if time.monotonic() - when >= LATENCY_CACHE_S:
-            cfg: OperatorConfig = memo.config
-            items = await asyncio.to_thread(
-                kube.list_objects, memo.api, GROUP, VERSION, "nodelatencies"
-            )
-            latencies = await asyncio.to_thread(read_latencies, items, cfg.latency_max_age_s)
-            cache.latency = (time.monotonic(), latencies)
+        latencies = await asyncio.to_thread(latencies_now, memo)
     counted = {
         k: summed(dict(p.quota) for p in store if p.phase not in ("Succeeded", "Failed"))
         for k, store in hulk_pods.items()

@@ -154,7 +154,9 @@ def plan_pending(
     # for them in vain)
     for e in list(pending):
         refused = snap.bounds_refuse(e) or (
-            too_big_for(e, snap.nodes) if unmatched(e, snap.nodes) is None else None
+            too_big_for(e, snap.nodes, snap.latencies.unreachable)
+            if unmatched(e, snap.nodes) is None
+            else None
         )
         if refused is not None:
             out[e.key] = Decision(e.key, None, None, refused, planner)

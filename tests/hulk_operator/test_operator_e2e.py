@@ -1875,6 +1875,42 @@ def test_an_edit_no_set_of_servers_could_hold_leaves_the_job_running(
     assert not kube.events("Unschedulable")
 
 
+def test_an_edit_to_servers_that_cannot_reach_each_other_leaves_the_job_running(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: ``allowedRegions`` edited to regions whose servers hold the model in all but
+    have no link to one another (NodeLatency: unreachable) was accepted, and the plan
+    failing removed the running job's pods; now it is refused as a too-big model is."""
+    from hulk_operator.indexes import LATENCY_CACHE_S
+    from hulk_planner.datasets import slug
+    from hulk_probe.replay import publish_latencies
+
+    far = [s.name for s in paper_cluster().servers if slug(s.region) in ("london", "new-delhi")]
+    kube.apply(manifest("apart", model={"preset": "t5-11b"}, allowedRegions=["tokyo"]))
+    wait("Running", lambda: kube.phase("apart") == "Running", 60)
+    assert not set(plan_nodes(kube.job("apart"))) & set(far)  # (else its plan stands)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("apart")}
+    publish_latencies(kube.api, {a: {b: None for b in far if b != a} for a in far})
+    time.sleep(LATENCY_CACHE_S)  # (the operator's listing of them may be as old)
+    try:
+        patch = {"spec": {"allowedRegions": ["london", "new-delhi"]}}
+        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "apart", patch)
+        c = edit_refused(kube, "apart")
+        assert c["reason"] == "EditRefused", c
+        assert c["message"].startswith("fits nowhere: needs "), c
+        assert (
+            f"the {len(far)} server(s) it may use have {len(far)} groups that cannot reach "
+            in c["message"]
+        ), c
+        time.sleep(2)
+        assert kube.phase("apart") == "Running"
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("apart")} == before
+        assert not kube.events("Unschedulable")
+    finally:
+        for n in far:
+            kube.custom.delete_cluster_custom_object(GROUP, VERSION, "nodelatencies", n)
+
+
 def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     kube: Kube, operator: Any
 ) -> None:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from placement_helpers import entry, nodes
 
-from hulk_operator.fit import requests_fit_nowhere, too_big_for
+from hulk_operator.fit import reachable_groups, requests_fit_nowhere, too_big_for
 from hulk_operator.inventory import Latencies, Resources
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
@@ -52,6 +52,44 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     assert d.reason == f"the 1 node(s) matching the job take no new stage: 1 not offered ({bad})"
     invalid = replace(entry(opt, allowed_regions=("paris",)), job=None, error="bad spec")
     assert too_big_for(invalid, nodes()) is None  # an invalid spec is refused for that
+
+
+def test_reachable_groups_are_split_by_the_unreachable_pairs_only() -> None:
+    """Four servers: every pair is linked but those reported unreachable (their fallback)."""
+    names = ["a", "b", "c", "d"]
+    assert reachable_groups(names, []) == [names]
+    one = [frozenset(p) for p in ("ab", "cd")]  # a-c-b, d-a: still one group
+    assert reachable_groups(names, one) == [names]
+    two = [frozenset(p) for p in ("ac", "ad", "bc", "bd")]
+    assert reachable_groups(names, two) == [["a", "b"], ["c", "d"]]
+    alone = [frozenset(("d", x)) for x in "abc"] + [frozenset(("e", "f"))]  # (e, f: not ours)
+    assert reachable_groups(names, alone) == [["a", "b", "c"], ["d"]]
+    assert reachable_groups([], two) == []
+
+
+def test_a_job_only_servers_that_cannot_reach_each_other_could_hold_is_told_so() -> None:
+    """Regions whose servers have no link to one another hold a job in all, but no group of
+    them that can reach each other does: an edit to them is refused, as a too-big one (it
+    was accepted, and the plan failing removed the running job's pods; a user trial)."""
+    cluster = paper_cluster()
+    linked = {frozenset((link.a, link.b)) for link in cluster.links}
+    names = [s.name for s in cluster.servers]
+    cut = frozenset(frozenset((a, b)) for i, a in enumerate(names) for b in names[i + 1 :]) - linked
+    t5 = entry(paper_jobs()[1], allowed_regions=("london", "new-delhi"))
+    assert too_big_for(t5, nodes()) is None  # their memory in all would hold it
+    why = too_big_for(t5, nodes(), cut)
+    assert why is not None and why.startswith("fits nowhere: needs "), why
+    told = (
+        "the 4 server(s) it may use have 4 groups that cannot reach each other (NodeLatency "
+        "reports their pairs unreachable), and the largest, 1 server(s), has "
+    )
+    assert told in why, why
+    assert why.endswith("(allow more servers (spec.allowedRegions ['london', 'new-delhi']), "
+                        "add servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
+    # the round says the same of a pending job (before: the planner's "no pipeline ... fits")
+    d = plan_pending(Snapshot(nodes(), Latencies(unreachable=cut), {t5.key: t5}, {}), plan)
+    assert d[t5.key].job_plan is None and d[t5.key].reason == why
+    assert too_big_for(entry(paper_jobs()[1]), nodes(), cut) is None  # the whole cluster can
 
 
 def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
