@@ -152,6 +152,12 @@ def policy_refusal(exc: BaseException) -> str | None:
 SERVICE_MARK = "hulk_service"  # set on an error creating the job's headless Service
 
 
+class ServiceTaken(Exception):
+    """A Service of the job's name exists that Hulk did not make for a job of that name:
+    it is left alone (before, it was taken over, its ports replaced, and deleted with the
+    job; a user trial)."""
+
+
 def admission_denied(exc: BaseException) -> bool:
     """An admission policy or webhook denied the request with another code than 403: a
     ValidatingAdmissionPolicy whose validation sets no ``reason`` answers 422 Invalid (413
@@ -173,6 +179,8 @@ def forbidden_pods(exc: BaseException) -> str | None:
     policy; an admission policy's or webhook's denial whatever its code), or the headless
     Service created before them (a quota on services): the plan is fine, the namespace has
     no room yet. None for other errors."""
+    if isinstance(exc, ServiceTaken):
+        return f"the job's headless Service cannot be made: {exc}"
     if api_status(exc) != 403 and not admission_denied(exc):
         return None
     if getattr(exc, SERVICE_MARK, False):

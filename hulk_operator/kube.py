@@ -20,6 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from hulk_operator import GANG_GATE, LABEL_JOB
+from hulk_operator.errors import ServiceTaken
 from hulk_operator.quotas import default_class
 from hulk_planner.errors import InvalidRequest
 
@@ -166,7 +167,8 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
     """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
     have been edited since), and adopts it when no other controller owns it (left by a job
     of the same name deleted with ``--cascade=orphan``: before, it outlived the new job).
-    True where it was created."""
+    True where it was created. A Service of that name without the job's ``hulk.dev/job``
+    label is someone else's: :class:`ServiceTaken`, and it is left as it is."""
     core = client.CoreV1Api(api)
     ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
     try:
@@ -177,6 +179,14 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
             raise
         patch: dict[str, Any] = {"spec": {"ports": service["spec"]["ports"]}}  # (replaced whole)
         there: Any = core.read_namespaced_service(name, ns)
+        mine = service["metadata"]["labels"]
+        if any((there.metadata.labels or {}).get(k) != v for k, v in mine.items()):
+            raise ServiceTaken(
+                f"Service {name} exists in namespace {ns} and was not made by Hulk for a job "
+                f"of this name (it has no label {', '.join(f'{k}={v}' for k, v in mine.items())});"
+                " the stage pods need a headless Service of the job's name: rename the job, "
+                "or delete or rename that Service"
+            ) from exc
         owners = there.metadata.owner_references or []
         ours = service["metadata"].get("ownerReferences") or []
         if ours and {o.uid for o in owners} != {o["uid"] for o in ours}:

@@ -149,7 +149,7 @@ async def restore_service(ctx: Context, entry: JobEntry, port: int, live: bool) 
         made = await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
     except Exception as exc:  # (a quota on Services, a policy): tried again in 60 s
         ctx.recent[tried] = now + 50.0
-        ctx.event("Warning", "ServiceRecreated", f"{what}; the API server refuses it: {exc}")
+        ctx.event("Warning", "ServiceRecreated", f"{what}; it cannot be made again: {exc}")
         return
     if made:  # (not where the index had not seen it yet)
         ctx.event(

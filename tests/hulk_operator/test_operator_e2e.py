@@ -752,6 +752,45 @@ def test_a_service_left_by_an_orphaning_delete_is_adopted_by_the_job_applied_aga
     assert owner.uid == uid and owner.kind == "HulkTrainingJob"
 
 
+def test_a_service_of_the_jobs_name_that_hulk_did_not_make_is_left_alone(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, a user's Service named as the job was taken over (its ports replaced, the
+    job made its controller) and deleted with the job (a user trial). Now the job waits,
+    told why, and the Service stays as it was; once it is gone the job runs."""
+    theirs = {
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    kube.core.create_namespaced_service(kube.ns, theirs)
+    try:
+        kube.apply(manifest("web", model={"preset": "bert-large"}))
+
+        def refused() -> dict[str, Any] | None:
+            c = condition(kube.job("web"), "Ready")
+            return c if c.get("reason") == "PodsForbidden" else None
+
+        c = wait("told", refused, 30)
+        assert c["message"].startswith(
+            f"the job's headless Service cannot be made: Service web exists in namespace "
+            f"{kube.ns} and was not made by Hulk for a job of this name (it has no label "
+            "hulk.dev/job=web); the stage pods need a headless Service of the job's name: "
+            "rename the job, or delete or rename that Service"
+        ), c
+        assert not kube.pods("web")
+        svc: Any = kube.core.read_namespaced_service("web", kube.ns)
+        assert not svc.metadata.owner_references, svc.metadata
+        assert [(p.port, p.target_port) for p in svc.spec.ports] == [(80, 8080)]
+        kube.core.delete_namespaced_service("web", kube.ns)
+        wait("Running once it is gone", lambda: kube.phase("web") == "Running", 60)
+        (owner,) = kube.core.read_namespaced_service("web", kube.ns).metadata.owner_references  # type: ignore[union-attr]
+        assert owner.kind == "HulkTrainingJob"
+    finally:  # theirs, where the test failed before it was deleted
+        left: Any = kube.core.list_namespaced_service(kube.ns, label_selector="app=web").items
+        for svc in left:
+            kube.core.delete_namespaced_service(svc.metadata.name, kube.ns)
+
+
 @pytest.mark.parametrize("reason", ["Forbidden", None, "RequestEntityTooLarge"])
 def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_them(
     kube: Kube, operator: Any, reason: str | None
