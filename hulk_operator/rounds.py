@@ -16,7 +16,7 @@ from typing import Any
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
-from hulk_operator.fit import planned_within, too_big_for, unmatched
+from hulk_operator.fit import matching_nodes, planned_within, too_big_for, unmatched
 from hulk_operator.inventory import NodeInfo, build_cluster, cut_pairs, estimated_pairs
 from hulk_operator.quota_fit import Round, make_room, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
@@ -169,7 +169,15 @@ def plan_pending(
     groups: dict[tuple[Any, ...], list[JobEntry]] = {}
     for e in sorted(pending, key=lambda e: e.key):
         groups.setdefault(e.constraints, []).append(e)
-    order = sorted(groups.values(), key=lambda g: max(rank(e) for e in g), reverse=True)
+
+    def scope(g: list[JobEntry]) -> tuple[tuple[int, bool], int]:
+        # of equal rank, the group its constraints allow fewer servers first: a job free
+        # to go anywhere took every server of the region another was limited to (a user
+        # trial of ``hulk plan``, which orders its groups the same way)
+        allowed = sum(1 for i in matching_nodes(g[0], snap.nodes) if i.server is not None)
+        return (max(rank(e) for e in g), -allowed)
+
+    order = sorted(groups.values(), key=scope, reverse=True)
     held = dict(snap.held)
 
     # namespace -> what its jobs took in this round (and reservations not yet counted)

@@ -1,7 +1,10 @@
 """Jobs limited to some regions (a HulkTrainingJob's ``spec.allowedRegions``) on a topology
 file, planned as the operator plans them on a live cluster: jobs with the same regions
-together, the group holding the highest-priority job first (ties in the order given), each
-group on the servers of its regions that earlier groups left.
+together, the group holding the highest-priority job first (of equal priorities, the group
+whose regions hold fewer servers first, then in the order given), each group on the servers
+of its regions that earlier groups left. (Before the fewest-servers rule, a job free to go
+anywhere, given first, could take every server of a region that a later job of the same
+priority was limited to, and that job was left unplaced: a user trial.)
 
 A region is named as in the topology file or as the operator's node label writes it (the
 lower-case slug: ``new-delhi`` for ``New Delhi``).
@@ -63,12 +66,19 @@ def region_limits(
     return out
 
 
-def _groups(jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]]) -> list[list[Job]]:
+def _groups(
+    jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]], cluster: Cluster
+) -> list[list[Job]]:
     by_key: dict[frozenset[str] | None, list[Job]] = {}
     for job in jobs:
         key = frozenset(limits[job.name]) if job.name in limits else None
         by_key.setdefault(key, []).append(job)
-    return sorted(by_key.values(), key=lambda g: -max(j.priority for j in g))
+
+    def servers(key: frozenset[str] | None) -> int:
+        return sum(1 for s in cluster.servers if key is None or s.region in key)
+
+    order = sorted(by_key, key=lambda k: (-max(j.priority for j in by_key[k]), servers(k)))
+    return [by_key[k] for k in order]
 
 
 def plan_in_regions(
@@ -89,7 +99,7 @@ def plan_in_regions(
     placed: list[Any] = []
     unplaced: list[Unplaced] = []
     notes: list[str] = []
-    for group in _groups(jobs, limits):
+    for group in _groups(jobs, limits, cluster):
         regions = limits.get(group[0].name)
         where = f"in spec.allowedRegions {list(regions)}: " if regions else ""
         out = [

@@ -188,6 +188,23 @@ def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
     assert len(used) == len(set(used))
 
 
+def test_of_equal_priority_the_group_allowed_fewer_servers_is_planned_first() -> None:
+    """A job free to go anywhere (its name first) took the one server of the region a job of
+    the same priority was limited to, and that job waited: now the group its constraints
+    allow fewer servers is planned first, and both are placed (as ``hulk plan`` does)."""
+    kept = ("london-33", "new-delhi-35")  # the others cordoned
+    ns = {n: i if n in kept else replace(i, unschedulable=True) for n, i in nodes().items()}
+    bert = next(j for j in paper_jobs() if j.name == "bert-large")
+    free = entry(replace(bert, name="a-free"))
+    limited = entry(replace(bert, name="b-limited"), allowed_regions=("new-delhi",))
+    alone = plan_pending(Snapshot(ns, Latencies(), {free.key: free}, {}), plan)
+    assert alone[free.key].nodes == {"new-delhi-35"}  # (it would take it)
+    both = {e.key: e for e in (free, limited)}
+    d = plan_pending(Snapshot(ns, Latencies(), both, {}), plan)
+    assert d[limited.key].nodes == {"new-delhi-35"}, d[limited.key].reason
+    assert d[free.key].nodes == {"london-33"}, d[free.key].reason
+
+
 def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
     bert = paper_jobs()[3]
     region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]

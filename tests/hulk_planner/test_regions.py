@@ -65,6 +65,27 @@ def test_the_group_with_the_higher_priority_is_planned_first(
         assert "GPU memory" in waiting.reason, waiting.reason
 
 
+@pytest.mark.parametrize("planner", ["hulk", "search", "baseline-b"])
+def test_of_equal_priority_the_group_with_fewer_servers_is_planned_first(planner: str) -> None:
+    """A job free to go anywhere, given first, took the fast region a job of the same
+    priority was limited to, and that job was left unplaced (a user trial): now the group
+    whose regions hold fewer servers is planned first, and both are placed."""
+    big = usable_gib(NEED * 0.8)  # r1: fast, and a job needs both its servers
+    servers = [server(n, "r1", memory_gib=big, tflops=100.0) for n in ("a", "b")]
+    servers += [server(n, "r2", memory_gib=usable_gib(NEED * 2), tflops=0.1) for n in "cde"]
+    names = [s.name for s in servers]
+    c = cluster(servers, [(x, y, 1.0) for x in names for y in names if x < y])
+    jobs = [tiny_job("free"), tiny_job("limited")]  # the free one given first
+    alone = plan_in_regions(c, jobs[:1], {}, planner, time_budget_s=0.2)
+    assert regions_of(c, alone.jobs[0].nodes) & {"r1"}  # (it would take r1)
+    result = plan_in_regions(c, jobs, {"limited": ("r1",)}, planner, time_budget_s=0.2)
+    assert_valid_plan(result, c, jobs)
+    assert not result.unplaced, result.unplaced
+    limited, free = result.job("limited"), result.job("free")
+    assert limited is not None and set(limited.nodes) == {"a", "b"}
+    assert free is not None and regions_of(c, free.nodes) == {"r2"}
+
+
 def test_no_job_placed_anywhere_is_no_feasible_plan_naming_the_region() -> None:
     c = two_regions(usable_gib(NEED * 0.01))
     with pytest.raises(NoFeasiblePlan, match=r"in spec.allowedRegions \['r2'\]: ") as info:
