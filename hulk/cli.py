@@ -21,7 +21,11 @@ DESCRIPTION = (
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("hulk_planner.cli", "preview a placement plan for training jobs on a cluster"),
-    "train": ("hulk_planner.gnn.cli", "generate labelled clusters and train the GNN planner"),
+    "train": (
+        "hulk_planner.gnn.cli",
+        "generate labelled clusters and train the GNN planner (needs torch and PyG, as "
+        "the venv has)",
+    ),
     "sandbox": ("hulk_sandbox.cli", "run a local Kubernetes control plane with kwok GPU nodes"),
     "operator": ("hulk_operator.cli", "run the HulkTrainingJob operator"),
     "probe": ("hulk_probe.cli", "run the latency probe agent"),

@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the operator serves on until Ctrl-C; the sandbox and jobs stay after it",
     )
-    parser.add_argument("--namespace", default="hulk-demo")
+    parser.add_argument(
+        "--namespace",
+        default="hulk-demo",
+        help="where the jobs go and the operator serves (%(default)s)",
+    )
     parser.add_argument(
         "--replay-every",
         type=float,

@@ -45,7 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="hulk",
         help="hulk (default; also called gnn), search, baseline-a, baseline-b, baseline-c",
     )
-    parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="table (with the baselines A/B/C beside it), or the PlacementPlan as json or "
+        "yaml (docs/formats.md); notes go to stderr",
+    )
     parser.add_argument("--plot", metavar="FILE.png", help="draw the cluster coloured by job")
     parser.add_argument(
         "--seed",
@@ -65,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--moves",
         type=int,
         metavar="N",
-        help="bound the hulk and search planners' search by N moves instead of time: the "
-        "same --seed and --moves give the same plan on any machine",
+        help="bound the hulk and search planners' search by N moves (at most 10,000,000) "
+        "instead of time: the same --seed and --moves give the same plan on any machine",
     )
     parser.add_argument(
         "--previous",
@@ -326,6 +333,7 @@ def render_table(
 
 
 NOTHING_PLACED = 3  # exit code: valid input, but no job fits (2: bad input)
+MAX_MOVES = 10**7  # --moves above this can only be a typo (hours of search)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -371,7 +379,14 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidRequest("--seed", f"must be 0 to 2**32 - 1, got {args.seed}")
     args.seed = args.seed or 0
     if args.moves is not None:
-        check_positive("--moves", args.moves, integer=True)
+        # (a move takes about 1 ms on a small cluster: 10**7 is hours; 10**20 ran for ever)
+        check_positive("--moves", args.moves, integer=True, at_most=MAX_MOVES)
+        if args.time_budget is not None:  # (it was ignored: the moves bound the search)
+            raise InvalidRequest(
+                "--time-budget",
+                "does not apply with --moves (the search then stops after N moves, not a time)",
+                "give one of them",
+            )
         if args.kubeconfig:
             raise InvalidRequest(
                 "--moves",

@@ -33,6 +33,14 @@ class InvalidRequest(HulkError, ValueError):
         super().__init__(text)
 
 
+def shown(value: object) -> str:
+    """A value in an error message as the YAML it came from writes it: ``true``, ``null``
+    (not Python's ``True``, ``None``); anything else as ``repr``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else repr(value)
+
+
 class NoFeasiblePlan(HulkError):
     """No valid placement exists; ``reason`` says which resource is short, and
     ``unplaced`` (``model.Unplaced``, where known) why each job got nothing."""

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hulk_planner.cost import check_stages
-from hulk_planner.errors import InvalidRequest
+from hulk_planner.errors import InvalidRequest, shown
 from hulk_planner.model import (
     Cluster,
     Job,
@@ -51,7 +51,7 @@ def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
         raise InvalidRequest(where, f"must be a mapping, got {type(doc).__name__}")
     if key not in doc or doc[key] is None:
         hint = _SERVER_HINTS.get(key) if where.startswith("spec.nodes[") else None
-        fix = f"add it: {hint}" if hint else "add it (docs/formats.md lists each field)"
+        fix = f"add it: {hint}" if hint else "add it; docs/formats.md lists each field"
         raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing", fix)
     return doc[key]
 
@@ -72,7 +72,7 @@ def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str):
         raise InvalidRequest(
             f"{where}.{key}",
-            f"must be a string, got {value!r}",
+            f"must be a string, got {shown(value)}",
             "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as "
             "other types",
         )

@@ -47,8 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--examples", type=int, default=d.examples, help="labelled clusters (%(default)s)"
     )
-    g.add_argument("--min-servers", type=int, default=d.min_servers, help="(%(default)s)")
-    g.add_argument("--max-servers", type=int, default=d.max_servers, help="(%(default)s)")
+    g.add_argument("--min-servers", type=int, default=d.min_servers,
+                   help="servers of the smallest generated cluster (%(default)s)")  # fmt: skip
+    g.add_argument("--max-servers", type=int, default=d.max_servers,
+                   help="servers of the largest generated cluster (%(default)s)")  # fmt: skip
     g.add_argument(
         "--max-jobs", type=int, default=d.max_jobs, help="jobs per cluster, at most (%(default)s)"
     )
@@ -66,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from hulk_planner.gnn.train import TrainSettings
 
     s = TrainSettings()
-    t.add_argument("--epochs", type=int, default=s.epochs, help="(%(default)s)")
+    t.add_argument("--epochs", type=int, default=s.epochs,
+                   help="passes over the training examples (%(default)s)")  # fmt: skip
     t.add_argument(
         "--batch-size", type=int, default=s.batch_size, help="graphs per batch (%(default)s)"
     )
@@ -78,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="AdamW weight decay (%(default)s)",
     )
     t.add_argument("--hidden", type=int, default=s.hidden, help="embedding size (%(default)s)")
-    t.add_argument("--gcn-layers", type=int, default=s.gcn_layers, help="(%(default)s)")
+    t.add_argument("--gcn-layers", type=int, default=s.gcn_layers,
+                   help="GCN layers after the edge pooling (%(default)s)")  # fmt: skip
     t.add_argument("--device", default=s.device, help="auto (CUDA when present), cpu or cuda")
     parser.add_argument(
         "--seed", type=int, default=0, help="seeds generation and training (%(default)s)"

@@ -22,6 +22,14 @@ def test_planner_registry_has_hulk_search_and_the_baselines() -> None:
     assert {"hulk", "search", "baseline-a", "baseline-b", "baseline-c"} <= set(PLANNERS)
 
 
+def test_gnn_is_another_name_for_hulk_and_the_plan_says_hulk() -> None:
+    """Before, ``--planner gnn`` wrote ``"planner": "gnn"``: one planner under two names."""
+    c = cluster([server("a", memory_gib=10.0), server("b", memory_gib=10.0)], [("a", "b", 1.0)])
+    plans = [plan(c, [tiny_job()], name, max_iterations=20) for name in ("gnn", "hulk")]
+    assert [p.planner for p in plans] == ["hulk", "hulk"]
+    assert plans[0].jobs == plans[1].jobs
+
+
 def test_unknown_planner_names_the_option() -> None:
     with pytest.raises(InvalidRequest) as exc:
         plan(cluster([server("a")]), [tiny_job()], "alpa")

@@ -144,7 +144,7 @@ def test_a_missing_server_figure_says_what_to_write() -> None:
     doc["spec"]["nodes"][0]["gpuTFLOPS"] = 312
     with pytest.raises(InvalidRequest) as exc:
         io.cluster_from_dict(doc)
-    assert exc.value.fix == "add it (docs/formats.md lists each field)"
+    assert exc.value.fix == "add it; docs/formats.md lists each field"  # (not "(... (...))")
 
 
 @pytest.mark.parametrize(
@@ -177,7 +177,7 @@ def test_a_missing_server_figure_says_what_to_write() -> None:
         (lambda d: d["spec"]["nodes"][0].update(gpuMemoryGiB=1e200), "gpuMemoryGiB", "at most"),
         (lambda d: d["spec"]["links"][0].update(latencyMs=1e300), "latencyMs", "at most 1e+07"),
         (lambda d: d["spec"]["nodes"][0].update(name=True), "spec.nodes[0].name",
-         "must be a string, got True"),
+         "must be a string, got true"),
         (lambda d: d["spec"]["nodes"][0].update(region={"a": 1}), "spec.nodes[0].region",
          "must be a string"),
         (lambda d: d["spec"]["links"][0].update(a=123), "spec.links[0].a", "got 123"),

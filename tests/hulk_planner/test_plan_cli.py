@@ -267,6 +267,12 @@ def test_the_same_seed_and_moves_give_the_same_plan(files: tuple[Path, Path]) ->
                           "baseline-a", "drop it")  # fmt: skip
     out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--seed", "-1")
     assert_one_line_error(out, "--seed: must be 0 to 2**32 - 1, got -1")
+    # --time-budget was ignored beside --moves, and --moves 10**20 searched for ever (a user
+    # trial): one line each
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--moves", "50", "--time-budget", "1")
+    assert_one_line_error(out, "--time-budget: does not apply with --moves", "give one of them")
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--moves", str(10**20))
+    assert_one_line_error(out, "--moves: must be at most 1e+07, got 100000000000000000000")
 
 
 def test_previous_with_a_planner_that_ignores_it_is_refused(
