@@ -110,6 +110,7 @@ async def reconcile(
     replans = int(status.get("replans") or 0)
     force: set[str] = set()
     replanned: tuple[JobPlan, dict[str, str]] | None = None
+    told: str | None = None  # the Planned Event to post
     if plan is None:
         decision = await ctx.placer.decide(entry.key, ctx.snapshot)
         if decision is None:
@@ -152,7 +153,9 @@ async def reconcile(
             )
         if ctx.placer.first_use(decision):
             ctx.metrics.plans.labels(result="placed").inc()
-            ctx.event("Normal", "Planned", _planned_message(decision, entry.job))
+            # posted once its pods are made or wait for room: a template the API server
+            # rejects fails the job, which got a Normal "Planned" beside it (a user trial)
+            told = _planned_message(decision, entry.job)
     else:
         if ctx.placer.pending_write(entry.key, plan) is not None:
             # We re-planned exactly this plan a moment ago (pods synced, counted, Event
@@ -229,6 +232,8 @@ async def reconcile(
         if namespace_terminating(exc):
             return {}  # the namespace is going, and its jobs with it
         refused = forbidden_pods(exc)
+        if told is not None and (refused is not None or rejected_template(exc) is None):
+            ctx.event("Normal", "Planned", told)  # (not for a template the job fails for)
         waited = 0.0
         if refused is not None:
             waited = ctx.placer.pods_refused(entry, plan.nodes)
@@ -255,6 +260,8 @@ async def reconcile(
             return new
         await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return _fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
+    if told is not None:
+        ctx.event("Normal", "Planned", told)
     if ctx.stopped() or edited_since(body, entry):
         return {}  # deleted or edited (or the operator exiting) while its pods were created
     if replanned is None and diff.create and status.get("phase") == st.RUNNING:
@@ -381,8 +388,11 @@ def _fail(
     ctx.event("Warning", reason, msg)
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(*entry.key, None)
+    conds = _not_ready(conds, gen)  # (no LatencyEstimated of a plan it does not keep)
     conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
-    conds = st.set_condition(conds, st.PLANNED, False, reason, f"not planned: {msg}", gen)
+    # (a job that ran and failed was planned: "not planned:" read oddly for it)
+    said = "not planned" if reason == INVALID_SPEC else "its plan is released"
+    conds = st.set_condition(conds, st.PLANNED, False, reason, f"{said}: {msg}", gen)
     new.update(_unplanned(st.PHASE_FAILED))
     new["conditions"] = st.set_condition(conds, st.FAILED, True, reason, msg, gen)
     return new

@@ -569,6 +569,9 @@ def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
     planned = condition(kube.job("badtmpl"), "Planned")  # (before: "the job failed: no plan")
     assert planned["status"] == "False" and planned["message"] == f"not planned: {c['message']}"
     assert not kube.pods("badtmpl") and kube.job("badtmpl")["status"].get("plan") is None
+    # no Normal "Planned" beside the failure, nor a LatencyEstimated of a plan it has not
+    # (a user trial)
+    assert not kube.events("Planned") and condition(kube.job("badtmpl"), "LatencyEstimated") == {}
     del container["resources"]  # fixed: planned and running
     kube.custom.patch_namespaced_custom_object(
         GROUP, VERSION, kube.ns, PLURAL, "badtmpl", {"spec": {"template": m["spec"]["template"]}}
@@ -1587,6 +1590,9 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
     assert c["status"] == "True" and c["reason"] == "StageFailed" and pods[0] in c["message"]
     assert job["status"].get("plan") is None and condition(job, "Ready")["status"] == "False"
     assert condition(job, "Planned")["status"] == "False"  # (it said "N stage(s) on ...")
+    # (it said "not planned: ...", of a job that ran; a user trial)
+    assert condition(job, "Planned")["message"] == f"its plan is released: {c['message']}"
+    assert condition(job, "LatencyEstimated") == {}  # (of the plan released)
     assert 'hulk_stage_failures_total{action="job_failed"} 1.0' in operator.memo.metrics.text()
     # the failed pod stays for its logs; the others go, releasing their servers
     wait("the other stages gone", lambda: [p.metadata.name for p in kube.pods("never")] == pods[:1])
