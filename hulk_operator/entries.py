@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +124,8 @@ def job_entry(
                 )
             ),
         )
+    if error is None and (why := _bad_selector(ours) or _bad_restart(tmpl_spec)) is not None:
+        job, error = None, why
     if tmpl_spec.get("nodeName") and error is None:
         job, error = (
             None,
@@ -169,6 +172,57 @@ def job_entry(
             ).get("nodeSelectorTerms")
             or ()
         ),
+    )
+
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _bad_selector(selector: Mapping[str, Any]) -> str | None:
+    """Why ``spec.nodeSelector`` holds a key or value no node label can have (as Kubernetes
+    validates labels), or None: it was taken, and the job waited for a node that "matches"
+    (a user trial). The template's own is the API server's to refuse."""
+    for key, value in sorted(selector.items(), key=lambda kv: str(kv[0])):
+        prefix, _, name = str(key).rpartition("/")
+        if (
+            not name
+            or len(name) > 63
+            or not _LABEL_NAME.match(name)
+            or ("/" in str(key) and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)))
+        ):
+            return str(
+                InvalidRequest(
+                    "spec.nodeSelector",
+                    f"{key!r} is not a label key",
+                    "a key is NAME or PREFIX/NAME: NAME at most 63 letters, digits, '-', "
+                    "'_' or '.', starting and ending with a letter or digit; PREFIX a DNS "
+                    "subdomain (kubectl get nodes --show-labels lists the nodes' labels)",
+                )
+            )
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_NAME.match(value):
+            return str(
+                InvalidRequest(
+                    f"spec.nodeSelector.{key}",
+                    f"{value!r} is not a label value",
+                    "at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+                    "letter or digit; quote numbers and true/false",
+                )
+            )
+    return None
+
+
+def _bad_restart(tmpl_spec: Mapping[str, Any]) -> str | None:
+    """``restartPolicy: Always`` is refused, as a batch/v1 Job refuses it: a stage that
+    finishes would be started again, and the job never succeed (it was taken)."""
+    if tmpl_spec.get("restartPolicy") != "Always":
+        return None
+    return str(
+        InvalidRequest(
+            "spec.template.spec.restartPolicy",
+            "is Always: a stage that finishes would be started again, and the job never end",
+            "use OnFailure (the default: a failed stage restarts in place) or Never",
+        )
     )
 
 

@@ -625,6 +625,44 @@ def test_a_template_node_name_is_an_invalid_spec() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("selector", "restart", "error"),
+    [
+        ({"bad key!": "x"}, None, "spec.nodeSelector: 'bad key!' is not a label key (a key is "),
+        ({"-a": "x"}, None, "spec.nodeSelector: '-a' is not a label key"),
+        ({"Bad_Prefix/a": "x"}, None, "spec.nodeSelector: 'Bad_Prefix/a' is not a label key"),
+        ({"a" * 64: "x"}, None, "is not a label key"),
+        ({"gpu": "two words"}, None, "spec.nodeSelector.gpu: 'two words' is not a label value"),
+        ({}, "Always", "spec.template.spec.restartPolicy: is Always: a stage that finishes "
+         "would be started again, and the job never end (use OnFailure (the default: a failed "
+         "stage restarts in place) or Never)"),
+        ({"hulk.dev/pool": "a-1.b_2", "tier": ""}, "Never", None),  # (valid: taken)
+        ({"topology.kubernetes.io/region": "rome"}, "OnFailure", None),
+    ],
+)  # fmt: skip
+def test_a_node_selector_no_label_can_match_and_restart_always_are_invalid_specs(
+    selector: dict[str, Any], restart: str | None, error: str | None
+) -> None:
+    """Before: ``spec.nodeSelector {"bad key!": x}`` waited for a node that "matches";
+    ``restartPolicy: Always`` was taken, and its job could never succeed (a user trial)."""
+    from hulk_operator.entries import job_entry
+
+    tmpl: dict[str, Any] = {"containers": [{"name": "t"}]}
+    if restart:
+        tmpl["restartPolicy"] = restart
+    spec: dict[str, Any] = {
+        "model": {"preset": "bert-large"},
+        "template": {"spec": tmpl},
+        "nodeSelector": selector,
+    }
+    body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
+    e = job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
+    if error is None:
+        assert e.job is not None and e.error is None, e.error
+    else:
+        assert e.job is None and e.error is not None and error in e.error, e.error
+
+
 def test_a_slower_plan_after_a_loss_says_so() -> None:
     """Before: a job that shrank from 4 servers to 1 read "Recovered" with nothing about
     its now 4x slower steps."""
