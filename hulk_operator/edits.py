@@ -216,15 +216,19 @@ async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any
     if sick:
         return f"none is made again, as server(s) {', '.join(sick)} cannot take it"
     try:  # (a pod made less than 10 s ago is made again once that is over: sync_pods)
-        await sync_pods(ctx, entry, made, desired)
+        synced = await sync_pods(ctx, entry, made, desired)
     except Exception as exc:  # (a quota, a policy: said, and tried again at a later tick)
         return f"none is made again, as the API server refused them: {type(exc).__name__}: {exc}"
     told = (st.condition(status, st.READY) or {}).get("reason")
-    if told not in (STAGES_MISSING, STAGE_RESTARTING):  # (noticed now; not a failed stage's)
+    again = synced.recreated()
+    if again and told not in (
+        STAGES_MISSING,
+        STAGE_RESTARTING,
+    ):  # (noticed now; not a failed stage's)
         ctx.event(
             "Warning",
             "StageRecreated",
-            f"stage pod(s) {', '.join(diff.create)} of a job whose spec is refused were "
+            f"stage pod(s) {', '.join(again)} of a job whose spec is refused were "
             "deleted; made again from the spec the plan was made for",
         )
     return None

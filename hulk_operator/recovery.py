@@ -107,6 +107,12 @@ class PodDiff:
     create: tuple[str, ...]  # desired pods that do not exist
     delete: tuple[str, ...]  # existing pods that are not desired (moved, stale, orphaned)
     keep: tuple[str, ...]
+    # of ``create``, those a pod of the name that is not the job's holds (``sync_pods``)
+    taken: tuple[str, ...] = ()
+
+    def recreated(self) -> list[str]:
+        """The pods made again (or to be: one of the name may still be going)."""
+        return [n for n in self.create if n not in self.taken]
 
 
 def pod_diff(existing: Sequence[str], desired: Sequence[str]) -> PodDiff:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from hulk_operator import manifests, recovery, regrow
@@ -17,6 +18,7 @@ from hulk_operator.entries import JobEntry
 from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
 from hulk_planner.model import JobPlan
 
+TAKEN_TOLD = "taken/"  # Context.recent key prefix: when a StagePodTaken Event was posted
 SERVICE_TRIED = "service/"  # Context.recent key prefix: when a job's Service was made again
 
 
@@ -109,7 +111,7 @@ async def sync_pods(
             raise
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
-        await asyncio.to_thread(
+        made = await asyncio.to_thread(
             kube.create_pods,
             ctx.api,
             [desired[n] for n in create],
@@ -118,6 +120,10 @@ async def sync_pods(
         )
         if ctx.stopped():
             return diff  # (the job is going: no gate is lifted)
+        taken = [n for n in create if n not in made and n not in pods]
+        if taken:  # a pod of the name exists, and the pod index has it not as the job's
+            _say_taken(ctx, ns, name, taken)
+            diff = replace(diff, taken=tuple(taken))
     # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
     # quota, and waiting out its retry pause keeps the others gated)
     missing = [n for n in diff.create if n not in create]
@@ -129,6 +135,25 @@ async def sync_pods(
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
     return diff
+
+
+def _say_taken(ctx: Context, ns: str, job: str, names: list[str]) -> None:
+    """Stage pods that could not be made, as a pod of their name exists that is not the
+    job's (its ``hulk.dev/job`` label changed or removed by hand): before, a StageRecreated
+    Event said they were made, and the job stayed Placing without a word (a user trial).
+    Told at most every minute."""
+    now = time.monotonic()
+    told = f"{TAKEN_TOLD}{ns}/{','.join(names)}"
+    if now - ctx.recent.get(told, -1e9) < 60.0:
+        return
+    ctx.recent[told] = now
+    ctx.event(
+        "Warning",
+        "StagePodTaken",
+        f"stage pod(s) {', '.join(names)} cannot be made: a pod of the name exists without "
+        f"the job's label {manifests.LABEL_JOB}={manifests.job_label(job)} (changed by "
+        "hand?); the job waits for it: delete that pod, or label it back",
+    )
 
 
 async def restore_service(ctx: Context, entry: JobEntry, port: int, live: bool) -> None:

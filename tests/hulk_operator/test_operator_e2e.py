@@ -1516,6 +1516,31 @@ def test_a_deleted_stage_pod_is_created_again_with_an_event(kube: Kube, operator
     _service_made_again(kube, "gone")  # (by hand too: it was made again only with a pod)
 
 
+def test_a_stage_pod_relabelled_by_hand_is_told_not_said_made_again(
+    kube: Kube, operator: Any
+) -> None:
+    """Before: a StageRecreated Event said the pod was made again (its creation met the
+    relabelled pod's name: 409) and the job stayed Placing without a word (a user trial)."""
+    kube.apply(manifest("label", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("label") == "Running", 60)
+    victim = sorted(p.metadata.name for p in kube.live_pods("label"))[-1]
+    time.sleep(10)  # (a pod made in the last 10 s is not made again yet: not tried, not told)
+    drop = [{"op": "remove", "path": "/metadata/labels/hulk.dev~1job"}]
+    kube.core.patch_namespaced_pod(victim, kube.ns, drop)
+    (event,) = wait("told", lambda: kube.events("StagePodTaken"), 30)
+    assert event.type == "Warning" and event.message == (
+        f"stage pod(s) {victim} cannot be made: a pod of the name exists without the job's "
+        "label hulk.dev/job=label (changed by hand?); the job waits for it: delete that pod, "
+        "or label it back"
+    ), event.message
+    assert not kube.events("StageRecreated")
+    kube.core.patch_namespaced_pod(
+        victim, kube.ns, {"metadata": {"labels": {"hulk.dev/job": "label"}}}
+    )
+    wait("Running again", lambda: kube.phase("label") == "Running", 30)
+    assert not kube.events("StageRecreated") and len(kube.events("StagePodTaken")) == 1
+
+
 def _service_made_again(kube: Kube, job: str) -> None:
     """Deletes the job's headless Service while its pods run: it is made again, told once
     by an Event; the pods stay."""
