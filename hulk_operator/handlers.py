@@ -324,15 +324,17 @@ def hulktrainingjob_update(
         patch.status["plan"] = None
         patch.status["phase"] = st.PENDING
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
-        again = "suspending it" if suspending else "planning it again"
-        logger.info(f"spec.{', spec.'.join(sorted(changed))} of {name} changed: {again}")
+        fields = f"spec.{', spec.'.join(sorted(changed))}"
         if plan is not None and not suspending:  # (a Suspended Event tells the other)
-            kopf.info(
-                body,
-                reason="SpecChanged",
-                message=f"spec.{', spec.'.join(sorted(changed))} changed: planning it again; "
-                "the new plan's stage pods replace those it changes",
+            msg = (
+                f"{fields} changed: planning it again; the new plan's stage pods replace "
+                "those it changes"
             )
+            kopf.info(body, reason="SpecChanged", message=msg)
+            logger.info(f"SpecChanged: {msg}")  # (as every Event is logged: by its reason)
+        else:
+            again = "suspending it" if suspending else "planning it again"
+            logger.info(f"{fields} of {name} changed: {again}")
     conds = list(status.get("conditions") or [])
     if failed:
         conds = st.set_condition(
@@ -523,6 +525,8 @@ async def hulktrainingjob_reconcile(
         raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=2.0) from exc
     if edited_since(body, entry):  # an edit came meanwhile: what was worked out is stale,
         return  # and would write over the update handler's conditions (a user trial)
+    if new:
+        new = st.no_failure_seen(new, status, entry.generation)
     changed = st.diff(status, new)
     if changed:
         patch.status.update(changed)

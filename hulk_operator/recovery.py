@@ -131,6 +131,11 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
     healthy = [n for n in old.nodes if n not in lost]
     kept = [n for n in healthy if n in new.nodes]
     servers = f"kept {len(kept)} of {len(healthy)} healthy servers" if healthy else "no server kept"
+    # a lost server in the new plan: what is left of it fits (GPUs others took: before, it
+    # was neither kept nor added in the Event; a user trial)
+    again = [n for n in old.nodes if n in lost and n in new.nodes]
+    if again:
+        servers += f", {', '.join(again)} planned again on what is left of it"
     added = [n for n in new.nodes if n not in old.nodes]
     released = [n for n in healthy if n not in new.nodes]
     if added:

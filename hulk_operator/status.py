@@ -33,6 +33,18 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def no_failure_seen(new: dict[str, Any], status: Mapping[str, Any], gen: int) -> dict[str, Any]:
+    """``new`` with a ``Failed=False`` condition of an older generation brought up to
+    ``gen``: a job reconciled at ``gen`` has not failed at it either (after an edit whose
+    plan stood, or a refused one, it lagged one behind the others; a user trial)."""
+    conds = new.get("conditions", status.get("conditions"))
+    failed = condition({"conditions": conds}, FAILED)
+    if not failed or failed.get("status") != "False" or failed.get("observedGeneration") == gen:
+        return new
+    reason, message = str(failed.get("reason")), str(failed.get("message"))
+    return new | {"conditions": set_condition(conds, FAILED, False, reason, message, gen)}
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]] | None,
     type_: str,

@@ -487,6 +487,22 @@ def test_conditions_keep_transition_time_until_status_flips() -> None:
     assert c[1]["lastTransitionTime"] == "t3" and c[1]["observedGeneration"] == 1
 
 
+def test_a_failed_false_condition_is_brought_up_to_the_generation_reconciled() -> None:
+    """Before, Failed=False kept the generation before an edit whose plan stood (a user
+    trial); a Failed=True keeps its own (it tells of the run that failed)."""
+    c = st.set_condition([], st.FAILED, False, "NoFailure", "no stage failed", 4, now="t1")
+    c = st.set_condition(c, st.PLANNED, True, "Planned", "ok", 5, now="t1")
+    new = st.no_failure_seen({"phase": "Running"}, {"conditions": c}, 5)
+    failed = st.condition(new, st.FAILED)
+    assert failed is not None and failed["observedGeneration"] == 5
+    assert failed["lastTransitionTime"] == "t1" and failed["reason"] == "NoFailure"
+    assert new["phase"] == "Running"
+    same = {"conditions": st.set_condition(c, st.FAILED, False, "NoFailure", "x", 5)}
+    assert st.no_failure_seen(same, {}, 5) is same
+    down = st.set_condition(c, st.FAILED, True, "StageFailed", "x", 4)
+    assert st.no_failure_seen({}, {"conditions": down}, 5) == {}
+
+
 def test_plan_status_round_trip() -> None:
     cluster = paper_cluster()
     jp = plan(cluster, paper_jobs()[2:3]).jobs[0]
@@ -606,6 +622,13 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
     one = JobPlan("j", (Stage((0, 18), ("c",)),), 4)
     msg = recovery.event_message({"c": "Tainted maint=true:NoExecute"}, one, new, 1, 0)
     assert msg.startswith("c tainted maint=true:NoExecute; no server kept, added d, e, a, f;"), msg
+    # a lost server in the new plan, on what is left of it (before: not named at all)
+    again = JobPlan("j", (Stage((0, 9), ("c",)), Stage((9, 18), ("d",))), 4)
+    msg = recovery.event_message({"c": "GPUsTaken"}, one, again, 1, 0)
+    assert msg.startswith(
+        "c GPUs taken by other pods; no server kept, c planned again on what is left of it, "
+        "added d;"
+    ), msg
 
 
 def test_a_template_node_name_is_an_invalid_spec() -> None:
