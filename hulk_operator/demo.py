@@ -117,23 +117,32 @@ class _Prefixed(logging.Formatter):
         return line
 
 
-def _serve(
-    kubeconfig: str,
-    namespace: str,
-    log_path: Path,
-    replay: Callable[[], None],
-    every_s: float,
-) -> None:
-    """``--keep``: the operator (a thread of this process) serves on until Ctrl-C or
-    SIGTERM, its log (what it did to each job, kopf's lines) written to ``log_path``, the
-    latencies published again every ``every_s`` (``replay``); the sandbox and its jobs stay
-    after it."""
+def _log_to(log_path: Path) -> logging.Handler:
+    """``--keep``: the operator's log (what it did to each job, kopf's lines) written to
+    ``log_path`` from its start, the demo's own jobs included (before, from the end of the
+    demo: the file stayed empty until a job was applied; a user trial)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     to_file = logging.FileHandler(log_path)
     to_file.setFormatter(_Prefixed("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(to_file)
     root.setLevel(min(root.level or logging.INFO, logging.INFO))
+    return to_file
+
+
+def _serve(
+    kubeconfig: str,
+    namespace: str,
+    log_path: Path,
+    to_file: logging.Handler,
+    replay: Callable[[], None],
+    every_s: float,
+) -> None:
+    """``--keep``: the operator (a thread of this process) serves on until Ctrl-C or
+    SIGTERM, its log in ``log_path`` (``to_file``: closed at the end), the latencies
+    published again every ``every_s`` (``replay``); the sandbox and its jobs stay after
+    it."""
+    root = logging.getLogger()
     print(
         f"\nthe operator keeps serving namespace {namespace}; in another shell:\n"
         f"  kubectl --kubeconfig {kubeconfig} -n {namespace} get hjob\n"
@@ -219,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
                 "the default ServiceAccount",
                 lambda: core.list_namespaced_service_account(args.namespace).items,
             )
+            log_path = Path(args.dir) / "operator.log"
+            to_file = _log_to(log_path) if args.keep else None
             op = OperatorThread(
                 box.kubeconfig, namespaces=[args.namespace], config=OperatorConfig.from_env()
             ).start()
@@ -282,9 +293,15 @@ def run(args: argparse.Namespace) -> int:
                     f"  pods: {len(now) - len(kept)} replaced, {len(kept)} kept; "
                     f"status plan {'matches' if same else 'DOES NOT match'} the live pods"
                 )
-                if args.keep:
-                    log_path = Path(args.dir) / "operator.log"
-                    _serve(box.kubeconfig, args.namespace, log_path, replay, args.replay_every)
+                if to_file is not None:
+                    _serve(
+                        box.kubeconfig,
+                        args.namespace,
+                        log_path,
+                        to_file,
+                        replay,
+                        args.replay_every,
+                    )
             finally:
                 try:
                     if not args.keep:

@@ -61,6 +61,10 @@ def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_pat
             assert proc.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(1)
+        # the operator's log has the demo's own jobs (before, it began after the demo, and
+        # stayed empty until a job was applied; a user trial)
+        said = (box / "operator.log").read_text()
+        assert said.count("Planned: ") == 4 and "Replanned: " in said, said[-2000:]
         api = config.new_client_from_config(str(box / "kubeconfig"))
         custom = client.CustomObjectsApi(api)
         job = {
