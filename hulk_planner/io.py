@@ -670,5 +670,5 @@ _PlanDumper.add_representer(list, _PlanDumper.represent_list)
 def dump_plan(plan: Plan, fmt: str = "json") -> str:
     data = plan_to_dict(plan)
     if fmt == "yaml":
-        return yaml.dump(data, Dumper=_PlanDumper, sort_keys=False, width=100)
-    return json.dumps(data, indent=2)
+        return yaml.dump(data, Dumper=_PlanDumper, sort_keys=False, width=100, allow_unicode=True)
+    return json.dumps(data, indent=2, ensure_ascii=False)  # (names as written: not \\uXXXX)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -449,6 +450,15 @@ def test_plan_dict_object_dict_round_trip_with_the_spec_fields() -> None:
     assert yaml.safe_load(io.dump_plan(plan, "yaml")) == doc
     # a stage's layers and nodes on one line each, as the format's examples write them
     assert "  - layers: [20, 48]\n    nodes: [bj-2, bj-3]\n" in io.dump_plan(plan, "yaml")
+    # names as written, not escaped (before: "\\u5317\\u4eac-0"; a user trial)
+    named = replace(plan, unplaced=(Unplaced("z\u00fcrich-job", "\u5317\u4eac-0 is full"),))
+    for fmt in ("json", "yaml"):
+        text = io.dump_plan(named, fmt)
+        assert "z\u00fcrich-job" in text and "\u5317\u4eac-0 is full" in text, text
+        assert "\\u" not in text
+        assert (json.loads(text) if fmt == "json" else yaml.safe_load(text))["unplaced"] == [
+            {"name": "z\u00fcrich-job", "reason": "\u5317\u4eac-0 is full"}
+        ]
 
 
 def _stages(doc: dict[str, Any]) -> list[dict[str, Any]]:
