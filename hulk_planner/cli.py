@@ -124,9 +124,11 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             if not io.other_api(doc):
                 kept.append(doc)
                 continue
+            kept.append(None)  # (the others keep their places: errors count them all)
             policy = doc.get("kind") in ("ResourceQuota", "LimitRange")
             print(  # a bundle for kubectl apply: a Namespace, a ConfigMap
-                f"hulk plan: note: {path}#{i}: {doc.get('kind')} ({doc.get('apiVersion')}) "
+                f"hulk plan: note: {io.doc_source(str(path), i)}: {doc.get('kind')} "
+                f"({doc.get('apiVersion')}) "
                 "is not a HulkTrainingJob: skipped"
                 + (
                     " (with --kubeconfig the preview plans within the cluster's own quotas "
@@ -138,7 +140,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             )
         documents.append((str(path), kept))
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
-    for doc in (d for _, docs in documents for d in docs):
+    for doc in (d for _, docs in documents for d in docs if d is not None):
         for text in io.unknown_job_fields(doc):
             print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)
         if (doc.get("spec") or {}).get("regrow") is not None and args.previous:
@@ -177,7 +179,9 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "does not apply with --kubeconfig (the live cluster is read)",
                 "give one of them",
             )
-        manifests = [d for _, docs in documents for d in docs] if args.jobs else None
+        manifests = (
+            [d for _, docs in documents for d in docs if d is not None] if args.jobs else None
+        )
         pv = preview_plan(
             args.kubeconfig,
             manifests,
@@ -197,7 +201,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         raise InvalidRequest(
             "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
         )
-    for doc in (d for _, docs in documents for d in docs):
+    for doc in (d for _, docs in documents for d in docs if d is not None):
         name = (doc.get("metadata") or {}).get("name")
         for where in _cluster_only_fields(doc):
             print(

@@ -511,14 +511,22 @@ def load_jobs(paths: Iterable[str | Path]) -> list[Job]:
     return jobs_from_documents((str(path), load_documents(path)) for path in paths)
 
 
+def doc_source(path: str, i: int) -> str:
+    """How an error names the ``i``-th document (from 0) of a file: counted from 1, as an
+    editor shows them (it was ``jobs.yaml#0``; a user trial)."""
+    return f"{path} (document {i + 1})"
+
+
 def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
     """Jobs of loaded manifests, (file name, its documents) in order: each error names the
-    file and the document's index."""
+    file and the document (a None stands for one skipped: the others keep their places)."""
     jobs: list[Job] = []
     where: dict[str, str] = {}
     for path, docs in files:
         for i, doc in enumerate(docs):
-            source = f"{path}#{i}"
+            if doc is None:
+                continue
+            source = doc_source(path, i)
             try:
                 job = job_from_dict(doc, source)
             except InvalidRequest as exc:
@@ -526,9 +534,12 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
                     raise
                 raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
             if job.name in where:
+                first = where[job.name]
+                if first == doc_source(path, i):  # (the same file given twice)
+                    raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
                 raise InvalidRequest(
                     f"{source}: metadata.name",
-                    f"job {job.name!r} is given twice (also {where[job.name]})",
+                    f"job {job.name!r} is given twice (also {first})",
                     "rename one: a plan names each job once",
                 )
             where[job.name] = source

@@ -18,6 +18,7 @@ from typing import Any
 
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.io import doc_source
 from hulk_planner.model import Cluster, Job, Plan, Unplaced
 
 
@@ -35,11 +36,13 @@ def region_limits(
     out: dict[str, tuple[str, ...]] = {}
     for path, docs in files:
         for i, doc in enumerate(docs):
+            if doc is None:  # (skipped: another API's object)
+                continue
             spec = doc.get("spec") or {}
             allowed = spec.get("allowedRegions")
             if allowed is None:
                 continue
-            field = f"{path}#{i}: spec.allowedRegions"
+            field = f"{doc_source(path, i)}: spec.allowedRegions"
             if not isinstance(allowed, list):
                 raise InvalidRequest(field, f"must be a list of region names, got {allowed!r}")
             if not allowed:

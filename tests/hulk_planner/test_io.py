@@ -349,8 +349,19 @@ def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path
     again.write_text(JOB_YAML)
     with pytest.raises(InvalidRequest) as exc:
         io.load_jobs([both, again])
-    assert exc.value.field == f"{again}#0: metadata.name"
-    assert exc.value.problem == f"job 'gpt2-xl' is given twice (also {both}#0)"
+    assert exc.value.field == f"{again} (document 1): metadata.name"
+    assert exc.value.problem == f"job 'gpt2-xl' is given twice (also {both} (document 1))"
+    # the same file twice is said so (before: "job 'big' is given twice (also f#0)", the
+    # job pointing at itself; a user trial)
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_jobs([again, again])
+    assert str(exc.value) == f"--jobs: {again} is given twice (give each file once)"
+    # a skipped document (None: another API's object) keeps the others' places
+    broken = job_doc()
+    broken["spec"]["model"] = {"preset": "gpt-5"}
+    with pytest.raises(InvalidRequest) as exc:
+        io.jobs_from_documents([("b.yaml", [None, broken])])
+    assert exc.value.field.startswith("b.yaml (document 2): spec.model.preset"), exc.value.field
     # kubectl get -o yaml writes a List: its items are the jobs
     listed = {"apiVersion": "v1", "kind": "List", "items": [job_doc(), other]}
     assert [j.name for j in io.jobs_from_documents([("l", io.expand_lists([listed]))])] == [
@@ -364,7 +375,7 @@ def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path
     broken.write_text(JOB_YAML + "\n---\n" + yaml.safe_dump(bad))
     with pytest.raises(InvalidRequest) as exc:
         io.load_jobs([broken])
-    assert exc.value.field == f"{broken}#1: spec.training.globalBatchSize"
+    assert exc.value.field == f"{broken} (document 2): spec.training.globalBatchSize"
 
 
 def test_unreadable_and_invalid_files(tmp_path: Path) -> None:

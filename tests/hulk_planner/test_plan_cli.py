@@ -204,7 +204,8 @@ def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["bert-large"]
     assert out.stderr == (
-        f"hulk plan: note: {bundle}#0: Namespace (v1) is not a HulkTrainingJob: skipped\n"
+        f"hulk plan: note: {bundle} (document 1): Namespace (v1) is not a HulkTrainingJob: "
+        "skipped\n"
     )
     piped = subprocess.run(
         [sys.executable, "-m", "hulk", "plan", "--jobs", "-", "-o", "json", "--moves", "50"],
@@ -366,7 +367,8 @@ def test_allowed_regions_naming_no_region_of_the_cluster_is_refused(
     out = hulk("plan", "--cluster", files[0], "--jobs", jobs)
     assert_one_line_error(
         out,
-        f"{jobs}#0: spec.allowedRegions[1]: 'Tokyo' is not a region of cluster two-cities "
+        f"{jobs} (document 1): spec.allowedRegions[1]: 'Tokyo' is not a region of cluster "
+        "two-cities "
         "(use one of Beijing, California)",
     )
 
@@ -420,8 +422,8 @@ def test_bad_cluster_gives_one_line_naming_the_field(
     ("second", "words"),
     [
         (job_doc("custom", parameters=10**9, layers=12, sequenceLength=512),
-         ("spec.model.hiddenSize", "#1")),
-        (job_doc("custom", preset="gpt-5"), ("spec.model.preset", "gpt-5", "#1")),
+         ("spec.model.hiddenSize", "(document 2)")),
+        (job_doc("custom", preset="gpt-5"), ("spec.model.preset", "gpt-5", "(document 2)")),
         (job_doc("gpt2-xl"), ("metadata.name", "gpt2-xl", "twice")),
     ],
 )  # fmt: skip

@@ -100,7 +100,7 @@ def test_every_planner_returns_a_valid_plan_on_random_clusters(
             for job in jobs:  # nothing placed: the reason names every job
                 assert f"{job.name}:" in result.reason
             continue
-        assert result.planner == planner
+        assert result.planner == ("hulk" if planner == "gnn" else planner)  # (one name)
         assert_valid_plan(result, c, jobs)
 
 

@@ -122,12 +122,19 @@ def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
     [
         (
             ["r1", "mars"],
-            "jobs.yaml#0: spec.allowedRegions[1]: 'mars' is not a region of cluster "
+            "jobs.yaml (document 1): spec.allowedRegions[1]: 'mars' is not a region of cluster "
             "hand-built (use one of r1, r2)",
         ),
-        ("r1", "jobs.yaml#0: spec.allowedRegions: must be a list of region names, got 'r1'"),
-        ([], "jobs.yaml#0: spec.allowedRegions: is empty (list one region or more, or drop it)"),
-        ([7], "jobs.yaml#0: spec.allowedRegions[0]: must be a region name, got 7"),
+        (
+            "r1",
+            "jobs.yaml (document 1): spec.allowedRegions: must be a list of region names, got 'r1'",
+        ),
+        (
+            [],
+            "jobs.yaml (document 1): spec.allowedRegions: is empty (list one region or more, "
+            "or drop it)",
+        ),
+        ([7], "jobs.yaml (document 1): spec.allowedRegions[0]: must be a region name, got 7"),
     ],
 )
 def test_region_limits_name_the_field_at_fault(regions: object, message: str) -> None:
