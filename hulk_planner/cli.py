@@ -426,7 +426,11 @@ def _run(args: argparse.Namespace) -> int:
                 )
             docs = io.load_documents(args.previous)
             if len(docs) != 1:
-                raise InvalidRequest("--previous", "must hold one PlacementPlan")
+                raise InvalidRequest(
+                    "--previous",
+                    f"{args.previous} holds {len(docs)} documents: it must hold one PlacementPlan",
+                    "give the file hulk plan -o json or -o yaml wrote",
+                )
             previous = io.plan_from_dict(docs[0], args.previous)
             asked = {j.name: j for j in jobs}
             for old in previous.jobs:

@@ -380,7 +380,13 @@ def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None)
                 used[n] = jp.name
             if st.parallelism == "data":
                 if replicas is not None and len(st.nodes) != replicas:
-                    raise InvalidRequest(f"{where}.nodes", "data stages need equal replica counts")
+                    raise InvalidRequest(
+                        f"{where}.nodes",
+                        f"has {len(st.nodes)} node(s) where the stages before it have "
+                        f"{replicas}: data stages need equal replica counts",
+                        "give every data stage of the job as many nodes; replica r is the "
+                        "r-th node of each",
+                    )
                 replicas = len(st.nodes)
 
 

@@ -192,6 +192,10 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
     servers = []
     for i, n in enumerate(nodes):
         w = f"spec.nodes[{i}]"
+        if _text(n, "name", w) == "":  # (told as "name", no path: a user trial)
+            raise InvalidRequest(
+                f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
+            )
         servers.append(
             Server(
                 name=_text(n, "name", w),

@@ -286,6 +286,13 @@ def test_previous_with_a_planner_that_ignores_it_is_refused(
     out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--planner", "baseline-b",
                "--previous", previous)  # fmt: skip
     assert_one_line_error(out, "--previous: baseline-b does not adapt", "hulk or search")
+    empty = tmp_path / "empty.json"  # (the file was not named: a user trial)
+    empty.write_text("")
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--previous", empty)
+    assert_one_line_error(
+        out, f"--previous: {empty} holds 0 documents: it must hold one PlacementPlan (give the "
+        "file hulk plan -o json or -o yaml wrote)"
+    )  # fmt: skip
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
@@ -389,7 +396,12 @@ def _duplicate_name(doc: dict[str, Any]) -> None:
     doc["spec"]["nodes"][2]["name"] = "bj-0"
 
 
+def _empty_name(doc: dict[str, Any]) -> None:
+    doc["spec"]["nodes"][1]["name"] = ""  # (told as "name", with no path: a user trial)
+
+
 CLUSTER_ERRORS = [
+    (_empty_name, "spec.nodes[1].name: is empty (give each server a name"),
     (_bad_link, "zz-9"),
     (_negative_latency, "link bj-0-bj-2.latencyMs"),
     (_missing_gpus, "spec.nodes[1].gpus"),
