@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="extend",
         default=[],
         help="HulkTrainingJob manifests, - for standard input (default: the paper's four "
-        "jobs); other kinds in a bundle are skipped",
+        "jobs); other APIs' objects in a bundle (a Namespace, a ConfigMap) are skipped, "
+        "other hulk.dev kinds are an error",
     )
     parser.add_argument(
         "--planner",
