@@ -30,9 +30,9 @@ def region_limits(
     valid jobs). An entry that is not a region of the cluster is an error naming the
     file, the document and the regions there are; one that names a region only by its
     slug adds a line to ``notes``."""
-    by_slug: dict[str, str] = {}
+    by_slug: dict[str, list[str]] = {}
     for r in cluster.regions:
-        by_slug.setdefault(slug(r), r)  # an exact name is looked up first (below)
+        by_slug.setdefault(slug(r), []).append(r)  # an exact name is looked up first (below)
     out: dict[str, tuple[str, ...]] = {}
     for path, docs in files:
         for i, doc in enumerate(docs):
@@ -51,7 +51,14 @@ def region_limits(
             for k, name in enumerate(allowed):
                 if not isinstance(name, str) or not name:
                     raise InvalidRequest(f"{field}[{k}]", f"must be a region name, got {name!r}")
-                region = name if name in cluster.regions else by_slug.get(slug(name))
+                alike = by_slug.get(slug(name), [])
+                if name not in cluster.regions and len(alike) > 1:  # (the first was taken)
+                    raise InvalidRequest(
+                        f"{field}[{k}]",
+                        f"{name!r} names regions {' and '.join(map(repr, alike))} alike",
+                        "name one exactly as the topology file writes it",
+                    )
+                region = name if name in cluster.regions else next(iter(alike), None)
                 if region is None:
                     raise InvalidRequest(
                         f"{field}[{k}]",

@@ -115,6 +115,13 @@ def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
     )
     for name in ("US East", "us-east"):
         assert region_limits([("j", [_doc("x", [name])])], c) == {"x": (name,)}
+    # a name that is neither, matching both alike, is an error (before: the first taken)
+    with pytest.raises(InvalidRequest) as exc:
+        region_limits([("j", [_doc("x", ["US-EAST"])])], c)
+    assert str(exc.value) == (
+        "j (document 1): spec.allowedRegions[0]: 'US-EAST' names regions 'US East' and "
+        "'us-east' alike (name one exactly as the topology file writes it)"
+    )
 
 
 @pytest.mark.parametrize(
