@@ -119,6 +119,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     from hulk_planner import datasets, io
 
     documents = []
+    skipped: list[str] = []  # (notes: printed once there are jobs, else the error says it)
+    kinds: set[str] = set()
     for path in args.jobs or []:
         kept = []
         for i, doc in enumerate(io.expand_lists(io.load_documents(path))):
@@ -127,20 +129,28 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 continue
             kept.append(None)  # (the others keep their places: errors count them all)
             policy = doc.get("kind") in ("ResourceQuota", "LimitRange")
-            print(  # a bundle for kubectl apply: a Namespace, a ConfigMap
-                f"hulk plan: note: {io.doc_source(str(path), i)}: {doc.get('kind')} "
-                f"({doc.get('apiVersion')}) "
+            kinds.add(str(doc.get("kind")))
+            skipped.append(  # a bundle for kubectl apply: a Namespace, a ConfigMap
+                f"{io.doc_source(str(path), i)}: {doc.get('kind')} ({doc.get('apiVersion')}) "
                 "is not a HulkTrainingJob: skipped"
                 + (
                     " (with --kubeconfig the preview plans within the cluster's own quotas "
                     "and LimitRanges: apply it first to preview with it)"
                     if policy
                     else ""
-                ),
-                file=sys.stderr,
+                )
             )
         documents.append((str(path), kept))
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
+    if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)
+        raise InvalidRequest(
+            "--jobs",
+            f"no HulkTrainingJob in {', '.join(map(str, args.jobs))}: only "
+            + ", ".join(sorted(kinds)),
+            "give the files that hold the jobs",
+        )
+    for text in skipped:
+        print(f"hulk plan: note: {text}", file=sys.stderr)
     for doc in (d for _, docs in documents for d in docs if d is not None):
         for text in io.unknown_job_fields(doc):
             print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)

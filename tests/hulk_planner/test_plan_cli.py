@@ -207,6 +207,14 @@ def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> Non
         f"hulk plan: note: {bundle} (document 1): Namespace (v1) is not a HulkTrainingJob: "
         "skipped\n"
     )
+    # a file with no job in it: one line (before, the note and then the error)
+    alone = tmp_path / "alone.yaml"
+    write(alone, namespace)
+    out = hulk("plan", "--jobs", alone, "--moves", "50")
+    assert_one_line_error(
+        out, f"--jobs: no HulkTrainingJob in {alone}: only Namespace (give the files that hold "
+        "the jobs)"
+    )  # fmt: skip
     piped = subprocess.run(
         [sys.executable, "-m", "hulk", "plan", "--jobs", "-", "-o", "json", "--moves", "50"],
         input=bundle.read_text(), capture_output=True, text=True, timeout=120,
