@@ -210,9 +210,9 @@ def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> Non
     # a file with no job in it: one line (before, the note and then the error)
     alone = tmp_path / "alone.yaml"
     write(alone, namespace)
-    out = hulk("plan", "--jobs", alone, "--moves", "50")
+    none = hulk("plan", "--jobs", alone, "--moves", "50")
     assert_one_line_error(
-        out, f"--jobs: no HulkTrainingJob in {alone}: only Namespace (give the files that hold "
+        none, f"--jobs: no HulkTrainingJob in {alone}: only Namespace (give the files that hold "
         "the jobs)"
     )  # fmt: skip
     piped = subprocess.run(
