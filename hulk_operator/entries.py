@@ -220,7 +220,7 @@ def _bad_restart(tmpl_spec: Mapping[str, Any]) -> str | None:
     return str(
         InvalidRequest(
             "spec.template.spec.restartPolicy",
-            "is Always: a stage that finishes would be started again, and the job never end",
+            "is Always: a stage that finishes would be started again, and the job would never end",
             "use OnFailure (the default: a failed stage restarts in place) or Never",
         )
     )

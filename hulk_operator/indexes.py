@@ -168,8 +168,9 @@ def hulk_pods(
     status: kopf.Status,
     **_: Any,
 ) -> dict[Key, PodEntry]:
-    """Stage pods by job: pods a HulkTrainingJob owns (the label alone is not enough)."""
-    job = manifests.owner_job(meta)
+    """Stage pods by job: pods a HulkTrainingJob owns that its label names (the label alone
+    is not enough, nor the owner alone: ``manifests.stage_job``)."""
+    job = manifests.stage_job(meta)
     if job is None:
         return {}
     return {
@@ -201,7 +202,7 @@ def hulk_other_pods(
     """What other pods (not Hulk's stage pods) request, by node: the planner offers only
     the rest of a node's GPUs, and only nodes where a stage pod's CPU and memory fit."""
     node = spec.get("nodeName")
-    if not node or status.get("phase") in ("Succeeded", "Failed") or manifests.owner_job(meta):
+    if not node or status.get("phase") in ("Succeeded", "Failed") or manifests.stage_job(meta):
         return {}
     need = pod_requests(spec)
     return {str(node): need} if any(need) else {}

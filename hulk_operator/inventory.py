@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from hulk_operator import GPU
-from hulk_operator.manifests import owner_job
+from hulk_operator.manifests import stage_job
 from hulk_operator.quotas import effective_resources, parse_amount
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.hardware import normalize_capability, tflops_for
@@ -187,7 +187,7 @@ def other_pods(
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node = spec.get("nodeName")
-        if not node or (owner_job(meta) and served(str(meta.get("namespace")), patterns)):
+        if not node or (stage_job(meta) and served(str(meta.get("namespace")), patterns)):
             continue
         need = pod_requests(spec)
         if any(need):

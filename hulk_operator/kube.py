@@ -167,8 +167,11 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
     """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
     have been edited since), and adopts it when no other controller owns it (left by a job
     of the same name deleted with ``--cascade=orphan``: before, it outlived the new job).
-    True where it was created. A Service of that name without the job's ``hulk.dev/job``
-    label is someone else's: :class:`ServiceTaken`, and it is left as it is."""
+    True where it was created. The one there is the job's where the job owns it (its label
+    or selector changed by hand are set back), or where it is as Hulk makes them: headless,
+    the job's label and selector, owned by nothing but a HulkTrainingJob. Any other is
+    someone else's: :class:`ServiceTaken`, and it is left as it is (before, the label
+    alone decided: a user's ClusterIP Service labelled so was taken over)."""
     core = client.CoreV1Api(api)
     ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
     try:
@@ -180,18 +183,33 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
         patch: dict[str, Any] = {"spec": {"ports": service["spec"]["ports"]}}  # (replaced whole)
         there: Any = core.read_namespaced_service(name, ns)
         mine = service["metadata"]["labels"]
-        if any((there.metadata.labels or {}).get(k) != v for k, v in mine.items()):
-            raise ServiceTaken(
-                f"Service {name} exists in namespace {ns} and was not made by Hulk for a job "
-                f"of this name (it has no label {', '.join(f'{k}={v}' for k, v in mine.items())});"
-                " the stage pods need a headless Service of the job's name: rename the job, "
-                "or delete or rename that Service"
-            ) from exc
+        selector = service["spec"]["selector"]
         owners = there.metadata.owner_references or []
         ours = service["metadata"].get("ownerReferences") or []
-        if ours and {o.uid for o in owners} != {o["uid"] for o in ours}:
-            if not any(o.controller and o.kind != ours[0]["kind"] for o in owners):
-                patch["metadata"] = {"ownerReferences": ours}
+        kind = ours[0]["kind"] if ours else "HulkTrainingJob"
+        owned = bool(ours) and any(o.uid == ours[0]["uid"] for o in owners)
+        alike = (
+            all((there.metadata.labels or {}).get(k) == v for k, v in mine.items())
+            and there.spec.cluster_ip == "None"
+            and (there.spec.selector or {}) == selector
+            and all(o.kind == kind for o in owners)
+        )
+        if not owned and not alike:
+            raise ServiceTaken(
+                f"Service {name} exists in namespace {ns} and was not made by Hulk for a job "
+                f"of this name (Hulk's are headless, with label and selector "
+                f"{', '.join(f'{k}={v}' for k, v in mine.items())}); the stage pods need a "
+                "headless Service of the job's name: rename the job, or delete that Service "
+                "(or make it again under another name)"
+            ) from exc
+        if owned:  # ours: a label or selector changed by hand is set back
+            patch["metadata"] = {"labels": mine}
+            patch["spec"]["selector"] = {
+                **{k: None for k in there.spec.selector or {} if k not in selector},
+                **selector,
+            }
+        elif ours and {o.uid for o in owners} != {o["uid"] for o in ours}:
+            patch["metadata"] = {"ownerReferences": ours}  # (alike: owned by no other kind)
         core.patch_namespaced_service(name, ns, patch, _content_type=MERGE)
         return False
 

@@ -164,6 +164,17 @@ def owner_job(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
+def stage_job(meta: Mapping[str, Any]) -> str | None:
+    """The job a stage pod is of: the HulkTrainingJob that owns it, where its
+    ``hulk.dev/job`` label still names that job. A pod whose label was changed or removed
+    by hand is not the job's (it counted as running: a user trial), but another pod that
+    holds its node's resources."""
+    job = owner_job(meta)
+    if job is None or (meta.get("labels") or {}).get(LABEL_JOB) != job_label(job):
+        return None
+    return job
+
+
 def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the template asks for GPUs itself (a container's ``0``, which keeps a
     LimitRange's default GPUs off a sidecar, is not asking)."""

@@ -28,7 +28,7 @@ from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.inventory import Usage, build_cluster, node_info, other_pods, read_latencies
-from hulk_operator.manifests import owner_job
+from hulk_operator.manifests import owner_job, stage_job
 from hulk_operator.quotas import (
     Bound,
     Scope,
@@ -97,7 +97,7 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
     counted: dict[Key, list[dict[str, float]]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        node, job = spec.get("nodeName"), owner_job(meta)
+        node, job = spec.get("nodeName"), stage_job(meta)
         if job:
             key = (meta.get("namespace", ""), job)
             counted.setdefault(key, []).append(quota_usage(spec))

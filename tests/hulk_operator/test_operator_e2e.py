@@ -762,7 +762,8 @@ def test_a_service_of_the_jobs_name_that_hulk_did_not_make_is_left_alone(
     job made its controller) and deleted with the job (a user trial). Now the job waits,
     told why, and the Service stays as it was; once it is gone the job runs."""
     theirs = {
-        "metadata": {"name": "web", "labels": {"app": "web"}},
+        # (the job's label too: the label alone decided, and it was taken over)
+        "metadata": {"name": "web", "labels": {"app": "web", "hulk.dev/job": "web"}},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
     }
     kube.core.create_namespaced_service(kube.ns, theirs)
@@ -776,9 +777,10 @@ def test_a_service_of_the_jobs_name_that_hulk_did_not_make_is_left_alone(
         c = wait("told", refused, 30)
         assert c["message"].startswith(
             f"the job's headless Service cannot be made: Service web exists in namespace "
-            f"{kube.ns} and was not made by Hulk for a job of this name (it has no label "
-            "hulk.dev/job=web); the stage pods need a headless Service of the job's name: "
-            "rename the job, or delete or rename that Service"
+            f"{kube.ns} and was not made by Hulk for a job of this name (Hulk's are headless, "
+            "with label and selector hulk.dev/job=web); the stage pods need a headless Service "
+            "of the job's name: rename the job, or delete that Service (or make it again under "
+            "another name)"
         ), c
         assert not kube.pods("web")
         svc: Any = kube.core.read_namespaced_service("web", kube.ns)
@@ -1525,8 +1527,10 @@ def test_a_stage_pod_relabelled_by_hand_is_told_not_said_made_again(
     wait("Running", lambda: kube.phase("label") == "Running", 60)
     victim = sorted(p.metadata.name for p in kube.live_pods("label"))[-1]
     time.sleep(10)  # (a pod made in the last 10 s is not made again yet: not tried, not told)
-    drop = [{"op": "remove", "path": "/metadata/labels/hulk.dev~1job"}]
-    kube.core.patch_namespaced_pod(victim, kube.ns, drop)
+    # (changed: it counted as running on; removed: told so as well)
+    kube.core.patch_namespaced_pod(
+        victim, kube.ns, {"metadata": {"labels": {"hulk.dev/job": "zzz"}}}
+    )
     (event,) = wait("told", lambda: kube.events("StagePodTaken"), 30)
     assert event.type == "Warning" and event.message == (
         f"stage pod(s) {victim} cannot be made: a pod of the name exists without the job's "
@@ -1563,6 +1567,17 @@ def _service_made_again(kube: Kube, job: str) -> None:
     (event,) = kube.events("ServiceRecreated")
     assert f"Service {job} was deleted; made again" in event.message, event.message
     assert {p.metadata.uid for p in kube.live_pods(job)} == pods
+    # its label removed by hand: still the job's (it owns it), labelled again, no Event
+    # (before: told as someone else's Service)
+    drop = [{"op": "remove", "path": "/metadata/labels/hulk.dev~1job"}]
+    kube.core.patch_namespaced_service(job, kube.ns, drop)
+
+    def labelled() -> bool:
+        svc: Any = kube.core.read_namespaced_service(job, kube.ns)
+        return (svc.metadata.labels or {}).get("hulk.dev/job") == job
+
+    wait("labelled again", labelled, 30)
+    assert len(kube.events("ServiceRecreated")) == 1
 
 
 def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator: Any) -> None:

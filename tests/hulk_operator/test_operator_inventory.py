@@ -389,10 +389,17 @@ def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
     serve holds its GPUs like any other pod; its own namespaces' stage pods it plans."""
     from hulk_operator.inventory import other_pods
 
-    def pod(ns: str, node: str | None, gpus: int, job: str | None = None) -> dict[str, Any]:
+    def pod(
+        ns: str, node: str | None, gpus: int, job: str | None = None, label: str | None = None
+    ) -> dict[str, Any]:
         owner = [{"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "name": job}]
+        labels = {"hulk.dev/job": label or job} if job and label != "" else {}
         return {
-            "metadata": {"namespace": ns, "ownerReferences": owner if job else []},
+            "metadata": {
+                "namespace": ns,
+                "ownerReferences": owner if job else [],
+                "labels": labels,
+            },
             "spec": {
                 "nodeName": node,
                 "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
@@ -404,10 +411,16 @@ def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
         pod("team-b", "n1", 2, job="theirs"),
         pod("team-b", "n2", 4),
         pod("team-b", None, 4),  # not bound: holds nothing yet
+        # its label changed or removed by hand: no longer the job's, but it holds its GPUs
+        pod("ml", "n3", 1, job="mine", label="zzz"),
+        pod("ml", "n3", 3, job="mine", label=""),
     ]
     got = {n: [r.gpus for r in rs] for n, rs in other_pods(pods, ["ml"]).items()}
-    assert got == {"n1": [2], "n2": [4]}
-    assert {n: [r.gpus for r in rs] for n, rs in other_pods(pods).items()} == {"n2": [4]}
+    assert got == {"n1": [2], "n2": [4], "n3": [1, 3]}
+    assert {n: [r.gpus for r in rs] for n, rs in other_pods(pods).items()} == {
+        "n2": [4],
+        "n3": [1, 3],
+    }
 
 
 def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusal(

@@ -657,8 +657,8 @@ def test_a_template_node_name_is_an_invalid_spec() -> None:
         ({"a" * 64: "x"}, None, "is not a label key"),
         ({"gpu": "two words"}, None, "spec.nodeSelector.gpu: 'two words' is not a label value"),
         ({}, "Always", "spec.template.spec.restartPolicy: is Always: a stage that finishes "
-         "would be started again, and the job never end (use OnFailure (the default: a failed "
-         "stage restarts in place) or Never)"),
+         "would be started again, and the job would never end (use OnFailure (the default: a "
+         "failed stage restarts in place) or Never)"),
         ({"hulk.dev/pool": "a-1.b_2", "tier": ""}, "Never", None),  # (valid: taken)
         ({"topology.kubernetes.io/region": "rome"}, "OnFailure", None),
     ],
