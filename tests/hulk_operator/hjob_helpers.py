@@ -91,6 +91,18 @@ def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
     return {}
 
 
+def wait_reason(
+    kube: Kube, job: str, type_: str, reason: str, what: str, timeout: float = 30.0
+) -> dict[str, Any]:
+    """Waits until the job's condition ``type_`` has ``reason``; returns that condition."""
+
+    def reached() -> dict[str, Any] | None:
+        c = condition(kube.job(job), type_)
+        return c if c.get("reason") == reason else None
+
+    return wait(what, reached, timeout)
+
+
 @contextmanager
 def cleanup_jobs(kube: Kube, timeout: float = 60.0) -> Iterator[None]:
     """Deletes the namespace's jobs while the operator still runs (kopf's finalizer)."""

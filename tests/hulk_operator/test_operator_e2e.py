@@ -30,6 +30,7 @@ from hjob_helpers import (
     plan_nodes,
     refusing_pods,
     wait,
+    wait_reason,
 )
 from kubernetes import client
 
@@ -770,11 +771,7 @@ def test_a_service_of_the_jobs_name_that_hulk_did_not_make_is_left_alone(
     try:
         kube.apply(manifest("web", model={"preset": "bert-large"}))
 
-        def refused() -> dict[str, Any] | None:
-            c = condition(kube.job("web"), "Ready")
-            return c if c.get("reason") == "PodsForbidden" else None
-
-        c = wait("told", refused, 30)
+        c = wait_reason(kube, "web", "Ready", "PodsForbidden", "told", 30)
         assert c["message"].startswith(
             f"the job's headless Service cannot be made: Service web exists in namespace "
             f"{kube.ns} and was not made by Hulk for a job of this name (Hulk's are headless, "
@@ -808,11 +805,7 @@ def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_th
     with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why, reason=reason):
         kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
 
-        def refused() -> dict[str, Any] | None:
-            c = condition(kube.job("quota"), "Ready")
-            return c if c.get("reason") == "PodsForbidden" else None
-
-        c = wait("the pods refused", refused, 30)
+        c = wait_reason(kube, "quota", "Ready", "PodsForbidden", "the pods refused", 30)
         assert c["status"] == "False" and why in c["message"], c
         # the reconciles while the refused pods wait out their retry pause lift no gate
         time.sleep(3 * CONFIG.reconcile_interval_s)
@@ -838,11 +831,7 @@ def test_a_job_is_planned_only_where_a_services_quota_leaves_its_service(
         quota_in_force(kube, "no-services")
         kube.apply(manifest("svcq", model={"preset": "gpt2-xl"}))
 
-        def told() -> dict[str, Any] | None:
-            c = condition(kube.job("svcq"), "Planned")
-            return c if c.get("reason") == "Unschedulable" else None
-
-        c = wait("the job told", told, 30)
+        c = wait_reason(kube, "svcq", "Planned", "Unschedulable", "the job told", 30)
         assert c["message"].startswith(
             f"namespace {kube.ns}'s ResourceQuota no-services leaves 0 Service(s) (services), "
             "0 of them for jobs placed just now"
@@ -874,11 +863,7 @@ def test_a_refused_service_is_told_as_such(kube: Kube, operator: Any) -> None:
     with refusing_pods(kube, NO_JOB_SERVICES, JOB_SERVICE, why, resource="services"):
         kube.apply(manifest("svcp", model={"preset": "gpt2-xl"}))
 
-        def refused() -> dict[str, Any] | None:
-            c = condition(kube.job("svcp"), "Ready")
-            return c if c.get("reason") == "PodsForbidden" else None
-
-        c = wait("the Service refused", refused, 30)
+        c = wait_reason(kube, "svcp", "Ready", "PodsForbidden", "the Service refused", 30)
         assert c["message"].startswith("the API server refuses the job's headless Service"), c
         assert why in c["message"], c
         assert not kube.pods("svcp")  # none is created before its Service
@@ -1365,11 +1350,7 @@ def test_a_replan_whose_new_pod_the_api_server_refuses_is_still_told(
             sandbox.add_node(spare)
             sandbox.delete_node(victim)
 
-            def refused() -> dict[str, Any] | None:
-                c = condition(kube.job("rq"), "Ready")
-                return c if c.get("reason") == "PodsForbidden" else None
-
-            c = wait("the new pod refused", refused, 30)
+            c = wait_reason(kube, "rq", "Ready", "PodsForbidden", "the new pod refused", 30)
             assert why in c["message"], c
             c = condition(kube.job("rq"), "Replanning")
             assert c["status"] == "True" and c["reason"] == "Deleted" and victim in c["message"], c
@@ -1451,11 +1432,7 @@ def test_a_limitrange_gpu_minimum_is_planned_within(kube: Kube, operator: Any) -
         # a min no server of the job's region offers: told, not planned
         kube.apply(manifest("lrtop", model={"preset": "gpt2-xl"}, allowedRegions=["london"]))
 
-        def told() -> dict[str, Any] | None:
-            c = condition(kube.job("lrtop"), "Planned")
-            return c if c.get("reason") == "Unschedulable" else None
-
-        c = wait("the job told", told, 30)
+        c = wait_reason(kube, "lrtop", "Planned", "Unschedulable", "the job told", 30)
         assert "offers the 8 nvidia.com/gpu" in c["message"] and "LimitRange floor" in c["message"]
         assert not kube.pods("lrtop")
     finally:
