@@ -221,10 +221,8 @@ async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any
         return f"none is made again, as the API server refused them: {type(exc).__name__}: {exc}"
     told = (st.condition(status, st.READY) or {}).get("reason")
     again = synced.recreated()
-    if again and told not in (
-        STAGES_MISSING,
-        STAGE_RESTARTING,
-    ):  # (noticed now; not a failed stage's)
+    noticed = told not in (STAGES_MISSING, STAGE_RESTARTING)  # (now; not a failed stage's)
+    if again and noticed:
         ctx.event(
             "Warning",
             "StageRecreated",

@@ -264,9 +264,10 @@ async def reconcile(
         ctx.event("Normal", "Planned", told)
     if ctx.stopped() or edited_since(body, entry):
         return {}  # deleted or edited (or the operator exiting) while its pods were created
-    if replanned is None and diff.recreated() and status.get("phase") == st.RUNNING:
+    remade = diff.recreated()
+    if replanned is None and remade and status.get("phase") == st.RUNNING:
         msg = (
-            f"stage pod(s) {', '.join(sorted(diff.recreated()))} of a running job were deleted; "
+            f"stage pod(s) {', '.join(sorted(remade))} of a running job were deleted; "
             "created again on the same server(s)"
         )
         ctx.event("Warning", "StageRecreated", msg)
