@@ -81,8 +81,8 @@ def test_a_job_only_servers_that_cannot_reach_each_other_could_hold_is_told_so()
     assert why is not None and why.startswith("fits nowhere: needs "), why
     told = (
         "the 4 server(s) it may use have 4 groups that cannot reach each other (NodeLatency "
-        "reports their pairs unreachable), and the largest, 1 server(s), has "
-    )
+        "reports their pairs unreachable), and the largest, 1 server(s), has 130 GiB usable "
+    )  # (the figure docs/operator.md quotes)
     assert told in why, why
     assert why.endswith("(allow more servers (spec.allowedRegions ['london', 'new-delhi']), "
                         "add servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
