@@ -155,7 +155,12 @@ SERVICE_MARK = "hulk_service"  # set on an error creating the job's headless Ser
 class ServiceTaken(Exception):
     """A Service of the job's name exists that Hulk did not make for a job of that name:
     it is left alone (before, it was taken over, its ports replaced, and deleted with the
-    job; a user trial)."""
+    job; a user trial). ``uid`` is that Service's: a job that gave its servers back for it
+    is planned again as soon as it is gone, not at the end of its pause."""
+
+    def __init__(self, message: str, name: str = "", uid: str = "") -> None:
+        super().__init__(message)
+        self.name, self.uid = name, uid
 
 
 def admission_denied(exc: BaseException) -> bool:

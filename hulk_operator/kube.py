@@ -163,6 +163,17 @@ def delete_pods(
     list(_fan_out.map(one, names))
 
 
+def service_uid(api: client.ApiClient, namespace: str, name: str) -> str | None:
+    """The uid of the Service of that name, None where there is none."""
+    try:
+        there: Any = client.CoreV1Api(api).read_namespaced_service(name, namespace)
+    except ApiException as exc:
+        if _ok(exc, 404):
+            return None
+        raise
+    return str(there.metadata.uid or "")
+
+
 def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
     """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
     have been edited since), and adopts it when no other controller owns it (left by a job
@@ -200,7 +211,9 @@ def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
                 f"of this name (Hulk's are headless, with label and selector "
                 f"{', '.join(f'{k}={v}' for k, v in mine.items())}); the stage pods need a "
                 "headless Service of the job's name: rename the job, or delete that Service "
-                "(or make it again under another name)"
+                "(or make it again under another name)",
+                name,
+                there.metadata.uid or "",
             ) from exc
         if owned:  # ours: a label or selector changed by hand is set back
             patch["metadata"] = {"labels": mine}

@@ -48,6 +48,8 @@ class Refused:
     until: float = 0.0  # monotonic: not planned before, once it gave its servers back
     decision: Decision | None = None  # what it is told meanwhile
     policies: tuple[tuple[str, str], ...] = ()  # its namespace's, when it gave servers back
+    blocker: tuple[str, str] | None = None  # (name, uid): the Service of the job's name it
+    # gave its servers back for (``ServiceTaken``); its pause ends when that is gone
 
 
 def _same(a: JobPlan, b: JobPlan) -> bool:
@@ -156,6 +158,7 @@ class Placer:
         why: str,
         grace_s: float,
         policies: tuple[tuple[str, str], ...] = (),
+        blocker: tuple[str, str] | None = None,
     ) -> Decision:
         """The job's pods were refused too long: it drops its plan (the caller deletes its
         pods) and is not planned for ``grace_s``, doubled at each time in a row, at most
@@ -168,15 +171,32 @@ class Placer:
         r.since = None
         r.until = decision.clock() + wait
         at = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
+        gone = f", or Service {blocker[0]} is gone" if blocker else ""
         reason = (
             f"{why}; planned again in {wait:.0f} s (at {at}), or when its spec or the "
-            "namespace's ResourceQuotas or LimitRanges change"
+            f"namespace's ResourceQuotas or LimitRanges change{gone}"
         )
-        r.policies = policies
+        r.policies, r.blocker = policies, blocker
         r.decision = Decision(key, None, None, reason, self.planner, refused=True)
         self.first_use(r.decision)  # told by the caller, once
         self.forget(key)
         return r.decision
+
+    def blocking_service(self, entry: JobEntry) -> tuple[str, str] | None:
+        """The (name, uid) of the Service the job waits out its pause for, if it does."""
+        r = self.refused.get(entry.key)
+        if r is None or r.decision is None or r.blocker is None:
+            return None
+        if (r.uid, r.generation) != (entry.uid, entry.generation):
+            return None
+        return r.blocker if decision.clock() < r.until else None
+
+    def end_pause(self, key: Key) -> None:
+        """The cause of the job's pause is gone: it is planned at the next round (a
+        refusal after that still waits twice as long as the last)."""
+        r = self.refused.get(key)
+        if r is not None:
+            r.until, r.blocker = 0.0, None
 
     def waiting_out(self, entry: JobEntry, snap: Snapshot) -> Decision | None:
         """What a job that gave its servers back is told while it waits, or None once its

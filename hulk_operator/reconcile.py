@@ -8,12 +8,13 @@ any point, converges on exactly one pod per slot and no other pod of the job.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from hulk_operator import edits, recovery, regrow
+from hulk_operator import edits, kube, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
@@ -25,6 +26,7 @@ from hulk_operator.errors import (
     INVALID_SPEC,
     PODS_FORBIDDEN,
     UNSCHEDULABLE,
+    ServiceTaken,
     forbidden_pods,
     namespace_terminating,
     rejected_template,
@@ -112,6 +114,12 @@ async def reconcile(
     replanned: tuple[JobPlan, dict[str, str]] | None = None
     told: str | None = None  # the Planned Event to post
     if plan is None:
+        blocker = ctx.placer.blocking_service(entry)
+        if (
+            blocker is not None
+            and await asyncio.to_thread(kube.service_uid, ctx.api, ns, blocker[0]) != blocker[1]
+        ):
+            ctx.placer.end_pause(entry.key)  # the Service it waited on is gone: no pause
         decision = await ctx.placer.decide(entry.key, ctx.snapshot)
         if decision is None:
             return {}
@@ -238,7 +246,8 @@ async def reconcile(
         if refused is not None:
             waited = ctx.placer.pods_refused(entry, plan.nodes)
         if refused is not None and waited >= ctx.config.forbidden_grace_s:
-            return await _give_back(ctx, entry, plan, refused, waited, conds, new, force)
+            blocker = (exc.name, exc.uid) if isinstance(exc, ServiceTaken) else None
+            return await _give_back(ctx, entry, plan, refused, waited, conds, new, force, blocker)
         if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
             if replanned is not None:  # told now: the next round sees the new plan only
                 live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
@@ -343,6 +352,7 @@ async def _give_back(
     conds: list[dict[str, Any]],
     new: dict[str, Any],
     force: set[str],
+    blocker: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The job's stage pods have been refused for ``waited`` seconds, past the grace: it
     gives its servers back (its pods deleted: a gang runs whole or not at all) and waits
@@ -353,7 +363,7 @@ async def _give_back(
         f" and its {removed} stage pod(s) deleted" if removed else ""
     )
     seen = (await ctx.snapshot()).policies_seen(entry.key[0])  # a change ends the pause
-    decision = ctx.placer.give_back(entry, why, ctx.config.forbidden_grace_s, seen)
+    decision = ctx.placer.give_back(entry, why, ctx.config.forbidden_grace_s, seen, blocker)
     ctx.event("Warning", PODS_FORBIDDEN, decision.reason)
     ctx.metrics.set_predicted(*entry.key, None)
     new.update(_unplanned(st.PENDING))

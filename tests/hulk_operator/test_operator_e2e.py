@@ -925,6 +925,44 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
             pass
 
 
+def test_a_job_that_gave_its_servers_back_for_a_service_runs_once_that_is_gone(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """Before, a job that gave its servers back because a Service of its name was someone
+    else's waited out its whole pause after that Service was deleted (a user trial)."""
+    grace = 20.0
+    config = replace(CONFIG, forbidden_grace_s=grace)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    theirs = {
+        "metadata": {"name": "svcb", "labels": {"app": "svcb"}},
+        "spec": {"selector": {"app": "svcb"}, "ports": [{"port": 80}]},
+    }
+    kube.core.create_namespaced_service(kube.ns, theirs)
+    try:
+        with cleanup_jobs(kube):
+            kube.apply(manifest("svcb", model={"preset": "bert-large"}))
+
+            def given_back() -> dict[str, Any] | None:
+                c = condition(kube.job("svcb"), "Planned")
+                return c if "planned again in 20 s" in c.get("message", "") else None
+
+            c = wait("the servers given back", given_back, 60)
+            assert c["reason"] == "PodsForbidden" and "Service svcb is gone" in c["message"], c
+            paused = time.monotonic()
+            kube.core.delete_namespaced_service("svcb", kube.ns)
+            left = paused + grace - 5 - time.monotonic()
+            wait("planned once the Service is gone", lambda: kube.phase("svcb") != "Pending", left)
+            wait("Running", lambda: kube.phase("svcb") == "Running", 60)
+            (owner,) = kube.core.read_namespaced_service("svcb", kube.ns).metadata.owner_references  # type: ignore[union-attr]
+            assert owner.kind == "HulkTrainingJob"
+    finally:
+        op.stop()
+        try:
+            kube.core.delete_namespaced_service("svcb", kube.ns)
+        except client.ApiException:
+            pass
+
+
 def test_a_job_deleted_while_its_pods_are_created_goes_at_once(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
