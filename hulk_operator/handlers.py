@@ -30,6 +30,7 @@ from hulk_operator import (
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
+from hulk_operator.edits import Refusal
 from hulk_operator.entries import JobEntry, Key, object_entry, pod_source, spec_hashes
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, classify, to_kopf
 from hulk_operator.indexes import (
@@ -244,13 +245,16 @@ def _warn(body: kopf.Body, logger: kopf.Logger, reason: str, message: str) -> No
     logger.warning(f"{reason}: {message}")
 
 
-def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry) -> bool:
+def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry, running: bool = False) -> bool:
     """Whether the job's spec is invalid, for the planner or for the operator (a template
     ``nodeName``, node selectors that contradict each other): then posted as a Warning
-    Event, also in the log as a warning."""
+    Event, also in the log as a warning; for a ``running`` job's edit, saying that its
+    pods run on, as its condition does."""
     if entry.job is not None:
         return False
     message = entry.error or "invalid spec"
+    if running:
+        message = Refusal(message, waits=False).message
     _warn(body, logger, INVALID_SPEC, message)
     return True
 
@@ -300,10 +304,10 @@ def hulktrainingjob_update(
     after = dict(new or {})
     suspending = after.get("suspend") is True  # never refused, whatever else the edit does
     entry = object_entry(body)  # (the body's spec is ``new``)
-    if not suspending and _refused(body, logger, entry):
-        return
     gen = int(body.get("metadata", {}).get("generation") or 0)
     plan = status.get("plan")
+    if not suspending and _refused(body, logger, entry, plan is not None and not ended):
+        return
     if plan is not None and not ended and not suspending:
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
@@ -325,11 +329,16 @@ def hulktrainingjob_update(
         patch.status["phase"] = st.PENDING
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         fields = f"spec.{', spec.'.join(sorted(changed))}"
+        msg = None
         if plan is not None and not suspending:  # (a Suspended Event tells the other)
             msg = (
                 f"{fields} changed: planning it again; the new plan's stage pods replace "
                 "those it changes"
             )
+        elif failed and not suspending:  # (before: the InvalidSpec Warning stood alone)
+            why = (st.condition(status, st.FAILED) or {}).get("reason") or "Failed"
+            msg = f"{fields} changed: the job had failed ({why}); planning it again"
+        if msg is not None:
             kopf.info(body, reason="SpecChanged", message=msg)
             logger.info(f"SpecChanged: {msg}")  # (as every Event is logged: by its reason)
         else:

@@ -337,6 +337,11 @@ def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None
     assert condition(job, "Planned")["status"] == "True"
     assert job["status"]["observedGeneration"] == job["metadata"]["generation"] == 2
     assert len(kube.live_pods("typo")) == 1
+    # told, beside the InvalidSpec Warning (before: nothing said it was taken up again)
+    (event,) = kube.events("SpecChanged")
+    assert event.message == (
+        "spec.model changed: the job had failed (InvalidSpec); planning it again"
+    ), event.message
 
 
 def _running(kube: Kube, name: str) -> dict[str, str]:
@@ -412,6 +417,11 @@ def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any)
     assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
     assert condition(job, "Ready")["status"] == "True"
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("steady")} == before
+    # its Event says what the condition says (before: not that the pods run on)
+    (event,) = kube.events("InvalidSpec")
+    assert event.message == c["message"] and event.message.endswith(
+        "; the pods of the last valid spec keep running; fix the spec to plan it again"
+    ), (event.message, c["message"])
     _edit_preset(kube, "steady", "gpt2-xl")  # a valid edit: planned again
 
     def replanned() -> bool:
