@@ -285,7 +285,7 @@ async def reconcile(
     source = pod_source(spec)
     if "plan" not in new and (status.get("plan") or {}).get("podTemplate") != source:
         new["plan"] = {"podTemplate": source}  # (a plan made before it was kept; merged)
-    new.update(pods_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen))
+    new.update(pods_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen, diff.taken))
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
     return new

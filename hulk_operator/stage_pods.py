@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -149,7 +149,7 @@ def _say_taken(ctx: Context, ns: str, job: str, names: list[str]) -> None:
     ctx.recent[told] = now
     ctx.event(
         "Warning",
-        "StagePodTaken",
+        STAGE_POD_TAKEN,
         f"stage pod(s) {', '.join(names)} cannot be made: a pod of the name exists without "
         f"the job's label {manifests.LABEL_JOB}={manifests.job_label(job)} (changed by "
         "hand?); the job waits for it: delete that pod, or label it back",
@@ -184,10 +184,20 @@ async def restore_service(ctx: Context, entry: JobEntry, port: int, live: bool) 
         )
 
 
+STAGE_POD_TAKEN = "StagePodTaken"
+
+
 def pods_phase(
-    ctx: Context, entry: JobEntry, desired: set[str], conds: list[dict[str, Any]], gen: int
+    ctx: Context,
+    entry: JobEntry,
+    desired: set[str],
+    conds: list[dict[str, Any]],
+    gen: int,
+    taken: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Running once every desired pod (by name) runs and no other pod of the job is left."""
+    """Running once every desired pod (by name) runs and no other pod of the job is left.
+    ``taken``: desired pods that could not be made, a pod of the name not being the job's
+    (``Ready`` names them, as the Event does, until they are made)."""
     live = {p.name: p for p in ctx.pods.get(entry.key, []) if not p.deleting}
     pods = {n: p for n, p in live.items() if n in desired}
     want = len(desired)
@@ -225,8 +235,15 @@ def pods_phase(
             more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
             msg += f"; the scheduler cannot place {name}{more}: {why}"
             conds = st.set_condition(conds, st.READY, False, "StageUnschedulable", msg, gen)
-        elif ready.get("reason") == PODS_FORBIDDEN and len(pods) < want:
-            pass  # refused pods wait out their retry pause: the refusal still stands
+        elif taken:  # (before: StagesStarting, and only the Event said why; a user trial)
+            label = f"{manifests.LABEL_JOB}={manifests.job_label(entry.key[1])}"
+            msg += (
+                f"; stage pod(s) {', '.join(sorted(taken))} cannot be made: a pod of the name "
+                f"exists without the label {label}: delete that pod, or label it back"
+            )
+            conds = st.set_condition(conds, st.READY, False, STAGE_POD_TAKEN, msg, gen)
+        elif ready.get("reason") in (PODS_FORBIDDEN, STAGE_POD_TAKEN) and len(pods) < want:
+            pass  # refused or taken pods wait out their retry pause: that still stands
         else:
             conds = st.set_condition(conds, st.READY, False, "StagesStarting", msg, gen)
     conds = st.set_condition(conds, st.FAILED, False, "NoFailure", "no stage failed", gen)

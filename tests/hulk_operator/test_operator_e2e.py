@@ -1563,6 +1563,14 @@ def test_a_stage_pod_relabelled_by_hand_is_told_not_said_made_again(
         "or label it back"
     ), event.message
     assert not kube.events("StageRecreated")
+    # Ready says so too (before: StagesStarting, as if the pod were on its way)
+    c = wait_reason(kube, "label", "Ready", "StagePodTaken", "Ready says so", 30)
+    assert c["message"].endswith(
+        f"; stage pod(s) {victim} cannot be made: a pod of the name exists without the label "
+        "hulk.dev/job=label: delete that pod, or label it back"
+    ), c["message"]
+    time.sleep(12)  # (past its retry pause, not tried again meanwhile: still said)
+    assert condition(kube.job("label"), "Ready")["reason"] == "StagePodTaken"
     kube.core.patch_namespaced_pod(
         victim, kube.ns, {"metadata": {"labels": {"hulk.dev/job": "label"}}}
     )
