@@ -49,6 +49,9 @@ def same_cause(told: str, reason: str) -> bool:
 FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:[A-Za-z]+)?(?![\w-])")
 
 
+LOST_TOLD = "lost/"  # Context.recent key prefix: when a StatusLost Event was posted
+
+
 def refused_edit(conds: list[dict[str, Any]], refused: Refusal, gen: int) -> list[dict[str, Any]]:
     """Conditions of a planned job whose latest spec is refused: it keeps running as
     planned (a typo must not stop a training run) until a valid edit, or until the cluster
@@ -114,6 +117,7 @@ async def reconcile(
     replanned: tuple[JobPlan, dict[str, str]] | None = None
     told: str | None = None  # the Planned Event to post
     if plan is None:
+        _status_lost(ctx, entry, status)
         blocker = ctx.placer.blocking_service(entry)
         if (
             blocker is not None
@@ -341,6 +345,26 @@ def _replanned(
         ctx.event("Normal", regrow.REASON, msg)
         reason = regrow.REASON
     return st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
+
+
+def _status_lost(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> None:
+    """A job with no status at all whose stage pods run: its status was emptied (by hand,
+    or a restore that drops it). It is planned again, as it has no plan to keep; told once,
+    as its pods may move (before, only a second ``Planned`` Event showed it; a user trial)."""
+    if status.get("phase") or status.get("conditions"):
+        return
+    live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    told = f"{LOST_TOLD}{entry.uid}"
+    if not live or told in ctx.recent:
+        return
+    ctx.recent[told] = time.monotonic()
+    ctx.event(
+        "Warning",
+        "StatusLost",
+        f"the job's status is empty while {len(live)} of its stage pods exist (emptied by "
+        "hand, or restored without it): it is planned again; pods the new plan keeps on "
+        "their servers run on, the others are replaced",
+    )
 
 
 async def _give_back(

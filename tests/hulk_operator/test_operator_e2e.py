@@ -344,6 +344,25 @@ def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None
     ), event.message
 
 
+def test_a_running_jobs_status_emptied_is_told_and_planned_again(kube: Kube, operator: Any) -> None:
+    """A status emptied by hand (or a restore that drops it) while the pods run: before,
+    only a second Planned Event showed that the job was planned afresh (a user trial)."""
+    kube.apply(manifest("wiped", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("wiped") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("wiped")}
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, kube.ns, PLURAL, "wiped", {"status": None}
+    )
+    (event,) = wait("told", lambda: kube.events("StatusLost"), 30)
+    assert event.type == "Warning" and event.message.startswith(
+        f"the job's status is empty while {len(before)} of its stage pods exist"
+    ), event.message
+    wait("Running again", lambda: kube.phase("wiped") == "Running", 60)
+    # alone on the cluster, it is planned where it ran: its pods run on
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("wiped")} == before
+    assert len(kube.events("Planned")) == 2 and len(kube.events("StatusLost")) == 1
+
+
 def _running(kube: Kube, name: str) -> dict[str, str]:
     """A GPT-2 XL job applied and Running: its stage pods' uids by name."""
     kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
