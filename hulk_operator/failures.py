@@ -1,0 +1,88 @@
+"""A job that fails: its stage pods ended as Failed past what it may retry, or its pod
+template refused. Its status says why, its servers are released."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hulk_operator import edits
+from hulk_operator import status as st
+from hulk_operator.context import Context, PodEntry
+from hulk_operator.entries import JobEntry
+from hulk_operator.errors import INVALID_SPEC
+from hulk_operator.plan_fields import not_ready, unplanned
+from hulk_operator.stage_pods import delete_pods
+
+DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
+
+
+def fail(
+    ctx: Context,
+    entry: JobEntry,
+    new: dict[str, Any],
+    conds: list[dict[str, Any]],
+    reason: str,
+    msg: str,
+    gen: int,
+) -> dict[str, Any]:
+    """The job fails for ``reason``: Event, ``Failed=True``, ``Ready=False``, no plan
+    (its servers released) until its spec changes."""
+    ctx.event("Warning", reason, msg)
+    ctx.placer.forget(entry.key)
+    ctx.metrics.set_predicted(*entry.key, None)
+    conds = not_ready(conds, gen)  # (no LatencyEstimated of a plan it does not keep)
+    conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
+    # (a job that ran and failed was planned: "not planned:" read oddly for it)
+    said = "not planned" if reason == INVALID_SPEC else "its plan is released"
+    conds = st.set_condition(conds, st.PLANNED, False, reason, f"{said}: {msg}", gen)
+    new.update(unplanned(st.PHASE_FAILED))
+    new["conditions"] = st.set_condition(conds, st.FAILED, True, reason, msg, gen)
+    return new
+
+
+async def stage_failed(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    failed: list[PodEntry],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    gen: int,
+) -> dict[str, Any]:
+    """Stage pods the kubelet ended as Failed. The stage pods' restart policy decides:
+    ``Never`` (the user asked not to retry) fails the job: its other pods go (a pipeline
+    cannot run without a stage, and they would hold their GPUs waiting for it), the failed
+    ones stay for ``kubectl logs``, and the servers are released. Otherwise the kubelet
+    could not restart the pod in place (eviction, node shutdown): it is deleted and
+    created again on the same server by the next reconciliation, ``spec.backoffLimit``
+    times at most over the job's run (``status.stageRestarts`` counts them); one more
+    failure fails the job as ``Never`` does, with reason ``BackoffLimitExceeded``."""
+    what = ", ".join(
+        f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
+    )
+    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    restarts = int(status.get("stageRestarts") or 0) + len(failed)
+    limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+    if policy == "Never" or restarts > limit:
+        others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
+        await delete_pods(ctx, entry.key[0], others)
+        ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
+        if policy == "Never":
+            msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
+            return fail(ctx, entry, new, conds, "StageFailed", msg, gen)
+        msg = (
+            f"stage pod(s) failed: {what}; {restarts} stage failure(s) exceed "
+            f"spec.backoffLimit {limit}, so the job stops (raise spec.backoffLimit to "
+            "retry longer)"
+        )
+        return fail(ctx, entry, new, conds, "BackoffLimitExceeded", msg, gen)
+    await delete_pods(ctx, entry.key[0], [p.name for p in failed])
+    new["stageRestarts"] = restarts
+    msg = f"stage pod(s) failed: {what}; created again ({restarts} of spec.backoffLimit {limit})"
+    ctx.event("Warning", "StageRestarted", msg)
+    ctx.metrics.stage_failures.labels(action="restarted").inc(len(failed))
+    new["conditions"] = st.set_condition(conds, st.READY, False, edits.STAGE_RESTARTING, msg, gen)
+    new["phase"] = st.PLACING
+    return new
