@@ -20,7 +20,7 @@ from typing import Any
 
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan, NothingToPlan
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
-from hulk_planner.regions import plan_in_regions, region_limits
+from hulk_planner.regions import plan_in_regions, region_limits, tiered
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
@@ -420,7 +420,7 @@ def _run(args: argparse.Namespace) -> int:
         return CostModel(cluster)
 
     def planned(name: str, **options: Any) -> Plan:
-        if limits:  # each region group on its own servers, with its own cost model
+        if tiered(jobs, limits):  # each group on its own servers, with its own cost model
             return plan_in_regions(cluster, jobs, limits, name, **options)
         return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 

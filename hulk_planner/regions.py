@@ -1,8 +1,10 @@
-"""Jobs limited to some regions (a HulkTrainingJob's ``spec.allowedRegions``) on a topology
-file, planned as the operator plans them on a live cluster: jobs with the same regions
-together, the group holding the highest-priority job first (of equal priorities, the group
-whose regions hold fewer servers first, then in the order given), each group on the servers
-of its regions that earlier groups left. (Before the fewest-servers rule, a job free to go
+"""Jobs limited to some regions (a HulkTrainingJob's ``spec.allowedRegions``) or of
+different priorities on a topology file, planned as the operator plans them on a live
+cluster: jobs with the same regions and priority together, the highest priority first (of
+equal priorities, the group whose regions hold fewer servers first, then in the order
+given), each group on the servers of its regions that earlier groups left. (Before, jobs
+of different priorities were planned together, and a higher-priority job could get a
+slower plan than a lower one: a user trial.) (Before the fewest-servers rule, a job free to go
 anywhere, given first, could take every server of a region that a later job of the same
 priority was limited to, and that job was left unplaced: a user trial.)
 
@@ -79,16 +81,23 @@ def region_limits(
 def _groups(
     jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]], cluster: Cluster
 ) -> list[list[Job]]:
-    by_key: dict[frozenset[str] | None, list[Job]] = {}
+    """Jobs of the same regions and priority together; the highest priority first."""
+    by_key: dict[tuple[frozenset[str] | None, int], list[Job]] = {}
     for job in jobs:
         key = frozenset(limits[job.name]) if job.name in limits else None
-        by_key.setdefault(key, []).append(job)
+        by_key.setdefault((key, job.priority), []).append(job)
 
     def servers(key: frozenset[str] | None) -> int:
         return sum(1 for s in cluster.servers if key is None or s.region in key)
 
-    order = sorted(by_key, key=lambda k: (-max(j.priority for j in by_key[k]), servers(k)))
+    order = sorted(by_key, key=lambda k: (-k[1], servers(k[0])))
     return [by_key[k] for k in order]
+
+
+def tiered(jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]]) -> bool:
+    """Whether the jobs are planned in groups (``plan_in_regions``), not all together:
+    some are limited to regions, or their priorities differ."""
+    return bool(limits) or len({j.priority for j in jobs}) > 1
 
 
 def plan_in_regions(

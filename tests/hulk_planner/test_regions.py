@@ -9,9 +9,10 @@ import pytest
 from planner_helpers import assert_valid_plan, cluster, server, tiny_job, usable_gib
 
 from hulk_planner.cost import memory_need_bytes
+from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job
-from hulk_planner.regions import plan_in_regions, region_limits
+from hulk_planner.regions import plan_in_regions, region_limits, tiered
 
 NEED = memory_need_bytes(tiny_job())
 
@@ -84,6 +85,24 @@ def test_of_equal_priority_the_group_with_fewer_servers_is_planned_first(planner
     limited, free = result.job("limited"), result.job("free")
     assert limited is not None and set(limited.nodes) == {"a", "b"}
     assert free is not None and regions_of(c, free.nodes) == {"r2"}
+
+
+def test_a_higher_priority_job_gets_the_plan_it_would_get_alone() -> None:
+    """Jobs of different priorities were planned together (the servers shared: the
+    higher one could get the slower plan, a user trial of the operator, which plans the
+    same way): now each priority is a group of its own, the highest first."""
+    paper = paper_cluster()
+    kept = sorted(s.name for s in paper.servers if s.region == "Beijing")[:3]
+    c = paper.without([s.name for s in paper.servers if s.name not in kept])
+    gpt = next(j for j in paper_jobs() if j.name == "gpt2-xl")
+    high, low = replace(gpt, name="high", priority=100), replace(gpt, name="low")
+    assert tiered([high, low], {}) and not tiered([gpt, replace(gpt, name="b")], {})
+    alone = plan_in_regions(c, [high], {}, "search", max_iterations=300)
+    both = plan_in_regions(c, [low, high], {}, "search", max_iterations=300)
+    assert_valid_plan(both, c, [low, high])
+    assert both.job("high") == alone.job("high") and set(alone.jobs[0].nodes) == set(kept)
+    assert [u.name for u in both.unplaced] == ["low"], both.unplaced
+    assert "a higher spec.priority plans it first" in both.unplaced[0].reason
 
 
 def test_no_job_placed_anywhere_is_no_feasible_plan_naming_the_region() -> None:
