@@ -320,7 +320,7 @@ def preview_plan(
         found |= {n: s for n in jp.nodes if (s := snap.nodes[n].server) is not None}
     servers = [found[n] for n in sorted(found)]
     if not servers:  # nothing to show a plan against: say why each job got nothing
-        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in unplaced))
+        raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in unplaced), unplaced)
     cluster = build_cluster(servers, snap.latencies, same_region_ms=same_region_ms,
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
     jobs_out = [replace(e.job, name=names[e.key]) for e in shown if e.job is not None]

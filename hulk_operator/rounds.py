@@ -2,9 +2,9 @@
 
 :func:`plan_pending` is pure (a snapshot and a planner function in, decisions out). Jobs
 whose constraints (``allowedRegions``, ``nodeSelector``, tolerations) or priorities differ
-are planned in groups, highest priority first, each on what the previous groups left; each job's plan is
-then fitted to its namespace's ResourceQuotas (``quota_fit``). Gang semantics: a job gets
-a server for every stage or nothing.
+are planned in groups, highest priority first, each on what the previous groups left;
+each job's plan is then fitted to its namespace's ResourceQuotas (``quota_fit``). Gang
+semantics: a job gets a server for every stage or nothing.
 """
 
 from __future__ import annotations

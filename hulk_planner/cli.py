@@ -356,6 +356,13 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     except NoFeasiblePlan as exc:
         print(f"hulk plan: no job placed: {exc}", file=sys.stderr)
+        if args.output in ("json", "yaml"):  # the plan still, every job under unplaced
+            from hulk_planner import io  # (before: nothing, where no server was free at all)
+
+            print(
+                io.dump_plan(Plan(args.planner, (), exc.unplaced), args.output),
+                end="" if args.output == "yaml" else "\n",
+            )
         return NOTHING_PLACED
     except NothingToPlan as exc:  # (a live cluster whose jobs all run: no error)
         print(f"hulk plan: nothing to plan: {exc}", file=sys.stderr)

@@ -269,6 +269,11 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
                 f"hulk plan: no job placed: pods-quota: namespace {kube.ns}'s LimitRange no-gpus "
                 f"allows no {GPU}"
             ), out
+            # the plan is still written, the job under unplaced with why (before: nothing)
+            written = json.loads(out.stdout)
+            assert written["jobs"] == [], written
+            (unplaced,) = written["unplaced"]
+            assert unplaced["name"] == "pods-quota" and "no-gpus" in unplaced["reason"], written
         finally:
             kube.core.delete_namespaced_limit_range("no-gpus", kube.ns)
         floor = {  # more GPUs per pod than any server has
