@@ -26,6 +26,7 @@ without a link, the two cannot communicate.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -35,6 +36,7 @@ from typing import Any, NamedTuple
 from hulk_operator import GPU
 from hulk_operator.manifests import stage_job
 from hulk_operator.quotas import effective_resources, parse_amount
+from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.hardware import normalize_capability, tflops_for
 from hulk_planner.model import Cluster, Link, RegionLink, Server
@@ -390,9 +392,17 @@ def selected(
     # (a node that is no server, e.g. its GPU labels unreadable, by its region label: it
     # matches, and is told of as taking no stage)
     region = info.server.region if info.server else info.labels.get(REGION) or UNLABELLED
-    if regions and region not in regions:
-        return False
+    if regions and region not in regions and slug(region) not in _slugs(tuple(regions)):
+        return False  # (``London`` for label ``london``, as ``hulk plan`` takes it)
     return affinity_matches(info, affinity)
+
+
+@functools.cache
+def _slugs(regions: tuple[str, ...]) -> frozenset[str]:
+    """``allowedRegions`` as matched without regard to case or spaces: before, only the
+    label's exact value matched, where ``hulk plan`` on a topology file took ``London``
+    for ``london`` (a user trial)."""
+    return frozenset(slug(r) for r in regions)
 
 
 def affinity_matches(info: NodeInfo, terms: Sequence[Mapping[str, Any]]) -> bool:

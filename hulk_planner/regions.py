@@ -70,8 +70,9 @@ def region_limits(
                 if region != name and notes is not None:
                     notes.append(
                         f"job {doc['metadata']['name']}: spec.allowedRegions[{k}] {name!r} is "
-                        f"taken as region {region!r}; on a cluster the operator compares it "
-                        "with the node label topology.kubernetes.io/region exactly"
+                        f"taken as region {region!r} (regions are matched without regard to "
+                        "case or spaces; the operator matches the node label "
+                        "topology.kubernetes.io/region the same way)"
                     )
                 regions.append(region)
             out[str(doc["metadata"]["name"])] = tuple(dict.fromkeys(regions))

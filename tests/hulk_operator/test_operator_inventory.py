@@ -140,6 +140,10 @@ def test_constraints() -> None:
     assert inventory.selected(info, {"nvidia.com/gpu.count": "8"}, ["beijing"])
     assert not inventory.selected(info, {"nvidia.com/gpu.count": "4"}, None)
     assert not inventory.selected(info, None, ["shanghai"])
+    # without regard to case or spaces, as hulk plan takes them (before: the label exactly)
+    assert inventory.selected(info, None, ["Beijing"]) and inventory.selected(
+        info, None, [" BEIJING"]
+    )
 
 
 def latency_object(name: str, stamp: str, **peers: float | None) -> dict[str, Any]:
