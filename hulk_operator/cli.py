@@ -117,7 +117,7 @@ def _check_inherited_weights(cfg: OperatorConfig) -> None:
         check_weights(inherited, WEIGHTS_ENV)
 
 
-def _check_port(flag: str, host: str, port: int, off: str) -> None:
+def check_port(flag: str, host: str, port: int, off: str) -> None:
     """A port the operator is to serve on must be free now (else kopf or the metrics
     server fail later, with a traceback, or retry for ever)."""
     import socket
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         _check_inherited_weights(cfg)
         kube.configuration(args.kubeconfig)
         if cfg.metrics_port:
-            _check_port(FLAGS["metrics_port"], "0.0.0.0", cfg.metrics_port, "or 0 to turn it off")
+            check_port(FLAGS["metrics_port"], "0.0.0.0", cfg.metrics_port, "or 0 to turn it off")
         if args.liveness:
             url = urlsplit(args.liveness)
             try:
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
                     "--liveness", f"{args.liveness!r} is not an http://HOST:PORT/PATH URL",
                     "e.g. http://0.0.0.0:8080/healthz, or '' to turn it off",
                 )  # fmt: skip
-            _check_port("--liveness", url.hostname, port, "or '' to turn it off")
+            check_port("--liveness", url.hostname, port, "or '' to turn it off")
     except HulkError as exc:
         print(f"hulk operator: error: {exc}", file=sys.stderr)
         return 2

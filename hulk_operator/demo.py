@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--namespace",
         default="hulk-demo",
         help="where the jobs go and the operator serves (%(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the operator's Prometheus metrics on this port, e.g. 9090 (default: "
+        "$HULK_OPERATOR_METRICS_PORT, else off)",
     )
     parser.add_argument(
         "--replay-every",
@@ -137,6 +146,7 @@ def _serve(
     to_file: logging.Handler,
     replay: Callable[[], None],
     every_s: float,
+    metrics_port: int = 0,
 ) -> None:
     """``--keep``: the operator (a thread of this process) serves on until Ctrl-C or
     SIGTERM, its log in ``log_path`` (``to_file``: closed at the end), the latencies
@@ -148,7 +158,12 @@ def _serve(
         f"  kubectl --kubeconfig {kubeconfig} -n {namespace} get hjob\n"
         f"  kubectl --kubeconfig {kubeconfig} -n {namespace} apply -f <your HulkTrainingJob>\n"
         f"  tail -f {log_path}   (the operator's log)\n"
-        "Ctrl-C stops the operator (the sandbox and its jobs stay)",
+        + (
+            f"  curl -s localhost:{metrics_port}/metrics | grep ^hulk_   (its Prometheus metrics)\n"
+            if metrics_port
+            else "  (hulk demo --keep --metrics-port 9090 serves its Prometheus metrics)\n"
+        )
+        + "Ctrl-C stops the operator (the sandbox and its jobs stay)",
         flush=True,
     )
     old = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -173,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hulk_operator import crd
     from hulk_operator import status as st
+    from hulk_operator.cli import check_port
     from hulk_operator.config import OperatorConfig
     from hulk_operator.runner import OperatorThread
     from hulk_planner import io
@@ -184,6 +200,11 @@ def run(args: argparse.Namespace) -> int:
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
         docs = io.load_documents(args.jobs)
         io.jobs_from_documents([(args.jobs, docs)])
+        config = OperatorConfig.from_env()
+        if args.metrics_port is not None:
+            config = replace(config, metrics_port=args.metrics_port)  # (checked by it)
+        if config.metrics_port:  # (before: no way to see the demo's metrics; a user trial)
+            check_port("--metrics-port", "0.0.0.0", config.metrics_port, "or leave it out")
     except HulkError as exc:
         print(f"hulk demo: error: {exc}", file=sys.stderr)
         return 2
@@ -230,9 +251,7 @@ def run(args: argparse.Namespace) -> int:
             )
             log_path = Path(args.dir) / "operator.log"
             to_file = _log_to(log_path) if args.keep else None
-            op = OperatorThread(
-                box.kubeconfig, namespaces=[args.namespace], config=OperatorConfig.from_env()
-            ).start()
+            op = OperatorThread(box.kubeconfig, namespaces=[args.namespace], config=config).start()
             try:
                 start = time.monotonic()
                 for d in docs:
@@ -301,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
                         to_file,
                         replay,
                         args.replay_every,
+                        config.metrics_port,
                     )
             finally:
                 try:

@@ -38,6 +38,35 @@ def test_bad_manifests_stop_the_demo_before_the_sandbox_starts(
     assert not box.exists()
 
 
+def test_a_metrics_port_in_use_stops_the_demo_before_the_sandbox_starts(tmp_path: Path) -> None:
+    import socket
+
+    box = tmp_path / "box"
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "hulk", "demo", "--dir", str(box), "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        f"hulk demo: error: --metrics-port: cannot listen on 0.0.0.0:{port} ("
+    ), proc.stderr
+    assert not box.exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.mark.sandbox
 def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_path: Path) -> None:
     """Before: ``--keep`` stopped the operator with the demo, so a job applied afterwards
@@ -53,6 +82,8 @@ def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_pat
     log = tmp_path / "demo.log"
     cmd = [sys.executable, "-m", "hulk", "demo", "--keep", "--dir", str(box)]
     cmd += ["--png", str(tmp_path / "plan.png"), "--namespace", "kept", "--replay-every", "1"]
+    port = _free_port()
+    cmd += ["--metrics-port", str(port)]  # (before: no way to see the demo's metrics)
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -82,6 +113,21 @@ def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_pat
 
         while phase() != "Running":  # planned by the operator the demo keeps serving
             assert time.monotonic() < deadline, (phase(), log.read_text()[-2000:])
+            time.sleep(1)
+        # its metrics are served where the banner says, and count the jobs
+        assert f"curl -s localhost:{port}/metrics" in log.read_text()
+        import urllib.request
+
+        def running_metric() -> float:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            (line,) = [x for x in text.splitlines() if x.startswith('hulk_jobs{phase="Running"}')]
+            return float(line.split()[-1])
+
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, "kept", PLURAL)["items"]
+        running = sum((j.get("status") or {}).get("phase") == "Running" for j in items)
+        while running_metric() != running:  # (set at each job's next tick)
+            assert time.monotonic() < deadline, (running_metric(), running)
             time.sleep(1)
         # the paper's latencies are published again while it serves (before, once: past the
         # operator's latency_max_age_s every plan used fallback latencies; a user trial),
