@@ -13,7 +13,6 @@ from collections.abc import Collection, Mapping, Sequence
 from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, selected
 from hulk_planner.cost import too_big
-from hulk_planner.datasets import slug
 
 AFFINITY = "the template's required node affinity"
 
@@ -29,13 +28,10 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     regions = entry.allowed_regions
     if regions and not any(selected(i, None, regions) for i in nodes.values()):
         known = sorted({i.server.region for i in nodes.values() if i.server})
-        by_slug = {slug(r): r for r in known}
-        near = [by_slug[slug(r)] for r in regions if slug(r) in by_slug]
         parts.append(
             f"spec.allowedRegions {list(regions)} names no region with GPU servers "
             f"(regions: {', '.join(known) or 'none'})"
-            + (f"; did you mean {', '.join(near)}?" if near else "")
-        )
+        )  # (a name the label has in other case or spacing matches: ``inventory.selected``)
     if sel and not any(selected(i, sel, None) for i in nodes.values()):
         parts.append(
             f"{entry.selector_from} {selector_pairs(entry)} matches no node"
@@ -213,9 +209,17 @@ def constraint_names(entry: JobEntry) -> list[str]:
     return limits
 
 
-def planned_within(entry: JobEntry, servers: int) -> str:
-    """For a job with placement constraints: which servers its plan was limited to."""
+def planned_within(entry: JobEntry, servers: int, total: int | None = None) -> str:
+    """Which servers the job's plan was limited to: those its placement constraints allow,
+    or, of the cluster's ``total``, the free ones (before, "the 1 server(s) planned on"
+    did not say that other jobs held the rest: a user trial resumed a job whose servers a
+    lower-priority job had taken meanwhile, and read it as the cluster's size)."""
     limits = constraint_names(entry)
-    if not limits:
-        return ""
-    return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"
+    if limits:
+        return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"
+    if total is not None and servers < total:
+        return (
+            f" (planned on the {servers} free server(s) of the cluster's {total}: other jobs "
+            "or pods hold the rest; spec.priority does not preempt them)"
+        )
+    return ""

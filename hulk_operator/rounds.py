@@ -75,7 +75,7 @@ def plan_group(
     try:
         result = plan_fn(cluster, jobs, planner, **kwargs)
     except (HulkError, ValueError) as exc:
-        scope = planned_within(entries[0], len(servers))
+        scope = planned_within(entries[0], len(servers), snap.server_count())
         reason = classify(exc).message + scope
         own = {u.name: u.reason + scope for u in getattr(exc, "unplaced", ())}  # each its own
         return {
@@ -116,7 +116,11 @@ def plan_group(
         else:
             why = next((u.reason for u in result.unplaced if u.name == n), "not placed")
             out[k] = Decision(
-                k, None, cluster, why + planned_within(by_key[k], len(servers)), planner
+                k,
+                None,
+                cluster,
+                why + planned_within(by_key[k], len(servers), snap.server_count()),
+                planner,
             )
     return out
 

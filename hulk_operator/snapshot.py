@@ -411,6 +411,10 @@ class Snapshot:
         server = replace(info.server, gpus=left) if left > 0 else None
         return replace(info, server=server)
 
+    def server_count(self) -> int:
+        """The cluster's usable GPU servers, free or not."""
+        return sum(1 for i in self.nodes.values() if i.server is not None and i.offers())
+
     def why_none_free(self, entry: JobEntry) -> str:
         """Why ``free(entry)`` is empty, naming the constraint to change."""
         bounds = self.bounds_refuse(entry)

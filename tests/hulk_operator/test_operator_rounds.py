@@ -71,9 +71,12 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     mars = entry(bert, allowed_regions=("mars",))
     assert reason(mars).startswith("spec.allowedRegions ['mars'] names no region")
     assert "beijing" in reason(mars) and "did you mean" not in reason(mars)
-    # the paper's names, as the topology file writes them: the label is the slug
+    # the paper's names, as the topology file writes them, match the label, the slug
+    # (before: refused, "did you mean new-delhi, tokyo?"; hulk plan took them)
     near = entry(bert, allowed_regions=("New Delhi", "Tokyo"))
-    assert reason(near).endswith("; did you mean new-delhi, tokyo?"), reason(near)
+    d = plan_pending(snap([near]), plan)[near.key]
+    assert d.job_plan is not None and d.cluster is not None, d.reason
+    assert {d.cluster.server(n).region for n in d.job_plan.nodes} <= {"new-delhi", "tokyo"}
     h100 = entry(bert, node_selector=(("gpu", "h100"),))
     assert reason(h100) == "spec.nodeSelector gpu=h100 matches no node (no node has gpu)"
     both = entry(bert, allowed_regions=("beijing",), node_selector=(("gpu", "h100"),))
@@ -130,6 +133,21 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
         + (f" and {len(values) - 6} more" if len(values) > 6 else "")
         + ")"
     )
+
+
+def test_an_unplaceable_job_says_the_servers_it_was_planned_on_were_the_free_ones() -> None:
+    """Before: "the 1 server(s) planned on have 54 GiB usable", read as the cluster's size
+    (a user trial: a resumed job whose servers a lower-priority job had taken meanwhile)."""
+    opt = entry(paper_jobs()[0])  # OPT-175B: far more than one server holds
+    free = "beijing-0"
+    held = {n: ("other", "job") for n, i in nodes().items() if i.server and n != free}
+    d = plan_pending(snap([opt], held), plan)[opt.key]
+    total = sum(1 for i in nodes().values() if i.server)
+    assert d.job_plan is None and "; the 1 server(s) planned on have " in d.reason
+    assert d.reason.endswith(
+        f" usable (planned on the 1 free server(s) of the cluster's {total}: other jobs or "
+        "pods hold the rest; spec.priority does not preempt them)"
+    ), d.reason
 
 
 def test_an_unplaceable_constrained_job_names_the_servers_it_was_limited_to() -> None:
