@@ -312,8 +312,13 @@ def hulktrainingjob_update(
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         if stands is not None:
-            _plan_stands(patch, status, stands, after, gen)
-            logger.info(f"{name}: {stands}")
+            if _plan_stands(patch, status, stands, after, gen):
+                # (before: the refusal's Warning was the last Event; a user trial)
+                lifted = f"{stands}; the refusal of the earlier edit is lifted"
+                kopf.info(body, reason="SpecChanged", message=lifted)
+                logger.info(f"SpecChanged: {lifted}")
+            else:
+                logger.info(f"{name}: {stands}")
             return
         cut = latencies_now(memo).unreachable
         refused = edits.refusal(memo.api, name, namespace, after, entry, nodes, cut)
@@ -379,10 +384,10 @@ def _edit_unhandled(body: kopf.Body) -> bool:
 
 def _plan_stands(
     patch: kopf.Patch, status: kopf.Status, why: str, spec: Mapping[str, Any], gen: int
-) -> None:
+) -> bool:
     """The plan goes on for the edited spec: its fingerprint follows the spec, and a
     refusal of an earlier edit is lifted (``Planned`` summarises the plan again, as later
-    edits that leave it standing do not touch the condition)."""
+    edits that leave it standing do not touch the condition). True where one was lifted."""
     fingerprint, source = spec_hashes(spec), pod_source(spec)
     made = status.get("plan") or {}
     if (made.get("specHashes"), made.get("podTemplate")) != (fingerprint, source):
@@ -398,6 +403,8 @@ def _plan_stands(
         patch.status["conditions"] = st.set_condition(
             conds, st.PLANNED, True, "Planned", message, gen
         )
+        return True
+    return False
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

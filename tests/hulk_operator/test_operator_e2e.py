@@ -524,6 +524,12 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     assert planned["message"].endswith(
         "(the spec is back to the one its pods run: its plan stands)"
     ), planned
+    # told by an Event too (before: the refusal's Warning was the last word; a user trial)
+    (event,) = wait("told", lambda: kube.events("SpecChanged"), 10)
+    assert event.type == "Normal" and event.message == (
+        "the spec is back to the one its pods run: its plan stands; the refusal of the "
+        "earlier edit is lifted"
+    ), event.message
     assert {p.metadata.uid for p in kube.live_pods("kept")} == {
         p.metadata.uid for p in again.values()
     }
