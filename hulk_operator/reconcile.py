@@ -40,7 +40,7 @@ from hulk_operator.plan_fields import (
     unplanned,
 )
 from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
-from hulk_planner.model import JobPlan
+from hulk_planner.model import Cluster, JobPlan
 
 
 def same_cause(told: str, reason: str) -> bool:
@@ -144,6 +144,7 @@ class _Step:
     replanned: tuple[JobPlan, dict[str, str]] | None = None
     force: set[str] = field(default_factory=set)
     told: str | None = None
+    cluster: Cluster | None = None  # a re-plan's, as the planner saw it (its links)
 
 
 async def _place(
@@ -277,7 +278,12 @@ async def _check_plan(
     new["phase"] = st.PLACING
     conds = planned_conditions(conds, decision, entry, ctx.config, gen)
     return _Step(
-        decision.job_plan, plan_gpus(decision), conds, (decision.base or plan, lost), set(lost)
+        decision.job_plan,
+        plan_gpus(decision),
+        conds,
+        (decision.base or plan, lost),
+        set(lost),
+        cluster=decision.cluster,
     )
 
 
@@ -326,7 +332,7 @@ async def _make_pods(
             if replanned is not None:  # told now: the next round sees the new plan only
                 live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
                 meant = recovery.pod_diff(live, list(desired))
-                conds = _replanned(ctx, replanned, plan, meant, conds, gen)
+                conds = _replanned(ctx, replanned, plan, meant, conds, gen, step.cluster)
             ready = st.condition(status, st.READY) or {}
             if ready.get("message") != refused:
                 ctx.event("Warning", PODS_FORBIDDEN, refused)
@@ -355,7 +361,7 @@ async def _make_pods(
         )
         ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
-        conds = _replanned(ctx, replanned, plan, diff, conds, gen)
+        conds = _replanned(ctx, replanned, plan, diff, conds, gen, step.cluster)
     source = pod_source(spec)
     if "plan" not in new and (status.get("plan") or {}).get("podTemplate") != source:
         new["plan"] = {"podTemplate": source}  # (a plan made before it was kept; merged)
@@ -402,16 +408,19 @@ def _replanned(
     diff: recovery.PodDiff,
     conds: list[dict[str, Any]],
     gen: int,
+    cluster: Cluster | None = None,
 ) -> list[dict[str, Any]]:
     """The Event and the ``Replanning`` condition of a re-plan (a loss's or a regrowth's)."""
     old, lost = replanned
     if lost:
-        msg = recovery.event_message(lost, old, plan, len(diff.create), len(diff.keep))
+        made, kept = len(diff.create), len(diff.keep)
+        msg = recovery.event_message(lost, old, plan, made, kept, cluster=cluster)
         ctx.event("Warning", "Replanned", msg)
         reason = sorted(set(lost.values()))[0].split()[0]
     else:
         why = regrow.cause(old, plan)
-        msg = recovery.event_message({}, old, plan, len(diff.create), len(diff.keep), why)
+        made, kept = len(diff.create), len(diff.keep)
+        msg = recovery.event_message({}, old, plan, made, kept, why, cluster)
         ctx.event("Normal", regrow.REASON, msg)
         reason = regrow.REASON
     return st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)

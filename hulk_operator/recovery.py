@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hulk_operator.inventory import NodeInfo, Resources, fits
-from hulk_planner.model import JobPlan
+from hulk_planner.model import Cluster, JobPlan
 
 
 def lost_servers(
@@ -122,7 +122,26 @@ def pod_diff(existing: Sequence[str], desired: Sequence[str]) -> PodDiff:
     )
 
 
-def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
+def unlinked(cluster: Cluster | None, servers: Collection[str], plan: JobPlan) -> set[str]:
+    """Those of ``servers`` with no link (nor region link) in ``cluster`` to any server of
+    ``plan``: no stage of it could use them."""
+    if cluster is None:
+        return set()
+    keys = {lk.key for lk in cluster.links}
+    regions = {frozenset((rl.a, rl.b)) for rl in cluster.region_links}
+    where = {s.name: s.region for s in cluster.servers}
+
+    def linked(a: str, b: str) -> bool:
+        return frozenset((a, b)) in keys or frozenset((where[a], where[b])) in regions
+
+    return {
+        s for s in servers if s in where and not any(linked(s, n) for n in plan.nodes if n != s)
+    }
+
+
+def moves(
+    old: JobPlan, new: JobPlan, lost: Collection[str] = (), cut: Collection[str] = ()
+) -> list[str]:
     """Human-readable changes: first the servers (``kept 19 of 19 healthy servers, added
     xian-40``), then the stages. With the same number of stages every changed stage is
     named (``stage 2: beijing-3 -> xian-40``, ``layers moved in stage(s) 3, 4``); when the
@@ -140,8 +159,10 @@ def moves(old: JobPlan, new: JobPlan, lost: Collection[str] = ()) -> list[str]:
     released = [n for n in healthy if n not in new.nodes]
     if added:
         servers += f", added {', '.join(added)}"
-    if released:
-        servers += f", released {', '.join(released)}"
+    if released:  # (one that reaches none of the new plan's servers says so: a user trial)
+        servers += ", released " + ", ".join(
+            f"{n} (no link to the new plan's servers)" if n in cut else n for n in released
+        )
     out = [servers]
     if len(new.stages) != len(old.stages):
         out.append(f"{len(old.stages)} -> {len(new.stages)} stages, every stage laid out again")
@@ -182,6 +203,7 @@ def event_message(
     replaced: int,
     kept: int,
     cause: str | None = None,
+    cluster: Cluster | None = None,
 ) -> str:
     said = {
         "GPUsGone": "has fewer GPUs than its stage asks",
@@ -197,7 +219,8 @@ def event_message(
     causes = cause or ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
-    changed = "; ".join(moves(old, new, lost))
+    released = [n for n in old.nodes if n not in lost and n not in new.nodes]
+    changed = "; ".join(moves(old, new, lost, unlinked(cluster, released, new)))
     gone = len(old.nodes) - kept  # one pod per server of the old plan
     if gone == replaced:
         pods = f"{replaced} pod(s) replaced, {kept} kept"

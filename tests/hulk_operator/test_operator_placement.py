@@ -597,6 +597,25 @@ def test_event_names_stages_whose_layers_moved() -> None:
     )
 
 
+def test_a_released_server_with_no_link_to_the_new_plan_says_so() -> None:
+    """Before: "released rome-41", as if the planner threw a good server away, where it
+    reached none of the job's other servers (a user trial)."""
+    from hulk_planner.model import Cluster, JobPlan, Link, Server, Stage
+
+    servers = tuple(Server(n, "r", 1, 80.0, 100.0) for n in "abcde")
+    links = (Link("a", "d", 1.0), Link("a", "e", 1.0), Link("d", "e", 1.0), Link("a", "b", 1.0))
+    old = JobPlan("j", (Stage((0, 4), ("a",)), Stage((4, 8), ("b",)), Stage((8, 12), ("c",))), 4)
+    new = JobPlan("j", (Stage((0, 6), ("d",)), Stage((6, 12), ("e",))), 4)
+    lost = {"c": "NotReady"}
+    msg = recovery.event_message(lost, old, new, 2, 0, cluster=Cluster("k", servers, links))
+    # b's only link was to a, which the new plan does not use either
+    assert "released a, b (no link to the new plan's servers);" in msg, msg
+    # b linked to d: no note; no cluster: none either (as before)
+    more = Cluster("k", servers, (*links, Link("b", "d", 1.0)))
+    assert "released a, b;" in recovery.event_message(lost, old, new, 2, 0, cluster=more)
+    assert "released a, b;" in recovery.event_message(lost, old, new, 2, 0)
+
+
 def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
     """A re-plan to another number of stages shifts every stage index: the event says
     which servers stayed, came and went rather than pairing unrelated stages."""
