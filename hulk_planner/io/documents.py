@@ -1,0 +1,145 @@
+"""Reading YAML or JSON documents, and the field readers every format shares: each
+problem is an ``InvalidRequest`` naming the path inside the document."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hulk_planner.errors import InvalidRequest, shown
+
+API_VERSION = "hulk.dev/v1alpha1"
+
+
+# What to write where a server's field is missing (the fix its error names).
+_SERVER_HINTS = {
+    "gpuTFLOPS": "peak dense 16-bit TFLOPS of one GPU: 989 for an H100 SXM, 312 for an A100",
+    "gpuMemoryGiB": "GiB of memory of one GPU: 80 for an H100 or A100-80GB",
+    "gpus": "the number of GPUs in the server, e.g. 8",
+}
+
+
+def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(doc, Mapping):
+        raise InvalidRequest(where, f"must be a mapping, got {type(doc).__name__}")
+    if key not in doc or doc[key] is None:
+        hint = _SERVER_HINTS.get(key) if where.startswith("spec.nodes[") else None
+        fix = f"add it: {hint}" if hint else "add it; docs/formats.md lists each field"
+        raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing", fix)
+    return doc[key]
+
+
+def _number(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
+    if default is not ... and doc.get(key) is None:
+        return default
+    value = _require(doc, key, where)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{where}.{key}", f"must be a number, got {value!r}")
+    return value
+
+
+def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
+    """A required string field: YAML reads ``on``, ``no``, ``true`` or ``123`` unquoted as
+    booleans and numbers, which must not turn into server ``True`` or region ``{'a': 1}``."""
+    value = _require(doc, key, where)
+    if not isinstance(value, str):
+        raise InvalidRequest(
+            f"{where}.{key}",
+            f"must be a string, got {shown(value)}",
+            "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as "
+            "other types",
+        )
+    return value
+
+
+def _check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}")
+    if doc.get("kind") != kind:
+        raise InvalidRequest(f"{source}: kind", _found(doc, "kind"), f"expected {kind!r}")
+    if doc.get("apiVersion") != API_VERSION:
+        raise InvalidRequest(
+            f"{source}: apiVersion", _found(doc, "apiVersion"), f"use {API_VERSION!r}"
+        )
+    return doc
+
+
+def _found(doc: Mapping[str, Any], key: str) -> str:
+    return f"is {doc[key]!r}" if doc.get(key) is not None else "is missing"
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, with numbers as JSON and YAML 1.2 write them: YAML 1.1 reads
+    ``7e9``, ``1e-05`` or ``1.0e308`` (an exponent without a dot or a sign) as strings; and a
+    key given twice in one mapping is an error, as in kubectl (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # ``<<: *anchor``: its keys may be overridden here
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"found the key {key!r} twice in one mapping",
+                        key_node.start_mark,
+                    )  # fmt: skip
+                if isinstance(key, Hashable):
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_documents(path: str | Path) -> list[Any]:
+    """All YAML/JSON documents of a file (JSON is YAML), skipping empty ones."""
+    p = Path(path)
+    try:
+        text = sys.stdin.read() if str(path) == "-" else p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidRequest(str(p), f"cannot be read: {exc.strerror}", "check the path") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            str(p),
+            f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            "save it as UTF-8",
+        ) from None
+    try:
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark else str(p)
+        raise InvalidRequest(where, "is not valid YAML or JSON", str(exc).splitlines()[0]) from None
+
+
+def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    """An optional list field (absent or null is empty)."""
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        name = f"{where}.{key}" if where else key
+        raise InvalidRequest(name, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """An optional mapping field (absent or null is empty)."""
+    value = doc.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        name = f"{where}.{key}" if where else key
+        raise InvalidRequest(name, f"must be a mapping, got {type(value).__name__}")
+    return value

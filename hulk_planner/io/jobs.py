@@ -1,0 +1,265 @@
+"""``HulkTrainingJob`` manifests: the jobs to plan, as kubectl would apply them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.io.documents import (
+    API_VERSION,
+    _check_kind,
+    _mapping,
+    _number,
+    _require,
+    load_documents,
+)
+from hulk_planner.model import (
+    Job,
+    ModelSpec,
+)
+from hulk_planner.presets import preset, preset_model
+
+# The HulkTrainingJob fields (the CRD's schema, crds/hulktrainingjobs.hulk.dev.yaml; a test
+# keeps the two alike): `hulk plan` reads the manifests kubectl would apply, where the API
+# server refuses any other field.
+JOB_FIELDS: dict[str, tuple[str, ...]] = {
+    "": ("apiVersion", "kind", "metadata", "spec", "status"),
+    "spec": (
+        "model",
+        "training",
+        "template",
+        "allowedRegions",
+        "nodeSelector",
+        "priority",
+        "backoffLimit",
+        "masterPort",
+        "suspend",
+        "regrow",
+    ),
+    "spec.model": (
+        "preset",
+        "parameters",
+        "layers",
+        "hiddenSize",
+        "sequenceLength",
+        "attentionHeads",
+    ),
+    "spec.training": ("globalBatchSize", "microBatchSize"),
+    "spec.regrow": ("minSpeedup", "afterSeconds"),
+}
+# spec.regrow's defaults (the CRD's): re-plan onto free servers for a 1.25x faster step,
+# once every stage has run 300 s without a break
+REGROW_MIN_SPEEDUP, REGROW_AFTER_S = 1.25, 300
+
+
+def regrow_settings(spec: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``spec.regrow`` as (minSpeedup, afterSeconds), None where it is absent; checked as
+    the CRD's schema checks it."""
+    regrow = spec.get("regrow")
+    if regrow is None:
+        return None
+    if not isinstance(regrow, Mapping):
+        raise InvalidRequest(
+            "spec.regrow", f"must be a mapping, got {regrow!r}", "e.g. regrow: {minSpeedup: 1.25}"
+        )
+    w = "spec.regrow"
+    speedup = _number(regrow, "minSpeedup", w, REGROW_MIN_SPEEDUP)
+    if not (speedup > 1 and math.isfinite(speedup)):
+        raise InvalidRequest(
+            f"{w}.minSpeedup",
+            f"must be above 1, got {speedup!r}",
+            "give how many times faster a new plan must be, e.g. 1.25",
+        )
+    after = _number(regrow, "afterSeconds", w, REGROW_AFTER_S)
+    if not float(after).is_integer() or after < 0:  # (2.0 is the API server's 2)
+        raise InvalidRequest(f"{w}.afterSeconds", f"must be a whole number >= 0, got {after!r}")
+    return float(speedup), float(after)
+
+
+def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
+    """A job manifest's fields that a HulkTrainingJob does not have, each with where it
+    belongs or the field it is likely a typo of: the planner ignores them (the spec says
+    so), and a user who put ``globalBatchSize`` beside ``model`` should hear it."""
+    import difflib
+
+    out: list[str] = []
+    for section, known in JOB_FIELDS.items():
+        node: Any = doc
+        for part in filter(None, section.split(".")):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        for key in node:
+            if key in known:
+                continue
+            where = f"{section}." if section else ""
+            text = f"{where}{key} is not a HulkTrainingJob field: ignored"
+            home = [s for s, fields in JOB_FIELDS.items() if key in fields]
+            close = difflib.get_close_matches(str(key), known, n=1)
+            if home:
+                text += f" (it belongs under {home[0] or 'the top level'})"
+            elif close:
+                text += f" (did you mean {where}{close[0]}?)"
+            out.append(text)
+    return out
+
+
+def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Job:
+    """A job from a ``HulkTrainingJob`` manifest (fields the planner does not need are ignored)."""
+    _check_kind(doc, "HulkTrainingJob", source)
+    meta = _require(doc, "metadata", "")
+    name = _require(meta, "name", "metadata")
+    spec = _require(doc, "spec", "")
+    model = _require(spec, "model", "spec")
+    if not isinstance(model, Mapping):
+        raise InvalidRequest("spec.model", "must be a mapping")
+    training = _mapping(spec, "training", "spec")
+    defaults: tuple[int, int] | None = None
+    if model.get("preset"):
+        base = preset_model(str(model["preset"]))
+        p = preset(str(model["preset"]))
+        defaults = (p.global_batch_size, p.micro_batch_size)
+        overrides = {
+            k: model[v]
+            for k, v in (
+                ("parameters", "parameters"),
+                ("layers", "layers"),
+                ("hidden_size", "hiddenSize"),
+                ("sequence_length", "sequenceLength"),
+                ("attention_heads", "attentionHeads"),
+            )
+            if model.get(v) is not None
+        }
+        spec_model = ModelSpec(
+            overrides.get("parameters", base.parameters),
+            overrides.get("layers", base.layers),
+            overrides.get("hidden_size", base.hidden_size),
+            overrides.get("sequence_length", base.sequence_length),
+            overrides.get("attention_heads", base.attention_heads),
+            base.preset,
+        )
+    else:
+        w = "spec.model"
+        try:
+            spec_model = ModelSpec(
+                _number(model, "parameters", w),
+                _number(model, "layers", w),
+                _number(model, "hiddenSize", w),
+                _number(model, "sequenceLength", w),
+                _number(model, "attentionHeads", w, None),
+            )
+        except InvalidRequest as exc:
+            if "missing" in exc.problem:
+                raise InvalidRequest(
+                    exc.field, exc.problem, "give spec.model.preset or all four model sizes"
+                ) from None
+            raise
+    if defaults is None and not training:
+        raise InvalidRequest(
+            "spec.training",
+            "is required when no preset is named",
+            "give globalBatchSize and microBatchSize",
+        )
+    w = "spec.training"
+    gbs = _number(training, "globalBatchSize", w, defaults[0] if defaults else ...)
+    mbs = _number(training, "microBatchSize", w, defaults[1] if defaults else ...)
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidRequest("spec.priority", f"must be a whole number, got {priority!r}")
+    if not isinstance(spec.get("suspend", False), bool):
+        raise InvalidRequest("spec.suspend", f"must be true or false, got {spec['suspend']!r}")
+    regrow_settings(spec)
+    return Job(str(name), spec_model, gbs, mbs, priority)
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    m = job.model
+    model: dict[str, Any] = {"preset": m.preset} if m.preset else {}
+    model.update(
+        {
+            "parameters": m.parameters,
+            "layers": m.layers,
+            "hiddenSize": m.hidden_size,
+            "sequenceLength": m.sequence_length,
+        }
+    )
+    if m.attention_heads:
+        model["attentionHeads"] = m.attention_heads
+    spec: dict[str, Any] = {
+        "model": model,
+        "training": {
+            "globalBatchSize": job.global_batch_size,
+            "microBatchSize": job.micro_batch_size,
+        },
+    }
+    if job.priority:
+        spec["priority"] = job.priority
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": job.name},
+        "spec": spec,
+    }
+
+
+def load_jobs(paths: Iterable[str | Path]) -> list[Job]:
+    return jobs_from_documents((str(path), load_documents(path)) for path in paths)
+
+
+def doc_source(path: str, i: int) -> str:
+    """How an error names the ``i``-th document (from 0) of a file: counted from 1, as an
+    editor shows them (it was ``jobs.yaml#0``; a user trial)."""
+    return f"{path} (document {i + 1})"
+
+
+def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
+    """Jobs of loaded manifests, (file name, its documents) in order: each error names the
+    file and the document (a None stands for one skipped: the others keep their places)."""
+    jobs: list[Job] = []
+    where: dict[str, str] = {}
+    for path, docs in files:
+        for i, doc in enumerate(docs):
+            if doc is None:
+                continue
+            source = doc_source(path, i)
+            try:
+                job = job_from_dict(doc, source)
+            except InvalidRequest as exc:
+                if exc.field.startswith(source):
+                    raise
+                raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
+            if job.name in where:
+                first = where[job.name]
+                if first == doc_source(path, i):  # (the same file given twice)
+                    raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
+                raise InvalidRequest(
+                    f"{source}: metadata.name",
+                    f"job {job.name!r} is given twice (also {first})",
+                    "rename one: a plan names each job once",
+                )
+            where[job.name] = source
+            jobs.append(job)
+    return jobs
+
+
+def other_api(doc: Any) -> bool:
+    """Whether a document is another API's object (``apiVersion: v1``, ``apps/v1``...), as
+    a bundle for ``kubectl apply -f`` holds beside its jobs; ``hulk.dev`` documents of a
+    wrong kind are not (they are refused, naming the kind)."""
+    version = doc.get("apiVersion") if isinstance(doc, Mapping) else None
+    return isinstance(version, str) and bool(version) and not version.startswith("hulk.dev/")
+
+
+def expand_lists(docs: Sequence[Any]) -> list[Any]:
+    """Documents with each ``kind: List`` (what ``kubectl get -o yaml`` writes) replaced by
+    its items."""
+    out: list[Any] = []
+    for d in docs:
+        if isinstance(d, Mapping) and d.get("kind") == "List" and isinstance(d.get("items"), list):
+            out.extend(d["items"])
+        else:
+            out.append(d)
+    return out

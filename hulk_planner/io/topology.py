@@ -1,0 +1,188 @@
+"""``ClusterTopology`` documents: the cluster's servers, regions and links."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.io.documents import (
+    API_VERSION,
+    _check_kind,
+    _list,
+    _mapping,
+    _number,
+    _require,
+    _text,
+    load_documents,
+)
+from hulk_planner.model import (
+    Cluster,
+    Link,
+    RegionLink,
+    Server,
+)
+
+L = TypeVar("L", Link, RegionLink)
+
+
+def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
+    """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields)."""
+    out = []
+    for i, lk in enumerate(_list(spec, key, "spec")):
+        w = f"spec.{key}[{i}]"
+        out.append(
+            kind(
+                _text(lk, "a", w),
+                _text(lk, "b", w),
+                _number(lk, "latencyMs", w),
+                _number(lk, "bandwidthGbps", w, None),
+            )
+        )
+    return out
+
+
+def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
+    _check_kind(doc, "ClusterTopology", source)
+    spec = _require(doc, "spec", "")
+    nodes = _require(spec, "nodes", "spec")
+    if not isinstance(nodes, list):
+        raise InvalidRequest("spec.nodes", "must be a list of servers")
+    servers = []
+    for i, n in enumerate(nodes):
+        w = f"spec.nodes[{i}]"
+        if _text(n, "name", w) == "":  # (told as "name", no path: a user trial)
+            raise InvalidRequest(
+                f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
+            )
+        servers.append(
+            Server(
+                name=_text(n, "name", w),
+                region=_text(n, "region", w).strip(),
+                gpus=_number(n, "gpus", w),
+                gpu_memory_gib=_number(n, "gpuMemoryGiB", w),
+                gpu_tflops=_number(n, "gpuTFLOPS", w),
+                gpu_product=n.get("gpuProduct"),
+                compute_capability=n.get("computeCapability"),
+                zone=n.get("zone"),
+            )
+        )
+    links = tuple(_links(spec, "links", Link))
+    region_links = tuple(_links(spec, "regionLinks", RegionLink))
+    regions = {s.region for s in servers}
+    pairs: set[frozenset[str]] = set()
+    for i, rl in enumerate(region_links):
+        for end in (rl.a, rl.b):
+            if end not in regions:
+                raise InvalidRequest(
+                    f"spec.regionLinks[{i}]",
+                    f"names unknown region {end!r}",
+                    f"use a region of spec.nodes: {', '.join(sorted(regions))}",
+                )
+        if frozenset((rl.a, rl.b)) in pairs:
+            raise InvalidRequest(
+                f"spec.regionLinks[{i}]", f"{rl.a}-{rl.b} is listed twice", "keep one"
+            )
+        pairs.add(frozenset((rl.a, rl.b)))
+    name = _mapping(doc, "metadata", "").get("name") or "cluster"
+    return Cluster(str(name), tuple(servers), links, region_links)
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    nodes = []
+    for s in cluster.servers:
+        node: dict[str, Any] = {
+            "name": s.name,
+            "region": s.region,
+            "gpus": s.gpus,
+            "gpuMemoryGiB": s.gpu_memory_gib,
+            "gpuTFLOPS": s.gpu_tflops,
+        }
+        for key, value in (
+            ("gpuProduct", s.gpu_product),
+            ("computeCapability", s.compute_capability),
+            ("zone", s.zone),
+        ):
+            if value is not None:
+                node[key] = value
+        nodes.append(node)
+
+    def link(lk: Link | RegionLink) -> dict[str, Any]:
+        out: dict[str, Any] = {"a": lk.a, "b": lk.b, "latencyMs": lk.latency_ms}
+        if lk.bandwidth_gbps is not None:
+            out["bandwidthGbps"] = lk.bandwidth_gbps
+        return out
+
+    spec: dict[str, Any] = {"nodes": nodes, "links": [link(lk) for lk in cluster.links]}
+    if cluster.region_links:
+        spec["regionLinks"] = [link(lk) for lk in cluster.region_links]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterTopology",
+        "metadata": {"name": cluster.name},
+        "spec": spec,
+    }
+
+
+def load_cluster(path: str | Path, notes: list[str] | None = None) -> Cluster:
+    """The one ClusterTopology of a file; ``notes`` gets a line for each field it does not
+    know (ignored, as a typo of an optional field would be: ``regionlinks``)."""
+    docs = load_documents(path)
+    if len(docs) != 1:
+        raise InvalidRequest(str(path), f"holds {len(docs)} documents", "give one ClusterTopology")
+    try:
+        cluster = cluster_from_dict(docs[0], str(path))
+        if notes is not None:
+            notes += [f"{path}: {text}" for text in unknown_topology_fields(docs[0])]
+        return cluster
+    except InvalidRequest as exc:
+        if exc.field.startswith(str(path)):
+            raise
+        raise InvalidRequest(f"{path}: {exc.field}", exc.problem, exc.fix) from None
+
+
+# The ClusterTopology fields (docs/formats.md); "[]" marks each entry of a list.
+TOPOLOGY_FIELDS: dict[str, tuple[str, ...]] = {
+    "": ("apiVersion", "kind", "metadata", "spec"),
+    "spec": ("nodes", "links", "regionLinks"),
+    "spec.nodes[]": (
+        "name",
+        "region",
+        "gpus",
+        "gpuMemoryGiB",
+        "gpuTFLOPS",
+        "gpuProduct",
+        "computeCapability",
+        "zone",
+    ),
+    "spec.links[]": ("a", "b", "latencyMs", "bandwidthGbps"),
+    "spec.regionLinks[]": ("a", "b", "latencyMs", "bandwidthGbps"),
+}
+
+
+def unknown_topology_fields(doc: Mapping[str, Any]) -> list[str]:
+    """A topology's fields that a ClusterTopology does not have, each with the field it is
+    likely a typo of (one line per field name and place, however many entries repeat it)."""
+    import difflib
+
+    out: dict[str, str] = {}
+    for section, known in TOPOLOGY_FIELDS.items():
+        path = section.removesuffix("[]")
+        node: Any = doc
+        for part in filter(None, path.split(".")):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        entries = node if section.endswith("[]") and isinstance(node, list) else [node]
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            for key in entry:
+                where = f"{section}." if section else ""
+                if key in known or f"{where}{key}" in out:
+                    continue
+                text = f"{where}{key} is not a ClusterTopology field: ignored"
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
+                if close:
+                    text += f" (did you mean {where}{close[0]}?)"
+                out[f"{where}{key}"] = text
+    return list(out.values())
