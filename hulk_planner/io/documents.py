@@ -24,7 +24,7 @@ _SERVER_HINTS = {
 }
 
 
-def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
+def required(doc: Mapping[str, Any], key: str, where: str) -> Any:
     if not isinstance(doc, Mapping):
         raise InvalidRequest(where, f"must be a mapping, got {type(doc).__name__}")
     if key not in doc or doc[key] is None:
@@ -34,19 +34,19 @@ def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
     return doc[key]
 
 
-def _number(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
+def number_field(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
     if default is not ... and doc.get(key) is None:
         return default
-    value = _require(doc, key, where)
+    value = required(doc, key, where)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(f"{where}.{key}", f"must be a number, got {value!r}")
     return value
 
 
-def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
+def text_field(doc: Mapping[str, Any], key: str, where: str) -> str:
     """A required string field: YAML reads ``on``, ``no``, ``true`` or ``123`` unquoted as
     booleans and numbers, which must not turn into server ``True`` or region ``{'a': 1}``."""
-    value = _require(doc, key, where)
+    value = required(doc, key, where)
     if not isinstance(value, str):
         raise InvalidRequest(
             f"{where}.{key}",
@@ -57,19 +57,19 @@ def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
+def check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
         raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}")
     if doc.get("kind") != kind:
-        raise InvalidRequest(f"{source}: kind", _found(doc, "kind"), f"expected {kind!r}")
+        raise InvalidRequest(f"{source}: kind", found_in(doc, "kind"), f"expected {kind!r}")
     if doc.get("apiVersion") != API_VERSION:
         raise InvalidRequest(
-            f"{source}: apiVersion", _found(doc, "apiVersion"), f"use {API_VERSION!r}"
+            f"{source}: apiVersion", found_in(doc, "apiVersion"), f"use {API_VERSION!r}"
         )
     return doc
 
 
-def _found(doc: Mapping[str, Any], key: str) -> str:
+def found_in(doc: Mapping[str, Any], key: str) -> str:
     return f"is {doc[key]!r}" if doc.get(key) is not None else "is missing"
 
 
@@ -123,7 +123,7 @@ def load_documents(path: str | Path) -> list[Any]:
         raise InvalidRequest(where, "is not valid YAML or JSON", str(exc).splitlines()[0]) from None
 
 
-def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
+def list_field(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
     """An optional list field (absent or null is empty)."""
     value = doc.get(key)
     if value is None:
@@ -134,7 +134,7 @@ def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+def mapping_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     """An optional mapping field (absent or null is empty)."""
     value = doc.get(key)
     if value is None:

@@ -10,11 +10,11 @@ from typing import Any
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io.documents import (
     API_VERSION,
-    _check_kind,
-    _mapping,
-    _number,
-    _require,
+    check_kind,
     load_documents,
+    mapping_field,
+    number_field,
+    required,
 )
 from hulk_planner.model import (
     Job,
@@ -66,14 +66,14 @@ def regrow_settings(spec: Mapping[str, Any]) -> tuple[float, float] | None:
             "spec.regrow", f"must be a mapping, got {regrow!r}", "e.g. regrow: {minSpeedup: 1.25}"
         )
     w = "spec.regrow"
-    speedup = _number(regrow, "minSpeedup", w, REGROW_MIN_SPEEDUP)
+    speedup = number_field(regrow, "minSpeedup", w, REGROW_MIN_SPEEDUP)
     if not (speedup > 1 and math.isfinite(speedup)):
         raise InvalidRequest(
             f"{w}.minSpeedup",
             f"must be above 1, got {speedup!r}",
             "give how many times faster a new plan must be, e.g. 1.25",
         )
-    after = _number(regrow, "afterSeconds", w, REGROW_AFTER_S)
+    after = number_field(regrow, "afterSeconds", w, REGROW_AFTER_S)
     if not float(after).is_integer() or after < 0:  # (2.0 is the API server's 2)
         raise InvalidRequest(f"{w}.afterSeconds", f"must be a whole number >= 0, got {after!r}")
     return float(speedup), float(after)
@@ -109,14 +109,14 @@ def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
 
 def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Job:
     """A job from a ``HulkTrainingJob`` manifest (fields the planner does not need are ignored)."""
-    _check_kind(doc, "HulkTrainingJob", source)
-    meta = _require(doc, "metadata", "")
-    name = _require(meta, "name", "metadata")
-    spec = _require(doc, "spec", "")
-    model = _require(spec, "model", "spec")
+    check_kind(doc, "HulkTrainingJob", source)
+    meta = required(doc, "metadata", "")
+    name = required(meta, "name", "metadata")
+    spec = required(doc, "spec", "")
+    model = required(spec, "model", "spec")
     if not isinstance(model, Mapping):
         raise InvalidRequest("spec.model", "must be a mapping")
-    training = _mapping(spec, "training", "spec")
+    training = mapping_field(spec, "training", "spec")
     defaults: tuple[int, int] | None = None
     if model.get("preset"):
         base = preset_model(str(model["preset"]))
@@ -145,11 +145,11 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
         w = "spec.model"
         try:
             spec_model = ModelSpec(
-                _number(model, "parameters", w),
-                _number(model, "layers", w),
-                _number(model, "hiddenSize", w),
-                _number(model, "sequenceLength", w),
-                _number(model, "attentionHeads", w, None),
+                number_field(model, "parameters", w),
+                number_field(model, "layers", w),
+                number_field(model, "hiddenSize", w),
+                number_field(model, "sequenceLength", w),
+                number_field(model, "attentionHeads", w, None),
             )
         except InvalidRequest as exc:
             if "missing" in exc.problem:
@@ -164,8 +164,8 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
             "give globalBatchSize and microBatchSize",
         )
     w = "spec.training"
-    gbs = _number(training, "globalBatchSize", w, defaults[0] if defaults else ...)
-    mbs = _number(training, "microBatchSize", w, defaults[1] if defaults else ...)
+    gbs = number_field(training, "globalBatchSize", w, defaults[0] if defaults else ...)
+    mbs = number_field(training, "microBatchSize", w, defaults[1] if defaults else ...)
     priority = spec.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidRequest("spec.priority", f"must be a whole number, got {priority!r}")

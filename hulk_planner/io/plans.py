@@ -13,10 +13,10 @@ from hulk_planner.cost import check_stages
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io.documents import (
     API_VERSION,
-    _check_kind,
-    _list,
-    _number,
-    _require,
+    check_kind,
+    list_field,
+    number_field,
+    required,
 )
 from hulk_planner.model import (
     JobPlan,
@@ -61,7 +61,7 @@ def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Pla
     """A ``PlacementPlan`` document, checked for what holds whatever the cluster: each job
     named once, its stages covering layers ``[0, n)`` in order with equal replica counts,
     each server in one stage of one job. Errors name ``source`` and the field."""
-    _check_kind(doc, "PlacementPlan", source)
+    check_kind(doc, "PlacementPlan", source)
     try:
         return _plan_from_dict(doc)
     except InvalidRequest as exc:
@@ -72,25 +72,25 @@ def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Pla
 
 def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     jobs: list[JobPlan] = []
-    for i, j in enumerate(_list(doc, "jobs", "")):
+    for i, j in enumerate(list_field(doc, "jobs", "")):
         w = f"jobs[{i}]"
-        name = str(_require(j, "name", w))
+        name = str(required(j, "name", w))
         if any(jp.name == name for jp in jobs):
             raise InvalidRequest(f"{w}.name", f"{name!r} is listed twice", "keep one")
-        raw = _require(j, "stages", w)
+        raw = required(j, "stages", w)
         if not isinstance(raw, list) or not raw:
             raise InvalidRequest(f"{w}.stages", "must be a non-empty list of stages")
         stages: list[Stage] = []
         for k, s in enumerate(raw):
             at = f"{w}.stages[{k}]"
-            layers = _require(s, "layers", at)
+            layers = required(s, "layers", at)
             if not (
                 isinstance(layers, list)
                 and len(layers) == 2
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
             ):
                 raise InvalidRequest(f"{at}.layers", f"must be [start, end], got {layers!r}")
-            nodes = _require(s, "nodes", at)
+            nodes = required(s, "nodes", at)
             if (
                 not isinstance(nodes, list)
                 or not nodes
@@ -106,7 +106,7 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
                     f"{at}.{exc.field.split('.')[-1]}", exc.problem, exc.fix
                 ) from None
         t = j.get("predictedIterationSeconds")
-        micro = _number(j, "microBatches", w)
+        micro = number_field(j, "microBatches", w)
         check_positive(f"{w}.microBatches", micro, integer=True)
         jobs.append(
             JobPlan(
@@ -117,8 +117,8 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
             )
         )
     unplaced = tuple(
-        Unplaced(str(_require(u, "name", f"unplaced[{i}]")), str(u.get("reason") or ""))
-        for i, u in enumerate(_list(doc, "unplaced", ""))
+        Unplaced(str(required(u, "name", f"unplaced[{i}]")), str(u.get("reason") or ""))
+        for i, u in enumerate(list_field(doc, "unplaced", ""))
     )
     notes = tuple(str(n) for n in doc.get("notes") or ())
     plan = Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced, notes)

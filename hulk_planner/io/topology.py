@@ -9,13 +9,13 @@ from typing import Any, TypeVar
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io.documents import (
     API_VERSION,
-    _check_kind,
-    _list,
-    _mapping,
-    _number,
-    _require,
-    _text,
+    check_kind,
+    list_field,
     load_documents,
+    mapping_field,
+    number_field,
+    required,
+    text_field,
 )
 from hulk_planner.model import (
     Cluster,
@@ -30,39 +30,39 @@ L = TypeVar("L", Link, RegionLink)
 def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
     """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields)."""
     out = []
-    for i, lk in enumerate(_list(spec, key, "spec")):
+    for i, lk in enumerate(list_field(spec, key, "spec")):
         w = f"spec.{key}[{i}]"
         out.append(
             kind(
-                _text(lk, "a", w),
-                _text(lk, "b", w),
-                _number(lk, "latencyMs", w),
-                _number(lk, "bandwidthGbps", w, None),
+                text_field(lk, "a", w),
+                text_field(lk, "b", w),
+                number_field(lk, "latencyMs", w),
+                number_field(lk, "bandwidthGbps", w, None),
             )
         )
     return out
 
 
 def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
-    _check_kind(doc, "ClusterTopology", source)
-    spec = _require(doc, "spec", "")
-    nodes = _require(spec, "nodes", "spec")
+    check_kind(doc, "ClusterTopology", source)
+    spec = required(doc, "spec", "")
+    nodes = required(spec, "nodes", "spec")
     if not isinstance(nodes, list):
         raise InvalidRequest("spec.nodes", "must be a list of servers")
     servers = []
     for i, n in enumerate(nodes):
         w = f"spec.nodes[{i}]"
-        if _text(n, "name", w) == "":  # (told as "name", no path: a user trial)
+        if text_field(n, "name", w) == "":  # (told as "name", no path: a user trial)
             raise InvalidRequest(
                 f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
             )
         servers.append(
             Server(
-                name=_text(n, "name", w),
-                region=_text(n, "region", w).strip(),
-                gpus=_number(n, "gpus", w),
-                gpu_memory_gib=_number(n, "gpuMemoryGiB", w),
-                gpu_tflops=_number(n, "gpuTFLOPS", w),
+                name=text_field(n, "name", w),
+                region=text_field(n, "region", w).strip(),
+                gpus=number_field(n, "gpus", w),
+                gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
+                gpu_tflops=number_field(n, "gpuTFLOPS", w),
                 gpu_product=n.get("gpuProduct"),
                 compute_capability=n.get("computeCapability"),
                 zone=n.get("zone"),
@@ -85,7 +85,7 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
                 f"spec.regionLinks[{i}]", f"{rl.a}-{rl.b} is listed twice", "keep one"
             )
         pairs.add(frozenset((rl.a, rl.b)))
-    name = _mapping(doc, "metadata", "").get("name") or "cluster"
+    name = mapping_field(doc, "metadata", "").get("name") or "cluster"
     return Cluster(str(name), tuple(servers), links, region_links)
 
 
