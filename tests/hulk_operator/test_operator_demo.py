@@ -1,4 +1,5 @@
-"""``hulk demo`` checks its manifests before it starts anything."""
+"""``hulk demo`` checks its manifests and ports before it starts anything, and serves on
+with ``--keep``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    """``hulk demo`` with ``args``, where it is to stop before it starts anything."""
+    cmd = [sys.executable, "-m", "hulk", "demo", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -26,12 +33,7 @@ def test_bad_manifests_stop_the_demo_before_the_sandbox_starts(
     if text is not None:
         jobs.write_text(text)
     box = tmp_path / "box"
-    proc = subprocess.run(
-        [sys.executable, "-m", "hulk", "demo", "--jobs", str(jobs), "--dir", str(box)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _demo("--jobs", str(jobs), "--dir", str(box))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hulk demo: error: ") and message in lines[0]
@@ -46,12 +48,7 @@ def test_a_metrics_port_in_use_stops_the_demo_before_the_sandbox_starts(tmp_path
         held.bind(("0.0.0.0", 0))
         held.listen()
         port = held.getsockname()[1]
-        proc = subprocess.run(
-            [sys.executable, "-m", "hulk", "demo", "--dir", str(box), "--metrics-port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = _demo("--dir", str(box), "--metrics-port", str(port))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(
         f"hulk demo: error: --metrics-port: cannot listen on 0.0.0.0:{port} ("
