@@ -16,6 +16,7 @@ from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
 from hulk_operator.quotas import stage_quota, template_facts, with_defaults
+from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict, regrow_settings
 from hulk_planner.model import Job
@@ -64,7 +65,10 @@ class JobEntry:
     def constraints(self) -> tuple[Any, ...]:
         tol = tuple(sorted(repr(sorted(t.items())) for t in self.tolerations))
         terms = json.dumps(list(self.affinity), sort_keys=True)
-        return (self.node_selector, self.allowed_regions, tol, terms, self.requests)
+        # regions as matched (``inventory.selected``): ``[Berlin, Rome]`` and ``[rome,
+        # berlin]`` are one group (before, two, planned one after the other; a user trial)
+        regions = tuple(sorted({slug(r) for r in self.allowed_regions}))
+        return (self.node_selector, regions, tol, terms, self.requests)
 
 
 def object_entry(obj: Mapping[str, Any], namespace: str | None = None) -> JobEntry:
@@ -124,7 +128,9 @@ def job_entry(
                 )
             ),
         )
-    if error is None and (why := _bad_selector(ours) or _bad_restart(tmpl_spec)) is not None:
+    if error is None and (
+        why := _bad_selector(ours) or _bad_restart(tmpl_spec) or _blank_region(spec)
+    ):
         job, error = None, why
     if tmpl_spec.get("nodeName") and error is None:
         job, error = (
@@ -207,6 +213,22 @@ def _bad_selector(selector: Mapping[str, Any]) -> str | None:
                     f"{value!r} is not a label value",
                     "at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
                     "letter or digit; quote numbers and true/false",
+                )
+            )
+    return None
+
+
+def _blank_region(spec: Mapping[str, Any]) -> str | None:
+    """An ``allowedRegions`` entry with no letter or digit (``" "``): it matches no region
+    whatever the nodes, and the job waited for ever (a user trial)."""
+    for i, region in enumerate(spec.get("allowedRegions") or ()):
+        if isinstance(region, str) and not slug(region):
+            return str(
+                InvalidRequest(
+                    f"spec.allowedRegions[{i}]",
+                    f"{region!r} names no region",
+                    "give a region as the nodes' label topology.kubernetes.io/region writes it, "
+                    "e.g. london (case, spaces and punctuation aside)",
                 )
             )
     return None

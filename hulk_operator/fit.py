@@ -219,7 +219,7 @@ def planned_within(entry: JobEntry, servers: int, total: int | None = None) -> s
         return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"
     if total is not None and servers < total:
         return (
-            f" (planned on the {servers} free server(s) of the cluster's {total}: other jobs "
-            "or pods hold the rest; spec.priority does not preempt them)"
+            f" (planned on the {servers} free server(s) of the cluster's {total} usable: "
+            "other jobs or pods hold the rest; spec.priority does not preempt them)"
         )
     return ""

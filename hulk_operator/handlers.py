@@ -249,13 +249,20 @@ def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry, running: boo
     """Whether the job's spec is invalid, for the planner or for the operator (a template
     ``nodeName``, node selectors that contradict each other): then posted as a Warning
     Event, also in the log as a warning; for a ``running`` job's edit, saying that its
-    pods run on, as its condition does."""
+    pods run on, as its condition does. Not posted again where its condition says the
+    same already (an edit of another field that leaves the same error: before, the same
+    Warning again; a user trial)."""
     if entry.job is not None:
         return False
     message = entry.error or "invalid spec"
     if running:
         message = Refusal(message, waits=False).message
-    _warn(body, logger, INVALID_SPEC, message)
+    status = body.get("status") or {}
+    said = st.condition(status, st.PLANNED if running else st.FAILED) or {}
+    if (said.get("reason"), said.get("message")) == (INVALID_SPEC, message):
+        logger.info(f"{INVALID_SPEC} (said already): {message}")
+    else:
+        _warn(body, logger, INVALID_SPEC, message)
     return True
 
 
@@ -336,9 +343,17 @@ def hulktrainingjob_update(
         fields = f"spec.{', spec.'.join(sorted(changed))}"
         msg = None
         if plan is not None and not suspending:  # (a Suspended Event tells the other)
+            said = (st.condition(status, st.PLANNED) or {}).get("reason")
+            lifted = ""
+            if said in (INVALID_SPEC, EDIT_REFUSED):
+                # what changed from the spec the pods run, not from the refused one (before:
+                # the field of the last edit alone, after two refused ones; a user trial)
+                moved = _changed_from_running(plan, after) or changed
+                fields = f"spec.{', spec.'.join(sorted(moved))}"
+                lifted = "; the refusal of the earlier edit is lifted"
             msg = (
                 f"{fields} changed: planning it again; the new plan's stage pods replace "
-                "those it changes"
+                f"those it changes{lifted}"
             )
         elif failed and not suspending:  # (before: the InvalidSpec Warning stood alone)
             why = (st.condition(status, st.FAILED) or {}).get("reason") or "Failed"
@@ -380,6 +395,14 @@ def _edit_unhandled(body: kopf.Body) -> bool:
     # (kopf's record keeps the spec as it was; DIFFBASE.build(body) would deep-copy the
     # whole job at each tick to compare the same)
     return handled.get("spec") != body.get("spec")
+
+
+def _changed_from_running(plan: Mapping[str, Any], spec: Mapping[str, Any]) -> set[str]:
+    """The spec's fields that differ from those the job's pods were made from (its plan's
+    fingerprint); its plan-deciding fields, ``model`` for the job's sizes."""
+    running = plan.get("specHashes") or {}
+    now = spec_hashes(spec)
+    return {"model" if k == "job" else k for k in now if running.get(k) != now[k]}
 
 
 def _plan_stands(

@@ -399,7 +399,7 @@ def selected(
 
 @functools.cache
 def _slugs(regions: tuple[str, ...]) -> frozenset[str]:
-    """``allowedRegions`` as matched without regard to case or spaces: before, only the
+    """``allowedRegions`` as matched without regard to case, spaces or punctuation: before, only the
     label's exact value matched, where ``hulk plan`` on a topology file took ``London``
     for ``london`` (a user trial)."""
     return frozenset(slug(r) for r in regions)

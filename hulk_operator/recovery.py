@@ -160,9 +160,10 @@ def moves(
     if added:
         servers += f", added {', '.join(added)}"
     if released:  # (one that reaches none of the new plan's servers says so: a user trial)
-        servers += ", released " + ", ".join(
-            f"{n} (no link to the new plan's servers)" if n in cut else n for n in released
-        )
+        servers += f", released {', '.join(released)}"
+        apart = [n for n in released if n in cut]
+        if apart:
+            servers += f" ({', '.join(apart)}: no link to the new plan's servers)"
     out = [servers]
     if len(new.stages) != len(old.stages):
         out.append(f"{len(old.stages)} -> {len(new.stages)} stages, every stage laid out again")

@@ -71,7 +71,7 @@ def region_limits(
                     notes.append(
                         f"job {doc['metadata']['name']}: spec.allowedRegions[{k}] {name!r} is "
                         f"taken as region {region!r} (regions are matched without regard to "
-                        "case or spaces; the operator matches the node label "
+                        "case, spaces or punctuation; the operator matches the node label "
                         "topology.kubernetes.io/region the same way)"
                     )
                 regions.append(region)

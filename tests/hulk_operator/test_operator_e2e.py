@@ -453,6 +453,32 @@ def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any)
     assert not set(before) & {p.metadata.name for p in kube.live_pods("steady")}
 
 
+def test_edits_refused_in_turn_then_fixed_are_told_from_the_spec_the_pods_run(
+    kube: Kube, operator: Any
+) -> None:
+    """A user trial: after two refused edits, the fixing edit's SpecChanged named the field
+    of the last edit (not what changed from the running spec) and did not say the refusal
+    was lifted; an edit that left the same error posted the same Warning again."""
+    kube.apply(manifest("twice", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("twice") == "Running", 60)
+    _edit_preset(kube, "twice", "nosuch")
+    assert edit_refused(kube, "twice", 2)["reason"] == "InvalidSpec"
+    regions = {"spec": {"allowedRegions": ["atlantis"]}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "twice", regions)
+    assert edit_refused(kube, "twice", 3)["reason"] == "InvalidSpec"  # (the preset still)
+    _edit_preset(kube, "twice", "gpt2-xl")
+    assert edit_refused(kube, "twice", 4)["reason"] == "EditRefused"  # (atlantis)
+    undo = {"spec": {"allowedRegions": None}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "twice", undo)
+    (event,) = wait("told", lambda: kube.events("SpecChanged"), 30)
+    assert event.message == (
+        "spec.model changed: planning it again; the new plan's stage pods replace those it "
+        "changes; the refusal of the earlier edit is lifted"
+    ), event.message
+    wait("Running", lambda: kube.phase("twice") == "Running", 60)
+    assert len(kube.events("InvalidSpec")) == 1, [e.message for e in kube.events("InvalidSpec")]
+
+
 def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_for(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:

@@ -140,7 +140,8 @@ def test_constraints() -> None:
     assert inventory.selected(info, {"nvidia.com/gpu.count": "8"}, ["beijing"])
     assert not inventory.selected(info, {"nvidia.com/gpu.count": "4"}, None)
     assert not inventory.selected(info, None, ["shanghai"])
-    # without regard to case or spaces, as hulk plan takes them (before: the label exactly)
+    # without regard to case, spaces or punctuation, as hulk plan takes them (before: the
+    # label exactly)
     assert inventory.selected(info, None, ["Beijing"]) and inventory.selected(
         info, None, [" BEIJING"]
     )

@@ -609,7 +609,7 @@ def test_a_released_server_with_no_link_to_the_new_plan_says_so() -> None:
     lost = {"c": "NotReady"}
     msg = recovery.event_message(lost, old, new, 2, 0, cluster=Cluster("k", servers, links))
     # b's only link was to a, which the new plan does not use either
-    assert "released a, b (no link to the new plan's servers);" in msg, msg
+    assert "released a, b (b: no link to the new plan's servers);" in msg, msg
     # b linked to d: no note; no cluster: none either (as before)
     more = Cluster("k", servers, (*links, Link("b", "d", 1.0)))
     assert "released a, b;" in recovery.event_message(lost, old, new, 2, 0, cluster=more)
@@ -801,3 +801,29 @@ def test_a_disruption_is_logged_once_whichever_jobs_timer_sees_it() -> None:
          "until fewer are"),
         ("INFO", "NotReady nodes are taken as lost again"),
     ]  # fmt: skip
+
+
+def _regions_entry(regions: list[str]) -> Any:
+    from hulk_operator.entries import job_entry
+
+    spec: dict[str, Any] = {
+        "model": {"preset": "bert-large"},
+        "template": {"spec": {"containers": [{"name": "t"}]}},
+        "allowedRegions": regions,
+    }
+    body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
+    return job_entry("ml", "j", "u", body, {"generation": 1}, spec, {})
+
+
+def test_allowed_regions_as_matched_make_one_group_and_a_blank_one_is_invalid() -> None:
+    """A user trial: ``[Berlin, Rome]`` and ``[rome, berlin]`` were two groups, planned one
+    after the other, though they match the same servers; ``[" "]`` waited for ever."""
+    a, b = _regions_entry(["Berlin", "Rome"]), _regions_entry(["rome", " berlin"])
+    assert a.constraints == b.constraints
+    assert a.constraints != _regions_entry(["rome"]).constraints
+    blank = _regions_entry(["london", " "])
+    assert blank.job is None and blank.error == (
+        "spec.allowedRegions[1]: ' ' names no region (give a region as the nodes' label "
+        "topology.kubernetes.io/region writes it, e.g. london (case, spaces and punctuation "
+        "aside))"
+    ), blank.error

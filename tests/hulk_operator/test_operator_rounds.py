@@ -145,8 +145,8 @@ def test_an_unplaceable_job_says_the_servers_it_was_planned_on_were_the_free_one
     total = sum(1 for i in nodes().values() if i.server)
     assert d.job_plan is None and "; the 1 server(s) planned on have " in d.reason
     assert d.reason.endswith(
-        f" usable (planned on the 1 free server(s) of the cluster's {total}: other jobs or "
-        "pods hold the rest; spec.priority does not preempt them)"
+        f" usable (planned on the 1 free server(s) of the cluster's {total} usable: other "
+        "jobs or pods hold the rest; spec.priority does not preempt them)"
     ), d.reason
 
 

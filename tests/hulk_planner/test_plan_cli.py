@@ -363,8 +363,9 @@ def test_allowed_regions_apply_to_a_topology_file_and_node_selectors_are_noted(
         "operator, not to a topology file: this plan ignores it (preview with --kubeconfig "
         "to apply it)",
         "hulk plan: note: job bert-large: spec.allowedRegions[0] 'california' is taken as "
-        "region 'California' (regions are matched without regard to case or spaces; the "
-        "operator matches the node label topology.kubernetes.io/region the same way)",
+        "region 'California' (regions are matched without regard to case, spaces or "
+        "punctuation; the operator matches the node label topology.kubernetes.io/region the "
+        "same way)",
     ]
     # the baselines keep to the region too
     table = hulk("plan", "--cluster", files[0], "--jobs", jobs, "--time-budget", "0.1")
