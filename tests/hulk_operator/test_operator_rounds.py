@@ -209,8 +209,8 @@ def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
 def test_a_higher_priority_job_gets_the_plan_it_would_get_alone() -> None:
     """Jobs of different priorities were planned together: the servers were shared, and
     the higher one could get the slower plan (a user trial: priority 100 on 1 server at
-    796 s, priority 0 on 2 at 658 s). Here, three servers of Beijing free: before, 5.90 s
-    for the high one, 4.91 s for the low one."""
+    796 s, priority 0 on 2 at 658 s). Here, three servers of Beijing free: before, they
+    were shared, and the high one got the slower plan."""
     kept = set(
         sorted(n for n, i in nodes().items() if i.server and i.server.region == "beijing")[:3]
     )
