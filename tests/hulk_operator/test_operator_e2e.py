@@ -706,8 +706,13 @@ def test_replacing_a_job_is_handled_as_an_edit_from_what_its_pods_run(
         return kube.phase("swapped") == "Running" and bool(ok)
 
     wait("planned again", replanned, 60)
-    said = [e for e in kube.events("SpecChanged") if e.involved_object.name == "swapped"]
-    assert said and said[0].message.startswith("spec.template changed: planning it again")
+    said = sorted(e.message for e in kube.events("SpecChanged"))
+    assert said == [
+        "spec.template changed: planning it again; the new plan's stage pods replace those it "
+        "changes",
+        "the spec is back to the one its pods run: its plan stands; the refusal of the "
+        "earlier edit is lifted",  # (the first replace)
+    ], said
     assert not kube.events("StageRecreated")
 
 
@@ -769,7 +774,7 @@ def test_a_refused_template_edit_leaves_a_running_job_running(kube: Kube, operat
     (said,) = [e for e in kube.events("SpecChanged") if e.involved_object.name == "tmpledit"]
     assert said.message == (
         "spec.template changed: planning it again; the new plan's stage pods replace those it "
-        "changes"
+        "changes; the refusal of the earlier edit is lifted"
     ), said.message
 
 
