@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,6 +133,8 @@ async def operator_startup(
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     memo.metrics = memo.get("metrics") or Metrics()
+    if isinstance(paused := memo.get(PAUSED_NOW), threading.Event):
+        memo.metrics.paused = paused  # (the peering log's word: ``pauses.PauseWatch``)
     if cfg.metrics_port:
         memo.metrics.serve(cfg.metrics_port)
     if "plan_fn" not in memo:

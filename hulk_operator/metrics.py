@@ -16,6 +16,7 @@ series' first increment otherwise).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -32,6 +33,10 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self._served: tuple[str, int] | None = None
+        # set while a peer pauses this replica (``pauses.PAUSED_NOW``): no per-job figure
+        # is written then (a reconciliation in flight when the pause came wrote one after
+        # ``clear_jobs``, and the paused replica exported it for good)
+        self.paused = threading.Event()
         r = self.registry
         self.plans = Counter("hulk_plans_total", "Planning results per job", ["result"], registry=r)
         self.planning_seconds = Histogram(
@@ -79,6 +84,8 @@ class Metrics:
         self.predicted.clear()
 
     def set_phases(self, phases: Iterable[str]) -> None:
+        if self.paused.is_set():
+            return
         counts: dict[str, int] = dict.fromkeys(PHASES, 0)
         for p in phases:
             counts[p] = counts.get(p, 0) + 1
@@ -86,6 +93,8 @@ class Metrics:
             self.jobs.labels(phase=phase).set(n)
 
     def set_predicted(self, namespace: str, job: str, seconds: float | None) -> None:
+        if self.paused.is_set():
+            return
         if seconds is None:
             try:
                 self.predicted.remove(namespace, job)

@@ -34,6 +34,12 @@ def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> N
         log.info("Pausing operations in favour of [<Peer b: priority=9>].")
         assert 'job="gpt"' not in metrics.text() and "hulk_jobs{" not in metrics.text()
         assert not stop.is_set() and per_object[PAUSED_NOW].is_set()  # (for /healthz)
+        # a reconciliation in flight when the pause came writes no figure (before, it did
+        # after they were cleared, and the paused replica exported it: a sandbox test)
+        metrics.paused = per_object[PAUSED_NOW]  # (as the operator's startup hands it)
+        metrics.set_predicted("ml", "gpt", 2.5)
+        metrics.set_phases(["Running"])
+        assert 'job="gpt"' not in metrics.text() and "hulk_jobs{" not in metrics.text()
         log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
         assert not per_object[PAUSED_NOW].is_set()
     assert stop.is_set() and watch.restart and per_object[RESTARTING].is_set()
