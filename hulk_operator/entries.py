@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator import status as st
-from hulk_operator.inventory import Resources, pod_requests
+from hulk_operator.inventory import Resources, pod_requests, region_keys
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
 from hulk_operator.quotas import stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
@@ -67,7 +67,7 @@ class JobEntry:
         terms = json.dumps(list(self.affinity), sort_keys=True)
         # regions as matched (``inventory.selected``): ``[Berlin, Rome]`` and ``[rome,
         # berlin]`` are one group (before, two, planned one after the other; a user trial)
-        regions = tuple(sorted({slug(r) for r in self.allowed_regions}))
+        regions = tuple(sorted(region_keys(self.allowed_regions)))
         return (self.node_selector, regions, tol, terms, self.requests)
 
 

@@ -292,9 +292,7 @@ def hulktrainingjob_update(
     nodes it may use could hold (a typo'd region or parameter count must not stop a
     training run). A finished job runs again after any edit but defaults filled in."""
     if old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
-        running = (status.get("plan") or {}).get("specHashes") or {}
-        now = spec_hashes(new)
-        changed = {"model" if k == "job" else k for k in now if running.get(k) != now[k]}
+        changed = _changed_from_running(status.get("plan") or {}, new)
         if not changed and status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED):
             logger.info(f"{name} is {status.get('phase')}: replaced with its spec, nothing to do")
             return

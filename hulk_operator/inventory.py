@@ -392,16 +392,16 @@ def selected(
     # (a node that is no server, e.g. its GPU labels unreadable, by its region label: it
     # matches, and is told of as taking no stage)
     region = info.server.region if info.server else info.labels.get(REGION) or UNLABELLED
-    if regions and region not in regions and slug(region) not in _slugs(tuple(regions)):
+    if regions and slug(region) not in region_keys(tuple(regions)):
         return False  # (``London`` for label ``london``, as ``hulk plan`` takes it)
     return affinity_matches(info, affinity)
 
 
 @functools.cache
-def _slugs(regions: tuple[str, ...]) -> frozenset[str]:
-    """``allowedRegions`` as matched without regard to case, spaces or punctuation: before, only the
-    label's exact value matched, where ``hulk plan`` on a topology file took ``London``
-    for ``london`` (a user trial)."""
+def region_keys(regions: tuple[str, ...]) -> frozenset[str]:
+    """``allowedRegions`` as matched, without regard to case, spaces or punctuation (the
+    region label's slug): before, only the label's exact value matched, where ``hulk plan``
+    on a topology file took ``London`` for ``london`` (a user trial)."""
     return frozenset(slug(r) for r in regions)
 
 

@@ -140,7 +140,7 @@ def unlinked(cluster: Cluster | None, servers: Collection[str], plan: JobPlan) -
 
 
 def moves(
-    old: JobPlan, new: JobPlan, lost: Collection[str] = (), cut: Collection[str] = ()
+    old: JobPlan, new: JobPlan, lost: Collection[str] = (), cluster: Cluster | None = None
 ) -> list[str]:
     """Human-readable changes: first the servers (``kept 19 of 19 healthy servers, added
     xian-40``), then the stages. With the same number of stages every changed stage is
@@ -161,6 +161,7 @@ def moves(
         servers += f", added {', '.join(added)}"
     if released:  # (one that reaches none of the new plan's servers says so: a user trial)
         servers += f", released {', '.join(released)}"
+        cut = unlinked(cluster, released, new)  # (``cluster``: the re-plan's, its links)
         apart = [n for n in released if n in cut]
         if apart:
             servers += f" ({', '.join(apart)}: no link to the new plan's servers)"
@@ -220,8 +221,7 @@ def event_message(
     causes = cause or ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
-    released = [n for n in old.nodes if n not in lost and n not in new.nodes]
-    changed = "; ".join(moves(old, new, lost, unlinked(cluster, released, new)))
+    changed = "; ".join(moves(old, new, lost, cluster))
     gone = len(old.nodes) - kept  # one pod per server of the old plan
     if gone == replaced:
         pods = f"{replaced} pod(s) replaced, {kept} kept"

@@ -98,6 +98,7 @@ def plan_group(
                 if jp is None:
                     why_not[n][name] = told.get(n, "not placed")
     out: dict[Key, Decision] = {}
+    total = snap.server_count()  # (an unplaced job is told it: once, not per job)
     for n, k in names.items():
         jp = result.job(n)
         if jp is not None:
@@ -119,7 +120,7 @@ def plan_group(
                 k,
                 None,
                 cluster,
-                why + planned_within(by_key[k], len(servers), snap.server_count()),
+                why + planned_within(by_key[k], len(servers), total),
                 planner,
             )
     return out
