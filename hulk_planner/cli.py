@@ -351,28 +351,26 @@ NOTHING_PLACED = 3  # exit code: valid input, but no job fits (2: bad input)
 MAX_MOVES = 10**7  # --moves above this can only be a typo (hours of search)
 
 
+def _print_plan(plan: Plan, fmt: str) -> None:
+    """The plan on stdout as ``-o json`` or ``-o yaml`` writes it."""
+    from hulk_planner import io
+
+    print(io.dump_plan(plan, fmt), end="" if fmt == "yaml" else "\n")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except NoFeasiblePlan as exc:
         print(f"hulk plan: no job placed: {exc}", file=sys.stderr)
         if args.output in ("json", "yaml"):  # the plan still, every job under unplaced
-            from hulk_planner import io  # (before: nothing, where no server was free at all)
-
-            print(
-                io.dump_plan(Plan(args.planner, (), exc.unplaced), args.output),
-                end="" if args.output == "yaml" else "\n",
-            )
+            # (before: nothing, where no server was free at all)
+            _print_plan(Plan(args.planner, (), exc.unplaced), args.output)
         return NOTHING_PLACED
     except NothingToPlan as exc:  # (a live cluster whose jobs all run: no error)
         print(f"hulk plan: nothing to plan: {exc}", file=sys.stderr)
         if args.output in ("json", "yaml"):  # an empty plan, for a script that reads it
-            from hulk_planner import io
-
-            print(
-                io.dump_plan(Plan(args.planner), args.output),
-                end="" if args.output == "yaml" else "\n",
-            )
+            _print_plan(Plan(args.planner), args.output)
         return 0
     except HulkError as exc:
         print(f"hulk plan: error: {exc}", file=sys.stderr)
@@ -492,7 +490,7 @@ def _run(args: argparse.Namespace) -> int:
     if not result.jobs:
         print(f"hulk plan: no job placed ({len(result.unplaced)} unplaced)", file=sys.stderr)
     if args.output in ("json", "yaml"):
-        print(io.dump_plan(result, args.output), end="" if args.output == "yaml" else "\n")
+        _print_plan(result, args.output)
         return code
     compare: dict[str, dict[str, float] | str] | None = None
     why_not: dict[str, dict[str, str]] = dict(given.why_not)
