@@ -366,6 +366,9 @@ def run(args: argparse.Namespace) -> int:
         if args.output in ("json", "yaml"):  # the plan still, every job under unplaced
             # (before: nothing, where no server was free at all)
             _print_plan(Plan(args.planner, (), exc.unplaced), args.output)
+        else:  # the table's lines for them (before: no table at all)
+            for u in exc.unplaced:
+                print(f"{u.name}: NOT PLACED: {u.reason}")
         return NOTHING_PLACED
     except NothingToPlan as exc:  # (a live cluster whose jobs all run: no error)
         print(f"hulk plan: nothing to plan: {exc}", file=sys.stderr)

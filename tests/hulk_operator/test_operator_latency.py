@@ -464,9 +464,11 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr  # valid, unplaced
-    assert out.stderr.startswith(
-        "hulk plan: no job placed: huge: the stage pods' requests (cpu 9999) fit on none of the "
-    ), out.stderr
+    why = "the stage pods' requests (cpu 9999) fit on none of the "
+    assert out.stderr.startswith(f"hulk plan: no job placed: huge: {why}"), out.stderr
+    # the table lists the job as not placed, as beside placed jobs (before: no table at all)
+    (line,) = out.stdout.splitlines()
+    assert line.startswith(f"huge: NOT PLACED: {why}"), out.stdout
 
 
 def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
