@@ -145,13 +145,21 @@ class NodeInfo:
                 return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoExecute"
         return None
 
+    def barred(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
+        """Why no new stage pod of the job may go here though running ones stay (a
+        NoSchedule taint it does not tolerate: ``Tainted key=value:NoSchedule``), or None."""
+        tol = [*ALWAYS_TOLERATED, *tolerations]
+        for t in self.taints:
+            if t.effect == "NoSchedule" and not tolerates(tol, t):
+                return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoSchedule"
+        return None
+
     def offers(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> bool:
         """Whether new stage pods may go here."""
-        if self.server is None or self.sick(tolerations):
-            return False
-        tol = [*ALWAYS_TOLERATED, *tolerations]
-        return all(
-            tolerates(tol, t) for t in self.taints if t.effect in ("NoSchedule", "NoExecute")
+        return (
+            self.server is not None
+            and self.sick(tolerations) is None
+            and self.barred(tolerations) is None
         )
 
 

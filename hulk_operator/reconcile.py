@@ -240,11 +240,14 @@ async def _check_plan(
         not_ready_grace_s=ctx.config.not_ready_grace_s,
         disrupted=ctx.disrupted is not None,
     )
+    pods = ctx.pods.get(entry.key, [])
     lost.update(
         recovery.stuck_servers(
-            ctx.pods.get(entry.key, []), ctx.used, lost, ctx.nodes, entry.requests, gpus
+            pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations
         )
     )
+    if lost:  # the re-plan leaves NoSchedule-tainted servers too (snapshot.free): say so
+        lost.update(recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost))
     # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
     decision = None
     if lost:

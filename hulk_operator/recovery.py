@@ -2,8 +2,10 @@
 
 A stage's server is lost when its Node is deleted, goes NotReady, is cordoned, or gets a
 NoExecute taint the job does not tolerate, or when its stage pod cannot be scheduled
-because the node lost GPUs (``GPUsGone``) or other pods took GPUs there (``GPUsTaken``)
-or room its requests need (``ResourcesTaken``). The job is then re-planned (see
+because the node has a NoSchedule taint the job does not tolerate (``Tainted``), lost
+GPUs (``GPUsGone``), or other pods took GPUs there (``GPUsTaken``) or room its requests
+need (``ResourcesTaken``); a re-plan also leaves the job's NoSchedule-tainted servers
+(the pods it replaces there would wait for ever). The job is then re-planned (see
 ``Placer.replan``: healthy servers plus free ones, with the old plan as ``previous`` so
 healthy stages stay put when the cost model allows) and only the pods whose manifest
 changed are replaced: the pod name carries a hash of its manifest (``manifests``), so a
@@ -73,6 +75,7 @@ def stuck_servers(
     nodes: Mapping[str, NodeInfo] | None = None,
     need: Resources | None = None,
     planned: Mapping[str, int] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, str]:
     """Server -> why, where the job's stage pod waits unschedulable because the server can
     no longer take it: ``GPUsGone`` where the node now has fewer GPUs than the stage asks
@@ -81,7 +84,10 @@ def stuck_servers(
     resources) no longer fit beside other pods'. Other pods can take room while a stage pod
     is gated or being created again. The re-plan sees the server with what is left, or not
     at all, so a stage pod that waits for another reason (a rule Hulk does not plan with)
-    is not re-planned in a loop. ``planned``: server -> GPUs in the job's plan."""
+    is not re-planned in a loop. ``planned``: server -> GPUs in the job's plan. A node
+    with a NoSchedule taint the job does not tolerate (``tolerations``) gets ``Tainted
+    key=value:NoSchedule``: its running stages stay, but a pod made again there (deleted,
+    replaced by a re-plan or an edit) would wait for ever."""
     need = need or Resources()
     out: dict[str, str] = {}
     for p in pods:
@@ -91,6 +97,10 @@ def stuck_servers(
         info = (nodes or {}).get(p.node)
         if info is None:
             continue  # a deleted node: lost_servers' case
+        barred = info.barred(tolerations)
+        if barred is not None:
+            out[p.node] = barred
+            continue
         have = info.server.gpus if info.server is not None else 0
         wants = need.gpus or (planned or {}).get(p.node, 0)
         if wants and have < wants:
@@ -99,6 +109,23 @@ def stuck_servers(
             out[p.node] = "GPUsTaken"
         elif not fits(info.allocatable, taken, need, have - taken.gpus):
             out[p.node] = "ResourcesTaken"
+    return out
+
+
+def barred_servers(
+    job_plan: JobPlan,
+    nodes: Mapping[str, NodeInfo],
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    lost: Collection[str] = (),
+) -> dict[str, str]:
+    """Server -> ``Tainted key=value:NoSchedule``: the job's servers (other than ``lost``)
+    that take no new stage pod of it. A re-plan leaves them, as it may replace their pods."""
+    out: dict[str, str] = {}
+    for name in job_plan.nodes:
+        info = nodes.get(name)
+        why = info.barred(tolerations) if info is not None and name not in lost else None
+        if why is not None:
+            out[name] = why
     return out
 
 

@@ -362,8 +362,9 @@ class Snapshot:
             holder = self.held.get(info.name)
             if holder is not None and holder != entry.key and info.name not in mine:
                 continue
-            if info.name in mine:
-                ok = info.server is not None and info.sick(entry.tolerations) is None
+            if info.name in mine:  # its running pods stay, but a plan may make new ones
+                # there: not where a NoSchedule taint bars them (they would wait for ever)
+                ok = info.offers(entry.tolerations)
             else:
                 ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted

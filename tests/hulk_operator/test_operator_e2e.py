@@ -1599,6 +1599,34 @@ def test_a_deleted_stage_pod_is_created_again_with_an_event(kube: Kube, operator
     _service_made_again(kube, "gone")  # (by hand too: it was made again only with a pod)
 
 
+def test_a_stage_pod_made_again_where_a_noschedule_taint_bars_it_moves(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, it was made again on its tainted server and waited there for ever (a user
+    trial); the taint alone leaves the running stage where it is."""
+    kube.apply(manifest("barred", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("barred") == "Running", 60)
+    victim = plan_nodes(kube.job("barred"))[-1]
+    taint = {"key": "maint", "value": "yes", "effect": "NoSchedule"}
+    kube.core.patch_node(victim, {"spec": {"taints": [taint]}})
+    try:
+        time.sleep(2 * CONFIG.reconcile_interval_s)
+        assert victim in plan_nodes(kube.job("barred")) and kube.all_running(["barred"])
+        assert kube.job("barred")["status"].get("replans", 0) == 0
+        (pod,) = [p for p in kube.live_pods("barred") if p.spec.node_name == victim]
+        kube.core.delete_namespaced_pod(pod.metadata.name, kube.ns, grace_period_seconds=0)
+        wait(
+            "the job Running again away from the tainted node",
+            lambda: kube.all_running(["barred"]) and victim not in plan_nodes(kube.job("barred")),
+            60,
+        )
+        (event,) = kube.events("Replanned")
+        assert f"{victim} tainted maint=yes:NoSchedule" in event.message, event.message
+        check_pods_match_plans(kube, ["barred"])
+    finally:
+        kube.core.patch_node(victim, {"spec": {"taints": None}})
+
+
 def test_a_stage_pod_relabelled_by_hand_is_told_not_said_made_again(
     kube: Kube, operator: Any
 ) -> None:

@@ -86,6 +86,43 @@ def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
     assert recovery.stuck_servers(pods, {}, (), none, need, whole) == {c: "GPUsGone"}
 
 
+def test_a_stage_made_again_on_a_server_tainted_noschedule_loses_it() -> None:
+    """Before, a stage pod deleted, or replaced by a re-plan or an edit, was made again on
+    its NoSchedule-tainted server and waited there for ever (a user trial)."""
+    from hulk_operator.context import PodEntry
+    from hulk_operator.inventory import Taint
+
+    a, b, c = sorted(n for n, i in nodes().items() if i.server and i.server.region == "paris")[:3]
+    taint = Taint("maint", "yes", "NoSchedule")
+    tainted = {**nodes(), a: replace(nodes()[a], taints=(taint,)), b: nodes()[b]}
+    waiting = [PodEntry(f"p-{n}", n, "Pending", False, False, "", "no") for n in (a, b)]
+    need = Resources(0, 1.0, 0.0)
+    assert recovery.stuck_servers(waiting, {}, (), tainted, need) == {
+        a: "Tainted maint=yes:NoSchedule"
+    }
+    tolerated = [{"key": "maint", "operator": "Exists", "effect": "NoSchedule"}]
+    assert recovery.stuck_servers(waiting, {}, (), tainted, need, tolerations=tolerated) == {}
+    running = [PodEntry(f"p-{a}", a, "Running", False, False, "", "")]
+    assert recovery.stuck_servers(running, {}, (), tainted, need) == {}  # (stays)
+    # a re-plan (for whatever loss) leaves it: the job's own servers offered exclude it
+    bert = entry(paper_jobs()[3], allowed_regions=("paris",))
+    s = replace(snap([bert]), nodes=tainted)
+    assert a not in {i.name for i in s.free(bert, also=(a, b))}
+    assert b in {i.name for i in s.free(bert, also=(a, b))}
+    assert a in {i.name for i in replace(s, nodes=nodes()).free(bert, also=(a, b))}
+    tolerant = replace(bert, tolerations=tuple(tolerated))
+    assert a in {i.name for i in s.free(tolerant, also=(a, b))}
+    # and its Event says why (the servers lost for another cause named as they were)
+    (job_plan,) = plan(paper_cluster(), [paper_jobs()[3]], "baseline-b").jobs
+    stages = [replace(st, nodes=(n,)) for st, n in zip(job_plan.stages, (a, b, c), strict=False)]
+    job_plan = replace(job_plan, stages=tuple(stages))
+    assert set(job_plan.nodes) == {a, b, c}
+    assert recovery.barred_servers(job_plan, tainted, (), lost={c}) == {
+        a: "Tainted maint=yes:NoSchedule"
+    }
+    assert recovery.barred_servers(job_plan, tainted, (), lost={a}) == {}
+
+
 def _with_gpus(name: str, gpus: int) -> dict[str, Any]:
     (server,) = [s for s in paper_cluster().servers if s.name == name]
     body = node_manifest(server)
