@@ -8,11 +8,13 @@ them (the job keeps running on its last valid spec) and quotes them when a job w
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Collection, Mapping, Sequence
 
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, selected
+from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, node_region, selected
 from hulk_planner.cost import too_big
+from hulk_planner.datasets import slug
 
 AFFINITY = "the template's required node affinity"
 
@@ -46,6 +48,29 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     )
 
 
+def unknown_regions(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """A note naming the ``allowedRegions`` entries that match no node's region, where
+    others do (where none does, :func:`unmatched` refuses the job); None if every one
+    matches. Not an error, as a region's nodes may join later; but a typo (``narnia``)
+    was dropped without a word on a live cluster, where ``hulk plan`` on a topology file
+    refuses it (a user trial)."""
+    if not entry.allowed_regions:
+        return None
+    have = {slug(node_region(i)): node_region(i) for i in nodes.values()}
+    missing = [r for r in entry.allowed_regions if slug(r) not in have]
+    if not missing or len(missing) == len(entry.allowed_regions):
+        return None
+    told = []
+    for r in missing:
+        close = difflib.get_close_matches(slug(r), list(have), n=1, cutoff=0.75)
+        told.append(f"{r!r}" + (f" (did you mean {have[close[0]]}?)" if close else ""))
+    return (
+        f"spec.allowedRegions {', '.join(told)} "
+        f"{'matches' if len(told) == 1 else 'match'} no node's region yet (regions: "
+        f"{', '.join(sorted(set(have.values())))}): planned on the others"
+    )
+
+
 def too_big_for(
     entry: JobEntry, nodes: Mapping[str, NodeInfo], unreachable: Collection[Pair] = ()
 ) -> str | None:
@@ -71,7 +96,8 @@ def too_big_for(
         if limits
         else "add servers, or use a smaller model or microBatchSize"
     )
-    why = too_big(entry.job, servers, where, fix)
+    largest = "the largest server it may use has" if limits else "the largest server has"
+    why = too_big(entry.job, servers, where, fix, largest)
     if why is None and unreachable:
         groups = reachable_groups([s.name for s in servers], unreachable)
         if len(groups) > 1:
@@ -83,6 +109,7 @@ def too_big_for(
                 f"{where} {len(groups)} groups that cannot reach each other (NodeLatency "
                 f"reports their pairs unreachable), and the largest, {len(best)} server(s), has",
                 fix,
+                "the largest server in that group has",
             )
     unread = [i for i in matching if i.server is None and i.problem and i.problem != NO_GPUS]
     if why is not None and unread:  # GPU nodes left out: their labels may be the fix

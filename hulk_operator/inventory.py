@@ -397,12 +397,16 @@ def selected(
     """The job's ``nodeSelector``, ``allowedRegions`` and required node affinity."""
     if selector and any(info.labels.get(k) != v for k, v in selector.items()):
         return False
-    # (a node that is no server, e.g. its GPU labels unreadable, by its region label: it
-    # matches, and is told of as taking no stage)
-    region = info.server.region if info.server else info.labels.get(REGION) or UNLABELLED
-    if regions and slug(region) not in region_keys(tuple(regions)):
+    if regions and slug(node_region(info)) not in region_keys(tuple(regions)):
         return False  # (``London`` for label ``london``, as ``hulk plan`` takes it)
     return affinity_matches(info, affinity)
+
+
+def node_region(info: NodeInfo) -> str:
+    """The node's region as ``allowedRegions`` matches it (a node that is no server, e.g.
+    its GPU labels unreadable, by its region label: it matches, and is told of as taking
+    no stage)."""
+    return info.server.region if info.server else info.labels.get(REGION) or UNLABELLED
 
 
 @functools.cache

@@ -16,7 +16,13 @@ from typing import Any
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
-from hulk_operator.fit import matching_nodes, planned_within, too_big_for, unmatched
+from hulk_operator.fit import (
+    matching_nodes,
+    planned_within,
+    too_big_for,
+    unknown_regions,
+    unmatched,
+)
 from hulk_operator.inventory import NodeInfo, build_cluster, cut_pairs, estimated_pairs
 from hulk_operator.quota_fit import Round, make_room, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
@@ -242,6 +248,12 @@ def plan_pending(
                 make_room(m, ranked, rank, rd)
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
+    for k, d in out.items():  # a typo among the regions: said with the plan or the reason
+        note = unknown_regions(snap.jobs[k], snap.nodes)
+        if note is not None and d.job_plan is not None:
+            out[k] = replace(d, note="; ".join(n for n in (d.note, note) if n))
+        elif note is not None:
+            out[k] = replace(d, reason=f"{d.reason}; {note}")
     return out
 
 

@@ -248,11 +248,13 @@ def _cluster_only_fields(doc: Any) -> list[str]:
     return found
 
 
-def _too_big(cluster: Cluster, jobs: Sequence[Job]) -> list[Unplaced]:
-    """Jobs that need more GPU memory than the whole cluster has, and why."""
+def _too_big(cluster: Cluster, jobs: Sequence[Job], planner: str) -> list[Unplaced]:
+    """Jobs that need more GPU memory than the whole cluster has, or one of whose layers
+    no server holds (but in baseline C's tensor-parallel stages), and why."""
     from hulk_planner.cost import too_big
 
-    why = {job.name: too_big(job, cluster.servers) for job in jobs}
+    per_layer = planner != "baseline-c"
+    why = {job.name: too_big(job, cluster.servers, per_layer=per_layer) for job in jobs}
     return [Unplaced(name, text) for name, text in why.items() if text is not None]
 
 
@@ -433,7 +435,7 @@ def _run(args: argparse.Namespace) -> int:
         return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 
     if result is None:
-        too_big = _too_big(cluster, jobs)
+        too_big = _too_big(cluster, jobs, args.planner)
         jobs = [j for j in jobs if j.name not in {u.name for u in too_big}]
         previous = None
         if args.previous:

@@ -94,18 +94,33 @@ def too_big(
     servers: Sequence[Server],
     where: str = "the whole cluster has",
     fix: str = "add servers, or use a smaller model or microBatchSize",
+    largest: str = "the largest server has",
+    per_layer: bool = True,
 ) -> str | None:
-    """Why ``job`` fits on no subset of ``servers`` (it needs more GPU memory than they
-    have in all), naming the fix; None when their memory could hold it. ``where`` says
-    which servers these are."""
+    """Why ``job`` fits on no subset of ``servers``, naming the fix; None when their memory
+    could hold it: it needs more GPU memory than they have in all, or no server can hold
+    one of its layers (a pipeline stage holds whole layers on each of its servers; with
+    ``per_layer``, as every planner's but Megatron baseline C's stages do). ``where``
+    and ``largest`` say which servers these are."""
     need = memory_need_bytes(job)
     total = sum(s.memory_bytes for s in servers) * MEMORY_USABLE
-    if need <= total:
-        return None
-    return (
-        f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
-        f"{total / 2**30:.0f} GiB usable ({fix})"
-    )
+    if need > total:  # (first: more, smaller layers would not help)
+        return (
+            f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
+            f"{total / 2**30:.0f} GiB usable ({fix})"
+        )
+    if per_layer and servers:
+        one = stage_memory(job, 1, 1)  # the last stage's in-flight micro-batches: one
+        room = max(server_capacity(s) for s in servers)
+        if one > room:
+            return (
+                f"fits nowhere: one layer needs {one / 2**30:.0f} GiB of GPU memory (its "
+                f"parameters, with one micro-batch's activations) and {largest} "
+                f"{room / 2**30:.0f} GiB usable; waiting does not help (split the model into "
+                "more layers, spec.model.layers; or lower microBatchSize or sequenceLength; "
+                "or add servers with more GPU memory)"
+            )
+    return None
 
 
 def server_capacity(server: Server) -> float:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity
+from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity, stage_memory
 from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
 from hulk_planner.planners.moves import GROWTH, Change, Moves, State
@@ -355,11 +355,18 @@ def _to_plan(
     held = sum(float(cost.capacity[cost.net.index[n]]) for jp in placed for n in jp.nodes) / gib
     unplaced = []
     servers = f"the {len(cost.cluster.servers)} server(s) planned on"
+    room = float(np.max(cost.capacity)) / gib if len(cost.capacity) else 0.0
     for job in missing:
         need = memory_need_bytes(job) / gib
         others = f"other jobs planned with it hold {_gib(held)} of the {_gib(total)} usable"
+        one = stage_memory(job, 1, 1) / gib  # a stage's server holds one layer at least
         if need > total:
             why = f"needs {_gib(need)} of GPU memory; {servers} have {_gib(total)} usable"
+        elif one > room:
+            why = (
+                f"one layer needs {_gib(one)} of GPU memory (with one micro-batch's "
+                f"activations); the largest of {servers} has {_gib(room)} usable"
+            )
         elif need > total - held:
             why = f"needs {_gib(need)} of GPU memory; {others}, {_gib(total - held)} is left"
         elif held:

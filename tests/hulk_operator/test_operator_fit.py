@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from placement_helpers import entry, nodes
 
 from hulk_operator.fit import reachable_groups, requests_fit_nowhere, too_big_for
@@ -11,8 +12,9 @@ from hulk_operator.inventory import Latencies, Resources
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
-from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
+from hulk_planner.cost import BYTES_PER_PARAM, MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.model import Job, ModelSpec
 
 
@@ -119,3 +121,66 @@ def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
         f"{len(by_region[region])} node(s) matching the job, even with nothing else on them; "
         "lower the template's requests"
     )
+
+
+def test_a_job_one_of_whose_layers_no_server_holds_is_told_so() -> None:
+    """Before, its reason blamed other jobs holding servers (a user trial): it waited
+    for ever, where one layer of it (its parameters, one micro-batch's activations) fits
+    on no server however many are free."""
+    from hulk_planner.cost import server_capacity, stage_memory
+
+    one_layer = Job("one-layer", ModelSpec(200 * 10**9, 1, 8192, 2048), 8, 1)
+    assert memory_need_bytes(one_layer) < sum(
+        server_capacity(s) for s in paper_cluster().servers
+    )  # the cluster holds it in all
+    room = max(server_capacity(s) for s in paper_cluster().servers)
+    why = too_big_for(entry(one_layer), nodes())
+    assert why == (
+        f"fits nowhere: one layer needs {stage_memory(one_layer, 1, 1) / 2**30:.0f} GiB of GPU "
+        f"memory (its parameters, with one micro-batch's activations) and the largest server "
+        f"has {room / 2**30:.0f} GiB usable; waiting does not help (split the model into more "
+        "layers, spec.model.layers; or lower microBatchSize or sequenceLength; or add servers "
+        "with more GPU memory)"
+    )
+    # split into 16 layers, it fits (the same parameters)
+    split = replace(one_layer, model=replace(one_layer.model, layers=16))
+    assert too_big_for(entry(split), nodes()) is None
+    # one layer a fifth larger than the largest server: too big for the region it may use
+    mid = Job("mid", ModelSpec(int(1.2 * room / BYTES_PER_PARAM), 1, 1024, 128), 8, 1)
+    why = too_big_for(entry(mid, allowed_regions=("paris",)), nodes())
+    assert why is not None and "and the largest server it may use has " in why, why
+    # planned on servers too small for one layer (the large ones held): the planner says so
+    whole = paper_cluster()
+    cluster = whole.without(s.name for s in whole.servers if server_capacity(s) >= room)
+    small = cluster.servers
+    with pytest.raises(NoFeasiblePlan) as told:
+        plan(cluster, [mid], "search", max_iterations=50)
+    (u,) = told.value.unplaced
+    assert u.reason.startswith("one layer needs "), u.reason
+    assert f"the largest of the {len(small)} server(s) planned on has " in u.reason, u.reason
+
+
+def test_an_allowed_region_no_node_has_is_told_with_the_plan_or_the_reason() -> None:
+    """Before, ``[tokyo, narnia]`` planned on Tokyo without a word of ``narnia`` on a live
+    cluster (a user trial); ``hulk plan`` on a topology file refuses it."""
+    from hulk_operator.fit import unknown_regions
+
+    bert = paper_jobs()[3]
+    typo = entry(bert, allowed_regions=("Tokyo", "narnia", "Pariss"))
+    why = unknown_regions(typo, nodes())
+    assert why is not None and why.startswith(
+        "spec.allowedRegions 'narnia', 'Pariss' (did you mean paris?) match no node's region "
+        "yet (regions: beijing, berlin, "
+    ), why
+    assert why.endswith("): planned on the others"), why
+    assert unknown_regions(entry(bert, allowed_regions=("tokyo", "New Delhi")), nodes()) is None
+    assert unknown_regions(entry(bert, allowed_regions=("narnia",)), nodes()) is None  # unmatched
+    assert unknown_regions(entry(bert), nodes()) is None
+    # said with the plan, or with why there is none
+    d = plan_pending(Snapshot(nodes(), Latencies(), {typo.key: typo}, {}), plan)[typo.key]
+    assert d.job_plan is not None and d.note == why, d
+    held = {
+        n: ("other", "job") for n, i in nodes().items() if i.server and i.server.region == "tokyo"
+    }
+    d = plan_pending(Snapshot(nodes(), Latencies(), {typo.key: typo}, held), plan)[typo.key]
+    assert d.job_plan is None and d.reason.endswith(f"; {why}"), d.reason

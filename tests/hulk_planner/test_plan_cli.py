@@ -476,6 +476,24 @@ def test_a_job_that_fits_nowhere(tmp_path: Path, files: tuple[Path, Path]) -> No
     assert mean.split()[2] == "-", mean  # nothing placed: no ratio (it said 1.00x)
 
 
+def test_a_job_one_of_whose_layers_no_server_holds_fits_nowhere_but_in_baseline_c(
+    tmp_path: Path,
+) -> None:
+    """Before, its reason read as if other servers might free up (a user trial); Megatron
+    baseline C splits a layer over servers, so it still places it."""
+    model = {"parameters": 200 * 10**9, "layers": 1, "hiddenSize": 8192, "sequenceLength": 2048}
+    doc = {**job_doc(), "metadata": {"name": "one-layer"}}
+    doc["spec"] = {"model": model, "training": {"globalBatchSize": 8, "microBatchSize": 1}}
+    jobs = write(tmp_path / "one.yaml", doc)
+    out = hulk("plan", "--jobs", jobs, "-o", "json")
+    assert_nothing_placed(out, "one-layer", "fits nowhere: one layer needs 2981 GiB of GPU")
+    assert "split the model into more layers, spec.model.layers" in out.stdout
+    c = hulk("plan", "--jobs", jobs, "-o", "json", "--planner", "baseline-c")
+    assert c.returncode == 0, c.stderr
+    (placed,) = json.loads(c.stdout)["jobs"]
+    assert placed["stages"][0]["parallelism"] == "tensor"
+
+
 def test_a_job_that_fits_nowhere_beside_others_is_listed_unplaced(
     tmp_path: Path, files: tuple[Path, Path]
 ) -> None:
