@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
 from hulk_operator.manifests import DEFAULT_MASTER_PORT
@@ -129,7 +131,10 @@ def job_entry(
             ),
         )
     if error is None and (
-        why := _bad_selector(ours) or _bad_restart(tmpl_spec) or _blank_region(spec)
+        why := _bad_selector(ours)
+        or _bad_restart(tmpl_spec)
+        or _blank_region(spec)
+        or _bad_quantity(tmpl_spec)
     ):
         job, error = None, why
     if tmpl_spec.get("nodeName") and error is None:
@@ -231,6 +236,35 @@ def _blank_region(spec: Mapping[str, Any]) -> str | None:
                     "e.g. london (case, spaces and punctuation aside)",
                 )
             )
+    return None
+
+
+def _bad_quantity(tmpl_spec: Mapping[str, Any]) -> str | None:
+    """A container's request or limit that is no Kubernetes quantity (``cpu: lots``),
+    named with its container: the API server's own message names neither ("quantities
+    must match the regular expression ..."), and came only once the job was placed (a
+    user trial)."""
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(tmpl_spec.get(kind) or ()):
+            if not isinstance(c, Mapping):
+                continue
+            res = c.get("resources") or {}
+            for part in ("requests", "limits"):
+                amounts = res.get(part) if isinstance(res, Mapping) else None
+                for name, value in (amounts or {}).items() if isinstance(amounts, Mapping) else ():
+                    try:
+                        if value is not None:  # (a null the API server drops)
+                            parse_quantity(value)
+                    except (ValueError, TypeError, ArithmeticError):
+                        who = f" ({c.get('name')})" if c.get("name") else ""
+                        return str(
+                            InvalidRequest(
+                                f"spec.template.spec.{kind}[{i}]{who}.resources.{part}.{name}",
+                                f"{value!r} is not a quantity",
+                                "write it as Kubernetes does: 500m or 2 (CPUs), 4Gi (bytes), "
+                                "1 (GPUs)",
+                            )
+                        )
     return None
 
 

@@ -97,6 +97,8 @@ class Placer:
         self._used: set[int] = set()  # serials of decisions applied
         self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
         self.edit_checked: dict[Key, float] = {}  # when a refused edit was last checked
+        # (uid, generation) of a waiting job whose pod template a dry run took
+        self.template_checked: dict[Key, tuple[str, int]] = {}
 
     def first_use(self, decision: Decision) -> bool:
         """True the first time a decision is applied (for events and counters)."""
@@ -129,6 +131,8 @@ class Placer:
             del self.regrow_told[k]
         for k in [k for k in self.refused if k not in jobs]:
             del self.refused[k]
+        for k in [k for k in self.template_checked if k not in jobs]:
+            del self.template_checked[k]
 
     def pods_refused(self, entry: JobEntry, servers: Collection[str]) -> float:
         """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hulk_operator import edits, kube, recovery, regrow
+from hulk_operator import edits, kube, manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.context import Context
 from hulk_operator.edits import Refusal
@@ -132,6 +132,25 @@ async def reconcile(
     return await _make_pods(ctx, entry, body, spec, status, step, new)
 
 
+async def _template_rejected(ctx: Context, entry: JobEntry, spec: Mapping[str, Any]) -> str | None:
+    """Why the API server rejects the stage pods of a job to be planned (a server-side dry
+    run of one, once per spec), or None: told at once, where before a job whose servers
+    were held waited for them to learn of a typo in its template (a user trial). A policy
+    that forbids the pod is not this: it may change, and the job waits for it when placed."""
+    ns, name = entry.key
+    seen = (entry.uid, entry.generation)
+    if ctx.placer.template_checked.get(entry.key) == seen:
+        return None
+    pod = manifests.template_check_pod(
+        job=name, namespace=ns, uid=entry.uid, template=spec.get("template") or {}
+    )
+    error = await asyncio.to_thread(kube.dry_run_pod, ctx.api, pod)
+    why = rejected_template(error) if error is not None else None
+    if why is None:
+        ctx.placer.template_checked[entry.key] = seen
+    return why
+
+
 @dataclass
 class _Step:
     """What one reconciliation goes on with once the job has a plan: the plan and its
@@ -167,6 +186,10 @@ async def _place(
         and await asyncio.to_thread(kube.service_uid, ctx.api, ns, blocker[0]) != blocker[1]
     ):
         ctx.placer.end_pause(entry.key)  # the Service it waited on is gone: no pause
+    if (rejected := await _template_rejected(ctx, entry, spec)) is not None:
+        await remove_all(ctx, entry.key)
+        fail(ctx, entry, new, conds, INVALID_SPEC, rejected, gen)  # (into ``new``)
+        return None
     decision = await ctx.placer.decide(entry.key, ctx.snapshot)
     if decision is None:
         return None

@@ -641,6 +641,33 @@ def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
     wait("Running after the fix", lambda: kube.phase("badtmpl") == "Running", 60)
 
 
+def test_a_waiting_jobs_pod_template_the_api_server_rejects_fails_it_at_once(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, a job that got no server waited (Pending) and learned of its template's
+    fault only once placed (a user trial)."""
+    m = manifest("waits", model={"preset": "opt-175b"})
+    m["spec"]["allowedRegions"] = ["paris"]  # 940 GiB there: it fits nowhere
+    m["spec"]["template"]["spec"]["containers"][0]["name"] = "T_bad"
+    kube.apply(m)
+    wait("Failed", lambda: kube.phase("waits") == "Failed", 30)
+    c = condition(kube.job("waits"), "Failed")
+    assert c["reason"] == "InvalidSpec", c
+    assert c["message"].startswith("spec.template: the API server rejects the stage pods: ")
+    assert "spec.containers[0].name" in c["message"] and "T_bad" in c["message"], c
+    m["spec"]["template"]["spec"]["containers"][0]["name"] = "trainer"  # fixed: waits
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, "waits", {"spec": {"template": m["spec"]["template"]}}
+    )
+    wait(
+        "Pending, told why",
+        lambda: condition(kube.job("waits"), "Planned").get("reason") == "Unschedulable",
+        30,
+    )
+    assert kube.phase("waits") == "Pending"
+    assert condition(kube.job("waits"), "Failed").get("status") != "True"
+
+
 def test_a_burst_of_refused_edits_never_touches_the_running_pods(kube: Kube, operator: Any) -> None:
     """The job's timer could see an edit before the update handler took it: it made the
     new template's pods on the old plan, deleting the running ones, and the job stayed

@@ -705,6 +705,31 @@ def test_a_node_selector_no_label_can_match_and_restart_always_are_invalid_specs
         assert e.job is None and e.error is not None and error in e.error, e.error
 
 
+def test_a_request_or_limit_that_is_no_quantity_is_an_invalid_spec_naming_its_container() -> None:
+    """Before, ``cpu: lots`` was taken, and the API server's refusal, naming neither the
+    field nor the container, came only once the job was placed (a user trial)."""
+    from hulk_operator.entries import job_entry
+
+    def error(containers: list[dict[str, Any]], kind: str = "containers") -> str | None:
+        spec = {"model": {"preset": "bert-large"}, "template": {"spec": {kind: containers}}}
+        body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "spec": spec}
+        return job_entry("ml", "j", "u", body, {"generation": 1}, spec, {}).error
+
+    ok = {"requests": {"cpu": "500m", "memory": "4Gi", GPU: 1}, "limits": {"cpu": 2}}
+    assert error([{"name": "t", "resources": ok}]) is None
+    assert error([{"name": "t", "resources": {"requests": {"cpu": None}}}]) is None
+    bad = {"requests": {"cpu": "lots"}}
+    assert error([{"name": "ok"}, {"name": "T_bad", "resources": bad}]) == (
+        "spec.template.spec.containers[1] (T_bad).resources.requests.cpu: 'lots' is not a "
+        "quantity (write it as Kubernetes does: 500m or 2 (CPUs), 4Gi (bytes), 1 (GPUs))"
+    )
+    limits = {"limits": {"memory": "4 GB"}}
+    why = error([{"name": "init", "resources": limits}], kind="initContainers")
+    assert why is not None and why.startswith(
+        "spec.template.spec.initContainers[0] (init).resources.limits.memory: '4 GB' is not"
+    ), why
+
+
 def test_a_slower_plan_after_a_loss_says_so() -> None:
     """Before: a job that shrank from 4 servers to 1 read "Recovered" with nothing about
     its now 4x slower steps."""
