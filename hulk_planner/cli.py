@@ -454,8 +454,11 @@ def _run(args: argparse.Namespace) -> int:
                 )
             previous = io.plan_from_dict(docs[0], args.previous)
             asked = {j.name: j for j in jobs}
+            nowhere = {u.name for u in too_big}
             for old in previous.jobs:
                 lost = unkept(old, asked.get(old.name))
+                if old.name in nowhere:  # (asked for: "not among the jobs planned" misled)
+                    lost = "fits nowhere on this cluster: its servers are free for the others"
                 if lost is not None:
                     print(f"hulk plan: note: --previous: job {old.name} {lost}", file=sys.stderr)
             gone = sorted({n for jp in previous.jobs for n in jp.nodes} - set(cluster.index))

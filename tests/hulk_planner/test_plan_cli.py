@@ -678,3 +678,13 @@ def test_a_previous_plan_from_another_cluster_is_noted(
         r"cluster \([a-z0-9-]+(, [a-z0-9-]+){0,2}(, \.\.\.)?\): taken as lost and replaced",
         note,
     ), note
+    # asked for, but it fits nowhere here: not "not among the jobs planned" (a user trial)
+    every = write(tmp_path / "all.yaml", *(job_doc(n) for n in PAPER_JOBS))
+    again = hulk(
+        "plan", "--cluster", cluster, "--jobs", every, "--previous", previous, "-o", "json"
+    )
+    assert again.returncode == 0, again.stderr
+    assert (
+        "hulk plan: note: --previous: job opt-175b fits nowhere on this cluster: its "
+        "servers are free for the others" in again.stderr.splitlines()
+    ), again.stderr
