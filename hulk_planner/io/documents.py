@@ -30,8 +30,22 @@ def required(doc: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in doc or doc[key] is None:
         hint = _SERVER_HINTS.get(key) if where.startswith("spec.nodes[") else None
         fix = f"add it: {hint}" if hint else "add it; docs/formats.md lists each field"
+        typo = _spelled_like(key, [k for k in doc if k != key])
+        if typo is not None:  # (before: "missing" alone, beside the misspelled field)
+            fix = f"the field is spelled {key}: rename {typo} to it"
         raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing", fix)
     return doc[key]
+
+
+def _spelled_like(key: str, given: list[Any]) -> str | None:
+    """The field of ``given`` that is likely ``key`` misspelled (``gpuMemoryGib`` for
+    ``gpuMemoryGiB``): the same but for case, or close to it; None if none is."""
+    import difflib
+
+    names = [str(g) for g in given]
+    same = [n for n in names if n.lower() == key.lower()]
+    close = same or difflib.get_close_matches(key, names, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def number_field(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:

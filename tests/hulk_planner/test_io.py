@@ -148,6 +148,25 @@ def test_a_missing_server_figure_says_what_to_write() -> None:
     assert exc.value.fix == "add it; docs/formats.md lists each field"  # (not "(... (...))")
 
 
+def test_a_required_field_spelled_otherwise_is_named_with_the_fix() -> None:
+    """Before: 'spec.nodes[0].gpuMemoryGiB: is required but missing' beside a field
+    ``gpuMemoryGib`` (a user trial)."""
+    doc = cluster_doc()
+    node = doc["spec"]["nodes"][0]
+    node["gpuMemoryGib"] = node.pop("gpuMemoryGiB")
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert str(exc.value) == (
+        "spec.nodes[0].gpuMemoryGiB: is required but missing (the field is spelled "
+        "gpuMemoryGiB: rename gpuMemoryGib to it)"
+    )
+    doc["spec"]["links"][0]["latencyMS"] = doc["spec"]["links"][0].pop("latencyMs")
+    node["gpuMemoryGiB"] = node.pop("gpuMemoryGib")
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert exc.value.fix == "the field is spelled latencyMs: rename latencyMS to it"
+
+
 @pytest.mark.parametrize(
     ("mutate", "field", "problem"),
     [
