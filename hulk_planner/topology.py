@@ -118,6 +118,23 @@ class Network:
         """For each server, the servers it can communicate with."""
         return [frozenset(np.flatnonzero(row).tolist()) - {i} for i, row in enumerate(self.direct)]
 
+    @cached_property
+    def groups(self) -> list[list[int]]:
+        """The servers split into groups that a chain of links joins, largest first (one
+        group where the cluster is connected): no pipeline spans two of them."""
+        left, out = set(range(len(self.linked))), []
+        while left:
+            start = min(left)
+            left.discard(start)
+            group, queue = [start], [start]
+            while queue:
+                near = self.linked[queue.pop()] & left
+                left -= near
+                group += near
+                queue += near
+            out.append(sorted(group))
+        return sorted(out, key=len, reverse=True)
+
     def ids(self, names: list[str] | tuple[str, ...]) -> list[int]:
         return [self.index[n] for n in names]
 

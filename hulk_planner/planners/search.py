@@ -336,6 +336,25 @@ def _gib(x: float) -> str:
     return f"{x:.0f} GiB" if 10 <= x < 1e6 or x == 0 else f"{x:.2g} GiB"
 
 
+def _apart(cost: CostModel) -> str:
+    """Where no chain of links joins the servers: how they split, the largest group's
+    memory and the fix (before, a user read "no pipeline ... fits it" of a cluster whose
+    links missed a server's, and had to find which; a user trial)."""
+    groups = cost.net.groups
+    if len(groups) < 2:
+        return ""
+    names = [s.name for s in cost.cluster.servers]
+    big = groups[0]
+    room = float(np.sum(cost.capacity[big])) / 2.0**30
+    alone = [names[g[0]] for g in groups if len(g) == 1]
+    told = f" ({', '.join(alone[:5])}{', ...' if len(alone) > 5 else ''} alone)" if alone else ""
+    return (
+        f"; no chain of links joins them: they form {len(groups)} groups{told}, the largest "
+        f"{len(big)} server(s) with {_gib(room)} usable (add links or regionLinks between "
+        "the groups)"
+    )
+
+
 def _to_plan(
     name: str,
     cost: CostModel,
@@ -378,6 +397,6 @@ def _to_plan(
             why = (
                 f"needs {_gib(need)} of GPU memory in servers that can reach each other; "
                 f"no pipeline over the {_gib(total)} usable on {servers} fits it"
-            )
+            ) + _apart(cost)
         unplaced.append(Unplaced(job.name, why))
     return Plan(name, tuple(placed), tuple(unplaced))

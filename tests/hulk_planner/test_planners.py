@@ -602,3 +602,26 @@ def test_hulk_places_every_job_any_baseline_places_on_random_clusters() -> None:
             baseline = run(c, jobs, name)
             if isinstance(baseline, Plan):
                 assert {j.name for j in baseline.jobs} <= placed, (trial, name)
+
+
+@pytest.mark.parametrize("planner", ["search", "hulk"])
+def test_a_job_unplaced_on_servers_no_chain_of_links_joins_names_the_groups(planner: str) -> None:
+    """Before: "no pipeline over the ... usable fits it", where a server had no link to
+    the others (a user trial): which one, and the fix, are said now."""
+    job = tiny_job()
+    each = usable_gib(memory_need_bytes(job) * 0.45)  # two servers hold 90% of it, three 135%
+    c = cluster(
+        [server(n, "r1" if n == "a" else "r2", memory_gib=each) for n in "abc"],
+        [("b", "c", 1.0)],
+    )
+    with pytest.raises(NoFeasiblePlan) as told:
+        plan(c, [job], planner, max_iterations=50)
+    (u,) = told.value.unplaced
+    assert u.reason.endswith(
+        "; no chain of links joins them: they form 2 groups (a alone), the largest 2 "
+        f"server(s) with {2 * each * MEMORY_USABLE:.2g} GiB usable (add links or regionLinks "
+        "between the groups)"
+    ), u.reason
+    linked = cluster(c.servers, [("b", "c", 1.0), ("a", "b", 1.0)])
+    assert CostModel(linked).net.groups == [[0, 1, 2]]
+    assert CostModel(c).net.groups == [[1, 2], [0]]
