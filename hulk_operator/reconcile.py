@@ -263,10 +263,15 @@ async def _check_plan(
         not_ready_grace_s=ctx.config.not_ready_grace_s,
         disrupted=ctx.disrupted is not None,
     )
-    pods = ctx.pods.get(entry.key, [])
     lost.update(
         recovery.stuck_servers(
-            pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations
+            ctx.pods.get(entry.key, []),
+            ctx.used,
+            lost,
+            ctx.nodes,
+            entry.requests,
+            gpus,
+            entry.tolerations,
         )
     )
     if lost:  # the re-plan leaves NoSchedule-tainted servers too (snapshot.free): say so

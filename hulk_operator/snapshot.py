@@ -362,11 +362,9 @@ class Snapshot:
             holder = self.held.get(info.name)
             if holder is not None and holder != entry.key and info.name not in mine:
                 continue
-            if info.name in mine:  # its running pods stay, but a plan may make new ones
-                # there: not where a NoSchedule taint bars them (they would wait for ever)
-                ok = info.offers(entry.tolerations)
-            else:
-                ok = info.offers(entry.tolerations)
+            # its own servers too: its running pods stay, but a plan may make new ones
+            # there, and not where a NoSchedule taint bars them (they would wait for ever)
+            ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             ok = ok and info.server is not None and self._fits(info, entry.requests)
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
