@@ -2737,8 +2737,10 @@ def test_an_extended_resource_limits_the_plan_to_nodes_that_advertise_it(
         nodes = plan_nodes(kube.job("on-fpga"))
         assert nodes and all(n in berlin for n in nodes), nodes
         asic = manifest("on-asic", model={"preset": "gpt2-xl"})
+        # (limits: a request alone of an extended resource the API server rejects, and the
+        # dry run before planning fails the job for it)
         asic["spec"]["template"]["spec"]["containers"][0]["resources"] = {
-            "requests": {"example.com/asic": "1"}
+            "limits": {"example.com/asic": "1"}
         }
         kube.apply(asic)
 
