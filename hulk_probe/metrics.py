@@ -72,6 +72,12 @@ class ProbeMetrics:
         labels = (self.source, target)
         if estimate.one_way_ms is not None:
             self.latency.labels(*labels).set(estimate.one_way_ms / 1000.0)
+        else:  # no estimate (unreachable, samples dropped): no stale figure (before: the
+            # last one stayed, and dashboards counted the dead link as measured)
+            try:
+                self.latency.remove(*labels)
+            except KeyError:
+                pass
         self.samples.labels(*labels).set(estimate.samples)
         if estimate.reachable is not None:
             self.reachable.labels(*labels).set(1 if estimate.reachable else 0)

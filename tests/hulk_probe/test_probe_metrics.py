@@ -56,6 +56,21 @@ def test_metrics_exposition(served: Served) -> None:
     assert "process_resident_memory_bytes" in text
 
 
+def test_a_peer_that_became_unreachable_exports_no_latency(served: Served) -> None:
+    """Before, its last figure stayed beside ``samples 0`` and ``reachable 0`` (a user
+    trial): dashboards counted the dead link as measured."""
+    metrics, url, _ = served
+    metrics.observe("nanjing-1", Estimate(12.5, 7, 1_800_000_000.0, True, 0))
+    metrics.observe("nanjing-1", Estimate(None, 0, 1_800_000_000.0, False, 5))
+    _, text = fetch(url + "/metrics")
+    assert "hulk_probe_one_way_latency_seconds{" not in text, text
+    assert 'hulk_probe_peer_reachable{source="beijing-0",target="nanjing-1"} 0.0' in text
+    metrics.observe("nanjing-1", Estimate(None, 0, None, None, 0))  # (none to drop: no error)
+    metrics.observe("nanjing-1", Estimate(9.0, 3, 1_800_000_100.0, True, 0))  # back
+    _, text = fetch(url + "/metrics")
+    assert 'hulk_probe_one_way_latency_seconds{source="beijing-0",target="nanjing-1"} 0.009' in text
+
+
 def test_healthz_follows_the_agent(served: Served) -> None:
     _, url, healthy = served
     assert fetch(url + "/healthz") == (200, "ok\n")
