@@ -217,6 +217,7 @@ def hulktrainingjob_create(
     patch: kopf.Patch,
     memo: kopf.Memo,
     logger: kopf.Logger,
+    reason: str = "",
     hulk_nodes: Any = None,
     **_: Any,
 ) -> None:
@@ -232,7 +233,7 @@ def hulktrainingjob_create(
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes
         )
         return
-    if _refused(body, logger, object_entry(body)):
+    if _refused(body, logger, object_entry(body), new=reason == kopf.Reason.CREATE.value):
         return
     logger.debug(f"job {name} accepted")
 
@@ -248,13 +249,16 @@ def _warn(body: kopf.Body, logger: kopf.Logger, reason: str, message: str) -> No
     logger.warning(f"{reason}: {message}")
 
 
-def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry, running: bool = False) -> bool:
+def _refused(
+    body: kopf.Body, logger: kopf.Logger, entry: JobEntry, running: bool = False, new: bool = False
+) -> bool:
     """Whether the job's spec is invalid, for the planner or for the operator (a template
     ``nodeName``, node selectors that contradict each other): then posted as a Warning
     Event, also in the log as a warning; for a ``running`` job's edit, saying that its
     pods run on, as its condition does. Not posted again where its condition says the
     same already (an edit of another field that leaves the same error: before, the same
-    Warning again; a user trial)."""
+    Warning again; a user trial), but for a ``new`` job, whose condition the timer may
+    have written first (before, it then got no Event at all; a user trial)."""
     if entry.job is not None:
         return False
     message = entry.error or "invalid spec"
@@ -262,7 +266,7 @@ def _refused(body: kopf.Body, logger: kopf.Logger, entry: JobEntry, running: boo
         message = Refusal(message, waits=False).message
     status = body.get("status") or {}
     said = st.condition(status, st.PLANNED if running else st.FAILED) or {}
-    if (said.get("reason"), said.get("message")) == (INVALID_SPEC, message):
+    if (said.get("reason"), said.get("message")) == (INVALID_SPEC, message) and not new:
         logger.info(f"{INVALID_SPEC} (said already): {message}")
     else:
         _warn(body, logger, INVALID_SPEC, message)
