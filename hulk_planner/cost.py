@@ -104,22 +104,31 @@ def too_big(
     and ``largest`` say which servers these are."""
     need = memory_need_bytes(job)
     total = sum(s.memory_bytes for s in servers) * MEMORY_USABLE
-    if need > total:  # (first: more, smaller layers would not help)
+    one = stage_memory(job, 1, 1)  # the last stage's in-flight micro-batches: one
+    room = max((server_capacity(s) for s in servers), default=0.0)
+    layer = (
+        f"one layer needs {one / 2**30:.0f} GiB of GPU memory (its parameters, with one "
+        f"micro-batch's activations) and {largest} {room / 2**30:.0f} GiB usable"
+    )
+    wide = bool(per_layer and servers) and one > room
+    if need > total and wide:  # (a small cluster: more servers like these would not do)
+        return (
+            f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
+            f"{total / 2**30:.0f} GiB usable, and {layer}: more servers like these would not "
+            "hold it (use a smaller model, or more layers, spec.model.layers, on servers with "
+            "more GPU memory)"
+        )
+    if need > total:
         return (
             f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
             f"{total / 2**30:.0f} GiB usable ({fix})"
         )
-    if per_layer and servers:
-        one = stage_memory(job, 1, 1)  # the last stage's in-flight micro-batches: one
-        room = max(server_capacity(s) for s in servers)
-        if one > room:
-            return (
-                f"fits nowhere: one layer needs {one / 2**30:.0f} GiB of GPU memory (its "
-                f"parameters, with one micro-batch's activations) and {largest} "
-                f"{room / 2**30:.0f} GiB usable; waiting does not help (split the model into "
-                "more layers, spec.model.layers; or lower microBatchSize or sequenceLength; "
-                "or add servers with more GPU memory)"
-            )
+    if wide:
+        return (
+            f"fits nowhere: {layer}; waiting does not help (split the model into more layers, "
+            "spec.model.layers; or lower microBatchSize or sequenceLength; or add servers with "
+            "more GPU memory)"
+        )
     return None
 
 

@@ -12,7 +12,13 @@ from hulk_operator.inventory import Latencies, Resources
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
-from hulk_planner.cost import BYTES_PER_PARAM, MEMORY_USABLE, memory_need_bytes
+from hulk_planner.cost import (
+    BYTES_PER_PARAM,
+    MEMORY_USABLE,
+    memory_need_bytes,
+    server_capacity,
+    stage_memory,
+)
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.model import Job, ModelSpec
@@ -25,8 +31,20 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     usable = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
     huge = entry(Job("huge", ModelSpec(10**13, 96, 12288, 2048), 256, 1))
     why = too_big_for(huge, nodes())
-    assert why == (
+    largest = max(server_capacity(s) for s in cluster.servers)
+    one = stage_memory(huge.job, 1, 1)  # type: ignore[arg-type]
+    assert why == (  # (a layer no server holds either: more servers alone would not do)
         f"fits nowhere: needs {memory_need_bytes(huge.job) / 2**30:.0f} GiB of GPU memory, "  # type: ignore[arg-type]
+        f"the whole cluster has {usable / 2**30:.0f} GiB usable, and one layer needs "
+        f"{one / 2**30:.0f} GiB of GPU memory (its parameters, with one micro-batch's "
+        f"activations) and the largest server has {largest / 2**30:.0f} GiB usable: more "
+        "servers like these would not hold it (use a smaller model, or more layers, "
+        "spec.model.layers, on servers with more GPU memory)"
+    )
+    # in layers the largest server holds: more servers would
+    thin = entry(Job("thin", ModelSpec(10**13, 4096, 12288, 2048), 256, 1))
+    assert too_big_for(thin, nodes()) == (
+        f"fits nowhere: needs {memory_need_bytes(thin.job) / 2**30:.0f} GiB of GPU memory, "  # type: ignore[arg-type]
         f"the whole cluster has {usable / 2**30:.0f} GiB usable (add servers, or use a "
         "smaller model or microBatchSize)"
     )
@@ -127,8 +145,6 @@ def test_a_job_one_of_whose_layers_no_server_holds_is_told_so() -> None:
     """Before, its reason blamed other jobs holding servers (a user trial): it waited
     for ever, where one layer of it (its parameters, one micro-batch's activations) fits
     on no server however many are free."""
-    from hulk_planner.cost import server_capacity, stage_memory
-
     one_layer = Job("one-layer", ModelSpec(200 * 10**9, 1, 8192, 2048), 8, 1)
     assert memory_need_bytes(one_layer) < sum(
         server_capacity(s) for s in paper_cluster().servers
