@@ -30,9 +30,10 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     regions = entry.allowed_regions
     if regions and not any(selected(i, None, regions) for i in nodes.values()):
         known = sorted({i.server.region for i in nodes.values() if i.server})
+        hints = _close_regions(regions, {slug(k): k for k in known})
         parts.append(
             f"spec.allowedRegions {list(regions)} names no region with GPU servers "
-            f"(regions: {', '.join(known) or 'none'})"
+            f"(regions: {', '.join(known) or 'none'}){hints}"
         )  # (a name the label has in other case or spacing matches: ``inventory.selected``)
     if sel and not any(selected(i, sel, None) for i in nodes.values()):
         parts.append(
@@ -60,15 +61,23 @@ def unknown_regions(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | Non
     missing = [r for r in entry.allowed_regions if slug(r) not in have]
     if not missing or len(missing) == len(entry.allowed_regions):
         return None
-    told = []
-    for r in missing:
-        close = difflib.get_close_matches(slug(r), list(have), n=1, cutoff=0.75)
-        told.append(f"{r!r}" + (f" (did you mean {have[close[0]]}?)" if close else ""))
     return (
-        f"spec.allowedRegions {', '.join(told)} "
-        f"{'matches' if len(told) == 1 else 'match'} no node's region yet (regions: "
-        f"{', '.join(sorted(set(have.values())))}): planned on the others"
+        f"spec.allowedRegions {', '.join(repr(r) for r in missing)} "
+        f"{'matches' if len(missing) == 1 else 'match'} no node's region yet (regions: "
+        f"{', '.join(sorted(set(have.values())))}){_close_regions(missing, have)}: planned "
+        "on the others"
     )
+
+
+def _close_regions(names: Sequence[str], have: Mapping[str, str]) -> str:
+    """``; did you mean paris for 'Pariss'?`` for those of ``names`` close to a region of
+    ``have`` (slug -> region), else nothing."""
+    hints = []
+    for r in names:
+        close = difflib.get_close_matches(slug(r), list(have), n=1, cutoff=0.75)
+        if close and slug(r) not in have:
+            hints.append(f"{have[close[0]]} for {r!r}")
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
 
 
 def too_big_for(

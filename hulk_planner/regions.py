@@ -14,6 +14,7 @@ lower-case slug: ``new-delhi`` for ``New Delhi``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -62,9 +63,11 @@ def region_limits(
                     )
                 region = name if name in cluster.regions else next(iter(alike), None)
                 if region is None:
+                    close = difflib.get_close_matches(slug(name), list(by_slug), n=1, cutoff=0.75)
                     raise InvalidRequest(
                         f"{field}[{k}]",
-                        f"{name!r} is not a region of cluster {cluster.name}",
+                        f"{name!r} is not a region of cluster {cluster.name}"
+                        + (f" (did you mean {by_slug[close[0]][0]}?)" if close else ""),
                         f"use one of {', '.join(cluster.regions)}",
                     )
                 if region != name and notes is not None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from placement_helpers import entry, nodes
 
-from hulk_operator.fit import reachable_groups, requests_fit_nowhere, too_big_for
+from hulk_operator.fit import reachable_groups, requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import Latencies, Resources
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
@@ -185,10 +185,13 @@ def test_an_allowed_region_no_node_has_is_told_with_the_plan_or_the_reason() -> 
     typo = entry(bert, allowed_regions=("Tokyo", "narnia", "Pariss"))
     why = unknown_regions(typo, nodes())
     assert why is not None and why.startswith(
-        "spec.allowedRegions 'narnia', 'Pariss' (did you mean paris?) match no node's region "
-        "yet (regions: beijing, berlin, "
+        "spec.allowedRegions 'narnia', 'Pariss' match no node's region yet (regions: beijing, "
+        "berlin, "
     ), why
-    assert why.endswith("): planned on the others"), why
+    assert why.endswith(", tokyo); did you mean paris for 'Pariss'?: planned on the others"), why
+    # every entry a typo: the job is refused, with the same hint (before: none)
+    refused = unmatched(entry(bert, allowed_regions=("Pariss",)), nodes())
+    assert refused is not None and refused.endswith(", tokyo); did you mean paris for 'Pariss'?")
     assert unknown_regions(entry(bert, allowed_regions=("tokyo", "New Delhi")), nodes()) is None
     assert unknown_regions(entry(bert, allowed_regions=("narnia",)), nodes()) is None  # unmatched
     assert unknown_regions(entry(bert), nodes()) is None

@@ -151,6 +151,11 @@ def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
             "jobs.yaml (document 1): spec.allowedRegions[1]: 'mars' is not a region of cluster "
             "hand-built (use one of r1, r2)",
         ),
+        (  # a typo: the region it is likely meant for (before, the list alone)
+            ["r1", "r22"],
+            "jobs.yaml (document 1): spec.allowedRegions[1]: 'r22' is not a region of cluster "
+            "hand-built (did you mean r2?) (use one of r1, r2)",
+        ),
         (
             "r1",
             "jobs.yaml (document 1): spec.allowedRegions: must be a list of region names, got 'r1'",
