@@ -263,23 +263,23 @@ async def _check_plan(
         not_ready_grace_s=ctx.config.not_ready_grace_s,
         disrupted=ctx.disrupted is not None,
     )
+    pods = ctx.pods.get(entry.key, [])
     lost.update(
         recovery.stuck_servers(
-            ctx.pods.get(entry.key, []),
-            ctx.used,
-            lost,
-            ctx.nodes,
-            entry.requests,
-            gpus,
-            entry.tolerations,
+            pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations
         )
     )
+    # a stage pod to make again (deleted, evicted) where a NoSchedule taint bars it: moved
+    # at once (before: made again, told StageRecreated, then re-planned once it waited)
+    unmade = set(plan.nodes) - {p.node for p in pods if not p.deleting}
+    lost.update(recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost, unmade))
+    causes = sorted(set(lost.values()))
     if lost:  # the re-plan leaves NoSchedule-tainted servers too (snapshot.free): say so
         lost.update(recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost))
     # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
     decision = None
     if lost:
-        cause = sorted(set(lost.values()))[0].split()[0]
+        cause = causes[0].split()[0]  # (what made the re-plan, not the servers it leaves)
         decision = await ctx.placer.replan(entry, plan, ctx.snapshot)
     elif ctx.disrupted is None and regrow.due(entry, status):
         cause = regrow.REASON

@@ -1649,6 +1649,9 @@ def test_a_stage_pod_made_again_where_a_noschedule_taint_bars_it_moves(
         )
         (event,) = kube.events("Replanned")
         assert f"{victim} tainted maint=yes:NoSchedule" in event.message, event.message
+        assert kube.job("barred")["status"]["replans"] == 1
+        # moved at once: not made again there first (before: StageRecreated, then Replanned)
+        assert kube.events("StageRecreated") == []
         check_pods_match_plans(kube, ["barred"])
     finally:
         kube.core.patch_node(victim, {"spec": {"taints": None}})
