@@ -644,3 +644,21 @@ def test_more_than_one_standalone_operator_is_refused(chart_tools: dict[str, str
     )  # fmt: skip
     assert out.returncode != 0
     assert "operator.replicas > 1 needs operator.peering.enabled" in out.stderr
+
+
+def test_more_than_one_replica_of_one_fixed_peering_priority_is_refused(
+    chart_tools: dict[str, str],
+) -> None:
+    """Before, it rendered, though values.yaml says replicas tie then (a user trial)."""
+
+    def render(*sets: str) -> subprocess.CompletedProcess[str]:
+        args = [chart_tools["HELM"], "template", "r", str(CHART)]
+        for s in sets:
+            args += ["--set", s]
+        return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+    out = render("operator.replicas=2", "operator.peering.priority=5")
+    assert out.returncode != 0
+    assert "operator.replicas > 1 needs operator.peering.priority null" in out.stderr
+    assert render("operator.replicas=2").returncode == 0  # each draws its own
+    assert render("operator.replicas=1", "operator.peering.priority=5").returncode == 0
