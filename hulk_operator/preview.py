@@ -287,6 +287,13 @@ def preview_plan(
             placed.append(replace(d.job_plan, name=names[e.key]))
             if d.note:  # e.g. a quota made it smaller: as the operator says in Planned
                 notes.append(f"job {names[e.key]}: {d.note}")
+            if d.estimated:  # as the operator's LatencyEstimated condition says (before,
+                # the preview did not tell a measured step time from an estimated one)
+                notes.append(
+                    f"job {names[e.key]}: {d.estimated} server pair(s) of its plan had no "
+                    f"fresh latency measurement; used {same_region_ms:g} ms within a region "
+                    f"and {cross_region_ms:g} ms across regions"
+                )
         else:
             unplaced.append(Unplaced(names[e.key], d.reason))
         said = st.condition((objects.get(e.key) or {}).get("status") or {}, st.PLANNED) or {}

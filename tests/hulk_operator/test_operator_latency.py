@@ -74,7 +74,7 @@ def test_the_preview_cluster_uses_measured_latencies(sandbox: Any, latencies: Pu
 
 
 def test_the_operator_plans_with_measured_latencies(
-    sandbox: Any, kube: Kube, operator: Any, latencies: Publish
+    sandbox: Any, kube: Kube, operator: Any, latencies: Publish, tmp_path: Path
 ) -> None:
     far = "tokyo-25"
     latencies({a: {b: 300.0 if far in (a, b) else 0.5 for b in TOKYO if b != a} for a in TOKYO})
@@ -83,8 +83,28 @@ def test_the_operator_plans_with_measured_latencies(
     servers = [s for s in cluster_from_kubeconfig(sandbox.kubeconfig).servers if s.name in TOKYO]
     alone = build_cluster(servers, Latencies(), same_region_ms=1.0, cross_region_ms=100.0)
     assert far in plan(alone, [job_from_dict(near)]).jobs[0].nodes
+    estimated = manifest("estimated", allowedRegions=["quanzhou"])
+
+    def preview_notes(m: dict[str, Any]) -> list[str]:
+        path = tmp_path / f"{m['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump({**m, "metadata": {**m["metadata"], "namespace": kube.ns}}))
+        out = subprocess.run(
+            [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
+             "--jobs", str(path), "-o", "json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return [line for line in out.stderr.splitlines() if "latency measurement" in line]
+
+    # the preview tells an estimated step time, as the operator's condition does (before,
+    # nothing did)
+    (note,) = preview_notes(estimated)
+    assert note.startswith("hulk plan: note: job estimated: "), note
+    assert note.endswith("server pair(s) of its plan had no fresh latency measurement; used 1 "
+                         "ms within a region and 100 ms across regions"), note  # fmt: skip
+    assert preview_notes(near) == []
     kube.apply(near)
-    kube.apply(manifest("estimated", allowedRegions=["quanzhou"]))
+    kube.apply(estimated)
     wait("both placed", lambda: all(plan_nodes(kube.job(n)) for n in ("near", "estimated")), 60)
     job = kube.job("near")
     assert far not in plan_nodes(job) and len(plan_nodes(job)) >= 2
