@@ -15,6 +15,7 @@ from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, node_region, selected
 from hulk_planner.cost import too_big
 from hulk_planner.datasets import slug
+from hulk_planner.topology import components
 
 AFFINITY = "the template's required node affinity"
 
@@ -141,21 +142,9 @@ def reachable_groups(names: Sequence[str], unreachable: Collection[Pair]) -> lis
             a, b = sorted(pair)
             cut.setdefault(a, set()).add(b)
             cut.setdefault(b, set()).add(a)
-    left = set(names)
-    if not any(n in cut for n in left):
-        return [sorted(left)] if left else []
-    groups = []
-    while left:
-        start = min(left)
-        left.discard(start)
-        group, queue = [start], [start]
-        while queue and left:
-            near = left - cut.get(queue.pop(), set())
-            left -= near
-            group += near
-            queue += near
-        groups.append(sorted(group))
-    return groups
+    if not any(n in cut for n in names):
+        return [sorted(set(names))] if names else []
+    return components(names, lambda n, left: left - cut.get(n, set()))
 
 
 def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:

@@ -269,13 +269,14 @@ async def _check_plan(
             pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations
         )
     )
+    barred = recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost)
     # a stage pod to make again (deleted, evicted) where a NoSchedule taint bars it: moved
     # at once (before: made again, told StageRecreated, then re-planned once it waited)
     unmade = set(plan.nodes) - {p.node for p in pods if not p.deleting}
-    lost.update(recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost, unmade))
+    lost.update((n, why) for n, why in barred.items() if n in unmade)
     causes = sorted(set(lost.values()))
     if lost:  # the re-plan leaves NoSchedule-tainted servers too (snapshot.free): say so
-        lost.update(recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost))
+        lost.update(barred)
     # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
     decision = None
     if lost:

@@ -117,15 +117,11 @@ def barred_servers(
     nodes: Mapping[str, NodeInfo],
     tolerations: Sequence[Mapping[str, Any]] = (),
     lost: Collection[str] = (),
-    only: Collection[str] | None = None,
 ) -> dict[str, str]:
-    """Server -> ``Tainted key=value:NoSchedule``: the job's servers (other than ``lost``;
-    of ``only`` where given) that take no new stage pod of it. A re-plan leaves them, as it
-    may replace their pods."""
+    """Server -> ``Tainted key=value:NoSchedule``: the job's servers (other than ``lost``)
+    that take no new stage pod of it. A re-plan leaves them, as it may replace their pods."""
     out: dict[str, str] = {}
     for name in job_plan.nodes:
-        if only is not None and name not in only:
-            continue
         info = nodes.get(name)
         why = info.barred(tolerations) if info is not None and name not in lost else None
         if why is not None:

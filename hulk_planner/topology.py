@@ -17,7 +17,10 @@ from public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across reg
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 
@@ -122,18 +125,11 @@ class Network:
     def groups(self) -> list[list[int]]:
         """The servers split into groups that a chain of links joins, largest first (one
         group where the cluster is connected): no pipeline spans two of them."""
-        left, out = set(range(len(self.linked))), []
-        while left:
-            start = min(left)
-            left.discard(start)
-            group, queue = [start], [start]
-            while queue:
-                near = self.linked[queue.pop()] & left
-                left -= near
-                group += near
-                queue += near
-            out.append(sorted(group))
-        return sorted(out, key=len, reverse=True)
+        n = len(self.direct)
+        if self.fully_linked:  # (``linked`` is n sets of n: not built for nothing)
+            return [list(range(n))]
+        groups = components(range(n), lambda i, left: self.linked[i] & left)
+        return sorted(groups, key=len, reverse=True)
 
     def ids(self, names: list[str] | tuple[str, ...]) -> list[int]:
         return [self.index[n] for n in names]
@@ -143,6 +139,28 @@ class Network:
 
     def reachable(self, a: str, b: str) -> bool:
         return bool(np.isfinite(self.latency_ms[self.index[a], self.index[b]]))
+
+
+T = TypeVar("T", int, str)  # (sortable: the groups are sorted)
+
+
+def components(items: Iterable[T], near: Callable[[T, set[T]], AbstractSet[T]]) -> list[list[T]]:
+    """``items`` split into connected groups, each sorted, in the order of their least
+    item; ``near(item, left)``: those of ``left`` (the items not yet grouped) joined to
+    ``item``. A walk that takes each item once."""
+    left = set(items)
+    groups = []
+    while left:
+        start = min(left)
+        left.discard(start)
+        group, queue = [start], [start]
+        while queue and left:
+            found = near(queue.pop(), left)
+            left -= found
+            group += found
+            queue += found
+        groups.append(sorted(group))
+    return groups
 
 
 def unlinked_pairs(cluster: Cluster) -> int:

@@ -121,11 +121,6 @@ def test_a_stage_made_again_on_a_server_tainted_noschedule_loses_it() -> None:
         a: "Tainted maint=yes:NoSchedule"
     }
     assert recovery.barred_servers(job_plan, tainted, (), lost={a}) == {}
-    # of those whose pod is to be made again only (a running one stays)
-    assert recovery.barred_servers(job_plan, tainted, (), only={b, c}) == {}
-    assert recovery.barred_servers(job_plan, tainted, (), only={a}) == {
-        a: "Tainted maint=yes:NoSchedule"
-    }
 
 
 def _with_gpus(name: str, gpus: int) -> dict[str, Any]:
