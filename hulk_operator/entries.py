@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -52,6 +54,9 @@ class JobEntry:
     pod_resources: Mapping[str, Any] = field(default_factory=dict)
     # what scoped ResourceQuotas read of the template (``template_facts``)
     pod_facts: tuple[bool, str, bool] = (False, "", False)
+    # metadata.creationTimestamp, in seconds since the epoch (a manifest not applied yet:
+    # infinity, the newest): of equal priority, the job submitted first is placed first
+    created: float = math.inf
 
     @property
     def pending(self) -> bool:
@@ -173,6 +178,7 @@ def job_entry(
         pod_resources=with_defaults(tmpl_spec, ()),
         pod_facts=template_facts(tmpl_spec),
         suspended=spec.get("suspend") is True,
+        created=_created(meta),
         regrow=_regrow(spec) if job is not None else None,
         affinity=tuple(
             _at(
@@ -184,6 +190,15 @@ def job_entry(
             or ()
         ),
     )
+
+
+def _created(meta: Mapping[str, Any]) -> float:
+    """``metadata.creationTimestamp`` (RFC 3339) in seconds; infinity where it is not
+    set (a manifest not applied) or not readable."""
+    try:
+        return datetime.fromisoformat(str(meta["creationTimestamp"])).timestamp()
+    except (KeyError, ValueError):
+        return math.inf
 
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")

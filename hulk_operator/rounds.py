@@ -149,9 +149,10 @@ def plan_pending(
     equal constraints and priority (highest priority first); placed servers are taken out
     for later groups. Within a group a job whose stage pods still hold servers (re-planned
     after an edit, or left mid-placement) comes first: an edit must not hand a running
-    job's servers to a waiting one; if the joint plan leaves it pending while one holding
-    none is placed, the group is planned again without those, which are planned afterwards
-    on what is left. Jobs in ``decided`` already have a
+    job's servers to a waiting one; then the job submitted first. If the joint plan leaves
+    a job pending while one ranked below it is placed, the group is planned again without
+    those ranked below it, which are planned afterwards on what is left. Jobs in
+    ``decided`` already have a
     decision that their status does not show yet: they are not planned again (their
     servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
     toward its quotas and do not yet, by (quota, resource))."""
@@ -174,8 +175,14 @@ def plan_pending(
             pending.remove(e)
     holding = set(snap.held.values())
 
-    def rank(e: JobEntry) -> tuple[int, bool]:
+    def standing(e: JobEntry) -> tuple[int, bool]:
         return (_priority(e), e.key in holding)
+
+    def rank(e: JobEntry) -> tuple[int, bool, float]:
+        # of equal standing, the job submitted first comes first (as Kueue's and Volcano's
+        # FIFO queues: before, a group was planned together and the planner chose which of
+        # its jobs waited, the oldest as often as not; a user trial)
+        return (*standing(e), -e.created)
 
     # jobs of the same constraints and priority together: planned together, jobs of
     # different priorities shared the servers, and a higher one could get the slower plan
@@ -184,12 +191,13 @@ def plan_pending(
     for e in sorted(pending, key=lambda e: e.key):
         groups.setdefault((e.constraints, _priority(e)), []).append(e)
 
-    def scope(g: list[JobEntry]) -> tuple[tuple[int, bool], int]:
-        # of equal rank, the group its constraints allow fewer servers first: a job free
-        # to go anywhere took every server of the region another was limited to (a user
-        # trial of ``hulk plan``, which orders its groups the same way)
+    def scope(g: list[JobEntry]) -> tuple[tuple[int, bool], int, float]:
+        # of equal standing, the group its constraints allow fewer servers first: a job
+        # free to go anywhere took every server of the region another was limited to (a
+        # user trial of ``hulk plan``, which orders its groups the same way); then the
+        # group with the oldest job
         allowed = sum(1 for i in matching_nodes(g[0], snap.nodes) if i.server is not None)
-        return (max(rank(e) for e in g), -allowed)
+        return (max(standing(e) for e in g), -allowed, max(-e.created for e in g))
 
     order = sorted(groups.values(), key=scope, reverse=True)
     held = dict(snap.held)
@@ -228,8 +236,10 @@ def plan_pending(
             members = todo
             decisions = plan(members)
             while _inverted(members, decisions, rank):
-                lowest = min(rank(e) for e in members)
-                members = [e for e in members if rank(e) > lowest]
+                # planned again without the jobs ranked below the first one left waiting;
+                # they are planned afterwards, on what is left (each pass drops a job)
+                first = max(rank(e) for e in members if decisions[e.key].job_plan is None)
+                members = [e for e in members if rank(e) >= first]
                 decisions = plan(members)
             for k, d in decisions.items():
                 for n in d.nodes:
@@ -244,8 +254,8 @@ def plan_pending(
                 decisions[e.key] = within_quota(e, was, snap, given, plan)
                 rehold(held, was, decisions[e.key])
             rd = Round(snap, joint, decisions, given, held, plan)
-            for m in ranked:  # a job the quota left out, when another took its room
-                make_room(m, ranked, rank, rd)
+            for m in ranked:  # a job the quota left out, when another of its standing
+                make_room(m, ranked, standing, rd)  # took its room
             out.update(decisions)
             todo = [e for e in todo if e.key not in decisions]
     for k, d in out.items():  # a typo among the regions: said with the plan or the reason
@@ -285,10 +295,10 @@ def _priority(e: JobEntry) -> int:
 def _inverted(
     members: Sequence[JobEntry],
     decisions: Mapping[Key, Decision],
-    rank: Callable[[JobEntry], tuple[int, bool]],
+    rank: Callable[[JobEntry], tuple[int, bool, float]],
 ) -> bool:
-    """A job left unplaced while one of lower rank (priority, then holding servers) is
-    placed."""
+    """A job left unplaced while one of lower rank (priority, then holding servers, then
+    age) is placed."""
     placed = [rank(e) for e in members if decisions[e.key].job_plan is not None]
     waiting = [rank(e) for e in members if decisions[e.key].job_plan is None]
     return bool(placed and waiting) and max(waiting) > min(placed)

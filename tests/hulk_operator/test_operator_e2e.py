@@ -3014,3 +3014,28 @@ def test_kubectl_get_wide_shows_why_a_job_waits_and_its_priority(kube: Kube, ope
     assert cells["Planned"] == "Unschedulable" and cells["Priority"] == 7, cells
     wide = {c["name"] for c in table["columnDefinitions"] if c["priority"] == 1}
     assert {"Planned", "Priority"} <= wide  # -o wide only
+
+
+def test_of_jobs_waiting_for_one_server_the_one_created_first_gets_it(
+    kube: Kube, operator: Any
+) -> None:
+    """Two jobs of equal priority wait for London's one server: when it frees up, the one
+    created first takes it, whatever the names (before, the joint plan chose: the first
+    name, here the newer job)."""
+    kube.apply(manifest("holder", allowedRegions=["london"]))
+    wait("holder Running", lambda: kube.phase("holder") == "Running", 60)
+    kube.apply(manifest("z-first", allowedRegions=["london"]))
+    wait("z-first created", lambda: kube.job("z-first"), 30)
+    time.sleep(1.1)  # creationTimestamp counts whole seconds
+    kube.apply(manifest("a-second", allowedRegions=["london"]))
+    for name in ("z-first", "a-second"):
+        wait(
+            f"{name} waits",
+            lambda n=name: condition(kube.job(n), "Planned").get("reason") == "Unschedulable",
+            30,
+        )
+    kube.delete_job("holder")
+    wait("z-first Running", lambda: kube.phase("z-first") == "Running", 60)
+    assert plan_nodes(kube.job("z-first")) == ["london-33"]
+    assert kube.phase("a-second") == "Pending"
+    assert not kube.pods("a-second")

@@ -206,6 +206,40 @@ def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
     assert len(used) == len(set(used))
 
 
+def test_of_equal_priority_the_jobs_submitted_first_are_placed_first() -> None:
+    """Two OPT-175B copies fit the paper's cluster, four do not: of equal priority, the two
+    created first are placed, whatever the names' order (before, the group was planned
+    together and the planner chose: here, the first names, the newest jobs)."""
+    opt = paper_jobs()[0]
+    jobs = [
+        entry(replace(opt, name=n), created=t)
+        for n, t in (("a-new", 4000.0), ("b-new", 3000.0), ("y-old", 2000.0), ("z-old", 1000.0))
+    ]
+    d = plan_pending(snap(jobs), plan)
+    assert {k[1] for k, v in d.items() if v.job_plan is not None} == {"y-old", "z-old"}, d
+    used = [n for v in d.values() for n in v.nodes]
+    assert len(used) == len(set(used))
+    # a job that holds servers (re-planned after an edit) still comes before older ones
+    held = dict.fromkeys(d[("ml", "z-old")].nodes, ("ml", "a-new"))
+    again = plan_pending(snap(jobs, held=held), plan)
+    assert again[("ml", "a-new")].job_plan is not None, again[("ml", "a-new")].reason
+
+
+def test_an_entry_reads_its_creation_time_and_a_manifest_not_applied_is_the_newest() -> None:
+    from hulk_operator.entries import object_entry
+
+    body: dict[str, Any] = {
+        "apiVersion": "hulk.dev/v1alpha1",
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": "j", "creationTimestamp": "2026-11-24T20:00:01Z"},
+        "spec": {"model": {"preset": "bert-large"}},
+    }
+    older = object_entry(body)
+    assert older.created == 1795550401.0
+    body["metadata"] = {"name": "j"}
+    assert object_entry(body).created > older.created  # (infinity)
+
+
 def test_a_higher_priority_job_gets_the_plan_it_would_get_alone() -> None:
     """Jobs of different priorities were planned together: the servers were shared, and
     the higher one could get the slower plan (a user trial: priority 100 on 1 server at
