@@ -6,14 +6,17 @@ two jobs of one namespace and rank planned in the same round share its quota
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
+from hulk_operator.fit import matching_nodes
 from hulk_operator.quotas import QUOTA_GPU, Scope
 from hulk_operator.snapshot import Short, Snapshot, Taken, amount_text
+from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes, server_capacity
 
 
 def within_quota(
@@ -150,14 +153,56 @@ def _quota_why(
         failed = next((t.reason for t in tried if t.job_plan is None and t.reason), "")
         if failed:
             why += f", and none fits within it ({failed})"
-    scopes = next((sc for n, _, sc in snap.scoped_quotas.get(e.key[0], ()) if n == what.quota), ())
+    return why + _quota_fix(e, snap, what.quota)
+
+
+def _quota_fix(e: JobEntry, snap: Snapshot, quota: str) -> str:
+    """``: raise the quota, ...``: what to do about the namespace's ``quota``."""
+    scopes = next((sc for n, _, sc in snap.scoped_quotas.get(e.key[0], ()) if n == quota), ())
     if scopes:  # the template decides whether it counts the pods at all
         read = dict.fromkeys(SCOPE_READS.get(name, name) for name, _, _ in scopes)
-        return why + (
+        return (
             ": raise the quota, free what the namespace's other pods hold, or change what its "
             f"scopes ({scopes_text(scopes)}) read of spec.template ({', '.join(read)})"
         )
-    return why + ": raise the quota, or free what the namespace's other pods hold"
+    return ": raise the quota, or free what the namespace's other pods hold"
+
+
+def quota_too_small(e: JobEntry, snap: Snapshot) -> str | None:
+    """Why the namespace's quotas leave too little for any plan of the job, before it is
+    planned: fewer GPUs than its GPU memory need takes on the servers it may use with the
+    most memory per GPU, or fewer pods (and what each pod counts) than it takes on those
+    with the most per server. Before, such a job was planned with the others, took servers
+    in their joint plan, and the quota then refused it: the others had been left out of
+    those servers, and its reason flipped between the quota and the free servers, an
+    Event each time (a user trial)."""
+    if e.job is None or not snap.quotas_for(e):
+        return None
+    servers = [i.server for i in matching_nodes(e, snap.nodes) if i.server is not None]
+    if not servers:
+        return None
+    need = memory_need_bytes(e.job)
+    per_gpu = max(s.memory_bytes / s.gpus for s in servers) * MEMORY_USABLE
+    per_pod = max(server_capacity(s) for s in servers)
+    pods = math.ceil(need / per_pod - 1e-9)
+    least = {k: v * pods for k, v in snap.pod_quota(e)}
+    least[QUOTA_GPU] = float(math.ceil(need / per_gpu - 1e-9))
+    short = snap.quota_short(e, least)
+    if short is None:
+        return None
+    why = (
+        f"{short}; the job needs at least {amount_text(short.resource, short.need)}: "
+        f"{need / 2**30:.0f} GiB of GPU memory, and "
+        + (
+            f"a GPU of the servers it may use has at most {per_gpu / 2**30:.0f} GiB usable"
+            if short.resource == QUOTA_GPU
+            else f"a server it may use has at most {per_pod / 2**30:.0f} GiB usable"
+        )
+    )
+    mine = snap.counted.get(e.key, {}).get(short.resource)
+    if mine:
+        why += f" (its own pods hold {amount_text(short.resource, mine)})"
+    return why + _quota_fix(e, snap, short.quota)
 
 
 # what each ResourceQuota scope reads of a pod

@@ -24,7 +24,7 @@ from hulk_operator.fit import (
     unmatched,
 )
 from hulk_operator.inventory import NodeInfo, build_cluster, cut_pairs, estimated_pairs
-from hulk_operator.quota_fit import Round, make_room, rehold, within_quota
+from hulk_operator.quota_fit import Round, make_room, quota_too_small, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
@@ -163,10 +163,11 @@ def plan_pending(
     # its whole group's servers unfree, or was planned with them); nor does a job that
     # fits on no set of the servers it may use, even all free: told so (before, it was
     # told the free servers' shortfall, or that other jobs held the servers: a user waited
-    # for them in vain)
+    # for them in vain); nor does a job its namespace's quotas leave too little for, whatever
+    # its plan (``quota_too_small``)
     for e in list(pending):
         refused = snap.bounds_refuse(e) or (
-            too_big_for(e, snap.nodes, snap.latencies.unreachable)
+            too_big_for(e, snap.nodes, snap.latencies.unreachable) or quota_too_small(e, snap)
             if unmatched(e, snap.nodes) is None
             else None
         )
@@ -257,7 +258,15 @@ def plan_pending(
             for m in ranked:  # a job the quota left out, when another of its standing
                 make_room(m, ranked, standing, rd)  # took its room
             out.update(decisions)
-            todo = [e for e in todo if e.key not in decisions]
+            # a job the joint plan left waiting while a quota then refused another's plan
+            # is planned again on what that one left (before, those servers stayed free: a
+            # tenant whose quota could not hold its job kept another's off them; a user
+            # trial). Each pass decides at least the refused ones.
+            quota_refused = any(
+                d.job_plan is None and joint[k].job_plan is not None for k, d in decisions.items()
+            )
+            again = {k for k, d in joint.items() if d.job_plan is None} if quota_refused else set()
+            todo = [e for e in todo if e.key not in decisions or e.key in again]
     for k, d in out.items():  # a typo among the regions: said with the plan or the reason
         note = unknown_regions(snap.jobs[k], snap.nodes)
         if note is not None and d.job_plan is not None:

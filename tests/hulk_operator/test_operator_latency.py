@@ -381,8 +381,11 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
         assert out.returncode == 3, out
         (unplaced,) = json.loads(out.stdout)["unplaced"]
         assert unplaced["reason"].startswith(
-            f"namespace {kube.ns}'s ResourceQuota two-pods leaves 0 pod(s) (pods); one stage "
-            "pod needs 1 pod(s) (pods): raise the quota"
+            f"namespace {kube.ns}'s ResourceQuota two-pods leaves 0 pod(s) (pods); the job "
+            "needs at least 1 pod(s) (pods): "
+        ), unplaced
+        assert unplaced["reason"].endswith(
+            ": raise the quota, or free what the namespace's other pods hold"
         ), unplaced
         # a job the operator holds back after its pods were refused says so (a user trial:
         # the preview showed it placed, with no word of the pause)

@@ -22,12 +22,13 @@ def test_a_quota_no_plan_fits_is_named_even_when_the_smaller_plan_fails() -> Non
     """Before, when the job did not fit the servers the quota left, the message named only
     the planner's reason (GPU memory) and not the quota that cut the servers."""
     opt = entry(paper_jobs()[0])  # OPT-175B: many servers
-    view = replace(snap([opt]), quotas={"ml": [("two", {"pods": 2.0})]})
+    # (5 pods: as many as it takes at the least, on the servers with the most memory)
+    view = replace(snap([opt]), quotas={"ml": [("five", {"pods": 5.0})]})
     d = plan_pending(view, plan)[opt.key]
     assert d.job_plan is None
     assert d.reason.startswith(
-        "namespace ml's ResourceQuota two leaves 2 pod(s) (pods); the plan on the free servers "
-        "needs "
+        "namespace ml's ResourceQuota five leaves 5 pod(s) (pods); the plan on the free "
+        "servers needs "
     ), d.reason
     assert ", and none fits within it (" in d.reason
 
@@ -308,3 +309,71 @@ def test_jobs_of_a_namespace_planned_together_share_its_quota() -> None:
     quotas = {**quota, "other": [("gpus", {QUOTA_GPU: 0.0})]}
     got = plan_pending(replace(snap([bert, other]), quotas=quotas), plan)
     assert got[other.key].job_plan is None and len(got[bert.key].nodes) >= 1
+
+
+def test_servers_a_quota_refused_one_tenants_job_go_to_another_tenants() -> None:
+    """Room for one Llama-2-13B on the three free servers: the joint plan gave them to the
+    older job, whose namespace's quota (4 GPUs) then refused its plan. Before, the other
+    tenant's job had been left out of the joint plan and stayed Pending beside the three
+    free servers ("other jobs planned with it hold 270 GiB of the 270 GiB usable": a user
+    trial)."""
+    from hulk_planner.io import job_from_dict
+
+    def llama(name: str) -> Any:
+        body = {"metadata": {"name": name}, "spec": {"model": {"preset": "llama2-13b"}}}
+        return job_from_dict({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", **body})
+
+    free = {"nanjing-11", "paris-40", "tokyo-29"}
+    held = {s.name: ("x", "y") for s in paper_cluster().servers if s.name not in free}
+    capped = entry(llama("a-capped"), ns="team-a", created=1.0)
+    other = entry(llama("z-other"), ns="team-b", created=2.0)
+    view = replace(snap([capped, other], held), quotas={"team-a": [("tiny", {QUOTA_GPU: 4.0})]})
+    d = plan_pending(view, plan)
+    assert d[capped.key].job_plan is None
+    assert d[capped.key].reason.startswith("namespace team-a's ResourceQuota tiny leaves 4 ")
+    assert d[other.key].nodes == free, d[other.key].reason
+
+
+@pytest.mark.parametrize(
+    ("quota", "told"),
+    [
+        (
+            {QUOTA_GPU: 6.0},
+            "namespace team-a's ResourceQuota q leaves 6 nvidia.com/gpu (requests.nvidia.com/gpu)"
+            "; the job needs at least 7 nvidia.com/gpu (requests.nvidia.com/gpu): 221 GiB of GPU "
+            "memory, and a GPU of the servers it may use has at most 36 GiB usable: raise the "
+            "quota, or free what the namespace's other pods hold",
+        ),
+        (
+            {"count/pods": 0.0},
+            "namespace team-a's ResourceQuota q leaves 0 pod(s) (count/pods); the job needs at "
+            "least 1 pod(s) (count/pods): 221 GiB of GPU memory, and a server it may use has at "
+            "most 576 GiB usable: raise the quota, or free what the namespace's other pods hold",
+        ),
+    ],
+)
+def test_a_job_its_quota_leaves_too_little_for_is_told_so_before_planning(
+    quota: dict[str, float], told: str
+) -> None:
+    """Before, it was planned with the other jobs and its reason switched between the quota
+    and the free servers as those came and went, an Event each time (a user trial). The
+    least it needs: its GPU memory on the GPUs, or the servers, with the most of it."""
+    from hulk_planner.io import job_from_dict
+
+    body = {"metadata": {"name": "capped"}, "spec": {"model": {"preset": "llama2-13b"}}}
+    capped = entry(
+        job_from_dict({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", **body}),
+        ns="team-a",
+    )
+    calls: list[int] = []
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return plan(*args, **kw)
+
+    view = replace(snap([capped]), quotas={"team-a": [("q", quota)]})
+    d = plan_pending(view, counting)[capped.key]
+    assert d.job_plan is None and d.reason == told
+    assert not calls  # (no round)
+    more = {k: v + 7 for k, v in quota.items()}
+    assert plan_pending(replace(view, quotas={"team-a": [("q", more)]}), plan)[capped.key].job_plan
