@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="with --keep: publish the paper's latencies again this often (as probes would; "
-        "else they age past the operator's --latency-max-age-s)",
+        help="with --keep: publish the paper's latencies again this often, 0 for never "
+        "(default: 60; as probes would, else they age past the operator's "
+        "--latency-max-age-s; NodeLatency objects you delete come back)",
     )
 
 
@@ -163,13 +164,21 @@ def _serve(
             if metrics_port
             else "  (hulk demo --keep --metrics-port 9090 serves its Prometheus metrics)\n"
         )
+        + (
+            f"the paper's latencies are published again every {every_s:g} s, as probes would "
+            "(--replay-every)\n"
+            if every_s > 0
+            else "the paper's latencies are not published again (--replay-every 0)\n"
+        )
         + "Ctrl-C stops the operator (the sandbox and its jobs stay)",
         flush=True,
     )
     old = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
-            time.sleep(every_s)
+            time.sleep(every_s if every_s > 0 else 3600.0)
+            if every_s <= 0:
+                continue
             try:
                 replay()
             except Exception as exc:  # (the sandbox stopped under us, say): said, served on
@@ -193,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from hulk_operator.runner import OperatorThread
     from hulk_planner import io
     from hulk_planner.datasets import paper_cluster
-    from hulk_planner.errors import HulkError
+    from hulk_planner.errors import HulkError, InvalidRequest
     from hulk_probe.replay import publish_latencies
     from hulk_sandbox.sandbox import Sandbox
 
@@ -205,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
             config = replace(config, metrics_port=args.metrics_port)  # (checked by it)
         if config.metrics_port:  # (before: no way to see the demo's metrics; a user trial)
             check_port("--metrics-port", "0.0.0.0", config.metrics_port, "or leave it out")
+        if not args.replay_every >= 0:
+            why = "is below 0" if args.replay_every < 0 else "is not a number"
+            raise InvalidRequest(
+                "--replay-every", f"{args.replay_every:g} {why}", "give seconds, or 0 for never"
+            )
     except HulkError as exc:
         print(f"hulk demo: error: {exc}", file=sys.stderr)
         return 2

@@ -105,10 +105,13 @@ async def sync_pods(
     else:
         svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
         try:
-            await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
+            made_svc = await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
         except Exception as exc:
             setattr(exc, SERVICE_MARK, True)  # told as the Service's (forbidden_pods)
             raise
+        if made_svc and (live or entry.phase == st.RUNNING):
+            # deleted with a stage pod, or all of them (before, made again without a word)
+            ctx.event("Warning", "ServiceRecreated", _service_again(svc))
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
         made = await asyncio.to_thread(
@@ -169,19 +172,22 @@ async def restore_service(ctx: Context, entry: JobEntry, port: int, live: bool) 
         return
     ctx.recent[tried] = now
     svc = manifests.headless_service(job=name, namespace=ns, uid=entry.uid, master_port=port)
-    what = f"the job's headless Service {svc['metadata']['name']} was deleted"
     try:
         made = await asyncio.to_thread(kube.ensure_service, ctx.api, svc)
     except Exception as exc:  # (a quota on Services, a policy): tried again in 60 s
         ctx.recent[tried] = now + 50.0
+        what = f"the job's headless Service {svc['metadata']['name']} was deleted"
         ctx.event("Warning", "ServiceRecreated", f"{what}; it cannot be made again: {exc}")
         return
     if made:  # (not where the index had not seen it yet)
-        ctx.event(
-            "Warning",
-            "ServiceRecreated",
-            f"{what}; made again (its stage pods find one another by name through it)",
-        )
+        ctx.event("Warning", "ServiceRecreated", _service_again(svc))
+
+
+def _service_again(svc: Mapping[str, Any]) -> str:
+    return (
+        f"the job's headless Service {svc['metadata']['name']} was deleted; made again (its "
+        "stage pods find one another by name through it)"
+    )
 
 
 STAGE_POD_TAKEN = "StagePodTaken"

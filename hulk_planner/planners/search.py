@@ -333,6 +333,8 @@ def _polish(
 
 
 def _gib(x: float) -> str:
+    if abs(x) < 1e-6:  # (a difference of equal float sums: 1.1e-13 GiB read as a leftover)
+        x = 0.0
     return f"{x:.0f} GiB" if 10 <= x < 1e6 or x == 0 else f"{x:.2g} GiB"
 
 

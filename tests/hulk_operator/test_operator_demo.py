@@ -56,6 +56,20 @@ def test_a_metrics_port_in_use_stops_the_demo_before_the_sandbox_starts(tmp_path
     assert not box.exists()
 
 
+@pytest.mark.parametrize(("every", "why"), [("-1", "is below 0"), ("nan", "is not a number")])
+def test_a_replay_period_below_0_stops_the_demo_before_the_sandbox_starts(
+    tmp_path: Path, every: str, why: str
+) -> None:
+    """0 is never (before, 0 published the latencies in a busy loop)."""
+    box = tmp_path / "box"
+    proc = _demo("--dir", str(box), "--replay-every", every)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"hulk demo: error: --replay-every: {every} {why} (give seconds, or 0 for never)\n"
+    )
+    assert not box.exists()
+
+
 def _free_port() -> int:
     import socket
 

@@ -1626,6 +1626,33 @@ def test_a_deleted_stage_pod_is_created_again_with_an_event(kube: Kube, operator
     _service_made_again(kube, "gone")  # (by hand too: it was made again only with a pod)
 
 
+def test_a_service_deleted_with_a_stage_pod_is_told_as_it_is_made_again(
+    kube: Kube, operator: Any
+) -> None:
+    """Told once, whichever the operator sees first: the Service gone while the pods run
+    (told before too), or both gone at once, when the Service is made again with the pod
+    (before, without a word: a user trial; this test's timing mostly gives the first)."""
+    kube.apply(manifest("both", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("both") == "Running", 60)
+    pods = {p.metadata.name: p.metadata.uid for p in kube.live_pods("both")}
+    old: Any = kube.core.read_namespaced_service("both", kube.ns)
+    victim = sorted(pods)[0]
+    kube.core.delete_namespaced_pod(victim, kube.ns, grace_period_seconds=0)
+    kube.core.delete_namespaced_service("both", kube.ns)
+
+    def again() -> bool:
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("both")}
+        return now.get(victim) not in (None, pods[victim]) and kube.phase("both") == "Running"
+
+    wait("the stage made again", again, 60)
+    svc: Any = kube.core.read_namespaced_service("both", kube.ns)
+    assert svc.metadata.uid != old.metadata.uid
+    (event,) = wait("ServiceRecreated", lambda: kube.events("ServiceRecreated"), 10)
+    assert "Service both was deleted; made again" in event.message, event.message
+    (stage,) = kube.events("StageRecreated")
+    assert victim in stage.message
+
+
 def test_a_stage_pod_made_again_where_a_noschedule_taint_bars_it_moves(
     kube: Kube, operator: Any
 ) -> None:

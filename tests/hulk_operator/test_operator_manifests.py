@@ -158,6 +158,11 @@ def test_long_and_odd_names_become_valid_labels() -> None:
     assert manifests.service_name("a.b") != "a.b"
     assert len(manifests.job_label(long)) <= 63
     assert manifests.dns_label(long) == manifests.dns_label(long)
+    # the names docs/operator.md gives for these
+    assert manifests.service_name("my.job") == "my-job-bc373230"
+    assert manifests.service_name("9lives") == "h-9lives-bc867356"
+    assert manifests.hostname("my.job", 0, 0) == "my-job-0-0-25556061"
+    assert manifests.hostname("gpt2-xl", 1, 0) == "gpt2-xl-1-0"
 
 
 def test_tensor_stage_neighbour_is_its_first_server() -> None:

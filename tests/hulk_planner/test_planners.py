@@ -625,3 +625,13 @@ def test_a_job_unplaced_on_servers_no_chain_of_links_joins_names_the_groups(plan
     linked = cluster(c.servers, [("b", "c", 1.0), ("a", "b", 1.0)])
     assert CostModel(linked).net.groups == [[0, 1, 2]]
     assert CostModel(c).net.groups == [[1, 2], [0]]
+
+
+def test_gib_amounts_in_reasons_read_as_people_write_them() -> None:
+    """Before: "hold 540 GiB of the 540 GiB usable, 1.1e-13 GiB is left" (a difference of
+    two float sums; a user trial of ``hulk plan --kubeconfig``)."""
+    from hulk_planner.planners.search import _gib
+
+    assert _gib(540.0 - (300.0 + 240.00000000000011)) == "0 GiB"
+    assert _gib(1.1e-13) == "0 GiB"
+    assert _gib(0.5) == "0.5 GiB" and _gib(221.4) == "221 GiB"
