@@ -218,6 +218,12 @@ def preview_plan(
                 standing[e.key] = (e, jp, compared_then, why_then)
                 notes.append(f"job {e.key[1]}: runs; applying this manifest, {why}: shown as "
                              "its pods run")  # fmt: skip
+                by = str((objects[e.key].get("status") or {}).get("plan", {}).get("planner") or "")
+                if by and by != planner:  # (before, the header's planner read as its own)
+                    notes.append(
+                        f"job {e.key[1]}: its plan is planner {by}'s, made when it was placed; "
+                        f"--planner {planner} is not used for it"
+                    )
                 if e.regrow is not None:
                     notes.append(
                         f"job {e.key[1]}: spec.regrow: once it has run {e.regrow[1]:g} s, the "

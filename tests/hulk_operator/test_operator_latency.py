@@ -540,6 +540,18 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     assert set(then) == set(BASELINES) and all(then.values()), then
     (row,) = [r for r in table.stdout.splitlines() if r.startswith("steady ")]
     assert "not placed" not in row and row.count("x)") == len(BASELINES), row
+    # another planner asked for: the running plan is shown, and said not to be its (before,
+    # the header's "planner: baseline-c" read as the plan's; a user trial)
+    other = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs",
+         str(path), "--planner", "baseline-c"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert (
+        "hulk plan: note: job steady: its plan is planner hulk's, made when it was placed; "
+        "--planner baseline-c is not used for it"
+    ) in other.stderr.splitlines(), other.stderr
     job["spec"]["priority"] = 5  # a bookkeeping edit
     nodes, said = preview(job)
     assert nodes == running and "priority changed: its plan stands" in said, said
