@@ -33,6 +33,7 @@ REFUSALS_APART_S = 60.0  # refusals further apart are not one run (retries are 1
 # An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
 # is planned again at most this often: a busy namespace must not start a round at every pod.
 QUOTA_RECHECK_S = 10.0
+TELL_AGAIN_S = 600.0  # an unplaced job's cause is posted as an Event at most this often
 
 
 @dataclass
@@ -99,6 +100,22 @@ class Placer:
         self.edit_checked: dict[Key, float] = {}  # when a refused edit was last checked
         # (uid, generation) of a waiting job whose pod template a dry run took
         self.template_checked: dict[Key, tuple[str, int]] = {}
+        # job -> the causes it was told it waits for (figures aside) and when: each is
+        # posted as an Event once per TELL_AGAIN_S (``newly_told``)
+        self.told: dict[Key, dict[str, float]] = {}
+
+    def newly_told(self, key: Key, cause: str, now: float) -> bool:
+        """Whether an unplaced job's ``cause`` (its reason, figures aside) was not told in
+        the last TELL_AGAIN_S, noting it told now. Before, a job whose reason went back and
+        forth between two causes as other jobs came and went had an Event at each change
+        (17 in 5 minutes: a user trial)."""
+        seen = self.told.setdefault(key, {})
+        for c in [c for c, t in seen.items() if now - t > TELL_AGAIN_S]:
+            del seen[c]
+        if cause in seen:
+            return False
+        seen[cause] = now
+        return True
 
     def first_use(self, decision: Decision) -> bool:
         """True the first time a decision is applied (for events and counters)."""
@@ -133,6 +150,8 @@ class Placer:
             del self.refused[k]
         for k in [k for k in self.template_checked if k not in jobs]:
             del self.template_checked[k]
+        for k in [k for k in self.told if k not in jobs or not jobs[k].pending]:
+            del self.told[k]  # (placed, or gone: a later wait tells its causes afresh)
 
     def pods_refused(self, entry: JobEntry, servers: Collection[str]) -> float:
         """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns

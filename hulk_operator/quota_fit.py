@@ -190,8 +190,16 @@ def quota_too_small(e: JobEntry, snap: Snapshot) -> str | None:
     short = snap.quota_short(e, least)
     if short is None:
         return None
+    mine = snap.counted.get(e.key, {}).get(short.resource, 0.0)
+    left = str(short)
+    if mine:  # (a running job planned again: its pods go when the new ones come)
+        left = (
+            f"namespace {short.namespace}'s ResourceQuota {short.quota} leaves "
+            f"{amount_text(short.resource, max(short.left + mine, 0.0))} once the job's own "
+            f"pods are gone (they hold {amount_text(short.resource, mine)})"
+        )
     why = (
-        f"{short}; the job needs at least {amount_text(short.resource, short.need)}: "
+        f"{left}; the job needs at least {amount_text(short.resource, short.need)}: "
         f"{need / 2**30:.0f} GiB of GPU memory, and "
         + (
             f"a GPU of the servers it may use has at most {per_gpu / 2**30:.0f} GiB usable"
@@ -199,9 +207,6 @@ def quota_too_small(e: JobEntry, snap: Snapshot) -> str | None:
             else f"a server it may use has at most {per_pod / 2**30:.0f} GiB usable"
         )
     )
-    mine = snap.counted.get(e.key, {}).get(short.resource)
-    if mine:
-        why += f" (its own pods hold {amount_text(short.resource, mine)})"
     return why + _quota_fix(e, snap, short.quota)
 
 

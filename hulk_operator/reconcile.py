@@ -196,8 +196,8 @@ async def _place(
     if decision.job_plan is None:
         removed = await remove_all(ctx, entry.key)  # gang: all stages or none
         # still unplaceable at a later round for the same cause (others came and went,
-        # the reason's figures moved): the Event was posted; the condition keeps the
-        # latest reason. Another cause (another quota, say) is posted.
+        # the reason's figures moved), or for one told in the last 10 minutes: the Event
+        # was posted; the condition keeps the latest reason. Another cause is posted.
         said = (
             planned.get("reason") == UNSCHEDULABLE
             and planned.get("status") == "False"
@@ -206,6 +206,9 @@ async def _place(
         if ctx.placer.first_use(decision):
             ctx.metrics.plans.labels(result="unplaced").inc()
             gone = f"; its {removed} stage pod(s) removed" if removed else ""
+            cause = FIGURE.sub("#", decision.reason)
+            if not ctx.placer.newly_told(entry.key, cause, time.monotonic()):
+                said = True
             if removed or not said:
                 text = decision.reason  # ("fits nowhere: ..." says it already)
                 if not text.startswith("fits nowhere"):

@@ -2102,7 +2102,19 @@ def test_a_job_held_back_for_another_cause_is_told_again(kube: Kube, operator: A
     wait("told the new cause", told_again, 30)
     c = condition(kube.job("held"), "Planned")
     assert "ResourceQuota no-gpus" in c["message"], c
+    # the first cause back: its condition says it, and no second Event (told in the last
+    # 10 minutes; before, each change back and forth was an Event: a user trial)
+    kube.core.create_namespaced_resource_quota(kube.ns, first)
+    quota_in_force(kube, "no-pods")
     kube.core.delete_namespaced_resource_quota("no-gpus", kube.ns)
+    wait(
+        "the first cause back",
+        lambda: "ResourceQuota no-pods" in condition(kube.job("held"), "Planned")["message"],
+        30,
+    )
+    time.sleep(2)
+    assert len([e for e in kube.events("Unschedulable") if "no-pods" in e.message]) == 1
+    kube.core.delete_namespaced_resource_quota("no-pods", kube.ns)
     wait("Running", lambda: kube.phase("held") == "Running", 60)
 
 

@@ -473,6 +473,26 @@ def test_a_decision_is_applied_once_even_where_python_reuses_its_id() -> None:
     assert len(ids) < 50  # (addresses were reused, as CPython does)
 
 
+def test_a_waiting_jobs_cause_is_told_once_per_ten_minutes_however_often_it_comes_back() -> None:
+    from hulk_operator.placement import TELL_AGAIN_S
+
+    placer = Placer(plan)
+    key, other = ("ml", "x"), ("ml", "y")
+    assert placer.newly_told(key, "quota", 0.0)
+    assert placer.newly_told(key, "servers held", 5.0)
+    assert not placer.newly_told(key, "quota", 10.0)  # back again: not told twice
+    assert placer.newly_told(other, "quota", 10.0)  # (each job its own)
+    assert placer.newly_told(key, "quota", 10.0 + TELL_AGAIN_S + 1)
+    # once placed (or gone), a later wait tells its causes afresh
+    now = 20.0 + TELL_AGAIN_S
+    assert placer.newly_told(key, "servers held", now)  # (told at 5: past the 10 minutes)
+    waiting = entry(replace(paper_jobs()[3], name="x"))
+    placer.prune({key: waiting})  # (still waiting: kept)
+    assert not placer.newly_told(key, "servers held", now + 1)
+    placer.prune({key: replace(waiting, plan_nodes=frozenset({"rome-44"}))})
+    assert placer.newly_told(key, "servers held", now + 2) and other not in placer.told
+
+
 def test_pod_diff() -> None:
     d = recovery.pod_diff(["a", "b", "old"], ["a", "b", "new"])
     assert (d.create, d.delete, d.keep) == (("new",), ("old",), ("a", "b"))

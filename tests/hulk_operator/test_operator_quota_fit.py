@@ -377,3 +377,25 @@ def test_a_job_its_quota_leaves_too_little_for_is_told_so_before_planning(
     assert not calls  # (no round)
     more = {k: v + 7 for k, v in quota.items()}
     assert plan_pending(replace(view, quotas={"team-a": [("q", more)]}), plan)[capped.key].job_plan
+
+
+def test_a_running_jobs_quota_shortfall_counts_its_own_pods_as_going() -> None:
+    """A quota lowered to 4 GPUs under a running job's 12, then the job edited: before, the
+    reason said the quota left 0 (its own pods' use counted against it; a user trial)."""
+    from hulk_planner.io import job_from_dict
+
+    body = {"metadata": {"name": "t5"}, "spec": {"model": {"preset": "t5-11b"}}}
+    job = job_from_dict({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", **body})
+    e = entry(job, ns="tf")
+    view = replace(
+        snap([e]),
+        quotas={"tf": [("gpus", {QUOTA_GPU: 4.0 - 12.0})]},  # hard 4, its pods use 12
+        counted={e.key: {QUOTA_GPU: 12.0}},
+    )
+    d = plan_pending(view, plan)[e.key]
+    assert d.job_plan is None
+    assert d.reason.startswith(
+        "namespace tf's ResourceQuota gpus leaves 4 nvidia.com/gpu (requests.nvidia.com/gpu) "
+        "once the job's own pods are gone (they hold 12 nvidia.com/gpu "
+        "(requests.nvidia.com/gpu)); the job needs at least 5 nvidia.com/gpu"
+    ), d.reason
