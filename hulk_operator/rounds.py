@@ -200,9 +200,7 @@ def plan_pending(
         allowed = sum(1 for i in matching_nodes(g[0], snap.nodes) if i.server is not None)
         return (max(standing(e) for e in g), -allowed, max(-e.created for e in g))
 
-    order = sorted(groups.values(), key=scope, reverse=True)
     held = dict(snap.held)
-
     # namespace -> what its jobs took in this round (and reservations not yet counted)
     given = {ns: dict(use) for ns, use in (taken or {}).items()}
 
@@ -225,50 +223,75 @@ def plan_pending(
             seed=seed,
         )
 
-    for group in order:
-        todo = []
-        for e in group:  # no Service to be had: no server held (its pods would wait on it)
-            why = snap.service_short(e, snap.waiting_services(e.key[0], held, e.key))
-            if why is None:
-                todo.append(e)
-            else:
-                out[e.key] = Decision(e.key, None, None, why, planner)
-        spent = 0  # planner calls spent on first-come order in this group
-        while todo:
-            members = todo
-            decisions = plan(members)
-            if spent < FIRST_COME_CALLS and _inverted(members, decisions, rank):
-                members, decisions, calls = _first_come(members, plan, rank)
-                spent += calls
-            while _inverted(members, decisions, standing):  # (first-come order given up)
-                lowest = min(standing(e) for e in members)
-                members = [e for e in members if standing(e) > lowest]
+    def run(order: list[list[JobEntry]]) -> dict[Key, Decision]:
+        """The groups planned in ``order``, each on what the ones before it left."""
+        nonlocal held, given
+        held = dict(snap.held)
+        given = {ns: dict(use) for ns, use in (taken or {}).items()}
+        got: dict[Key, Decision] = {}
+        for group in order:
+            todo = []
+            for e in group:  # no Service to be had: no server held (its pods would wait on it)
+                why = snap.service_short(e, snap.waiting_services(e.key[0], held, e.key))
+                if why is None:
+                    todo.append(e)
+                else:
+                    got[e.key] = Decision(e.key, None, None, why, planner)
+            spent = 0  # planner calls spent on first-come order in this group
+            while todo:
+                members = todo
                 decisions = plan(members)
-            for k, d in decisions.items():
-                for n in d.nodes:
-                    held[n] = k
-            ranked = sorted(members, key=rank, reverse=True)
-            _within_services(ranked, decisions, snap, held)
-            joint = dict(decisions)  # the group's plans before the quotas
-            for e in ranked:
-                # a job a quota shrinks is planned again on its own servers and the free
-                # ones, never on those this round gave its other members (held above)
-                was = decisions[e.key]
-                decisions[e.key] = within_quota(e, was, snap, given, plan)
-                rehold(held, was, decisions[e.key])
-            rd = Round(snap, joint, decisions, given, held, plan)
-            for m in ranked:  # a job the quota left out, when another of its standing
-                make_room(m, ranked, standing, rd)  # took its room
-            out.update(decisions)
-            # a job the joint plan left waiting while a quota then refused another's plan
-            # is planned again on what that one left (before, those servers stayed free: a
-            # tenant whose quota could not hold its job kept another's off them; a user
-            # trial). Each pass decides at least the refused ones.
-            quota_refused = any(
-                d.job_plan is None and joint[k].job_plan is not None for k, d in decisions.items()
-            )
-            again = {k for k, d in joint.items() if d.job_plan is None} if quota_refused else set()
-            todo = [e for e in todo if e.key not in decisions or e.key in again]
+                if spent < FIRST_COME_CALLS and _inverted(members, decisions, rank):
+                    members, decisions, calls = _first_come(members, plan, rank)
+                    spent += calls
+                while _inverted(members, decisions, standing):  # (first-come order given up)
+                    lowest = min(standing(e) for e in members)
+                    members = [e for e in members if standing(e) > lowest]
+                    decisions = plan(members)
+                for k, d in decisions.items():
+                    for n in d.nodes:
+                        held[n] = k
+                ranked = sorted(members, key=rank, reverse=True)
+                _within_services(ranked, decisions, snap, held)
+                joint = dict(decisions)  # the group's plans before the quotas
+                for e in ranked:
+                    # a job a quota shrinks is planned again on its own servers and the free
+                    # ones, never on those this round gave its other members (held above)
+                    was = decisions[e.key]
+                    decisions[e.key] = within_quota(e, was, snap, given, plan)
+                    rehold(held, was, decisions[e.key])
+                rd = Round(snap, joint, decisions, given, held, plan)
+                for m in ranked:  # a job the quota left out, when another of its standing
+                    make_room(m, ranked, standing, rd)  # took its room
+                got.update(decisions)
+                # a job the joint plan left waiting while a quota then refused another's plan
+                # is planned again on what that one left (before, those servers stayed free: a
+                # tenant whose quota could not hold its job kept another's off them; a user
+                # trial). Each pass decides at least the refused ones.
+                quota_refused = any(
+                    d.job_plan is None and joint[k].job_plan is not None
+                    for k, d in decisions.items()
+                )
+                again = (
+                    {k for k, d in joint.items() if d.job_plan is None} if quota_refused else set()
+                )
+                todo = [e for e in todo if e.key not in decisions or e.key in again]
+        return got
+
+    got = run(sorted(groups.values(), key=scope, reverse=True))
+    passed = _overtaken_across(got, groups.values(), standing, snap)
+    if passed:
+        # an older job waits while a newer one of its standing, of a group planned before
+        # its own, holds a server it may use: the groups planned again oldest first, and
+        # that kept where fewer are passed over (a user trial: a newer job limited to
+        # [paris] took the Paris server an older [berlin, paris] job waited for)
+        def age(g: list[JobEntry]) -> tuple[tuple[int, bool], float, int]:
+            return (max(standing(e) for e in g), max(-e.created for e in g), scope(g)[1])
+
+        by_age = run(sorted(groups.values(), key=age, reverse=True))
+        if _overtaken_across(by_age, groups.values(), standing, snap) < passed:
+            got = by_age
+    out.update(got)
     for k, d in out.items():  # a typo among the regions: said with the plan or the reason
         note = unknown_regions(snap.jobs[k], snap.nodes)
         if note is not None and d.job_plan is not None:
@@ -276,6 +299,32 @@ def plan_pending(
         elif note is not None:
             out[k] = replace(d, reason=f"{d.reason}; {note}")
     return out
+
+
+def _overtaken_across(
+    got: Mapping[Key, Decision],
+    groups: Collection[list[JobEntry]],
+    standing: Callable[[JobEntry], tuple[int, bool]],
+    snap: Snapshot,
+) -> int:
+    """Pairs of jobs of equal standing in different groups where the older waits and the
+    newer holds a server the older may use."""
+    group = {e.key: i for i, g in enumerate(groups) for e in g}
+    jobs = [e for g in groups for e in g if e.key in got]
+    waiting = [e for e in jobs if got[e.key].job_plan is None]
+    placed = [e for e in jobs if got[e.key].job_plan is not None]
+    count = 0
+    for o in waiting:
+        usable: set[str] | None = None
+        for n in placed:
+            if group[n.key] == group[o.key] or standing(n) != standing(o):
+                continue
+            if not o.created < n.created:
+                continue
+            if usable is None:
+                usable = {i.name for i in matching_nodes(o, snap.nodes)}
+            count += bool(got[n.key].nodes & usable)
+    return count
 
 
 def _within_services(

@@ -278,6 +278,27 @@ def test_of_equal_priority_the_group_allowed_fewer_servers_is_planned_first() ->
     assert d[free.key].nodes == {"london-33"}, d[free.key].reason
 
 
+def test_an_older_job_is_not_passed_over_by_a_newer_one_limited_to_fewer_servers() -> None:
+    """Of equal priority, the group allowed fewer servers is planned first, but not to take
+    the one server an older job waits for (a user trial: a newer job limited to [paris]
+    took paris-40 while an older [berlin, paris] one waited). Where both can be placed, the
+    narrower group still goes first."""
+    ns = {n: i if n == "paris-40" else replace(i, unschedulable=True) for n, i in nodes().items()}
+    bert = next(j for j in paper_jobs() if j.name == "bert-large")
+    old = entry(replace(bert, name="z-old"), "tb", allowed_regions=("berlin", "paris"), created=1.0)
+    new = entry(replace(bert, name="a-new"), "tc", allowed_regions=("paris",), created=2.0)
+    d = plan_pending(Snapshot(ns, Latencies(), {old.key: old, new.key: new}, {}), plan)
+    assert d[old.key].nodes == {"paris-40"}, d[old.key].reason
+    assert d[new.key].job_plan is None
+    # the free job older than the limited one: both placed, the limited one on its region
+    kept = ("london-33", "new-delhi-35")
+    ns = {n: i if n in kept else replace(i, unschedulable=True) for n, i in nodes().items()}
+    free = entry(replace(bert, name="a-free"), created=1.0)
+    limited = entry(replace(bert, name="b-limited"), allowed_regions=("new-delhi",), created=2.0)
+    d = plan_pending(Snapshot(ns, Latencies(), {free.key: free, limited.key: limited}, {}), plan)
+    assert d[limited.key].nodes == {"new-delhi-35"} and d[free.key].nodes == {"london-33"}
+
+
 def test_allowed_regions_and_same_names_in_two_namespaces() -> None:
     bert = paper_jobs()[3]
     region = nodes()["beijing-0"].server.region  # type: ignore[union-attr]
