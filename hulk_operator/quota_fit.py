@@ -16,7 +16,7 @@ from hulk_operator.entries import JobEntry, Key
 from hulk_operator.fit import matching_nodes
 from hulk_operator.quotas import QUOTA_GPU, Scope
 from hulk_operator.snapshot import Short, Snapshot, Taken, amount_text
-from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes, server_capacity
+from hulk_planner.cost import memory_need_bytes, server_capacity
 
 
 def within_quota(
@@ -182,7 +182,7 @@ def quota_too_small(e: JobEntry, snap: Snapshot) -> str | None:
     if not servers:
         return None
     need = memory_need_bytes(e.job)
-    per_gpu = max(s.memory_bytes / s.gpus for s in servers) * MEMORY_USABLE
+    per_gpu = max(server_capacity(s) / s.gpus for s in servers)
     per_pod = max(server_capacity(s) for s in servers)
     pods = math.ceil(need / per_pod - 1e-9)
     least = {k: v * pods for k, v in snap.pod_quota(e)}

@@ -47,7 +47,12 @@ def same_cause(told: str, reason: str) -> bool:
     """Whether two reasons a job is not placed differ in their figures alone (free GPUs,
     what a quota leaves, with their units: ``1.5Gi``): the same cause, not worth another
     Event. Digits within a name (quota ``gpu-q1``, server ``rome-44``) are not figures."""
-    return FIGURE.sub("#", told) == FIGURE.sub("#", reason)
+    return cause_of(told) == cause_of(reason)
+
+
+def cause_of(reason: str) -> str:
+    """A reason with its figures taken out (``same_cause``)."""
+    return FIGURE.sub("#", reason)
 
 
 FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:[A-Za-z]+)?(?![\w-])")
@@ -206,8 +211,7 @@ async def _place(
         if ctx.placer.first_use(decision):
             ctx.metrics.plans.labels(result="unplaced").inc()
             gone = f"; its {removed} stage pod(s) removed" if removed else ""
-            cause = FIGURE.sub("#", decision.reason)
-            if not ctx.placer.newly_told(entry.key, cause, time.monotonic()):
+            if not ctx.placer.newly_told(entry.key, cause_of(decision.reason), time.monotonic()):
                 said = True
             if removed or not said:
                 text = decision.reason  # ("fits nowhere: ..." says it already)

@@ -150,9 +150,11 @@ def plan_pending(
     for later groups. Within a group a job whose stage pods still hold servers (re-planned
     after an edit, or left mid-placement) comes first: an edit must not hand a running
     job's servers to a waiting one; then the job submitted first. If the joint plan leaves
-    a job pending while one ranked below it is placed, the group is planned again without
-    those ranked below it, which are planned afterwards on what is left. Jobs in
-    ``decided`` already have a
+    a job pending while one ranked below it is placed, the group is planned again on the
+    most of its jobs, highest ranked first, whose joint plan does not (``_first_come``);
+    the others are planned afterwards on what is left. Groups are planned again oldest
+    first where the order above passes an older job over for a newer one of another group
+    (``_overtaken_across``). Jobs in ``decided`` already have a
     decision that their status does not show yet: they are not planned again (their
     servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
     toward its quotas and do not yet, by (quota, resource))."""
@@ -200,9 +202,10 @@ def plan_pending(
         allowed = sum(1 for i in matching_nodes(g[0], snap.nodes) if i.server is not None)
         return (max(standing(e) for e in g), -allowed, max(-e.created for e in g))
 
-    held = dict(snap.held)
-    # namespace -> what its jobs took in this round (and reservations not yet counted)
-    given = {ns: dict(use) for ns, use in (taken or {}).items()}
+    # who holds which server, and, by namespace, what its jobs took in this round (and
+    # reservations not yet counted): set afresh by each ``run`` of the groups
+    held: dict[str, Key]
+    given: dict[str, dict[Taken, float]]
 
     def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
         view = replace(snap, held=held)
@@ -353,8 +356,9 @@ def _priority(e: JobEntry) -> int:
 
 
 # Planner calls a constraint group's round may spend, beyond one per pass, to place its jobs
-# in first-come order (with more, its jobs of equal standing are planned together as the
-# planner sees fit: a round of 24 queued jobs took 17 calls, 18 s, to keep the order whole)
+# in first-come order (past them, its jobs of equal standing are planned together as the
+# planner sees fit: keeping the order whole over a long queue took a call per job it
+# dropped; ``bench/queue_round.py`` prints what the order costs)
 FIRST_COME_CALLS = 6
 
 
