@@ -149,8 +149,11 @@ class EchoServer:
                 self._drop(conn)
 
 
+PROBE_ERROR_REASONS = ("connect", "timeout", "io", "garbled")
+
+
 class ProbeError(Exception):
-    """A failed probe; ``reason`` is one of connect, timeout, io, garbled."""
+    """A failed probe; ``reason`` is one of ``PROBE_ERROR_REASONS``."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)

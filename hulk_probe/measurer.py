@@ -75,6 +75,8 @@ class Measurer:
                 client=EchoClient(address, s.timeout_s, self.local_host),
                 slot=first_slot(now, s.interval_s, phase(self.source, name)),
             )
+            if self.metrics is not None:
+                self.metrics.add(name)
         if self.metrics is not None:
             self.metrics.peers.labels(self.source).set(len(self._peers))
         self._changed.set()

@@ -15,9 +15,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, make_wsgi_app
 
+from hulk_probe.echo import PROBE_ERROR_REASONS
 from hulk_probe.estimator import Estimate
 
 PAIR = ("source", "target")
+# the operations hulk_probe_api_errors_total counts (agent.py, discovery.py)
+API_OPERATIONS = ("startup", "status", "watch-nodes")
 
 
 class ProbeMetrics:
@@ -67,6 +70,10 @@ class ProbeMetrics:
             ["source", "operation"],
             registry=r,
         )
+        # counters are exported at 0 from the start (a peer's from when it is added):
+        # increase() misses a series' first increment otherwise
+        for operation in API_OPERATIONS:
+            self.api_errors.labels(source, operation)
 
     def observe(self, target: str, estimate: Estimate) -> None:
         labels = (self.source, target)
@@ -84,6 +91,11 @@ class ProbeMetrics:
         if estimate.last_success is not None:
             self.last_success.labels(*labels).set(estimate.last_success)
 
+    def add(self, target: str) -> None:
+        """A new peer: its error counters start at 0."""
+        for reason in PROBE_ERROR_REASONS:
+            self.errors.labels(self.source, target, reason)
+
     def error(self, target: str, reason: str) -> None:
         self.errors.labels(self.source, target, reason).inc()
 
@@ -92,6 +104,11 @@ class ProbeMetrics:
         for gauge in (self.latency, self.samples, self.reachable, self.last_success):
             try:
                 gauge.remove(self.source, target)
+            except KeyError:
+                pass
+        for reason in PROBE_ERROR_REASONS:
+            try:
+                self.errors.remove(self.source, target, reason)
             except KeyError:
                 pass
 

@@ -9,8 +9,8 @@ from hulk_operator.recovery import LOSS_REASONS
 
 def test_every_counter_label_is_exported_at_zero_from_the_start() -> None:
     """A series first scraped at 1 has no earlier sample, so increase() misses its first
-    increment: the first job failure since the operator started never fired HulkJobFailed
-    (charts/alerts-test.yaml tests the rules on series that start at 0)."""
+    increment: the first re-plan since the operator started would not count towards
+    HulkJobReplannedOften (charts/alerts-test.yaml tests the rules on series that start at 0)."""
     text = Metrics().text()
     assert 'hulk_stage_failures_total{action="job_failed"} 0.0' in text
     assert 'hulk_replans_total{reason="NotReady"} 0.0' in text

@@ -9,7 +9,7 @@ import pytest
 
 from hulk_probe import PROBE_SIZE
 from hulk_probe.config import ProbeSettings
-from hulk_probe.echo import EchoServer
+from hulk_probe.echo import PROBE_ERROR_REASONS, EchoServer
 from hulk_probe.measurer import Measurer
 from hulk_probe.metrics import ProbeMetrics
 
@@ -116,6 +116,19 @@ def test_a_slow_probe_skips_slots_instead_of_piling_up() -> None:
     assert slow.messages <= 10  # one in flight at a time: never a burst
 
 
+def test_a_new_peer_s_error_counters_start_at_zero() -> None:
+    """increase() misses a series' first increment: a peer's first timeout must count from
+    a 0 already exported (a trial's first error was not seen)."""
+    metrics = ProbeMetrics("me")
+    api = {"source": "me", "operation": "watch-nodes"}
+    assert metrics.registry.get_sample_value("hulk_probe_api_errors_total", api) == 0.0
+    measurer = Measurer("me", FAST, metrics)
+    measurer.set_peers({"x": ("127.0.0.1", 1)})
+    for reason in PROBE_ERROR_REASONS:
+        labels = {"source": "me", "target": "x", "reason": reason}
+        assert metrics.registry.get_sample_value("hulk_probe_errors_total", labels) == 0.0
+
+
 def test_peers_that_leave_or_move_are_forgotten() -> None:
     async def main() -> None:
         a, b = EchoServer("127.0.0.1", 0), EchoServer("127.0.0.1", 0)
@@ -132,6 +145,8 @@ def test_peers_that_leave_or_move_are_forgotten() -> None:
             metrics.registry.get_sample_value("hulk_probe_samples", {"source": "me", "target": "y"})
             is None
         )
+        errors = {"source": "me", "target": "y", "reason": "timeout"}
+        assert metrics.registry.get_sample_value("hulk_probe_errors_total", errors) is None
         await a.close()
         await b.close()
 
