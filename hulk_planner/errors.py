@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,33 @@ def shown(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return "null" if value is None else repr(value)
+
+
+_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]+)\s*$")
+_NUMBER = re.compile(r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$")
+_UNITS = {"GiB": "GiB", "Ms": "ms", "Gbps": "Gb/s", "TFLOPS": "TFLOPS"}
+_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def number_fix(field: str, value: object) -> str | None:
+    """How to write a number the user wrote as text: ``'80GB'`` in ``gpuMemoryGiB`` is
+    ``80`` (the unit is the field's), ``'3B'`` parameters are ``3e9``, ``'80'`` unquoted."""
+    if not isinstance(value, str):
+        return None
+    key = field.rsplit(".", 1)[-1]
+    unit = next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), None)
+    if _NUMBER.match(value):
+        return f"write it unquoted: {value.strip()}"
+    m = _WITH_UNIT.match(value)
+    if m is None:
+        return "write a number" + (f" of {unit}" if unit else "")
+    number, suffix = m.groups()
+    if unit:
+        return f"write the number alone, {number}: the field is in {unit}"
+    scale = _SCALE.get(suffix.lower())
+    if scale is not None and len(suffix) == 1:
+        return f"write the number alone: {number}e{len(str(int(scale))) - 1} for {value.strip()}"
+    return f"write the number alone, {number}"
 
 
 class NoFeasiblePlan(HulkError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from hulk_planner.errors import InvalidRequest, shown
+from hulk_planner.errors import InvalidRequest, number_fix, shown
 
 Parallelism = Literal["data", "tensor"]
 GIB = 1024**3
@@ -42,7 +42,9 @@ def check_positive(
     be a typo and would overflow the cost model); the one check behind every numeric field
     and flag."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(where, f"must be a number, got {shown(value)}")
+        raise InvalidRequest(
+            where, f"must be a number, got {shown(value)}", number_fix(where, value)
+        )
     try:
         float(value)
     except OverflowError:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from hulk_planner.errors import InvalidRequest, shown
+from hulk_planner.errors import InvalidRequest, number_fix, shown
 
 API_VERSION = "hulk.dev/v1alpha1"
 
@@ -44,7 +44,7 @@ def _spelled_like(key: str, given: list[Any]) -> str | None:
 
     names = [str(g) for g in given]
     same = [n for n in names if n.lower() == key.lower()]
-    close = same or difflib.get_close_matches(key, names, n=1, cutoff=0.8)
+    close = same or difflib.get_close_matches(key, names, n=1, cutoff=0.7)
     return close[0] if close else None
 
 
@@ -53,7 +53,9 @@ def number_field(doc: Mapping[str, Any], key: str, where: str, default: Any = ..
         return default
     value = required(doc, key, where)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(f"{where}.{key}", f"must be a number, got {value!r}")
+        raise InvalidRequest(
+            f"{where}.{key}", f"must be a number, got {value!r}", number_fix(key, value)
+        )
     return value
 
 
@@ -132,9 +134,18 @@ def load_documents(path: str | Path) -> list[Any]:
     try:
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}" if mark else str(p)
-        raise InvalidRequest(where, "is not valid YAML or JSON", str(exc).splitlines()[0]) from None
+        raise InvalidRequest(*_yaml_error(p, exc)) from None
+
+
+def _yaml_error(p: Path, exc: yaml.YAMLError) -> tuple[str, str, str]:
+    """Where (file:line:column), what and PyYAML's own problem, which says what it found
+    (before: its context alone, "while scanning for the next token", hid a tab)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+    found = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if "'\\t'" in found:
+        found += ": indent with spaces, YAML allows no tab there"
+    return where, "is not valid YAML or JSON", found
 
 
 def list_field(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:

@@ -152,7 +152,8 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
                 number_field(model, "attentionHeads", w, None),
             )
         except InvalidRequest as exc:
-            if "missing" in exc.problem:
+            if "missing" in exc.problem and not (exc.fix or "").startswith("the field is"):
+                # (a misspelled size keeps the fix that names it: seqLength, a trial)
                 raise InvalidRequest(
                     exc.field, exc.problem, "give spec.model.preset or all four model sizes"
                 ) from None

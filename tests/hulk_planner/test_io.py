@@ -241,8 +241,26 @@ def test_a_key_given_twice_in_one_mapping_is_refused(tmp_path: Path) -> None:
     path.write_text("nodes:\n- {name: a,\n   name: b}\n")
     with pytest.raises(InvalidRequest) as exc:
         io.load_documents(path)
-    assert exc.value.field == f"{path}:3" and exc.value.problem == "is not valid YAML or JSON"
+    assert exc.value.field == f"{path}:3:4" and exc.value.problem == "is not valid YAML or JSON"
     assert exc.value.fix == "found the key 'name' twice in one mapping"
+
+
+def test_a_yaml_error_says_what_it_found_where(tmp_path: Path) -> None:
+    """Before: a tab gave only PyYAML's context, "(while scanning for the next token)", not
+    the tab it found nor the fix (a trial)."""
+    path = tmp_path / "tabs.yaml"
+    path.write_text("kind: ClusterTopology\nspec:\n\tnodes: []\n")
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    assert str(exc.value) == (
+        f"{path}:3:1: is not valid YAML or JSON (found character '\\t' that cannot start any "
+        "token: indent with spaces, YAML allows no tab there)"
+    )
+    path.write_text("spec:\n  nodes: [a, b\n")
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    assert exc.value.field == f"{path}:3:1"
+    assert exc.value.fix == "expected ',' or ']', but got '<stream end>'"
 
 
 def test_unknown_topology_fields_are_noted_with_what_they_look_like(tmp_path: Path) -> None:
@@ -651,3 +669,45 @@ def test_the_examples_in_docs_formats_are_valid_documents() -> None:
     # and the complete example it points to
     example = io.load_documents(str(ROOT / "examples" / "three-cities-topology.yaml"))
     assert len(io.cluster_from_dict(example[0]).servers) == 6
+
+
+def test_a_number_written_with_its_unit_is_told_how_to_write_it() -> None:
+    """Before: "must be a number, got '80GB'" named the field, not the fix (a trial)."""
+    cases = [
+        (("nodes", 0, "gpuMemoryGiB"), "80GB", "write the number alone, 80: the field is in GiB"),
+        (("links", 0, "latencyMs"), "45 ms", "write the number alone, 45: the field is in ms"),
+        (("nodes", 1, "gpuTFLOPS"), "111.1", "write it unquoted: 111.1"),
+        (("regionLinks", 0, "bandwidthGbps"), "fast", "write a number of Gb/s"),
+    ]
+    for (section, i, key), value, fix in cases:
+        doc = cluster_doc()
+        doc["spec"][section][i][key] = value
+        with pytest.raises(InvalidRequest) as exc:
+            io.cluster_from_dict(doc)
+        assert exc.value.field == f"spec.{section}[{i}].{key}"
+        assert exc.value.fix == fix
+    doc = job_doc()
+    del doc["spec"]["model"]["preset"]
+    for value, fix in [("3B", "write the number alone: 3e9 for 3B"), ("340M", "340e6 for 340M")]:
+        doc["spec"]["model"]["parameters"] = value
+        with pytest.raises(InvalidRequest) as exc:
+            io.job_from_dict(doc)
+        assert exc.value.field == "spec.model.parameters" and (exc.value.fix or "").endswith(fix)
+
+
+def test_a_misspelled_model_size_is_named_not_asked_for_again() -> None:
+    """Before: seqLength for sequenceLength gave "is required but missing (give
+    spec.model.preset or all four model sizes)" (a trial)."""
+    doc = job_doc()
+    del doc["spec"]["model"]["preset"]
+    doc["spec"]["model"]["seqLength"] = doc["spec"]["model"].pop("sequenceLength")
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert str(exc.value) == (
+        "spec.model.sequenceLength: is required but missing (the field is spelled "
+        "sequenceLength: rename seqLength to it)"
+    )
+    del doc["spec"]["model"]["seqLength"]
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert exc.value.fix == "give spec.model.preset or all four model sizes"
