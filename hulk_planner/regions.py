@@ -19,10 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.io import doc_source
-from hulk_planner.model import Cluster, Job, Plan, Unplaced
+from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
+from hulk_planner.planners.search import _gib
 
 
 def region_limits(
@@ -104,6 +106,30 @@ def tiered(jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]]) -> bool:
     return bool(limits) or len({j.priority for j in jobs}) > 1
 
 
+def _held(
+    u: Unplaced, group: Sequence[Job], held: Sequence[Server], cluster: Cluster, out: list[str]
+) -> str:
+    """What jobs planned before ``u``'s group hold of the servers it may use, where they
+    would make room for it (before: "the 1 server(s) planned on have 144 GiB usable" of a
+    cluster with 2,203, the rest held by jobs of a higher priority: a trial)."""
+    job = next((j for j in group if j.name == u.name), None)
+    if job is None or not held:
+        return ""
+    need = memory_need_bytes(job)
+    if u.reason.startswith("no server holds"):  # data parallel: one server must hold it
+        if max(server_capacity(s) for s in held) < need:
+            return ""
+    elif need > sum(server_capacity(s) for s in cluster.servers if s.name not in out) + sum(
+        server_capacity(s) for s in held
+    ):
+        return ""
+    usable = _gib(sum(server_capacity(s) for s in held) / 2**30)
+    return (
+        f"; jobs planned before it hold {len(held)} more server(s) it may use, {usable} "
+        "usable (a higher spec.priority plans it first)"
+    )
+
+
 def plan_in_regions(
     cluster: Cluster,
     jobs: Sequence[Job],
@@ -146,16 +172,24 @@ def plan_in_regions(
             if previous
             else None
         )
+        held = [
+            s
+            for s in cluster.servers
+            if s.name in taken and (regions is None or s.region in regions)
+        ]
         try:
             result = plan(cluster.without(out), group, planner, previous=before, **options)
         except NoFeasiblePlan as exc:
             unplaced += [
-                Unplaced(u.name, where + u.reason)
+                Unplaced(u.name, where + u.reason + _held(u, group, held, cluster, out))
                 for u in exc.unplaced or [Unplaced(j.name, exc.reason) for j in group]
             ]
             continue
         placed += result.jobs
-        unplaced += [Unplaced(u.name, where + u.reason) for u in result.unplaced]
+        unplaced += [
+            Unplaced(u.name, where + u.reason + _held(u, group, held, cluster, out))
+            for u in result.unplaced
+        ]
         notes += result.notes
         taken |= {n for jp in result.jobs for n in jp.nodes}
     if not placed:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from planner_helpers import assert_valid_plan, cluster, server, tiny_job, usable_gib
 
-from hulk_planner.cost import memory_need_bytes
+from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job
@@ -62,8 +62,13 @@ def test_the_group_with_the_higher_priority_is_planned_first(
             == "in spec.allowedRegions ['r1']: no server is left (jobs planned before it hold "
             "them; a higher spec.priority plans it first)"
         )
-    else:
+    else:  # r2 is left: what the limited job holds of its reach is said too (a trial)
         assert "GPU memory" in waiting.reason, waiting.reason
+        held = sum(server_capacity(c.server(n)) for n in "ab") / 2**30
+        assert waiting.reason.endswith(
+            f"; jobs planned before it hold 2 more server(s) it may use, {held:.2g} GiB usable "
+            "(a higher spec.priority plans it first)"
+        ), waiting.reason
 
 
 @pytest.mark.parametrize("planner", ["hulk", "search", "baseline-b"])
