@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -302,6 +303,9 @@ def preview_plan(
                 )
         else:
             unplaced.append(Unplaced(names[e.key], d.reason))
+        unserved = manifests is None and unserved_note(objects.get(e.key), e.created, time.time())
+        if unserved:
+            notes.append(f"job {names[e.key]}: {unserved}")
         said = st.condition((objects.get(e.key) or {}).get("status") or {}, st.PLANNED) or {}
         if manifests is None and said.get("reason") == PODS_FORBIDDEN:
             notes.append(  # the operator's pause after refused pods is its own, not previewed
@@ -339,6 +343,25 @@ def preview_plan(
     jobs_out = [replace(e.job, name=names[e.key]) for e in shown if e.job is not None]
     out = Plan(planner, tuple(placed), tuple(unplaced))
     return Preview(cluster, jobs_out, out, compared, notes, why_not)
+
+
+UNSERVED_AFTER_S = 30.0  # the operator writes a job's status within seconds of its creation
+
+
+def unserved_note(obj: Mapping[str, Any] | None, created: float, now: float) -> str | None:
+    """Why a pending job with no status at all, ``UNSERVED_AFTER_S`` after its creation,
+    may never run: no operator serves its namespace (before, the preview placed a job in
+    namespace default that the demo's operator, serving hulk-demo, never saw: a trial)."""
+    if obj is None or obj.get("status") or now - created < UNSERVED_AFTER_S:
+        return None
+    ns = (obj.get("metadata") or {}).get("namespace", "")
+    age = now - created
+    since = f"{age / 60:.0f} min" if age >= 90 else f"{age:.0f} s"
+    return (
+        f"no operator has written its status in the {since} since it was created: is one "
+        f"running, and does it serve namespace {ns}? (hulk operator --namespace {ns} or "
+        "--all-namespaces; the chart's operator.watchNamespaces)"
+    )
 
 
 def _stands(
