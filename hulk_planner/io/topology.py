@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io.documents import (
     API_VERSION,
@@ -43,6 +45,12 @@ def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
     return out
 
 
+def _region(name: str, spelled: Mapping[str, tuple[str, int]]) -> str:
+    """A regionLinks end as spec.nodes spells its region (``virginia``, ``sao-paulo`` for
+    ``Virginia``, ``Sao Paulo``: as spec.allowedRegions and node labels write them)."""
+    return spelled.get(slug(name), (name, 0))[0]
+
+
 def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
     check_kind(doc, "ClusterTopology", source)
     spec = required(doc, "spec", "")
@@ -68,8 +76,23 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
                 zone=n.get("zone"),
             )
         )
+    # one region, one spelling: node labels write Tokyo and tokyo alike (tokyo), and
+    # spec.allowedRegions matches either (before, they were two regions, unlinked: a trial)
+    spelled: dict[str, tuple[str, int]] = {}
+    for i, srv in enumerate(servers):
+        first, j = spelled.setdefault(slug(srv.region), (srv.region, i))
+        if first != srv.region:
+            raise InvalidRequest(
+                f"spec.nodes[{i}].region",
+                f"{srv.region!r} and {first!r} (spec.nodes[{j}]) are one region as a node "
+                f"label writes it ({slug(first)}), and would be planned as two",
+                f"write it {first!r} in both",
+            )
     links = tuple(_links(spec, "links", Link))
-    region_links = tuple(_links(spec, "regionLinks", RegionLink))
+    region_links = tuple(
+        replace(rl, a=_region(rl.a, spelled), b=_region(rl.b, spelled))
+        for rl in _links(spec, "regionLinks", RegionLink)
+    )
     regions = {s.region for s in servers}
     pairs: set[frozenset[str]] = set()
     for i, rl in enumerate(region_links):

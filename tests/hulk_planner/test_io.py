@@ -183,8 +183,8 @@ def test_a_required_field_spelled_otherwise_is_named_with_the_fix() -> None:
         (lambda d: d["spec"].update(links={"a": 1}), "spec.links", "list"),
         (lambda d: d.update(metadata="x"), "metadata", "mapping"),
         (lambda d: d["spec"]["regionLinks"][0].update(latencyMs=-2), "latencyMs", ""),
-        (lambda d: d["spec"]["regionLinks"][0].update(b="california"), "spec.regionLinks[0]",
-         "unknown region 'california'"),
+        (lambda d: d["spec"]["regionLinks"][0].update(b="Kalifornia"), "spec.regionLinks[0]",
+         "unknown region 'Kalifornia'"),
         (lambda d: d["spec"]["regionLinks"].append(
             {"a": "California", "b": "Beijing", "latencyMs": 90}), "spec.regionLinks[1]",
          "California-Beijing is listed twice"),
@@ -711,3 +711,25 @@ def test_a_misspelled_model_size_is_named_not_asked_for_again() -> None:
     with pytest.raises(InvalidRequest) as exc:
         io.job_from_dict(doc)
     assert exc.value.fix == "give spec.model.preset or all four model sizes"
+
+
+def test_one_region_has_one_spelling() -> None:
+    """Before: Tokyo and tokyo were two regions, unlinked, and allowedRegions [tokyo]
+    matched one server of two (a trial); a regionLinks end spelled as a node label writes
+    it was refused."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"][1]["region"] = "beijing"
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert str(exc.value) == (
+        "spec.nodes[1].region: 'beijing' and 'Beijing' (spec.nodes[0]) are one region as a "
+        "node label writes it (beijing), and would be planned as two (write it 'Beijing' in "
+        "both)"
+    )
+    doc = cluster_doc()
+    doc["spec"]["regionLinks"][0].update(a="beijing", b="CALIFORNIA")
+    c = io.cluster_from_dict(doc)
+    assert (c.region_links[0].a, c.region_links[0].b) == ("Beijing", "California")
+    doc["spec"]["regionLinks"][0]["b"] = "Kalifornia"
+    with pytest.raises(InvalidRequest, match=r"names unknown region 'Kalifornia'"):
+        io.cluster_from_dict(doc)
