@@ -46,6 +46,9 @@ class Context:
     unreachable: Callable[[], frozenset[frozenset[str]]] = frozenset
     has_service: bool = True  # whether the job's headless Service exists (its index)
     disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
+    settled_at: float = 0.0  # when the last disruption ended (``recovery.say_disruption``)
+    # the operator's record of disruptions, shared by every job (``recovery``)
+    disruption: dict[str, Any] = field(default_factory=dict)
     # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting): pods not
     # yet created are not, and nothing more is written
     stopped: Callable[[], bool] = lambda: False

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -512,7 +513,7 @@ async def hulktrainingjob_reconcile(
     nodes = memo.node_view.nodes(hulk_nodes)  # (rebuilt only when a node changed)
     pods = {key: list(hulk_pods.get(key, []))}
     disrupted = memo.node_view.disrupted(hulk_nodes, memo.config.disruption_threshold)
-    recovery.say_disruption(memo.disruption, disrupted, logger)
+    settled_at = recovery.say_disruption(memo.disruption, disrupted, logger, time.time())
 
     used = Usage(hulk_other_pods, *([await outside_pods(memo)] if memo.get("namespaces") else []))
 
@@ -556,6 +557,8 @@ async def hulktrainingjob_reconcile(
         recent=memo.recent,
         used=used,
         disrupted=disrupted,
+        settled_at=settled_at,
+        disruption=memo.disruption,
         has_service=any(hulk_services.get(key) or ()),
         unreachable=lambda: latencies_now(memo).unreachable,
         stopped=lambda: bool(stopped),

@@ -58,6 +58,7 @@ def cause_of(reason: str) -> str:
 FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:[A-Za-z]+)?(?![\w-])")
 
 
+DISRUPTED = "Disrupted"  # the Event of a job not moved off NotReady servers (a disruption)
 LOST_TOLD = "lost/"  # Context.recent key prefix: when a StatusLost Event was posted
 
 
@@ -269,7 +270,10 @@ async def _check_plan(
         now=time.time(),
         not_ready_grace_s=ctx.config.not_ready_grace_s,
         disrupted=ctx.disrupted is not None,
+        settled_at=ctx.settled_at,
     )
+    if ctx.disrupted is not None:
+        _tell_disruption(ctx, entry.key, plan)
     pods = ctx.pods.get(entry.key, [])
     lost.update(
         recovery.stuck_servers(
@@ -297,6 +301,15 @@ async def _check_plan(
             ctx.event("Normal", regrow.DECLINED, declined)
     if decision is None:
         return _Step(plan, gpus, conds)
+    if (
+        decision.job_plan is not None
+        and causes == ["NotReady"]
+        and _same_plan(decision.job_plan, plan)
+        and plan_gpus(decision) == gpus
+    ):  # its NotReady servers came back meanwhile: the plan stands (before: a Warning
+        # Replanned, "0 pod(s) replaced", counted as a re-plan: a user trial)
+        ctx.placer.reserved.pop(entry.key, None)
+        return _Step(plan, gpus, conds)
     ctx.metrics.replans.labels(reason=cause).inc()
     new["replans"] = int(status.get("replans") or 0) + 1
     if decision.job_plan is None:  # (only a recovery's: a regrowth is None instead)
@@ -323,6 +336,26 @@ async def _check_plan(
         (decision.base or plan, lost),
         set(lost),
         cluster=decision.cluster,
+    )
+
+
+def _same_plan(a: JobPlan, b: JobPlan) -> bool:
+    return (a.stages, a.micro_batches) == (b.stages, b.micro_batches)
+
+
+def _tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
+    """A Warning Event, once per disruption, on each job with a stage on a NotReady
+    server: why it is not moved (before: the operator's log alone said it, and the job was
+    torn down, unexplained, as the disruption cleared: a user trial)."""
+    down = sorted(n for n in plan.nodes if (i := ctx.nodes.get(n)) is not None and not i.ready)
+    if not down or recovery.disruption_told(ctx.disruption, key):
+        return
+    ctx.event(
+        "Warning",
+        DISRUPTED,
+        f"{ctx.disrupted}: its server(s) {', '.join(down)} are not taken as lost while so "
+        "many are (an API server or network outage is likelier than so many failures); "
+        f"once fewer are, those still NotReady {ctx.config.not_ready_grace_s:g} s later are",
     )
 
 

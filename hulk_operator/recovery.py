@@ -33,11 +33,14 @@ def lost_servers(
     now: float | None = None,
     not_ready_grace_s: float = 0.0,
     disrupted: bool = False,
+    settled_at: float = 0.0,
 ) -> dict[str, str]:
     """Server -> why the job must leave it (``Deleted``, ``NotReady``, ``Cordoned``...).
     A NotReady node counts once it has been NotReady for ``not_ready_grace_s`` (a kubelet
     restart, a short partition: its stages may come back), and not at all while the
-    cluster is ``disrupted`` (see :func:`disrupted`)."""
+    cluster is ``disrupted`` (see :func:`disrupted`); after a disruption the grace runs
+    from its end (``settled_at``) at the earliest: nodes coming back one by one were all
+    taken as lost the moment fewer than the threshold were down (a user trial)."""
     out: dict[str, str] = {}
     for name in job_plan.nodes:
         info = nodes.get(name)
@@ -47,6 +50,8 @@ def lost_servers(
         why = info.sick(tolerations)
         if why == "NotReady":
             since = info.not_ready_since
+            if since is not None:
+                since = max(since, settled_at)
             fresh = since is not None and now is not None and now - since < not_ready_grace_s
             if disrupted or fresh:
                 continue
@@ -261,14 +266,27 @@ def event_message(
     return f"{causes}; {changed}; {pods}{step}"
 
 
-def say_disruption(said: dict[str, str | None], disrupted: str | None, logger: Any) -> None:
+def say_disruption(said: dict[str, Any], disrupted: str | None, logger: Any, now: float) -> float:
     """Logs a disruption (most GPU nodes NotReady) and its end once per change, whichever
     job's timer sees it first: ``said`` is shared by them all (before, the memo's own
-    attribute, which kopf's per-object copies of the memo do not share: once per job)."""
-    if bool(disrupted) == bool(said.get("now")):
-        return
-    said["now"] = disrupted
-    if disrupted:
-        logger.warning(f"{disrupted}: no NotReady node is taken as lost until fewer are")
-    else:
-        logger.info("NotReady nodes are taken as lost again")
+    attribute, which kopf's per-object copies of the memo do not share: once per job).
+    Returns when the last disruption ended (0 if none has): NotReady nodes' grace runs
+    from then at the earliest (``lost_servers``)."""
+    if bool(disrupted) != bool(said.get("now")):
+        said["now"] = disrupted
+        if disrupted:
+            logger.warning(f"{disrupted}: no NotReady node is taken as lost until fewer are")
+        else:
+            said["ended"] = now
+            said["told"] = set()
+            logger.info("NotReady nodes are taken as lost again")
+    return float(said.get("ended") or 0.0)
+
+
+def disruption_told(said: dict[str, Any], key: tuple[str, str]) -> bool:
+    """Whether the job ``key`` was told of the disruption now on (noting it is now)."""
+    told: set[tuple[str, str]] = said.setdefault("told", set())
+    if key in told:
+        return True
+    told.add(key)
+    return False

@@ -24,6 +24,16 @@ def nodes() -> dict[str, NodeInfo]:
     return out
 
 
+def not_ready(name: str, since: str | None) -> NodeInfo:
+    """The paper's server ``name`` as a Node NotReady since ``since`` (None: not said)."""
+    body = node_manifest(paper_cluster().server(name))
+    ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady"}
+    if since is not None:
+        ready["lastTransitionTime"] = since
+    body["status"]["conditions"] = [ready]
+    return node_info(body)
+
+
 def entry(job: Job, ns: str = "ml", **kw: Any) -> JobEntry:
     base = dict(
         key=(ns, job.name),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import random
 import signal
@@ -2520,6 +2521,61 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
         nodes: Any = kube.core.list_node
         wait("the node gone", lambda: victim not in {n.metadata.name for n in nodes().items}, 30)
         sandbox.add_node(server)
+
+
+def test_a_disruption_is_told_and_its_end_gives_notready_nodes_their_grace(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """Most GPU nodes NotReady at once (long since) is a disruption: no stage moves, and the
+    job is told why by a Warning Event (before: the operator's log alone). When it clears,
+    the nodes still NotReady get the grace from its end (before: the job was re-planned
+    the moment fewer than the threshold were down: a user trial tore down 4 jobs so)."""
+    kube.apply(paper_manifests()[3])
+    name = PAPER[3]
+    wait("bert Running", lambda: kube.phase(name) == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
+    victim = plan_nodes(kube.job(name))[-1]
+    nodes: Any = kube.core.list_node().items
+    gpu = sorted(n.metadata.name for n in nodes if n.metadata.name != victim)
+    # the threshold (0.55 of the GPU nodes) and one more, the job's node among them
+    down = [victim, *gpu[: math.ceil(CONFIG.disruption_threshold * (len(gpu) + 1))]]
+    long_ago = datetime.now(UTC) - timedelta(seconds=CONFIG.not_ready_grace_s + 30)
+
+    def set_ready(node: str, ready: bool) -> None:
+        fake = None if not ready else "fake"
+        kube.core.patch_node(node, {"metadata": {"annotations": {FAKE_ANNOTATION: fake}}})
+        stamp = (datetime.now(UTC) if ready else long_ago).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cond = {"type": "Ready", "status": str(ready), "reason": "KubeletNotReady",
+                "message": "by the test", "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp}  # fmt: skip
+        kube.core.patch_node_status(node, {"status": {"conditions": [cond]}})
+
+    try:
+        for n in down:
+            set_ready(n, False)
+        wait("told", lambda: kube.events("Disrupted"), 20)
+        (event,) = kube.events("Disrupted")
+        assert event.type == "Warning" and f"its server(s) {victim} are not taken" in event.message
+        time.sleep(3)
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)} == before
+        assert len(kube.events("Disrupted")) == 1 and not kube.events("Replanned")
+        # the disruption clears, the job's node still NotReady since long ago: its grace
+        # runs from now
+        for n in down[-3:]:
+            set_ready(n, True)
+        over = operator.memo.disruption
+        wait("over", lambda: over.get("ended") and not over.get("now"), 30)
+        time.sleep(4)
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)} == before
+        assert not kube.events("Replanned")
+    finally:
+        for n in down:
+            set_ready(n, True)
+        wait(
+            "every node Ready",
+            lambda: all(is_ready(n) for n in kube.core.list_node().items),
+            60,
+        )
 
 
 def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, operator: Any) -> None:

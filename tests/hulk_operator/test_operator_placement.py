@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 import pytest
-from placement_helpers import entry, nodes, snap, templated
+from placement_helpers import entry, nodes, not_ready, snap, templated
 
 from hulk_operator import GPU, recovery
 from hulk_operator import status as st
@@ -762,15 +762,6 @@ def test_a_slower_plan_after_a_loss_says_so() -> None:
     assert msg.endswith("; predicted step 27.6 s (was 7.12 s)"), msg
 
 
-def _not_ready(name: str, since: str | None) -> Any:
-    body = node_manifest(paper_cluster().server(name))
-    ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady"}
-    if since is not None:
-        ready["lastTransitionTime"] = since
-    body["status"]["conditions"] = [ready]
-    return node_info(body)
-
-
 def test_a_node_not_ready_for_less_than_the_grace_keeps_its_stages() -> None:
     """Before: a node NotReady for a moment (a kubelet restart) restarted the whole
     pipeline at once; Kubernetes itself waits minutes before evicting its pods."""
@@ -780,7 +771,7 @@ def test_a_node_not_ready_for_less_than_the_grace_keeps_its_stages() -> None:
     jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
     victim = jp.nodes[0]
     t = datetime(2026, 11, 23, 0, 33, 41, tzinfo=UTC).timestamp()
-    cluster[victim] = _not_ready(victim, "2026-11-23T00:33:41Z")
+    cluster[victim] = not_ready(victim, "2026-11-23T00:33:41Z")
     assert cluster[victim].not_ready_since == t and not cluster[victim].ready
     lost = recovery.lost_servers
     assert lost(jp, cluster, now=t + 30, not_ready_grace_s=60) == {}
@@ -801,10 +792,20 @@ def test_a_node_not_ready_for_less_than_the_grace_keeps_its_stages() -> None:
     cluster[victim] = node_info(back)
     assert cluster[victim].not_ready_since == t and not cluster[victim].ready
     assert lost(jp, cluster, now=t + 20, not_ready_grace_s=60) == {}
-    cluster[victim] = _not_ready(victim, None)  # no transition time: lost at once
+    cluster[victim] = not_ready(victim, None)  # no transition time: lost at once
     assert lost(jp, cluster, now=t, not_ready_grace_s=60) == {victim: "NotReady"}
     # while the cluster is disrupted, NotReady is never a loss; a deleted node always is
     assert lost(jp, cluster, now=t, disrupted=True) == {}
+    # after a disruption the grace runs from its end: nodes that come back one by one are
+    # not all lost the moment fewer than the threshold are down (a user trial)
+    cluster[victim] = not_ready(victim, "2026-11-23T00:33:41Z")
+    assert lost(jp, cluster, now=t + 120, not_ready_grace_s=60, settled_at=t + 100) == {}
+    assert lost(jp, cluster, now=t + 161, not_ready_grace_s=60, settled_at=t + 100) == {
+        victim: "NotReady"
+    }
+    assert lost(jp, cluster, now=t + 120, not_ready_grace_s=60, settled_at=t - 5) == {
+        victim: "NotReady"
+    }  # a disruption that ended before it went NotReady changes nothing
     del cluster[victim]
     assert lost(jp, cluster, now=t, disrupted=True) == {victim: "Deleted"}
 
@@ -815,13 +816,25 @@ def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
     cluster = nodes()
     names = sorted(cluster)
     for n in names[:3]:
-        cluster[n] = _not_ready(n, None)
+        cluster[n] = not_ready(n, None)
     assert recovery.disrupted(cluster, 0.55) is None  # three nodes down: real losses
     for n in names[:26]:
-        cluster[n] = _not_ready(n, None)
+        cluster[n] = not_ready(n, None)
     assert recovery.disrupted(cluster, 0.55) == "26 of the 47 GPU nodes are NotReady"
     two = {n: cluster[n] for n in names[:2]}
     assert recovery.disrupted(two, 0.55) is None  # two nodes: never taken as a disruption
+
+
+def test_each_job_is_told_of_a_disruption_once() -> None:
+    said: dict[str, Any] = {}
+    log = type("Log", (), {"warning": lambda self, t: None, "info": lambda self, t: None})()
+    recovery.say_disruption(said, "26 of the 47 GPU nodes are NotReady", log, 1.0)
+    assert not recovery.disruption_told(said, ("ns", "a"))
+    assert recovery.disruption_told(said, ("ns", "a"))
+    assert not recovery.disruption_told(said, ("ns", "b"))
+    recovery.say_disruption(said, None, log, 2.0)  # over: the next one is told afresh
+    recovery.say_disruption(said, "30 of the 47 GPU nodes are NotReady", log, 3.0)
+    assert not recovery.disruption_told(said, ("ns", "a"))
 
 
 def test_a_disruption_is_logged_once_whichever_jobs_timer_sees_it() -> None:
@@ -839,9 +852,10 @@ def test_a_disruption_is_logged_once_whichever_jobs_timer_sees_it() -> None:
     memo = kopf.Memo(disruption={})
     copies = [copy.copy(memo) for _ in range(3)]  # as kopf makes them, one per job
     for m in copies:
-        recovery.say_disruption(m.disruption, "26 of the 47 GPU nodes are NotReady", Log())
-    for m in copies:
-        recovery.say_disruption(m.disruption, None, Log())
+        assert recovery.say_disruption(m.disruption, "26 of the 47 GPU nodes are NotReady",
+                                       Log(), 100.0) == 0.0  # fmt: skip
+    for t, m in enumerate(copies):
+        assert recovery.say_disruption(m.disruption, None, Log(), 200.0 + t) == 200.0
     assert lines == [
         ("WARNING", "26 of the 47 GPU nodes are NotReady: no NotReady node is taken as lost "
          "until fewer are"),

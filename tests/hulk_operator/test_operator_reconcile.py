@@ -1,8 +1,23 @@
-"""Pure helpers of the reconcile loop (its handlers run end to end in test_operator_e2e)."""
+"""Pure helpers of the reconcile loop, and a re-plan's outcome with the planner's result
+given (its handlers run end to end in test_operator_e2e)."""
 
 from __future__ import annotations
 
-from hulk_operator.reconcile import same_cause
+import asyncio
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+from placement_helpers import entry, nodes, not_ready
+
+from hulk_operator import status as st
+from hulk_operator.config import OperatorConfig
+from hulk_operator.context import Context
+from hulk_operator.decision import Decision
+from hulk_operator.metrics import Metrics
+from hulk_operator.reconcile import _check_plan, same_cause
+from hulk_planner.datasets import paper_cluster, paper_jobs
+from hulk_planner.model import JobPlan, Stage
 
 LEFT = (
     "namespace ml's ResourceQuota {q} leaves {n} nvidia.com/gpu (requests.nvidia.com/gpu); "
@@ -18,3 +33,45 @@ def test_a_reason_whose_figures_alone_moved_is_the_same_cause() -> None:
     assert not same_cause(LEFT.format(q="gpu-q1", n=3), LEFT.format(q="gpu-q2", n=3))
     assert same_cause("leaves 1.5Gi (limits.memory)", "leaves -0.5Gi (limits.memory)")
     assert not same_cause("held by rome-44", "held by rome-45")
+
+
+def test_a_replan_that_gives_the_plan_back_unchanged_is_no_replan() -> None:
+    """A NotReady server back by the time the re-plan reads the cluster: the planner keeps
+    the plan as it is. Before, that was a Warning "Replanned ... 0 pod(s) replaced",
+    counted as a re-plan (a user trial, restoring nodes after an outage)."""
+    cluster = paper_cluster()
+    job = paper_jobs()[3]
+    servers = [s.name for s in cluster.servers if s.region == "Paris"][:2]
+    plan = JobPlan(job.name, (Stage((0, 12), (servers[0],)), Stage((12, 24), (servers[1],))), 8)
+    e = replace(entry(job), plan_nodes=frozenset(servers))
+    status = {"plan": st.plan_status(plan, cluster, "hulk"), "replans": 0}
+    view = nodes()
+    view[servers[1]] = not_ready(servers[1], "2026-01-01T00:00:00Z")  # long since
+    events: list[tuple[str, str, str]] = []
+
+    def run(back: JobPlan) -> tuple[Any, dict[str, Any]]:
+        async def replan(*_: Any) -> Decision:
+            return Decision(e.key, back, cluster, "", "hulk", base=plan)
+
+        placer = SimpleNamespace(
+            pending_write=lambda *_: None, replan=replan, reserved={e.key: "made"}
+        )
+        metrics = Metrics()
+        ctx = Context(
+            api=None, config=OperatorConfig(), placer=placer,  # type: ignore[arg-type]
+            metrics=metrics, nodes=view, pods={}, snapshot=None,  # type: ignore[arg-type]
+            event=lambda *a: events.append(a), recent={},
+        )  # fmt: skip
+        new: dict[str, Any] = {}
+        step = asyncio.run(_check_plan(ctx, e, {}, status, plan, [], new))
+        replans = metrics.registry.get_sample_value("hulk_replans_total", {"reason": "NotReady"})
+        return step, {"new": new, "replans": replans, "reserved": placer.reserved}
+
+    step, seen = run(plan)  # the planner gives the same plan back
+    assert step.plan == plan and step.replanned is None
+    assert seen["replans"] == 0 and not seen["new"] and not seen["reserved"] and not events
+    other = [s.name for s in cluster.servers if s.region == "Paris"][2]
+    moved = JobPlan(job.name, (plan.stages[0], Stage((12, 24), (other,))), 8)
+    step, seen = run(moved)  # a real re-plan is one, as before
+    assert step.plan == moved and step.replanned == (plan, {servers[1]: "NotReady"})
+    assert seen["replans"] == 1 and seen["new"]["replans"] == 1
