@@ -504,9 +504,15 @@ def _status_lost(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> No
     as its pods may move (before, only a second ``Planned`` Event showed it; a user trial)."""
     if status.get("phase") or status.get("conditions"):
         return
-    live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    live = [p.name for p in pods]
     told = f"{LOST_TOLD}{entry.uid}"
     if not live or told in ctx.recent:
+        return
+    if all(p.gated for p in pods):
+        # pods made for a first plan, never released: an operator stopped between making
+        # them and writing the plan (docs/operator.md: a crash in between loses no pod),
+        # nobody's doing (before: this Warning sent a user looking for one; a user trial)
         return
     ctx.recent[told] = time.monotonic()
     ctx.event(

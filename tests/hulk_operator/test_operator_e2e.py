@@ -1873,6 +1873,9 @@ def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
         live = kube.live_pods()
         assert len(live) == planned, "duplicate or orphan pods"
         assert len({p.metadata.name for p in live}) == len(live)
+        # a first placement cut short is no status emptied by someone (before: a Warning
+        # StatusLost, "emptied by hand, or restored without it"; a user trial)
+        assert not kube.events("StatusLost"), [e.message for e in kube.events("StatusLost")]
         print(f"killed after {created} pod(s); {planned} pods after restart")
 
 
