@@ -486,7 +486,12 @@ def _replanned(
     old, lost = replanned
     if lost:
         made, kept = len(diff.create), len(diff.keep)
-        msg = recovery.event_message(lost, old, plan, made, kept, cluster=cluster)
+        unoffered = {
+            n: why
+            for n in old.nodes
+            if (i := ctx.nodes.get(n)) is not None and (why := i.problem) is not None
+        }
+        msg = recovery.event_message(lost, old, plan, made, kept, None, cluster, unoffered)
         ctx.event("Warning", "Replanned", msg)
         reason = sorted(set(lost.values()))[0].split()[0]
     else:

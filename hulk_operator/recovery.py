@@ -172,7 +172,11 @@ def unlinked(cluster: Cluster | None, servers: Collection[str], plan: JobPlan) -
 
 
 def moves(
-    old: JobPlan, new: JobPlan, lost: Collection[str] = (), cluster: Cluster | None = None
+    old: JobPlan,
+    new: JobPlan,
+    lost: Collection[str] = (),
+    cluster: Cluster | None = None,
+    unoffered: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Human-readable changes: first the servers (``kept 19 of 19 healthy servers, added
     xian-40``), then the stages. With the same number of stages every changed stage is
@@ -197,6 +201,11 @@ def moves(
         apart = [n for n in released if n in cut]
         if apart:
             servers += f" ({', '.join(apart)}: no link to the new plan's servers)"
+        # one the re-plan could not use: why (a label gone bad; before, a "healthy" server
+        # released without a word: a user trial)
+        for n in released:
+            if unoffered and n in unoffered:
+                servers += f" ({n}: not offered: {unoffered[n]})"
     out = [servers]
     if len(new.stages) != len(old.stages):
         out.append(f"{len(old.stages)} -> {len(new.stages)} stages, every stage laid out again")
@@ -238,6 +247,7 @@ def event_message(
     kept: int,
     cause: str | None = None,
     cluster: Cluster | None = None,
+    unoffered: Mapping[str, str] | None = None,
 ) -> str:
     said = {
         "GPUsGone": "has fewer GPUs than its stage asks",
@@ -253,7 +263,7 @@ def event_message(
     causes = cause or ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
-    changed = "; ".join(moves(old, new, lost, cluster))
+    changed = "; ".join(moves(old, new, lost, cluster, unoffered))
     gone = len(old.nodes) - kept  # one pod per server of the old plan
     if gone == replaced:
         pods = f"{replaced} pod(s) replaced, {kept} kept"

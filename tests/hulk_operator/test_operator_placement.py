@@ -635,6 +635,14 @@ def test_a_released_server_with_no_link_to_the_new_plan_says_so() -> None:
     more = Cluster("k", servers, (*links, Link("b", "d", 1.0)))
     assert "released a, b;" in recovery.event_message(lost, old, new, 2, 0, cluster=more)
     assert "released a, b;" in recovery.event_message(lost, old, new, 2, 0)
+    # one the re-plan could not use says why (before: a "healthy" server released without
+    # a word, its GPU memory label gone bad; a user trial)
+    bad = {"a": "label nvidia.com/gpu.memory='banana' is not a finite number of MiB above zero"}
+    msg = recovery.event_message(lost, old, new, 2, 0, unoffered=bad)
+    assert (
+        "released a, b (a: not offered: label nvidia.com/gpu.memory='banana' is not a finite "
+        "number of MiB above zero);"
+    ) in msg, msg
 
 
 def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
