@@ -325,14 +325,14 @@ def render_table(
                 if mine and mine.predicted_iteration_seconds > 0:
                     r = theirs / mine.predicted_iteration_seconds
                     ratios[c].append(r)
-                    cell += f" ({r:,.2f}x)" if r < 1e4 else f" ({r:.1e}x)"
+                    cell += f" ({_ratio(r)})"
                 row += f"{cell:>24}"
             lines.append(row)
         row = f"{'geometric mean':<16}{'1.00x' if plan.jobs else '-':>24}"  # (none placed)
         for c in compare:
             rs = ratios[c]
             g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan
-            cell = "-" if not rs else f"{g:,.2f}x" if g < 1e4 else f"{g:.1e}x"  # as the rows
+            cell = _ratio(g) if rs else "-"
             if rs and len(rs) < len(names):
                 cell += f" ({len(rs)} of {len(names)} jobs)"
             row += f"{cell:>24}"
@@ -347,6 +347,14 @@ def render_table(
             for reason, jobs in by_reason.items():
                 lines.append(f"{c} does not place {', '.join(jobs)}: {reason}")
     return "\n".join(lines)
+
+
+def _ratio(r: float) -> str:
+    """A step-time ratio: 2 decimals, in exponent form past 10,000 and with 2 significant
+    digits below 0.01 (before, a plan 700 times faster than --planner's read 0.00x)."""
+    if r >= 1e4:
+        return f"{r:.1e}x"
+    return f"{r:,.2f}x" if r >= 0.01 else f"{r:.2g}x"
 
 
 NOTHING_PLACED = 3  # exit code: valid input, but no job fits (2: bad input)

@@ -688,3 +688,13 @@ def test_a_previous_plan_from_another_cluster_is_noted(
         "hulk plan: note: --previous: job opt-175b fits nowhere on this cluster: its "
         "servers are free for the others" in again.stderr.splitlines()
     ), again.stderr
+
+
+def test_a_ratio_far_below_one_keeps_its_digits() -> None:
+    """Before: --planner baseline-c beside a plan 700 times faster read "(0.00x)" (a
+    trial)."""
+    from hulk_planner.cli import _ratio
+
+    assert [_ratio(r) for r in (0.0014, 0.00073, 0.5, 1.0, 2.171, 5150.98, 12345.0)] == [
+        "0.0014x", "0.00073x", "0.50x", "1.00x", "2.17x", "5,150.98x", "1.2e+04x",
+    ]  # fmt: skip
