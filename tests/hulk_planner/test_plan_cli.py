@@ -180,10 +180,12 @@ def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
     hulk_plan = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json",
                      "--time-budget", "0.1").stdout  # fmt: skip
     bert = write(tmp_path / "bert.yaml", job_doc("bert-large"))  # gpt2-xl retired
-    assert notes(hulk_plan, bert) == [
+    gone, kept = notes(hulk_plan, bert)
+    assert gone == (
         "hulk plan: note: --previous: job gpt2-xl is not among the jobs planned: its servers "
         "are free for the others"
-    ]
+    )
+    assert kept.startswith("hulk plan: note: --previous: job bert-large: kept "), kept
     # spec.regrow is the operator's: a re-plan here keeps healthy servers all the same
     regrowing = {**job_doc("bert-large"), "spec": {"model": {"preset": "bert-large"},
                                                     "regrow": {"minSpeedup": 1.1}}}  # fmt: skip
@@ -698,3 +700,19 @@ def test_a_ratio_far_below_one_keeps_its_digits() -> None:
     assert [_ratio(r) for r in (0.0014, 0.00073, 0.5, 1.0, 2.171, 5150.98, 12345.0)] == [
         "0.0014x", "0.00073x", "0.50x", "1.00x", "2.17x", "5,150.98x", "1.2e+04x",
     ]  # fmt: skip
+
+
+def test_previous_says_what_each_job_kept() -> None:
+    """Before: --previous planned quietly; a user compared the two plans by eye (a trial)."""
+    from hulk_planner.cli import _kept_notes
+    from hulk_planner.model import JobPlan, Plan, Stage
+
+    old = JobPlan("j", (Stage((0, 4), ("a",)), Stage((4, 8), ("b",)), Stage((8, 12), ("c",))), 4)
+    new = JobPlan("j", (Stage((0, 4), ("a",)), Stage((4, 12), ("d", "e"))), 4)
+    other = JobPlan("k", (Stage((0, 2), ("f",)),), 2)
+    notes = _kept_notes(Plan("hulk", (old,)), Plan("hulk", (new, other)), {"a", "c", "d", "e"})
+    assert notes == [
+        "job j: kept 1 of its 3 server(s), lost b, released c, added d, e; 1 of 2 stage(s) as "
+        "they were"
+    ]  # k had no previous plan: nothing to say
+    assert _kept_notes(None, Plan("hulk", (new,)), set()) == []
