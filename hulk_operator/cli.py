@@ -54,9 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="liveness endpoint URL (default %(default)s; '' to turn off)",
     )
     parser.add_argument("--peering", default="hulk", help="kopf peering name (%(default)s)")
-    parser.add_argument("--standalone", action="store_true", help="no peering")
     parser.add_argument(
-        "--priority", type=int, default=None, help="peering priority (default: random)"
+        "--standalone",
+        action="store_true",
+        help="no peering: the only operator (it neither pauses for others nor they for it)",
+    )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority: the highest works, the others pause; equal highest ones all "
+        "pause (default: random)",
     )
     parser.add_argument(
         "--install-crds",
@@ -181,6 +189,20 @@ def run(args: argparse.Namespace) -> int:
             names = crd.install(api, peering=not args.standalone)
             logging.info("CRDs installed: %s", ", ".join(names))
         crd.jobs_served(api)
+        peers = (
+            crd.live_peers(api, args.peering, namespaces=args.namespace or ())
+            if args.standalone
+            else []
+        )
+        if peers:  # (before, both acted on the same jobs, with no word
+            # but a StagePodTaken telling a user to delete healthy pods: a user trial)
+            logging.warning(
+                "--standalone, while operators under peering %r run (%s): none pauses for "
+                "this one, nor it for them, and both act on the jobs they share; run one "
+                "operator, or drop --standalone",
+                args.peering,
+                "; ".join(peers),
+            )
         if not args.standalone:
             # kopf starts paused and stays paused, silently, until its peering object exists.
             try:

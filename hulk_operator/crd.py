@@ -235,6 +235,39 @@ def overlapping_peers(
             found = [o for o in listed.get("items", []) if o["metadata"]["name"] == name]
     except Exception:  # (advisory)
         return []
+    return _live(found, name, now)
+
+
+def live_peers(
+    api: client.ApiClient, name: str, *, namespaces: Sequence[str] = (), now: float | None = None
+) -> list[str]:
+    """Live operators under peering ``name`` of either scope (the ``ClusterKopfPeering``,
+    the ``KopfPeering`` of ``namespaces``, or of every namespace): for a ``--standalone``
+    operator, which none of them pauses for, nor it for them. Advisory, as
+    :func:`overlapping_peers`."""
+    custom = client.CustomObjectsApi(api)
+    found: list[Any] = []
+    try:
+        found.append(custom.get_cluster_custom_object(
+            PEERING_GROUP, PEERING_VERSION, "clusterkopfpeerings", name))  # fmt: skip
+    except Exception:  # (none, or not readable: advisory)
+        pass
+    try:
+        listed: Any = custom.list_cluster_custom_object(
+            PEERING_GROUP, PEERING_VERSION, "kopfpeerings"
+        )
+        found += [
+            o
+            for o in listed.get("items", [])
+            if o["metadata"]["name"] == name
+            and (not namespaces or o["metadata"].get("namespace") in namespaces)
+        ]
+    except Exception:
+        pass
+    return _live(found, name, now)
+
+
+def _live(found: Sequence[Any], name: str, now: float | None) -> list[str]:
     now = time.time() if now is None else now
     out = []
     for obj in found:

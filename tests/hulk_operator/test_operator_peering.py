@@ -314,6 +314,31 @@ def test_operators_of_overlapping_scopes_are_told_of_each_other(
                 finally:
                     _stop(proc)
             assert f"(ClusterKopfPeering {name}: a@x/1)" in log.read_text()
+            # a --standalone one is told of the live ones of either scope (before: not a
+            # word, and both acted on the same jobs; a user trial)
+            assert crd.live_peers(api, name, namespaces=[namespace]) == [
+                f"ClusterKopfPeering {name}: a@x/1",
+                f"KopfPeering {namespace}/{name}: c@y/3",
+            ]
+            assert crd.live_peers(api, name, namespaces=["elsewhere"]) == [
+                f"ClusterKopfPeering {name}: a@x/1"
+            ]
+            with log.open("w") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "hulk", "operator", "--kubeconfig",
+                     sandbox.kubeconfig, "-n", namespace, "--peering", name, "--liveness", "",
+                     "--standalone"],
+                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+                try:
+                    wait("the warning", lambda: "--standalone, while" in log.read_text(), 60)
+                finally:
+                    _stop(proc)
+            assert (
+                f"--standalone, while operators under peering '{name}' run (ClusterKopfPeering "
+                f"{name}: a@x/1; KopfPeering {namespace}/{name}: c@y/3)"
+            ) in log.read_text()
         finally:
             custom.delete_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
             custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings", name)
