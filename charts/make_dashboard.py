@@ -347,7 +347,7 @@ def dashboard() -> dict[str, Any]:
                 },
                 {
                     "name": "namespace",
-                    "label": "Job namespace",
+                    "label": "Job namespace (step time panel)",
                     "type": "query",
                     "datasource": DS,
                     "query": {

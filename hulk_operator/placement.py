@@ -53,7 +53,8 @@ class Refused:
     # gave its servers back for (``ServiceTaken``); its pause ends when that is gone
 
 
-def _same(a: JobPlan, b: JobPlan) -> bool:
+def same_plan(a: JobPlan, b: JobPlan) -> bool:
+    """The same stages (layers, servers) and micro-batches."""
     return (a.stages, a.micro_batches) == (b.stages, b.micro_batches)
 
 
@@ -474,12 +475,12 @@ class Placer:
         d = self.reserved.get(key)
         if d is None or d.job_plan is None:
             return None
-        if d.base is not None and _same(d.base, shown):
+        if d.base is not None and same_plan(d.base, shown):
             if decision.clock() - d.made < WRITE_TIMEOUT_S:
                 return d
             del self.reserved[key]
             return None
-        if _same(d.job_plan, shown):
+        if same_plan(d.job_plan, shown):
             del self.reserved[key]
         return None
 

@@ -31,6 +31,7 @@ from hulk_operator.errors import (
     rejected_template,
 )
 from hulk_operator.failures import DEFAULT_BACKOFF_LIMIT, fail, stage_failed
+from hulk_operator.placement import same_plan
 from hulk_operator.plan_fields import (
     not_ready,
     placed_fields,
@@ -304,7 +305,7 @@ async def _check_plan(
     if (
         decision.job_plan is not None
         and causes == ["NotReady"]
-        and _same_plan(decision.job_plan, plan)
+        and same_plan(decision.job_plan, plan)
         and plan_gpus(decision) == gpus
     ):  # its NotReady servers came back meanwhile: the plan stands (before: a Warning
         # Replanned, "0 pod(s) replaced", counted as a re-plan: a user trial)
@@ -339,10 +340,6 @@ async def _check_plan(
     )
 
 
-def _same_plan(a: JobPlan, b: JobPlan) -> bool:
-    return (a.stages, a.micro_batches) == (b.stages, b.micro_batches)
-
-
 def _tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
     """A Warning Event, once per disruption, on each job with a stage on a NotReady
     server: why it is not moved (before: the operator's log alone said it, and the job was
@@ -355,7 +352,7 @@ def _tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
         DISRUPTED,
         f"{ctx.disrupted}: its server(s) {', '.join(down)} are not taken as lost while so "
         "many are (an API server or network outage is likelier than so many failures); "
-        f"once fewer are, those still NotReady {ctx.config.not_ready_grace_s:g} s later are",
+        f"once fewer are, one still NotReady {ctx.config.not_ready_grace_s:g} s later is lost",
     )
 
 
