@@ -299,21 +299,27 @@ def test_operators_of_overlapping_scopes_are_told_of_each_other(
             ]
             assert crd.overlapping_peers(api, name) == [f"KopfPeering {namespace}/{name}: c@y/3"]
             assert crd.overlapping_peers(api, "no-such-peering") == []
-            # `hulk operator -n NS` says so at start
             log = tmp_path / "op.log"
-            with log.open("w") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "hulk", "operator", "--kubeconfig",
-                     sandbox.kubeconfig, "-n", namespace, "--peering", name, "--liveness", "",
-                     "--priority", "100"],
-                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-                try:
-                    wait("the warning", lambda: "an operator serving every" in log.read_text(), 60)
-                finally:
-                    _stop(proc)
-            assert f"(ClusterKopfPeering {name}: a@x/1)" in log.read_text()
+
+            def started(flag: str, line: str) -> str:
+                """The log of `hulk operator -n NS ... flag` once it has said ``line``."""
+                with log.open("w") as out:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "hulk", "operator", "--kubeconfig",
+                         sandbox.kubeconfig, "-n", namespace, "--peering", name,
+                         "--liveness", "", *flag.split()],
+                        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )  # fmt: skip
+                    try:
+                        wait("the warning", lambda: line in log.read_text(), 60)
+                    finally:
+                        _stop(proc)
+                return log.read_text()
+
+            # `hulk operator -n NS` says so at start
+            said = started("--priority 100", "an operator serving every")
+            assert f"(ClusterKopfPeering {name}: a@x/1)" in said
             # a --standalone one is told of the live ones of either scope (before: not a
             # word, and both acted on the same jobs; a user trial)
             assert crd.live_peers(api, name, namespaces=[namespace]) == [
@@ -323,22 +329,10 @@ def test_operators_of_overlapping_scopes_are_told_of_each_other(
             assert crd.live_peers(api, name, namespaces=["elsewhere"]) == [
                 f"ClusterKopfPeering {name}: a@x/1"
             ]
-            with log.open("w") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "hulk", "operator", "--kubeconfig",
-                     sandbox.kubeconfig, "-n", namespace, "--peering", name, "--liveness", "",
-                     "--standalone"],
-                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-                try:
-                    wait("the warning", lambda: "--standalone, while" in log.read_text(), 60)
-                finally:
-                    _stop(proc)
             assert (
                 f"--standalone, while operators under peering '{name}' run (ClusterKopfPeering "
                 f"{name}: a@x/1; KopfPeering {namespace}/{name}: c@y/3)"
-            ) in log.read_text()
+            ) in started("--standalone", "--standalone, while")
         finally:
             custom.delete_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", name)
             custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings", name)
