@@ -34,12 +34,22 @@ def cluster_graph(cluster: Cluster) -> nx.Graph:
     return g
 
 
-def _positions(cluster: Cluster) -> dict[str, tuple[float, float]]:
+NAMED_UP_TO = 100  # servers: up to this many, each is named on the plot
+
+
+def _centres(cluster: Cluster) -> dict[str, tuple[float, float]]:
+    """Each region's centre: on a circle, in the cluster's order of regions."""
     regions = list(cluster.regions)
-    pos: dict[str, tuple[float, float]] = {}
+    out = {}
     for k, region in enumerate(regions):
         angle = 2 * math.pi * k / max(1, len(regions))
-        cx, cy = 10 * math.cos(angle), 10 * math.sin(angle)
+        out[region] = (10 * math.cos(angle), 10 * math.sin(angle))
+    return out
+
+
+def _positions(cluster: Cluster) -> dict[str, tuple[float, float]]:
+    pos: dict[str, tuple[float, float]] = {}
+    for region, (cx, cy) in _centres(cluster).items():
         members = [s.name for s in cluster.servers if s.region == region]
         radius = 0.4 + 0.25 * math.sqrt(len(members))
         for i, name in enumerate(members):
@@ -61,6 +71,28 @@ def legend(plan: Plan, colours: Mapping[str, str]) -> list[tuple[str, str]]:
         why = u.reason if len(u.reason) <= 60 else u.reason[:57] + "..."
         rows.append((f"{u.name}: not placed ({why})", "none"))
     return [*rows, ("unused", UNUSED)]
+
+
+def server_texts(
+    cluster: Cluster, plan: Plan, pos: Mapping[str, tuple[float, float]]
+) -> list[tuple[float, float, str, float]]:
+    """(x, y, text, font size) written on the plot: each used server's stage number on it,
+    and, up to NAMED_UP_TO servers, each server's name beside it, away from its region's
+    centre (before, a user saw a job's colour, not which server trains which stage: a
+    trial)."""
+    out = [
+        (*pos[n], str(k), 5.5)
+        for jp in plan.jobs
+        for k, st in enumerate(jp.stages)
+        for n in st.nodes
+    ]
+    if len(cluster.servers) <= NAMED_UP_TO:
+        centre = _centres(cluster)
+        for s in cluster.servers:
+            (x, y), (cx, cy) = pos[s.name], centre[s.region]
+            d = math.hypot(x - cx, y - cy) or 1.0
+            out.append((x + 0.95 * (x - cx) / d, y + 0.75 * (y - cy) / d, s.name, 4.5))
+    return out
 
 
 def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None = None) -> Path:
@@ -96,6 +128,8 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
         edgecolors="#333333",
         linewidths=0.6,
     )
+    for x, y, text, size in server_texts(cluster, plan, pos):
+        ax.text(x, y, text, ha="center", va="center", fontsize=size, color="#222222")
     for k, region in enumerate(cluster.regions):
         angle = 2 * math.pi * k / max(1, len(cluster.regions))
         ax.text(
@@ -107,6 +141,9 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
             fontsize=9,
             color="#333333",
         )
+    if plan.jobs:
+        ax.text(14, -14, "number on a server: its stage in its job's pipeline", ha="right",
+                va="bottom", fontsize=7, color="#555555")  # fmt: skip
     for label, colour in legend(plan, colours):  # a job not placed: a hollow marker
         ax.scatter([], [], facecolors=colour, edgecolors="#333333", linewidths=0.6, label=label)
     ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=8, frameon=False)  # below

@@ -11,7 +11,15 @@ from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
 from hulk_planner.model import Plan, Unplaced
-from hulk_planner.plot import UNUSED, cluster_graph, legend, plot_plan
+from hulk_planner.plot import (
+    NAMED_UP_TO,
+    UNUSED,
+    _positions,
+    cluster_graph,
+    legend,
+    plot_plan,
+    server_texts,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -61,3 +69,19 @@ def test_the_legend_names_every_job_placed_or_not(tmp_path: Path) -> None:
     assert rows[-2][0].startswith("huge: not placed (fits nowhere: needs 99999 GiB")
     assert rows[-2][0].endswith("...)") and len(rows[-2][0]) < 90
     assert plot_plan(c, result, tmp_path / "p.png").read_bytes()[:8] == PNG
+
+
+def test_each_server_is_named_and_each_stage_numbered() -> None:
+    """Before: a job's colour alone; which server trains which stage was not on the plot
+    (a trial)."""
+    c = paper_cluster()
+    result = plan(c, paper_jobs()[1:], max_iterations=30)
+    pos = _positions(c)
+    texts = server_texts(c, result, pos)
+    numbers = {(x, y, t) for x, y, t, _ in texts if t.isdigit()}
+    assert numbers == {
+        (*pos[n], str(k)) for jp in result.jobs for k, st in enumerate(jp.stages) for n in st.nodes
+    }
+    assert sorted(t for _, _, t, _ in texts if not t.isdigit()) == sorted(c.index)
+    big = random_cluster(NAMED_UP_TO + 1, seed=1)  # too many to name
+    assert server_texts(big, Plan("hulk"), _positions(big)) == []
