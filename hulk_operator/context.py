@@ -26,6 +26,8 @@ class PodEntry:
     reason: str = ""  # status.reason of a pod the kubelet ended, e.g. Evicted
     unschedulable: str = ""  # the scheduler's message while it cannot place the pod
     quota: tuple[tuple[str, float], ...] = ()  # what it counts toward a ResourceQuota
+    # when the scheduler bound it to its node (PodScheduled's lastTransitionTime), if bound
+    bound_at: float | None = None
 
 
 @dataclass

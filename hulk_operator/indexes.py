@@ -30,6 +30,7 @@ from hulk_operator.inventory import (
     Latencies,
     NodeInfo,
     Resources,
+    epoch,
     named,
     node_info,
     other_pods,
@@ -191,8 +192,23 @@ def hulk_pods(
                 "",
             ),
             quota=tuple(sorted(quota_usage(spec).items())),
+            bound_at=_bound_at(spec, status),
         )
     }
+
+
+def _bound_at(spec: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
+    """When a pod bound to a node was bound (its PodScheduled condition turned True)."""
+    if not spec.get("nodeName"):
+        return None
+    return next(
+        (
+            epoch(c.get("lastTransitionTime"))
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "True"
+        ),
+        None,
+    )
 
 
 @kopf.index("pods")

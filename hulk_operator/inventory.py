@@ -123,6 +123,7 @@ class NodeInfo:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     allocatable: Resources = field(default_factory=Resources)  # all zero: not reported
+    created: float | None = None  # its metadata.creationTimestamp (epoch seconds)
 
     def __eq__(self, other: object) -> bool:
         """Equal fields and equal labels: kopf keeps an index's old value when the new one
@@ -325,6 +326,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         labels=labels,
         ready=ready,
         not_ready_since=None if ready else since,
+        created=epoch(meta.get("creationTimestamp")),
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         allocatable=Resources(

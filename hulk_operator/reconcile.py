@@ -276,6 +276,7 @@ async def _check_plan(
     if ctx.disrupted is not None:
         _tell_disruption(ctx, entry.key, plan)
     pods = ctx.pods.get(entry.key, [])
+    lost.update(recovery.remade_servers(pods, ctx.nodes))  # (over NotReady: it is new)
     lost.update(
         recovery.stuck_servers(
             pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations

@@ -60,6 +60,25 @@ def lost_servers(
     return out
 
 
+REMADE = "Deleted (and made again since its stage pod was bound)"
+
+
+def remade_servers(pods: Iterable[Any], nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
+    """Server -> ``REMADE`` where the Node a stage pod is bound to was created after the
+    pod was bound: the node was deleted and one of its name made again (a machine replaced
+    under the same name, a kubelet registering anew). Its pod was never on this node, and
+    may not fit it (fewer GPUs); before, a re-creation faster than a reconciliation went
+    unnoticed, its pod's GPUs counted on a node that had fewer (a user trial)."""
+    out: dict[str, str] = {}
+    for p in pods:
+        info = nodes.get(p.node) if p.node else None
+        if info is None or p.bound_at is None or info.created is None or p.deleting:
+            continue
+        if info.created > p.bound_at:
+            out[p.node] = REMADE
+    return out
+
+
 def disrupted(nodes: Mapping[str, NodeInfo], threshold: float) -> str | None:
     """Why NotReady nodes are not taken as lost now, or None: when at least ``threshold``
     of the GPU nodes (and more than two) are NotReady at once, the control plane has more

@@ -179,3 +179,18 @@ def test_the_jobs_dict_of_nodes_is_built_again_only_when_a_node_changed() -> Non
     del index[names[0]]  # kopf discards a deleted node before the handler runs
     assert names[0] not in view.nodes(index)
     assert view.disrupted(index, 0.5) is None  # (more than two must be down)
+
+
+def test_a_stage_pod_keeps_when_it_was_bound() -> None:
+    from hulk_operator.indexes import hulk_pods
+
+    owner = {"kind": "HulkTrainingJob", "apiVersion": "hulk.dev/v1alpha1", "name": "j"}
+    meta = {"name": "j-0-0", "labels": {"hulk.dev/job": "j"}, "ownerReferences": [owner]}
+    scheduled = {"type": "PodScheduled", "status": "True",
+                 "lastTransitionTime": "2026-11-24T10:00:00Z"}  # fmt: skip
+    bound = hulk_pods(namespace="ns", name="j-0-0", meta=meta, spec={"nodeName": "a"},
+                      status={"conditions": [scheduled]})  # fmt: skip
+    assert bound[("ns", "j")].bound_at == 1795514400.0
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": "a"}}  # gated: not bound yet
+    gated = hulk_pods(namespace="ns", name="j-0-0", meta=meta, spec=pinned, status={})
+    assert gated[("ns", "j")].bound_at is None and gated[("ns", "j")].node == "a"

@@ -895,3 +895,23 @@ def test_allowed_regions_as_matched_make_one_group_and_a_blank_one_is_invalid() 
         "topology.kubernetes.io/region writes it, e.g. london (case, spaces and punctuation "
         "aside))"
     ), blank.error
+
+
+def test_a_node_made_after_its_stage_pod_was_bound_is_lost() -> None:
+    """A node of the same name made again after the pod was bound: the pod was never on
+    it (a user trial: missed where the re-creation was faster than a reconciliation)."""
+    from datetime import UTC, datetime
+
+    from hulk_operator.context import PodEntry
+
+    body = node_manifest(paper_cluster().servers[0])
+    body["metadata"]["creationTimestamp"] = "2026-11-24T10:00:05Z"
+    info = node_info(body)
+    t = datetime(2026, 11, 24, 10, 0, 5, tzinfo=UTC).timestamp()
+    assert info.created == t
+    pod = PodEntry("p", info.name, "Running", False, False, bound_at=t - 60)
+    assert recovery.remade_servers([pod], {info.name: info}) == {info.name: recovery.REMADE}
+    # bound to this node (the same second: not after), not bound, or going: nothing
+    for p in (replace(pod, bound_at=t), replace(pod, bound_at=None), replace(pod, deleting=True)):
+        assert recovery.remade_servers([p], {info.name: info}) == {}
+    assert recovery.remade_servers([pod], {}) == {}  # deleted: lost_servers' case
