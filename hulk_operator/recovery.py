@@ -202,7 +202,9 @@ def moves(
     named (``stage 2: beijing-3 -> xian-40``, ``layers moved in stage(s) 3, 4``); when the
     count changes every stage is laid out again and only the counts are given, as a
     stage-by-stage list would pair unrelated stages."""
-    healthy = [n for n in old.nodes if n not in lost]
+    unoffered = unoffered or {}
+    left = [n for n in old.nodes if n not in lost and n in unoffered and n not in new.nodes]
+    healthy = [n for n in old.nodes if n not in lost and n not in left]
     kept = [n for n in healthy if n in new.nodes]
     servers = f"kept {len(kept)} of {len(healthy)} healthy servers" if healthy else "no server kept"
     # a lost server in the new plan: what is left of it fits (GPUs others took: before, it
@@ -220,11 +222,10 @@ def moves(
         apart = [n for n in released if n in cut]
         if apart:
             servers += f" ({', '.join(apart)}: no link to the new plan's servers)"
-        # one the re-plan could not use: why (a label gone bad; before, a "healthy" server
-        # released without a word: a user trial)
-        for n in released:
-            if unoffered and n in unoffered:
-                servers += f" ({n}: not offered: {unoffered[n]})"
+    # one the re-plan could not use, and why (a label gone bad; before, a "healthy" server
+    # released without a word: a user trial)
+    for n in left:
+        servers += f", left {n} (not offered: {unoffered[n]})"
     out = [servers]
     if len(new.stages) != len(old.stages):
         out.append(f"{len(old.stages)} -> {len(new.stages)} stages, every stage laid out again")

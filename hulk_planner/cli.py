@@ -381,9 +381,10 @@ def _listed(names: list[str]) -> str:
 
 
 def _ratio(r: float) -> str:
-    """A step-time ratio: 2 decimals, in exponent form past 10,000 and with 2 significant
-    digits below 0.01 (before, a plan 700 times faster than --planner's read 0.00x)."""
-    if r >= 1e4:
+    """A step-time ratio: 2 decimals; 2 significant digits below 0.01, in exponent form
+    below 0.001 and past 10,000 (before, a plan 700 times faster than --planner's read
+    0.00x)."""
+    if r >= 1e4 or r < 1e-3:
         return f"{r:.1e}x"
     return f"{r:,.2f}x" if r >= 0.01 else f"{r:.2g}x"
 

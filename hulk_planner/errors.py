@@ -42,30 +42,58 @@ def shown(value: object) -> str:
     return "null" if value is None else repr(value)
 
 
-_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]+)\s*$")
+_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]+)\s*$")
 _NUMBER = re.compile(r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$")
-_UNITS = {"GiB": "GiB", "Ms": "ms", "Gbps": "Gb/s", "TFLOPS": "TFLOPS"}
+_GROUPED = re.compile(r"^\s*\d{1,3}(?:[,_ ]\d{3})+(?:\.\d+)?\s*$")  # 1,557,611,200
+# field name's end -> its unit, and what a unit written beside a number is in it
+_UNITS: dict[str, tuple[str, dict[str, float]]] = {
+    "GiB": ("GiB", {"gib": 1, "gi": 1, "gb": 1, "g": 1, "mib": 2**-10, "mi": 2**-10,
+                    "mb": 2**-10, "tib": 2**10, "ti": 2**10, "tb": 2**10}),
+    "Ms": ("ms", {"ms": 1, "s": 1e3, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}),
+    # case matters here alone: GB/s are bytes (8 Gb/s each), Gb/s bits
+    "Gbps": ("Gb/s", {"Gbps": 1, "Gb/s": 1, "Gbit/s": 1, "G": 1, "gbps": 1, "Mbps": 1e-3,
+                      "Mb/s": 1e-3, "Mbit/s": 1e-3, "Tbps": 1e3, "Tb/s": 1e3, "GB/s": 8,
+                      "GBps": 8, "MB/s": 8e-3, "MBps": 8e-3}),
+    "TFLOPS": ("TFLOPS", {"tflops": 1, "tf": 1, "gflops": 1e-3, "pflops": 1e3}),
+}  # fmt: skip
 _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def _figure(x: float) -> str:
+    """A number as YAML reads it back: 80, 0.089, 1.5e9 (no '+', no trailing zeros)."""
+    if x == int(x) and abs(x) < 1e6:
+        return str(int(x))
+    text = f"{x:.6g}"
+    mantissa, _, exp = text.partition("e")
+    return f"{mantissa}e{int(exp)}" if exp else text
 
 
 def number_fix(field: str, value: object) -> str | None:
     """How to write a number the user wrote as text: ``'80GB'`` in ``gpuMemoryGiB`` is
-    ``80`` (the unit is the field's), ``'3B'`` parameters are ``3e9``, ``'80'`` unquoted."""
+    ``80``, ``'0.089s'`` in ``latencyMs`` is ``89`` (the field's unit), ``'3B'``
+    parameters are ``3e9``, ``'80'`` is unquoted, ``'1,557,611,200'`` without commas."""
     if not isinstance(value, str):
         return None
     key = field.rsplit(".", 1)[-1]
-    unit = next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), None)
+    unit, known = next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), ("", {}))
     if _NUMBER.match(value):
         return f"write it unquoted: {value.strip()}"
+    if _GROUPED.match(value):
+        return f"write it without separators: {re.sub(r'[,_ ]', '', value.strip())}"
     m = _WITH_UNIT.match(value)
     if m is None:
         return "write a number" + (f" of {unit}" if unit else "")
     number, suffix = m.groups()
-    if unit:
-        return f"write the number alone, {number}: the field is in {unit}"
+    if unit:  # (before: "write the number alone, 40960" of 40960MB in GiB: a trial)
+        factor = known.get(suffix, known.get(suffix.lower()))
+        if factor is None:
+            return f"write a number of {unit}, without a unit"
+        return f"write {_figure(float(number) * factor)}: the field is in {unit}"
     scale = _SCALE.get(suffix.lower())
+    if "e" in number.lower():  # 1.5e9B: the figure is there already
+        return f"write the number alone, {number}"
     if scale is not None and len(suffix) == 1:
-        return f"write the number alone: {number}e{len(str(int(scale))) - 1} for {value.strip()}"
+        return f"write the number alone: {_figure(float(number) * scale)} for {value.strip()}"
     return f"write the number alone, {number}"
 
 

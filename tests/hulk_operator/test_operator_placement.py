@@ -640,8 +640,8 @@ def test_a_released_server_with_no_link_to_the_new_plan_says_so() -> None:
     bad = {"a": "label nvidia.com/gpu.memory='banana' is not a finite number of MiB above zero"}
     msg = recovery.event_message(lost, old, new, 2, 0, unoffered=bad)
     assert (
-        "released a, b (a: not offered: label nvidia.com/gpu.memory='banana' is not a finite "
-        "number of MiB above zero);"
+        "kept 0 of 1 healthy servers, added d, e, released b, left a (not offered: label "
+        "nvidia.com/gpu.memory='banana' is not a finite number of MiB above zero);"
     ) in msg, msg
 
 

@@ -674,10 +674,18 @@ def test_the_examples_in_docs_formats_are_valid_documents() -> None:
 def test_a_number_written_with_its_unit_is_told_how_to_write_it() -> None:
     """Before: "must be a number, got '80GB'" named the field, not the fix (a trial)."""
     cases = [
-        (("nodes", 0, "gpuMemoryGiB"), "80GB", "write the number alone, 80: the field is in GiB"),
-        (("links", 0, "latencyMs"), "45 ms", "write the number alone, 45: the field is in ms"),
+        (("nodes", 0, "gpuMemoryGiB"), "80GB", "write 80: the field is in GiB"),
+        (("links", 0, "latencyMs"), "45 ms", "write 45: the field is in ms"),
         (("nodes", 1, "gpuTFLOPS"), "111.1", "write it unquoted: 111.1"),
         (("regionLinks", 0, "bandwidthGbps"), "fast", "write a number of Gb/s"),
+        # another unit is converted (before: "write the number alone, 40960" for 40960MB,
+        # 1,000 times too much; a trial)
+        (("nodes", 0, "gpuMemoryGiB"), "40960MB", "write 40: the field is in GiB"),
+        (("links", 0, "latencyMs"), "0.089s", "write 89: the field is in ms"),
+        (("links", 0, "latencyMs"), "300us", "write 0.3: the field is in ms"),
+        (("regionLinks", 0, "bandwidthGbps"), "10GB/s", "write 80: the field is in Gb/s"),
+        (("regionLinks", 0, "bandwidthGbps"), "1Tbps", "write 1000: the field is in Gb/s"),
+        (("nodes", 0, "gpuMemoryGiB"), "80 furlongs", "write a number of GiB, without a unit"),
     ]
     for (section, i, key), value, fix in cases:
         doc = cluster_doc()
@@ -688,7 +696,12 @@ def test_a_number_written_with_its_unit_is_told_how_to_write_it() -> None:
         assert exc.value.fix == fix
     doc = job_doc()
     del doc["spec"]["model"]["preset"]
-    for value, fix in [("3B", "write the number alone: 3e9 for 3B"), ("340M", "340e6 for 340M")]:
+    for value, fix in [
+        ("3B", "write the number alone: 3e9 for 3B"),
+        ("340M", "3.4e8 for 340M"),
+        ("1.5e9B", "write the number alone, 1.5e9"),  # (before: "1.5e9e9")
+        ("1,557,611,200", "write it without separators: 1557611200"),
+    ]:
         doc["spec"]["model"]["parameters"] = value
         with pytest.raises(InvalidRequest) as exc:
             io.job_from_dict(doc)

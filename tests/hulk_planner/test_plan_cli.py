@@ -697,8 +697,9 @@ def test_a_ratio_far_below_one_keeps_its_digits() -> None:
     trial)."""
     from hulk_planner.cli import _ratio
 
-    assert [_ratio(r) for r in (0.0014, 0.00073, 0.5, 1.0, 2.171, 5150.98, 12345.0)] == [
-        "0.0014x", "0.00073x", "0.50x", "1.00x", "2.17x", "5,150.98x", "1.2e+04x",
+    rs = (4.98e-05, 0.0014, 0.00073, 0.5, 1.0, 2.171, 5150.98, 12345.0)
+    assert [_ratio(r) for r in rs] == [
+        "5.0e-05x", "0.0014x", "7.3e-04x", "0.50x", "1.00x", "2.17x", "5,150.98x", "1.2e+04x",
     ]  # fmt: skip
 
 
