@@ -1,4 +1,5 @@
-"""``hulk sandbox build|up|down|status``: a local Kubernetes control plane with kwok GPU nodes.
+"""``hulk sandbox build|up|down|status|add-node``: a local Kubernetes control plane with kwok
+GPU nodes.
 
 Errors are one line on stderr (``hulk sandbox: <problem> (<fix>)``) and exit code 2.
 """
@@ -9,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -49,6 +51,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also put kwok's kwok.x-k8s.io/node=fake:NoSchedule taint on the nodes",
     )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (default 180)")
+
+    add = sub.add_parser(
+        "add-node",
+        help="add a GPU node to the running sandbox (a new region's, say); remove one with "
+        "kubectl delete node",
+    )
+    _add_dir(add)
+    add.add_argument("name", help="the node's name")
+    add.add_argument("--region", required=True, help="its region, as in a topology file")
+    add.add_argument("--gpus", type=int, default=8, help="GPUs (default 8)")
+    add.add_argument(
+        "--gpu-product",
+        default="A100-SXM4-80GB",
+        help="GPU product label (default %(default)s); TFLOPS and compute capability follow "
+        "from it where Hulk knows it",
+    )
+    add.add_argument("--gpu-memory-gib", type=float, default=None, help="GiB per GPU "
+                     "(default: from the product, else 80)")  # fmt: skip
+    add.add_argument("--gpu-tflops", type=float, default=None, help="TFLOPS per GPU "
+                     "(default: from the product)")  # fmt: skip
 
     _add_dir(sub.add_parser("down", help="stop every process of the sandbox, remove its state"))
     status = sub.add_parser("status", help="say what runs (exit code 0 only if all of it runs)")
@@ -92,6 +114,47 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_node(args: argparse.Namespace) -> int:
+    """Creates a kwok GPU node in the running sandbox and waits until it is Ready (before, a
+    user found no command for it, only the Python API; a trial)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from hulk_planner.errors import InvalidRequest
+    from hulk_planner.hardware import tflops_for
+    from hulk_planner.model import Server
+    from hulk_sandbox.sandbox import Sandbox
+
+    box = Sandbox(args.dir)
+    if not box.load() or box.status()["state"] != "running":
+        raise SandboxError(f"no running sandbox in {box.dir} (start one: hulk sandbox up "
+                           f"--dir {args.dir}, or hulk demo --keep)")  # fmt: skip
+    product = args.gpu_product
+    tflops = args.gpu_tflops or tflops_for(product, None)
+    if tflops is None:
+        raise SandboxError(f"--gpu-product {product}: its TFLOPS are unknown (give --gpu-tflops)")
+    sized = re.search(r"(\d+)GB", product.upper())  # A100-SXM4-80GB: 80
+    memory = args.gpu_memory_gib or (float(sized.group(1)) if sized else 80.0)
+    try:
+        server = Server(args.name, args.region, args.gpus, memory, tflops, gpu_product=product)
+    except InvalidRequest as exc:
+        flag = {"name": "name", "region": "--region", "gpus": "--gpus"}.get(
+            exc.field.rsplit(".", 1)[-1], exc.field
+        )
+        raise SandboxError(
+            f"{flag}: {exc.problem}" + (f" ({exc.fix})" if exc.fix else "")
+        ) from None
+    try:
+        box.add_node(server)
+    except ApiException as exc:
+        if exc.status == 409:
+            raise SandboxError(f"node {args.name} exists (choose another name, or kubectl "
+                               f"delete node {args.name} first)") from None  # fmt: skip
+        raise SandboxError(f"the API server refused node {args.name}: {exc.reason}") from None
+    print(f"node {args.name} Ready: {args.gpus} x {product} ({memory:g} GiB, {tflops:g} "
+          f"TFLOPS) in region {args.region}")  # fmt: skip
+    return 0
+
+
 def _down(args: argparse.Namespace) -> int:
     from hulk_sandbox.sandbox import Sandbox
 
@@ -125,7 +188,13 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    actions = {"build": _build, "up": _up, "down": _down, "status": _status}
+    actions = {
+        "build": _build,
+        "up": _up,
+        "down": _down,
+        "status": _status,
+        "add-node": _add_node,
+    }
     try:
         return actions[args.action](args)
     except SandboxError as err:

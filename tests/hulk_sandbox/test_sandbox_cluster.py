@@ -163,3 +163,37 @@ def test_add_and_delete_node(sandbox: Sandbox, core: Any) -> None:
     eventually(
         lambda: name not in {n.metadata.name for n in core.list_node().items}, what="node gone"
     )
+
+
+def test_hulk_sandbox_add_node_adds_a_new_regions_node(sandbox: Sandbox, core: Any) -> None:
+    """Before, adding a node to a running sandbox took the Python API (a user trial)."""
+    import subprocess
+    import sys
+
+    name = f"singapore-{uuid.uuid4().hex[:4]}"
+
+    def add(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "hulk", "sandbox", "add-node", "--dir", str(sandbox.dir)]
+        return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+
+    out = add(name, "--region", "Singapore", "--gpus", "4")
+    try:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == (
+            f"node {name} Ready: 4 x A100-SXM4-80GB (80 GiB, 312 TFLOPS) in region Singapore"
+        )
+        node = core.read_node(name)
+        assert is_ready(node) and node.status.allocatable[GPU] == "4"
+        labels = node.metadata.labels
+        assert labels["topology.kubernetes.io/region"] == "singapore"
+        assert labels["nvidia.com/gpu.memory"] == str(80 * 1024)
+        again = add(name, "--region", "Singapore")
+        assert again.returncode == 2 and again.stderr.strip() == (
+            f"hulk sandbox: node {name} exists (choose another name, or kubectl delete node "
+            f"{name} first)"
+        )
+    finally:
+        sandbox.delete_node(name)
+    bad = add("x-1", "--region", "Singapore", "--gpus", "0")
+    assert bad.returncode == 2 and bad.stderr.startswith("hulk sandbox: --gpus: "), bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
