@@ -13,7 +13,7 @@ with ``p`` stages, ``R`` data-parallel replicas and ``m`` micro-batches per repl
   ``2(R-1) * latency + 2(R-1)/R * bytes / bandwidth`` on the ring's slowest hop;
 - memory per server: 16 bytes per parameter it holds (mixed-precision Adam) plus
   ``s*b*h*34`` bytes per layer per micro-batch in flight (selective recomputation), with
-  ``p - k`` micro-batches in flight at stage k under 1F1B, within ``MEMORY_USABLE`` of its
+  ``min(m, p - k)`` micro-batches in flight at stage k under 1F1B, within ``MEMORY_USABLE`` of its
   GPU memory.
 """
 
