@@ -662,3 +662,34 @@ def test_more_than_one_replica_of_one_fixed_peering_priority_is_refused(
     assert "operator.replicas > 1 needs operator.peering.priority null" in out.stderr
     assert render("operator.replicas=2").returncode == 0  # each draws its own
     assert render("operator.replicas=1", "operator.peering.priority=5").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("probe.timeout=20", "probe.timeout (20) must be at most probe.interval (10)"),
+        ("probe.publishInterval=5", "probe.publishInterval (5) must be at least probe.interval"),
+        ("probe.metricsPort=7471", "probe.metricsPort and probe.echoPort are both 7471"),
+        ("operator.health.port=9090", "operator.health.port and operator.metricsPort are both"),
+    ],
+)
+def test_settings_the_programs_refuse_are_refused_at_render(
+    chart_tools: dict[str, str], setting: str, said: str
+) -> None:
+    """Before, they rendered, and every node's probe crash-looped (or two servers took one
+    port, or the install failed on a duplicate port name; a user trial)."""
+    cmd = [chart_tools["HELM"], "template", "hulk", str(CHART), "--set", setting]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and said in proc.stderr, proc.stderr
+
+
+def test_a_long_release_name_still_gives_valid_names(render: Render) -> None:
+    """Before, a release name of 44 characters made a 69-character Service name, and the
+    install failed (a user trial): every name and label value fits in 63."""
+    release = "ml-platform-training-cluster-eu-west-prod-01"
+    objs = render(release=release, set_values=["metrics.serviceMonitor.enabled=true",
+                                               "metrics.prometheusRule.enabled=true"])  # fmt: skip
+    names = [o["metadata"]["name"] for o in objs if o["kind"] != "CustomResourceDefinition"]
+    assert names and max(len(n) for n in names) <= 63, max(names, key=len)
+    labels = [v for o in objs for v in (o["metadata"].get("labels") or {}).values()]
+    assert max(len(str(v)) for v in labels) <= 63

@@ -7,17 +7,18 @@ Chart name, truncated to 63 characters (a DNS label).
 
 {{/*
 Full name: <release>-<chart>, or the release name alone when it already contains the chart
-name. Truncated to 52 characters so that suffixes such as "-operator" still fit in 63.
+name. Truncated to 45 characters so that the longest suffix, "-probe-own-latency", still
+fits in 63 (a Service name, "-operator-metrics", is a DNS label: 52 broke a release of 44).
 */}}
 {{- define "hulk.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- .Release.Name | trunc 45 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
