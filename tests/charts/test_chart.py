@@ -36,8 +36,9 @@ OPERATOR_RULES = {
     ("hulk.dev", "hulktrainingjobs/status"): {"get", "patch"},
     ("hulk.dev", "hulktrainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
-    # list/watch: which jobs have theirs (a quota on services); patch: an edited masterPort
-    ("", "services"): {"list", "watch", "create", "patch"},
+    # list/watch: which jobs have theirs (a quota on services); patch: an edited masterPort;
+    # get: whose is the Service of the name, when a stage pod is made again
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "events"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within
