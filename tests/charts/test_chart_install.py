@@ -765,3 +765,39 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
             assert refused == []
         finally:
             applier.clean_up(home, keep_crds=preexisting)
+
+
+def test_a_teams_edit_and_view_roles_reach_its_jobs(installed: dict[str, Any]) -> None:
+    """Before, a user with Kubernetes' own `edit` role in a namespace could neither create
+    nor read HulkTrainingJobs there: the admin wrote RBAC by hand (a user trial)."""
+    from kubernetes import client
+
+    api, namespace = installed["api"], installed["namespace"]
+    rbac = client.RbacAuthorizationV1Api(api)
+    for user, role in (("alice", "edit"), ("bob", "view")):
+        rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": f"{user}-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "User", "name": user,
+                          "apiGroup": "rbac.authorization.k8s.io"}],
+        })  # fmt: skip
+
+    def may(user: str, verb: str, resource: str = "hulktrainingjobs") -> bool:
+        attrs = client.V1ResourceAttributes(
+            verb=verb, group="hulk.dev", resource=resource, namespace=namespace
+        )
+        review = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(user=user, resource_attributes=attrs)
+        )
+        out: Any = client.AuthorizationV1Api(api).create_subject_access_review(review)
+        return bool(out.status.allowed)
+
+    # the controller manager aggregates the rules into edit and view within seconds
+    deadline = time.monotonic() + 30
+    while not (may("alice", "create") and may("bob", "list")):
+        assert time.monotonic() < deadline, "edit and view never got the rules"
+        time.sleep(0.5)
+    assert may("alice", "delete") and may("alice", "patch")
+    assert may("bob", "get") and not may("bob", "create") and not may("bob", "delete")
+    assert not may("carol", "get")  # no binding: nothing
