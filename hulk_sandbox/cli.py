@@ -64,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument(
         "--gpu-product",
         default="A100-SXM4-80GB",
-        help="GPU product label (default %(default)s); TFLOPS and compute capability follow "
-        "from it where Hulk knows it",
+        help="GPU product label (default %(default)s): its TFLOPS follow from it where Hulk "
+        "knows it, its memory from a name ending in <N>GB",
     )
     add.add_argument("--gpu-memory-gib", type=float, default=None, help="GiB per GPU "
                      "(default: from the product, else 80)")  # fmt: skip
