@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -653,8 +655,10 @@ def test_unknown_job_fields_say_where_they_belong_or_what_they_look_like() -> No
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_examples_in_docs_formats_are_valid_documents() -> None:
-    """docs/formats.md shows one document of each kind: each reads as what it shows."""
+def test_the_examples_in_docs_formats_are_valid_documents(tmp_path: Path) -> None:
+    """docs/formats.md shows one document of each kind: each reads as what it shows, and
+    the plan is what its command writes for the other two (before, a step time no command
+    gave: a docs audit)."""
     text = (ROOT / "docs" / "formats.md").read_text()
     blocks = [b.split("\n", 1) for b in text.split("```")[1::2]]
     docs = [yaml.safe_load(body) for lang, body in blocks if lang in ("yaml", "json")]
@@ -665,7 +669,16 @@ def test_the_examples_in_docs_formats_are_valid_documents() -> None:
     assert io.unknown_job_fields(kinds["HulkTrainingJob"]) == []
     assert io.job_from_dict(kinds["HulkTrainingJob"]).name == "gpt2-xl"
     plan = io.plan_from_dict(kinds["PlacementPlan"])
-    assert plan.jobs[0].stages[-1].layers == (20, 48) and plan.unplaced[0].name == "opt-175b"
+    assert plan.jobs[0].stages[-1].layers == (24, 48) and plan.unplaced[0].name == "opt-175b"
+    (tmp_path / "two-cities.yaml").write_text(yaml.safe_dump(kinds["ClusterTopology"]))
+    opt = {"apiVersion": API, "kind": "HulkTrainingJob", "metadata": {"name": "opt-175b"},
+           "spec": {"model": {"preset": "opt-175b"}}}  # fmt: skip
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump_all([kinds["HulkTrainingJob"], opt]))
+    cmd = [sys.executable, "-m", "hulk", "plan", "--cluster", "two-cities.yaml", "--jobs",
+           "jobs.yaml", "-o", "json", "--moves", "2000", "--seed", "0"]  # fmt: skip
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == kinds["PlacementPlan"]
     # and the complete example it points to
     example = io.load_documents(str(ROOT / "examples" / "three-cities-topology.yaml"))
     assert len(io.cluster_from_dict(example[0]).servers) == 6
