@@ -130,11 +130,10 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
     )
     for x, y, text, size in server_texts(cluster, plan, pos):
         ax.text(x, y, text, ha="center", va="center", fontsize=size, color="#222222")
-    for k, region in enumerate(cluster.regions):
-        angle = 2 * math.pi * k / max(1, len(cluster.regions))
+    for region, (cx, cy) in _centres(cluster).items():  # each name outside its region
         ax.text(
-            12.6 * math.cos(angle),
-            12.6 * math.sin(angle),
+            1.26 * cx,
+            1.26 * cy,
             region,
             ha="center",
             va="center",

@@ -106,12 +106,11 @@ def tiered(jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]]) -> bool:
     return bool(limits) or len({j.priority for j in jobs}) > 1
 
 
-def _held(
-    u: Unplaced, group: Sequence[Job], held: Sequence[Server], cluster: Cluster, out: list[str]
-) -> str:
+def _held(u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: float) -> str:
     """What jobs planned before ``u``'s group hold of the servers it may use, where they
-    would make room for it (before: "the 1 server(s) planned on have 144 GiB usable" of a
-    cluster with 2,203, the rest held by jobs of a higher priority: a trial)."""
+    would make room for it: ``reach``, the usable bytes of its servers, held or not
+    (before: "the 1 server(s) planned on have 144 GiB usable" of a cluster with 2,203, the
+    rest held by jobs of a higher priority: a trial)."""
     job = next((j for j in group if j.name == u.name), None)
     if job is None or not held:
         return ""
@@ -119,9 +118,7 @@ def _held(
     if u.reason.startswith("no server holds"):  # data parallel: one server must hold it
         if max(server_capacity(s) for s in held) < need:
             return ""
-    elif need > sum(server_capacity(s) for s in cluster.servers if s.name not in out) + sum(
-        server_capacity(s) for s in held
-    ):
+    elif need > reach:
         return ""
     usable = _gib(sum(server_capacity(s) for s in held) / 2**30)
     return (
@@ -177,17 +174,20 @@ def plan_in_regions(
             for s in cluster.servers
             if s.name in taken and (regions is None or s.region in regions)
         ]
+        left = set(out)  # (a set: a cluster's thousands of servers, each looked up)
+        reach = sum(server_capacity(s) for s in cluster.servers if s.name not in left)
+        reach += sum(server_capacity(s) for s in held)
         try:
             result = plan(cluster.without(out), group, planner, previous=before, **options)
         except NoFeasiblePlan as exc:
             unplaced += [
-                Unplaced(u.name, where + u.reason + _held(u, group, held, cluster, out))
+                Unplaced(u.name, where + u.reason + _held(u, group, held, reach))
                 for u in exc.unplaced or [Unplaced(j.name, exc.reason) for j in group]
             ]
             continue
         placed += result.jobs
         unplaced += [
-            Unplaced(u.name, where + u.reason + _held(u, group, held, cluster, out))
+            Unplaced(u.name, where + u.reason + _held(u, group, held, reach))
             for u in result.unplaced
         ]
         notes += result.notes

@@ -185,3 +185,15 @@ def test_jobs_without_limits_are_planned_together_as_before() -> None:
     result = plan_in_regions(c, jobs, {}, "search", max_iterations=200)
     assert_valid_plan(result, c, jobs)
     assert {jp.name for jp in result.jobs} == {"one", "two"}
+
+
+def test_a_job_no_server_it_may_use_could_hold_is_not_told_of_held_ones() -> None:
+    """What higher-priority jobs hold is said only where it would make room: a job larger
+    than every server it may use, held or not, gets its reason alone."""
+    c = two_regions(usable_gib(NEED * 0.01))
+    first = replace(tiny_job("first"), priority=1)
+    huge = tiny_job("huge", parameters=1_000_000 * 10)  # 10x the tiny job: fits nowhere
+    result = plan_in_regions(c, [first, huge], {}, "search", time_budget_s=0.2)
+    (waiting,) = result.unplaced
+    assert waiting.name == "huge" and "GPU memory" in waiting.reason
+    assert "jobs planned before it" not in waiting.reason, waiting.reason
