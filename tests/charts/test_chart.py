@@ -241,7 +241,24 @@ def test_probe_node_patch_policy(default: list[dict[str, Any]], render: Render) 
     binding = named(default, "ValidatingAdmissionPolicyBinding", "hulk-probe-node-patch")
     assert binding["spec"] == {"policyName": "hulk-probe-node-patch", "validationActions": ["Deny"]}
     off = render(set_values=["probe.nodePatchPolicy.enabled=false"])
-    assert not by_kind(off, "ValidatingAdmissionPolicy")
+    assert [o["metadata"]["name"] for o in by_kind(off, "ValidatingAdmissionPolicy")] == [
+        "hulk-operator-writes"
+    ]
+
+
+def test_operator_write_policy(default: list[dict[str, Any]], render: Render) -> None:
+    policy = named(default, "ValidatingAdmissionPolicy", "hulk-operator-writes")
+    user = "system:serviceaccount:hulk-system:hulk-operator"
+    assert user in policy["spec"]["matchConditions"][0]["expression"]
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods", "services"]
+    assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    binding = named(default, "ValidatingAdmissionPolicyBinding", "hulk-operator-writes")
+    assert binding["spec"] == {"policyName": "hulk-operator-writes", "validationActions": ["Deny"]}
+    off = render(set_values=["operator.writePolicy.enabled=false"])
+    assert "hulk-operator-writes" not in {o["metadata"]["name"] for o in off}
+    assert not [o for o in render(set_values=["operator.enabled=false"]) if "operator-writes"
+                in o["metadata"]["name"]]  # fmt: skip
 
 
 # ---- workloads ----------------------------------------------------------------------------

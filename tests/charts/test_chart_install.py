@@ -514,6 +514,122 @@ def test_probe_may_write_only_its_own_nodes_latency_record(
                 _latency_write(admin, name, "delete")
 
 
+def _owner(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"],
+    }
+
+
+def _pod_write(
+    api: Any, admin: Any, namespace: str, how: str, owner: dict[str, Any] | None, name: str = ""
+) -> int:
+    """HTTP status of a pod write as the client ``api``: ``create`` (a gated pod, owned by
+    ``owner`` or by nothing; deleted again as ``admin``), ``dry-run`` (the operator's
+    template check), or ``patch`` / ``disown`` / ``adopt`` / ``delete`` of pod ``name``."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    pod = _gated_pod(name or f"w-{uuid.uuid4().hex[:8]}", owner)
+    merge = "application/merge-patch+json"
+    calls: dict[str, Callable[[], Any]] = {
+        "create": lambda: core.create_namespaced_pod(namespace, pod),
+        "dry-run": lambda: core.create_namespaced_pod(namespace, pod, dry_run="All"),
+        "patch": lambda: core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"labels": {"x": "1"}}}, _content_type=merge
+        ),
+        "disown": lambda: core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"ownerReferences": None}}, _content_type=merge
+        ),
+        "adopt": lambda: core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"ownerReferences": [owner]}}, _content_type=merge
+        ),
+        "delete": lambda: core.delete_namespaced_pod(name, namespace, grace_period_seconds=0),
+    }
+    status = _http_status(calls[how])
+    if how == "create" and status == 200:
+        client.CoreV1Api(admin).delete_namespaced_pod(
+            pod["metadata"]["name"], namespace, grace_period_seconds=0
+        )
+    return status
+
+
+def _gated_pod(name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+    """A pod that is never scheduled (a scheduling gate stays on it)."""
+    meta: dict[str, Any] = {"name": name}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "schedulingGates": [{"name": "hulk.dev/chart-test"}],
+            "containers": [{"name": "c", "image": "registry.invalid/none"}],
+        },
+    }
+
+
+def _wait_denied(write: Callable[[], int], timeout: float = 30.0) -> None:
+    """A policy takes effect once the API server has loaded it: waits for ``write`` to be
+    refused by it."""
+    deadline = time.monotonic() + timeout
+    while (status := write()) == 200:
+        assert time.monotonic() < deadline, "the admission policy never took effect"
+        time.sleep(0.5)
+    assert status in (403, 422), status
+
+
+def test_operator_may_write_only_pods_and_services_its_jobs_own(
+    installed: dict[str, Any], sandbox: Sandbox
+) -> None:
+    """operator.writePolicy: RBAC lets the operator write any pod in any namespace; the
+    policy lets it write only those a HulkTrainingJob owns, and not take one over."""
+    from kubernetes import client
+
+    from hulk_operator import GROUP, PLURAL, VERSION
+
+    namespace = installed["namespace"]
+    admin = installed["api"]
+    user = f"system:serviceaccount:{namespace}:{installed['release']}-operator"
+    job = yaml_docs(EXAMPLES / "paper-jobs.yaml")[0]
+    job["metadata"] = {"name": "owner"}
+    job["spec"]["suspend"] = True  # no operator runs here; nothing would place it anyway
+    custom: Any = client.CustomObjectsApi(admin)
+    owner = _owner(custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job))
+    core: Any = client.CoreV1Api(admin)
+    with sandbox.api_client() as op:
+        op.set_default_header("Impersonate-User", user)
+        _wait_denied(lambda: _pod_write(op, admin, namespace, "create", owner=None))
+        assert _pod_write(op, admin, namespace, "dry-run", owner) == 200
+        assert _pod_write(op, admin, namespace, "create", owner) == 200
+        # the operator may patch and delete a pod its job owns, not disown it; nor touch
+        # or adopt another
+        core.create_namespaced_pod(namespace, _gated_pod("stage", owner))
+        core.create_namespaced_pod(namespace, _gated_pod("theirs", None))
+        assert _pod_write(op, admin, namespace, "patch", owner, name="stage") == 200
+        assert _pod_write(op, admin, namespace, "disown", owner, name="stage") == 403
+        assert _pod_write(op, admin, namespace, "patch", owner, name="theirs") == 403
+        assert _pod_write(op, admin, namespace, "adopt", owner, name="theirs") == 403
+        assert _pod_write(op, admin, namespace, "delete", owner, name="theirs") == 403
+        assert _pod_write(op, admin, namespace, "delete", owner, name="stage") == 200
+        # Services alike
+        ops: Any = client.CoreV1Api(op)
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "svc"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 29500}]},
+        }
+        assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 403
+        service["metadata"]["ownerReferences"] = [owner]
+        assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 200
+    core.delete_namespaced_pod("theirs", namespace, grace_period_seconds=0)
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "owner")
+
+
 def test_operator_pod_passes_restricted_pod_security(
     installed: dict[str, Any], sandbox: Sandbox
 ) -> None:
@@ -687,8 +803,10 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
     """operator.watchNamespaces: the chart's ClusterRole, Role and bindings, applied to the
     sandbox, are all `hulk operator -n NS` needs: run under the ServiceAccount's own token
     (not as admin, as the operator's other tests run), with peering, it creates its
-    KopfPeering, plans a job and creates its stage pods, and nothing it calls is refused.
-    The ServiceAccount may not write in a namespace it does not serve."""
+    KopfPeering, plans a job and creates its stage pods, makes one again after it was
+    deleted, deletes them when the job is suspended, and nothing it calls is refused, with
+    the chart's operator.writePolicy in force. The ServiceAccount may not write in a
+    namespace it does not serve."""
     import logging
 
     from kubernetes import client
@@ -715,6 +833,7 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
         try:
             applier.apply_crds(crds)
             rbac = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+            rbac += ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
             for obj in objs:
                 if obj["kind"] in rbac and obj["metadata"]["name"].startswith(release):
                     applier.apply(obj)
@@ -724,6 +843,9 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
             assert _review(api, user, "create", "", "pods", "", namespace=team)
             assert _review(api, user, "create", "", "events", "", namespace=home)  # on Nodes
             kubeconfig = _token_kubeconfig(api, sandbox, sa, home, tmp_path / "kubeconfig")
+            with sandbox.api_client() as as_operator:
+                as_operator.set_default_header("Impersonate-User", user)
+                _wait_denied(lambda: _pod_write(as_operator, api, team, "create", owner=None))
             # the paper's first job, shrunk to a model that fits on a few servers
             job = yaml_docs(EXAMPLES / "paper-jobs.yaml")[0]
             job["metadata"] = {"name": "bert"}
@@ -746,12 +868,38 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
                 assert phase == "Running", got.get("status")
                 pods = core.list_namespaced_pod(team, label_selector="hulk.dev/job=bert").items
                 assert pods and all(p.spec.node_name for p in pods)
+                # a stage pod deleted by hand is made again (create, the Service read) ...
+                lost = pods[0].metadata
+                core.delete_namespaced_pod(lost.name, team, grace_period_seconds=0)
+                until = time.monotonic() + 60
+                while time.monotonic() < until:
+                    again = [
+                        p
+                        for p in core.list_namespaced_pod(team).items
+                        if p.metadata.name == lost.name and p.metadata.uid != lost.uid
+                    ]
+                    if again and again[0].spec.node_name:
+                        break
+                    time.sleep(0.5)
+                assert again and again[0].spec.node_name, "the deleted stage pod was not remade"
+                # ... and suspending the job deletes its pods (the operator's delete)
+                custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, team, PLURAL, "bert", {"spec": {"suspend": True}}
+                )
+                until = time.monotonic() + 60
+                while (
+                    time.monotonic() < until
+                    and core.list_namespaced_pod(team, label_selector="hulk.dev/job=bert").items
+                ):
+                    time.sleep(0.5)
+                assert not core.list_namespaced_pod(team, label_selector="hulk.dev/job=bert").items
                 custom.get_namespaced_custom_object(
                     "kopf.dev", "v1", team, "kopfpeerings", release
                 )  # created by the operator itself: the Role's create
                 custom.delete_namespaced_custom_object(GROUP, VERSION, team, PLURAL, "bert")
+                until = time.monotonic() + 60
                 while (
-                    time.monotonic() < deadline + 60
+                    time.monotonic() < until
                     and custom.list_namespaced_custom_object(GROUP, VERSION, team, PLURAL)["items"]
                 ):
                     time.sleep(0.5)
