@@ -8,6 +8,7 @@ A subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -86,3 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `hulk plan -o json | head`: the reader left, as in any CLI
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:  # `> plan.json` on a full disk: one line, not a traceback
+        if exc.errno not in _WRITE_ERRORS:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the rest unflushed)
+        print(f"hulk {name}: error: cannot write its output: {exc.strerror}", file=sys.stderr)
+        return 1
+
+
+# what failing to write the output raises (a full disk or quota, a read-only or broken one)
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}

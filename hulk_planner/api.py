@@ -30,6 +30,7 @@ from hulk_planner.planners.search import search_plan
 
 REPAIR_TOLERANCE = 0.10
 SEARCH_BUDGET_S = 10.0
+MAX_TIME_BUDGET_S = 86_400.0  # a day: more can only be a typo (1e9 s ran on unbounded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ def plan(
         if names.count(n) > 1:
             raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
     if time_budget_s is not None:
-        check_positive("--time-budget", time_budget_s)
+        check_positive("--time-budget", time_budget_s, at_most=MAX_TIME_BUDGET_S)
     cost = cost or CostModel(cluster)
     if not jobs:
         return Plan(planner)

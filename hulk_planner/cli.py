@@ -534,16 +534,12 @@ def _run(args: argparse.Namespace) -> int:
         note = batch_note(by_name[jp.name], jp) if jp.name in by_name else None
         if note:
             print(f"hulk plan: note: job {jp.name}: {note}", file=sys.stderr)
-    if args.plot is not None:
-        from hulk_planner.plot import plot_plan
-
-        plot_plan(cluster, result, args.plot)
     code = 0 if result.jobs else NOTHING_PLACED
     if not result.jobs:
         print(f"hulk plan: no job placed ({len(result.unplaced)} unplaced)", file=sys.stderr)
     if args.output in ("json", "yaml"):
         _print_plan(result, args.output)
-        return code
+        return _plot(args.plot, cluster, result) or code
     compare: dict[str, dict[str, float] | str] | None = None
     why_not: dict[str, dict[str, str]] = dict(given.why_not)
     if not args.no_compare:
@@ -563,7 +559,25 @@ def _run(args: argparse.Namespace) -> int:
     # a live cluster is shown by the servers the jobs may get: free, or in their plans
     label = f"{cluster.name}: servers free or in these jobs' plans" if args.kubeconfig else None
     print(render_table(cluster, result, compare, unlinked_pairs(cluster), label, why_not))
-    return code
+    return _plot(args.plot, cluster, result) or code
+
+
+def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
+    """``--plot``, once the plan is out (before, a plot that failed to write lost the plan):
+    0, or 1 where it could not be written."""
+    if path is None:
+        return 0
+    from hulk_planner.plot import plot_plan
+
+    sys.stdout.flush()
+    try:
+        plot_plan(cluster, result, path)
+    except OSError as exc:
+        print(
+            f"hulk plan: error: --plot: cannot write {path}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return 1
+    return 0
 
 
 def _use_weights(args: argparse.Namespace) -> None:

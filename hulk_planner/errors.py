@@ -97,6 +97,27 @@ def number_fix(field: str, value: object) -> str | None:
     return f"write the number alone, {number}"
 
 
+def unit_of(field: str) -> str:
+    """The unit a field's name ends in (``GiB`` for ``gpuMemoryGiB``, ``ms`` for
+    ``latencyMs``), or ''."""
+    key = field.rsplit(".", 1)[-1]
+    return next((u for suffix, (u, _) in _UNITS.items() if key.endswith(suffix)), "")
+
+
+def range_fix(field: str, bound: str) -> str:
+    """What to write in a numeric field whose value is out of range: a number ``bound``
+    (``greater than zero``), in the field's unit where its name gives one."""
+    unit = unit_of(field)
+    return f"write a number {bound}" + (f", in {unit}" if unit else "")
+
+
+def scale_fix(field: str) -> str:
+    """The fix for a value past any real one: most likely a unit mistaken."""
+    unit = unit_of(field)
+    key = field.rsplit(".", 1)[-1]
+    return f"check its unit: {key} is in {unit}" if unit else "check the value"
+
+
 class NoFeasiblePlan(HulkError):
     """No valid placement exists; ``reason`` says which resource is short, and
     ``unplaced`` (``model.Unplaced``, where known) why each job got nothing."""

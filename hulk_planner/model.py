@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from hulk_planner.errors import InvalidRequest, number_fix, shown
+from hulk_planner.errors import InvalidRequest, number_fix, range_fix, scale_fix, shown
 
 Parallelism = Literal["data", "tensor"]
 GIB = 1024**3
@@ -25,6 +25,9 @@ _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_GPUS = 100_000  # per server
 MAX_GPU_MEMORY_GIB = 1e6  # per GPU
 MAX_GPU_TFLOPS = 1e6  # per GPU
+# 10 GFLOPS: below any GPU; 1e-300 made the step time infinite, told as "no memory"
+MIN_GPU_TFLOPS = 0.01
+MAX_BATCH = 10**9  # sequences per step; 1e19 overflowed a C long in the cost model
 MAX_LATENCY_MS = 1e7  # one-way, about three hours
 MAX_GBPS = 1e7
 
@@ -36,28 +39,43 @@ def check_positive(
     integer: bool = False,
     allow_zero: bool = False,
     at_most: float | None = None,
+    at_least: float | None = None,
 ) -> None:
-    """Raise ``InvalidRequest`` naming ``where`` unless ``value`` is a finite number above
-    zero (or zero, with ``allow_zero``; at most ``at_most``, where a larger value can only
-    be a typo and would overflow the cost model); the one check behind every numeric field
-    and flag."""
+    """Raise ``InvalidRequest`` naming ``where`` and the fix unless ``value`` is a finite
+    number above zero (or zero, with ``allow_zero``; from ``at_least`` to ``at_most``, where
+    a value past them can only be a typo and would break the cost model); the one check
+    behind every numeric field and flag."""
+    bound = "zero or more" if allow_zero else "greater than zero"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(
-            where, f"must be a number, got {shown(value)}", number_fix(where, value)
+            where,
+            f"must be a number, got {shown(value)}",
+            number_fix(where, value) or range_fix(where, bound),
         )
     try:
         float(value)
     except OverflowError:
-        raise InvalidRequest(where, f"is too large ({len(str(value))} digits)") from None
-    if integer and not float(value).is_integer():
-        raise InvalidRequest(where, f"must be a whole number, got {value!r}")
-    bound = "zero or more" if allow_zero else "greater than zero"
+        raise InvalidRequest(
+            where, f"is too large ({len(str(value))} digits)", scale_fix(where)
+        ) from None
     if math.isnan(value) or math.isinf(value):
-        raise InvalidRequest(where, f"must be a finite number {bound}, got {value!r}")
+        raise InvalidRequest(
+            where, f"must be a finite number {bound}, got {value!r}", range_fix(where, bound)
+        )
+    if integer and not float(value).is_integer():
+        raise InvalidRequest(
+            where,
+            f"must be a whole number, got {value!r}",
+            f"write a whole number, e.g. {max(1, round(value))}",
+        )
     if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidRequest(where, f"must be {bound}, got {value!r}")
+        raise InvalidRequest(where, f"must be {bound}, got {value!r}", range_fix(where, bound))
     if at_most is not None and value > at_most:
-        raise InvalidRequest(where, f"must be at most {at_most:g}, got {value!r}")
+        raise InvalidRequest(where, f"must be at most {at_most:g}, got {value!r}", scale_fix(where))
+    if at_least is not None and value < at_least:
+        raise InvalidRequest(
+            where, f"must be at least {at_least:g}, got {value!r}", scale_fix(where)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +99,24 @@ class Server:
     def __post_init__(self) -> None:
         where = f"server {self.name!r}" if isinstance(self.name, str) and self.name else "server"
         if not isinstance(self.name, str) or not self.name:
-            raise InvalidRequest("name", "every server needs a non-empty name")
+            raise InvalidRequest(
+                "name", "every server needs a non-empty name", "give it its node's name"
+            )
         if not isinstance(self.region, str) or not self.region.strip():
-            raise InvalidRequest(f"{where}.region", "must be a non-empty string")
+            raise InvalidRequest(
+                f"{where}.region",
+                "must be a non-empty string",
+                "name the server's region, as its topology.kubernetes.io/region label does",
+            )
+        if self.gpus == 0:
+            raise InvalidRequest(
+                f"{where}.gpus", "is 0", "a server with no GPU trains nothing: leave it out"
+            )
         check_positive(f"{where}.gpus", self.gpus, integer=True, at_most=MAX_GPUS)
         check_positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib, at_most=MAX_GPU_MEMORY_GIB)
-        check_positive(f"{where}.gpuTFLOPS", self.gpu_tflops, at_most=MAX_GPU_TFLOPS)
+        check_positive(
+            f"{where}.gpuTFLOPS", self.gpu_tflops, at_most=MAX_GPU_TFLOPS, at_least=MIN_GPU_TFLOPS
+        )
 
     @property
     def memory_bytes(self) -> float:
@@ -111,7 +141,11 @@ class Link:
     def __post_init__(self) -> None:
         where = f"link {self.a}-{self.b}"
         if self.a == self.b:
-            raise InvalidRequest(where, "a link joins two different servers")
+            raise InvalidRequest(
+                where,
+                "a link joins two different servers",
+                "drop it: a server needs no link to itself",
+            )
         check_positive(
             f"{where}.latencyMs", self.latency_ms, allow_zero=True, at_most=MAX_LATENCY_MS
         )
@@ -163,7 +197,7 @@ class Cluster:
         for s in self.servers:
             if s.name in seen:
                 raise InvalidRequest(
-                    f"server {s.name!r}", "name is used twice", "make names unique"
+                    f"server {s.name!r}", f"name {s.name!r} is used twice", "make names unique"
                 )
             seen.add(s.name)
         pairs: set[frozenset[str]] = set()
@@ -254,8 +288,11 @@ class Job:
                 f"is {len(self.name)} characters long",
                 "Kubernetes names hold at most 253: shorten it",
             )
-        check_positive("spec.training.globalBatchSize", self.global_batch_size, integer=True)
-        check_positive("spec.training.microBatchSize", self.micro_batch_size, integer=True)
+        for field_name, size in (
+            ("globalBatchSize", self.global_batch_size),
+            ("microBatchSize", self.micro_batch_size),
+        ):
+            check_positive(f"spec.training.{field_name}", size, integer=True, at_most=MAX_BATCH)
         if self.micro_batch_size > self.global_batch_size:
             raise InvalidRequest(
                 "spec.training.microBatchSize",

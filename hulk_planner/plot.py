@@ -4,6 +4,7 @@ coloured by the job they train, each job's pipeline drawn as a path through its 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -151,6 +152,16 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
     ax.set_xlim(-14, 14)
     ax.set_ylim(-14, 14)
     out = Path(path)
-    fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
+    # written beside it, then renamed: a full disk leaves no half image (a user trial);
+    # through a link or into a device as given
+    plain = not out.is_symlink() and (out.is_file() or not out.exists())
+    part = out.with_name(f".{out.stem}.{os.getpid()}.part{out.suffix}") if plain else out
+    try:
+        fig.savefig(part, bbox_inches="tight", format=out.suffix.lstrip(".").lower() or None)
+        if plain:
+            os.replace(part, out)
+    finally:
+        plt.close(fig)
+        if plain:
+            part.unlink(missing_ok=True)
     return out

@@ -24,9 +24,19 @@ _SERVER_HINTS = {
 }
 
 
+def _not_mapping(where: str, value: object) -> InvalidRequest:
+    """A field that must hold ``key: value`` pairs and holds something else."""
+    fix = (
+        "write its fields as key: value lines under it, not as a list ('- ...')"
+        if isinstance(value, list)
+        else "write its fields as key: value lines under it; docs/formats.md shows each"
+    )
+    return InvalidRequest(where, f"must be a mapping, got {type(value).__name__}", fix)
+
+
 def required(doc: Mapping[str, Any], key: str, where: str) -> Any:
     if not isinstance(doc, Mapping):
-        raise InvalidRequest(where, f"must be a mapping, got {type(doc).__name__}")
+        raise _not_mapping(where, doc)
     if key not in doc or doc[key] is None:
         hint = _SERVER_HINTS.get(key) if where.startswith("spec.nodes[") else None
         fix = f"add it: {hint}" if hint else "add it; docs/formats.md lists each field"
@@ -63,6 +73,10 @@ def text_field(doc: Mapping[str, Any], key: str, where: str) -> str:
     """A required string field: YAML reads ``on``, ``no``, ``true`` or ``123`` unquoted as
     booleans and numbers, which must not turn into server ``True`` or region ``{'a': 1}``."""
     value = required(doc, key, where)
+    if isinstance(value, list | Mapping):
+        raise InvalidRequest(
+            f"{where}.{key}", f"must be a string, got {shown(value)}", "write one name"
+        )
     if not isinstance(value, str):
         raise InvalidRequest(
             f"{where}.{key}",
@@ -75,7 +89,13 @@ def text_field(doc: Mapping[str, Any], key: str, where: str) -> str:
 
 def check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
-        raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}")
+        fix = (
+            "start each document with a '---' line instead of '- ', or give them as a "
+            "kind: List with items:"
+            if isinstance(doc, list)
+            else f"give a {kind} manifest (docs/formats.md)"
+        )
+        raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}", fix)
     if doc.get("kind") != kind:
         raise InvalidRequest(f"{source}: kind", found_in(doc, "kind"), f"expected {kind!r}")
     if doc.get("apiVersion") != API_VERSION:
@@ -131,6 +151,9 @@ def load_documents(path: str | Path) -> list[Any]:
             f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
             "save it as UTF-8",
         ) from None
+    # a byte-order mark starts a document as well as the file where files were joined
+    # (cat a.yaml b.yaml): YAML allows one only at the start of the stream
+    text = re.sub("(?m)^\ufeff", "", text)
     try:
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
@@ -155,7 +178,11 @@ def list_field(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
         return []
     if not isinstance(value, list):
         name = f"{where}.{key}" if where else key
-        raise InvalidRequest(name, f"must be a list, got {type(value).__name__}")
+        raise InvalidRequest(
+            name,
+            f"must be a list, got {type(value).__name__}",
+            "write each entry on a line of its own starting with '- '",
+        )
     return value
 
 
@@ -165,6 +192,5 @@ def mapping_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, 
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        name = f"{where}.{key}" if where else key
-        raise InvalidRequest(name, f"must be a mapping, got {type(value).__name__}")
+        raise _not_mapping(f"{where}.{key}" if where else key, value)
     return value

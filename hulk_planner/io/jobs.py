@@ -114,8 +114,18 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
     name = required(meta, "name", "metadata")
     spec = required(doc, "spec", "")
     model = required(spec, "model", "spec")
+    if isinstance(model, str):  # (model: bert-large; a trial)
+        raise InvalidRequest(
+            "spec.model",
+            f"must be a mapping, got the string {model!r}",
+            f"write model: {{preset: {model}}} for a preset, or give the model's sizes",
+        )
     if not isinstance(model, Mapping):
-        raise InvalidRequest("spec.model", "must be a mapping")
+        raise InvalidRequest(
+            "spec.model",
+            f"must be a mapping, got {type(model).__name__}",
+            "give model: {preset: NAME} or the model's sizes (docs/formats.md)",
+        )
     training = mapping_field(spec, "training", "spec")
     defaults: tuple[int, int] | None = None
     if model.get("preset"):
@@ -169,9 +179,17 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
     mbs = number_field(training, "microBatchSize", w, defaults[1] if defaults else ...)
     priority = spec.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidRequest("spec.priority", f"must be a whole number, got {priority!r}")
+        raise InvalidRequest(
+            "spec.priority",
+            f"must be a whole number, got {priority!r}",
+            "higher plans first; e.g. priority: 10 (default 0)",
+        )
     if not isinstance(spec.get("suspend", False), bool):
-        raise InvalidRequest("spec.suspend", f"must be true or false, got {spec['suspend']!r}")
+        raise InvalidRequest(
+            "spec.suspend",
+            f"must be true or false, got {spec['suspend']!r}",
+            "write suspend: true or suspend: false, unquoted",
+        )
     regrow_settings(spec)
     return Job(str(name), spec_model, gbs, mbs, priority)
 
@@ -220,7 +238,7 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
     """Jobs of loaded manifests, (file name, its documents) in order: each error names the
     file and the document (a None stands for one skipped: the others keep their places)."""
     jobs: list[Job] = []
-    where: dict[str, str] = {}
+    where: dict[str, tuple[str, Any]] = {}  # job -> (its document, its namespace)
     for path, docs in files:
         for i, doc in enumerate(docs):
             if doc is None:
@@ -232,16 +250,25 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
                 if exc.field.startswith(source):
                     raise
                 raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
+            namespace = (doc.get("metadata") or {}).get("namespace")
             if job.name in where:
-                first = where[job.name]
+                first, first_namespace = where[job.name]
                 if first == doc_source(path, i):  # (the same file given twice)
                     raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
+                if namespace != first_namespace:  # (valid for kubectl apply: a trial)
+                    raise InvalidRequest(
+                        f"{source}: metadata.name",
+                        f"job {job.name!r} is given twice (also {first}), in namespaces "
+                        f"{namespace or '(none)'} and {first_namespace or '(none)'}",
+                        "a plan names jobs without their namespace: plan one namespace's "
+                        "jobs at a time",
+                    )
                 raise InvalidRequest(
                     f"{source}: metadata.name",
                     f"job {job.name!r} is given twice (also {first})",
                     "rename one: a plan names each job once",
                 )
-            where[job.name] = source
+            where[job.name] = (source, namespace)
             jobs.append(job)
     return jobs
 

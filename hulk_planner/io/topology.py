@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,15 +35,30 @@ def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
     out = []
     for i, lk in enumerate(list_field(spec, key, "spec")):
         w = f"spec.{key}[{i}]"
-        out.append(
-            kind(
-                text_field(lk, "a", w),
-                text_field(lk, "b", w),
-                number_field(lk, "latencyMs", w),
-                number_field(lk, "bandwidthGbps", w, None),
+        a, b = text_field(lk, "a", w), text_field(lk, "b", w)
+        with _at(f"link {a}-{b}", w):
+            out.append(
+                kind(
+                    a,
+                    b,
+                    number_field(lk, "latencyMs", w),
+                    number_field(lk, "bandwidthGbps", w, None),
+                )
             )
-        )
     return out
+
+
+@contextmanager
+def _at(named: str, path: str) -> Iterator[None]:
+    """The model names a server or link as ``server 'a'`` or ``link a-b``; in a file its
+    path says where it is (``spec.nodes[3].gpus``, as for a field of the wrong type;
+    before, both were used, and ``link a-b-a`` was unreadable with hyphenated names)."""
+    try:
+        yield
+    except InvalidRequest as exc:
+        if not exc.field.startswith(named):
+            raise
+        raise InvalidRequest(path + exc.field.removeprefix(named), exc.problem, exc.fix) from None
 
 
 def _region(name: str, spelled: Mapping[str, tuple[str, int]]) -> str:
@@ -56,7 +72,11 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
     spec = required(doc, "spec", "")
     nodes = required(spec, "nodes", "spec")
     if not isinstance(nodes, list):
-        raise InvalidRequest("spec.nodes", "must be a list of servers")
+        raise InvalidRequest(
+            "spec.nodes",
+            f"must be a list of servers, got {type(nodes).__name__}",
+            "write each server on a line of its own starting with '- '",
+        )
     servers = []
     for i, n in enumerate(nodes):
         w = f"spec.nodes[{i}]"
@@ -64,18 +84,20 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
             raise InvalidRequest(
                 f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
             )
-        servers.append(
-            Server(
-                name=text_field(n, "name", w),
-                region=text_field(n, "region", w).strip(),
-                gpus=number_field(n, "gpus", w),
-                gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
-                gpu_tflops=number_field(n, "gpuTFLOPS", w),
-                gpu_product=n.get("gpuProduct"),
-                compute_capability=n.get("computeCapability"),
-                zone=n.get("zone"),
+        name = text_field(n, "name", w)
+        with _at(f"server {name!r}", w):
+            servers.append(
+                Server(
+                    name=name,
+                    region=text_field(n, "region", w).strip(),
+                    gpus=number_field(n, "gpus", w),
+                    gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
+                    gpu_tflops=number_field(n, "gpuTFLOPS", w),
+                    gpu_product=n.get("gpuProduct"),
+                    compute_capability=n.get("computeCapability"),
+                    zone=n.get("zone"),
+                )
             )
-        )
     # one region, one spelling: node labels write Tokyo and tokyo alike (tokyo), and
     # spec.allowedRegions matches either (before, they were two regions, unlinked: a trial)
     spelled: dict[str, tuple[str, int]] = {}
@@ -109,7 +131,18 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
             )
         pairs.add(frozenset((rl.a, rl.b)))
     name = mapping_field(doc, "metadata", "").get("name") or "cluster"
-    return Cluster(str(name), tuple(servers), links, region_links)
+    try:
+        return Cluster(str(name), tuple(servers), links, region_links)
+    except InvalidRequest as exc:  # a name used twice, a link listed twice: its last place
+        for i, srv in reversed(list(enumerate(servers))):
+            if exc.field == f"server {srv.name!r}":
+                raise InvalidRequest(f"spec.nodes[{i}].name", exc.problem, exc.fix) from None
+        for i, lk in reversed(list(enumerate(links))):
+            if exc.field == f"link {lk.a}-{lk.b}":
+                raise InvalidRequest(
+                    f"spec.links[{i}] ({lk.a} - {lk.b})", exc.problem, exc.fix
+                ) from None
+        raise
 
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def field_of(exc: pytest.ExceptionInfo[InvalidRequest]) -> str:
     ("kwargs", "field", "problem"),
     [
         ({"gpus": -1}, "server 'bj-0'.gpus", "greater than zero"),
-        ({"gpus": 0}, "server 'bj-0'.gpus", "greater than zero"),
+        ({"gpus": 0}, "server 'bj-0'.gpus", "is 0"),
         ({"gpus": 2.5}, "server 'bj-0'.gpus", "whole number"),
         ({"gpus": True}, "server 'bj-0'.gpus", "number"),
         ({"gpu_memory_gib": 0}, "server 'bj-0'.gpuMemoryGiB", "greater than zero"),
@@ -41,6 +41,8 @@ def field_of(exc: pytest.ExceptionInfo[InvalidRequest]) -> str:
         ({"gpu_tflops": "312"}, "server 'bj-0'.gpuTFLOPS", "number"),
         ({"region": "  "}, "server 'bj-0'.region", "non-empty"),
         ({"name": ""}, "name", "non-empty"),
+        # 1e-300 TFLOPS made the step time infinite: told as too little memory (a trial)
+        ({"gpu_tflops": 1e-300}, "server 'bj-0'.gpuTFLOPS", "at least 0.01"),
     ],
 )
 def test_server_rejects_bad_fields(kwargs: dict[str, Any], field: str, problem: str) -> None:
@@ -56,6 +58,7 @@ def test_server_rejects_bad_fields(kwargs: dict[str, Any], field: str, problem: 
         Server(**args)
     assert field_of(exc) == field
     assert problem in exc.value.problem
+    assert exc.value.fix, exc.value
 
 
 def test_server_totals_are_per_gpu_times_gpus() -> None:
@@ -179,6 +182,11 @@ def test_job_batch_sizes() -> None:
         Job("j", ModelSpec(1000, 2, 64, 16), 0, 1)
     assert field_of(exc) == "spec.training.globalBatchSize"
     assert Job("j.v2", ModelSpec(1000, 2, 64, 16), 8, 8).micro_batch_size == 8
+    # 10**19 sequences overflowed a C long in the cost model: a traceback (a trial)
+    with pytest.raises(InvalidRequest) as exc:
+        Job("j", ModelSpec(1000, 2, 64, 16), 10**19, 1)
+    assert field_of(exc) == "spec.training.globalBatchSize"
+    assert "at most 1e+09" in exc.value.problem and exc.value.fix == "check the value"
 
 
 @pytest.mark.parametrize(

@@ -284,6 +284,8 @@ def test_the_same_seed_and_moves_give_the_same_plan(files: tuple[Path, Path]) ->
     assert_one_line_error(out, "--time-budget: does not apply with --moves", "give one of them")
     out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--moves", str(10**20))
     assert_one_line_error(out, "--moves: must be at most 1e+07, got 100000000000000000000")
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--time-budget", "1e9")
+    assert_one_line_error(out, "--time-budget: must be at most 86400, got 1000000000.0")
 
 
 def test_previous_with_a_planner_that_ignores_it_is_refused(
@@ -312,6 +314,36 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
+    assert list(tmp_path.iterdir()) == [png]  # (written beside it, then renamed)
+
+
+def test_a_plot_that_cannot_be_written_costs_not_the_plan(tmp_path: Path) -> None:
+    """Before: the plot was drawn first, and a full disk lost the plan too (a trial)."""
+    full = tmp_path / "plan.png"
+    full.symlink_to("/dev/full")
+    out = hulk("plan", "--plot", full, "--moves", "50", "-o", "json")
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout)["kind"] == "PlacementPlan"
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"hulk plan: error: --plot: cannot write {full}: No space left on device"
+    )
+    assert "Traceback" not in out.stderr
+
+
+def test_output_that_cannot_be_written_is_one_line() -> None:
+    """``hulk plan -o json > plan.json`` on a full disk: a traceback before (a trial)."""
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(
+            [sys.executable, "-m", "hulk", "plan", "--moves", "50", "-o", "json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "hulk plan: error: cannot write its output: No space left on device"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -414,9 +446,9 @@ def _empty_name(doc: dict[str, Any]) -> None:
 CLUSTER_ERRORS = [
     (_empty_name, "spec.nodes[1].name: is empty (give each server a name"),
     (_bad_link, "zz-9"),
-    (_negative_latency, "link bj-0-bj-2.latencyMs"),
+    (_negative_latency, "spec.links[1].latencyMs: must be zero or more, got -4.0 (write"),
     (_missing_gpus, "spec.nodes[1].gpus"),
-    (_duplicate_name, "server 'bj-0'"),
+    (_duplicate_name, "spec.nodes[2].name: name 'bj-0' is used twice"),
 ]
 
 
