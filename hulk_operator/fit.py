@@ -95,10 +95,18 @@ def too_big_for(
     if entry.job is None:
         return None
     matching = matching_nodes(entry, nodes)
-    servers = [i.server for i in matching if i.server is not None]
-    if not servers:  # (nodes it matches with no usable GPUs: the snapshot says why)
-        return None
+    usable = [i for i in matching if i.server is not None]
+    # a server too small for one stage pod's requests holds no stage: not counted (before,
+    # an edit's cpu: 150 for 15 left 3 servers, and its failed plan removed the running
+    # job's pods; a user trial)
+    roomy = [i.server for i in usable if i.server is not None and holds(i, entry.requests)]
+    if not roomy:  # (no usable GPUs, or requests none holds: the snapshot or
+        return None  # requests_fit_nowhere says why)
+    servers = roomy
     limits = constraint_names(entry)
+    small = len(roomy) < len(usable)
+    if small:
+        limits.append(f"the stage pods' requests ({describe(entry.requests)})")
     where = f"the {len(servers)} server(s) it may use have" if limits else "the whole cluster has"
     fix = (
         f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
@@ -106,6 +114,8 @@ def too_big_for(
         if limits
         else "add servers, or use a smaller model or microBatchSize"
     )
+    if small:
+        fix = f"lower the template's requests, {fix}"
     largest = "the largest server it may use has" if limits else "the largest server has"
     why = too_big(entry.job, servers, where, fix, largest)
     if why is None and unreachable:
@@ -155,11 +165,7 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
     if need == Resources():
         return None
     matching = [i for i in matching_nodes(entry, nodes) if i.server is not None]
-    if not matching or any(
-        fits(i.allocatable, Resources(), need, i.allocatable.gpus or i.server.gpus)
-        for i in matching
-        if i.server is not None  # (kept above; said again for the type checker)
-    ):
+    if not matching or any(holds(i, need) for i in matching):
         return None
     absent = missing_resources(need, matching)
     if absent:
@@ -173,6 +179,14 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
         f"{len(matching)} node(s) matching the job, even with nothing else on them; lower "
         "the template's requests"
     )
+
+
+def holds(info: NodeInfo, need: Resources) -> bool:
+    """Whether the node could hold one stage pod requesting ``need``, with nothing else on
+    it (a node with no usable GPUs holds none)."""
+    if info.server is None:
+        return False
+    return fits(info.allocatable, Resources(), need, info.allocatable.gpus or info.server.gpus)
 
 
 def matching_nodes(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
@@ -243,8 +257,13 @@ def planned_within(entry: JobEntry, servers: int, total: int | None = None) -> s
     if limits:
         return f" (planned on the {servers} free server(s) that {' and '.join(limits)} allow)"
     if total is not None and servers < total:
+        small = (
+            f", or they cannot hold one stage pod's requests ({describe(entry.requests)})"
+            if entry.requests != Resources()
+            else ""
+        )  # (before: "other jobs hold the rest" of servers free but too small; a trial)
         return (
             f" (planned on the {servers} free server(s) of the cluster's {total} usable: "
-            "other jobs or pods hold the rest; spec.priority does not preempt them)"
+            f"other jobs or pods hold the rest{small}; spec.priority does not preempt them)"
         )
     return ""

@@ -141,6 +141,27 @@ def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
     )
 
 
+def test_servers_too_small_for_the_stage_pods_requests_are_not_counted() -> None:
+    """An edit of a running job's template to ``cpu: 150`` (for 15) left the few servers
+    with 150 CPUs, which could not hold its model: the edit was taken, the plan failed, and
+    the running job's pods were removed (a user trial). It is refused now, naming the
+    requests as what limits the servers."""
+    opt = paper_jobs()[0]
+    cpus = sorted({i.allocatable.cpu for i in nodes().values()})
+    assert too_big_for(entry(opt), nodes()) is None  # on all servers, it fits
+    most = cpus[-1]
+    few = [n for n, i in nodes().items() if i.allocatable.cpu >= most]
+    why = too_big_for(entry(opt, requests=Resources(cpu=most)), nodes())
+    assert why is not None and f"the {len(few)} server(s) it may use have " in why, why
+    assert why.endswith(
+        f"(lower the template's requests, allow more servers (the stage pods' requests (cpu "
+        f"{most:g})), add servers, or use a smaller model or microBatchSize)"
+    ), why
+    # requests every server holds limit nothing; those none holds are requests_fit_nowhere's
+    assert too_big_for(entry(opt, requests=Resources(cpu=cpus[0])), nodes()) is None
+    assert too_big_for(entry(opt, requests=Resources(cpu=10 * most)), nodes()) is None
+
+
 def test_a_job_one_of_whose_layers_no_server_holds_is_told_so() -> None:
     """Before, its reason blamed other jobs holding servers (a user trial): it waited
     for ever, where one layer of it (its parameters, one micro-batch's activations) fits
