@@ -27,6 +27,7 @@ from hulk_operator import (
     VERSION,
     edits,
     kube,
+    plan_fields,
     recovery,
 )
 from hulk_operator import status as st
@@ -343,8 +344,9 @@ def hulktrainingjob_update(
     memo.placer.forget((namespace or "", name))
     failed = phase == st.PHASE_FAILED
     if plan is not None or failed:
-        patch.status["plan"] = None
-        patch.status["phase"] = st.PENDING
+        # no plan, none of the old one's summary (before, Ready=True "8/8 stage pods
+        # running" and the old stages stood while the job was planned again; a trial)
+        patch.status.update(plan_fields.unplanned(st.PENDING))
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         fields = f"spec.{', spec.'.join(sorted(changed))}"
         msg = None
@@ -382,6 +384,16 @@ def hulktrainingjob_update(
             conds, st.REPLANNING, False, "SpecChanged",
             f"{fields} changed: " + ("the job is suspended" if suspending
             else "the job is planned again from scratch"), gen,
+        )  # fmt: skip
+    if plan is not None and not suspending:  # (a suspended job's are the Suspended ones)
+        fields = f"spec.{', spec.'.join(sorted(changed))}"
+        conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of the plan
+        conds = st.set_condition(
+            conds, st.PLANNED, False, "SpecChanged", f"{fields} changed: planning it again", gen
+        )
+        conds = st.set_condition(
+            conds, st.READY, False, "NotPlanned",
+            f"{fields} changed: the new plan's stage pods replace those it changes", gen,
         )  # fmt: skip
     if conds != list(status.get("conditions") or []):
         patch.status["conditions"] = conds

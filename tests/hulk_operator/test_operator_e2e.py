@@ -1090,6 +1090,49 @@ def test_a_job_deleted_while_its_pods_are_created_goes_at_once(
         op.stop()
 
 
+def test_an_edited_jobs_status_tells_of_no_plan_until_the_new_one(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """Before, while an edited job was planned again, its status kept Ready=True "8/8
+    stage pods running", Planned=True and the old plan's stages and regions, with no pod
+    running (a user trial). Now, from the edit to the new plan: Ready=False NotPlanned,
+    Planned=False SpecChanged, no stages."""
+    config = replace(CONFIG, create_delay_s=1.0)  # (pods made a second apart: a window)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    try:
+        with cleanup_jobs(kube):
+            kube.apply(manifest("edited", model={"preset": "t5-11b"}))
+            wait("Running", lambda: kube.phase("edited") == "Running", 120)
+            template = copy.deepcopy(kube.job("edited")["spec"]["template"])
+            template["spec"]["containers"][0]["args"] = ["--lr", "0.001"]
+            kube.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, kube.ns, PLURAL, "edited", {"spec": {"template": template}}
+            )
+            seen = []
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                job = kube.job("edited")
+                status = job.get("status") or {}
+                seen.append(status)
+                if status.get("phase") == "Running" and status.get("observedGeneration") == 2:
+                    break
+                time.sleep(0.1)
+            unplanned = [s for s in seen if s.get("plan") is None]
+            assert unplanned, "the edit's re-plan was not seen"  # (pods a second apart)
+            for s in unplanned:
+                ready, planned = (
+                    condition({"status": s}, "Ready"),
+                    condition({"status": s}, "Planned"),
+                )
+                assert (ready["status"], ready["reason"]) == ("False", "NotPlanned"), s
+                assert (planned["status"], planned["reason"]) == ("False", "SpecChanged"), s
+                assert s.get("numStages") == 0 and s.get("regions") == "", s
+            assert seen[-1]["phase"] == "Running"
+            assert condition({"status": seen[-1]}, "Ready")["status"] == "True"
+    finally:
+        op.stop()
+
+
 @pytest.mark.parametrize("orphan", [False, True])
 def test_a_deleted_jobs_stage_pods_are_deleted_with_it_unless_orphaned(
     kube: Kube, orphan: bool
