@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shutil
 import signal
@@ -62,6 +63,9 @@ class SetupError(ValueError):
 # -- the model: replace these four with your own ---------------------------------------------
 
 
+INIT_SCALE = 0.05
+
+
 def _generator(*key: object) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
@@ -73,7 +77,7 @@ def init_layer(layer: int, hidden: int, seed: int) -> dict[str, torch.Tensor]:
     return {
         "w1": torch.randn(hidden, inner, generator=g) / hidden**0.5,
         "b1": torch.zeros(inner),
-        "w2": torch.randn(inner, hidden, generator=g) * (0.5 / inner**0.5),
+        "w2": torch.randn(inner, hidden, generator=g) * (INIT_SCALE / inner**0.5),
         "b2": torch.zeros(hidden),
     }
 
@@ -561,7 +565,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "micro-batch of every replica)",
     )
     ap.add_argument("--steps", type=int, default=100, help="train until this step")
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument(
+        "--lr", type=float, default=0.01, help="SGD learning rate (0.05 diverged at 96 layers)"
+    )
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -677,14 +683,16 @@ class Stop:
     def _set(self, *_: object) -> None:
         self.signalled = True
 
-    def agreed(self, device: torch.device) -> bool:
-        """Whether any process was signalled (one small all-reduce per step)."""
-        flag = torch.tensor([float(self.signalled)], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+    def agreed(self, device: torch.device, diverged: bool = False) -> tuple[bool, bool]:
+        """Whether any process was signalled, and whether any saw a loss that is not finite
+        (one small all-reduce per step: every process stops at the same step)."""
+        flags = torch.tensor([float(self.signalled), float(diverged)], device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return bool(flags[0].item()), bool(flags[1].item())
 
 
 STOPPED_BY_PEER = 75  # a peer was stopped: exit non-zero, so the kubelet restarts this pod
+DIVERGED = 3  # the loss is not finite: a failure (restarting would only diverge again)
 
 
 def leave(code: int) -> int:
@@ -743,7 +751,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"step {s + 1} loss {loss:.6f} time {time.perf_counter() - t0:.3f} s",
                     flush=True,
                 )
-            stopping = stop.agreed(device)
+            stopping, diverged = stop.agreed(device, loss is not None and not math.isfinite(loss))
+            if diverged:  # (it trained on, saving checkpoints of NaN weights; a user trial)
+                if rank == 0:
+                    print(
+                        f"train_stage: the loss at step {s + 1} is not finite: stopping, this "
+                        f"step not saved (lower --lr, now {args.lr:g}, or resume from an "
+                        "earlier checkpoint)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                return leave(DIVERGED)
             if args.checkpoint_dir is not None and (
                 stopping or (s + 1) % args.checkpoint_every == 0 or s + 1 == args.steps
             ):

@@ -11,6 +11,7 @@ had never stopped."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import signal
 import socket
@@ -388,3 +389,26 @@ def test_an_unreadable_progress_file_says_how_to_resume(tmp_path: Path) -> None:
     (tmp_path / "progress.json").write_text('{"step": 10, "layers": 3}')
     with pytest.raises(ts.SetupError, match=r"names step 10, but .*step-000000010 is missing"):
         ts.resume_point(tmp_path)
+
+
+def test_a_loss_that_is_not_finite_stops_every_stage_unsaved(tmp_path: Path) -> None:
+    """Before, a diverged run trained on with ``loss nan``, checkpointing NaN weights (a
+    user trial: the paper's model sizes at the old default --lr 0.05). Now every process
+    of the pipeline stops at the step whose loss is not finite, exit 3, that step unsaved."""
+    ckpt = tmp_path / "ckpt"
+    plan = JobPlan("toy", (Stage((0, 2), ("a",)), Stage((2, LAYERS), ("b",))), micro_batches=2)
+    procs = start_pods(
+        plan, {"a": 1, "b": 1}, ["--steps=50", "--lr=1e6", "--checkpoint-every=1",
+                                 f"--checkpoint-dir={ckpt}"], torchrun=False,
+    )  # fmt: skip
+    done = finish(procs, 120)
+    assert [rc for rc, _ in done] == [ts.DIVERGED, ts.DIVERGED], [o[-1500:] for _, o in done]
+    (line,) = [ln for ln in done[0][1].splitlines() if "is not finite" in ln]
+    bad = int(line.split("the loss at step ")[1].split()[0])
+    assert bad < 50 and "lower --lr, now 1e+06" in line
+    last = losses_of([done[1][1]])  # the last stage prints the losses
+    assert not math.isfinite(last[bad]) and all(
+        math.isfinite(v) for s, v in last.items() if s < bad
+    )
+    step, _, _ = ts.resume_point(ckpt)
+    assert step == bad - 1  # the steps before it saved, not it
