@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +20,11 @@ from hulk_planner.model import JobPlan
 
 TAKEN_TOLD = "taken/"  # Context.recent key prefix: when a StagePodTaken Event was posted
 SERVICE_TRIED = "service/"  # Context.recent key prefix: when a job's Service was made again
+HELD = "held/"  # Context.recent key prefix: since when a job's gang gate waits on old pods
+# At most this long the new pods wait for a Terminating pod of their hostname (the 30 s
+# grace of a checkpointing step): one on a node that stopped answering would never go
+# (below the 60 s after which Context.recent forgets the start).
+HOLD_S = 45.0
 
 
 async def delete_pods(ctx: Context, namespace: str, names: list[str]) -> None:
@@ -131,13 +136,36 @@ async def sync_pods(
     # quota, and waiting out its retry pause keeps the others gated)
     missing = [n for n in diff.create if n not in create]
     gated = [n for n in desired if n not in pods or pods[n].gated]
+    # ... and once no old pod of their hostnames is Terminating: the headless Service
+    # published both under <hostname>.<job>, and a kept pod could find the old master
+    # (before; a user trial), for at most HOLD_S
+    leaving = {_host(p.name) for p in pods.values() if p.deleting} | set(map(_host, diff.delete))
+    held = f"{HELD}{ns}/{name}"
+    if (
+        gated
+        and not missing
+        and waits_on_old(gated, leaving, ctx.recent.setdefault(held, now), now)
+    ):
+        gated = []
     if gated and not missing:
+        ctx.recent.pop(held, None)
         await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
     if not missing:  # every pod of the plan exists: no refusal is running out its grace
         ctx.placer.pods_admitted(entry.key)
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
     return diff
+
+
+def waits_on_old(gated: Sequence[str], leaving: Collection[str], since: float, now: float) -> bool:
+    """Whether the gated pods wait (since ``since``) for the old pods of their hostnames
+    still ``leaving`` (Terminating), as they do for at most ``HOLD_S``."""
+    return any(_host(n) in leaving for n in gated) and now - since < HOLD_S
+
+
+def _host(pod: str) -> str:
+    """A stage pod's hostname: its name without the hash (``<hostname>-<hash>``)."""
+    return pod.rsplit("-", 1)[0]
 
 
 def _say_taken(ctx: Context, ns: str, job: str, names: list[str]) -> None:

@@ -1984,6 +1984,51 @@ def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> 
     wait("Running again", lambda: kube.all_running([name]), 60)
 
 
+def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
+    kube: Kube, operator: Any
+) -> None:
+    """Before, the new pod of a moved stage ran while the old one, of the same hostname,
+    was still Terminating (a checkpointing step's grace): the headless Service published
+    both under <hostname>.<job>, and the kept pods could find the old master (a user
+    trial). It is gated until the old pod is gone."""
+    kube.apply(paper_manifests()[3])  # bert-large
+    name = PAPER[3]
+    wait("bert Running", lambda: kube.phase(name) == "Running", 60)
+    before = {p.metadata.name: p for p in kube.live_pods(name)}
+    victim = plan_nodes(kube.job(name))[0]
+    (old,) = [p for p in before.values() if p.spec.node_name == victim]
+    hold = {"metadata": {"finalizers": ["hulk.dev/test-hold"]}}  # Terminating until lifted
+    kube.core.patch_namespaced_pod(old.metadata.name, kube.ns, hold)
+    kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
+    try:
+        host = old.spec.hostname
+
+        def successor() -> Any:
+            return next(
+                (p for p in kube.live_pods(name) if p.spec.hostname == host
+                 and p.metadata.name != old.metadata.name), None,
+            )  # fmt: skip
+
+        new = wait("the new pod of the stage", successor, 60)
+        time.sleep(3)  # (a few reconciliations)
+        new = kube.core.read_namespaced_pod(new.metadata.name, kube.ns)
+        assert new.spec.scheduling_gates, "ungated while the old pod of its hostname remains"
+        kube.core.patch_namespaced_pod(
+            old.metadata.name, kube.ns, {"metadata": {"finalizers": None}}
+        )
+        wait("Running again", lambda: kube.all_running([name]), 60)
+        new = kube.core.read_namespaced_pod(new.metadata.name, kube.ns)
+        assert not new.spec.scheduling_gates and new.spec.node_name != victim
+    finally:
+        try:
+            kube.core.patch_namespaced_pod(
+                old.metadata.name, kube.ns, {"metadata": {"finalizers": None}}
+            )
+        except client.ApiException:
+            pass
+        kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
+
+
 def test_an_edit_while_a_lost_server_is_replanned_is_not_lost(kube: Kube, operator: Any) -> None:
     """Before, the re-plan for the cordoned server, made for the old spec, was written over
     the edit's reset: the job ran GPT-2 XL's 48 layers as BERT-large for good (a user

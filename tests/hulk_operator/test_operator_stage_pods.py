@@ -53,3 +53,15 @@ def test_the_pods_built_for_a_job_are_given_again_until_what_they_come_from_chan
     assert desired_pods(job, SPEC, PLAN, gpus, built) == first  # (built again)
     assert list(built) == [job.key]  # one entry a job
     assert desired_pods(job, SPEC, PLAN, gpus) is not desired_pods(job, SPEC, PLAN, gpus)
+
+
+def test_new_pods_wait_for_the_old_pods_of_their_hostnames_for_a_while() -> None:
+    """The gang gate stays while an old pod of a new pod's hostname is Terminating, at most
+    HOLD_S: one on a node that stopped answering would never go."""
+    from hulk_operator.stage_pods import HOLD_S, waits_on_old
+
+    gated = ["bert-0-0-1a2b3", "bert-1-0-4c5d6"]
+    assert waits_on_old(gated, {"bert-1-0"}, since=100.0, now=101.0)
+    assert not waits_on_old(gated, {"bert-2-0"}, since=100.0, now=101.0)  # another stage's
+    assert not waits_on_old(gated, set(), since=100.0, now=101.0)
+    assert not waits_on_old(gated, {"bert-1-0"}, since=100.0, now=100.0 + HOLD_S)
