@@ -240,9 +240,10 @@ def stage_pod(
     env = stage_env(job, job_plan, slot, gpus, master_port)
     ours = {e["name"] for e in env}
     set_gpus = not _requests_gpus(containers)
+    trainer = trainer_index(meta, containers)
     for i, c in enumerate(containers):
         c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env
-        if set_gpus and i == 0:
+        if set_gpus and i == trainer:
             res = c.setdefault("resources", {})
             res.setdefault("limits", {})[GPU] = str(gpus)
             res.setdefault("requests", {})[GPU] = str(gpus)
@@ -275,6 +276,19 @@ def stage_pod(
         theirs = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_GATE]
         spec["schedulingGates"] = [*theirs, {"name": GANG_GATE}]
     return body
+
+
+DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
+
+
+def trainer_index(meta: Mapping[str, Any], containers: Sequence[Mapping[str, Any]]) -> int:
+    """The container that trains, and gets the server's GPUs: the one the template's
+    ``kubectl.kubernetes.io/default-container`` annotation names (kubectl's own choice for
+    logs and exec), else the first (before, always the first: a logging sidecar listed
+    first got the GPUs; a user trial). A name no container has falls back to the first,
+    as kubectl does."""
+    named = (meta.get("annotations") or {}).get(DEFAULT_CONTAINER)
+    return next((i for i, c in enumerate(containers) if c.get("name") == named), 0)
 
 
 def desired_pods(

@@ -130,6 +130,25 @@ def test_template_gpu_request_wins() -> None:
     assert log == {"limits": {GPU: "0"}}
 
 
+def test_the_gpus_go_to_the_default_container() -> None:
+    """A logging sidecar listed first got the server's GPUs, the trainer none (a user
+    trial): kubectl's default-container annotation names the trainer."""
+    containers = [{"name": "logger"}, {"name": "trainer"}]
+    named = {
+        "metadata": {"annotations": {manifests.DEFAULT_CONTAINER: "trainer"}},
+        "spec": {"containers": containers},
+    }
+    logger, trainer = _first_pod(named)["spec"]["containers"]
+    assert trainer["resources"] == {"limits": {GPU: "8"}, "requests": {GPU: "8"}}
+    assert "resources" not in logger
+    # unannotated, or naming no container: the first, as kubectl takes it
+    for meta in ({}, {"annotations": {manifests.DEFAULT_CONTAINER: "nope"}}):
+        first, _ = _first_pod({"metadata": meta, "spec": {"containers": containers}})["spec"][
+            "containers"
+        ]
+        assert first["resources"] == {"limits": {GPU: "8"}, "requests": {GPU: "8"}}
+
+
 def test_template_without_containers_is_refused() -> None:
     with pytest.raises(ValueError, match="containers"):
         manifests.stage_pod(
