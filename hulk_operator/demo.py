@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "paper-jobs.yaml"
+TRAINER_CONFIGMAP = "hulk-train-stage"  # examples/paper-jobs.yaml mounts it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -259,6 +260,16 @@ def run(args: argparse.Namespace) -> int:
             )
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             core.create_namespace({"metadata": {"name": args.namespace}})  # type: ignore[arg-type]
+            trainer = EXAMPLES.parent / "train_stage.py"
+            if trainer.is_file():  # what the paper's jobs mount, as on a real cluster
+                # (kwok runs no container, but a pod shown there needs it: a user trial)
+                core.create_namespaced_config_map(
+                    args.namespace,
+                    {  # type: ignore[arg-type]
+                        "metadata": {"name": TRAINER_CONFIGMAP},
+                        "data": {trainer.name: trainer.read_text()},
+                    },
+                )
             _wait(
                 "the default ServiceAccount",
                 lambda: core.list_namespaced_service_account(args.namespace).items,
