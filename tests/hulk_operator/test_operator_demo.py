@@ -160,10 +160,13 @@ def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_pat
         status = next(iter(first.values()))
         assert status["reachablePeers"] + status["unreachablePeers"] == 45, status
         assert status["reachablePeers"] == sum(p["reachable"] for p in status["peers"])
+
         # (every second; a loaded machine took more than 2.5 s to publish all 46 once)
-        while not all(
-            (later := published())[n]["lastPublished"] > first[n]["lastPublished"] for n in nodes
-        ):
+        def newer() -> bool:
+            later = published()
+            return all(later[n]["lastPublished"] > first[n]["lastPublished"] for n in nodes)
+
+        while not newer():
             assert time.monotonic() < deadline + 90, "not published again"
             time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
