@@ -51,8 +51,9 @@ class Context:
     settled_at: float = 0.0  # when the last disruption ended (``recovery.say_disruption``)
     # the operator's record of disruptions, shared by every job (``recovery``)
     disruption: dict[str, Any] = field(default_factory=dict)
-    # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting): pods not
-    # yet created are not, and nothing more is written
+    # whether to stop (kopf's ``stopped``: the job deleted, the operator exiting; or the
+    # job's spec edited since the reconciliation began): pods not yet created are not, and
+    # nothing more is written
     stopped: Callable[[], bool] = lambda: False
     # job key -> (what they were built from, its stage pods as built): shared by the jobs'
     # ticks, as building every pod manifest each tick was most of a tick (``desired_pods``)

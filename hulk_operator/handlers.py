@@ -573,7 +573,9 @@ async def hulktrainingjob_reconcile(
         disruption=memo.disruption,
         has_service=any(hulk_services.get(key) or ()),
         unreachable=lambda: latencies_now(memo).unreachable,
-        stopped=lambda: bool(stopped),
+        # (an edit meanwhile too: a suspend made while the pods were created waited for
+        # all of them, and the plan's Event, before it removed them; a user trial)
+        stopped=lambda: bool(stopped) or edited_since(body, entry),
         built_pods=memo.built_pods,
     )
     try:

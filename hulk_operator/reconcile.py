@@ -419,10 +419,12 @@ async def _make_pods(
             return new
         await remove_all(ctx, entry.key)  # gang: no stage runs without the others
         return fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
+    if ctx.stopped() or edited_since(body, entry):
+        # deleted or edited (or the operator exiting) while its pods were created: the
+        # plan is not told either (before, a suspend meanwhile was followed by Planned)
+        return {}
     if told is not None:
         ctx.event("Normal", "Planned", told)
-    if ctx.stopped() or edited_since(body, entry):
-        return {}  # deleted or edited (or the operator exiting) while its pods were created
     remade = diff.recreated()
     if replanned is None and remade and status.get("phase") == st.RUNNING:
         msg = (

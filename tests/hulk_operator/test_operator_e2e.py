@@ -1090,6 +1090,33 @@ def test_a_job_deleted_while_its_pods_are_created_goes_at_once(
         op.stop()
 
 
+def test_a_job_suspended_while_its_pods_are_created_stops_at_once(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """Before, a suspend made while the stage pods were created (a second apart here) waited
+    for all 24 of them and the plan's Event, then removed them (a user trial: "an edit made
+    while the job is being planned wins", said the docs)."""
+    config = replace(CONFIG, create_delay_s=1.0)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    try:
+        with cleanup_jobs(kube):
+            m = paper_manifests()[0]  # OPT-175B: 24 stages, so 24 s of creations
+            m["metadata"] = {"name": "paused"}
+            kube.apply(m)
+            wait("its first pods", lambda: len(kube.pods("paused")) >= 2, 60)
+            asked = time.monotonic()
+            kube.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, kube.ns, PLURAL, "paused", {"spec": {"suspend": True}}
+            )
+            wait("Suspended", lambda: kube.phase("paused") == "Suspended", 60)
+            took = time.monotonic() - asked
+            assert took < 8, f"suspended {took:.1f} s after the edit"
+            wait("its pods gone", lambda: not kube.live_pods("paused"), 60)
+            assert not [e for e in kube.events("Planned") if e.involved_object.name == "paused"]
+    finally:
+        op.stop()
+
+
 def test_an_edited_jobs_status_tells_of_no_plan_until_the_new_one(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
