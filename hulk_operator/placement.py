@@ -28,6 +28,7 @@ from hulk_operator.snapshot import Snapshot, Taken, amount_text
 from hulk_planner.model import JobPlan, Plan
 
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
+BATCH_MAX_S = 5.0  # the longest a round waits for more jobs applied with the first
 MAX_REFUSED_WAIT_S = 600.0  # the longest pause of a job whose pods were refused
 REFUSALS_APART_S = 60.0  # refusals further apart are not one run (retries are 10 s apart)
 # An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
@@ -306,8 +307,7 @@ class Placer:
             last = self._unchanged(snap, entry)
             if last is not None:
                 return last
-            await asyncio.sleep(self.batch_window_s)
-            snap = await snapshot()
+            snap = await self._batch(snap, snapshot)
             self.prune(snap.jobs)
             snap.held = self.held(snap.held)
             started = time.perf_counter()
@@ -338,6 +338,21 @@ class Placer:
                 if d.job_plan is None and k in snap.jobs:
                     self.unplaced[k] = (self.fingerprint(after, snap.jobs[k]), d)
             return decisions.get(key)
+
+    async def _batch(self, snap: Snapshot, snapshot: Callable[[], Awaitable[Snapshot]]) -> Snapshot:
+        """The snapshot to plan on, once ``batch_window_s`` passed with no new pending job:
+        jobs applied together are planned together, for at most ``BATCH_MAX_S`` (before, a
+        fixed 0.3 s: 30 jobs of one ``kubectl apply``, 0.8 s long, went in 4 rounds, the
+        later ones on leftover servers; a user trial on 400 nodes)."""
+        end = time.monotonic() + BATCH_MAX_S
+        seen = {k for k, e in snap.jobs.items() if e.pending}
+        while True:
+            await asyncio.sleep(self.batch_window_s)
+            snap = await snapshot()
+            now = {k for k, e in snap.jobs.items() if e.pending}
+            if now <= seen or time.monotonic() >= end:
+                return snap
+            seen = now
 
     async def replan(
         self,

@@ -71,6 +71,34 @@ def test_placer_batches_reserves_and_caches_failures() -> None:
     asyncio.run(main())
 
 
+def test_a_round_waits_while_jobs_applied_together_keep_coming() -> None:
+    """Jobs of one apply that the operator sees one by one, each within the batch window of
+    the last, are planned in one round (before, a fixed window split 30 jobs of one apply
+    into 4 rounds, the later ones on leftover servers; a user trial on 400 nodes)."""
+    calls: list[int] = []
+
+    def counting(*args: Any, **kw: Any) -> Plan:
+        calls.append(len(args[1]))
+        return plan(*args, **kw)
+
+    jobs = [entry(j) for j in paper_jobs()]
+    state = snap(jobs)
+    seen = [0]
+
+    async def snapshot() -> Snapshot:  # one more job at each look
+        seen[0] += 1
+        shown = {e.key: e for e in jobs[: seen[0]]}
+        return Snapshot(state.nodes, state.latencies, shown, dict(state.held))
+
+    async def main() -> None:
+        placer = Placer(counting, batch_window_s=0.01)
+        got = await placer.decide(jobs[0].key, snapshot)
+        assert got is not None and got.job_plan is not None
+        assert calls == [4] and set(placer.reserved) == {e.key for e in jobs}
+
+    asyncio.run(main())
+
+
 def test_a_relabel_that_leaves_the_free_servers_as_they_were_is_planned_on() -> None:
     """A free server relabelled with more GPU memory: the job that did not fit is planned
     again, and on it (before, the round's failure stood, as the free servers' names had
