@@ -39,13 +39,21 @@ def configuration(kubeconfig: str | None = None) -> client.Configuration:
     source = "--kubeconfig" if kubeconfig else "$KUBECONFIG" if path else "~/.kube/config"
     in_cluster = not path and not os.path.exists(os.path.expanduser("~/.kube/config"))
     cfg = client.Configuration()
-    if path and not os.path.isfile(os.path.expanduser(path.split(os.pathsep)[0])):
-        raise InvalidRequest(source, f"{path}: no such file", "check the path")
+    first = os.path.expanduser(path.split(os.pathsep)[0]) if path else ""
+    if path and not os.path.isfile(first):
+        what = "not a regular file" if os.path.exists(first) else "no such file"
+        raise InvalidRequest(source, f"{path}: {what}", "check the path")
     try:
         if in_cluster:
             config.load_incluster_config(client_configuration=cfg)
         else:
             config.load_kube_config(config_file=path, client_configuration=cfg)
+    except (TypeError, AttributeError, KeyError) as exc:  # YAML, but no mapping (a trial)
+        raise InvalidRequest(
+            source,
+            f"{path or '~/.kube/config'}: is not a kubeconfig",
+            "point it at a kubeconfig: a YAML mapping with clusters, users and contexts",
+        ) from exc
     except (config.ConfigException, OSError, ValueError, yaml.YAMLError) as exc:
         if in_cluster:
             raise InvalidRequest(
@@ -61,10 +69,24 @@ def configuration(kubeconfig: str | None = None) -> client.Configuration:
     return cfg
 
 
-def make_client(kubeconfig: str | None = None, pool: int = POOL) -> client.ApiClient:
+def make_client(
+    kubeconfig: str | None = None, pool: int = POOL, timeout_s: float | None = None
+) -> client.ApiClient:
+    """An API client; with ``timeout_s``, every request it makes without a timeout of its
+    own gets that one (the client's default is none: a server that accepts the connection
+    and never answers held ``hulk plan --kubeconfig`` for ever; a user trial)."""
     cfg = configuration(kubeconfig)
     cfg.connection_pool_maxsize = pool
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    if timeout_s is not None:
+        request: Any = api.rest_client.request
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            kwargs["_request_timeout"] = kwargs.get("_request_timeout") or timeout_s
+            return request(*args, **kwargs)
+
+        api.rest_client.request = timed  # type: ignore[method-assign]
+    return api
 
 
 def _ok(exc: ApiException, *statuses: int) -> bool:

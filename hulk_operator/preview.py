@@ -64,6 +64,9 @@ class Preview:
     baselines_why: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
+READ_TIMEOUT_S = 60.0  # each request of a preview: a server that never answers is told
+
+
 def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
     """The cluster now, as the operator's snapshot (every job, pending or not). An API
     server that cannot be reached or refuses a read raises ``InvalidRequest``."""
@@ -73,7 +76,7 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
 def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str, Any]], bool]:
     """:func:`read_cluster`, the HulkTrainingJob objects by key, and whether the
     PriorityClasses could be listed (a tenant's kubeconfig may not)."""
-    with kube.make_client(path) as api:
+    with kube.make_client(path, timeout_s=READ_TIMEOUT_S) as api:
         try:
             nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
             latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
@@ -201,6 +204,7 @@ def preview_plan(
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
     with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
+    _check_namespaces(path, manifests, namespace)
     snap, objects, classes_read = _read(path, DEFAULT_MAX_AGE_S)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
@@ -208,6 +212,12 @@ def preview_plan(
     standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float], dict[str, str]]] = {}
     notes: list[str] = []
     if manifests is not None:
+        unnamed = [m for m in manifests if not (m.get("metadata") or {}).get("namespace")]
+        if unnamed and not namespace:  # (the namespace decides its quotas: a trial)
+            notes.append(
+                f"{len(unnamed)} job(s) name no namespace: previewed in namespace 'default' "
+                "(its ResourceQuotas and LimitRanges); give -n for the one you apply to"
+            )
         for m in manifests:
             e = replace(object_entry(m, namespace), suspended=False)  # previewed as if resumed
             if e.job is None:
@@ -428,13 +438,41 @@ def cluster_from_kubeconfig(
                          cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
 
 
+def _check_namespaces(
+    path: str, manifests: Sequence[Mapping[str, Any]] | None, namespace: str | None
+) -> None:
+    """The manifests' namespaces, as ``kubectl apply`` takes them: a ``metadata.namespace``
+    that differs from ``-n`` is refused (kubectl refuses it too), and one that does not
+    exist is an error (before, both were previewed as placed; a user trial)."""
+    if not manifests:
+        return
+    spaces = set()
+    for m in manifests:
+        own = (m.get("metadata") or {}).get("namespace")
+        name = (m.get("metadata") or {}).get("name")
+        if namespace and own and own != namespace:
+            raise InvalidRequest(
+                f"job {name}: metadata.namespace",
+                f"is {own!r}, and -n says {namespace!r}",
+                "give one of them; kubectl apply refuses the mismatch too",
+            )
+        spaces.add(namespace or own or "default")
+    for ns in sorted(spaces):
+        if not _namespace_exists(path, ns):
+            raise InvalidRequest(
+                "--namespace" if namespace else "metadata.namespace",
+                f"namespace {ns!r} does not exist",
+                "check its name: kubectl get namespaces",
+            )
+
+
 def _namespace_exists(path: str, namespace: str) -> bool:
     """Whether ``namespace`` exists (True where it cannot be told: a tenant's kubeconfig
     may not read namespaces)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    with kube.make_client(path) as api:
+    with kube.make_client(path, timeout_s=READ_TIMEOUT_S) as api:
         try:
             client.CoreV1Api(api).read_namespace(namespace)
         except ApiException as exc:

@@ -175,6 +175,29 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     out = subprocess.run([*cmd, "--jobs", str(path)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["asleep"]
+    # a manifest's namespace as kubectl apply takes it (before, a namespace that does not
+    # exist, or a mismatch with -n, was previewed as placed; and the namespace assumed,
+    # whose quotas decide, went unsaid: a user trial)
+    loose = copy.deepcopy(asleep)
+    loose["metadata"] = {"name": "loose"}
+    del loose["spec"]["suspend"]
+    path.write_text(json.dumps(loose))
+    typo = [*cmd[:-4], "--namespace", "no-such-namespace", "--jobs", str(path)]
+    out = subprocess.run(typo, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "namespace 'no-such-namespace' does not exist" in out.stderr
+    loose["metadata"]["namespace"] = "elsewhere"
+    path.write_text(json.dumps(loose))
+    out = subprocess.run([*cmd, "--jobs", str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"hulk plan: error: job loose: metadata.namespace: is 'elsewhere', and -n says "
+        f"'{kube.ns}' (give one of them; kubectl apply refuses the mismatch too)"
+    ), out.stderr
+    del loose["metadata"]["namespace"]
+    path.write_text(json.dumps(loose))
+    bare = [*cmd[:-4], "-o", "json", "--jobs", str(path)]
+    out = subprocess.run(bare, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "1 job(s) name no namespace: previewed in namespace 'default'" in out.stderr
 
 
 def test_hulk_plan_previews_only_the_servers_the_operator_would_offer(

@@ -3,6 +3,8 @@ sandbox: test_operator_latency.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hulk_operator.preview import UNSERVED_AFTER_S, unserved_note
 
 
@@ -23,3 +25,64 @@ def test_a_job_no_operator_has_seen_is_noted() -> None:
     seen = {**obj, "status": {"phase": "Pending"}}
     assert unserved_note(seen, created, created + 3_600) is None
     assert unserved_note(None, created, created + 3_600) is None
+
+
+def test_an_api_server_that_never_answers_is_told_not_waited_for(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Before, a server that accepted the connection and never answered held ``hulk plan
+    --kubeconfig`` for ever (a trial killed it after 250 s)."""
+    import socket
+    import time
+
+    import pytest
+    import yaml
+
+    from hulk_operator import preview
+    from hulk_planner.errors import InvalidRequest
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)  # accepts (the kernel does), answers nothing
+    port = mute.getsockname()[1]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(preview, "READ_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(InvalidRequest) as exc:
+            preview.read_cluster(str(path))
+    finally:
+        mute.close()
+    assert time.monotonic() - started < 30
+    assert str(exc.value).startswith(
+        f"--kubeconfig: cannot reach the API server at http://127.0.0.1:{port}"
+    ), exc.value
+
+
+def test_a_kubeconfig_that_is_no_mapping_is_one_line(tmp_path: Any) -> None:
+    """Before: ``TypeError: 'str' object does not support item assignment`` (a trial)."""
+    import pytest
+
+    from hulk_operator.kube import configuration
+    from hulk_planner.errors import InvalidRequest
+
+    for text in ("hello\n", "[1, 2]\n"):
+        path = tmp_path / "kubeconfig"
+        path.write_text(text)
+        with pytest.raises(InvalidRequest) as exc:
+            configuration(str(path))
+        assert str(exc.value) == (
+            f"--kubeconfig: {path}: is not a kubeconfig (point it at a kubeconfig: a YAML "
+            "mapping with clusters, users and contexts)"
+        )
+    with pytest.raises(InvalidRequest, match="not a regular file"):
+        configuration(str(tmp_path))
