@@ -28,6 +28,7 @@ from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
+from hulk_operator.fit import requests_fit_nowhere, too_big_for, unmatched
 from hulk_operator.inventory import Usage, build_cluster, node_info, other_pods, read_latencies
 from hulk_operator.manifests import owner_job, stage_job
 from hulk_operator.quotas import (
@@ -243,9 +244,18 @@ def preview_plan(
                     )
                 continue
             if running is not None and running.plan_nodes and not running.deleting:
+                refused = (
+                    unmatched(e, snap.nodes)
+                    or too_big_for(e, snap.nodes, snap.latencies.unreachable)
+                    or requests_fit_nowhere(e, snap.nodes)
+                )  # (as edits.refusal; before, told "its pods are replaced": a trial)
                 notes.append(
-                    f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); applying "
-                    "this manifest plans it again from scratch: its pods are replaced"
+                    f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); the "
+                    f"operator refuses this manifest as an edit (EditRefused: {refused}): its "
+                    "pods run on, on the spec they were made for"
+                    if refused
+                    else f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); "
+                    "applying this manifest plans it again from scratch: its pods are replaced"
                 )
             jobs[e.key] = e
     else:

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -1057,37 +1058,45 @@ def test_a_job_that_gave_its_servers_back_for_a_service_runs_once_that_is_gone(
             pass
 
 
+@contextmanager
+def slow_operator(sandbox: Any, namespace: str, kube: Kube) -> Iterator[None]:
+    """An operator of its own that creates stage pods a second apart (a window to act in),
+    the namespace's jobs deleted before it stops."""
+    config = replace(CONFIG, create_delay_s=1.0)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    try:
+        with cleanup_jobs(kube):
+            yield
+    finally:
+        op.stop()
+
+
 def test_a_job_deleted_while_its_pods_are_created_goes_at_once(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
     """Before, the reconciliation went on creating every stage pod of a job deleted
     meanwhile (one at a time here, a second apart): kopf kept the job, and ran its delete
     handler every half second, until it was done (a user trial: 17 times in the log)."""
-    config = replace(CONFIG, create_delay_s=1.0)
-    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
-    try:
-        with cleanup_jobs(kube):
-            m = paper_manifests()[0]  # OPT-175B: 24 stages, so 24 s of creations
-            m["metadata"] = {"name": "gone"}
-            kube.apply(m)
-            wait("its first pods", lambda: len(kube.pods("gone")) >= 2, 60)
-            assert len(kube.pods("gone")) < 10  # (its status is written once all exist)
-            asked = time.monotonic()
-            kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "gone")
+    with slow_operator(sandbox, namespace, kube):  # pods made a second apart
+        m = paper_manifests()[0]  # OPT-175B: 24 stages, so 24 s of creations
+        m["metadata"] = {"name": "gone"}
+        kube.apply(m)
+        wait("its first pods", lambda: len(kube.pods("gone")) >= 2, 60)
+        assert len(kube.pods("gone")) < 10  # (its status is written once all exist)
+        asked = time.monotonic()
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "gone")
 
-            def gone() -> bool:
-                try:
-                    kube.job("gone")
-                except client.ApiException as exc:
-                    return exc.status == 404
-                return False
+        def gone() -> bool:
+            try:
+                kube.job("gone")
+            except client.ApiException as exc:
+                return exc.status == 404
+            return False
 
-            wait("the job gone", gone, 30)
-            took = time.monotonic() - asked
-            assert took < 5, f"the job went {took:.1f} s after its deletion"
-            wait("its pods gone", lambda: not kube.live_pods("gone"), 60)
-    finally:
-        op.stop()
+        wait("the job gone", gone, 30)
+        took = time.monotonic() - asked
+        assert took < 5, f"the job went {took:.1f} s after its deletion"
+        wait("its pods gone", lambda: not kube.live_pods("gone"), 60)
 
 
 def test_a_job_suspended_while_its_pods_are_created_stops_at_once(
@@ -1096,25 +1105,20 @@ def test_a_job_suspended_while_its_pods_are_created_stops_at_once(
     """Before, a suspend made while the stage pods were created (a second apart here) waited
     for all 24 of them and the plan's Event, then removed them (a user trial: "an edit made
     while the job is being planned wins", said the docs)."""
-    config = replace(CONFIG, create_delay_s=1.0)
-    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
-    try:
-        with cleanup_jobs(kube):
-            m = paper_manifests()[0]  # OPT-175B: 24 stages, so 24 s of creations
-            m["metadata"] = {"name": "paused"}
-            kube.apply(m)
-            wait("its first pods", lambda: len(kube.pods("paused")) >= 2, 60)
-            asked = time.monotonic()
-            kube.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, kube.ns, PLURAL, "paused", {"spec": {"suspend": True}}
-            )
-            wait("Suspended", lambda: kube.phase("paused") == "Suspended", 60)
-            took = time.monotonic() - asked
-            assert took < 8, f"suspended {took:.1f} s after the edit"
-            wait("its pods gone", lambda: not kube.live_pods("paused"), 60)
-            assert not [e for e in kube.events("Planned") if e.involved_object.name == "paused"]
-    finally:
-        op.stop()
+    with slow_operator(sandbox, namespace, kube):  # pods made a second apart
+        m = paper_manifests()[0]  # OPT-175B: 24 stages, so 24 s of creations
+        m["metadata"] = {"name": "paused"}
+        kube.apply(m)
+        wait("its first pods", lambda: len(kube.pods("paused")) >= 2, 60)
+        asked = time.monotonic()
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "paused", {"spec": {"suspend": True}}
+        )
+        wait("Suspended", lambda: kube.phase("paused") == "Suspended", 60)
+        took = time.monotonic() - asked
+        assert took < 8, f"suspended {took:.1f} s after the edit"
+        wait("its pods gone", lambda: not kube.live_pods("paused"), 60)
+        assert not [e for e in kube.events("Planned") if e.involved_object.name == "paused"]
 
 
 def test_an_edited_jobs_status_tells_of_no_plan_until_the_new_one(
@@ -1124,40 +1128,35 @@ def test_an_edited_jobs_status_tells_of_no_plan_until_the_new_one(
     stage pods running", Planned=True and the old plan's stages and regions, with no pod
     running (a user trial). Now, from the edit to the new plan: Ready=False NotPlanned,
     Planned=False SpecChanged, no stages."""
-    config = replace(CONFIG, create_delay_s=1.0)  # (pods made a second apart: a window)
-    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
-    try:
-        with cleanup_jobs(kube):
-            kube.apply(manifest("edited", model={"preset": "t5-11b"}))
-            wait("Running", lambda: kube.phase("edited") == "Running", 120)
-            template = copy.deepcopy(kube.job("edited")["spec"]["template"])
-            template["spec"]["containers"][0]["args"] = ["--lr", "0.001"]
-            kube.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, kube.ns, PLURAL, "edited", {"spec": {"template": template}}
+    with slow_operator(sandbox, namespace, kube):  # pods made a second apart
+        kube.apply(manifest("edited", model={"preset": "t5-11b"}))
+        wait("Running", lambda: kube.phase("edited") == "Running", 120)
+        template = copy.deepcopy(kube.job("edited")["spec"]["template"])
+        template["spec"]["containers"][0]["args"] = ["--lr", "0.001"]
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "edited", {"spec": {"template": template}}
+        )
+        seen = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            job = kube.job("edited")
+            status = job.get("status") or {}
+            seen.append(status)
+            if status.get("phase") == "Running" and status.get("observedGeneration") == 2:
+                break
+            time.sleep(0.1)
+        unplanned = [s for s in seen if s.get("plan") is None]
+        assert unplanned, "the edit's re-plan was not seen"  # (pods a second apart)
+        for s in unplanned:
+            ready, planned = (
+                condition({"status": s}, "Ready"),
+                condition({"status": s}, "Planned"),
             )
-            seen = []
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                job = kube.job("edited")
-                status = job.get("status") or {}
-                seen.append(status)
-                if status.get("phase") == "Running" and status.get("observedGeneration") == 2:
-                    break
-                time.sleep(0.1)
-            unplanned = [s for s in seen if s.get("plan") is None]
-            assert unplanned, "the edit's re-plan was not seen"  # (pods a second apart)
-            for s in unplanned:
-                ready, planned = (
-                    condition({"status": s}, "Ready"),
-                    condition({"status": s}, "Planned"),
-                )
-                assert (ready["status"], ready["reason"]) == ("False", "NotPlanned"), s
-                assert (planned["status"], planned["reason"]) == ("False", "SpecChanged"), s
-                assert s.get("numStages") == 0 and s.get("regions") == "", s
-            assert seen[-1]["phase"] == "Running"
-            assert condition({"status": seen[-1]}, "Ready")["status"] == "True"
-    finally:
-        op.stop()
+            assert (ready["status"], ready["reason"]) == ("False", "NotPlanned"), s
+            assert (planned["status"], planned["reason"]) == ("False", "SpecChanged"), s
+            assert s.get("numStages") == 0 and s.get("regions") == "", s
+        assert seen[-1]["phase"] == "Running"
+        assert condition({"status": seen[-1]}, "Ready")["status"] == "True"
 
 
 @pytest.mark.parametrize("orphan", [False, True])
@@ -2359,7 +2358,7 @@ def test_an_edit_whose_regions_no_node_has_leaves_the_job_running(
     ],
 )  # fmt: skip
 def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
-    kube: Kube, operator: Any, preset: str, cpu: str, message: str
+    sandbox: Any, kube: Kube, operator: Any, tmp_path: Any, preset: str, cpu: str, message: str
 ) -> None:
     """Before: ``cpu: 5000`` for ``5`` removed the running job's pods and left it Pending."""
     kube.apply(manifest("greedy", model={"preset": preset}))
@@ -2367,6 +2366,16 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("greedy")}
     template = copy.deepcopy(kube.job("greedy")["spec"]["template"])
     template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+    # the preview of the edited manifest says it is refused (before: "its pods are
+    # replaced", and the job not placed; a user trial)
+    edited = manifest("greedy", model={"preset": preset}, template=template)
+    path = tmp_path / "greedy.yaml"
+    path.write_text(json.dumps(edited))
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig, "-n", kube.ns, "--jobs", str(path)]
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert "the operator refuses this manifest as an edit (EditRefused: " in out.stderr, out.stderr
     patch = {"spec": {"template": template}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "greedy", patch)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,12 +27,19 @@ from hulk_planner.model import Job, ModelSpec, Plan
 from hulk_sandbox.nodes import node_manifest
 
 
-def test_placer_batches_reserves_and_caches_failures() -> None:
-    calls: list[int] = []
+def counting_plan(calls: list[int]) -> Callable[..., Plan]:
+    """``plan``, recording how many jobs each call planned."""
 
     def counting(*args: Any, **kw: Any) -> Plan:
         calls.append(len(args[1]))
         return plan(*args, **kw)
+
+    return counting
+
+
+def test_placer_batches_reserves_and_caches_failures() -> None:
+    calls: list[int] = []
+    counting = counting_plan(calls)
 
     jobs = [entry(j) for j in paper_jobs()]
     state = snap(jobs)
@@ -76,10 +84,7 @@ def test_a_round_waits_while_jobs_applied_together_keep_coming() -> None:
     the last, are planned in one round (before, a fixed window split 30 jobs of one apply
     into 4 rounds, the later ones on leftover servers; a user trial on 400 nodes)."""
     calls: list[int] = []
-
-    def counting(*args: Any, **kw: Any) -> Plan:
-        calls.append(len(args[1]))
-        return plan(*args, **kw)
+    counting = counting_plan(calls)
 
     jobs = [entry(j) for j in paper_jobs()]
     state = snap(jobs)
@@ -104,10 +109,7 @@ def test_a_relabel_that_leaves_the_free_servers_as_they_were_is_planned_on() -> 
     again, and on it (before, the round's failure stood, as the free servers' names had
     not changed: the job waited on it until something else did)."""
     calls: list[int] = []
-
-    def counting(*args: Any, **kw: Any) -> Plan:
-        calls.append(len(args[1]))
-        return plan(*args, **kw)
+    counting = counting_plan(calls)
 
     t5 = entry(paper_jobs()[1])
     state = snap([t5])
