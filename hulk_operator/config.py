@@ -52,7 +52,7 @@ class OperatorConfig:
 
     def __post_init__(self) -> None:
         """Every setting checked once, at start-up: a bad one names its flag and variable."""
-        from hulk_planner.api import PLANNERS
+        from hulk_planner.api import MAX_TIME_BUDGET_S, PLANNERS
 
         if self.planner not in PLANNERS:
             raise InvalidRequest(
@@ -64,8 +64,10 @@ class OperatorConfig:
             value = getattr(self, name)
             if value is None and name == "planning_budget_s":  # the planner's default
                 continue
-            share = 1.0 if name == "disruption_threshold" else None  # a share of the nodes
-            check_positive(_where(name), value, allow_zero=zero_allowed, at_most=share)
+            most = {"disruption_threshold": 1.0, "planning_budget_s": MAX_TIME_BUDGET_S}
+            # (a share of the nodes; the planner's bound on its budget, refused at start
+            # rather than at the first plan)
+            check_positive(_where(name), value, allow_zero=zero_allowed, at_most=most.get(name))
         if self.gnn_weights:
             from hulk_planner.gnn.planner import check_weights
 

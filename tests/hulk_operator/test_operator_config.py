@@ -23,6 +23,8 @@ from hulk_planner.errors import InvalidRequest
         ({"planning_budget_s": math.inf}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
         ({"planning_budget_s": math.nan}, "HULK_OPERATOR_PLANNING_BUDGET_S", "finite"),
         ({"disruption_threshold": 5.0}, "HULK_OPERATOR_DISRUPTION_THRESHOLD", "at most 1"),
+        # the planner refused it at the first plan (it bounds --time-budget so)
+        ({"planning_budget_s": 1e6}, "HULK_OPERATOR_PLANNING_BUDGET_S", "at most 86400"),
         ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "zero or more"),
         ({"forbidden_grace_s": 0.0}, "HULK_OPERATOR_FORBIDDEN_GRACE_S", "greater than zero"),
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
