@@ -212,6 +212,7 @@ def preview_plan(
     # and why those that could not place it could not
     standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float], dict[str, str]]] = {}
     notes: list[str] = []
+    refusals: dict[Key, str] = {}  # running jobs whose manifest the operator would refuse
     if manifests is not None:
         unnamed = [m for m in manifests if not (m.get("metadata") or {}).get("namespace")]
         if unnamed and not namespace:  # (the namespace decides its quotas: a trial)
@@ -249,14 +250,17 @@ def preview_plan(
                     or too_big_for(e, snap.nodes, snap.latencies.unreachable)
                     or requests_fit_nowhere(e, snap.nodes)
                 )  # (as edits.refusal; before, told "its pods are replaced": a trial)
-                notes.append(
-                    f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); the "
-                    f"operator refuses this manifest as an edit (EditRefused: {refused}): its "
-                    "pods run on, on the spec they were made for"
-                    if refused
-                    else f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); "
-                    "applying this manifest plans it again from scratch: its pods are replaced"
-                )
+                if refused:
+                    refusals[e.key] = (
+                        f"runs on {len(running.plan_nodes)} server(s), and the operator "
+                        "refuses this manifest as an edit (EditRefused): its pods run on, on "
+                        "the spec they were made for"
+                    )
+                else:
+                    notes.append(
+                        f"job {e.key[1]}: runs on {len(running.plan_nodes)} server(s); applying "
+                        "this manifest plans it again from scratch: its pods are replaced"
+                    )
             jobs[e.key] = e
     else:
         jobs |= {
@@ -322,7 +326,10 @@ def preview_plan(
                     f"and {cross_region_ms:g} ms across regions"
                 )
         else:
-            unplaced.append(Unplaced(names[e.key], d.reason))
+            reason = d.reason
+            if e.key in refusals:  # (the edit is refused: the job is not left unplaced)
+                reason = f"{refusals[e.key]}; its reason as a new job: {reason}"
+            unplaced.append(Unplaced(names[e.key], reason))
         unserved = manifests is None and unserved_note(objects.get(e.key), e.created, time.time())
         if unserved:
             notes.append(f"job {names[e.key]}: {unserved}")
