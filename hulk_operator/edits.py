@@ -35,7 +35,7 @@ from hulk_operator.entries import (
     spec_hashes,
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
-from hulk_operator.fit import matching_nodes, requests_fit_nowhere, too_big_for, unmatched
+from hulk_operator.fit import fits_nowhere, matching_nodes
 from hulk_operator.inventory import NodeInfo, Pair
 from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 
@@ -127,11 +127,7 @@ def refusal(
             return Refusal(why, waits=False)
     if not nodes:
         return None
-    why = (
-        unmatched(entry, nodes)
-        or too_big_for(entry, nodes, unreachable)
-        or requests_fit_nowhere(entry, nodes)
-    )
+    why = fits_nowhere(entry, nodes, unreachable)
     return None if why is None else Refusal(why, waits=True)
 
 

@@ -189,6 +189,18 @@ def holds(info: NodeInfo, need: Resources) -> bool:
     return fits(info.allocatable, Resources(), need, info.allocatable.gpus or info.server.gpus)
 
 
+def fits_nowhere(
+    entry: JobEntry, nodes: Mapping[str, NodeInfo], unreachable: Collection[Pair] = ()
+) -> str | None:
+    """Why no node or set of the nodes the job may use could hold it, whatever other jobs
+    hold (what refuses an edit of a running job), or None."""
+    return (
+        unmatched(entry, nodes)
+        or too_big_for(entry, nodes, unreachable)
+        or requests_fit_nowhere(entry, nodes)
+    )
+
+
 def matching_nodes(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:
     """The nodes the job's constraints allow (healthy or not)."""
     sel = dict(entry.node_selector)

@@ -28,7 +28,7 @@ from hulk_operator import GROUP, PLURAL, VERSION, edits, kube
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
-from hulk_operator.fit import requests_fit_nowhere, too_big_for, unmatched
+from hulk_operator.fit import fits_nowhere
 from hulk_operator.inventory import Usage, build_cluster, node_info, other_pods, read_latencies
 from hulk_operator.manifests import owner_job, stage_job
 from hulk_operator.quotas import (
@@ -245,12 +245,8 @@ def preview_plan(
                     )
                 continue
             if running is not None and running.plan_nodes and not running.deleting:
-                refused = (
-                    unmatched(e, snap.nodes)
-                    or too_big_for(e, snap.nodes, snap.latencies.unreachable)
-                    or requests_fit_nowhere(e, snap.nodes)
-                )  # (as edits.refusal; before, told "its pods are replaced": a trial)
-                if refused:
+                # (as edits.refusal; before, told "its pods are replaced": a trial)
+                if fits_nowhere(e, snap.nodes, snap.latencies.unreachable):
                     refusals[e.key] = (
                         f"runs on {len(running.plan_nodes)} server(s), and the operator "
                         "refuses this manifest as an edit (EditRefused): its pods run on, on "
