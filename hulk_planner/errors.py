@@ -74,8 +74,7 @@ def number_fix(field: str, value: object) -> str | None:
     parameters are ``3e9``, ``'80'`` is unquoted, ``'1,557,611,200'`` without commas."""
     if not isinstance(value, str):
         return None
-    key = field.rsplit(".", 1)[-1]
-    unit, known = next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), ("", {}))
+    unit, known = _units(field)
     if _NUMBER.match(value):
         return f"write it unquoted: {value.strip()}"
     if _GROUPED.match(value):
@@ -100,8 +99,13 @@ def number_fix(field: str, value: object) -> str | None:
 def unit_of(field: str) -> str:
     """The unit a field's name ends in (``GiB`` for ``gpuMemoryGiB``, ``ms`` for
     ``latencyMs``), or ''."""
+    return _units(field)[0]
+
+
+def _units(field: str) -> tuple[str, dict[str, float]]:
+    """The field's unit and what units written beside a number are in it (``_UNITS``)."""
     key = field.rsplit(".", 1)[-1]
-    return next((u for suffix, (u, _) in _UNITS.items() if key.endswith(suffix)), "")
+    return next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), ("", {}))
 
 
 def range_fix(field: str, bound: str) -> str:
