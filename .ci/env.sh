@@ -15,9 +15,13 @@ if [ ! -f "$_venv/.complete" ]; then
   PIP_CACHE_DIR="$_cache/pip" "$_venv/bin/pip" install --progress-bar off -r "$_root/requirements/dev.txt" >&2
   touch "$_venv/.complete"
 fi
-if [ ! -f "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)" ] || [ "$_root/pyproject.toml" -nt "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)" ]; then
+# The editable install points at one checkout; the venv is shared by every clone (CI's,
+# a second working copy), so it is made again whenever another checkout last took it
+# (before, a marker per checkout kept it pointing at whichever clone came last: a trial).
+_marker="$_venv/.editable-root"
+if [ "$(cat "$_marker" 2>/dev/null)" != "$_root" ] || [ "$_root/pyproject.toml" -nt "$_marker" ]; then
   "$_venv/bin/pip" install -q --no-deps --no-build-isolation -e "$_root" >&2 2>/dev/null || "$_venv/bin/pip" install -q --no-deps -e "$_root" >&2
-  touch "$_venv/.editable-$(echo "$_root" | sha256sum | cut -c1-12)"
+  echo "$_root" > "$_marker"
 fi
 # The checkout's packages come first on the path whatever the editable install recorded
 # (it maps packages found at install time; new packages would otherwise be missed).

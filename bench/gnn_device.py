@@ -37,7 +37,7 @@ from hulk_planner.datasets import paper_cluster
 from hulk_planner.generate import random_cluster
 from hulk_planner.gnn.data import GenerationSettings, generate
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features, to_data
-from hulk_planner.gnn.planner import _numpy_model, _torch_model, default_weights, plan_gnn
+from hulk_planner.gnn.planner import _numpy_model, _stamp, _torch_model, default_weights, plan_gnn
 from hulk_planner.model import Cluster, Job
 from hulk_planner.presets import PRESETS, preset, preset_model
 
@@ -117,7 +117,7 @@ def _one_size(size: int, jobs: list[Job], path: str, repeats: int) -> str:
     arrays = graph_arrays(build_graph(cluster, cost.net))
     graph_s = time.perf_counter() - t
     jx = job_features(jobs, cluster)
-    numpy_model = _numpy_model(path)
+    numpy_model = _numpy_model(path, _stamp(path))
     reference = numpy_model.scores(arrays, jx)
     np_s = _median_seconds(lambda: numpy_model.scores(arrays, jx), repeats)
     edges = arrays.edge_index.shape[1]
@@ -128,7 +128,7 @@ def _one_size(size: int, jobs: list[Job], path: str, repeats: int) -> str:
     ]
     row.append(f"numpy {np_s * 1e3:.1f} ms")
     for dev in devices():
-        model = _torch_model(path, dev)
+        model = _torch_model(path, _stamp(path), dev)
 
         def run(dev: str = dev, model: torch.nn.Module = model) -> np.ndarray:
             data = to_data(arrays, jx).to(dev)

@@ -53,6 +53,7 @@ class OperatorConfig:
     def __post_init__(self) -> None:
         """Every setting checked once, at start-up: a bad one names its flag and variable."""
         from hulk_planner.api import MAX_TIME_BUDGET_S, PLANNERS
+        from hulk_planner.model import MAX_LATENCY_MS
 
         if self.planner not in PLANNERS:
             raise InvalidRequest(
@@ -64,9 +65,15 @@ class OperatorConfig:
             value = getattr(self, name)
             if value is None and name == "planning_budget_s":  # the planner's default
                 continue
-            most = {"disruption_threshold": 1.0, "planning_budget_s": MAX_TIME_BUDGET_S}
-            # (a share of the nodes; the planner's bound on its budget, refused at start
-            # rather than at the first plan)
+            most = {
+                "disruption_threshold": 1.0,
+                "planning_budget_s": MAX_TIME_BUDGET_S,
+                "same_region_latency_ms": MAX_LATENCY_MS,
+                "cross_region_latency_ms": MAX_LATENCY_MS,
+            }
+            # (a share of the nodes; the planner's bounds on its budget and on a link's
+            # latency, refused at start rather than at the first plan: 2e7 ms had failed
+            # every round, a trial)
             check_positive(_where(name), value, allow_zero=zero_allowed, at_most=most.get(name))
         if self.gnn_weights:
             from hulk_planner.gnn.planner import check_weights

@@ -28,6 +28,7 @@ class Decision:
     planner: str
     estimated: int = 0  # pairs of the job's servers whose latency is an estimate
     unreachable: int = 0  # pairs of the job's servers reported unreachable
+    unreachable_stale: int = 0  # of those, pairs only old reports say so (``Latencies``)
     baselines: Mapping[str, float | None] = field(default_factory=dict)
     baselines_why: Mapping[str, str] = field(default_factory=dict)  # why one places it not
     made: float = field(default_factory=lambda: clock())

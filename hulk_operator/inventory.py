@@ -463,34 +463,40 @@ Pair = frozenset[str]
 @dataclass(frozen=True)
 class Latencies:
     """What the probe's NodeLatency objects say about server pairs: fresh one-way
-    latencies (``hulk_probe.links``), and pairs with a fresh "unreachable" report."""
+    latencies (``hulk_probe.links``), and pairs reported unreachable. ``unreachable``
+    holds the pairs of fresh reports and, of ``stale_unreachable``, those last reported
+    unreachable in a report past ``latency_max_age_s`` that nothing fresher measured: a
+    partition is kept until a probe measures the pair again (before, such a report aged
+    into the fallback estimate, and a job was planned across a known partition while the
+    probes were down: a user trial)."""
 
     measured: Mapping[Pair, float] = field(default_factory=dict)
     unreachable: frozenset[Pair] = frozenset()
+    stale_unreachable: frozenset[Pair] = frozenset()
 
 
 def unreachable_pairs(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
-) -> frozenset[Pair]:
-    """Pairs that a fresh report (its object's ``status.lastPublished`` at most
-    ``max_age_s`` old) marks ``reachable: false``: the same veto ``hulk_probe.links``
-    applies, which drops the link; here it also rules out a fallback for the pair."""
-    out = set()
+) -> tuple[frozenset[Pair], frozenset[Pair]]:
+    """Pairs that a report marks ``reachable: false``: (those of fresh reports, their
+    object's ``status.lastPublished`` at most ``max_age_s`` old; those of older ones).
+    The fresh ones are the veto ``hulk_probe.links`` applies, which drops the link; here
+    they also rule out a fallback for the pair."""
+    from hulk_probe.links import fresh
+
+    out: set[Pair] = set()
+    old: set[Pair] = set()
     for obj in latency_objects:
         source = (obj.get("metadata") or {}).get("name")
         status = obj.get("status") or {}
-        try:
-            published = datetime.fromisoformat(str(status.get("lastPublished")))
-        except ValueError:
+        if not source:
             continue
-        published = published if published.tzinfo else published.replace(tzinfo=UTC)
-        if not source or (now - published).total_seconds() > max_age_s:
-            continue
+        into = out if fresh(status.get("lastPublished"), now, max_age_s) else old
         for entry in status.get("peers") or []:
             peer = entry.get("node")
             if entry.get("reachable") is False and isinstance(peer, str) and peer != source:
-                out.add(frozenset((source, peer)))
-    return frozenset(out)
+                into.add(frozenset((source, peer)))
+    return frozenset(out), frozenset(old - out)
 
 
 def read_latencies(
@@ -501,10 +507,10 @@ def read_latencies(
 
     items = list(latency_objects)
     when = now or datetime.now(UTC)
-    return Latencies(
-        links_from_node_latencies(items, when, max_age_s),
-        unreachable_pairs(items, max_age_s, when),
-    )
+    measured = links_from_node_latencies(items, when, max_age_s)
+    cut, old = unreachable_pairs(items, max_age_s, when)
+    stale = frozenset(p for p in old if p not in measured)
+    return Latencies(measured, cut | stale, stale)
 
 
 def build_cluster(
@@ -561,6 +567,8 @@ def estimated_pairs(nodes: Sequence[str], latencies: Latencies) -> int:
     )
 
 
-def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> int:
-    """How many pairs of ``nodes`` are reported unreachable (no link, no fallback)."""
-    return sum(1 for p in _pairs(nodes) if p in latencies.unreachable)
+def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> tuple[int, int]:
+    """How many pairs of ``nodes`` are reported unreachable (no link, no fallback), and
+    how many of those only by reports past ``latency_max_age_s``."""
+    cut = [p for p in _pairs(nodes) if p in latencies.unreachable]
+    return len(cut), sum(1 for p in cut if p in latencies.stale_unreachable)

@@ -94,8 +94,15 @@ def planned_message(d: Decision, job: Job | None) -> str:
 def estimated(
     conds: list[dict[str, Any]], d: Decision, cfg: OperatorConfig, gen: int
 ) -> list[dict[str, Any]]:
+    stale = (
+        f", {d.unreachable_stale} of them in reports older than {cfg.latency_max_age_s:g} s "
+        "(kept apart until a probe measures them)"
+        if d.unreachable_stale
+        else ""
+    )
     cut = (
-        f"; {d.unreachable} pair(s) reported unreachable had no latency (no link, no estimate)"
+        f"; {d.unreachable} pair(s) reported unreachable had no latency (no link, no "
+        f"estimate{stale})"
         if d.unreachable
         else ""
     )

@@ -202,11 +202,12 @@ def preview_plan(
     same_region_ms: float = 1.0,
     cross_region_ms: float = 100.0,
     baselines: bool = False,
+    max_age_s: float = DEFAULT_MAX_AGE_S,
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
     with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
     _check_namespaces(path, manifests, namespace)
-    snap, objects, classes_read = _read(path, DEFAULT_MAX_AGE_S)
+    snap, objects, classes_read = _read(path, max_age_s)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
     # and why those that could not place it could not

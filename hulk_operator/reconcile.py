@@ -275,6 +275,8 @@ async def _check_plan(
     )
     if ctx.disrupted is not None:
         _tell_disruption(ctx, entry.key, plan)
+    elif not lost:
+        await _tell_cut_links(ctx, entry.key, plan)
     pods = ctx.pods.get(entry.key, [])
     lost.update(recovery.remade_servers(pods, ctx.nodes))  # (over NotReady: it is new)
     lost.update(
@@ -355,6 +357,36 @@ def _tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
         "many are (an API server or network outage is likelier than so many failures); "
         f"once fewer are, one still NotReady {ctx.config.not_ready_grace_s:g} s later is lost",
     )
+
+
+LINK_UNREACHABLE, LINKS_RESTORED = "LinkUnreachable", "LinksRestored"
+
+
+async def _tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
+    """A Warning Event, once per set of cut pairs, on a running job that sends over a
+    server pair its probes now report unreachable (and a Normal one when they reach each
+    other again). The job is not moved: only lost servers move a job (before, nothing told
+    of a partition between two of its stages: a user trial)."""
+    cut = recovery.cut_links(plan, await asyncio.to_thread(ctx.unreachable))
+    told: dict[tuple[str, str], frozenset[tuple[str, str]]] = ctx.disruption.setdefault(
+        "cut_links", {}
+    )
+    if frozenset(cut) == told.get(key, frozenset()):
+        return
+    if cut:
+        told[key] = frozenset(cut)
+        shown = ", ".join(f"{a} and {b}" for a, b in cut[:5]) + (" ..." if len(cut) > 5 else "")
+        ctx.event(
+            "Warning",
+            LINK_UNREACHABLE,
+            f"the probes report {len(cut)} server pair(s) this job's stages send over "
+            f"unreachable: {shown} (NodeLatency). Its pods are not moved (only lost servers "
+            "move a job); if its training stalls, suspend and resume it (spec.suspend) to "
+            "plan it again around them",
+        )
+    else:
+        told.pop(key, None)
+        ctx.event("Normal", LINKS_RESTORED, "its servers' probes reach each other again")
 
 
 async def _make_pods(

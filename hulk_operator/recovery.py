@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hulk_operator.inventory import NodeInfo, Resources, fits
+from hulk_planner.cost import communicating_pairs
 from hulk_planner.model import Cluster, JobPlan
 
 
@@ -320,3 +321,11 @@ def disruption_told(said: dict[str, Any], key: tuple[str, str]) -> bool:
         return True
     told.add(key)
     return False
+
+
+def cut_links(plan: JobPlan, unreachable: frozenset[frozenset[str]]) -> list[tuple[str, str]]:
+    """The server pairs ``plan`` sends over (``cost.communicating_pairs``) that the probes
+    report unreachable, in pipeline order."""
+    if not unreachable:
+        return []
+    return [p for p in communicating_pairs(plan) if frozenset(p) in unreachable]

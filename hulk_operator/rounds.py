@@ -66,12 +66,16 @@ def plan_group(
     """Plans ``entries`` together on ``servers``; every entry gets a decision."""
     if not servers:
         return {e.key: Decision(e.key, None, None, snap.why_none_free(e), planner) for e in entries}
-    cluster = build_cluster(
-        [i.server for i in servers if i.server is not None],
-        snap.latencies,
-        same_region_ms=same_region_ms,
-        cross_region_ms=cross_region_ms,
-    )
+    try:
+        cluster = build_cluster(
+            [i.server for i in servers if i.server is not None],
+            snap.latencies,
+            same_region_ms=same_region_ms,
+            cross_region_ms=cross_region_ms,
+        )
+    except HulkError as exc:  # told on the jobs, not a round failed in the log alone
+        why = f"the cluster's latencies cannot be planned with: {classify(exc).message}"
+        return {e.key: Decision(e.key, None, None, why, planner) for e in entries}
     names = planner_names(entries)
     by_key = {e.key: e for e in entries}
     jobs = [_rename(by_key[k].job, n) for n, k in names.items()]  # type: ignore[arg-type]
@@ -109,6 +113,7 @@ def plan_group(
         jp = result.job(n)
         if jp is not None:
             jp = replace(jp, name=k[1])
+            cut, stale = cut_pairs(jp.nodes, snap.latencies)
             out[k] = Decision(
                 k,
                 jp,
@@ -116,7 +121,8 @@ def plan_group(
                 "",
                 planner,
                 estimated=estimated_pairs(jp.nodes, snap.latencies),
-                unreachable=cut_pairs(jp.nodes, snap.latencies),
+                unreachable=cut,
+                unreachable_stale=stale,
                 baselines=extra[n],
                 baselines_why=why_not[n],
             )

@@ -15,8 +15,10 @@ cost for every server it moves. New jobs are planned on the servers left.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from os import PathLike
+from pathlib import Path
 
 from hulk_planner.cost import CostModel, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
@@ -27,6 +29,7 @@ from hulk_planner.planners.baseline_a import plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import search_plan
+from hulk_planner.regions import plan_in_regions, resolve_regions, tiered
 
 REPAIR_TOLERANCE = 0.10
 SEARCH_BUDGET_S = 10.0
@@ -40,6 +43,7 @@ class Options:
     max_iterations: int | None = None
     initial: dict[str, str] | None = None
     sticky: dict[str, str] | None = None
+    weights: str | None = None  # the GNN's (hulk, gnn); None: $HULK_GNN_WEIGHTS or the shipped
 
 
 def _search(cost: CostModel, jobs: Sequence[Job], o: Options) -> Plan:
@@ -71,7 +75,7 @@ USES_GNN = frozenset({"hulk", "gnn"})  # the planners that load the GNN's weight
 
 def plan(
     cluster: Cluster,
-    jobs: Sequence[Job],
+    jobs: Iterable[Job],
     planner: str = "hulk",
     *,
     seed: int = 0,
@@ -79,22 +83,42 @@ def plan(
     max_iterations: int | None = None,
     previous: Plan | None = None,
     cost: CostModel | None = None,
+    allowed_regions: Mapping[str, Sequence[str]] | None = None,
+    weights: str | PathLike[str] | None = None,
 ) -> Plan:
-    """Place ``jobs`` on ``cluster`` with the named planner."""
-    if planner not in PLANNERS:
-        raise InvalidRequest(
-            "--planner", f"unknown planner {planner!r}", f"use one of {', '.join(PLANNERS)}"
-        )
-    names = [j.name for j in jobs]
-    for n in names:
-        if names.count(n) > 1:
-            raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
+    """Place ``jobs`` on ``cluster`` with the named planner (``PLANNERS``).
+
+    As the operator plans: jobs of a higher ``Job.priority`` are planned first, and a job
+    named in ``allowed_regions`` (job name -> region names, a HulkTrainingJob's
+    ``spec.allowedRegions``) gets servers of those regions only (``regions.plan_in_regions``).
+    ``previous``: the plan now running, whose jobs keep their healthy servers where they can.
+    ``time_budget_s`` or ``max_iterations`` bound the search (and hulk's refinement); with
+    ``max_iterations`` alone a seed gives the same plan on any machine. ``weights``: a
+    ``hulk train`` weights file for the hulk planner (default ``$HULK_GNN_WEIGHTS``, else
+    the shipped weights). Bad arguments raise ``InvalidRequest`` naming the argument; a
+    plan that places no job raises ``NoFeasiblePlan``."""
+    jobs = _check_args(cluster, jobs, planner, seed, max_iterations, previous, cost)
     if time_budget_s is not None:
         check_positive("--time-budget", time_budget_s, at_most=MAX_TIME_BUDGET_S)
+    if weights is not None and planner not in USES_GNN:
+        raise InvalidRequest("weights", f"apply to the hulk planner, not {planner}", "drop them")
+    limits = _region_limits(cluster, jobs, allowed_regions)
+    if tiered(jobs, limits):
+        return plan_in_regions(
+            cluster,
+            jobs,
+            limits,
+            planner,
+            previous=previous,
+            seed=seed,
+            time_budget_s=time_budget_s,
+            max_iterations=max_iterations,
+            weights=weights,
+        )
     cost = cost or CostModel(cluster)
     if not jobs:
         return Plan(planner)
-    options = Options(seed, time_budget_s, max_iterations)
+    options = Options(seed, time_budget_s, max_iterations, weights=_path(weights))
     if previous is None or planner not in ADAPTS_TO_PREVIOUS:
         result = PLANNERS[planner](cost, jobs, options)
     else:
@@ -109,6 +133,94 @@ def plan(
         )
     validate_plan(result, cluster, jobs)
     return result
+
+
+def _path(weights: str | PathLike[str] | None) -> str | None:
+    return None if weights is None else str(Path(weights))
+
+
+def _check_args(
+    cluster: object,
+    jobs: object,
+    planner: object,
+    seed: object,
+    max_iterations: object,
+    previous: object,
+    cost: object,
+) -> tuple[Job, ...]:
+    """``plan``'s arguments checked before any planning (before, a Job given for the list,
+    a string for a Job or a dict for ``previous`` surfaced as TypeError or AttributeError
+    deep inside, and jobs given as a generator were read once and planned as none: a
+    trial); the jobs as a tuple."""
+    if not isinstance(planner, str) or planner not in PLANNERS:
+        raise InvalidRequest(
+            "--planner", f"unknown planner {planner!r}", f"use one of {', '.join(PLANNERS)}"
+        )
+    if not isinstance(cluster, Cluster):
+        raise InvalidRequest(
+            "cluster",
+            f"must be a Cluster, got {type(cluster).__name__}",
+            "build one with Cluster(...), or read a topology file with "
+            "hulk_planner.io.load_cluster",
+        )
+    if isinstance(jobs, Job) or isinstance(jobs, str | bytes | Mapping):
+        raise InvalidRequest(
+            "jobs", f"must be a list of Job, got {type(jobs).__name__}", "give a list: [job]"
+        )
+    if not isinstance(jobs, Iterable):
+        raise InvalidRequest("jobs", f"must be a list of Job, got {type(jobs).__name__}")
+    out = tuple(jobs)
+    for i, job in enumerate(out):
+        if not isinstance(job, Job):
+            raise InvalidRequest(
+                f"jobs[{i}]",
+                f"must be a Job, got {job!r}",
+                "build it with Job(name, model, global_batch_size, micro_batch_size)",
+            )
+    names = [j.name for j in out]
+    for n in names:
+        if names.count(n) > 1:
+            raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidRequest("seed", f"must be a whole number, got {seed!r}", "e.g. seed=0")
+    if max_iterations is not None:
+        check_positive("max_iterations", max_iterations, integer=True)
+    if previous is not None and not isinstance(previous, Plan):
+        raise InvalidRequest(
+            "previous",
+            f"must be the Plan now running, got {type(previous).__name__}",
+            "read a plan file with hulk_planner.io.load_plan",
+        )
+    if cost is not None and (not isinstance(cost, CostModel) or cost.cluster != cluster):
+        raise InvalidRequest(
+            "cost",
+            "must be a CostModel of the cluster given",
+            "drop it (one is made), or give CostModel(cluster)",
+        )
+    return out
+
+
+def _region_limits(
+    cluster: Cluster, jobs: Sequence[Job], allowed: Mapping[str, Sequence[str]] | None
+) -> dict[str, tuple[str, ...]]:
+    """``allowed_regions`` checked as ``hulk plan`` checks ``spec.allowedRegions``."""
+    if not allowed:
+        return {}
+    if not isinstance(allowed, Mapping):
+        raise InvalidRequest(
+            "allowed_regions",
+            f"must map job names to region names, got {type(allowed).__name__}",
+            'e.g. {"my-job": ["tokyo"]}',
+        )
+    names = {j.name for j in jobs}
+    out = {}
+    for name, regions in allowed.items():
+        field = f"allowed_regions[{name!r}]"
+        if name not in names:
+            raise InvalidRequest(field, "names no job given", f"use one of {sorted(names)}")
+        regions = list(regions) if isinstance(regions, tuple) else regions
+        out[name] = resolve_regions(field, regions, cluster, name)
+    return out
 
 
 def _drop_infeasible(cost: CostModel, result: Plan, jobs: Sequence[Job]) -> Plan:

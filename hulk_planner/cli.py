@@ -88,6 +88,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "constraints, free servers and measured links (read only)",
     )
     parser.add_argument("-n", "--namespace", help="with --kubeconfig: only this namespace's jobs")
+    for flag, default, what in (
+        ("--latency-max-age-s", 600.0, "how old a NodeLatency measurement may be"),
+        ("--same-region-latency-ms", 1.0, "the estimate for an unmeasured pair in a region"),
+        ("--cross-region-latency-ms", 100.0, "the estimate for an unmeasured pair across regions"),
+    ):
+        parser.add_argument(
+            flag,
+            type=float,
+            default=None,
+            metavar="N",
+            help=f"with --kubeconfig: {what}, as the operator's flag of that name sets it "
+            f"(default {default:g}, the operator's default)",
+        )
     parser.add_argument(
         "--weights",
         metavar="FILE",
@@ -202,16 +215,20 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             seed=args.seed,
             time_budget_s=args.time_budget,
             baselines=args.output == "table" and not args.no_compare,
+            **_latency_settings(args),
         )
         for note in pv.notes:
             print(f"hulk plan: note: {note}", file=sys.stderr)
         return _Inputs(
             pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines, why_not=pv.baselines_why
         )
-    if args.namespace:
-        raise InvalidRequest(
-            "--namespace", "applies only with --kubeconfig", "add --kubeconfig FILE or drop it"
-        )
+    for flag in ("namespace", *LATENCY_FLAGS):
+        if getattr(args, flag) is not None:
+            raise InvalidRequest(
+                "--" + flag.replace("_", "-"),
+                "applies only with --kubeconfig",
+                "add --kubeconfig FILE or drop it",
+            )
     for doc in (d for _, docs in documents for d in docs if d is not None):
         name = (doc.get("metadata") or {}).get("name")
         for where in _cluster_only_fields(doc):
@@ -486,14 +503,7 @@ def _run(args: argparse.Namespace) -> int:
                     f"{args.planner} does not adapt to a previous plan (it plans afresh)",
                     f"use --planner {' or '.join(sorted(ADAPTS_TO_PREVIOUS - {'gnn'}))}",
                 )
-            docs = io.load_documents(args.previous)
-            if len(docs) != 1:
-                raise InvalidRequest(
-                    "--previous",
-                    f"{args.previous} holds {len(docs)} documents: it must hold one PlacementPlan",
-                    "give the file hulk plan -o json or -o yaml wrote",
-                )
-            previous = io.plan_from_dict(docs[0], args.previous)
+            previous = io.load_plan(args.previous, "--previous")
             asked = {j.name: j for j in jobs}
             nowhere = {u.name for u in too_big}
             for old in previous.jobs:
@@ -578,6 +588,31 @@ def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
         )
         return 1
     return 0
+
+
+LATENCY_FLAGS = ("latency_max_age_s", "same_region_latency_ms", "cross_region_latency_ms")
+
+
+def _latency_settings(args: argparse.Namespace) -> dict[str, float]:
+    """The preview's latency settings, as the operator's flags of the same names (before,
+    fixed at the operator's defaults: a preview of an operator run with other values
+    planned on other links; a trial). Checked as the operator checks them."""
+    from hulk_planner.model import MAX_LATENCY_MS
+
+    out: dict[str, float] = {}
+    for flag, key in zip(
+        LATENCY_FLAGS, ("max_age_s", "same_region_ms", "cross_region_ms"), strict=True
+    ):
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        name = "--" + flag.replace("_", "-")
+        if flag == "latency_max_age_s":
+            check_positive(name, value)
+        else:
+            check_positive(name, value, allow_zero=True, at_most=MAX_LATENCY_MS)
+        out[key] = value
+    return out
 
 
 def _use_weights(args: argparse.Namespace) -> None:

@@ -362,12 +362,19 @@ class CostModel:
         return self._combine(stage_t, link_t, link_bw, dp, m, memory_ok)
 
     def job_seconds(self, job: Job, jp: JobPlan) -> float:
-        """Predicted seconds per optimizer step; ``inf`` if infeasible."""
+        """Predicted seconds per optimizer step; ``inf`` if infeasible. A plan that is not
+        one of ``job`` on this cluster raises ``InvalidRequest`` (``check_job_plan``)."""
+        check_job_plan(jp, job, self.cluster)
         return self.breakdown(job, jp).total
 
     def plan_seconds(self, plan: Plan, jobs: Sequence[Job]) -> dict[str, float]:
         """Per placed job, its predicted step time."""
         by_name = {j.name: j for j in jobs}
+        for jp in plan.jobs:
+            if jp.name not in by_name:
+                raise InvalidRequest(
+                    f"jobs[{jp.name}]", "names a job that was not given", "give its Job too"
+                )
         return {jp.name: self.job_seconds(by_name[jp.name], jp) for jp in plan.jobs}
 
     def with_predictions(self, plan: Plan, jobs: Sequence[Job]) -> Plan:
@@ -377,6 +384,31 @@ class CostModel:
             plan,
             jobs=tuple(replace(jp, predicted_iteration_seconds=times[jp.name]) for jp in plan.jobs),
         )
+
+
+def communicating_pairs(jp: JobPlan) -> list[tuple[str, str]]:
+    """The server pairs a plan sends over, as the cost model charges them: each replica's
+    neighbouring stages (data stages pair replica r with replica r; a tensor stage, any
+    server with the other stage's), and the ring of each stage's servers in listed order
+    (data parallel all-reduce, or a tensor group's). In pipeline order, each pair once."""
+    out: dict[frozenset[str], tuple[str, str]] = {}
+    for k, st in enumerate(jp.stages):
+        ring = st.nodes
+        if len(ring) > 1:
+            for i, a in enumerate(ring):
+                out.setdefault(
+                    frozenset((a, ring[(i + 1) % len(ring)])), (a, ring[(i + 1) % len(ring)])
+                )
+        if k + 1 == len(jp.stages):
+            break
+        nxt = jp.stages[k + 1]
+        if st.parallelism == "data" and nxt.parallelism == "data":
+            pairs = list(zip(st.nodes, nxt.nodes, strict=False))
+        else:
+            pairs = [(a, b) for a in st.nodes for b in nxt.nodes]
+        for a, b in pairs:
+            out.setdefault(frozenset((a, b)), (a, b))
+    return [p for key, p in out.items() if len(key) == 2]
 
 
 def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None) -> None:
@@ -416,23 +448,38 @@ def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None)
 
 def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
     """Raise ``InvalidRequest`` unless the plan is well formed: ``check_stages``, known jobs
-    and servers, every job's layers covered, micro-batches consistent with the batch
-    sizes."""
+    and ``check_job_plan`` for each."""
     check_stages(plan)
     by_name = {j.name: j for j in jobs}
     for jp in plan.jobs:
         job = by_name.get(jp.name)
         if job is None:
             raise InvalidRequest(f"jobs[{jp.name}]", "names a job that was not requested")
-        for k, st in enumerate(jp.stages):
-            for n in st.nodes:
-                if n not in cluster.index:
-                    where = f"jobs[{jp.name}].stages[{k}].nodes"
-                    raise InvalidRequest(where, f"unknown server {n!r}")
-        expect = jp.stages[-1].layers[1] if jp.stages else 0
-        if expect != job.model.layers:
-            raise InvalidRequest(
-                f"jobs[{jp.name}].stages", f"cover layers up to {expect}, not {job.model.layers}"
-            )
-        if jp.micro_batches != micro_batches(job, jp.replicas):
-            raise InvalidRequest(f"jobs[{jp.name}].microBatches", "does not match the batch sizes")
+        check_job_plan(jp, job, cluster)
+
+
+def check_job_plan(jp: JobPlan, job: Job, cluster: Cluster) -> None:
+    """Raise ``InvalidRequest`` unless ``jp`` lays out ``job`` on ``cluster``: known servers,
+    its layers ``[0, layers)`` covered in order, equal replica counts of data stages, the
+    micro-batches its batch sizes give (before, the cost model scored a plan of 10 of 24
+    layers, or of 0 micro-batches, as a fast one: a trial)."""
+    for k, st in enumerate(jp.stages):
+        for n in st.nodes:
+            if n not in cluster.index:
+                where = f"jobs[{jp.name}].stages[{k}].nodes"
+                raise InvalidRequest(where, f"unknown server {n!r}", "use servers of the cluster")
+    check_stages(Plan("check", (jp,)))
+    expect = jp.stages[-1].layers[1]
+    if expect != job.model.layers:
+        raise InvalidRequest(
+            f"jobs[{jp.name}].stages",
+            f"cover layers up to {expect}, not {job.model.layers}",
+            f"the last stage ends at layer {job.model.layers}, the model's count",
+        )
+    want = micro_batches(job, jp.replicas)
+    if jp.micro_batches != want:
+        raise InvalidRequest(
+            f"jobs[{jp.name}].microBatches",
+            f"is {jp.micro_batches}; its batch sizes over {jp.replicas} replica(s) give {want}",
+            f"write {want}",
+        )

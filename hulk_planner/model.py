@@ -78,6 +78,44 @@ def check_positive(
         )
 
 
+def check_name(where: str, value: object, fix: str) -> None:
+    """Raise ``InvalidRequest`` unless ``value`` is a name: a string, not blank."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(where, f"must be a non-empty name, got {shown(value)}", fix)
+
+
+def check_optional_text(where: str, value: object) -> None:
+    """Raise ``InvalidRequest`` unless ``value`` is None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(
+            where, f"must be text, got {shown(value)}", f"write it as a string: {str(value)!r}"
+        )
+
+
+def _whole(obj: object, attr: str) -> None:
+    """A whole float (``8.0``, ``1.5e9``) as the int its field holds (once checked)."""
+    value = getattr(obj, attr)
+    if isinstance(value, float):
+        object.__setattr__(obj, attr, int(value))
+
+
+def _as_tuple(obj: object, attr: str, where: str, kind: type, fix: str) -> None:
+    """The field as a tuple of ``kind`` (a list or generator given for it is kept as a
+    tuple: a generator was consumed once and then empty, a trial); anything else, or an
+    element of another type, is an ``InvalidRequest`` naming the field."""
+    value = getattr(obj, attr)
+    if isinstance(value, str | bytes | dict) or not isinstance(value, Iterable):
+        raise InvalidRequest(where, f"must be a list of {kind.__name__}, got {shown(value)}", fix)
+    items = tuple(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise InvalidRequest(
+                f"{where}[{i}]", f"must be a {kind.__name__}, got {shown(item)}", fix
+            )
+    if not isinstance(value, tuple):
+        object.__setattr__(obj, attr, items)
+
+
 @dataclass(frozen=True, slots=True)
 class Server:
     """One GPU server: a node of the cluster graph.
@@ -98,9 +136,11 @@ class Server:
 
     def __post_init__(self) -> None:
         where = f"server {self.name!r}" if isinstance(self.name, str) and self.name else "server"
-        if not isinstance(self.name, str) or not self.name:
+        if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidRequest(
-                "name", "every server needs a non-empty name", "give it its node's name"
+                "name",
+                f"every server needs a non-empty name, got {shown(self.name)}",
+                "give it its node's name",
             )
         if not isinstance(self.region, str) or not self.region.strip():
             raise InvalidRequest(
@@ -113,10 +153,14 @@ class Server:
                 f"{where}.gpus", "is 0", "a server with no GPU trains nothing: leave it out"
             )
         check_positive(f"{where}.gpus", self.gpus, integer=True, at_most=MAX_GPUS)
+        _whole(self, "gpus")
         check_positive(f"{where}.gpuMemoryGiB", self.gpu_memory_gib, at_most=MAX_GPU_MEMORY_GIB)
         check_positive(
             f"{where}.gpuTFLOPS", self.gpu_tflops, at_most=MAX_GPU_TFLOPS, at_least=MIN_GPU_TFLOPS
         )
+        check_optional_text(f"{where}.gpuProduct", self.gpu_product)
+        check_optional_text(f"{where}.computeCapability", self.compute_capability)
+        check_optional_text(f"{where}.zone", self.zone)
 
     @property
     def memory_bytes(self) -> float:
@@ -140,6 +184,8 @@ class Link:
 
     def __post_init__(self) -> None:
         where = f"link {self.a}-{self.b}"
+        for end, value in (("a", self.a), ("b", self.b)):
+            check_name(f"{where}.{end}", value, "name a server of spec.nodes")
         if self.a == self.b:
             raise InvalidRequest(
                 where,
@@ -169,6 +215,8 @@ class RegionLink:
     bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
+        for end, value in (("a", self.a), ("b", self.b)):
+            check_name(f"regionLink {self.a}-{self.b}.{end}", value, "name a region of the servers")
         check_positive(
             f"regionLink {self.a}-{self.b}.latencyMs",
             self.latency_ms,
@@ -191,6 +239,12 @@ class Cluster:
     region_links: tuple[RegionLink, ...] = ()
 
     def __post_init__(self) -> None:
+        check_name("metadata.name", self.name, "name the cluster")
+        _as_tuple(self, "servers", "spec.nodes", Server, "give Server(...) objects")
+        _as_tuple(self, "links", "spec.links", Link, "give Link(...) objects, or () for none")
+        _as_tuple(
+            self, "region_links", "spec.regionLinks", RegionLink, "give RegionLink(...) objects"
+        )
         if not self.servers:
             raise InvalidRequest("spec.nodes", "the cluster has no servers", "list at least one")
         seen: set[str] = set()
@@ -212,6 +266,11 @@ class Cluster:
             if link.key in pairs:
                 raise InvalidRequest(f"link {link.a}-{link.b}", "is listed twice", "keep one")
             pairs.add(link.key)
+        region_pairs: set[frozenset[str]] = set()
+        for rl in self.region_links:
+            if frozenset((rl.a, rl.b)) in region_pairs:
+                raise InvalidRequest(f"regionLink {rl.a}-{rl.b}", "is listed twice", "keep one")
+            region_pairs.add(frozenset((rl.a, rl.b)))
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -259,6 +318,17 @@ class ModelSpec:
         check_positive("spec.model.sequenceLength", self.sequence_length, integer=True)
         if self.attention_heads is not None:
             check_positive("spec.model.attentionHeads", self.attention_heads, integer=True)
+        for attr in ("parameters", "layers", "hidden_size", "sequence_length", "attention_heads"):
+            _whole(self, attr)
+        if self.preset is not None:
+            from hulk_planner.presets import PRESETS
+
+            if self.preset not in PRESETS:
+                raise InvalidRequest(
+                    "spec.model.preset",
+                    f"unknown preset {shown(self.preset)}",
+                    f"use one of {', '.join(sorted(PRESETS))}, or None for a model of your own",
+                )
 
     @property
     def heads(self) -> int:
@@ -288,11 +358,28 @@ class Job:
                 f"is {len(self.name)} characters long",
                 "Kubernetes names hold at most 253: shorten it",
             )
+        if not isinstance(self.model, ModelSpec):
+            raise InvalidRequest(
+                "spec.model",
+                f"must be a ModelSpec, got {shown(self.model)}",
+                "give ModelSpec(...), or preset_model(NAME) for a preset (hulk_planner.presets)",
+            )
         for field_name, size in (
             ("globalBatchSize", self.global_batch_size),
             ("microBatchSize", self.micro_batch_size),
         ):
             check_positive(f"spec.training.{field_name}", size, integer=True, at_most=MAX_BATCH)
+        _whole(self, "global_batch_size")
+        _whole(self, "micro_batch_size")
+        priority: object = self.priority
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            if not (isinstance(priority, float) and priority.is_integer()):
+                raise InvalidRequest(
+                    "spec.priority",
+                    f"must be a whole number, got {shown(priority)}",
+                    "higher numbers are planned first; 0 is the default",
+                )
+            object.__setattr__(self, "priority", int(priority))
         if self.micro_batch_size > self.global_batch_size:
             raise InvalidRequest(
                 "spec.training.microBatchSize",
@@ -314,13 +401,40 @@ class Stage:
     parallelism: Parallelism = "data"
 
     def __post_init__(self) -> None:
-        start, end = self.layers
-        if not 0 <= start < end:
+        layers = self.layers
+        if (
+            not isinstance(layers, tuple | list)
+            or len(layers) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in layers)
+        ):
             raise InvalidRequest(
-                "stages[].layers", f"{list(self.layers)} is not a range [start, end)"
+                "stages[].layers",
+                f"must be a pair of whole numbers [start, end), got {shown(layers)}",
+            )
+        start, end = layers
+        if not 0 <= start < end:
+            raise InvalidRequest("stages[].layers", f"{list(layers)} is not a range [start, end)")
+        if not isinstance(layers, tuple):
+            object.__setattr__(self, "layers", (start, end))
+        if isinstance(self.nodes, str) or not isinstance(self.nodes, tuple | list):
+            raise InvalidRequest(
+                "stages[].nodes",
+                f"must be a list of server names, got {shown(self.nodes)}",
+                "give a tuple of names, e.g. ('a',)",
             )
         if not self.nodes:
             raise InvalidRequest("stages[].nodes", "a stage needs at least one node")
+        for n in self.nodes:
+            if not isinstance(n, str) or not n:
+                raise InvalidRequest("stages[].nodes", f"must hold server names, got {shown(n)}")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise InvalidRequest(
+                "stages[].nodes",
+                f"names a server twice: {list(self.nodes)}",
+                "a server holds one replica of a stage: list it once",
+            )
+        if not isinstance(self.nodes, tuple):
+            object.__setattr__(self, "nodes", tuple(self.nodes))
         if self.parallelism not in ("data", "tensor"):
             raise InvalidRequest(
                 "stages[].parallelism", f"{self.parallelism!r} is unknown", "use 'data' or 'tensor'"
@@ -340,6 +454,22 @@ class JobPlan:
     micro_batches: int
     predicted_iteration_seconds: float = math.nan
 
+    def __post_init__(self) -> None:
+        where = f"jobs[{self.name}]" if isinstance(self.name, str) else "jobs[]"
+        if not isinstance(self.name, str):  # ("" is the operator's: a plan read from status)
+            raise InvalidRequest(f"{where}.name", f"must be text, got {shown(self.name)}")
+        _as_tuple(self, "stages", f"{where}.stages", Stage, "give Stage(...) objects")
+        if not self.stages:
+            raise InvalidRequest(f"{where}.stages", "is empty", "a placed job has a stage or more")
+        check_positive(f"{where}.microBatches", self.micro_batches, integer=True)
+        _whole(self, "micro_batches")
+        t = self.predicted_iteration_seconds
+        if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
+            raise InvalidRequest(
+                f"{where}.predictedIterationSeconds",
+                f"must be a number zero or more (or NaN: not predicted), got {shown(t)}",
+            )
+
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(n for st in self.stages for n in st.nodes)
@@ -357,6 +487,13 @@ class Unplaced:
     name: str
     reason: str
 
+    def __post_init__(self) -> None:
+        check_name("unplaced[].name", self.name, "give the job's name")
+        if not isinstance(self.reason, str):
+            raise InvalidRequest(
+                f"unplaced[{self.name}].reason", f"must be text, got {shown(self.reason)}"
+            )
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -366,6 +503,12 @@ class Plan:
     jobs: tuple[JobPlan, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
     notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        check_name("planner", self.planner, "name the planner that made it")
+        _as_tuple(self, "jobs", "jobs", JobPlan, "give JobPlan(...) objects")
+        _as_tuple(self, "unplaced", "unplaced", Unplaced, "give Unplaced(...) objects")
+        _as_tuple(self, "notes", "notes", str, "give notes as strings")
 
     def job(self, name: str) -> JobPlan | None:
         return next((j for j in self.jobs if j.name == name), None)

@@ -35,53 +35,61 @@ def region_limits(
     valid jobs). An entry that is not a region of the cluster is an error naming the
     file, the document and the regions there are; one that names a region only by its
     slug adds a line to ``notes``."""
-    by_slug: dict[str, list[str]] = {}
-    for r in cluster.regions:
-        by_slug.setdefault(slug(r), []).append(r)  # an exact name is looked up first (below)
     out: dict[str, tuple[str, ...]] = {}
     for path, docs in files:
         for i, doc in enumerate(docs):
             if doc is None:  # (skipped: another API's object)
                 continue
-            spec = doc.get("spec") or {}
-            allowed = spec.get("allowedRegions")
+            allowed = (doc.get("spec") or {}).get("allowedRegions")
             if allowed is None:
                 continue
+            name = str(doc["metadata"]["name"])
             field = f"{doc_source(path, i)}: spec.allowedRegions"
-            if not isinstance(allowed, list):
-                raise InvalidRequest(field, f"must be a list of region names, got {allowed!r}")
-            if not allowed:
-                raise InvalidRequest(field, "is empty", "list one region or more, or drop it")
-            regions: list[str] = []
-            for k, name in enumerate(allowed):
-                if not isinstance(name, str) or not name:
-                    raise InvalidRequest(f"{field}[{k}]", f"must be a region name, got {name!r}")
-                alike = by_slug.get(slug(name), [])
-                if name not in cluster.regions and len(alike) > 1:  # (the first was taken)
-                    raise InvalidRequest(
-                        f"{field}[{k}]",
-                        f"{name!r} names regions {' and '.join(map(repr, alike))} alike",
-                        "name one exactly as the topology file writes it",
-                    )
-                region = name if name in cluster.regions else next(iter(alike), None)
-                if region is None:
-                    close = difflib.get_close_matches(slug(name), list(by_slug), n=1, cutoff=0.75)
-                    raise InvalidRequest(
-                        f"{field}[{k}]",
-                        f"{name!r} is not a region of cluster {cluster.name}"
-                        + (f" (did you mean {by_slug[close[0]][0]}?)" if close else ""),
-                        f"use one of {', '.join(cluster.regions)}",
-                    )
-                if region != name and notes is not None:
-                    notes.append(
-                        f"job {doc['metadata']['name']}: spec.allowedRegions[{k}] {name!r} is "
-                        f"taken as region {region!r} (regions are matched without regard to "
-                        "case, spaces or punctuation; the operator matches the node label "
-                        "topology.kubernetes.io/region the same way)"
-                    )
-                regions.append(region)
-            out[str(doc["metadata"]["name"])] = tuple(dict.fromkeys(regions))
+            out[name] = resolve_regions(field, allowed, cluster, name, notes)
     return out
+
+
+def resolve_regions(
+    field: str, allowed: object, cluster: Cluster, job: str, notes: list[str] | None = None
+) -> tuple[str, ...]:
+    """The cluster's regions that ``allowed`` (a job's list of region names) names; an
+    error names ``field`` and the regions there are."""
+    by_slug: dict[str, list[str]] = {}
+    for r in cluster.regions:
+        by_slug.setdefault(slug(r), []).append(r)  # an exact name is looked up first (below)
+    if not isinstance(allowed, list):
+        raise InvalidRequest(field, f"must be a list of region names, got {allowed!r}")
+    if not allowed:
+        raise InvalidRequest(field, "is empty", "list one region or more, or drop it")
+    regions: list[str] = []
+    for k, name in enumerate(allowed):
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(f"{field}[{k}]", f"must be a region name, got {name!r}")
+        alike = by_slug.get(slug(name), [])
+        if name not in cluster.regions and len(alike) > 1:  # (the first was taken)
+            raise InvalidRequest(
+                f"{field}[{k}]",
+                f"{name!r} names regions {' and '.join(map(repr, alike))} alike",
+                "name one exactly as the topology file writes it",
+            )
+        region = name if name in cluster.regions else next(iter(alike), None)
+        if region is None:
+            close = difflib.get_close_matches(slug(name), list(by_slug), n=1, cutoff=0.75)
+            raise InvalidRequest(
+                f"{field}[{k}]",
+                f"{name!r} is not a region of cluster {cluster.name}"
+                + (f" (did you mean {by_slug[close[0]][0]}?)" if close else ""),
+                f"use one of {', '.join(cluster.regions)}",
+            )
+        if region != name and notes is not None:
+            notes.append(
+                f"job {job}: spec.allowedRegions[{k}] {name!r} is taken as region "
+                f"{region!r} (regions are matched without regard to case, spaces or "
+                "punctuation; the operator matches the node label "
+                "topology.kubernetes.io/region the same way)"
+            )
+        regions.append(region)
+    return tuple(dict.fromkeys(regions))
 
 
 def _groups(

@@ -44,11 +44,16 @@ class StartupError(RuntimeError):
 def make_api_client(kubeconfig: str | None) -> Any:
     from kubernetes.config import ConfigException
 
+    where = kubeconfig or "the default kubeconfig"
     try:
         return load_api_client(kubeconfig)
     except (ConfigException, OSError) as exc:
-        where = kubeconfig or "the default kubeconfig"
         raise StartupError(f"cannot load Kubernetes config from {where}: {exc}") from None
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:  # YAML, not a kubeconfig
+        raise StartupError(  # (before: a 43-line traceback, a trial)
+            f"cannot load Kubernetes config from {where}: it is not a kubeconfig (a YAML "
+            f"mapping with clusters, users and contexts; {type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _specific_host(host: str) -> str | None:

@@ -9,9 +9,12 @@ Rules:
 
 - Each object is its node's view: ``status.peers[*]`` holds the one-way latency (half the
   median round trip of a 64-byte message) from that node to a peer.
-- An entry counts only if it says ``reachable: true``, has a finite ``latencyMs >= 0``, and
-  its ``lastUpdated`` (the time of its last successful probe) is at most ``max_age_s`` old.
-  Anything else is stale or missing and is ignored, never guessed.
+- An entry counts only if it says ``reachable: true``, has a finite ``latencyMs`` from 0 to
+  ``MAX_LATENCY_MS``, and its ``lastUpdated`` (the time of its last successful probe) is at
+  most ``max_age_s`` old and at most ``FUTURE_SKEW_S`` ahead of now. Anything else is
+  stale, out of range or missing and is ignored, never guessed. (A value past the
+  planner's bound, e.g. 89 ms written in ns, had stopped every planning round; a time in
+  the future never went stale: a user trial.)
 - A link {a, b} takes the **mean of the two directions** when both are fresh, or the one
   fresh direction when only one is.
 - A fresh *unreachable* report vetoes the link, whatever the other direction says: a pair
@@ -28,6 +31,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 Link = frozenset[str]
+MAX_LATENCY_MS = 1e7  # the planner's bound (hulk_planner.model.MAX_LATENCY_MS): about 3 h
+FUTURE_SKEW_S = 120.0  # a report this far ahead of now is from a clock that is wrong
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -40,16 +45,21 @@ def _parse_time(text: Any) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _fresh(text: Any, now: datetime, max_age_s: float) -> bool:
+def fresh(text: Any, now: datetime, max_age_s: float) -> bool:
+    """Whether the time ``text`` is at most ``max_age_s`` old and not in the future (past
+    ``FUTURE_SKEW_S``: a node whose clock runs ahead kept its figures fresh for as long)."""
     moment = _parse_time(text)
-    return moment is not None and (now - moment).total_seconds() <= max_age_s
+    if moment is None:
+        return False
+    age = (now - moment).total_seconds()
+    return -FUTURE_SKEW_S <= age <= max_age_s
 
 
 def _latency(entry: Mapping[str, Any]) -> float | None:
     value = entry.get("latencyMs")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
+    return float(value) if math.isfinite(value) and 0 <= value <= MAX_LATENCY_MS else None
 
 
 def links_from_node_latencies(
@@ -65,7 +75,7 @@ def links_from_node_latencies(
         status = obj.get("status") or {}
         if not source:
             continue
-        report_fresh = _fresh(status.get("lastPublished"), now, max_age_s)
+        report_fresh = fresh(status.get("lastPublished"), now, max_age_s)
         for entry in status.get("peers") or []:
             target = entry.get("node")
             if not isinstance(target, str) or not target or target == source:
@@ -78,7 +88,7 @@ def links_from_node_latencies(
             if (
                 entry.get("reachable") is True
                 and latency is not None
-                and _fresh(entry.get("lastUpdated"), now, max_age_s)
+                and fresh(entry.get("lastUpdated"), now, max_age_s)
             ):
                 directed[(source, target)] = latency
     links: dict[Link, float] = {}

@@ -118,14 +118,27 @@ class Timings:
     decode_s: float = 0.0
 
 
+def _stamp(path: str) -> tuple[int, int]:
+    """The file's version for the caches below: weights written again at the same path (a
+    notebook's train, plan, retrain, plan) are read again (before, the first stayed: a
+    trial)."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
+
+
+@lru_cache(maxsize=8)
+def _checked(path: str, stamp: tuple[int, int], field: str) -> None:
+    check_weights(path, field)
+
+
 @lru_cache(maxsize=4)
-def _numpy_model(path: str) -> NumpyHulkGNN:
+def _numpy_model(path: str, stamp: tuple[int, int]) -> NumpyHulkGNN:
     w = load_weights(path)
     return NumpyHulkGNN(w["state_dict"], w["config"])
 
 
 @lru_cache(maxsize=4)
-def _torch_model(path: str, device: str) -> Any:
+def _torch_model(path: str, stamp: tuple[int, int], device: str) -> Any:
     import torch
 
     from hulk_planner.gnn.model import HulkGNN
@@ -151,7 +164,7 @@ def scores(
     jx = job_features(jobs, cost.cluster)
     t1 = time.perf_counter()
     if device == "numpy":
-        out = _numpy_model(path).scores(arrays, jx)
+        out = _numpy_model(path, _stamp(path)).scores(arrays, jx)
     else:
         import warnings
 
@@ -166,7 +179,7 @@ def scores(
 
         data = to_data(arrays, jx).to(device)
         with torch.no_grad():
-            logits = _torch_model(path, device)(
+            logits = _torch_model(path, _stamp(path), device)(
                 data.x, data.edge_index, data.edge_attr, data.edge_weight, data.job_x
             )
         out = logits.cpu().numpy()
@@ -195,11 +208,11 @@ def plan_gnn(
     if not jobs:
         return Plan(name)
     path = Path(weights) if weights else default_weights()
-    if not path.exists():
-        raise FileNotFoundError(
-            f"GNN weights not found at {path}; train them with `hulk train` or plan with "
-            "--planner search"
-        )
+    if weights or os.environ.get(WEIGHTS_ENV):  # (the shipped ones are the package's own)
+        field = "weights" if weights else WEIGHTS_ENV
+        if not path.is_file():  # (checked each time: the file may go)
+            check_weights(path, field)
+        _checked(str(path), _stamp(str(path)), field)  # once per file version
     logits = scores(cost, jobs, path, device, timings)
     t = time.perf_counter()
     if time_budget_s is not None:
@@ -233,4 +246,5 @@ def planner(cost: CostModel, jobs: Sequence[Job], options: Any) -> Plan:
         time_budget_s=options.time_budget_s,
         max_iterations=options.max_iterations,
         sticky=options.sticky,
+        weights=options.weights,
     )

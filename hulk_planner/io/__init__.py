@@ -27,7 +27,9 @@ from hulk_planner.io.jobs import (
     unknown_job_fields,
 )
 from hulk_planner.io.plans import (
+    PLAN_FORMATS,
     dump_plan,
+    load_plan,
     plan_from_dict,
     plan_to_dict,
     seconds,
@@ -43,6 +45,7 @@ from hulk_planner.io.topology import (
 __all__ = [
     "API_VERSION",
     "JOB_FIELDS",
+    "PLAN_FORMATS",
     "TOPOLOGY_FIELDS",
     "cluster_from_dict",
     "cluster_to_dict",
@@ -55,6 +58,7 @@ __all__ = [
     "load_cluster",
     "load_documents",
     "load_jobs",
+    "load_plan",
     "other_api",
     "plan_from_dict",
     "plan_to_dict",

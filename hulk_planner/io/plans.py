@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -15,6 +16,7 @@ from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
     list_field,
+    load_documents,
     number_field,
     required,
 )
@@ -138,7 +140,30 @@ class _PlanDumper(yaml.SafeDumper):
 _PlanDumper.add_representer(list, _PlanDumper.represent_list)
 
 
+def load_plan(path: str | Path, field: str = "previous") -> Plan:
+    """The one ``PlacementPlan`` a file holds (``hulk plan -o json`` or ``-o yaml`` wrote it);
+    errors name ``field``, the file and the field inside it."""
+    docs = load_documents(path)
+    if len(docs) != 1:
+        raise InvalidRequest(
+            field,
+            f"{path} holds {len(docs)} documents: it must hold one PlacementPlan",
+            "give the file hulk plan -o json or -o yaml wrote",
+        )
+    return plan_from_dict(docs[0], str(path))
+
+
+PLAN_FORMATS = ("json", "yaml")
+
+
 def dump_plan(plan: Plan, fmt: str = "json") -> str:
+    """The plan as a ``PlacementPlan`` document; ``fmt`` is ``json`` or ``yaml``.
+    (``predictedIterationSeconds`` keeps five significant digits, ``seconds``: a plan read
+    back equals the one written but for those digits.)"""
+    if fmt not in PLAN_FORMATS:
+        raise InvalidRequest(
+            "fmt", f"unknown format {fmt!r}", f"use one of {', '.join(PLAN_FORMATS)}"
+        )
     data = plan_to_dict(plan)
     if fmt == "yaml":
         return yaml.dump(data, Dumper=_PlanDumper, sort_keys=False, width=100, allow_unicode=True)

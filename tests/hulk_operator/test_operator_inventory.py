@@ -195,8 +195,9 @@ def test_the_cluster_does_not_depend_on_the_order_nodes_were_seen_in() -> None:
 def test_stale_measurements_fall_back() -> None:
     old = "2025-12-31T23:50:00Z"  # 10 minutes before NOW
     lat = inventory.read_latencies([latency_object("a", old, b=10.0, c=None)], 60, NOW)
-    assert lat == inventory.Latencies()
-    assert inventory.estimated_pairs(["a", "b", "c"], lat) == 3
+    ac = frozenset("ac")  # (its partition is kept: the next test)
+    assert lat == inventory.Latencies({}, frozenset({ac}), frozenset({ac}))
+    assert inventory.estimated_pairs(["a", "b", "c"], lat) == 2
 
 
 def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -> None:
@@ -219,7 +220,7 @@ def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -
     assert not net.direct[net.index["a"], net.index["b"]]  # no latency of its own
     assert net.latency("a", "c") == 2.0 and net.latency("c", "d") == 1.0
     assert inventory.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c
-    assert inventory.cut_pairs(["a", "b", "c"], lat) == 1
+    assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 0)
     # Nothing is relayed: without a link the pair is unusable, with or without other servers.
     alone = inventory.build_cluster(servers("ab"), lat, same_region_ms=1, cross_region_ms=80)
     assert not Network(alone).reachable("a", "b")
@@ -520,3 +521,31 @@ def test_every_jobs_snapshot_shares_one_listing_of_the_latencies(
         assert calls == ["nodelatencies"] * 2
 
     asyncio.run(main())
+
+
+def test_a_partition_in_an_old_report_stays_until_a_probe_measures_the_pair() -> None:
+    """Before, an unreachable report past max_age aged into the fallback estimate."""
+    old = "2025-12-31T22:00:00Z"  # two hours before NOW
+    objs = [latency_object("a", old, b=None, c=None), latency_object("c", STAMP, a=2.0)]
+    lat = inventory.read_latencies(objs, 60, NOW)
+    ab, ac = frozenset("ab"), frozenset("ac")
+    assert lat.measured == {ac: 2.0}  # c's fresh measurement outranks a's old report
+    assert lat.unreachable == {ab} and lat.stale_unreachable == {ab}
+    cluster = inventory.build_cluster(servers("abc"), lat, same_region_ms=1, cross_region_ms=80)
+    assert ab not in {lk.key for lk in cluster.links}
+    assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 1)
+    assert inventory.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c only
+    # a fresh unreachable report is not stale
+    fresh = inventory.read_latencies([latency_object("a", STAMP, b=None)], 60, NOW)
+    assert fresh.unreachable == {ab} and fresh.stale_unreachable == frozenset()
+
+
+def test_a_report_from_the_future_is_not_fresh() -> None:
+    """A node whose clock ran ahead kept its figures fresh for as long (a trial)."""
+    ahead = "2026-01-01T01:00:00Z"  # an hour after NOW
+    lat = inventory.read_latencies([latency_object("a", ahead, b=3.0, c=None)], 60, NOW)
+    assert lat.measured == {} and lat.unreachable == {frozenset("ac")}
+    assert lat.stale_unreachable == {frozenset("ac")}
+    near = "2026-01-01T00:01:00Z"  # a minute ahead: clock skew, still fresh
+    lat = inventory.read_latencies([latency_object("a", near, b=3.0)], 60, NOW)
+    assert lat.measured == {frozenset("ab"): 3.0}

@@ -74,7 +74,7 @@ def test_the_preview_cluster_uses_measured_latencies(sandbox: Any, latencies: Pu
 
 
 def preview_manifest(
-    sandbox: Any, kube: Kube, path: Path, body: dict[str, Any]
+    sandbox: Any, kube: Kube, path: Path, body: dict[str, Any], *flags: str
 ) -> subprocess.CompletedProcess[str]:
     """``hulk plan --kubeconfig --jobs path -o json`` of ``body`` in the test's namespace,
     which must succeed."""
@@ -83,7 +83,7 @@ def preview_manifest(
     path.write_text(yaml.safe_dump(body))
     out = subprocess.run(
         [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
-         "--jobs", str(path), "-o", "json"],
+         "--jobs", str(path), "-o", "json", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -593,3 +593,66 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     # (a fresh plan, on the fallback latencies: the sandbox runs no probe)
     assert [r for r in rest if "no fresh latency measurement" not in r] == [], rest
     assert not kube.events("Replanned") and plan_nodes(kube.job("steady")) == running
+
+
+def test_a_running_job_is_told_when_its_stages_cannot_reach_each_other(
+    kube: Kube, operator: Any, latencies: Publish
+) -> None:
+    """A pair a placed job sends over, reported unreachable: a Warning LinkUnreachable
+    naming it, and LinksRestored once measured again; the pods stay (before, nothing told
+    of such a partition: a user trial)."""
+    from hulk_operator import status as st
+    from hulk_planner.cost import communicating_pairs
+
+    near = {a: {b: 0.5 for b in TOKYO if b != a} for a in TOKYO}
+    latencies(near)
+    kube.apply(manifest("linked", allowedRegions=["tokyo"]))
+    wait("placed", lambda: len(plan_nodes(kube.job("linked"))) >= 2, 60)
+    jp = st.job_plan_from_status("linked", kube.job("linked")["status"])
+    assert jp is not None
+    a, b = communicating_pairs(jp)[0]
+    cut = copy.deepcopy(near)
+    cut[a][b] = cut[b][a] = None
+    latencies(cut)
+    (told,) = wait("told", lambda: kube.events("LinkUnreachable") or None, 40)
+    assert told.type == "Warning" and f"{a} and {b}" in told.message, told.message
+    assert "suspend and resume" in told.message
+    assert plan_nodes(kube.job("linked")) == list(jp.nodes)  # not moved
+    latencies(near)
+    wait("restored", lambda: kube.events("LinksRestored"), 40)
+    assert len(kube.events("LinkUnreachable")) == 1  # told once
+
+
+def test_a_partition_in_an_old_report_is_kept_until_measured_again(
+    kube: Kube, operator: Any, latencies: Publish
+) -> None:
+    """A pair last reported unreachable in a report past latency_max_age_s stays apart
+    (before, it aged into the 1 ms estimate and a job was planned across it: a trial)."""
+    far = "tokyo-25"
+    rows: dict[str, dict[str, float | None]] = {
+        a: {b: None if far in (a, b) else 0.5 for b in TOKYO if b != a} for a in TOKYO
+    }
+    latencies(rows, datetime.now(UTC) - timedelta(hours=2))
+    kube.apply(manifest("apart", allowedRegions=["tokyo"]))
+    wait("placed", lambda: plan_nodes(kube.job("apart")), 60)
+    nodes = plan_nodes(kube.job("apart"))
+    assert far not in nodes and len(nodes) >= 2, nodes  # (with the estimate: all five)
+
+
+def test_the_preview_takes_the_operators_latency_settings(
+    sandbox: Any, kube: Kube, latencies: Publish, tmp_path: Path
+) -> None:
+    """Before, the preview used the operator's defaults whatever the operator ran with."""
+    latencies(
+        {a: {b: 0.5 for b in TOKYO if b != a} for a in TOKYO},
+        datetime.now(UTC) - timedelta(seconds=120),
+    )
+    near = manifest("near", allowedRegions=["tokyo"])
+
+    def notes(*flags: str) -> list[str]:
+        out = preview_manifest(sandbox, kube, tmp_path / "near.yaml", near, *flags)
+        return [line for line in out.stderr.splitlines() if "latency measurement" in line]
+
+    assert notes() == []  # two minutes old: fresh for the default 600 s
+    (note,) = notes("--latency-max-age-s", "60", "--same-region-latency-ms", "2")
+    assert note.endswith("used 2 ms within a region and 100 ms across regions"), note

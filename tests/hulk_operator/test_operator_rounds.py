@@ -18,7 +18,7 @@ from hulk_operator.reconcile import same_cause
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
-from hulk_planner.datasets import paper_jobs
+from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
 
 
@@ -425,3 +425,28 @@ def test_jobs_planned_together_take_no_more_services_than_the_quota_leaves() -> 
     view = replace(view, services=frozenset({bert.key}))
     d = plan_pending(replace(view, service_quotas=one_left), plan)[gpt.key]
     assert d.job_plan is not None, d.reason
+
+
+def test_latencies_the_planner_refuses_are_told_on_the_jobs_not_raised() -> None:
+    """Before, such a round raised, and kopf logged the timer as failed for every pending
+    job while their status stayed empty (a trial)."""
+    bert = entry(paper_jobs()[3])
+    d = plan_pending(snap([bert]), plan, cross_region_ms=2e7)[bert.key]
+    assert d.job_plan is None
+    assert d.reason.startswith("the cluster's latencies cannot be planned with"), d.reason
+    assert "must be at most" in d.reason
+
+
+def test_the_condition_says_which_cut_pairs_only_old_reports_give() -> None:
+    from hulk_operator.config import OperatorConfig
+    from hulk_operator.decision import Decision
+    from hulk_operator.plan_fields import estimated
+
+    jp = plan(paper_cluster(), paper_jobs()[3:4], max_iterations=20).jobs[0]
+    d = Decision(("ml", "b"), jp, None, "", "hulk", estimated=2, unreachable=3, unreachable_stale=1)
+    (c,) = estimated([], d, OperatorConfig(), 1)
+    assert c["reason"] == "FallbackLatency"
+    assert c["message"].endswith(
+        "3 pair(s) reported unreachable had no latency (no link, no estimate, 1 of them in "
+        "reports older than 600 s (kept apart until a probe measures them))"
+    ), c["message"]

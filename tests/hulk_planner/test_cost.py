@@ -331,3 +331,47 @@ def test_plain_python_path_gives_the_vectorised_paths_numbers(
     layers = [rng.randint(1, 40) for _ in range(p)]
     vectorised = model._data_breakdown(job, np.array(rows), np.array(layers, dtype=float), m)
     assert model.data_seconds_rows(job, rows, layers, m) == vectorised.total
+
+
+@pytest.mark.parametrize(
+    ("stages", "micro", "field", "said"),
+    [
+        ([((0, 2), ("a",))], None, "jobs[tiny].stages", "cover layers up to 2, not 4"),
+        ([((0, 2), ("a",)), ((3, 4), ("b",))], None, "jobs[tiny].stages[1].layers", "starts at 3"),
+        ([((0, 9), ("a",))], None, "jobs[tiny].stages", "up to 9, not 4"),
+        ([((0, 4), ("zz",))], None, "jobs[tiny].stages[0].nodes", "unknown server 'zz'"),
+        ([((0, 4), ("a",))], 3, "jobs[tiny].microBatches", "give 8"),
+    ],
+)
+def test_scoring_a_plan_that_is_not_the_jobs_raises(
+    stages: list, micro: int | None, field: str, said: str
+) -> None:
+    """Before, the cost model scored 2 of 4 layers as a fast plan, and an unknown server
+    was a KeyError."""
+    job = tiny_job()
+    built = tuple(Stage(layers, nodes) for layers, nodes in stages)
+    jp = JobPlan(job.name, built, micro if micro is not None else micro_batches(job, 1))
+    with pytest.raises(InvalidRequest) as exc:
+        CostModel(two_servers()).job_seconds(job, jp)
+    assert exc.value.field == field
+    assert said.replace("starts at 3", "starts at layer 3") in str(exc.value)
+
+
+def test_plan_seconds_names_a_job_not_given() -> None:
+    job = tiny_job()
+    jp = data_plan(job, [["a"]], [job.model.layers])
+    with pytest.raises(InvalidRequest) as exc:
+        CostModel(two_servers()).plan_seconds(Plan("p", (jp,)), [])
+    assert exc.value.field == "jobs[tiny]" and "give its Job" in str(exc.value)
+
+
+def test_communicating_pairs_are_the_pipeline_neighbours_and_the_rings() -> None:
+    jp = JobPlan("j", (Stage((0, 2), ("a", "b", "e")), Stage((2, 4), ("c", "d", "f"))), 1)
+    assert cm.communicating_pairs(jp) == [
+        ("a", "b"), ("b", "e"), ("e", "a"),  # stage 0's ring
+        ("a", "c"), ("b", "d"), ("e", "f"),  # replica r to replica r
+        ("c", "d"), ("d", "f"), ("f", "c"),  # stage 1's ring
+    ]  # fmt: skip
+    tensor = JobPlan("j", (Stage((0, 2), ("a", "b"), "tensor"), Stage((2, 4), ("c",))), 1)
+    assert set(cm.communicating_pairs(tensor)) == {("a", "b"), ("a", "c"), ("b", "c")}
+    assert cm.communicating_pairs(JobPlan("j", (Stage((0, 4), ("a",)),), 1)) == []

@@ -240,3 +240,57 @@ def test_helpers_build_what_the_docstring_says() -> None:
     job = tiny_job()
     assert job.model.parameters / job.model.layers == 250_000
     assert GIB == 2**30
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: Server(" ", "r", 1, 1, 1), "name"),
+        (lambda: Server("a", "r", 1, 1, 1, zone=5), "server 'a'.zone"),  # type: ignore[arg-type]
+        (lambda: Server("a", "r", 1, 1, 1, gpu_product=5), "server 'a'.gpuProduct"),  # type: ignore[arg-type]
+        (lambda: Link(None, "b", 1), "link None-b.a"),  # type: ignore[arg-type]
+        (lambda: RegionLink(None, "x", 1), "regionLink None-x.a"),  # type: ignore[arg-type]
+        (lambda: Cluster(None, (server("a"),)), "metadata.name"),  # type: ignore[arg-type]
+        (lambda: Cluster("c", ({"name": "x"},)), "spec.nodes[0]"),  # type: ignore[arg-type]
+        (lambda: Cluster("c", (server("a"),), None), "spec.links"),  # type: ignore[arg-type]
+        (
+            lambda: Cluster(
+                "c", (server("a"),), (), (RegionLink("r1", "r2", 1), RegionLink("r2", "r1", 2))
+            ),
+            "regionLink r2-r1",
+        ),
+        (lambda: ModelSpec(1, 1, 1, 1, preset="nope"), "spec.model.preset"),
+        (lambda: Job("j", "bert-large", 8, 1), "spec.model"),  # type: ignore[arg-type]
+        (lambda: Job("j", tiny_job().model, 8, 1, priority="high"), "spec.priority"),  # type: ignore[arg-type]
+        (lambda: Job("j", tiny_job().model, 8, 1, priority=math.nan), "spec.priority"),  # type: ignore[arg-type]
+        (lambda: Stage(5, ("a",)), "stages[].layers"),  # type: ignore[arg-type]
+        (lambda: Stage(("0", "5"), ("a",)), "stages[].layers"),  # type: ignore[arg-type]
+        (lambda: Stage((0, 5), "abc"), "stages[].nodes"),  # type: ignore[arg-type]
+        (lambda: Stage((0, 5), ("a", "a")), "stages[].nodes"),
+        (lambda: JobPlan("j", (), 1), "jobs[j].stages"),
+        (lambda: JobPlan("j", (Stage((0, 1), ("a",)),), -1), "jobs[j].microBatches"),
+        (
+            lambda: JobPlan("j", (Stage((0, 1), ("a",)),), 1, -1.0),
+            "jobs[j].predictedIterationSeconds",
+        ),
+        (lambda: Plan("p", None), "jobs"),  # type: ignore[arg-type]
+        (lambda: Unplaced("j", None), "unplaced[j].reason"),  # type: ignore[arg-type]
+    ],
+)
+def test_every_class_refuses_what_the_file_readers_refuse(build: Any, field: str) -> None:
+    """Before, these were accepted or failed as TypeError/AttributeError (a trial)."""
+    with pytest.raises(InvalidRequest) as exc:
+        build()
+    assert exc.value.field == field
+
+
+def test_whole_floats_and_iterables_are_kept_as_the_types_they_name() -> None:
+    s = Server("a", "r", 8.0, 80, 312)  # type: ignore[arg-type]
+    assert type(s.gpus) is int and s.gpus == 8
+    m = ModelSpec(1.5e9, 24, 1024, 512)  # type: ignore[arg-type]
+    assert type(m.parameters) is int
+    c = Cluster("c", (x for x in (server("a"), server("b"))))  # type: ignore[arg-type]
+    assert isinstance(c.servers, tuple) and len(c.servers) == 2 and len(c.servers) == 2
+    st = Stage([0, 2], ["a"])  # type: ignore[arg-type]
+    assert st.layers == (0, 2) and st.nodes == ("a",)
+    assert Job("j", m, 8, 1, priority=3.0).priority == 3  # type: ignore[arg-type]

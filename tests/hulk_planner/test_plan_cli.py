@@ -376,6 +376,10 @@ def test_flags_that_do_not_apply_together_are_refused(files: tuple[Path, Path]) 
     assert_one_line_error(out, "--namespace: applies only with --kubeconfig")
     out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-n", "ml")  # as kubectl's -n
     assert_one_line_error(out, "--namespace: applies only with --kubeconfig")
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs, "--latency-max-age-s", "60")
+    assert_one_line_error(out, "--latency-max-age-s: applies only with --kubeconfig")
+    out = hulk("plan", "--kubeconfig", cluster, "--cross-region-latency-ms", "2e7")
+    assert_one_line_error(out, "--cross-region-latency-ms: must be at most 1e+07")
     out = hulk("plan", "--cluster", cluster, "--kubeconfig", cluster)
     assert_one_line_error(out, "--cluster: does not apply with --kubeconfig")
 

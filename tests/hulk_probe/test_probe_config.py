@@ -117,7 +117,11 @@ def test_command_line_error_has_no_traceback() -> None:
     ]
 
 
-def test_unusable_kubeconfig_is_a_one_line_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("content", [None, "root:x:0:0:root:/root:/bin/bash\n"])
+def test_unusable_kubeconfig_is_a_one_line_error(tmp_path: Path, content: str | None) -> None:
+    """A missing file, and one that is YAML but no kubeconfig (before: a traceback)."""
+    if content is not None:
+        (tmp_path / "missing").write_text(content)
     proc = subprocess.run(
         [
             sys.executable,

@@ -105,3 +105,18 @@ def test_planner_links_are_sorted_dicts() -> None:
         {"a": "a", "b": "c", "latencyMs": 1.0},
         {"a": "b", "b": "c", "latencyMs": 3.0},
     ]
+
+
+def test_a_latency_past_the_planners_bound_is_ignored() -> None:
+    """89 ms written in ns (89,000,000) had failed every planning round (a trial)."""
+    objs = [obj("a", entry("b", 89_000_000.0)), obj("b", entry("a", 3.0))]
+    assert links_from_node_latencies(objs, NOW, 60) == {frozenset("ab"): 3.0}
+    objs = [obj("a", entry("b", 1e308)), obj("b", entry("a", 1e308))]
+    assert links_from_node_latencies(objs, NOW, 60) == {}
+
+
+def test_an_entry_from_the_future_past_the_skew_is_stale() -> None:
+    objs = [obj("a", entry("b", 3.0, age=-3600.0))]
+    assert links_from_node_latencies(objs, NOW, 60) == {}
+    objs = [obj("a", entry("b", 3.0, age=-60.0))]  # within FUTURE_SKEW_S
+    assert links_from_node_latencies(objs, NOW, 60) == {frozenset("ab"): 3.0}

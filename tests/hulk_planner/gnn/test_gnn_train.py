@@ -291,3 +291,22 @@ def test_a_failed_save_leaves_the_previous_pair_whole(tmp_path: Path) -> None:
         save(HulkGNN(hidden=16, gcn_layers=1), path, **args, extra={"bad": float("nan")})
     assert (path.read_bytes(), meta.read_text()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json", "w.pt"]  # no part left
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"epochs": -1}, "TrainSettings.epochs"),
+        ({"batch_size": 0}, "TrainSettings.batch_size"),
+        ({"lr": float("nan")}, "TrainSettings.lr"),
+        ({"weight_decay": -1.0}, "TrainSettings.weight_decay"),
+        ({"val_fraction": 1.0}, "TrainSettings.val_fraction"),
+        ({"device": "tpu"}, "TrainSettings.device"),
+        ({"seed": -1}, "TrainSettings.seed"),
+    ],
+)
+def test_train_settings_refuse_what_hulk_train_refuses(kwargs: dict[str, Any], field: str) -> None:
+    """Before: epochs=-1 saved untrained weights, the others failed inside torch (a trial)."""
+    with pytest.raises(InvalidRequest) as exc:
+        TrainSettings(**kwargs)
+    assert exc.value.field == field

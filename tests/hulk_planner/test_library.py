@@ -1,0 +1,163 @@
+"""The planner used as a Python library (a user trial): the package's names, ``plan``'s
+arguments checked before planning, priorities and allowed regions honoured as ``hulk plan``
+and the operator honour them, weights given by argument and read again when rewritten."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from planner_helpers import cluster, server, tiny_job
+
+import hulk_planner
+from hulk_planner.api import plan
+from hulk_planner.cost import CostModel
+from hulk_planner.errors import HulkError, InvalidRequest
+from hulk_planner.gnn.planner import shipped_weights
+from hulk_planner.io import dump_plan, load_plan
+from hulk_planner.model import Job, Plan
+
+
+def test_the_package_exports_its_public_surface() -> None:
+    assert set(hulk_planner.__all__) == set(hulk_planner._WHERE)
+    for name in hulk_planner.__all__:
+        assert getattr(hulk_planner, name) is not None, name
+    assert hulk_planner.plan is plan
+    with pytest.raises(AttributeError):
+        _ = hulk_planner.no_such_name  # type: ignore[attr-defined]
+
+
+def test_the_packages_are_marked_typed() -> None:
+    """Without py.typed mypy skipped them in a user's project ("missing library stubs")."""
+    root = Path(hulk_planner.__file__).parent.parent
+    for pkg in ("hulk_planner", "hulk_operator", "hulk_probe"):
+        assert (root / pkg / "py.typed").is_file(), pkg
+    assert "py.typed" in (root / "pyproject.toml").read_text()
+
+
+def _two_servers() -> object:
+    return cluster([server("a", memory_gib=10.0), server("b", memory_gib=10.0)], [("a", "b", 1.0)])
+
+
+def test_a_higher_priority_is_planned_first() -> None:
+    """Before, ``plan`` ignored ``Job.priority`` (only ``hulk plan`` honoured it)."""
+    c = cluster([server("a", memory_gib=10.0)])
+    low = tiny_job("low")
+    high = Job("high", low.model, low.global_batch_size, low.micro_batch_size, priority=5)
+    for planner in ("hulk", "search"):
+        result = plan(c, [low, high], planner, max_iterations=50)
+        assert [jp.name for jp in result.jobs] == ["high"], planner
+        assert [u.name for u in result.unplaced] == ["low"]
+        assert "priority" in result.unplaced[0].reason
+
+
+def test_allowed_regions_limit_a_job() -> None:
+    c = cluster([server("a", "east"), server("b", "west")], [("a", "b", 1.0)])
+    result = plan(c, [tiny_job("j")], "search", max_iterations=50, allowed_regions={"j": ["west"]})
+    assert result.job("j") is not None and set(result.job("j").nodes) == {"b"}
+    with pytest.raises(InvalidRequest) as exc:
+        plan(c, [tiny_job("j")], allowed_regions={"j": ["wset"]})
+    assert exc.value.field == "allowed_regions['j'][0]" and "did you mean west" in exc.value.problem
+    with pytest.raises(InvalidRequest) as exc:
+        plan(c, [tiny_job("j")], allowed_regions={"k": ["west"]})
+    assert exc.value.field == "allowed_regions['k']"
+
+
+def test_jobs_given_as_a_generator_are_all_planned() -> None:
+    """Before, the search planned a generator's jobs as none, without a word."""
+    c = _two_servers()
+    jobs = (tiny_job(n) for n in ("x", "y"))
+    result = plan(c, jobs, "search", max_iterations=50)  # type: ignore[arg-type]
+    assert sorted(jp.name for jp in result.jobs) == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"jobs": "JOB"}, "jobs"),
+        ({"jobs": None}, "jobs"),
+        ({"jobs": ["bert"]}, "jobs[0]"),
+        ({"cluster": None}, "cluster"),
+        ({"previous": "plan.json"}, "previous"),
+        ({"max_iterations": "100"}, "max_iterations"),
+        ({"max_iterations": -5}, "max_iterations"),
+        ({"max_iterations": 2.5}, "max_iterations"),
+        ({"seed": "x"}, "seed"),
+        ({"seed": None}, "seed"),
+        ({"cost": "OTHER"}, "cost"),
+        ({"planner": "search", "weights": "w.pt"}, "weights"),
+        ({"weights": "/no/such/file.pt"}, "weights"),
+        ({"weights": "/"}, "weights"),
+    ],
+)
+def test_bad_arguments_are_invalid_requests_naming_them(kwargs: dict, field: str) -> None:
+    """Before: TypeError, AttributeError or IndexError from deep inside, or accepted."""
+    c = _two_servers()
+    args: dict = {"cluster": c, "jobs": [tiny_job()], "max_iterations": 20} | kwargs
+    if args["jobs"] == "JOB":
+        args["jobs"] = tiny_job()
+    if args.get("cost") == "OTHER":
+        args["cost"] = CostModel(cluster([server("z")]))
+    with pytest.raises(InvalidRequest) as exc:
+        plan(**args)
+    assert exc.value.field == field
+
+
+def test_a_file_that_is_not_weights_is_an_invalid_request(tmp_path: Path) -> None:
+    """Before: torch's UnpicklingError advising weights_only=False."""
+    bad = tmp_path / "w.pt"
+    bad.write_text("not weights")
+    with pytest.raises(InvalidRequest) as exc:
+        plan(_two_servers(), [tiny_job()], weights=bad, max_iterations=20)
+    assert exc.value.field == "weights" and "not a weights file" in exc.value.problem
+
+
+def test_weights_rewritten_at_the_same_path_are_read_again(tmp_path: Path) -> None:
+    """Before, the first weights read at a path stayed cached for the process."""
+    from hulk_planner.gnn import planner as gnn
+
+    path = tmp_path / "w.pt"
+    shutil.copy(shipped_weights(), path)
+    first = gnn._numpy_model(str(path), gnn._stamp(str(path)))
+    path.write_bytes(path.read_bytes())  # the same bytes, written again: a new version
+    import os
+
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    again = gnn._numpy_model(str(path), gnn._stamp(str(path)))
+    assert again is not first
+    result = plan(_two_servers(), [tiny_job()], weights=path, max_iterations=20)
+    assert result.planner == "hulk" and result.jobs
+
+
+def test_a_plan_round_trips_through_a_file(tmp_path: Path) -> None:
+    result = plan(_two_servers(), [tiny_job()], "search", max_iterations=20)
+    path = tmp_path / "plan.yaml"
+    path.write_text(dump_plan(result, "yaml"))
+    back = load_plan(path)
+    assert [(jp.name, jp.stages, jp.micro_batches) for jp in back.jobs] == [
+        (jp.name, jp.stages, jp.micro_batches) for jp in result.jobs
+    ]
+    replanned = plan(_two_servers(), [tiny_job()], "search", max_iterations=20, previous=back)
+    assert replanned.job("tiny") is not None
+    with pytest.raises(InvalidRequest) as exc:
+        dump_plan(result, "toml")
+    assert exc.value.field == "fmt"
+
+
+def test_every_error_of_the_library_is_a_hulk_error() -> None:
+    """A caller catches one base class."""
+    assert issubclass(InvalidRequest, HulkError)
+    with pytest.raises(HulkError):
+        Plan("p", None)  # type: ignore[arg-type]
+
+
+def test_the_readmes_library_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    readme = (Path(hulk_planner.__file__).parent.parent / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.startswith("('tokyo-") and "'llama':" in out, out
