@@ -116,7 +116,12 @@ def job_entry(
         error = str(exc)
     plan = st.job_plan_from_status(name, status)
     finished = status.get("phase") == st.SUCCEEDED
-    tmpl_spec = _at(spec, "template", "spec")
+    shape = template_shape_error(spec.get("template"))
+    if shape is not None and error is None:
+        job, error = None, shape
+    # (a template of the wrong shape is read as none: its requests, tolerations... were
+    # read from it, and a string where a mapping goes failed every tick and the preview)
+    tmpl_spec = _at(spec, "template", "spec") if shape is None else {}
     # the stage pods keep the template's node selector: it constrains the plan as
     # spec.nodeSelector does (and as the template's tolerations do)
     # (a hostname pin there too: Hulk sets the hostname per stage pod, on the servers the
@@ -190,6 +195,34 @@ def job_entry(
             or ()
         ),
     )
+
+
+def template_shape_error(template: object) -> str | None:
+    """Why ``spec.template`` is no pod template the Kubernetes client could send (its
+    models: a string or list where a mapping goes, a field it does not know), naming the
+    field as a path of the job; None if it is one. The API server refuses the CRD's
+    missing template and containers; a manifest given to ``hulk plan --kubeconfig`` is
+    told here (before, the preview planned it, a user trial)."""
+    from kubernetes import client
+    from pydantic import ValidationError
+
+    from hulk_operator.errors import client_rejection
+
+    if not isinstance(template, Mapping) or not (_at(template, "spec").get("containers")):
+        return str(
+            InvalidRequest(
+                "spec.template.spec.containers",
+                "is required: the stage pods run the template's containers",
+                "give spec.template.spec.containers: [{name: trainer, image: IMAGE}]",
+            )
+        )
+    try:
+        client.V1PodTemplateSpec.model_validate(template)
+    except ValidationError as exc:
+        return client_rejection(exc, "spec.template.")
+    except Exception:  # the check is advisory: the API server has the last word
+        return None
+    return None
 
 
 def _created(meta: Mapping[str, Any]) -> float:

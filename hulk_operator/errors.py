@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 from dataclasses import dataclass
 
 import kopf
@@ -94,10 +96,11 @@ def rejected_template(exc: BaseException) -> str | None:
     return f"spec.template: the API server rejects the stage pods: {api_message(exc)}"
 
 
-def client_rejection(exc: BaseException) -> str | None:
+def client_rejection(exc: BaseException, prefix: str | None = None) -> str | None:
     """The message for a pod the Kubernetes client's models refuse (a pydantic
-    ValidationError): each field as a path of the job's template, what is wrong and the
-    value found. None for other errors."""
+    ValidationError): each field as a path of the job's template (``prefix`` before every
+    path; by default ``spec.template.`` before a pod's ``spec.``), what is wrong and the
+    value found, and the field an unknown one looks like. None for other errors."""
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
@@ -110,12 +113,32 @@ def client_rejection(exc: BaseException) -> str | None:
         path = ""
         for p in loc:
             path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
-        if path.startswith("spec."):
+        if prefix is not None:
+            path = prefix + path
+        elif path.startswith("spec."):
             path = "spec.template." + path
         hint = " (quote it)" if "valid string" in str(err.get("msg")) else ""
+        if err.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            close = difflib.get_close_matches(loc[-1], _pod_field_names(), n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]}?)" if close else ""
         parts.append(f"{path}: {err.get('msg')}, got {err.get('input')!r}{hint}")
     more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return f"spec.template: the stage pods are not valid: {'; '.join(parts)}{more}"
+
+
+@functools.cache
+def _pod_field_names() -> tuple[str, ...]:
+    """Every field name (as YAML writes it) of the Kubernetes client's core/v1 models."""
+    from kubernetes.client import models
+
+    names: set[str] = set()
+    for attr in dir(models):
+        model = getattr(models, attr)
+        if attr.startswith("V1") and hasattr(model, "model_fields"):
+            names.update(
+                f.serialization_alias or f.alias or n for n, f in model.model_fields.items()
+            )
+    return tuple(sorted(names))
 
 
 def namespace_terminating(exc: BaseException) -> bool:

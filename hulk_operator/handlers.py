@@ -13,6 +13,7 @@ references); the timer's kopf finalizer is only there to stop the timer first.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -415,6 +416,34 @@ def _edit_unhandled(body: kopf.Body) -> bool:
     return handled.get("spec") != body.get("spec")
 
 
+EDIT_UNSEEN_S = 5.0  # how long a generation may go unhandled before it is taken as an edit
+
+
+def _edit_unseen(key: Key, body: kopf.Body, status: kopf.Status, memo: kopf.Memo) -> bool:
+    """Whether the job's generation was edited in a way kopf saw no change in: its
+    last-handled record rewritten with the spec (a search-and-replace over ``kubectl get
+    -o yaml | sed | kubectl replace``, or ``:%s`` in ``kubectl edit``), so the update
+    handler never ran. Then nothing has stamped the generation after ``EDIT_UNSEEN_S``:
+    neither ``status.observedGeneration`` nor a condition. True once per generation
+    (before, a fixed preset was ignored and the job stayed Failed: a user trial)."""
+    gen = int((body.get("metadata") or {}).get("generation") or 0)
+    stamped = [status.get("observedGeneration")] + [
+        c.get("observedGeneration") for c in status.get("conditions") or []
+    ]
+    seen: dict[Key, tuple[int, float]] = memo.setdefault("unseen_edits", {})
+    if gen in stamped or not status:
+        seen.pop(key, None)
+        return False
+    first = seen.get(key)
+    if first is None or first[0] != gen:
+        seen[key] = (gen, time.monotonic())
+        return False
+    if math.isinf(first[1]) or time.monotonic() - first[1] < EDIT_UNSEEN_S:
+        return False
+    seen[key] = (gen, math.inf)  # taken: once
+    return True
+
+
 def _changed_from_running(plan: Mapping[str, Any], spec: Mapping[str, Any]) -> set[str]:
     """The spec's fields that differ from those the job's pods were made from (its plan's
     fingerprint); its plan-deciding fields, ``model`` for the job's sizes."""
@@ -521,6 +550,16 @@ async def hulktrainingjob_reconcile(
         # the update handler has not taken this edit yet: until it does (refused, or the
         # plan reset), pods made from the new spec on the old plan could replace the running
         # ones with pods it refuses (a user trial: a typo'd edit left a job with no pods)
+        return
+    if _edit_unseen(key, body, status, memo):
+        spec = dict(body.get("spec") or {})
+        logger.info(
+            f"{name}: generation {entry.generation} was never handled as an edit (its "
+            "last-handled record was rewritten with it): taken as one now"
+        )
+        hulktrainingjob_update(
+            body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes
+        )
         return
     nodes = memo.node_view.nodes(hulk_nodes)  # (rebuilt only when a node changed)
     pods = {key: list(hulk_pods.get(key, []))}

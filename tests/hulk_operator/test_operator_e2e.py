@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+import yaml
 from hjob_helpers import (
     CONFIG,
     ROOT,
@@ -351,6 +353,52 @@ def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None
     assert event.message == (
         "spec.model changed: the job had failed (InvalidSpec); planning it again"
     ), event.message
+
+
+def test_a_fix_made_by_search_and_replace_over_the_whole_object_is_taken(
+    kube: Kube, operator: Any
+) -> None:
+    """``kubectl get -o yaml | sed s/A/B/g | kubectl replace`` (or ``:%s`` in ``kubectl
+    edit``) rewrites kopf's last-handled record with the spec: kopf saw no change, and the
+    job stayed Failed on a fixed preset (a user trial)."""
+    kube.apply(manifest("sedfix", model={"preset": "bert-largee"}))
+    wait("Failed", lambda: kube.phase("sedfix") == "Failed", 30)
+    body = kube.job("sedfix")
+    text = json.dumps({k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+    assert "bert-largee" in body["metadata"]["annotations"]["hulk.dev/last-handled-configuration"]
+    fixed = json.loads(text.replace("bert-largee", "bert-large"))
+    kube.custom.replace_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "sedfix", fixed)
+    wait("Running after the fix", lambda: kube.phase("sedfix") == "Running", 60)
+    (event,) = kube.events("SpecChanged")
+    assert "the job had failed (InvalidSpec); planning it again" in event.message, event.message
+
+
+def test_a_template_of_the_wrong_shape_is_an_invalid_spec_not_an_operator_error(
+    kube: Kube, operator: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    """``env`` as a mapping, ``resources: 4Gi``: the API server takes them (the CRD keeps
+    the template's fields as they come), and the operator failed on them every tick with
+    a traceback, the job with no status, and ``hulk plan --kubeconfig`` too (a trial)."""
+    bad = manifest("shape")
+    bad["spec"]["template"]["spec"]["containers"][0]["env"] = {"STEPS": "1000"}
+    kube.apply(bad)
+    wait("Failed", lambda: kube.phase("shape") == "Failed", 30)
+    failed = condition(kube.job("shape"), "Failed")
+    assert failed["reason"] == "InvalidSpec", failed
+    assert "spec.template.spec.containers[0].env: Input should be a valid list" in failed["message"]
+    assert kube.events("InvalidSpec")
+    # the preview of another job is not stopped by it
+    good = manifest("other")
+    good["metadata"]["namespace"] = kube.ns
+    path = tmp_path / "other.yaml"
+    path.write_text(yaml.safe_dump(good))
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
+         "--jobs", str(path), "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert json.loads(out.stdout)["jobs"][0]["name"] == "other"
 
 
 def test_a_running_jobs_status_emptied_is_told_and_planned_again(kube: Kube, operator: Any) -> None:

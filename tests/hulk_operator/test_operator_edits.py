@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from hulk_operator.edits import changed_fields, plan_stands
 from hulk_operator.entries import normalized, spec_hashes
 
@@ -154,3 +156,33 @@ def test_the_spec_a_plan_was_made_for_is_read_back_only_where_it_matches_the_pla
     assert planned_pod_spec({**plan, "podTemplate": "{not json"}) is None
     assert planned_pod_spec({**plan, "podTemplate": "[]"}) is None
     assert planned_pod_spec(None) is None
+
+
+def test_a_generation_nothing_stamps_is_taken_as_an_edit_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search-and-replace that rewrites kopf's record with the spec: no update handler
+    runs, and nothing stamps the generation; after EDIT_UNSEEN_S it is taken, once."""
+    import kopf
+
+    from hulk_operator import handlers
+
+    clock = [100.0]
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    memo = kopf.Memo()
+    body = kopf.Body({"metadata": {"generation": 3}})
+    stale = {"observedGeneration": 2, "conditions": [{"type": "Failed", "observedGeneration": 2}]}
+    key = ("ns", "j")
+    assert not handlers._edit_unseen(key, body, stale, memo)  # first seen now
+    clock[0] += handlers.EDIT_UNSEEN_S - 1
+    assert not handlers._edit_unseen(key, body, stale, memo)
+    clock[0] += 2
+    assert handlers._edit_unseen(key, body, stale, memo)
+    clock[0] += 60
+    assert not handlers._edit_unseen(key, body, stale, memo)  # once
+    stamped = {"observedGeneration": 3}
+    assert not handlers._edit_unseen(key, body, stamped, memo)
+    by_condition = {"conditions": [{"type": "Planned", "observedGeneration": 3}]}
+    assert not handlers._edit_unseen(("ns", "k"), body, by_condition, memo)
+    clock[0] += 60
+    assert not handlers._edit_unseen(("ns", "k"), body, by_condition, memo)

@@ -1,0 +1,56 @@
+"""A job's entry (``entries.job_entry``): a pod template of the wrong shape is the job's
+InvalidSpec, named by field, never an error of the operator (a user trial)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hulk_operator.entries import object_entry, template_shape_error
+
+BASE: dict[str, Any] = {"spec": {"containers": [{"name": "trainer", "image": "busybox"}]}}
+
+
+def with_(**pod: Any) -> dict[str, Any]:
+    return {"spec": {**BASE["spec"], **pod}}
+
+
+def with_container(**fields: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "trainer", "image": "busybox", **fields}]}}
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        (with_container(env={"S": "1"}), "spec.containers[0].env: Input should be a valid list"),
+        (with_container(resources="4Gi"), "containers[0].resources: Input should be a valid dict"),
+        (with_container(resources={"requests": [1]}), "resources.requests: Input should be a"),
+        (with_(affinity="x"), "spec.template.spec.affinity: Input should be a valid dictionary"),
+        (with_(initContainers="x"), "spec.template.spec.initContainers: Input should be a"),
+        (with_(overhead="x"), "spec.template.spec.overhead"),
+        (with_container(comand=["x"]), "comand: Extra inputs are not permitted, got ['x'] (did "
+                                       "you mean command?)"),
+        (with_(nodeSelectr={"a": "b"}), "(did you mean nodeSelector?)"),
+        ({"metadata": {"labels": {"team": 7}}, **BASE}, "spec.template.metadata.labels.team: "
+                                                        "Input should be a valid string"),
+        ({"containers": [{"name": "t"}]}, "spec.template.spec.containers: is required"),
+        ({"spec": {"containers": []}}, "spec.template.spec.containers: is required"),
+    ],
+)  # fmt: skip
+def test_a_template_of_the_wrong_shape_is_named_by_field(template: Any, said: str) -> None:
+    why = template_shape_error(template)
+    assert why is not None and said in why, why
+    body = {
+        "apiVersion": "hulk.dev/v1alpha1",
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": "j", "namespace": "ns"},
+        "spec": {"model": {"preset": "bert-large"}, "template": template},
+    }
+    entry = object_entry(body)  # (before: AttributeError / TypeError from inside)
+    assert entry.job is None and entry.error == why
+    assert entry.requests == object_entry({**body, "spec": {"model": {}}}).requests
+
+
+def test_a_valid_template_passes() -> None:
+    assert template_shape_error(with_container(env=[{"name": "A", "value": "1"}])) is None
