@@ -5,6 +5,7 @@ Kopf-free, so that ``hulk plan --kubeconfig`` reads jobs exactly as the operator
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -18,7 +19,7 @@ from kubernetes.utils import parse_quantity
 
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
-from hulk_operator.manifests import DEFAULT_MASTER_PORT
+from hulk_operator.manifests import DEFAULT_MASTER_PORT, quantities_as_text
 from hulk_operator.quotas import stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest
@@ -145,6 +146,7 @@ def job_entry(
         or _bad_restart(tmpl_spec)
         or _blank_region(spec)
         or _bad_quantity(tmpl_spec)
+        or _no_containers(tmpl_spec)
     ):
         job, error = None, why
     if tmpl_spec.get("nodeName") and error is None:
@@ -208,14 +210,12 @@ def template_shape_error(template: object) -> str | None:
 
     from hulk_operator.errors import client_rejection
 
-    if not isinstance(template, Mapping) or not (_at(template, "spec").get("containers")):
-        return str(
-            InvalidRequest(
-                "spec.template.spec.containers",
-                "is required: the stage pods run the template's containers",
-                "give spec.template.spec.containers: [{name: trainer, image: IMAGE}]",
-            )
-        )
+    if template is None:
+        return None  # (then no containers: _no_containers tells)
+    template = copy.deepcopy(dict(template) if isinstance(template, Mapping) else template)
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+        quantities_as_text(template["spec"])  # (cpu: 2 is a quantity, as the pods get it)
+        template["spec"].setdefault("containers", [])  # (none: _no_containers tells)
     try:
         client.V1PodTemplateSpec.model_validate(template)
     except ValidationError as exc:
@@ -223,6 +223,20 @@ def template_shape_error(template: object) -> str | None:
     except Exception:  # the check is advisory: the API server has the last word
         return None
     return None
+
+
+def _no_containers(tmpl_spec: Mapping[str, Any]) -> str | None:
+    """The error for a template with no container to run, or None. The CRD's schema
+    requires them on a write; a manifest given to ``hulk plan --kubeconfig`` is told here."""
+    if tmpl_spec.get("containers"):
+        return None
+    return str(
+        InvalidRequest(
+            "spec.template.spec.containers",
+            "is required: the stage pods run the template's containers",
+            "give spec.template.spec.containers: [{name: trainer, image: IMAGE}]",
+        )
+    )
 
 
 def _created(meta: Mapping[str, Any]) -> float:

@@ -121,6 +121,8 @@ def client_rejection(exc: BaseException, prefix: str | None = None) -> str | Non
         if err.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
             close = difflib.get_close_matches(loc[-1], _pod_field_names(), n=1, cutoff=0.75)
             hint = f" (did you mean {close[0]}?)" if close else ""
+            if close and close[0] == loc[-1]:
+                hint = f" ({loc[-1]} belongs at another level: check its indentation)"
         parts.append(f"{path}: {err.get('msg')}, got {err.get('input')!r}{hint}")
     more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return f"spec.template: the stage pods are not valid: {'; '.join(parts)}{more}"

@@ -191,18 +191,28 @@ def _as_text(value: Any) -> Any:
 
 
 def quantities_as_text(spec: dict[str, Any]) -> None:
-    """Writes the resource quantities of a pod spec's containers (and its ``overhead``) as
+    """Writes the resource quantities of a pod spec (its containers', init and ephemeral
+    containers', the pod's own ``resources``, ``overhead`` and emptyDir ``sizeLimit``s) as
     strings, in place. Kubernetes takes ``8`` and ``"8"`` alike (and a manifest may hold
     either), but the Python client refuses a number where its model says string, so the
     pods were never created."""
-    for key in ("containers", "initContainers"):
+
+    def amounts(res: object) -> None:
+        for kind in ("limits", "requests"):
+            if isinstance(res, dict) and isinstance(res.get(kind), dict):
+                res[kind] = {k: _as_text(v) for k, v in res[kind].items() if v is not None}
+                # (``cpu:`` with nothing after it: no amount, as the operator reads it)
+
+    for key in ("containers", "initContainers", "ephemeralContainers"):
         for c in spec.get(key) or []:
-            res = c.get("resources") if isinstance(c, dict) else None
-            for kind in ("limits", "requests"):
-                if isinstance(res, dict) and isinstance(res.get(kind), dict):
-                    res[kind] = {k: _as_text(v) for k, v in res[kind].items()}
+            amounts(c.get("resources") if isinstance(c, dict) else None)
+    amounts(spec.get("resources"))
     if isinstance(spec.get("overhead"), dict):
         spec["overhead"] = {k: _as_text(v) for k, v in spec["overhead"].items()}
+    for v in spec.get("volumes") or []:
+        empty = v.get("emptyDir") if isinstance(v, dict) else None
+        if isinstance(empty, dict) and "sizeLimit" in empty:
+            empty["sizeLimit"] = _as_text(empty["sizeLimit"])
 
 
 def stage_pod(

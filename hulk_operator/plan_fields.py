@@ -108,7 +108,7 @@ def estimated(
     )
     if d.estimated:
         msg = (
-            f"{d.estimated} server pair(s) had no fresh latency measurement; used "
+            f"when planned, {d.estimated} server pair(s) had no fresh latency measurement; used "
             f"{cfg.same_region_latency_ms:g} ms within a region and "
             f"{cfg.cross_region_latency_ms:g} ms across regions{cut}"
         )
@@ -116,5 +116,7 @@ def estimated(
     if d.job_plan is not None and len(d.job_plan.nodes) < 2:
         msg = "one server: no latency between servers in this plan"
         return st.set_condition(conds, st.ESTIMATED, False, "OneServer", msg, gen)
-    msg = f"every {'reachable ' if cut else ''}server pair's latency was measured{cut}"
+    msg = (
+        f"when planned, every {'reachable ' if cut else ''}server pair's latency was measured{cut}"
+    )
     return st.set_condition(conds, st.ESTIMATED, False, "Measured", msg, gen)

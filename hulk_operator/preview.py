@@ -181,6 +181,23 @@ def _refused(exc: ApiException, path: str) -> InvalidRequest:
     return InvalidRequest("--kubeconfig", f"the API server answered {exc.status}: {said}", fix)
 
 
+def _template_refused(path: str, e: JobEntry, manifest: Mapping[str, Any]) -> str | None:
+    """Why the API server refuses the manifest's stage pods, as the operator's dry run of one
+    finds it before planning (no image, an invalid container name, a volume mount with no
+    volume), or None; None too where the check cannot run (no right to create pods, say):
+    the operator's own check tells then (before, the preview planned such a job and the
+    operator failed it at once: a trial)."""
+    from hulk_operator.errors import rejected_template
+    from hulk_operator.manifests import template_check_pod
+
+    template = (manifest.get("spec") or {}).get("template") or {}
+    uid = e.uid or "00000000-0000-0000-0000-000000000000"  # (not applied: none of its own)
+    pod = template_check_pod(job=e.key[1], namespace=e.key[0], uid=uid, template=template)
+    with kube.make_client(path, timeout_s=READ_TIMEOUT_S) as api:
+        error = kube.dry_run_pod(api, pod)
+    return rejected_template(error) if error is not None else None
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost cause of a connection failure (urllib3 wraps it twice), without the
     connection object's repr: "Failed to establish a new connection: [Errno 111] ..."."""
@@ -225,6 +242,8 @@ def preview_plan(
             e = replace(object_entry(m, namespace), suspended=False)  # previewed as if resumed
             if e.job is None:
                 raise InvalidRequest(f"job {e.key[1]}", e.error or "invalid spec")
+            if (why := _template_refused(path, e, m)) is not None:
+                raise InvalidRequest(f"job {e.key[1]}", why, "fix the template, then apply it")
             running = snap.jobs.get(e.key)
             kept = _stands(objects.get(e.key), running, m, e, snap)
             if running is not None and kept is not None:

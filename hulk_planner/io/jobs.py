@@ -164,9 +164,16 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
         except InvalidRequest as exc:
             if "missing" in exc.problem and not (exc.fix or "").startswith("the field is"):
                 # (a misspelled size keeps the fix that names it: seqLength, a trial)
-                raise InvalidRequest(
-                    exc.field, exc.problem, "give spec.model.preset or all four model sizes"
-                ) from None
+                typo = next(
+                    (t for t in unknown_job_fields({"spec": {"model": model}}) if "did you" in t),
+                    None,
+                )  # (presett: before, only "parameters is required" was said, a trial)
+                fix = (
+                    typo.replace(": ignored (", ": ").rstrip(")")
+                    if typo
+                    else "give spec.model.preset or all four model sizes"
+                )
+                raise InvalidRequest(exc.field, exc.problem, fix) from None
             raise
     if defaults is None and not training:
         raise InvalidRequest(

@@ -34,8 +34,9 @@ def with_container(**fields: Any) -> dict[str, Any]:
         (with_(nodeSelectr={"a": "b"}), "(did you mean nodeSelector?)"),
         ({"metadata": {"labels": {"team": 7}}, **BASE}, "spec.template.metadata.labels.team: "
                                                         "Input should be a valid string"),
-        ({"containers": [{"name": "t"}]}, "spec.template.spec.containers: is required"),
-        ({"spec": {"containers": []}}, "spec.template.spec.containers: is required"),
+        ({"containers": [{"name": "t"}]}, "spec.template.containers: Extra inputs are not "
+         "permitted, got [{'name': 't'}] (containers belongs at another level: check its "
+         "indentation)"),
     ],
 )  # fmt: skip
 def test_a_template_of_the_wrong_shape_is_named_by_field(template: Any, said: str) -> None:
@@ -50,6 +51,21 @@ def test_a_template_of_the_wrong_shape_is_named_by_field(template: Any, said: st
     entry = object_entry(body)  # (before: AttributeError / TypeError from inside)
     assert entry.job is None and entry.error == why
     assert entry.requests == object_entry({**body, "spec": {"model": {}}}).requests
+
+
+@pytest.mark.parametrize(
+    "template", [None, {}, {"spec": {}}, {"spec": {"containers": []}}, {"spec": {"initContainers":
+                                                                                  [{"name": "i"}]}}]
+)  # fmt: skip
+def test_a_template_with_no_container_is_told_to_give_one(template: Any) -> None:
+    assert template_shape_error(template) is None  # (the shape is right: a later check)
+    spec = {"model": {"preset": "bert-large"}, "template": template}
+    entry = object_entry({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
+                          "metadata": {"name": "j"}, "spec": spec})  # fmt: skip
+    assert entry.job is None and entry.error == (
+        "spec.template.spec.containers: is required: the stage pods run the template's "
+        "containers (give spec.template.spec.containers: [{name: trainer, image: IMAGE}])"
+    ), entry.error
 
 
 def test_a_valid_template_passes() -> None:

@@ -656,3 +656,24 @@ def test_the_preview_takes_the_operators_latency_settings(
     assert notes() == []  # two minutes old: fresh for the default 600 s
     (note,) = notes("--latency-max-age-s", "60", "--same-region-latency-ms", "2")
     assert note.endswith("used 2 ms within a region and 100 ms across regions"), note
+
+
+def test_the_preview_refuses_a_template_the_api_server_refuses(
+    sandbox: Any, kube: Kube, tmp_path: Path
+) -> None:
+    """As the operator's dry run of one stage pod (before, the preview planned a job
+    whose container had no image, and the operator failed it at once: a trial)."""
+    body = manifest("noimage")
+    body["metadata"]["namespace"] = kube.ns
+    del body["spec"]["template"]["spec"]["containers"][0]["image"]
+    path = tmp_path / "noimage.yaml"
+    path.write_text(yaml.safe_dump(body))
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
+         "--jobs", str(path), "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("hulk plan: error: job noimage: spec.template: the API server "), line
+    assert "image" in line and line.endswith("(fix the template, then apply it)"), line

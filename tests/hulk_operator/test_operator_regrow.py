@@ -298,7 +298,11 @@ def regrow_manifest(regrow_spec: object) -> dict[str, object]:
         "apiVersion": "hulk.dev/v1alpha1",
         "kind": "HulkTrainingJob",
         "metadata": {"name": "j", "namespace": "ml"},
-        "spec": {"model": {"preset": "gpt2-xl"}, "template": {}, "regrow": regrow_spec},
+        "spec": {
+            "model": {"preset": "gpt2-xl"},
+            "template": {"spec": {"containers": [{"name": "t", "image": "busybox"}]}},
+            "regrow": regrow_spec,
+        },
     }
 
 

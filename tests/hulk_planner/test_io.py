@@ -791,3 +791,15 @@ def test_job_files_a_trial_got_unhelpful_errors_for(tmp_path: Path) -> None:
     assert exc.value.fix == (
         "a plan names jobs without their namespace: plan one namespace's jobs at a time"
     )
+
+
+def test_a_misspelled_preset_is_named_where_the_sizes_are_asked_for() -> None:
+    """Before: presett gave only "parameters: is required but missing" (a trial)."""
+    doc = job_doc()
+    model = doc["spec"]["model"]
+    doc["spec"]["model"] = {"presett": model.get("preset") or "bert-large"}
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert exc.value.fix == (
+        "spec.model.presett is not a HulkTrainingJob field: did you mean spec.model.preset?"
+    )
