@@ -135,16 +135,14 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     skipped: list[str] = []  # (notes: printed once there are jobs, else the error says it)
     kinds: set[str] = set()
     for path in args.jobs or []:
-        kept = []
-        for i, doc in enumerate(io.expand_lists(io.load_documents(path))):
+        loaded = io.load_documents(path)
+        for source, doc in io.placed_documents([(str(path), loaded)]):
             if not io.other_api(doc):
-                kept.append(doc)
                 continue
-            kept.append(None)  # (the others keep their places: errors count them all)
             policy = doc.get("kind") in ("ResourceQuota", "LimitRange")
             kinds.add(str(doc.get("kind")))
             skipped.append(  # a bundle for kubectl apply: a Namespace, a ConfigMap
-                f"{io.doc_source(str(path), i)}: {doc.get('kind')} ({doc.get('apiVersion')}) "
+                f"{source}: {doc.get('kind')} ({doc.get('apiVersion')}) "
                 "is not a HulkTrainingJob: skipped"
                 + (
                     " (with --kubeconfig the preview plans within the cluster's own quotas "
@@ -153,7 +151,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                     else ""
                 )
             )
-        documents.append((str(path), kept))
+        # (the others keep their places: errors count them all)
+        documents.append((str(path), io.without_other_apis(loaded)))
     jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
     if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)
         raise InvalidRequest(
@@ -164,7 +163,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         )
     for text in skipped:
         print(f"hulk plan: note: {text}", file=sys.stderr)
-    for doc in (d for _, docs in documents for d in docs if d is not None):
+    for _, doc in io.placed_documents(documents):
         for text in io.unknown_job_fields(doc):
             print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)
         if (doc.get("spec") or {}).get("regrow") is not None and args.previous:
@@ -203,9 +202,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "does not apply with --kubeconfig (the live cluster is read)",
                 "give one of them",
             )
-        manifests = (
-            [d for _, docs in documents for d in docs if d is not None] if args.jobs else None
-        )
+        manifests = [d for _, d in io.placed_documents(documents)] if args.jobs else None
         pv = preview_plan(
             args.kubeconfig,
             manifests,
@@ -229,7 +226,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "applies only with --kubeconfig",
                 "add --kubeconfig FILE or drop it",
             )
-    for doc in (d for _, docs in documents for d in docs if d is not None):
+    for _, doc in io.placed_documents(documents):
         name = (doc.get("metadata") or {}).get("name")
         for where in _cluster_only_fields(doc):
             print(

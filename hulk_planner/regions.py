@@ -22,7 +22,7 @@ from typing import Any
 from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
-from hulk_planner.io import doc_source
+from hulk_planner.io import placed_documents
 from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
 from hulk_planner.planners.search import _gib
 
@@ -36,16 +36,13 @@ def region_limits(
     file, the document and the regions there are; one that names a region only by its
     slug adds a line to ``notes``."""
     out: dict[str, tuple[str, ...]] = {}
-    for path, docs in files:
-        for i, doc in enumerate(docs):
-            if doc is None:  # (skipped: another API's object)
-                continue
-            allowed = (doc.get("spec") or {}).get("allowedRegions")
-            if allowed is None:
-                continue
-            name = str(doc["metadata"]["name"])
-            field = f"{doc_source(path, i)}: spec.allowedRegions"
-            out[name] = resolve_regions(field, allowed, cluster, name, notes)
+    for source, doc in placed_documents(files):
+        allowed = (doc.get("spec") or {}).get("allowedRegions")
+        if allowed is None:
+            continue
+        name = str(doc["metadata"]["name"])
+        field = f"{source}: spec.allowedRegions"
+        out[name] = resolve_regions(field, allowed, cluster, name, notes)
     return out
 
 

@@ -23,8 +23,10 @@ from hulk_planner.io.jobs import (
     jobs_from_documents,
     load_jobs,
     other_api,
+    placed_documents,
     regrow_settings,
     unknown_job_fields,
+    without_other_apis,
 )
 from hulk_planner.io.plans import (
     PLAN_FORMATS,
@@ -60,10 +62,12 @@ __all__ = [
     "load_jobs",
     "load_plan",
     "other_api",
+    "placed_documents",
     "plan_from_dict",
     "plan_to_dict",
     "regrow_settings",
     "seconds",
     "unknown_job_fields",
     "unknown_topology_fields",
+    "without_other_apis",
 ]

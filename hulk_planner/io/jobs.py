@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,42 +241,56 @@ def doc_source(path: str, i: int) -> str:
     return f"{path} (document {i + 1})"
 
 
-def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
-    """Jobs of loaded manifests, (file name, its documents) in order: each error names the
-    file and the document (a None stands for one skipped: the others keep their places)."""
-    jobs: list[Job] = []
-    where: dict[str, tuple[str, Any]] = {}  # job -> (its document, its namespace)
+def placed_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> Iterator[tuple[str, Any]]:
+    """Each document of loaded files, (file name, its documents) in order, with the name an
+    error gives it: ``jobs.yaml (document 2)``; each item of a ``kind: List`` (what
+    ``kubectl get -o yaml`` writes) as ``jobs.yaml (document 1, items[3])`` (before, the
+    items were counted as documents: an error named a document the file did not have, a
+    trial). A None (a document or item skipped: another API's object) is left out, the
+    others keeping their places."""
     for path, docs in files:
         for i, doc in enumerate(docs):
-            if doc is None:
-                continue
-            source = doc_source(path, i)
-            try:
-                job = job_from_dict(doc, source)
-            except InvalidRequest as exc:
-                if exc.field.startswith(source):
-                    raise
-                raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
-            namespace = (doc.get("metadata") or {}).get("namespace")
-            if job.name in where:
-                first, first_namespace = where[job.name]
-                if first == doc_source(path, i):  # (the same file given twice)
-                    raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
-                if namespace != first_namespace:  # (valid for kubectl apply: a trial)
-                    raise InvalidRequest(
-                        f"{source}: metadata.name",
-                        f"job {job.name!r} is given twice (also {first}), in namespaces "
-                        f"{namespace or '(none)'} and {first_namespace or '(none)'}",
-                        "a plan names jobs without their namespace: plan one namespace's "
-                        "jobs at a time",
-                    )
+            if is_list(doc):
+                for k, item in enumerate(doc["items"]):
+                    if item is not None:
+                        yield f"{path} (document {i + 1}, items[{k}])", item
+            elif doc is not None:
+                yield doc_source(path, i), doc
+
+
+def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
+    """Jobs of loaded manifests, (file name, its documents) in order (``placed_documents``):
+    each error names the file and the document."""
+    jobs: list[Job] = []
+    where: dict[str, tuple[str, Any]] = {}  # job -> (its document, its namespace)
+    for source, doc in placed_documents(files):
+        try:
+            job = job_from_dict(doc, source)
+        except InvalidRequest as exc:
+            if exc.field.startswith(source):
+                raise
+            raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
+        namespace = (doc.get("metadata") or {}).get("namespace")
+        if job.name in where:
+            first, first_namespace = where[job.name]
+            if first == source:  # (the same file given twice)
+                path = source.rsplit(" (document ", 1)[0]
+                raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
+            if namespace != first_namespace:  # (valid for kubectl apply: a trial)
                 raise InvalidRequest(
                     f"{source}: metadata.name",
-                    f"job {job.name!r} is given twice (also {first})",
-                    "rename one: a plan names each job once",
+                    f"job {job.name!r} is given twice (also {first}), in namespaces "
+                    f"{namespace or '(none)'} and {first_namespace or '(none)'}",
+                    "a plan names jobs without their namespace: plan one namespace's "
+                    "jobs at a time",
                 )
-            where[job.name] = (source, namespace)
-            jobs.append(job)
+            raise InvalidRequest(
+                f"{source}: metadata.name",
+                f"job {job.name!r} is given twice (also {first})",
+                "rename one: a plan names each job once",
+            )
+        where[job.name] = (source, namespace)
+        jobs.append(job)
     return jobs
 
 
@@ -288,13 +302,26 @@ def other_api(doc: Any) -> bool:
     return isinstance(version, str) and bool(version) and not version.startswith("hulk.dev/")
 
 
+def is_list(doc: Any) -> bool:
+    """Whether a document is a ``kind: List`` of objects (``kubectl get -o yaml``)."""
+    return (
+        isinstance(doc, Mapping)
+        and doc.get("kind") == "List"
+        and isinstance(doc.get("items"), list)
+    )
+
+
 def expand_lists(docs: Sequence[Any]) -> list[Any]:
-    """Documents with each ``kind: List`` (what ``kubectl get -o yaml`` writes) replaced by
-    its items."""
-    out: list[Any] = []
-    for d in docs:
-        if isinstance(d, Mapping) and d.get("kind") == "List" and isinstance(d.get("items"), list):
-            out.extend(d["items"])
-        else:
-            out.append(d)
-    return out
+    """Documents with each ``kind: List`` replaced by its items."""
+    return [d for _, d in placed_documents([("", docs)])]
+
+
+def without_other_apis(docs: Sequence[Any]) -> list[Any]:
+    """The documents with another API's objects, a List's items too, as None: skipped, the
+    others keeping their places (``placed_documents``)."""
+    return [
+        {**d, "items": [None if other_api(it) else it for it in d["items"]]}
+        if is_list(d)
+        else (None if other_api(d) else d)
+        for d in docs
+    ]

@@ -413,6 +413,15 @@ def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path
         "gpt2-xl",
         "second",
     ]
+    bad_item = job_doc()
+    bad_item["metadata"]["name"] = "third"
+    bad_item["spec"]["model"] = {"preset": "gpt-5"}
+    listed["items"].append(bad_item)
+    (tmp_path / "got.yaml").write_text("---\n" + yaml.safe_dump(listed))
+    with pytest.raises(InvalidRequest) as exc:  # (the library's loader reads Lists too)
+        io.load_jobs([tmp_path / "got.yaml"])
+    where = f"{tmp_path / 'got.yaml'} (document 1, items[2]): spec.model.preset"
+    assert exc.value.field.startswith(where), exc.value.field
     bad = job_doc()
     del bad["spec"]["training"]["globalBatchSize"]
     del bad["spec"]["model"]["preset"]

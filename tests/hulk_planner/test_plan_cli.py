@@ -233,6 +233,24 @@ def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> Non
     assert_one_line_error(out, "kind", "'HulkTrainingjob'")
 
 
+def test_a_list_of_kubectl_get_names_its_items_in_notes_and_errors(tmp_path: Path) -> None:
+    """``kubectl get -o yaml`` writes a ``kind: List``: its items are named as items of its
+    document (before, they were counted as documents: "document 3" of a file of one)."""
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    listed = {"apiVersion": "v1", "kind": "List", "items": [job_doc("bert-large"), config]}
+    path = write(tmp_path / "got.yaml", job_doc("gpt2-xl"), listed)
+    out = hulk("plan", "--jobs", path, "-o", "json", "--moves", "50")
+    assert out.returncode == 0, out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["gpt2-xl", "bert-large"]
+    assert out.stderr == (
+        f"hulk plan: note: {path} (document 2, items[1]): ConfigMap (v1) is not a "
+        "HulkTrainingJob: skipped\n"
+    )
+    listed["items"].append(job_doc("broken", parameters=1))
+    out = hulk("plan", "--jobs", write(path, job_doc("gpt2-xl"), listed), "--moves", "50")
+    assert_one_line_error(out, f"{path} (document 2, items[2]): spec.model.")
+
+
 def test_huge_ratios_are_written_in_scientific_notation_in_every_row() -> None:
     c = paper_cluster()
     p = plan(c, paper_jobs()[3:], "search", max_iterations=20)
