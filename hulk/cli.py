@@ -28,6 +28,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "the venv has)",
     ),
     "sandbox": ("hulk_sandbox.cli", "run a local Kubernetes control plane with kwok GPU nodes"),
+    "topology": (
+        "hulk_operator.export",
+        "write a live cluster's GPU servers and links as a ClusterTopology (for hulk plan "
+        "--cluster)",
+    ),
     "operator": ("hulk_operator.cli", "run the HulkTrainingJob operator"),
     "probe": ("hulk_probe.cli", "run the latency probe agent"),
     "demo": ("hulk_operator.demo", "the operator on the sandbox with the paper's cluster"),

@@ -455,9 +455,11 @@ def cluster_from_kubeconfig(
     cross_region_ms: float = 100.0,
     max_age_s: float = DEFAULT_MAX_AGE_S,
     free_only: bool = False,
+    snapshot: Snapshot | None = None,
 ) -> Cluster:
-    """The cluster's usable GPU servers and links; raises ``NoFeasiblePlan`` if none."""
-    snap = read_cluster(path, max_age_s)
+    """The cluster's usable GPU servers and links (of ``snapshot``, a ``read_cluster`` made
+    already, if given); raises ``NoFeasiblePlan`` if none."""
+    snap = snapshot if snapshot is not None else read_cluster(path, max_age_s)
     if free_only:
         anyone = JobEntry(("", ""), "", 0, None, None, frozenset(), None, False)
         servers = [i.server for i in snap.free(anyone) if i.server is not None]

@@ -88,19 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "constraints, free servers and measured links (read only)",
     )
     parser.add_argument("-n", "--namespace", help="with --kubeconfig: only this namespace's jobs")
-    for flag, default, what in (
-        ("--latency-max-age-s", 600.0, "how old a NodeLatency measurement may be"),
-        ("--same-region-latency-ms", 1.0, "the estimate for an unmeasured pair in a region"),
-        ("--cross-region-latency-ms", 100.0, "the estimate for an unmeasured pair across regions"),
-    ):
-        parser.add_argument(
-            flag,
-            type=float,
-            default=None,
-            metavar="N",
-            help=f"with --kubeconfig: {what}, as the operator's flag of that name sets it "
-            f"(default {default:g}, the operator's default)",
-        )
+    add_latency_arguments(parser, "with --kubeconfig: ")
     parser.add_argument(
         "--weights",
         metavar="FILE",
@@ -212,7 +200,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             seed=args.seed,
             time_budget_s=args.time_budget,
             baselines=args.output == "table" and not args.no_compare,
-            **_latency_settings(args),
+            **latency_settings(args),
         )
         for note in pv.notes:
             print(f"hulk plan: note: {note}", file=sys.stderr)
@@ -590,7 +578,24 @@ def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
 LATENCY_FLAGS = ("latency_max_age_s", "same_region_latency_ms", "cross_region_latency_ms")
 
 
-def _latency_settings(args: argparse.Namespace) -> dict[str, float]:
+def add_latency_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """The operator's latency flags, for the commands that read a live cluster's links."""
+    for flag, default, what in (
+        ("--latency-max-age-s", 600.0, "how old a NodeLatency measurement may be"),
+        ("--same-region-latency-ms", 1.0, "the estimate for an unmeasured pair in a region"),
+        ("--cross-region-latency-ms", 100.0, "the estimate for an unmeasured pair across regions"),
+    ):
+        parser.add_argument(
+            flag,
+            type=float,
+            default=None,
+            metavar="N",
+            help=f"{when}{what}, as the operator's flag of that name sets it "
+            f"(default {default:g}, the operator's default)",
+        )
+
+
+def latency_settings(args: argparse.Namespace) -> dict[str, float]:
     """The preview's latency settings, as the operator's flags of the same names (before,
     fixed at the operator's defaults: a preview of an operator run with other values
     planned on other links; a trial). Checked as the operator checks them."""

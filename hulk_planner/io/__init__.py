@@ -40,6 +40,7 @@ from hulk_planner.io.topology import (
     TOPOLOGY_FIELDS,
     cluster_from_dict,
     cluster_to_dict,
+    dump_cluster,
     load_cluster,
     unknown_topology_fields,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "cluster_from_dict",
     "cluster_to_dict",
     "doc_source",
+    "dump_cluster",
     "dump_plan",
     "expand_lists",
     "job_from_dict",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest
@@ -179,6 +182,30 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
         "metadata": {"name": cluster.name},
         "spec": spec,
     }
+
+
+class _TopologyDumper(yaml.SafeDumper):
+    """A node or a link (a mapping of scalars) on one line, as the formats' examples write
+    them: a cluster of hundreds of servers stays readable."""
+
+    def represent_dict(self, data: Any) -> Any:  # type: ignore[override]
+        flow = all(isinstance(v, str | int | float) for v in data.values())
+        return self.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=flow)
+
+
+_TopologyDumper.add_representer(dict, _TopologyDumper.represent_dict)
+
+
+def dump_cluster(cluster: Cluster, fmt: str = "yaml") -> str:
+    """The cluster as a ``ClusterTopology`` document (``load_cluster`` reads it back);
+    ``fmt`` is ``json`` or ``yaml``."""
+    data = cluster_to_dict(cluster)
+    if fmt == "yaml":
+        return yaml.dump(data, Dumper=_TopologyDumper, sort_keys=False, width=4096,
+                         allow_unicode=True)  # fmt: skip
+    if fmt != "json":
+        raise InvalidRequest("fmt", f"unknown format {fmt!r}", "use json or yaml")
+    return json.dumps(data, indent=2, ensure_ascii=False)
 
 
 def load_cluster(path: str | Path, notes: list[str] | None = None) -> Cluster:

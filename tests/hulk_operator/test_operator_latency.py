@@ -677,3 +677,48 @@ def test_the_preview_refuses_a_template_the_api_server_refuses(
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("hulk plan: error: job noimage: spec.template: the API server "), line
     assert "image" in line and line.endswith("(fix the template, then apply it)"), line
+
+
+def test_hulk_topology_writes_the_cluster_the_operator_plans_on(
+    sandbox: Any, kube: Kube, latencies: Publish, tmp_path: Path
+) -> None:
+    """``hulk topology``: the live cluster as a ClusterTopology file that ``hulk plan
+    --cluster`` plans on offline, with the operator's links (measured, estimated, none)."""
+    from hulk_planner import io
+
+    latencies({"tokyo-25": {"tokyo-26": 40.0}, "tokyo-26": {"tokyo-25": 44.0, "tokyo-27": None}})
+    kube.core.patch_node("rome-45", {"spec": {"unschedulable": True}})
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "hulk", "topology", "--kubeconfig", sandbox.kubeconfig,
+             "--cross-region-latency-ms", "150"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        live = cluster_from_kubeconfig(sandbox.kubeconfig, cross_region_ms=150.0)
+    finally:
+        kube.core.patch_node("rome-45", {"spec": {"unschedulable": None}})
+    assert out.returncode == 0, out.stderr
+    path = tmp_path / "cluster.yaml"
+    path.write_text(out.stdout)
+    cluster = io.load_cluster(path)
+    assert cluster == live and len(cluster.servers) == 46  # (the cordoned one left out)
+    links = {lk.key: lk.latency_ms for lk in cluster.links}
+    assert links[frozenset(("tokyo-25", "tokyo-26"))] == 42.0
+    assert frozenset(("tokyo-26", "tokyo-27")) not in links  # reported unreachable
+    assert Network(cluster).latency("tokyo-25", "beijing-0") == 150.0
+    assert out.stderr.splitlines() == [
+        "hulk topology: note: left out 1 node(s) with GPUs: rome-45 (Cordoned)",
+        "hulk topology: note: 1033 of 1035 server pair(s) have no fresh latency measurement: "
+        "the regionLinks give them the operator's estimates (1 ms within a region, 150 ms "
+        "across), as it plans with them",
+        "hulk topology: note: 1 server pair(s) are reported unreachable: no link, as the "
+        "operator plans them (they cannot communicate)",
+    ]
+    planned = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--cluster", str(path), "--moves", "100",
+         "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+    used = {n for j in json.loads(planned.stdout)["jobs"] for s in j["stages"] for n in s["nodes"]}
+    assert used and "rome-45" not in used

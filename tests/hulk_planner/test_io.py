@@ -101,6 +101,23 @@ def job_doc() -> dict[str, Any]:
 # ---- ClusterTopology ----
 
 
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_a_dumped_cluster_reads_back_the_same(fmt: str, tmp_path: Path) -> None:
+    """``io.dump_cluster`` (``hulk topology``'s output): a node or link a line in YAML."""
+    from hulk_planner.datasets import paper_cluster
+    from hulk_planner.model import RegionLink
+
+    cluster = paper_cluster()
+    cluster = replace(cluster, region_links=(RegionLink("Beijing", "Rome", 90.0),))
+    path = tmp_path / f"c.{fmt}"
+    path.write_text(io.dump_cluster(cluster, fmt))
+    assert io.load_cluster(path) == cluster
+    if fmt == "yaml":
+        lines = path.read_text().splitlines()
+        assert len(lines) == 4 + 1 + 47 + 1 + len(cluster.links) + 1 + 1
+        assert "  - {a: Beijing, b: Rome, latencyMs: 90.0}" in lines
+
+
 def test_cluster_dict_object_dict_round_trip_keeps_the_spec_field_names() -> None:
     doc = cluster_doc()
     c = io.cluster_from_dict(doc)

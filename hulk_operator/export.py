@@ -1,0 +1,112 @@
+"""``hulk topology``: a live cluster's GPU servers and links as a ``ClusterTopology``.
+
+The servers the operator would offer a job (Ready, schedulable, labelled with GPU details;
+with ``--free`` only those no job holds, less the GPUs other pods request), and their
+links as the operator plans with them: each fresh NodeLatency measurement as a server
+link, the operator's fallback estimates for the other pairs as region links, and no link
+for a pair reported unreachable. ``hulk plan --cluster FILE`` then plans on what the
+cluster is now: offline, on a laptop with no access to it, as often as wanted, or
+attached to a report. Read only; it needs the rights ``hulk plan --kubeconfig`` needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Collection
+
+from hulk_operator.inventory import NO_GPUS, cut_pairs, estimated_pairs
+from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
+from hulk_operator.snapshot import Snapshot
+from hulk_planner.cli import add_latency_arguments, latency_settings
+from hulk_planner.errors import HulkError, NoFeasiblePlan
+
+NOTHING_USABLE = 3  # exit code: the cluster was read, but no server is usable
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", required=True, help="the cluster to read (read only)"
+    )
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="the ClusterTopology as yaml (default) or json (docs/formats.md); notes go to stderr",
+    )
+    parser.add_argument(
+        "--free",
+        action="store_true",
+        help="only the servers no job holds, each with the GPUs other pods leave (what a "
+        "pending job may get now)",
+    )
+    add_latency_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hulk_planner import io
+
+    try:
+        settings = latency_settings(args)
+        snap = read_cluster(args.kubeconfig, settings.get("max_age_s", 600.0))
+        same = settings.get("same_region_ms", 1.0)
+        cross = settings.get("cross_region_ms", 100.0)
+        cluster = cluster_from_kubeconfig(
+            args.kubeconfig, same_region_ms=same, cross_region_ms=cross, free_only=args.free,
+            snapshot=snap,
+        )  # fmt: skip
+    except NoFeasiblePlan as exc:
+        print(f"hulk topology: error: {exc.reason}", file=sys.stderr)
+        return NOTHING_USABLE
+    except HulkError as exc:
+        print(f"hulk topology: error: {exc}", file=sys.stderr)
+        return 2
+    for note in notes(snap, [s.name for s in cluster.servers], same, cross):
+        print(f"hulk topology: note: {note}", file=sys.stderr)
+    print(io.dump_cluster(cluster, args.output), end="" if args.output == "yaml" else "\n")
+    return 0
+
+
+def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: float) -> list[str]:
+    """What the file leaves out or estimates, a line each: nodes with GPUs it leaves out and
+    why, the server pairs given estimates, those with no link."""
+    out = []
+    left = sorted(
+        f"{i.name} ({why})"
+        for i in snap.nodes.values()
+        if i.name not in names and (why := _left_out(snap, i.name)) is not None
+    )
+    if left:
+        more = f"; and {len(left) - 5} more" if len(left) > 5 else ""
+        out.append(f"left out {len(left)} node(s) with GPUs: {'; '.join(left[:5])}{more}")
+    ordered = sorted(names)
+    guessed = estimated_pairs(ordered, snap.latencies)
+    if guessed:
+        pairs = len(ordered) * (len(ordered) - 1) // 2
+        out.append(
+            f"{guessed} of {pairs} server pair(s) have no fresh latency measurement: the "
+            f"regionLinks give them the operator's estimates ({same_ms:g} ms within a region, "
+            f"{cross_ms:g} ms across), as it plans with them"
+        )
+    cut, _ = cut_pairs(ordered, snap.latencies)
+    if cut:
+        out.append(f"{cut} server pair(s) are reported unreachable: no link, as the operator "
+                   "plans them (they cannot communicate)")  # fmt: skip
+    return out
+
+
+def _left_out(snap: Snapshot, name: str) -> str | None:
+    """Why a node is no server of the file; None for a node with no GPUs (a CPU node:
+    nothing to tell)."""
+    info = snap.nodes[name]
+    if info.problem == NO_GPUS:
+        return None
+    if info.problem is not None:
+        return info.problem
+    if (why := info.sick() or info.barred()) is not None:
+        return why
+    holder = snap.held.get(name)
+    if holder is not None:
+        return f"held by job {holder[0]}/{holder[1]}"
+    return "its GPUs are requested by other pods"
