@@ -14,6 +14,10 @@ from hulk_operator.placement import Placer
 from hulk_operator.snapshot import Snapshot
 
 
+async def _none_unreachable() -> frozenset[frozenset[str]]:
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class PodEntry:
     """What the operator keeps of a stage pod (the value of the ``pods`` index)."""
@@ -44,8 +48,8 @@ class Context:
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
     used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
-    # the pairs NodeLatency reports unreachable (``indexes.latencies_now``; blocking)
-    unreachable: Callable[[], frozenset[frozenset[str]]] = frozenset
+    # the pairs NodeLatency reports unreachable (``indexes.shared_latencies``)
+    unreachable: Callable[[], Awaitable[frozenset[frozenset[str]]]] = _none_unreachable
     has_service: bool = True  # whether the job's headless Service exists (its index)
     disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
     settled_at: float = 0.0  # when the last disruption ended (``recovery.say_disruption``)

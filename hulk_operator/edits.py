@@ -147,7 +147,7 @@ async def recheck(
         return {}
     ctx.placer.edit_checked[entry.key] = now
     ns, name = entry.key
-    cut = await asyncio.to_thread(ctx.unreachable)
+    cut = await ctx.unreachable()
     refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, entry, ctx.nodes, cut)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:

@@ -215,7 +215,8 @@ def template_shape_error(template: object) -> str | None:
     template = copy.deepcopy(dict(template) if isinstance(template, Mapping) else template)
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
         quantities_as_text(template["spec"])  # (cpu: 2 is a quantity, as the pods get it)
-        template["spec"].setdefault("containers", [])  # (none: _no_containers tells)
+        if template["spec"].get("containers") is None:  # (none: _no_containers tells)
+            template["spec"]["containers"] = []
     try:
         client.V1PodTemplateSpec.model_validate(template)
     except ValidationError as exc:

@@ -114,7 +114,7 @@ def client_rejection(exc: BaseException, prefix: str | None = None) -> str | Non
         for p in loc:
             path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
         if prefix is not None:
-            path = prefix + path
+            path = prefix + path if path else prefix.rstrip(".")
         elif path.startswith("spec."):
             path = "spec.template." + path
         hint = " (quote it)" if "valid string" in str(err.get("msg")) else ""
@@ -130,16 +130,30 @@ def client_rejection(exc: BaseException, prefix: str | None = None) -> str | Non
 
 @functools.cache
 def _pod_field_names() -> tuple[str, ...]:
-    """Every field name (as YAML writes it) of the Kubernetes client's core/v1 models."""
+    """Every field name (as YAML writes it) of a pod template: of the Kubernetes client's
+    models that ``V1PodTemplateSpec`` holds, nested (before, of every V1 model: a
+    ``replicas`` in a container was told to belong at another level; a review)."""
+    import typing
+
     from kubernetes.client import models
+    from pydantic import BaseModel
 
     names: set[str] = set()
-    for attr in dir(models):
-        model = getattr(models, attr)
-        if attr.startswith("V1") and hasattr(model, "model_fields"):
-            names.update(
-                f.serialization_alias or f.alias or n for n, f in model.model_fields.items()
-            )
+    seen: set[type] = set()
+
+    def visit(annotation: object) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation in seen:
+                return
+            seen.add(annotation)
+            for n, f in annotation.model_fields.items():
+                names.add(f.serialization_alias or f.alias or n)
+                visit(f.annotation)
+            return
+        for arg in typing.get_args(annotation):
+            visit(arg)
+
+    visit(models.V1PodTemplateSpec)
     return tuple(sorted(names))
 
 

@@ -12,6 +12,7 @@ references); the timer's kopf finalizer is only there to stop the timer first.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -44,6 +45,7 @@ from hulk_operator.indexes import (
     latencies_now,
     one,
     outside_pods,
+    shared_latencies,
 )
 from hulk_operator.inventory import (
     NodeInfo,
@@ -289,6 +291,27 @@ def hulktrainingjob_update(
     hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
     **_: Any,
 ) -> None:
+    """Takes an edit (``_take_edit``) and stamps its generation as observed, whatever the
+    edit did (nothing, a refusal, a new plan): a generation with no stamp is one kopf never
+    handled (``_edit_unseen``; before, an edit that left the status as it was, a
+    ``priority`` or a failed job's ``suspend``, read as never handled and was taken again,
+    which ran a failed job again: a review)."""
+    _take_edit(body, name, namespace, status, patch, memo, logger, old, new, hulk_nodes)
+    patch.status["observedGeneration"] = int(body.get("metadata", {}).get("generation") or 0)
+
+
+def _take_edit(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    old: Any,
+    new: Any,
+    hulk_nodes: Any,
+) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). A running job runs on when the edit leaves what its pods are made
@@ -404,6 +427,10 @@ def hulktrainingjob_update(
 kopf.on.update(GROUP, VERSION, PLURAL, field="spec")(hulktrainingjob_update)
 
 
+async def _unreachable(memo: kopf.Memo) -> frozenset[frozenset[str]]:
+    return (await shared_latencies(memo)).unreachable
+
+
 def _edit_unhandled(body: kopf.Body) -> bool:
     """Whether the job's spec differs from the one kopf's handlers last took (its
     last-handled annotation): an edit the update handler has yet to take. A job with no
@@ -438,10 +465,13 @@ def _edit_unseen(key: Key, body: kopf.Body, status: kopf.Status, memo: kopf.Memo
     if first is None or first[0] != gen:
         seen[key] = (gen, time.monotonic())
         return False
-    if math.isinf(first[1]) or time.monotonic() - first[1] < EDIT_UNSEEN_S:
-        return False
-    seen[key] = (gen, math.inf)  # taken: once
-    return True
+    return not math.isinf(first[1]) and time.monotonic() - first[1] >= EDIT_UNSEEN_S
+
+
+def _edit_taken(key: Key, gen: int, memo: kopf.Memo) -> None:
+    """Marks a generation ``_edit_unseen`` told of as taken: it is told once (marked once
+    taken, so that one whose taking failed is told again)."""
+    memo.setdefault("unseen_edits", {})[key] = (gen, math.inf)
 
 
 def _changed_from_running(plan: Mapping[str, Any], spec: Mapping[str, Any]) -> set[str]:
@@ -504,6 +534,8 @@ def hulktrainingjob_delete(
     if pods and not orphan:
         kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
+    memo.setdefault("unseen_edits", {}).pop(key, None)  # (a job made again under its name)
+    memo.disruption.setdefault("cut_links", {}).pop(key, None)  # (its Warning: once told)
     if (built := memo.get("built_pods")) is not None:
         built.pop(key, None)
     memo.metrics.set_predicted(namespace or "", name, None)
@@ -557,9 +589,12 @@ async def hulktrainingjob_reconcile(
             f"{name}: generation {entry.generation} was never handled as an edit (its "
             "last-handled record was rewritten with it): taken as one now"
         )
-        hulktrainingjob_update(
-            body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes
-        )
+        # (in a thread, as kopf runs the handler: it calls the API server)
+        await asyncio.to_thread(
+            hulktrainingjob_update,
+            body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
+        )  # fmt: skip
+        _edit_taken(key, entry.generation, memo)
         return
     nodes = memo.node_view.nodes(hulk_nodes)  # (rebuilt only when a node changed)
     pods = {key: list(hulk_pods.get(key, []))}
@@ -611,7 +646,7 @@ async def hulktrainingjob_reconcile(
         settled_at=settled_at,
         disruption=memo.disruption,
         has_service=any(hulk_services.get(key) or ()),
-        unreachable=lambda: latencies_now(memo).unreachable,
+        unreachable=lambda: _unreachable(memo),
         # (an edit meanwhile too: a suspend made while the pods were created waited for
         # all of them, and the plan's Event, before it removed them; a user trial)
         stopped=lambda: bool(stopped) or edited_since(body, entry),

@@ -83,6 +83,14 @@ def latencies_now(memo: Any) -> Latencies:
     return latencies
 
 
+async def shared_latencies(memo: Any) -> Latencies:
+    """``latencies_now`` off the event loop, one listing at a time (``Listings.lock``): at
+    each expiry of the cache, the timers of N jobs listed the objects N times at once."""
+    cache: Listings = memo.listings
+    async with cache.lock:
+        return await asyncio.to_thread(latencies_now, memo)
+
+
 @dataclass
 class NodeView:
     """The node index as one dict, ``{name: NodeInfo}``, built again only when a node
@@ -398,9 +406,7 @@ async def build_snapshot(
             if p.node and p.phase not in ("Succeeded", "Failed")
         ),
     )
-    cache: Listings = memo.listings
-    async with cache.lock:
-        latencies = await asyncio.to_thread(latencies_now, memo)
+    latencies = await shared_latencies(memo)
     counted = {
         k: summed(dict(p.quota) for p in store if p.phase not in ("Succeeded", "Failed"))
         for k, store in hulk_pods.items()

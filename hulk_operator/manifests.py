@@ -191,28 +191,37 @@ def _as_text(value: Any) -> Any:
 
 
 def quantities_as_text(spec: dict[str, Any]) -> None:
-    """Writes the resource quantities of a pod spec (its containers', init and ephemeral
-    containers', the pod's own ``resources``, ``overhead`` and emptyDir ``sizeLimit``s) as
-    strings, in place. Kubernetes takes ``8`` and ``"8"`` alike (and a manifest may hold
-    either), but the Python client refuses a number where its model says string, so the
-    pods were never created."""
+    """Writes the resource quantities of a pod spec as strings, in place, wherever they are:
+    ``resources`` (containers', the pod's, an ephemeral volume's claim), ``overhead``,
+    ``sizeLimit``, a ``resourceFieldRef``'s ``divisor``; a null amount is left out, as the
+    operator reads it (``cpu:`` with nothing after it). Kubernetes takes ``8`` and ``"8"``
+    alike (and a manifest may hold either), but the Python client refuses a number where
+    its model says string, so the pods were never created."""
 
-    def amounts(res: object) -> None:
-        for kind in ("limits", "requests"):
-            if isinstance(res, dict) and isinstance(res.get(kind), dict):
-                res[kind] = {k: _as_text(v) for k, v in res[kind].items() if v is not None}
-                # (``cpu:`` with nothing after it: no amount, as the operator reads it)
+    def amounts(given: object) -> object:
+        if not isinstance(given, dict):
+            return given
+        return {k: _as_text(v) for k, v in given.items() if v is not None}
 
-    for key in ("containers", "initContainers", "ephemeralContainers"):
-        for c in spec.get(key) or []:
-            amounts(c.get("resources") if isinstance(c, dict) else None)
-    amounts(spec.get("resources"))
-    if isinstance(spec.get("overhead"), dict):
-        spec["overhead"] = {k: _as_text(v) for k, v in spec["overhead"].items()}
-    for v in spec.get("volumes") or []:
-        empty = v.get("emptyDir") if isinstance(v, dict) else None
-        if isinstance(empty, dict) and "sizeLimit" in empty:
-            empty["sizeLimit"] = _as_text(empty["sizeLimit"])
+    def walk(node: object) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+            return
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            if key == "resources" and isinstance(value, dict):
+                for kind in ("limits", "requests"):
+                    if kind in value:
+                        value[kind] = amounts(value[kind])
+            elif key == "overhead":
+                node[key] = amounts(value)
+            elif key in ("sizeLimit", "divisor"):
+                node[key] = _as_text(value)
+            walk(node[key])
+
+    walk(spec)
 
 
 def stage_pod(

@@ -9,11 +9,15 @@ any point, converges on exactly one pod per slot and no other pod of the job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from hulk_operator import edits, kube, manifests, recovery, regrow
 from hulk_operator import status as st
@@ -360,6 +364,7 @@ def _tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
 
 
 LINK_UNREACHABLE, LINKS_RESTORED = "LinkUnreachable", "LinksRestored"
+log = logging.getLogger(__name__)
 
 
 async def _tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
@@ -367,11 +372,20 @@ async def _tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> 
     server pair its probes now report unreachable (and a Normal one when they reach each
     other again). The job is not moved: only lost servers move a job (before, nothing told
     of a partition between two of its stages: a user trial)."""
-    cut = recovery.cut_links(plan, await asyncio.to_thread(ctx.unreachable))
+    try:
+        unreachable = await ctx.unreachable()
+    except (ApiException, HTTPError, OSError) as exc:  # (it only tells: recovery goes on)
+        log.debug(f"{key[1]}: NodeLatency not read ({exc}): cut links told later")
+        return
+    cut = recovery.cut_links(plan, unreachable)
     told: dict[tuple[str, str], frozenset[tuple[str, str]]] = ctx.disruption.setdefault(
         "cut_links", {}
     )
-    if frozenset(cut) == told.get(key, frozenset()):
+    before = told.get(key, frozenset())
+    if frozenset(cut) == before:
+        return
+    if not cut and any(frozenset(p) in unreachable for p in before):
+        told.pop(key, None)  # moved off the pairs, which are still cut: nothing restored
         return
     if cut:
         told[key] = frozenset(cut)

@@ -95,7 +95,10 @@ def plan(
     ``time_budget_s`` or ``max_iterations`` bound the search (and hulk's refinement); with
     ``max_iterations`` alone a seed gives the same plan on any machine. ``weights``: a
     ``hulk train`` weights file for the hulk planner (default ``$HULK_GNN_WEIGHTS``, else
-    the shipped weights). Bad arguments raise ``InvalidRequest`` naming the argument; a
+    the shipped weights). ``cost``: a ``CostModel`` of ``cluster`` to reuse (it caches the
+    network; plans are the same without it), used where every job is planned on the whole
+    cluster: with priorities or ``allowed_regions`` each group's servers get their own.
+    Bad arguments raise ``InvalidRequest`` naming the argument; a
     plan that places no job raises ``NoFeasiblePlan``."""
     jobs = _check_args(cluster, jobs, planner, seed, max_iterations, previous, cost)
     if time_budget_s is not None:

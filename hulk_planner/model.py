@@ -9,6 +9,7 @@ Field names are the Python spellings of the public file format
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -372,6 +373,9 @@ class Job:
         _whole(self, "global_batch_size")
         _whole(self, "micro_batch_size")
         priority: object = self.priority
+        if isinstance(priority, numbers.Integral) and not isinstance(priority, bool | int):
+            priority = int(priority)  # (numpy's integers: a review)
+            object.__setattr__(self, "priority", priority)
         if isinstance(priority, bool) or not isinstance(priority, int):
             if not (isinstance(priority, float) and priority.is_integer()):
                 raise InvalidRequest(
@@ -405,16 +409,16 @@ class Stage:
         if (
             not isinstance(layers, tuple | list)
             or len(layers) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in layers)
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in layers)
         ):
             raise InvalidRequest(
                 "stages[].layers",
                 f"must be a pair of whole numbers [start, end), got {shown(layers)}",
             )
-        start, end = layers
+        start, end = int(layers[0]), int(layers[1])  # (numpy's integers too: a review)
         if not 0 <= start < end:
-            raise InvalidRequest("stages[].layers", f"{list(layers)} is not a range [start, end)")
-        if not isinstance(layers, tuple):
+            raise InvalidRequest("stages[].layers", f"{[start, end]} is not a range [start, end)")
+        if layers != (start, end) or not all(type(v) is int for v in layers):
             object.__setattr__(self, "layers", (start, end))
         if isinstance(self.nodes, str) or not isinstance(self.nodes, tuple | list):
             raise InvalidRequest(

@@ -165,9 +165,14 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
             if "missing" in exc.problem and not (exc.fix or "").startswith("the field is"):
                 # (a misspelled size keeps the fix that names it: seqLength, a trial)
                 typo = next(
-                    (t for t in unknown_job_fields({"spec": {"model": model}}) if "did you" in t),
+                    (
+                        t
+                        for t in unknown_job_fields({"spec": {"model": model}})
+                        if "did you mean spec.model.preset?" in t
+                    ),
                     None,
-                )  # (presett: before, only "parameters is required" was said, a trial)
+                )  # (presett: before, only "parameters is required" was said, a trial; only
+                # that one: another misspelled field is no fix for a missing size, a review)
                 fix = (
                     typo.replace(": ignored (", ": ").rstrip(")")
                     if typo

@@ -178,6 +178,8 @@ def test_a_generation_nothing_stamps_is_taken_as_an_edit_once(
     assert not handlers._edit_unseen(key, body, stale, memo)
     clock[0] += 2
     assert handlers._edit_unseen(key, body, stale, memo)
+    assert handlers._edit_unseen(key, body, stale, memo)  # not yet taken (its taking failed)
+    handlers._edit_taken(key, 3, memo)
     clock[0] += 60
     assert not handlers._edit_unseen(key, body, stale, memo)  # once
     stamped = {"observedGeneration": 3}
@@ -186,3 +188,31 @@ def test_a_generation_nothing_stamps_is_taken_as_an_edit_once(
     assert not handlers._edit_unseen(("ns", "k"), body, by_condition, memo)
     clock[0] += 60
     assert not handlers._edit_unseen(("ns", "k"), body, by_condition, memo)
+
+
+@pytest.mark.parametrize(
+    ("phase", "edit"),
+    [("Failed", {"suspend": True}), ("Failed", {"regrow": {}}), ("Succeeded", {"priority": 3})],
+)
+def test_an_edit_that_changes_nothing_is_stamped_all_the_same(
+    phase: str, edit: dict[str, Any]
+) -> None:
+    """Before, the update handler's "nothing to do" left the generation unstamped: read as
+    an edit kopf never handled, it was taken again 5 s later, and ran a failed job again
+    (a review)."""
+    import logging
+
+    import kopf
+
+    from hulk_operator import handlers
+
+    status = {"phase": phase, "observedGeneration": 4}
+    body = kopf.Body({"metadata": {"name": "j", "generation": 5}, "spec": edited(**edit),
+                      "status": status})  # fmt: skip
+    patch = kopf.Patch()
+    handlers.hulktrainingjob_update(
+        body, "j", "ns", body.status, patch, kopf.Memo(), logging.getLogger("t"),
+        SPEC, edited(**edit),
+    )  # fmt: skip
+    assert dict(patch) == {"status": {"observedGeneration": 5}}
+    assert not handlers._edit_unseen(("ns", "j"), body, {**status, **patch["status"]}, kopf.Memo())

@@ -34,6 +34,9 @@ def with_container(**fields: Any) -> dict[str, Any]:
         (with_(nodeSelectr={"a": "b"}), "(did you mean nodeSelector?)"),
         ({"metadata": {"labels": {"team": 7}}, **BASE}, "spec.template.metadata.labels.team: "
                                                         "Input should be a valid string"),
+        ("x", "not valid: spec.template: Input should be a valid dictionary"),
+        (with_container(replicas=2), "spec.containers[0].replicas: Extra inputs are not "
+                                     "permitted, got 2"),  # (no 'did you mean' of a Deployment)
         ({"containers": [{"name": "t"}]}, "spec.template.containers: Extra inputs are not "
          "permitted, got [{'name': 't'}] (containers belongs at another level: check its "
          "indentation)"),
@@ -54,9 +57,16 @@ def test_a_template_of_the_wrong_shape_is_named_by_field(template: Any, said: st
 
 
 @pytest.mark.parametrize(
-    "template", [None, {}, {"spec": {}}, {"spec": {"containers": []}}, {"spec": {"initContainers":
-                                                                                  [{"name": "i"}]}}]
-)  # fmt: skip
+    "template",
+    [
+        None,
+        {},
+        {"spec": {}},
+        {"spec": {"containers": []}},
+        {"spec": {"containers": None}},
+        {"spec": {"initContainers": [{"name": "i"}]}},
+    ],
+)
 def test_a_template_with_no_container_is_told_to_give_one(template: Any) -> None:
     assert template_shape_error(template) is None  # (the shape is right: a later check)
     spec = {"model": {"preset": "bert-large"}, "template": template}
@@ -70,3 +80,30 @@ def test_a_template_with_no_container_is_told_to_give_one(template: Any) -> None
 
 def test_a_valid_template_passes() -> None:
     assert template_shape_error(with_container(env=[{"name": "A", "value": "1"}])) is None
+
+
+def test_numbers_are_quantities_wherever_kubernetes_takes_them() -> None:
+    """The API server takes ``1`` for any quantity; the client's models only strings: a
+    divisor, an ephemeral volume's claim, a null overhead were refused (a review)."""
+    from hulk_operator.manifests import quantities_as_text
+
+    env = [{"name": "CPUS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu",
+                                                                "divisor": 1}}}]  # fmt: skip
+    claim = {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": 10}}}}
+    volumes = [
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": claim}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": 1}},
+        {"name": "info", "downwardAPI": {"items": [{"path": "cpu", "resourceFieldRef": {
+            "containerName": "trainer", "resource": "limits.cpu", "divisor": 1}}]}},
+    ]  # fmt: skip
+    template = with_(overhead={"cpu": None, "memory": 2}, volumes=volumes)
+    template["spec"]["containers"][0].update(env=env, resources={"limits": {"cpu": 2, "x": None}})
+    assert template_shape_error(template) is None
+    spec = template["spec"]
+    quantities_as_text(spec)
+    assert spec["overhead"] == {"memory": "2"}
+    assert spec["containers"][0]["resources"] == {"limits": {"cpu": "2"}}
+    assert spec["containers"][0]["env"][0]["valueFrom"]["resourceFieldRef"]["divisor"] == "1"
+    assert claim["spec"]["resources"]["requests"] == {"storage": "10"}
+    assert spec["volumes"][1]["emptyDir"]["sizeLimit"] == "1"
+    assert spec["volumes"][2]["downwardAPI"]["items"][0]["resourceFieldRef"]["divisor"] == "1"

@@ -75,3 +75,46 @@ def test_a_replan_that_gives_the_plan_back_unchanged_is_no_replan() -> None:
     step, seen = run(moved)  # a real re-plan is one, as before
     assert step.plan == moved and step.replanned == (plan, {servers[1]: "NotReady"})
     assert seen["replans"] == 1 and seen["new"]["replans"] == 1
+
+
+def test_cut_links_are_told_once_restored_only_when_measured_again_and_errors_pass() -> None:
+    """LinkUnreachable once per set of cut pairs; LinksRestored when the pairs are reached
+    again, not when the job moved off them (before, it was posted then too), and a failed
+    NodeLatency read tells nothing and raises nothing (before, it cut the tick's recovery
+    short: a review)."""
+    from urllib3.exceptions import ProtocolError
+
+    from hulk_operator.reconcile import _tell_cut_links
+
+    plan = JobPlan("j", (Stage((0, 12), ("a",)), Stage((12, 24), ("b",))), 8)
+    moved = JobPlan("j", (Stage((0, 12), ("c",)), Stage((12, 24), ("d",))), 8)
+    events: list[tuple[str, str, str]] = []
+    said: dict[str, Any] = {}
+    cut: list[Any] = [frozenset({frozenset({"a", "b"})})]
+
+    async def unreachable() -> frozenset[frozenset[str]]:
+        if isinstance(cut[0], Exception):
+            raise cut[0]
+        return cut[0]  # type: ignore[no-any-return]
+
+    ctx = Context(
+        api=None, config=OperatorConfig(), placer=None, metrics=Metrics(),  # type: ignore[arg-type]
+        nodes={}, pods={}, snapshot=None, event=lambda *a: events.append(a),  # type: ignore[arg-type]
+        recent={}, unreachable=unreachable, disruption=said,
+    )  # fmt: skip
+
+    def tell(p: JobPlan) -> list[str]:
+        events.clear()
+        asyncio.run(_tell_cut_links(ctx, ("ml", "j"), p))
+        return [reason for _, reason, _ in events]
+
+    assert tell(plan) == ["LinkUnreachable"]
+    assert tell(plan) == []  # once
+    cut[0] = ProtocolError("connection reset")
+    assert tell(plan) == []  # (no error out of it)
+    cut[0] = frozenset({frozenset({"a", "b"})})
+    assert tell(moved) == []  # moved off a pair still cut: nothing restored
+    assert tell(plan) == ["LinkUnreachable"]  # (back on it: told again)
+    cut[0] = frozenset()
+    assert tell(plan) == ["LinksRestored"]
+    assert tell(plan) == [] and "j" not in str(said.get("cut_links"))

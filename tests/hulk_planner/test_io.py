@@ -829,3 +829,8 @@ def test_a_misspelled_preset_is_named_where_the_sizes_are_asked_for() -> None:
     assert exc.value.fix == (
         "spec.model.presett is not a HulkTrainingJob field: did you mean spec.model.preset?"
     )
+    # another misspelled field is no fix for a missing size (a review)
+    doc["spec"]["model"] = {"parameters": 1e9, "attentionHeds": 16}
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert exc.value.fix == "give spec.model.preset or all four model sizes", exc.value.fix

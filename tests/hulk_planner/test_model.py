@@ -294,3 +294,17 @@ def test_whole_floats_and_iterables_are_kept_as_the_types_they_name() -> None:
     st = Stage([0, 2], ["a"])  # type: ignore[arg-type]
     assert st.layers == (0, 2) and st.nodes == ("a",)
     assert Job("j", m, 8, 1, priority=3.0).priority == 3  # type: ignore[arg-type]
+
+
+def test_numpy_integers_are_whole_numbers() -> None:
+    """Before, ``Stage((np.int64(0), np.int64(4)), ...)`` was "must be a pair of whole
+    numbers" (a review)."""
+    import numpy as np
+
+    st = Stage((np.int64(0), np.int64(4)), ("a",))  # type: ignore[arg-type]
+    assert st.layers == (0, 4) and all(type(v) is int for v in st.layers)
+    m = ModelSpec(1.5e9, 24, 1024, 512)
+    job = Job("j", m, 8, 1, priority=np.int32(2))  # type: ignore[arg-type]
+    assert job.priority == 2 and type(job.priority) is int
+    with pytest.raises(InvalidRequest):
+        Stage((np.int64(4), np.int64(4)), ("a",))  # type: ignore[arg-type]
