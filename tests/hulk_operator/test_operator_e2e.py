@@ -362,10 +362,20 @@ def test_a_fix_made_by_search_and_replace_over_the_whole_object_is_taken(
     edit``) rewrites kopf's last-handled record with the spec: kopf saw no change, and the
     job stayed Failed on a fixed preset (a user trial)."""
     kube.apply(manifest("sedfix", model={"preset": "bert-largee"}))
-    wait("Failed", lambda: kube.phase("sedfix") == "Failed", 30)
-    body = kube.job("sedfix")
+    record = "hulk.dev/last-handled-configuration"
+
+    def failed_and_recorded() -> dict[str, Any] | None:  # (kopf writes its record apart)
+        body = kube.job("sedfix")
+        annotations = body["metadata"].get("annotations") or {}
+        return (
+            body
+            if body.get("status", {}).get("phase") == "Failed" and record in annotations
+            else None
+        )
+
+    body = wait("Failed, kopf's record written", failed_and_recorded, 30)
     text = json.dumps({k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-    assert "bert-largee" in body["metadata"]["annotations"]["hulk.dev/last-handled-configuration"]
+    assert "bert-largee" in body["metadata"]["annotations"][record]
     fixed = json.loads(text.replace("bert-largee", "bert-large"))
     kube.custom.replace_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "sedfix", fixed)
     wait("Running after the fix", lambda: kube.phase("sedfix") == "Running", 60)

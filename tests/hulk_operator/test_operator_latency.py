@@ -583,7 +583,7 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     nodes, said = preview({**job, "spec": {**job["spec"], "regrow": {"afterSeconds": 0}}})
     assert nodes == running and "regrow changed: its plan stands" in said, said
     assert "spec.regrow: once it has run 0 s, the operator plans it afresh" in said, said
-    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "LR", "value": "3e-4"}]
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "LR", "value": "0.0003"}]
     _, said = preview(job)  # the pods are made again: a plan from scratch (its servers free)
     first, *rest = said.strip().splitlines()
     assert first == (
