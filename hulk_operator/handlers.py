@@ -291,27 +291,6 @@ def hulktrainingjob_update(
     hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
     **_: Any,
 ) -> None:
-    """Takes an edit (``_take_edit``) and stamps its generation as observed, whatever the
-    edit did (nothing, a refusal, a new plan): a generation with no stamp is one kopf never
-    handled (``_edit_unseen``; before, an edit that left the status as it was, a
-    ``priority`` or a failed job's ``suspend``, read as never handled and was taken again,
-    which ran a failed job again: a review)."""
-    _take_edit(body, name, namespace, status, patch, memo, logger, old, new, hulk_nodes)
-    patch.status["observedGeneration"] = int(body.get("metadata", {}).get("generation") or 0)
-
-
-def _take_edit(
-    body: kopf.Body,
-    name: str,
-    namespace: str | None,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    old: Any,
-    new: Any,
-    hulk_nodes: Any,
-) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
     pods are created); so is a Failed job (an invalid spec fixed, or a failed stage after
     any valid edit). A running job runs on when the edit leaves what its pods are made
@@ -320,7 +299,14 @@ def _take_edit(
     invalid change leaves the job as it was (``reconcile`` says why in a condition), and so
     does one whose constraints no node of the cluster matches or whose model no set of the
     nodes it may use could hold (a typo'd region or parameter count must not stop a
-    training run). A finished job runs again after any edit but defaults filled in."""
+    training run). A finished job runs again after any edit but defaults filled in.
+
+    Every edit taken stamps its generation as observed, whatever the edit did (nothing, a
+    refusal, a new plan): a generation with no stamp is one kopf never handled
+    (``_edit_unseen``; before, an edit that left the status as it was, a ``priority`` or a
+    failed job's ``suspend``, read as never handled and was taken again, which ran a failed
+    job again: a review)."""
+    patch.status["observedGeneration"] = int(body.get("metadata", {}).get("generation") or 0)
     if old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
         changed = _changed_from_running(status.get("plan") or {}, new)
         if not changed and status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED):
