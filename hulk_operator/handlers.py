@@ -521,7 +521,8 @@ def hulktrainingjob_delete(
         kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
     memo.setdefault("unseen_edits", {}).pop(key, None)  # (a job made again under its name)
-    memo.disruption.setdefault("cut_links", {}).pop(key, None)  # (its Warning: once told)
+    if (said := memo.get("disruption")) is not None:  # (its Warning: once told)
+        said.get("cut_links", {}).pop(key, None)
     if (built := memo.get("built_pods")) is not None:
         built.pop(key, None)
     memo.metrics.set_predicted(namespace or "", name, None)
