@@ -72,11 +72,9 @@ def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: floa
     """What the file leaves out or estimates, a line each: nodes with GPUs it leaves out and
     why, the server pairs given estimates, those with no link."""
     out = []
-    left = sorted(
-        f"{i.name} ({why})"
-        for i in snap.nodes.values()
-        if i.name not in names and (why := _left_out(snap, i.name)) is not None
-    )
+    why = {n: w for n in snap.nodes if n not in names and (w := _left_out(snap, n)) is not None}
+    # (the unhealthy first, then the held: a trial saw five held ones and "18 more")
+    left = [f"{n} ({why[n]})" for n in sorted(why, key=lambda n: (why[n].startswith("held"), n))]
     if left:
         more = f"; and {len(left) - 5} more" if len(left) > 5 else ""
         out.append(f"left out {len(left)} node(s) with GPUs: {'; '.join(left[:5])}{more}")

@@ -308,7 +308,9 @@ def hulktrainingjob_update(
     job again: a review)."""
     patch.status["observedGeneration"] = int(body.get("metadata", {}).get("generation") or 0)
     if old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
-        changed = _changed_from_running(status.get("plan") or {}, new)
+        # (a job failed by its stage pods: against what they were made from)
+        made = status.get("plan") or {"specHashes": status.get("failedSpecHashes")}
+        changed = _changed_from_running(made, new)
         if not changed and status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED):
             logger.info(f"{name} is {status.get('phase')}: replaced with its spec, nothing to do")
             return
@@ -358,6 +360,8 @@ def hulktrainingjob_update(
         # running" and the old stages stood while the job was planned again; a trial)
         patch.status.update(plan_fields.unplanned(st.PENDING))
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
+        if status.get("failedSpecHashes") is not None:
+            patch.status["failedSpecHashes"] = None
         fields = f"spec.{', spec.'.join(sorted(changed))}"
         msg = None
         if plan is not None and not suspending:  # (a Suspended Event tells the other)

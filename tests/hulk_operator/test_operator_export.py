@@ -1,0 +1,25 @@
+"""``hulk topology``'s notes (``export.notes``) on a snapshot made by hand; the command
+itself runs on the sandbox in test_operator_latency."""
+
+from __future__ import annotations
+
+from placement_helpers import nodes, not_ready
+
+from hulk_operator.export import notes
+from hulk_operator.inventory import Latencies
+from hulk_operator.snapshot import Snapshot
+
+
+def test_the_unhealthy_nodes_left_out_are_named_before_the_held_ones() -> None:
+    """Before, the first five in name order were all held by a job and the NotReady one was
+    among "18 more" (a trial)."""
+    view = nodes()
+    view["tokyo-29"] = not_ready("tokyo-29", None)
+    held = {name: ("ml", "big") for name in sorted(view)[:7]}
+    kept = [n for n in view if n not in held and n != "tokyo-29"]
+    (left, guessed) = notes(Snapshot(view, Latencies(), {}, held), kept, 1.0, 100.0)
+    assert left.startswith(
+        "left out 8 node(s) with GPUs: tokyo-29 (NotReady); beijing-0 (held by job ml/big); "
+    ), left
+    assert left.endswith("; and 3 more"), left
+    assert guessed.startswith(f"{len(kept) * (len(kept) - 1) // 2} of ")
