@@ -243,6 +243,17 @@ def hulktrainingjob_create(
     logger.debug(f"job {name} accepted")
 
 
+def _unreadable_record(body: kopf.Body) -> str | None:
+    """The annotation of kopf's record of the handled spec where it is no JSON, or None."""
+    try:
+        DIFFBASE.fetch(body=body)
+        return None
+    except ValueError:  # (json.JSONDecodeError)
+        annotations = body.get("metadata", {}).get("annotations") or {}
+        keys = DIFFBASE.make_keys(DIFFBASE.key, body=body)
+        return next((k for k in keys if k in annotations), None)
+
+
 def _replaced(body: kopf.Body) -> bool:
     """Whether kopf has no record of the spec it last handled for this job."""
     return DIFFBASE.fetch(body=body) is None
@@ -568,6 +579,15 @@ async def hulktrainingjob_reconcile(
     key = (namespace or "", name)
     entry = one(hulk_jobs.get(key))
     if entry is None or entry.deleting:
+        return
+    if (record := _unreadable_record(body)) is not None:
+        # kopf cannot read its record of the spec it last handled (edited by hand): with it
+        # gone, kopf takes the job for a new one, and the create handler handles it as
+        # replaced, against the spec its pods run (before, this timer failed every 60 s, and
+        # a lost stage pod was never made again, with nothing said: a trial)
+        patch.metadata.annotations[record] = None
+        _warn(body, logger, "RecordUnreadable", f"annotation {record} is not the JSON kopf "
+              "wrote (edited by hand?): removed; the job is handled as replaced")  # fmt: skip
         return
     if _edit_unhandled(body):
         # the update handler has not taken this edit yet: until it does (refused, or the

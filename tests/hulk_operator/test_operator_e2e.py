@@ -385,6 +385,35 @@ def test_a_fix_made_by_search_and_replace_over_the_whole_object_is_taken(
     assert "the job had failed (InvalidSpec); planning it again" in event.message, event.message
 
 
+def test_a_record_edited_into_no_json_is_removed_and_the_job_goes_on(
+    kube: Kube, operator: Any
+) -> None:
+    """A ``kubectl edit`` that left kopf's record of the handled spec no JSON: before, the
+    job's timer failed every 60 s and a lost stage pod was never made again, with nothing
+    said (a trial)."""
+    kube.apply(manifest("record", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("record") == "Running", 60)
+    record = "hulk.dev/last-handled-configuration"
+    broken = {"metadata": {"annotations": {record: '{"spec":{priority:9}}'}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "record", broken)
+    (event,) = wait("told", lambda: kube.events("RecordUnreadable"), 30)
+    assert record in event.message, event.message
+
+    def readable() -> bool:
+        annotations = kube.job("record")["metadata"].get("annotations") or {}
+        return record in annotations and json.loads(annotations[record])["spec"] is not None
+
+    wait("kopf's record written again", readable, 30)
+    (pod,) = kube.live_pods("record")
+    kube.core.delete_namespaced_pod(pod.metadata.name, kube.ns, grace_period_seconds=0)
+
+    def made_again() -> bool:
+        return any(p.metadata.uid != pod.metadata.uid for p in kube.live_pods("record"))
+
+    wait("the stage pod made again", made_again, 60)
+    assert kube.phase("record") in ("Placing", "Running")
+
+
 def test_a_template_of_the_wrong_shape_is_an_invalid_spec_not_an_operator_error(
     kube: Kube, operator: Any, sandbox: Any, tmp_path: Path
 ) -> None:
