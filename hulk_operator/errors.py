@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import kopf
 
@@ -117,15 +120,43 @@ def client_rejection(exc: BaseException, prefix: str | None = None) -> str | Non
             path = prefix + path if path else prefix.rstrip(".")
         elif path.startswith("spec."):
             path = "spec.template." + path
-        hint = " (quote it)" if "valid string" in str(err.get("msg")) else ""
+        msg, hint = _said(err)
         if err.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
             close = difflib.get_close_matches(loc[-1], _pod_field_names(), n=1, cutoff=0.75)
             hint = f" (did you mean {close[0]}?)" if close else ""
             if close and close[0] == loc[-1]:
                 hint = f" ({loc[-1]} belongs at another level: check its indentation)"
-        parts.append(f"{path}: {err.get('msg')}, got {err.get('input')!r}{hint}")
+        parts.append(f"{path}: {msg}, got {err.get('input')!r}{hint}")
     more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return f"spec.template: the stage pods are not valid: {'; '.join(parts)}{more}"
+
+
+# a pydantic error type -> what to write instead (every error names the fix: a trial found
+# "Input should be a valid list" with none, and a Python class name in the message)
+_FIXES = {
+    "list_type": "write it as a YAML list, each item on a line starting with '- '",
+    "dict_type": "write it as a mapping, key: value",
+    "model_type": "write it as a mapping, key: value",
+    "model_attributes_type": "write it as a mapping, key: value",
+    "int_type": "write a whole number, unquoted",
+    "int_parsing": "write a whole number, unquoted",
+    "bool_type": "write true or false, unquoted",
+    "missing": "give it",
+}
+
+
+def _said(err: Mapping[str, Any]) -> tuple[str, str]:
+    """A pydantic error's message, without the client's class names, and its fix."""
+    msg = str(err.get("msg"))
+    msg = re.sub(r" or instance of V1\w+", "", msg)
+    kind = str(err.get("type"))
+    if kind == "string_type":
+        got = err.get("input")
+        if isinstance(got, bool | dict | list):
+            return msg, " (write text, in quotes)"
+        return msg, " (quote it)"
+    fix = _FIXES.get(kind)
+    return msg, f" ({fix})" if fix else ""
 
 
 @functools.cache

@@ -23,8 +23,14 @@ def with_container(**fields: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("template", "said"),
     [
-        (with_container(env={"S": "1"}), "spec.containers[0].env: Input should be a valid list"),
-        (with_container(resources="4Gi"), "containers[0].resources: Input should be a valid dict"),
+        (with_container(env={"S": "1"}), "spec.containers[0].env: Input should be a valid list, "
+         "got {'S': '1'} (write it as a YAML list, each item on a line starting with '- ')"),
+        (with_container(resources="4Gi"), "containers[0].resources: Input should be a valid "
+         "dictionary, got '4Gi' (write it as a mapping, key: value)"),  # (no class name)
+        (with_container(ports=[{"containerPort": "80"}]), "containerPort: Input should be a "
+         "valid integer, got '80' (write a whole number, unquoted)"),
+        (with_container(resources={"limits": {"cpu": True}}), "cpu: Input should be a valid "
+         "string, got True (write text, in quotes)"),
         (with_container(resources={"requests": [1]}), "resources.requests: Input should be a"),
         (with_(affinity="x"), "spec.template.spec.affinity: Input should be a valid dictionary"),
         (with_(initContainers="x"), "spec.template.spec.initContainers: Input should be a"),
