@@ -328,7 +328,29 @@ def _bad_quantity(tmpl_spec: Mapping[str, Any]) -> str | None:
                                 "1 (GPUs)",
                             )
                         )
+    for path, value in _other_quantities(tmpl_spec, "spec.template.spec"):
+        try:
+            parse_quantity(value)
+        except (ValueError, TypeError, ArithmeticError):  # (a trial: the regular expression)
+            fix = "write it as Kubernetes does: 1, 500m, 4Gi"
+            return str(InvalidRequest(path, f"{value!r} is not a quantity", fix))
     return None
+
+
+def _other_quantities(node: object, path: str) -> list[tuple[str, Any]]:
+    """The template's quantities outside ``resources``, with their paths: an emptyDir's
+    ``sizeLimit``, a ``resourceFieldRef``'s ``divisor``."""
+    if isinstance(node, list):
+        return [q for i, item in enumerate(node) for q in _other_quantities(item, f"{path}[{i}]")]
+    if not isinstance(node, Mapping):
+        return []
+    out = []
+    for key, value in node.items():
+        if key in ("sizeLimit", "divisor") and value is not None:
+            out.append((f"{path}.{key}", value))
+        else:
+            out += _other_quantities(value, f"{path}.{key}")
+    return out
 
 
 def _bad_restart(tmpl_spec: Mapping[str, Any]) -> str | None:

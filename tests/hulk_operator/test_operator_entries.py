@@ -113,3 +113,23 @@ def test_numbers_are_quantities_wherever_kubernetes_takes_them() -> None:
     assert claim["spec"]["resources"]["requests"] == {"storage": "10"}
     assert spec["volumes"][1]["emptyDir"]["sizeLimit"] == "1"
     assert spec["volumes"][2]["downwardAPI"]["items"][0]["resourceFieldRef"]["divisor"] == "1"
+
+
+def test_a_divisor_or_size_limit_that_is_no_quantity_is_named() -> None:
+    """Before, only the API server's "quantities must match the regular expression", naming
+    neither the field nor the fix (a trial)."""
+    ref = {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "lots"}}
+    template = with_container(env=[{"name": "CPUS", "valueFrom": ref}])
+    spec = {"model": {"preset": "bert-large"}, "template": template}
+    body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "metadata": {"name": "j"}}
+    assert object_entry({**body, "spec": spec}).error == (
+        "spec.template.spec.containers[0].env[0].valueFrom.resourceFieldRef.divisor: 'lots' is "
+        "not a quantity (write it as Kubernetes does: 1, 500m, 4Gi)"
+    )
+    template = with_(volumes=[{"name": "shm", "emptyDir": {"sizeLimit": "big"}}])
+    error = object_entry({**body, "spec": {**spec, "template": template}}).error
+    assert error is not None and error.startswith(
+        "spec.template.spec.volumes[0].emptyDir.sizeLimit: 'big' is not a quantity"
+    ), error
+    template = with_(volumes=[{"name": "shm", "emptyDir": {"sizeLimit": "1Gi"}}])
+    assert object_entry({**body, "spec": {**spec, "template": template}}).error is None
