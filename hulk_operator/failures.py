@@ -3,13 +3,14 @@ template refused. Its status says why, its servers are released."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from hulk_operator import edits
 from hulk_operator import status as st
 from hulk_operator.context import Context, PodEntry
-from hulk_operator.entries import JobEntry, spec_hashes
+from hulk_operator.entries import JobEntry
 from hulk_operator.errors import INVALID_SPEC
 from hulk_operator.plan_fields import not_ready, unplanned
 from hulk_operator.stage_pods import delete_pods
@@ -69,9 +70,9 @@ async def stage_failed(
         others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
         await delete_pods(ctx, entry.key[0], others)
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
-        # what its pods were made from: an edit kopf never saw (``_edit_unseen``) that
-        # leaves it as it is (a suspend, a priority) does not run it again (a trial)
-        new["failedSpecHashes"] = spec_hashes(spec)
+        # the spec it failed with: an edit kopf never saw (``_edit_unseen``) is told from it
+        # as a seen one is (a suspend alone does not run it again: a trial)
+        new["failedSpec"] = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
         if policy == "Never":
             msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
             return fail(ctx, entry, new, conds, "StageFailed", msg, gen)

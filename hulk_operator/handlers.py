@@ -13,6 +13,7 @@ references); the timer's kopf finalizer is only there to stop the timer first.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -318,10 +319,12 @@ def hulktrainingjob_update(
     failed job's ``suspend``, read as never handled and was taken again, which ran a failed
     job again: a review)."""
     patch.status["observedGeneration"] = int(body.get("metadata", {}).get("generation") or 0)
+    if old is None and status.get("plan") is None and status.get("failedSpec"):
+        # a job its stage pods failed: against the spec it failed with, as if kopf had seen
+        # the edit (a search-and-replace flipping suspend ran it again: a trial)
+        old = json.loads(status["failedSpec"])
     if old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
-        # (a job failed by its stage pods: against what they were made from)
-        made = status.get("plan") or {"specHashes": status.get("failedSpecHashes")}
-        changed = _changed_from_running(made, new)
+        changed = _changed_from_running(status.get("plan") or {}, new)
         if not changed and status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED):
             logger.info(f"{name} is {status.get('phase')}: replaced with its spec, nothing to do")
             return
@@ -371,8 +374,8 @@ def hulktrainingjob_update(
         # running" and the old stages stood while the job was planned again; a trial)
         patch.status.update(plan_fields.unplanned(st.PENDING))
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
-        if status.get("failedSpecHashes") is not None:
-            patch.status["failedSpecHashes"] = None
+        if status.get("failedSpec") is not None:
+            patch.status["failedSpec"] = None
         fields = f"spec.{', spec.'.join(sorted(changed))}"
         msg = None
         if plan is not None and not suspending:  # (a Suspended Event tells the other)
