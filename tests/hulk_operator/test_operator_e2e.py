@@ -2820,8 +2820,11 @@ def test_a_disruption_is_told_and_its_end_gives_notready_nodes_their_grace(
     victim = plan_nodes(kube.job(name))[-1]
     nodes: Any = kube.core.list_node().items
     gpu = sorted(n.metadata.name for n in nodes if n.metadata.name != victim)
-    # the threshold (0.55 of the GPU nodes) and one more, the job's node among them
-    down = [victim, *gpu[: math.ceil(CONFIG.disruption_threshold * (len(gpu) + 1))]]
+    # the threshold (0.55 of the GPU nodes) and one more, the job's node last: were it
+    # first, a timer tick between the patches could see it NotReady alone and re-plan it
+    # (a CI run did)
+    others = gpu[: math.ceil(CONFIG.disruption_threshold * (len(gpu) + 1))]
+    down = [*others, victim]
     long_ago = datetime.now(UTC) - timedelta(seconds=CONFIG.not_ready_grace_s + 30)
 
     def set_ready(node: str, ready: bool) -> None:
@@ -2844,7 +2847,7 @@ def test_a_disruption_is_told_and_its_end_gives_notready_nodes_their_grace(
         assert len(kube.events("Disrupted")) == 1 and not kube.events("Replanned")
         # the disruption clears, the job's node still NotReady since long ago: its grace
         # runs from now
-        for n in down[-3:]:
+        for n in others[:3]:
             set_ready(n, True)
         over = operator.memo.disruption
         wait("over", lambda: over.get("ended") and not over.get("now"), 30)
