@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     from hulk_operator.runner import OperatorThread
     from hulk_planner import io
     from hulk_planner.datasets import paper_cluster
-    from hulk_planner.errors import HulkError, InvalidRequest
+    from hulk_planner.errors import HulkError, InvalidRequest, each_error
     from hulk_probe.replay import publish_latencies
     from hulk_sandbox.sandbox import Sandbox
 
@@ -221,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
                 "--replay-every", f"{args.replay_every:g} {why}", "give seconds, or 0 for never"
             )
     except HulkError as exc:
-        print(f"hulk demo: error: {exc}", file=sys.stderr)
+        for each in each_error(exc):
+            print(f"hulk demo: error: {each}", file=sys.stderr)
         return 2
     names = [d["metadata"]["name"] for d in docs]
     paper = paper_cluster()

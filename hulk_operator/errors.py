@@ -27,6 +27,7 @@ import kopf
 
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 
+ENV_REPLACED = "EnvReplaced"  # a Warning: the template sets variables Hulk sets itself
 INVALID_SPEC = "InvalidSpec"
 EDIT_REFUSED = "EditRefused"  # an edit the cluster does not allow now (checked again)
 UNSCHEDULABLE = "Unschedulable"

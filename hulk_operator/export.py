@@ -49,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = latency_settings(args)
-        snap = read_cluster(args.kubeconfig, settings.get("max_age_s", 600.0))
-        same = settings.get("same_region_ms", 1.0)
-        cross = settings.get("cross_region_ms", 100.0)
+        snap = read_cluster(args.kubeconfig, settings["max_age_s"])
+        same, cross = settings["same_region_ms"], settings["cross_region_ms"]
         cluster = cluster_from_kubeconfig(
             args.kubeconfig, same_region_ms=same, cross_region_ms=cross, free_only=args.free,
             snapshot=snap,

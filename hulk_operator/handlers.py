@@ -38,7 +38,7 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.edits import Refusal
 from hulk_operator.entries import JobEntry, Key, object_entry, pod_source, spec_hashes
-from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, classify, to_kopf
+from hulk_operator.errors import EDIT_REFUSED, ENV_REPLACED, INVALID_SPEC, classify, to_kopf
 from hulk_operator.indexes import (
     Listings,
     NodeView,
@@ -53,6 +53,7 @@ from hulk_operator.inventory import (
     Resources,
     Usage,
 )
+from hulk_operator.manifests import replaced_env
 from hulk_operator.metrics import Metrics
 from hulk_operator.pauses import PAUSED_NOW, RESTARTING
 from hulk_operator.placement import Placer
@@ -241,7 +242,17 @@ def hulktrainingjob_create(
         return
     if _refused(body, logger, object_entry(body), new=reason == kopf.Reason.CREATE.value):
         return
+    if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
+        _tell_replaced_env(body, logger, None, body.get("spec"))
     logger.debug(f"job {name} accepted")
+
+
+def _tell_replaced_env(body: kopf.Body, logger: kopf.Logger, old: Any, new: Any) -> None:
+    """A Warning ``EnvReplaced`` where the template of spec ``new`` sets variables Hulk
+    sets on every stage pod, unless spec ``old`` set the same (an edit of another field)."""
+    said = replaced_env((new or {}).get("template"))
+    if said is not None and said != replaced_env((old or {}).get("template")):
+        _warn(body, logger, ENV_REPLACED, said)
 
 
 def _unreadable_record(body: kopf.Body) -> str | None:
@@ -331,6 +342,8 @@ def hulktrainingjob_update(
         changed = changed or {"(replaced)"}  # the same spec: a refusal is lifted below
     else:
         changed = edits.changed_fields(old, new)
+    if "template" in changed:
+        _tell_replaced_env(body, logger, old, new)
     if not changed:
         logger.debug(f"{name}: only defaults filled in (a CRD upgrade): nothing to do")
         return

@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from hulk_operator import (
@@ -142,6 +143,41 @@ def stage_env(
         ("HULK_NODE_NAME", slot.node),
     ]
     return [{"name": k, "value": v} for k, v in pairs]
+
+
+@cache
+def _stage_env_names() -> frozenset[str]:
+    """The names ``stage_env`` sets (those of a one-server plan: it sets the same names on
+    every stage pod)."""
+    one = JobPlan("j", (Stage((0, 1), ("n",)),), 1)
+    return frozenset(e["name"] for e in stage_env("j", one, Slot(0, 0, "n", 0), 1))
+
+
+def replaced_env(template: object) -> str | None:
+    """What a Warning says where the template's containers set variables that Hulk sets on
+    every stage pod (``stage_env``: the pod's own are replaced by them), or None: the
+    values the template gives are never seen by the program, and a ``MASTER_PORT`` given
+    there left the job on 29500 with nothing said (a user trial)."""
+    names = _stage_env_names()
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    said = []
+    for c in containers if isinstance(containers, list) else ():
+        env = c.get("env") if isinstance(c, Mapping) else None
+        given = sorted(
+            {e["name"] for e in env or () if isinstance(e, Mapping) and e.get("name") in names}
+            if isinstance(env, list)
+            else ()
+        )
+        if given:
+            said.append(f"container {c.get('name')!s} sets {', '.join(given)}")
+    if not said:
+        return None
+    port = " (set the port with spec.masterPort)" if "PORT" in " ".join(said) else ""
+    return (
+        f"{'; '.join(said)}: Hulk sets these on every stage pod, in place of the template's "
+        f"values{port}"
+    )
 
 
 def owner_reference(job: str, uid: str) -> dict[str, Any]:

@@ -46,10 +46,11 @@ from hulk_operator.quotas import (
 )
 from hulk_operator.rounds import BASELINES, plan_pending, planner_names
 from hulk_operator.snapshot import Snapshot, held_servers
+from hulk_planner.cli import LATENCY_DEFAULTS
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, NothingToPlan
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
 
-DEFAULT_MAX_AGE_S = 600.0
+DEFAULT_MAX_AGE_S = LATENCY_DEFAULTS["max_age_s"]
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,8 @@ def preview_plan(
     planner: str = "hulk",
     seed: int = 0,
     time_budget_s: float | None = None,
-    same_region_ms: float = 1.0,
-    cross_region_ms: float = 100.0,
+    same_region_ms: float = LATENCY_DEFAULTS["same_region_ms"],
+    cross_region_ms: float = LATENCY_DEFAULTS["cross_region_ms"],
     baselines: bool = False,
     max_age_s: float = DEFAULT_MAX_AGE_S,
 ) -> Preview:
@@ -451,8 +452,8 @@ def _stands(
 def cluster_from_kubeconfig(
     path: str,
     *,
-    same_region_ms: float = 1.0,
-    cross_region_ms: float = 100.0,
+    same_region_ms: float = LATENCY_DEFAULTS["same_region_ms"],
+    cross_region_ms: float = LATENCY_DEFAULTS["cross_region_ms"],
     max_age_s: float = DEFAULT_MAX_AGE_S,
     free_only: bool = False,
     snapshot: Snapshot | None = None,

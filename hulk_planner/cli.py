@@ -14,11 +14,17 @@ import sys
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan, NothingToPlan
+from hulk_planner.errors import (
+    HulkError,
+    InvalidRequest,
+    NoFeasiblePlan,
+    NothingToPlan,
+    each_error,
+)
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
 from hulk_planner.regions import plan_in_regions, region_limits, tiered
 
@@ -167,6 +173,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "operator places it only once it is false; planned here as if it were",
                 file=sys.stderr,
             )
+        for why in _operator_notes(doc, offline=not args.kubeconfig):
+            print(f"hulk plan: note: job {doc['metadata']['name']}: {why}", file=sys.stderr)
     if args.kubeconfig:
         try:
             from hulk_operator.preview import preview_plan
@@ -195,7 +203,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             args.kubeconfig,
             manifests,
             args.namespace,
-            plan_fn=plan,
+            # (--moves: the same preview at every run, where the operator plans for a time)
+            plan_fn=plan if args.moves is None else partial(plan, max_iterations=args.moves),
             planner=args.planner,
             seed=args.seed,
             time_budget_s=args.time_budget,
@@ -420,7 +429,8 @@ def run(args: argparse.Namespace) -> int:
             _print_plan(Plan(args.planner), args.output)
         return 0
     except HulkError as exc:
-        print(f"hulk plan: error: {exc}", file=sys.stderr)
+        for each in each_error(exc):  # (a line per job of the files given that is wrong)
+            print(f"hulk plan: error: {each}", file=sys.stderr)
         return 2
 
 
@@ -453,13 +463,6 @@ def _run(args: argparse.Namespace) -> int:
                 "--time-budget",
                 "does not apply with --moves (the search then stops after N moves, not a time)",
                 "give one of them",
-            )
-        if args.kubeconfig:
-            raise InvalidRequest(
-                "--moves",
-                "does not apply with --kubeconfig (the preview plans as the operator does, "
-                "for a time)",
-                "drop it, or plan a topology file with --cluster",
             )
     if args.plot is not None:
         _check_plot_path(args.plot)
@@ -575,18 +578,48 @@ def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
     return 0
 
 
+def _operator_notes(doc: Mapping[str, Any], offline: bool) -> list[str]:
+    """What the operator would say of this job's pod template, which the planner does not
+    read: where the template's containers set variables Hulk sets on every stage pod (a
+    Warning, ``EnvReplaced``); and ``offline`` (the ``--kubeconfig`` preview refuses it
+    itself) why it would fail the job (``InvalidSpec``: a string where a mapping goes, no
+    container, a node selector that clashes with ``spec.nodeSelector``). Only for a job
+    that gives a template, and where the operator's extras are installed: offline, the
+    template is the operator's alone (the planning interface), so these are notes and
+    the plan is still made (before, nothing said them: a user trial)."""
+    template = (doc.get("spec") or {}).get("template")
+    if template is None:
+        return []
+    try:
+        from hulk_operator.entries import object_entry
+        from hulk_operator.manifests import replaced_env
+    except ImportError:
+        return []
+    error = object_entry(doc).error if offline else None
+    if error is not None:
+        return [f"the operator would refuse this manifest (InvalidSpec): {error}"]
+    replaced = replaced_env(template)
+    return [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]
+
+
 LATENCY_FLAGS = ("latency_max_age_s", "same_region_latency_ms", "cross_region_latency_ms")
+# The operator's defaults for those flags (``OperatorConfig``'s; a test keeps them equal),
+# under the keys of the preview's keyword arguments.
+LATENCY_DEFAULTS = {"max_age_s": 600.0, "same_region_ms": 1.0, "cross_region_ms": 100.0}
+_LATENCY_HELP = (
+    "how old a NodeLatency measurement may be",
+    "the estimate for an unmeasured pair in a region",
+    "the estimate for an unmeasured pair across regions",
+)
 
 
 def add_latency_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
     """The operator's latency flags, for the commands that read a live cluster's links."""
-    for flag, default, what in (
-        ("--latency-max-age-s", 600.0, "how old a NodeLatency measurement may be"),
-        ("--same-region-latency-ms", 1.0, "the estimate for an unmeasured pair in a region"),
-        ("--cross-region-latency-ms", 100.0, "the estimate for an unmeasured pair across regions"),
+    for flag, default, what in zip(
+        LATENCY_FLAGS, LATENCY_DEFAULTS.values(), _LATENCY_HELP, strict=True
     ):
         parser.add_argument(
-            flag,
+            "--" + flag.replace("_", "-"),
             type=float,
             default=None,
             metavar="N",
@@ -598,13 +631,12 @@ def add_latency_arguments(parser: argparse.ArgumentParser, when: str = "") -> No
 def latency_settings(args: argparse.Namespace) -> dict[str, float]:
     """The preview's latency settings, as the operator's flags of the same names (before,
     fixed at the operator's defaults: a preview of an operator run with other values
-    planned on other links; a trial). Checked as the operator checks them."""
+    planned on other links; a trial), each flag not given at the operator's default
+    (``LATENCY_DEFAULTS``). Checked as the operator checks them."""
     from hulk_planner.model import MAX_LATENCY_MS
 
-    out: dict[str, float] = {}
-    for flag, key in zip(
-        LATENCY_FLAGS, ("max_age_s", "same_region_ms", "cross_region_ms"), strict=True
-    ):
+    out = dict(LATENCY_DEFAULTS)
+    for flag, key in zip(LATENCY_FLAGS, LATENCY_DEFAULTS, strict=True):
         value = getattr(args, flag)
         if value is None:
             continue

@@ -2,7 +2,8 @@
 
 - ``InvalidRequest``: the input is wrong (a field is missing, negative, unknown...). The
   message names the field and says how to fix it. The operator maps it to a permanent
-  failure; the CLI prints it on one line and exits with code 2.
+  failure; the CLI prints it on one line and exits with code 2. ``InvalidRequests`` is
+  several at once (each wrong job of the files given): a line each.
 - ``NoFeasiblePlan``: the input is valid but no placement exists (not enough GPU memory,
   no server can reach another). The operator keeps the job Pending and retries when the
   cluster changes.
@@ -32,6 +33,27 @@ class InvalidRequest(HulkError, ValueError):
         if fix:
             text += f" ({fix})"
         super().__init__(text)
+
+
+class InvalidRequests(InvalidRequest):
+    """Several pieces of bad input found at once (each job of the files given, as
+    ``kubectl apply`` reports each object it refuses), in order: ``errors``. Its own
+    ``field``, ``problem`` and ``fix`` are the first's; its text is one line per error."""
+
+    def __init__(self, errors: Sequence[InvalidRequest]) -> None:
+        if len(errors) < 2:
+            raise ValueError("InvalidRequests holds two errors or more: raise the one alone")
+        first = errors[0]
+        super().__init__(first.field, first.problem, first.fix)
+        self.errors = tuple(errors)
+
+    def __str__(self) -> str:
+        return "\n".join(str(e) for e in self.errors)
+
+
+def each_error(exc: HulkError) -> tuple[HulkError, ...]:
+    """The errors ``exc`` stands for: its ``errors`` (``InvalidRequests``), else itself."""
+    return tuple(getattr(exc, "errors", (exc,)))
 
 
 def shown(value: object) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import InvalidRequest
+from hulk_planner.errors import InvalidRequest, InvalidRequests
 from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
@@ -251,52 +251,75 @@ def placed_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> Iterator[tup
     error gives it: ``jobs.yaml (document 2)``; each item of a ``kind: List`` (what
     ``kubectl get -o yaml`` writes) as ``jobs.yaml (document 1, items[3])`` (before, the
     items were counted as documents: an error named a document the file did not have, a
-    trial). A None (a document or item skipped: another API's object) is left out, the
-    others keeping their places."""
+    trial), followed by the item's name where it has one: ``items[3]: bert-large`` (a
+    ``kubectl get`` of many jobs is searched by name, not counted). A None (a document or
+    item skipped: another API's object) is left out, the others keeping their places."""
     for path, docs in files:
         for i, doc in enumerate(docs):
             if is_list(doc):
                 for k, item in enumerate(doc["items"]):
                     if item is not None:
-                        yield f"{path} (document {i + 1}, items[{k}])", item
+                        yield f"{path} (document {i + 1}, items[{k}]{_named(item)})", item
             elif doc is not None:
                 yield doc_source(path, i), doc
+
+
+def _named(item: Any) -> str:
+    """``: NAME`` for a List item whose ``metadata.name`` is text, else nothing."""
+    meta = item.get("metadata") if isinstance(item, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return f": {name}" if isinstance(name, str) and name.strip() else ""
 
 
 def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
     """Jobs of loaded manifests, (file name, its documents) in order (``placed_documents``):
     each error names the file and the document."""
     jobs: list[Job] = []
+    errors: list[InvalidRequest] = []  # one per document, all told at once (as kubectl's)
     where: dict[str, tuple[str, Any]] = {}  # job -> (its document, its namespace)
     for source, doc in placed_documents(files):
         try:
-            job = job_from_dict(doc, source)
+            jobs.append(_placed_job(source, doc, where))
         except InvalidRequest as exc:
-            if exc.field.startswith(source):
+            if exc.field == "--jobs":  # (a file given twice: the rest would repeat it)
                 raise
-            raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
-        namespace = (doc.get("metadata") or {}).get("namespace")
-        if job.name in where:
-            first, first_namespace = where[job.name]
-            if first == source:  # (the same file given twice)
-                path = source.rsplit(" (document ", 1)[0]
-                raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
-            if namespace != first_namespace:  # (valid for kubectl apply: a trial)
-                raise InvalidRequest(
-                    f"{source}: metadata.name",
-                    f"job {job.name!r} is given twice (also {first}), in namespaces "
-                    f"{namespace or '(none)'} and {first_namespace or '(none)'}",
-                    "a plan names jobs without their namespace: plan one namespace's "
-                    "jobs at a time",
-                )
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise InvalidRequests(errors)
+    return jobs
+
+
+def _placed_job(source: str, doc: Any, where: dict[str, tuple[str, Any]]) -> Job:
+    """The job of ``doc`` (named ``source`` in its errors), its name noted in ``where``
+    once taken: a name given twice is refused."""
+    try:
+        job = job_from_dict(doc, source)
+    except InvalidRequest as exc:
+        if exc.field.startswith(source):
+            raise
+        raise InvalidRequest(f"{source}: {exc.field}", exc.problem, exc.fix) from None
+    namespace = (doc.get("metadata") or {}).get("namespace")
+    if job.name in where:
+        first, first_namespace = where[job.name]
+        if first == source:  # (the same file given twice)
+            path = source.rsplit(" (document ", 1)[0]
+            raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
+        if namespace != first_namespace:  # (valid for kubectl apply: a trial)
             raise InvalidRequest(
                 f"{source}: metadata.name",
-                f"job {job.name!r} is given twice (also {first})",
-                "rename one: a plan names each job once",
+                f"job {job.name!r} is given twice (also {first}), in namespaces "
+                f"{namespace or '(none)'} and {first_namespace or '(none)'}",
+                "a plan names jobs without their namespace: plan one namespace's jobs at a time",
             )
-        where[job.name] = (source, namespace)
-        jobs.append(job)
-    return jobs
+        raise InvalidRequest(
+            f"{source}: metadata.name",
+            f"job {job.name!r} is given twice (also {first})",
+            "rename one: a plan names each job once",
+        )
+    where[job.name] = (source, namespace)
+    return job
 
 
 def other_api(doc: Any) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +20,18 @@ from hulk_operator.config import OperatorConfig
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = OperatorConfig(batch_window_s=0.3)
 T = TypeVar("T")
+
+
+def hulk(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """``python -m hulk ARGS`` run from the repository's root, as a user runs the CLI,
+    its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "hulk", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def paper_manifests() -> list[dict[str, Any]]:

@@ -48,6 +48,28 @@ def test_defaults_and_an_unset_budget_are_valid() -> None:
     assert OperatorConfig(planning_budget_s=2.5, batch_window_s=0.0).planning_budget_s == 2.5
 
 
+def test_the_cli_latency_flags_default_to_the_operators_settings() -> None:
+    """``hulk plan --kubeconfig`` and ``hulk topology`` plan on the links the operator plans
+    on when their latency flags are not given: one table of defaults, the operator's."""
+    import argparse
+
+    from hulk_planner.cli import LATENCY_FLAGS, add_latency_arguments, latency_settings
+
+    parser = argparse.ArgumentParser()
+    add_latency_arguments(parser)
+    config = OperatorConfig()
+    given = latency_settings(parser.parse_args([]))
+    assert given == {
+        "max_age_s": config.latency_max_age_s,
+        "same_region_ms": config.same_region_latency_ms,
+        "cross_region_ms": config.cross_region_latency_ms,
+    }
+    for flag in LATENCY_FLAGS:  # the help says the default, the operator's
+        assert f"(default {getattr(config, flag):g}" in " ".join(parser.format_help().split())
+    override = latency_settings(parser.parse_args(["--same-region-latency-ms", "2"]))
+    assert override == {**given, "same_region_ms": 2.0}
+
+
 def test_environment_values_that_are_not_numbers_name_the_variable() -> None:
     env = {"HULK_OPERATOR_PLANNING_BUDGET_S": "fast"}
     with pytest.raises(InvalidRequest, match="HULK_OPERATOR_PLANNING_BUDGET_S: must be a number"):

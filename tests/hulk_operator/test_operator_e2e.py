@@ -29,6 +29,7 @@ from hjob_helpers import (
     Kube,
     cleanup_jobs,
     condition,
+    hulk,
     manifest,
     paper_manifests,
     plan_nodes,
@@ -110,9 +111,7 @@ def test_paper_jobs_land_on_planned_servers_and_run(
     path = tmp_path / "opt.yaml"
     path.write_text(json.dumps(paper_manifests()[0]))
     cmd = ["plan", "--kubeconfig", sandbox.kubeconfig, "-n", kube.ns, "--jobs", str(path)]
-    out = subprocess.run(
-        [sys.executable, "-m", "hulk", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    out = hulk(*cmd)
     assert out.returncode == 0, out.stderr
     assert f"baseline-a does not place {PAPER[0]}: no server holds the whole model: " in out.stdout
     print(f"apply -> all Running: {elapsed:.1f}s")
@@ -432,11 +431,7 @@ def test_a_template_of_the_wrong_shape_is_an_invalid_spec_not_an_operator_error(
     good["metadata"]["namespace"] = kube.ns
     path = tmp_path / "other.yaml"
     path.write_text(yaml.safe_dump(good))
-    out = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
-         "--jobs", str(path), "-o", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path), "-o", "json")
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert json.loads(out.stdout)["jobs"][0]["name"] == "other"
 
@@ -515,6 +510,42 @@ def test_editing_the_master_port_moves_the_service_port_too(kube: Kube, operator
     wait("pods on the new port", moved, 60)
     svc: Any = kube.core.read_namespaced_service("ported", kube.ns)
     assert [p.port for p in svc.spec.ports] == [29600]
+
+
+def test_a_template_setting_hulks_variables_is_warned_when_created_or_edited_so(
+    kube: Kube, operator: Any
+) -> None:
+    """A ``MASTER_PORT`` in the template is replaced by Hulk's on every stage pod (before,
+    with nothing said: a user trial): a Warning ``EnvReplaced`` says so when the job is
+    created, and again only when an edit changes what is replaced."""
+    body = manifest("own-port")
+    trainer = body["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "MASTER_PORT", "value": "1234"}]
+    kube.apply(body)
+    wait("Running", lambda: kube.phase("own-port") == "Running", 60)
+    (told,) = wait("told", lambda: kube.events("EnvReplaced"), 20)
+    assert told.type == "Warning" and told.message == (
+        "container trainer sets MASTER_PORT: Hulk sets these on every stage pod, in place of "
+        "the template's values (set the port with spec.masterPort)"
+    )
+    for p in kube.live_pods("own-port"):
+        assert {e.name: e.value for e in p.spec.containers[0].env}["MASTER_PORT"] == "29500"
+    kube.custom.patch_namespaced_custom_object(  # another field: not told again
+        GROUP, VERSION, kube.ns, PLURAL, "own-port", {"spec": {"priority": 3}}
+    )
+    wait("the edit taken", lambda: kube.job("own-port")["status"].get("observedGeneration") == 2)
+    trainer["env"].append({"name": "RANK", "value": "0"})
+    kube.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        kube.ns,
+        PLURAL,
+        "own-port",
+        {"spec": {"template": body["spec"]["template"]}},
+    )
+    again = wait("told again", lambda: kube.events("EnvReplaced")[1:], 20)
+    assert [e.message.split(":")[0] for e in again] == ["container trainer sets MASTER_PORT, RANK"]
+    assert len(kube.events("EnvReplaced")) == 2
 
 
 def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
@@ -2487,9 +2518,7 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     path = tmp_path / "greedy.yaml"
     path.write_text(json.dumps(edited))
     cmd = ["plan", "--kubeconfig", sandbox.kubeconfig, "-n", kube.ns, "--jobs", str(path)]
-    out = subprocess.run(
-        [sys.executable, "-m", "hulk", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    out = hulk(*cmd)
     assert (
         "and the operator refuses this manifest as an edit (EditRefused)" in out.stderr + out.stdout
     )

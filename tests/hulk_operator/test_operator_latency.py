@@ -8,7 +8,6 @@ import copy
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from hjob_helpers import (
     ROOT,
     Kube,
     condition,
+    hulk,
     manifest,
     paper_manifests,
     plan_nodes,
@@ -81,11 +81,9 @@ def preview_manifest(
     body = copy.deepcopy(body)
     body["metadata"]["namespace"] = kube.ns
     path.write_text(yaml.safe_dump(body))
-    out = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
-         "--jobs", str(path), "-o", "json", *flags],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = hulk(
+        "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path), "-o", "json", *flags
+    )
     assert out.returncode == 0, out.stderr
     return out
 
@@ -128,9 +126,9 @@ def test_the_operator_plans_with_measured_latencies(
 def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     sandbox: Any, kube: Kube, tmp_path: Path
 ) -> None:
-    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig]
     cmd += ["--namespace", kube.ns, "-o", "json"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = hulk(*cmd)
     # no pending job is no error (before, exit code 2, that of bad input; a user trial):
     # it says so, and a script reading the plan gets an empty one
     assert out.returncode == 0 and out.stderr.strip() == (
@@ -140,7 +138,7 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     assert json.loads(out.stdout)["jobs"] == []
     # a namespace that does not exist is bad input, not an empty one (a user trial)
     typo = [*cmd[:-3], "no-such-namespace", "-o", "json"]
-    out = subprocess.run(typo, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = hulk(*typo)
     assert out.returncode == 2 and out.stderr.strip() == (
         "hulk plan: error: --namespace: namespace 'no-such-namespace' does not exist (check "
         "its name: kubectl get namespaces)"
@@ -151,7 +149,7 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     asleep["metadata"]["name"] = "asleep"
     asleep["spec"]["suspend"] = True
     kube.apply(asleep)  # suspended: the operator would not plan it, nor does the preview
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = hulk(*cmd)
     assert out.returncode == 0, out.stderr
     preview = json.loads(out.stdout)
     names = {m["metadata"]["name"] for m in paper_manifests()}
@@ -161,10 +159,15 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     live = {n.metadata.name for n in nodes.items}
     assert set(used) <= live and len(used) == len(set(used))
     assert all(j["predictedIterationSeconds"] > 0 for j in preview["jobs"])
+    # --moves gives the same preview at every run (before, refused with --kubeconfig)
+    runs = [hulk(*cmd, "--moves", "300", "--seed", "5") for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout
+    assert {j["name"] for j in json.loads(runs[0].stdout)["jobs"]} == names
     # the table says why a baseline leaves a job unplaced, as on a topology file (before,
     # "not placed" alone: status.baselines holds figures only; a user trial)
     table = [*cmd[:-2], "--time-budget", "0.5"]
-    out = subprocess.run(table, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = hulk(*table)
     assert out.returncode == 0, out.stderr
     assert "baseline-a does not place opt-175b: no server holds the whole model: " in out.stdout
     # A preview writes nothing: no pod, no status.
@@ -172,7 +175,7 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     # given as a manifest, a suspended job is previewed as if resumed
     path = tmp_path / "asleep.yaml"
     path.write_text(json.dumps(asleep))
-    out = subprocess.run([*cmd, "--jobs", str(path)], cwd=ROOT, capture_output=True, text=True)
+    out = hulk(*cmd, "--jobs", str(path))
     assert out.returncode == 0, out.stderr
     assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["asleep"]
     # a manifest's namespace as kubectl apply takes it (before, a namespace that does not
@@ -183,11 +186,11 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     del loose["spec"]["suspend"]
     path.write_text(json.dumps(loose))
     typo = [*cmd[:-4], "--namespace", "no-such-namespace", "--jobs", str(path)]
-    out = subprocess.run(typo, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = hulk(*typo)
     assert out.returncode == 2 and "namespace 'no-such-namespace' does not exist" in out.stderr
     loose["metadata"]["namespace"] = "elsewhere"
     path.write_text(json.dumps(loose))
-    out = subprocess.run([*cmd, "--jobs", str(path)], cwd=ROOT, capture_output=True, text=True)
+    out = hulk(*cmd, "--jobs", str(path))
     assert out.returncode == 2 and out.stderr.strip() == (
         f"hulk plan: error: job loose: metadata.namespace: is 'elsewhere', and -n says "
         f"'{kube.ns}' (give one of them; kubectl apply refuses the mismatch too)"
@@ -195,7 +198,7 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     del loose["metadata"]["namespace"]
     path.write_text(json.dumps(loose))
     bare = [*cmd[:-4], "-o", "json", "--jobs", str(path)]
-    out = subprocess.run(bare, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = hulk(*bare)
     assert out.returncode == 0, out.stderr
     assert "1 job(s) name no namespace: previewed in namespace 'default'" in out.stderr
 
@@ -220,10 +223,10 @@ def test_hulk_plan_previews_only_the_servers_the_operator_would_offer(
                 },
             },
         )
-    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig]
     cmd += ["--jobs", str(ROOT / "examples" / "paper-jobs.yaml"), "-o", "json"]
     try:
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        out = hulk(*cmd)
         offered = {
             s.name: s.gpus
             for s in cluster_from_kubeconfig(sandbox.kubeconfig, free_only=True).servers
@@ -247,11 +250,8 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     mars = manifest("on-mars", allowedRegions=["mars"])
     for m in (paris, berlin, mars):
         kube.apply(m)
-    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
-    out = subprocess.run(
-        [*cmd, "--namespace", kube.ns, "-o", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig]
+    out = hulk(*cmd, "--namespace", kube.ns, "-o", "json")
     assert out.returncode == 0, out.stderr
     preview = json.loads(out.stdout)
     nodes = {j["name"]: [n for s in j["stages"] for n in s["nodes"]] for j in preview["jobs"]}
@@ -261,10 +261,7 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     (unplaced,) = preview["unplaced"]
     assert unplaced["name"] == "on-mars"
     assert unplaced["reason"].startswith("spec.allowedRegions ['mars'] names no region")
-    table = subprocess.run(
-        [*cmd, "--namespace", kube.ns, "--no-compare"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    table = hulk(*cmd, "--namespace", kube.ns, "--no-compare")
     assert table.returncode == 0, table.stderr
     assert "on-mars: NOT PLACED: spec.allowedRegions ['mars']" in table.stdout
     # what the cluster shown is (before, "cluster: kubernetes (N servers ...)" read as the
@@ -273,9 +270,7 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     # the baselines too are planned on the servers each job may use, as the operator plans
     # them for status.baselines (they used every server: GPipe over all 47 looked 10x
     # faster than hulk's plan inside paris)
-    compared = subprocess.run(
-        [*cmd, "--namespace", kube.ns], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    compared = hulk(*cmd, "--namespace", kube.ns)
     assert compared.returncode == 0, compared.stderr
     rows = {line.split()[0]: line for line in compared.stdout.splitlines() if line.strip()}
     full = cluster_from_kubeconfig(sandbox.kubeconfig, free_only=True)
@@ -296,11 +291,11 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
     quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     kube.apply(manifest("pods-quota", model={"preset": "gpt2-xl"}))  # 4 stages without it
-    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig]
     cmd += ["--namespace", kube.ns, "-o", "json"]
 
     def preview() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return hulk(*cmd)
 
     try:
         out = preview()
@@ -452,11 +447,8 @@ def test_the_preview_is_shown_against_every_server_a_pending_job_may_get(
     calm = manifest("calm", model={"preset": "gpt2-xl"})
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump_all([hungry, calm]))
-    cmd = [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig]
-    out = subprocess.run(
-        [*cmd, "--jobs", str(jobs), "--no-compare"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    cmd = ["plan", "--kubeconfig", sandbox.kubeconfig]
+    out = hulk(*cmd, "--jobs", str(jobs), "--no-compare")
     assert out.returncode == 0, out.stderr
     every = cluster_from_kubeconfig(sandbox.kubeconfig, free_only=True)
     assert len(every.servers) > sum(c == most for c in cpus.values())
@@ -497,10 +489,7 @@ def test_hulk_plan_says_in_one_line_why_the_api_server_cannot_be_read(
         ),
     }
     for name, (path, said) in cases.items():
-        out = subprocess.run(
-            [sys.executable, "-m", "hulk", "plan", "--kubeconfig", str(path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        out = hulk("plan", "--kubeconfig", str(path))
         assert out.returncode == 2 and "Traceback" not in out.stderr, (name, out.stderr)
         (line,) = out.stderr.strip().splitlines()
         assert line.startswith(f"hulk plan: error: --kubeconfig: {said}"), (name, line)
@@ -514,11 +503,7 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
     huge["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "9999"}}
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump(huge))
-    out = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs",
-         str(jobs)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(jobs))
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr  # valid, unplaced
     why = "the stage pods' requests (cpu 9999) fit on none of the "
     assert out.stderr.startswith(f"hulk plan: no job placed: huge: {why}"), out.stderr
@@ -549,11 +534,7 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
         "hulk plan: note: job steady: runs; applying this manifest, nothing changed: its plan "
         "stands: shown as its pods run"
     )
-    table = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs",
-         str(path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    table = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path))
     assert table.returncode == 0, table.stderr
     # the baselines as the operator compared them when it planned the job (status.baselines)
     then = {
@@ -565,11 +546,9 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     assert "not placed" not in row and row.count("x)") == len(BASELINES), row
     # another planner asked for: the running plan is shown, and said not to be its (before,
     # the header's "planner: baseline-c" read as the plan's; a user trial)
-    other = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs",
-         str(path), "--planner", "baseline-c"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    other = hulk(
+        "plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path), "--planner", "baseline-c"
+    )
     assert other.returncode == 0, other.stderr
     assert (
         "hulk plan: note: job steady: its plan is planner hulk's, made when it was placed; "
@@ -668,11 +647,7 @@ def test_the_preview_refuses_a_template_the_api_server_refuses(
     del body["spec"]["template"]["spec"]["containers"][0]["image"]
     path = tmp_path / "noimage.yaml"
     path.write_text(yaml.safe_dump(body))
-    out = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--kubeconfig", sandbox.kubeconfig,
-         "--jobs", str(path), "-o", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path), "-o", "json")
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("hulk plan: error: job noimage: spec.template: the API server "), line
@@ -689,11 +664,9 @@ def test_hulk_topology_writes_the_cluster_the_operator_plans_on(
     latencies({"tokyo-25": {"tokyo-26": 40.0}, "tokyo-26": {"tokyo-25": 44.0, "tokyo-27": None}})
     kube.core.patch_node("rome-45", {"spec": {"unschedulable": True}})
     try:
-        out = subprocess.run(
-            [sys.executable, "-m", "hulk", "topology", "--kubeconfig", sandbox.kubeconfig,
-             "--cross-region-latency-ms", "150"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        out = hulk(
+            "topology", "--kubeconfig", sandbox.kubeconfig, "--cross-region-latency-ms", "150"
+        )
         live = cluster_from_kubeconfig(sandbox.kubeconfig, cross_region_ms=150.0)
     finally:
         kube.core.patch_node("rome-45", {"spec": {"unschedulable": None}})
@@ -714,11 +687,7 @@ def test_hulk_topology_writes_the_cluster_the_operator_plans_on(
         "hulk topology: note: 1 server pair(s) are reported unreachable: no link, as the "
         "operator plans them (they cannot communicate)",
     ]
-    planned = subprocess.run(
-        [sys.executable, "-m", "hulk", "plan", "--cluster", str(path), "--moves", "100",
-         "-o", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    planned = hulk("plan", "--cluster", str(path), "--moves", "100", "-o", "json")
     assert planned.returncode == 0, planned.stderr
     used = {n for j in json.loads(planned.stdout)["jobs"] for s in j["stages"] for n in s["nodes"]}
     assert used and "rome-45" not in used

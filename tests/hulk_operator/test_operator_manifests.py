@@ -88,6 +88,29 @@ def test_training_env() -> None:
     assert names.count("RANK") == 1  # the template's RANK is replaced, not duplicated
 
 
+def test_a_template_setting_hulks_variables_is_told_which_are_replaced() -> None:
+    """The template's RANK is replaced on every pod (above); a Warning says so, naming each
+    container's, and the fix for the port. Every name Hulk sets counts, and no other."""
+    assert manifests.replaced_env(TEMPLATE) == (
+        "container trainer sets RANK: Hulk sets these on every stage pod, in place of the "
+        "template's values"
+    )
+    ours = [e["name"] for e in next(iter(pods().values()))["spec"]["containers"][0]["env"]]
+    sidecar = {"name": "log", "env": [{"name": n, "value": "x"} for n in ours]}
+    template = {"spec": {"containers": [*TEMPLATE["spec"]["containers"], sidecar]}}
+    said = manifests.replaced_env(template)
+    assert said is not None and said.endswith("(set the port with spec.masterPort)")
+    assert f"container log sets {', '.join(sorted(set(ours) - {'KEEP'}))}: " in said
+    for quiet in (
+        {"spec": {"containers": [{"name": "t", "env": [{"name": "KEEP", "value": "1"}]}]}},
+        {"spec": {"containers": [{"name": "t", "env": "RANK"}]}},  # (the shape check's)
+        {"spec": {"containers": None}},
+        "not a template",
+        None,
+    ):
+        assert manifests.replaced_env(quiet) is None, quiet
+
+
 def test_names_are_deterministic_and_change_only_with_the_pod() -> None:
     a, b = pods(), pods()
     assert list(a) == list(b)

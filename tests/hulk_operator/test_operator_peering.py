@@ -21,7 +21,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hjob_helpers import ROOT, Kube, cleanup_jobs, condition, manifest, plan_nodes, wait
+from hjob_helpers import ROOT, Kube, cleanup_jobs, condition, hulk, manifest, plan_nodes, wait
 from kubernetes import client
 
 from hulk_operator import crd
@@ -64,11 +64,9 @@ def test_peering_objects_are_created_at_startup(
             crd.ensure_peering(api, name, namespaces=[namespace])
         assert "needs the KopfPeering CRD, which is not installed" in str(err.value)
         assert not [r for r in caplog.records if r.name == crd.log.name]
-        out = subprocess.run(
-            [sys.executable, "-m", "hulk", "operator", "--kubeconfig", sandbox.kubeconfig,
-             "--peering", name, "--liveness", ""],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        out = hulk(
+            "operator", "--kubeconfig", sandbox.kubeconfig, "--peering", name, "--liveness", ""
+        )
         assert out.returncode == 2, out.stderr
         said = out.stderr.strip().splitlines()[-1]
         assert said.startswith(

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hulk_planner import io
 from hulk_planner.datasets import paper_cluster
-from hulk_planner.errors import InvalidRequest
+from hulk_planner.errors import InvalidRequest, InvalidRequests
 from hulk_planner.generate import random_cluster
 from hulk_planner.model import Job, JobPlan, ModelSpec, Plan, Stage, Unplaced
 from hulk_planner.presets import PRESETS, preset_model
@@ -437,7 +437,7 @@ def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path
     (tmp_path / "got.yaml").write_text("---\n" + yaml.safe_dump(listed))
     with pytest.raises(InvalidRequest) as exc:  # (the library's loader reads Lists too)
         io.load_jobs([tmp_path / "got.yaml"])
-    where = f"{tmp_path / 'got.yaml'} (document 1, items[2]): spec.model.preset"
+    where = f"{tmp_path / 'got.yaml'} (document 1, items[2]: third): spec.model.preset"
     assert exc.value.field.startswith(where), exc.value.field
     bad = job_doc()
     del bad["spec"]["training"]["globalBatchSize"]
@@ -834,3 +834,29 @@ def test_a_misspelled_preset_is_named_where_the_sizes_are_asked_for() -> None:
     with pytest.raises(InvalidRequest) as exc:
         io.job_from_dict(doc)
     assert exc.value.fix == "give spec.model.preset or all four model sizes", exc.value.fix
+
+
+def test_the_library_raises_every_wrong_job_at_once(tmp_path: Path) -> None:
+    """``io.load_jobs`` checks each job: ``InvalidRequests`` holds an error per wrong job,
+    in order, and is an ``InvalidRequest`` (the first's field) for callers that catch one."""
+    bad = job_doc()
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["model"] = {"preset": "gpt-5"}
+    worse = job_doc()
+    worse["metadata"]["name"] = "worse"
+    worse["spec"]["suspend"] = "yes"
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump_all([bad, job_doc(), worse]))
+    with pytest.raises(InvalidRequests) as exc:
+        io.load_jobs([path])
+    fields = [e.field for e in exc.value.errors]
+    assert fields == [
+        f"{path} (document 1): spec.model.preset",
+        f"{path} (document 3): spec.suspend",
+    ]
+    assert isinstance(exc.value, InvalidRequest) and exc.value.field == fields[0]
+    assert str(exc.value).splitlines() == [str(e) for e in exc.value.errors]
+    path.write_text(yaml.safe_dump_all([job_doc(), worse]))
+    with pytest.raises(InvalidRequest) as one:  # one wrong job: that error itself
+        io.load_jobs([path])
+    assert type(one.value) is InvalidRequest and one.value.field.endswith("spec.suspend")

@@ -243,12 +243,82 @@ def test_a_list_of_kubectl_get_names_its_items_in_notes_and_errors(tmp_path: Pat
     assert out.returncode == 0, out.stderr
     assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["gpt2-xl", "bert-large"]
     assert out.stderr == (
-        f"hulk plan: note: {path} (document 2, items[1]): ConfigMap (v1) is not a "
+        f"hulk plan: note: {path} (document 2, items[1]: c): ConfigMap (v1) is not a "
         "HulkTrainingJob: skipped\n"
     )
     listed["items"].append(job_doc("broken", parameters=1))
     out = hulk("plan", "--jobs", write(path, job_doc("gpt2-xl"), listed), "--moves", "50")
-    assert_one_line_error(out, f"{path} (document 2, items[2]): spec.model.")
+    assert_one_line_error(out, f"{path} (document 2, items[2]: broken): spec.model.")
+    nameless = job_doc("x")  # (an item with no name is named by its place alone)
+    del nameless["metadata"]
+    listed["items"][2] = nameless
+    out = hulk("plan", "--jobs", write(path, job_doc("gpt2-xl"), listed), "--moves", "50")
+    assert_one_line_error(out, f"{path} (document 2, items[2]): metadata")
+
+
+def test_a_template_the_operator_would_refuse_is_noted_offline(tmp_path: Path) -> None:
+    """Offline, the template is the operator's alone (the planning interface): the plan is
+    made, and a note says what the operator would refuse in it (before, nothing: only the
+    ``--kubeconfig`` preview checked templates, a user trial). A job with no template, as
+    the interface's own example, gets no note."""
+    container = {"name": "trainer", "image": "trainer:1", "resources": {"limits": "4"}}
+    shaped = job_doc("gpt2-xl")
+    shaped["spec"]["template"] = {"spec": {"containers": [container]}}
+    empty = job_doc("bert-large")
+    empty["spec"]["template"] = {"spec": {}}
+    path = write(tmp_path / "jobs.yaml", shaped, empty, job_doc("roberta-large"))
+    out = hulk("plan", "--jobs", path, "-o", "json", "--moves", "50")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["jobs"]) == 3
+    refuses = "the operator would refuse this manifest (InvalidSpec): "
+    assert out.stderr.splitlines() == [
+        f"hulk plan: note: job gpt2-xl: {refuses}spec.template: the stage pods are not valid: "
+        "spec.template.spec.containers[0].resources.limits: Input should be a valid "
+        "dictionary, got '4' (write it as a mapping, key: value)",
+        f"hulk plan: note: job bert-large: {refuses}spec.template.spec.containers: is "
+        "required: the stage pods run the template's containers (give "
+        "spec.template.spec.containers: [{name: trainer, image: IMAGE}])",
+    ]
+    container["resources"] = {"limits": {"cpu": 2}}  # a number is a quantity: no note
+    empty["spec"]["template"]["spec"]["containers"] = [container]
+    out = hulk("plan", "--jobs", write(path, shaped, empty), "-o", "json", "--moves", "50")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    # a variable Hulk sets on every stage pod: the operator's Warning, as a note
+    container["env"] = [{"name": "MASTER_PORT", "value": "1234"}]
+    out = hulk("plan", "--jobs", write(path, shaped), "-o", "json", "--moves", "50")
+    assert out.returncode == 0 and out.stderr == (
+        "hulk plan: note: job gpt2-xl: the operator would warn (EnvReplaced): container "
+        "trainer sets MASTER_PORT: Hulk sets these on every stage pod, in place of the "
+        "template's values (set the port with spec.masterPort)\n"
+    )
+
+
+def test_every_wrong_job_of_the_files_is_told_at_once(tmp_path: Path) -> None:
+    """A line per wrong job, in file order, as ``kubectl apply`` tells each object it
+    refuses (before, the first alone: fixed, the next was told at the next run)."""
+    first = job_doc("first", parameters=1)
+    dup = job_doc("gpt2-xl")
+    second = job_doc("second", preset="bert-large")
+    second["spec"]["priority"] = "high"
+    path = write(tmp_path / "jobs.yaml", first, job_doc("gpt2-xl"), dup, second)
+    out = hulk("plan", "--jobs", path, "--moves", "50")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert [line.split(": ")[2] for line in lines] == [
+        f"{path} (document 1)",
+        f"{path} (document 3)",
+        f"{path} (document 4)",
+    ], out.stderr
+    assert "spec.model." in lines[0] and all(x.startswith("hulk plan: error: ") for x in lines)
+    assert lines[1].endswith(
+        f"metadata.name: job 'gpt2-xl' is given twice (also {path} (document 2)) (rename "
+        "one: a plan names each job once)"
+    )
+    assert lines[2].endswith("spec.priority: must be a whole number, got 'high' (higher plans "
+                             "first; e.g. priority: 10 (default 0))")  # fmt: skip
+    # one wrong job: one line, as before
+    out = hulk("plan", "--jobs", write(path, first, job_doc("gpt2-xl")), "--moves", "50")
+    assert_one_line_error(out, f"{path} (document 1): spec.model.")
 
 
 def test_huge_ratios_are_written_in_scientific_notation_in_every_row() -> None:
@@ -407,7 +477,10 @@ def test_allowed_regions_apply_to_a_topology_file_and_node_selectors_are_noted(
 ) -> None:
     doc = job_doc("bert-large")
     doc["spec"]["allowedRegions"] = ["california"]  # as the node label writes it
-    doc["spec"]["template"] = {"spec": {"nodeSelector": {"pool": "a100"}}}
+    container = {"name": "trainer", "image": "trainer:1"}
+    doc["spec"]["template"] = {
+        "spec": {"nodeSelector": {"pool": "a100"}, "containers": [container]}
+    }
     jobs = write(tmp_path / "jobs.yaml", job_doc("gpt2-xl"), doc)
     out = hulk("plan", "--cluster", files[0], "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
     assert out.returncode == 0, out.stderr
