@@ -208,8 +208,10 @@ def run(args: argparse.Namespace) -> int:
     from hulk_sandbox.sandbox import Sandbox
 
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
-        docs = io.load_documents(args.jobs)
-        io.jobs_from_documents([(args.jobs, docs)])
+        placed = [(args.jobs, io.without_other_apis(io.load_documents(args.jobs)))]
+        io.jobs_from_documents(placed)
+        # the jobs alone, a List's items each (before, a List was created as a job: a review)
+        docs = [doc for _, doc in io.placed_documents(placed)]
         config = OperatorConfig.from_env()
         if args.metrics_port is not None:
             config = replace(config, metrics_port=args.metrics_port)  # (checked by it)

@@ -22,7 +22,7 @@ from hulk_operator.inventory import Resources, pod_requests, region_keys
 from hulk_operator.manifests import DEFAULT_MASTER_PORT, quantities_as_text
 from hulk_operator.quotas import stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
-from hulk_planner.errors import InvalidRequest
+from hulk_planner.errors import InvalidRequest, shown
 from hulk_planner.io import job_from_dict, regrow_settings
 from hulk_planner.model import Job
 
@@ -127,7 +127,12 @@ def job_entry(
     # spec.nodeSelector does (and as the template's tolerations do)
     # (a hostname pin there too: Hulk sets the hostname per stage pod, on the servers the
     # pin allows)
-    ours, theirs = dict(spec.get("nodeSelector") or {}), dict(tmpl_spec.get("nodeSelector") or {})
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):  # (the CRD's schema refuses it; a manifest not)
+        if error is None:
+            job, error = None, str(_not_a_mapping("spec.nodeSelector", selector))
+        selector = {}
+    ours, theirs = dict(selector), dict(tmpl_spec.get("nodeSelector") or {})
     clash = sorted(k for k in ours.keys() & theirs.keys() if ours[k] != theirs[k])
     if clash and error is None:
         k = clash[0]
@@ -224,6 +229,16 @@ def template_shape_error(template: object) -> str | None:
     except Exception:  # the check is advisory: the API server has the last word
         return None
     return None
+
+
+def _not_a_mapping(field: str, value: object) -> InvalidRequest:
+    """The error of a node selector given as no mapping (a manifest given to ``hulk plan``:
+    it crashed the preview, a review)."""
+    return InvalidRequest(
+        field,
+        f"must be a mapping of node label: value, got {shown(value)}",
+        "write it as key: value pairs, e.g. nodeSelector: {pool: a100}",
+    )
 
 
 def _no_containers(tmpl_spec: Mapping[str, Any]) -> str | None:

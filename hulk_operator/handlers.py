@@ -37,7 +37,14 @@ from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.edits import Refusal
-from hulk_operator.entries import JobEntry, Key, object_entry, pod_source, spec_hashes
+from hulk_operator.entries import (
+    JobEntry,
+    Key,
+    object_entry,
+    planned_pod_spec,
+    pod_source,
+    spec_hashes,
+)
 from hulk_operator.errors import EDIT_REFUSED, ENV_REPLACED, INVALID_SPEC, classify, to_kopf
 from hulk_operator.indexes import (
     Listings,
@@ -240,16 +247,22 @@ def hulktrainingjob_create(
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes
         )
         return
+    if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
+        # (before the spec is judged: a refused job's fix edits it, most often, where
+        # the variables are told already: a review)
+        _tell_replaced_env(body, logger, None, body.get("spec"))
     if _refused(body, logger, object_entry(body), new=reason == kopf.Reason.CREATE.value):
         return
-    if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
-        _tell_replaced_env(body, logger, None, body.get("spec"))
     logger.debug(f"job {name} accepted")
 
 
 def _tell_replaced_env(body: kopf.Body, logger: kopf.Logger, old: Any, new: Any) -> None:
     """A Warning ``EnvReplaced`` where the template of spec ``new`` sets variables Hulk
-    sets on every stage pod, unless spec ``old`` set the same (an edit of another field)."""
+    sets on every stage pod, unless spec ``old`` set the same (an edit of another field):
+    with no ``old`` (an edit kopf never saw, a replaced job), the spec the job's pods were
+    made from, if any (before, a ``sed | kubectl replace`` of an image tag told it again)."""
+    if old is None:
+        old = planned_pod_spec((body.get("status") or {}).get("plan"))
     said = replaced_env((new or {}).get("template"))
     if said is not None and said != replaced_env((old or {}).get("template")):
         _warn(body, logger, ENV_REPLACED, said)
@@ -342,7 +355,7 @@ def hulktrainingjob_update(
         changed = changed or {"(replaced)"}  # the same spec: a refusal is lifted below
     else:
         changed = edits.changed_fields(old, new)
-    if "template" in changed:
+    if "template" in changed or "(replaced)" in changed:
         _tell_replaced_env(body, logger, old, new)
     if not changed:
         logger.debug(f"{name}: only defaults filled in (a CRD upgrade): nothing to do")

@@ -165,7 +165,11 @@ def replaced_env(template: object) -> str | None:
     for c in containers if isinstance(containers, list) else ():
         env = c.get("env") if isinstance(c, Mapping) else None
         given = sorted(
-            {e["name"] for e in env or () if isinstance(e, Mapping) and e.get("name") in names}
+            {
+                e["name"]
+                for e in env or ()
+                if isinstance(e, Mapping) and isinstance(e.get("name"), str) and e["name"] in names
+            }
             if isinstance(env, list)
             else ()
         )

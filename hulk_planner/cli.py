@@ -249,12 +249,14 @@ def _cluster_only_fields(doc: Any) -> list[str]:
     spec = doc.get("spec") if isinstance(doc, dict) else None
     if not isinstance(spec, dict):
         return []
-    pod = (spec.get("template") or {}).get("spec") or {}
-    pod = pod if isinstance(pod, dict) else {}
+    template = spec.get("template")
+    pod = template.get("spec") if isinstance(template, dict) else None
+    pod = pod if isinstance(pod, dict) else {}  # (no mapping: the operator's note says why)
     found = ["spec.nodeSelector"] if spec.get("nodeSelector") else []
     if pod.get("nodeSelector"):
         found.append("spec.template.spec.nodeSelector")
-    if (pod.get("affinity") or {}).get("nodeAffinity"):
+    affinity = pod.get("affinity")
+    if isinstance(affinity, dict) and affinity.get("nodeAffinity"):
         found.append("spec.template.spec.affinity.nodeAffinity")
     return found
 

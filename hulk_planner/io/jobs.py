@@ -274,6 +274,11 @@ def _named(item: Any) -> str:
 def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
     """Jobs of loaded manifests, (file name, its documents) in order (``placed_documents``):
     each error names the file and the document."""
+    files = list(files)
+    paths = [path for path, _ in files]
+    twice = next((p for i, p in enumerate(paths) if p in paths[:i]), None)
+    if twice is not None:  # (before its errors: each would be told twice, a review)
+        raise InvalidRequest("--jobs", f"{twice} is given twice", "give each file once")
     jobs: list[Job] = []
     errors: list[InvalidRequest] = []  # one per document, all told at once (as kubectl's)
     where: dict[str, tuple[str, Any]] = {}  # job -> (its document, its namespace)
@@ -281,8 +286,6 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
         try:
             jobs.append(_placed_job(source, doc, where))
         except InvalidRequest as exc:
-            if exc.field == "--jobs":  # (a file given twice: the rest would repeat it)
-                raise
             errors.append(exc)
     if len(errors) == 1:
         raise errors[0]
@@ -303,9 +306,6 @@ def _placed_job(source: str, doc: Any, where: dict[str, tuple[str, Any]]) -> Job
     namespace = (doc.get("metadata") or {}).get("namespace")
     if job.name in where:
         first, first_namespace = where[job.name]
-        if first == source:  # (the same file given twice)
-            path = source.rsplit(" (document ", 1)[0]
-            raise InvalidRequest("--jobs", f"{path} is given twice", "give each file once")
         if namespace != first_namespace:  # (valid for kubectl apply: a trial)
             raise InvalidRequest(
                 f"{source}: metadata.name",

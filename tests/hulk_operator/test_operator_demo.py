@@ -40,6 +40,28 @@ def test_bad_manifests_stop_the_demo_before_the_sandbox_starts(
     assert not box.exists()
 
 
+def test_every_bad_job_of_a_list_stops_the_demo_a_line_each(tmp_path: Path) -> None:
+    """A ``kind: List`` (``kubectl get -o yaml``) is read as its items, a Namespace beside
+    the jobs skipped, and each wrong job told (before, the List itself was taken for a job:
+    a review)."""
+    item = "{apiVersion: hulk.dev/v1alpha1, kind: HulkTrainingJob, metadata: {name: %s}, spec: %s}"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- {apiVersion: v1, kind: Namespace, metadata: {name: ml}}\n"
+        f"- {item % ('a', '{model: {preset: nope}}')}\n"
+        f"- {item % ('b', '{model: {preset: bert-large}, priority: high}')}\n"
+    )
+    box = tmp_path / "box"
+    proc = _demo("--jobs", str(jobs), "--dir", str(box))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith(f"hulk demo: error: {jobs} (document 1, items[1]: a): spec.model")
+    assert lines[1].startswith(f"hulk demo: error: {jobs} (document 1, items[2]: b): spec.prio")
+    assert not box.exists()
+
+
 def test_a_metrics_port_in_use_stops_the_demo_before_the_sandbox_starts(tmp_path: Path) -> None:
     import socket
 

@@ -104,6 +104,7 @@ def test_a_template_setting_hulks_variables_is_told_which_are_replaced() -> None
     for quiet in (
         {"spec": {"containers": [{"name": "t", "env": [{"name": "KEEP", "value": "1"}]}]}},
         {"spec": {"containers": [{"name": "t", "env": "RANK"}]}},  # (the shape check's)
+        {"spec": {"containers": [{"name": "t", "env": [{"name": ["RANK"]}, "RANK"]}]}},
         {"spec": {"containers": None}},
         "not a template",
         None,

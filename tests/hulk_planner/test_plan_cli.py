@@ -283,6 +283,18 @@ def test_a_template_the_operator_would_refuse_is_noted_offline(tmp_path: Path) -
     empty["spec"]["template"]["spec"]["containers"] = [container]
     out = hulk("plan", "--jobs", write(path, shaped, empty), "-o", "json", "--moves", "50")
     assert out.returncode == 0 and out.stderr == "", out.stderr
+    # shapes the operator refuses, told as notes (they were tracebacks: a review)
+    for field, value, said in (
+        ("nodeSelector", "abc", "spec.nodeSelector: must be a mapping of node label: value"),
+        ("template", "x", "spec.template: "),
+        ("template", [1], "spec.template: "),
+    ):
+        odd = job_doc("gpt2-xl")
+        odd["spec"]["template"] = {"spec": {"containers": [{"name": "t", "image": "t:1"}]}}
+        odd["spec"][field] = value
+        out = hulk("plan", "--jobs", write(path, odd), "-o", "json", "--moves", "50")
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        assert f"(InvalidSpec): {said}" in out.stderr, out.stderr
     # a variable Hulk sets on every stage pod: the operator's Warning, as a note
     container["env"] = [{"name": "MASTER_PORT", "value": "1234"}]
     out = hulk("plan", "--jobs", write(path, shaped), "-o", "json", "--moves", "50")
@@ -316,6 +328,9 @@ def test_every_wrong_job_of_the_files_is_told_at_once(tmp_path: Path) -> None:
     )
     assert lines[2].endswith("spec.priority: must be a whole number, got 'high' (higher plans "
                              "first; e.g. priority: 10 (default 0))")  # fmt: skip
+    # the same file twice: said once, before its errors (each was told twice: a review)
+    out = hulk("plan", "--jobs", path, path, "--moves", "50")
+    assert_one_line_error(out, f"--jobs: {path} is given twice (give each file once)")
     # one wrong job: one line, as before
     out = hulk("plan", "--jobs", write(path, first, job_doc("gpt2-xl")), "--moves", "50")
     assert_one_line_error(out, f"{path} (document 1): spec.model.")
