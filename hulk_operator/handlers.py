@@ -60,7 +60,7 @@ from hulk_operator.inventory import (
     Resources,
     Usage,
 )
-from hulk_operator.manifests import replaced_env
+from hulk_operator.manifests import replaced_env, replaced_names
 from hulk_operator.metrics import Metrics
 from hulk_operator.pauses import PAUSED_NOW, RESTARTING
 from hulk_operator.placement import Placer
@@ -171,6 +171,7 @@ async def operator_startup(
     )
     memo.recent = {}
     memo.disruption = {}  # (a dict: every job's shallow copy of the memo shares it)
+    memo.env_told = {}  # job key -> the variables EnvReplaced told of (shared too)
     memo.listings = Listings()  # (shared: each job's copy of the memo holds the same)
     memo.node_view = NodeView()  # (shared too)
     memo.built_pods = {}  # job key -> its stage pods as last built (``stage_pods``; shared)
@@ -250,22 +251,44 @@ def hulktrainingjob_create(
     if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
         # (before the spec is judged: a refused job's fix edits it, most often, where
         # the variables are told already: a review)
-        _tell_replaced_env(body, logger, None, body.get("spec"))
+        _tell_replaced_env(body, logger, memo, None, body.get("spec"))
     if _refused(body, logger, object_entry(body), new=reason == kopf.Reason.CREATE.value):
         return
     logger.debug(f"job {name} accepted")
 
 
-def _tell_replaced_env(body: kopf.Body, logger: kopf.Logger, old: Any, new: Any) -> None:
+def _tell_replaced_env(
+    body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, old: Any, new: Any
+) -> None:
     """A Warning ``EnvReplaced`` where the template of spec ``new`` sets variables Hulk
-    sets on every stage pod, unless spec ``old`` set the same (an edit of another field):
-    with no ``old`` (an edit kopf never saw, a replaced job), the spec the job's pods were
-    made from, if any (before, a ``sed | kubectl replace`` of an image tag told it again)."""
-    if old is None:
-        old = planned_pod_spec((body.get("status") or {}).get("plan"))
-    said = replaced_env((new or {}).get("template"))
-    if said is not None and said != replaced_env((old or {}).get("template")):
-        _warn(body, logger, ENV_REPLACED, said)
+    sets on every stage pod, unless the same variables were told for this job already
+    (``memo.env_told``: a ``kubectl replace`` reads as a new job to kopf, and told it again;
+    a user trial) or, where this operator told none, spec ``old`` set the same (an edit of
+    another field); with no ``old`` (an edit kopf never saw), the spec the job's pods were
+    made from. By the variables' names alone: a container renamed tells nothing new."""
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    told: dict[Key, frozenset[str]] = memo.setdefault("env_told", {})
+    names = replaced_names((new or {}).get("template"))
+    if key in told:
+        before = told[key]
+    else:
+        if old is None:
+            old = planned_pod_spec((body.get("status") or {}).get("plan"))
+        before = replaced_names((old or {}).get("template"))
+    told[key] = names
+    if names and names != before:
+        _warn(body, logger, ENV_REPLACED, str(replaced_env((new or {}).get("template"))))
+
+
+REPLACED = "(replaced)"  # the changed fields of a spec replaced whole, with no record of them
+
+
+def _fields(changed: set[str]) -> str:
+    """How a message names the spec's changed fields: ``spec.model, spec.template``; a spec
+    replaced whole with no record of what it was, so."""
+    known = sorted(changed - {REPLACED})
+    return f"spec.{', spec.'.join(known)}" if known else "the spec, replaced whole,"
 
 
 def _unreadable_record(body: kopf.Body) -> str | None:
@@ -347,16 +370,21 @@ def hulktrainingjob_update(
         # a job its stage pods failed: against the spec it failed with, as if kopf had seen
         # the edit (a search-and-replace flipping suspend ran it again: a trial)
         old = json.loads(status["failedSpec"])
-    if old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
+    if old is None and not (status.get("plan") or {}).get("specHashes"):
+        # replaced with no record to tell what changed (a job failed for its spec): said
+        # so, not every field named (before, "spec.allowedRegions, spec.masterPort, ...
+        # changed" for a template fixed by kubectl replace; a user trial)
+        changed = {REPLACED}
+    elif old is None:  # replaced (``hulktrainingjob_create``): against what the pods run
         changed = _changed_from_running(status.get("plan") or {}, new)
         if not changed and status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED):
             logger.info(f"{name} is {status.get('phase')}: replaced with its spec, nothing to do")
             return
-        changed = changed or {"(replaced)"}  # the same spec: a refusal is lifted below
+        changed = changed or {REPLACED}  # the same spec: a refusal is lifted below
     else:
         changed = edits.changed_fields(old, new)
-    if "template" in changed or "(replaced)" in changed:
-        _tell_replaced_env(body, logger, old, new)
+    if "template" in changed or REPLACED in changed:
+        _tell_replaced_env(body, logger, memo, old, new)
     if not changed:
         logger.debug(f"{name}: only defaults filled in (a CRD upgrade): nothing to do")
         return
@@ -402,7 +430,7 @@ def hulktrainingjob_update(
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         if status.get("failedSpec") is not None:
             patch.status["failedSpec"] = None
-        fields = f"spec.{', spec.'.join(sorted(changed))}"
+        fields = _fields(changed)
         msg = None
         if plan is not None and not suspending:  # (a Suspended Event tells the other)
             said = (st.condition(status, st.PLANNED) or {}).get("reason")
@@ -411,7 +439,7 @@ def hulktrainingjob_update(
                 # what changed from the spec the pods run, not from the refused one (before:
                 # the field of the last edit alone, after two refused ones; a user trial)
                 moved = _changed_from_running(plan, after) or changed
-                fields = f"spec.{', spec.'.join(sorted(moved))}"
+                fields = _fields(moved)
                 lifted = "; the refusal of the earlier edit is lifted"
             msg = (
                 f"{fields} changed: planning it again; the new plan's stage pods replace "
@@ -433,14 +461,14 @@ def hulktrainingjob_update(
         )
     if plan is not None and st.condition(status, st.REPLANNING) is not None:
         # (it told of the old plan's last re-plan, which the new plan replaces)
-        fields = f"spec.{', spec.'.join(sorted(changed))}"
+        fields = _fields(changed)
         conds = st.set_condition(
             conds, st.REPLANNING, False, "SpecChanged",
             f"{fields} changed: " + ("the job is suspended" if suspending
             else "the job is planned again from scratch"), gen,
         )  # fmt: skip
     if plan is not None and not suspending:  # (a suspended job's are the Suspended ones)
-        fields = f"spec.{', spec.'.join(sorted(changed))}"
+        fields = _fields(changed)
         conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of the plan
         conds = st.set_condition(
             conds, st.PLANNED, False, "SpecChanged", f"{fields} changed: planning it again", gen
@@ -565,6 +593,7 @@ def hulktrainingjob_delete(
         kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
     memo.setdefault("unseen_edits", {}).pop(key, None)  # (a job made again under its name)
+    memo.setdefault("env_told", {}).pop(key, None)
     if (said := memo.get("disruption")) is not None:  # (its Warning: once told)
         said.get("cut_links", {}).pop(key, None)
     if (built := memo.get("built_pods")) is not None:

@@ -153,15 +153,13 @@ def _stage_env_names() -> frozenset[str]:
     return frozenset(e["name"] for e in stage_env("j", one, Slot(0, 0, "n", 0), 1))
 
 
-def replaced_env(template: object) -> str | None:
-    """What a Warning says where the template's containers set variables that Hulk sets on
-    every stage pod (``stage_env``: the pod's own are replaced by them), or None: the
-    values the template gives are never seen by the program, and a ``MASTER_PORT`` given
-    there left the job on 29500 with nothing said (a user trial)."""
+def _replaced_by_container(template: object) -> list[tuple[str, list[str]]]:
+    """(container name, the variables it sets that ``stage_env`` sets too), for each
+    container of the template that sets some, in order."""
     names = _stage_env_names()
     spec = template.get("spec") if isinstance(template, Mapping) else None
     containers = spec.get("containers") if isinstance(spec, Mapping) else None
-    said = []
+    out = []
     for c in containers if isinstance(containers, list) else ():
         env = c.get("env") if isinstance(c, Mapping) else None
         given = sorted(
@@ -174,10 +172,26 @@ def replaced_env(template: object) -> str | None:
             else ()
         )
         if given:
-            said.append(f"container {c.get('name')!s} sets {', '.join(given)}")
-    if not said:
+            out.append((str(c.get("name")), given))
+    return out
+
+
+def replaced_names(template: object) -> frozenset[str]:
+    """The variables the template's containers set that Hulk replaces (``replaced_env``)."""
+    return frozenset(n for _, given in _replaced_by_container(template) for n in given)
+
+
+def replaced_env(template: object) -> str | None:
+    """What a Warning says where the template's containers set variables that Hulk sets on
+    every stage pod (``stage_env``: the pod's own are replaced by them), or None: the
+    values the template gives are never seen by the program, and a ``MASTER_PORT`` given
+    there left the job on 29500 with nothing said (a user trial)."""
+    found = _replaced_by_container(template)
+    if not found:
         return None
-    port = " (set the port with spec.masterPort)" if "PORT" in " ".join(said) else ""
+    said = [f"container {c} sets {', '.join(given)}" for c, given in found]
+    ports = {"MASTER_PORT", "PET_MASTER_PORT"} & {n for _, given in found for n in given}
+    port = " (set the port with spec.masterPort)" if ports else ""
     return (
         f"{'; '.join(said)}: Hulk sets these on every stage pod, in place of the template's "
         f"values{port}"

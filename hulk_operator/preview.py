@@ -47,7 +47,7 @@ from hulk_operator.quotas import (
 from hulk_operator.rounds import BASELINES, plan_pending, planner_names
 from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.cli import LATENCY_DEFAULTS
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, NothingToPlan
+from hulk_planner.errors import InvalidRequest, InvalidRequests, NoFeasiblePlan, NothingToPlan
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
 
 DEFAULT_MAX_AGE_S = LATENCY_DEFAULTS["max_age_s"]
@@ -221,9 +221,12 @@ def preview_plan(
     cross_region_ms: float = LATENCY_DEFAULTS["cross_region_ms"],
     baselines: bool = False,
     max_age_s: float = DEFAULT_MAX_AGE_S,
+    sources: Sequence[str] | None = None,
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
-    with ``manifests`` (HulkTrainingJobs, not applied) in their place."""
+    with ``manifests`` (HulkTrainingJobs, not applied) in their place; ``sources`` name
+    the manifests in errors (``FILE (document N)``), each refused one told (before, the
+    first alone, by its name alone: a user trial)."""
     _check_namespaces(path, manifests, namespace)
     snap, objects, classes_read = _read(path, max_age_s)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
@@ -239,12 +242,16 @@ def preview_plan(
                 f"{len(unnamed)} job(s) name no namespace: previewed in namespace 'default' "
                 "(its ResourceQuotas and LimitRanges); give -n for the one you apply to"
             )
-        for m in manifests:
+        errors: list[InvalidRequest] = []
+        for i, m in enumerate(manifests):
             e = replace(object_entry(m, namespace), suspended=False)  # previewed as if resumed
+            field = f"{sources[i]}: job {e.key[1]}" if sources else f"job {e.key[1]}"
             if e.job is None:
-                raise InvalidRequest(f"job {e.key[1]}", e.error or "invalid spec")
+                errors.append(InvalidRequest(field, e.error or "invalid spec"))
+                continue
             if (why := _template_refused(path, e, m)) is not None:
-                raise InvalidRequest(f"job {e.key[1]}", why, "fix the template, then apply it")
+                errors.append(InvalidRequest(field, why, "fix the template, then apply it"))
+                continue
             running = snap.jobs.get(e.key)
             kept = _stands(objects.get(e.key), running, m, e, snap)
             if running is not None and kept is not None:
@@ -279,12 +286,19 @@ def preview_plan(
                         "this manifest plans it again from scratch: its pods are replaced"
                     )
             jobs[e.key] = e
+        if errors:
+            raise errors[0] if len(errors) == 1 else InvalidRequests(errors)
     else:
-        jobs |= {
-            k: e
-            for k, e in snap.jobs.items()
-            if e.pending and (namespace is None or k[0] == namespace)
-        }
+        here = {k: e for k, e in snap.jobs.items() if namespace is None or k[0] == namespace}
+        jobs |= {k: e for k, e in here.items() if e.pending}
+        for (_, name), e in sorted(here.items()):
+            if e.job is None and not (e.plan_nodes or e.deleting or e.phase == "Failed"):
+                # (not pending: the operator will fail it; before, left out with nothing
+                # said, a user trial)
+                notes.append(
+                    f"job {name}: not previewed: the operator refuses it (InvalidSpec): "
+                    f"{e.error or 'invalid spec'}"
+                )
     pending = [e for e in jobs.values() if e.pending]
     if not pending and not standing:
         if namespace and not _namespace_exists(path, namespace):  # (a typo read as empty)
@@ -296,7 +310,7 @@ def preview_plan(
         where = f"namespace {namespace!r}" if namespace else "the cluster"
         raise NothingToPlan(
             f"{where} has no pending HulkTrainingJob (to preview one, apply it or give its "
-            "manifest with --jobs FILE)"
+            "manifest with --jobs FILE)" + "".join(f"; {n}" for n in notes)
         )
     snap = replace(snap, jobs=jobs)
     decisions = plan_pending(

@@ -198,11 +198,12 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "does not apply with --kubeconfig (the live cluster is read)",
                 "give one of them",
             )
-        manifests = [d for _, d in io.placed_documents(documents)] if args.jobs else None
+        placed = list(io.placed_documents(documents)) if args.jobs else []
         pv = preview_plan(
             args.kubeconfig,
-            manifests,
+            [d for _, d in placed] if args.jobs else None,
             args.namespace,
+            sources=[source for source, _ in placed],
             # (--moves: the same preview at every run, where the operator plans for a time)
             plan_fn=plan if args.moves is None else partial(plan, max_iterations=args.moves),
             planner=args.planner,
@@ -455,7 +456,9 @@ def _run(args: argparse.Namespace) -> int:
                     flag, f"applies to the hulk and search planners, not {args.planner}", "drop it"
                 )
     if args.seed is not None and not 0 <= args.seed < 2**32:  # (as `hulk train`'s)
-        raise InvalidRequest("--seed", f"must be 0 to 2**32 - 1, got {args.seed}")
+        raise InvalidRequest(
+            "--seed", f"must be 0 to 2**32 - 1, got {args.seed}", "give a whole number in it"
+        )
     args.seed = args.seed or 0
     if args.moves is not None:
         # (a move takes about 1 ms on a small cluster: 10**7 is hours; 10**20 ran for ever)
@@ -598,10 +601,11 @@ def _operator_notes(doc: Mapping[str, Any], offline: bool) -> list[str]:
     except ImportError:
         return []
     error = object_entry(doc).error if offline else None
+    replaced = replaced_env(template)  # (posted whether the spec is refused or not)
+    notes = [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]
     if error is not None:
-        return [f"the operator would refuse this manifest (InvalidSpec): {error}"]
-    replaced = replaced_env(template)
-    return [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]
+        notes.append(f"the operator would refuse this manifest (InvalidSpec): {error}")
+    return notes
 
 
 LATENCY_FLAGS = ("latency_max_age_s", "same_region_latency_ms", "cross_region_latency_ms")

@@ -7,6 +7,8 @@ Sources are the models' papers and their released configurations.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 
 from hulk_planner.errors import InvalidRequest
@@ -50,9 +52,14 @@ PRESETS: dict[str, Preset] = {
 def preset(name: str) -> Preset:
     key = name.strip().lower()
     if key not in PRESETS:
+        # (gpt2xl, llama-2-7b: the name without its punctuation; a user trial)
+        bare = {re.sub(r"[^a-z0-9]", "", k): k for k in PRESETS}
+        close = bare.get(re.sub(r"[^a-z0-9]", "", key)) or next(
+            iter(difflib.get_close_matches(key, list(PRESETS), n=1, cutoff=0.8)), None
+        )
         raise InvalidRequest(
             "spec.model.preset",
-            f"unknown preset {name!r}",
+            f"unknown preset {name!r}" + (f" (did you mean {close}?)" if close else ""),
             f"use one of {', '.join(sorted(PRESETS))}, or give parameters, layers, "
             "hiddenSize and sequenceLength",
         )

@@ -97,12 +97,23 @@ def check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
         )
         raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}", fix)
     if doc.get("kind") != kind:
-        raise InvalidRequest(f"{source}: kind", found_in(doc, "kind"), f"expected {kind!r}")
+        flag = _FLAGS.get(str(doc.get("kind")))  # (one of ours, in the wrong place: a trial)
+        fix = f"expected {kind!r}" + (
+            f"; hulk plan reads a {doc['kind']} with {flag}" if flag else ""
+        )
+        raise InvalidRequest(f"{source}: kind", found_in(doc, "kind"), fix)
     if doc.get("apiVersion") != API_VERSION:
         raise InvalidRequest(
             f"{source}: apiVersion", found_in(doc, "apiVersion"), f"use {API_VERSION!r}"
         )
     return doc
+
+
+_FLAGS = {
+    "ClusterTopology": "--cluster",
+    "HulkTrainingJob": "--jobs",
+    "PlacementPlan": "--previous",
+}
 
 
 def found_in(doc: Mapping[str, Any], key: str) -> str:

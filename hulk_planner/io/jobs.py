@@ -257,11 +257,19 @@ def placed_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> Iterator[tup
     for path, docs in files:
         for i, doc in enumerate(docs):
             if is_list(doc):
-                for k, item in enumerate(doc["items"]):
-                    if item is not None:
-                        yield f"{path} (document {i + 1}, items[{k}]{_named(item)})", item
+                yield from _listed(f"{path} (document {i + 1}", doc)
             elif doc is not None:
                 yield doc_source(path, i), doc
+
+
+def _listed(where: str, doc: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The items of a List, a List among them read as its items (as kubectl flattens
+    them: ``items[2].items[0]``), named after ``where`` (``jobs.yaml (document 1``)."""
+    for k, item in enumerate(doc["items"]):
+        if is_list(item):
+            yield from _listed(f"{where}, items[{k}]", item)
+        elif item is not None:
+            yield f"{where}, items[{k}]{_named(item)})", item
 
 
 def _named(item: Any) -> str:
@@ -275,8 +283,9 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
     """Jobs of loaded manifests, (file name, its documents) in order (``placed_documents``):
     each error names the file and the document."""
     files = list(files)
-    paths = [path for path, _ in files]
-    twice = next((p for i, p in enumerate(paths) if p in paths[:i]), None)
+    # (the same file however spelt: ./jobs.yaml and jobs.yaml; a user trial)
+    paths = [path if path == "-" else str(Path(path).resolve()) for path, _ in files]
+    twice = next((files[i][0] for i, p in enumerate(paths) if p in paths[:i]), None)
     if twice is not None:  # (before its errors: each would be told twice, a review)
         raise InvalidRequest("--jobs", f"{twice} is given twice", "give each file once")
     jobs: list[Job] = []
@@ -331,10 +340,13 @@ def other_api(doc: Any) -> bool:
 
 
 def is_list(doc: Any) -> bool:
-    """Whether a document is a ``kind: List`` of objects (``kubectl get -o yaml``)."""
+    """Whether a document is a ``kind: List`` of objects (``kubectl get -o yaml``), or a
+    ``HulkTrainingJobList`` (the API's own, ``kubectl get --raw``: it was refused as a
+    wrong kind, a user trial)."""
+    kind = doc.get("kind") if isinstance(doc, Mapping) else None
     return (
-        isinstance(doc, Mapping)
-        and doc.get("kind") == "List"
+        isinstance(kind, str)
+        and (kind == "List" or (kind.endswith("List") and not other_api(doc)))
         and isinstance(doc.get("items"), list)
     )
 
@@ -348,7 +360,7 @@ def without_other_apis(docs: Sequence[Any]) -> list[Any]:
     """The documents with another API's objects, a List's items too, as None: skipped, the
     others keeping their places (``placed_documents``)."""
     return [
-        {**d, "items": [None if other_api(it) else it for it in d["items"]]}
+        {**d, "items": without_other_apis(d["items"])}
         if is_list(d)
         else (None if other_api(d) else d)
         for d in docs

@@ -360,8 +360,12 @@ def test_a_fix_made_by_search_and_replace_over_the_whole_object_is_taken(
 ) -> None:
     """``kubectl get -o yaml | sed s/A/B/g | kubectl replace`` (or ``:%s`` in ``kubectl
     edit``) rewrites kopf's last-handled record with the spec: kopf saw no change, and the
-    job stayed Failed on a fixed preset (a user trial)."""
-    kube.apply(manifest("sedfix", model={"preset": "bert-largee"}))
+    job stayed Failed on a fixed preset (a user trial). The fix names no field it cannot
+    know changed (before, every field of the spec), and a template's variables told when
+    the job was created are not told again (they were, as against no spec: a trial)."""
+    made = manifest("sedfix", model={"preset": "bert-largee"})
+    made["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "RANK", "value": "0"}]
+    kube.apply(made)
     record = "hulk.dev/last-handled-configuration"
 
     def failed_and_recorded() -> dict[str, Any] | None:  # (kopf writes its record apart)
@@ -380,7 +384,10 @@ def test_a_fix_made_by_search_and_replace_over_the_whole_object_is_taken(
     kube.custom.replace_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "sedfix", fixed)
     wait("Running after the fix", lambda: kube.phase("sedfix") == "Running", 60)
     (event,) = kube.events("SpecChanged")
-    assert "the job had failed (InvalidSpec); planning it again" in event.message, event.message
+    assert event.message == (
+        "the spec, replaced whole, changed: the job had failed (InvalidSpec); planning it again"
+    ), event.message
+    assert len(kube.events("EnvReplaced")) == 1
 
 
 def test_a_record_edited_into_no_json_is_removed_and_the_job_goes_on(

@@ -49,14 +49,18 @@ def _env_job(env: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
     }
 
 
-def test_env_replaced_is_told_for_a_refused_job_and_against_the_pods_spec_when_kopf_has_none(
+def test_env_replaced_is_told_once_per_change_of_the_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A job refused when created is told of its replaced variables then (before, only an
-    accepted one was, and its fix, an edit of the template, said nothing: a review); an edit
-    with no old spec (kopf never saw it) is compared with the spec its pods were made from
-    (before, with nothing: the same Warning again for an image tag), and a variable name
-    that is no text is no crash (it stalled the update handler: a review)."""
+    accepted one was: a review). Told again only when the variables change: not for a
+    ``kubectl replace`` (kopf takes it for a new job: it was told twice more, a user
+    trial), nor a container renamed; with no record in the operator (a restart), an edit
+    with no old spec (kopf never saw it) is compared with the spec its pods were made from.
+    A variable name that is no text is no crash (it stalled the update handler: a
+    review)."""
+    import kopf
+
     from hulk_operator.entries import pod_source, spec_hashes
 
     posted: list[tuple[str, str]] = []
@@ -64,6 +68,7 @@ def test_env_replaced_is_told_for_a_refused_job_and_against_the_pods_spec_when_k
         handlers.kopf, "warn", lambda body, reason, message: posted.append((reason, message))
     )
     log = logging.getLogger("test")
+    memo = kopf.Memo()
     body = _env_job([{"name": "MASTER_PORT", "value": "1"}], allowedRegions=[""])
     handlers.hulktrainingjob_create(
         body,
@@ -71,23 +76,38 @@ def test_env_replaced_is_told_for_a_refused_job_and_against_the_pods_spec_when_k
         "ml",
         {},
         {},
-        None,
+        memo,
         log,
         reason="create",  # type: ignore[arg-type]
     )
     assert [r for r, _ in posted] == ["EnvReplaced", "InvalidSpec"]
-    spec = body["spec"]
-    made = {"specHashes": spec_hashes(spec), "podTemplate": pod_source(spec)}
-    body["status"] = {"plan": made}
     posted.clear()
+    fixed = _env_job([{"name": "MASTER_PORT", "value": "1"}])
+    handlers.hulktrainingjob_create(
+        fixed,
+        "j",
+        "ml",
+        {},
+        {},
+        memo,
+        log,
+        reason="create",  # type: ignore[arg-type]
+    )
+    renamed = _env_job([{"name": "MASTER_PORT", "value": "1"}])["spec"]
+    renamed["template"]["spec"]["containers"][0]["name"] = "main"
+    handlers._tell_replaced_env(fixed, log, memo, fixed["spec"], renamed)  # type: ignore[arg-type]
+    assert posted == []
+    # the operator restarted: against the spec the pods were made from
+    spec = fixed["spec"]
+    fixed["status"] = {"plan": {"specHashes": spec_hashes(spec), "podTemplate": pod_source(spec)}}
     retagged = _env_job([{"name": "MASTER_PORT", "value": "1"}])["spec"]
     retagged["template"]["spec"]["containers"][0]["image"] = "t:2"
-    handlers._tell_replaced_env(body, log, None, retagged)  # type: ignore[arg-type]
+    handlers._tell_replaced_env(fixed, log, kopf.Memo(), None, retagged)  # type: ignore[arg-type]
     assert posted == []
     more = _env_job([{"name": "MASTER_PORT", "value": "1"}, {"name": "RANK", "value": "0"}])
-    handlers._tell_replaced_env(body, log, None, more["spec"])  # type: ignore[arg-type]
+    handlers._tell_replaced_env(fixed, log, memo, None, more["spec"])  # type: ignore[arg-type]
     assert [m.split(":")[0] for _, m in posted] == ["container trainer sets MASTER_PORT, RANK"]
     posted.clear()
     odd = _env_job([{"name": ["RANK"], "value": "1"}])["spec"]
-    handlers._tell_replaced_env(body, log, spec, odd)  # type: ignore[arg-type]
+    handlers._tell_replaced_env(fixed, log, memo, spec, odd)  # type: ignore[arg-type]
     assert posted == []

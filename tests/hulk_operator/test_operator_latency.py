@@ -650,8 +650,40 @@ def test_the_preview_refuses_a_template_the_api_server_refuses(
     out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path), "-o", "json")
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
-    assert line.startswith("hulk plan: error: job noimage: spec.template: the API server "), line
+    where = f"{path} (document 1): job noimage"
+    assert line.startswith(f"hulk plan: error: {where}: spec.template: the API server "), line
     assert "image" in line and line.endswith("(fix the template, then apply it)"), line
+    # every refused manifest is told, each where it is (before, the first alone, by its
+    # name alone: a user trial)
+    empty = manifest("empty")
+    empty["spec"]["template"]["spec"]["containers"] = []
+    path.write_text(yaml.safe_dump_all([body, manifest("fine"), empty]))
+    out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(path), "-o", "json")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert [x.split(": spec.")[0] for x in lines] == [
+        f"hulk plan: error: {where}",
+        f"hulk plan: error: {path} (document 3): job empty",
+    ], out.stderr
+    # a job applied that the operator will refuse is said not previewed (it was left out
+    # with nothing said: a user trial)
+    pinned = manifest("pinned")
+    pinned["metadata"]["namespace"] = kube.ns
+    pinned["spec"]["template"]["spec"]["nodeName"] = "rome-44"
+    kube.apply(pinned)
+    out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "-n", kube.ns, "-o", "json")
+    assert out.returncode == 0 and out.stderr.strip() == (
+        f"hulk plan: nothing to plan: namespace '{kube.ns}' has no pending HulkTrainingJob (to "
+        "preview one, apply it or give its manifest with --jobs FILE); job pinned: not "
+        "previewed: the operator refuses it (InvalidSpec): spec.template.spec.nodeName: is "
+        "set, but Hulk puts each stage pod on the server its plan picks (remove it; to limit "
+        "the servers use spec.nodeSelector (kubernetes.io/hostname: NAME) or "
+        "spec.allowedRegions)"
+    ), out.stderr
+    kube.apply({**manifest("other"), "metadata": {"name": "other", "namespace": kube.ns}})
+    out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "-n", kube.ns, "-o", "json")
+    assert out.returncode == 0 and "hulk plan: note: job pinned: not previewed: " in out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["other"]
 
 
 def test_hulk_topology_writes_the_cluster_the_operator_plans_on(

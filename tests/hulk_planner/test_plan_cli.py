@@ -231,6 +231,11 @@ def test_a_bundle_for_kubectl_and_standard_input_are_read(tmp_path: Path) -> Non
     wrong = {**job_doc("x"), "kind": "HulkTrainingjob"}  # a typo of ours is still an error
     out = hulk("plan", "--jobs", write(tmp_path / "typo.yaml", wrong))
     assert_one_line_error(out, "kind", "'HulkTrainingjob'")
+    out = hulk("plan", "--jobs", write(tmp_path / "c.yaml", cluster_doc()))  # (said where)
+    assert out.stderr.strip().endswith(
+        "kind: is 'ClusterTopology' (expected 'HulkTrainingJob'; hulk plan reads a "
+        "ClusterTopology with --cluster)"
+    ), out.stderr
 
 
 def test_a_list_of_kubectl_get_names_its_items_in_notes_and_errors(tmp_path: Path) -> None:
@@ -249,6 +254,24 @@ def test_a_list_of_kubectl_get_names_its_items_in_notes_and_errors(tmp_path: Pat
     listed["items"].append(job_doc("broken", parameters=1))
     out = hulk("plan", "--jobs", write(path, job_doc("gpt2-xl"), listed), "--moves", "50")
     assert_one_line_error(out, f"{path} (document 2, items[2]: broken): spec.model.")
+    # a List in a List is read as its items (as kubectl flattens them), and the API's own
+    # HulkTrainingJobList (kubectl get --raw) as a List (it was refused as a wrong kind)
+    inner = {"apiVersion": "v1", "kind": "List", "items": [job_doc("deep", preset="bert-large")]}
+    raw = {
+        "apiVersion": API,
+        "kind": "HulkTrainingJobList",
+        "items": [job_doc("raw", preset="gpt2-xl")],
+    }
+    nested = {"apiVersion": "v1", "kind": "List", "items": [config, inner]}
+    out = hulk("plan", "--jobs", write(path, nested, raw), "-o", "json", "--moves", "50")
+    assert out.returncode == 0, out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["deep", "raw"]
+    inner["items"].append(job_doc("gpt2xl"))
+    out = hulk("plan", "--jobs", write(path, nested), "--moves", "50")
+    assert_one_line_error(
+        out, f"{path} (document 1, items[1], items[1]: gpt2xl): spec.model.preset: unknown "
+        "preset 'gpt2xl' (did you mean gpt2-xl?)"
+    )  # fmt: skip
     nameless = job_doc("x")  # (an item with no name is named by its place alone)
     del nameless["metadata"]
     listed["items"][2] = nameless
@@ -298,11 +321,19 @@ def test_a_template_the_operator_would_refuse_is_noted_offline(tmp_path: Path) -
     # a variable Hulk sets on every stage pod: the operator's Warning, as a note
     container["env"] = [{"name": "MASTER_PORT", "value": "1234"}]
     out = hulk("plan", "--jobs", write(path, shaped), "-o", "json", "--moves", "50")
-    assert out.returncode == 0 and out.stderr == (
+    warn = (
         "hulk plan: note: job gpt2-xl: the operator would warn (EnvReplaced): container "
         "trainer sets MASTER_PORT: Hulk sets these on every stage pod, in place of the "
-        "template's values (set the port with spec.masterPort)\n"
+        "template's values (set the port with spec.masterPort)"
     )
+    assert out.returncode == 0 and out.stderr == warn + "\n"
+    # refused too: both, as the operator posts both
+    shaped["spec"]["template"]["spec"]["nodeName"] = "bj-0"
+    out = hulk("plan", "--jobs", write(path, shaped), "-o", "json", "--moves", "50")
+    assert out.returncode == 0 and out.stderr.splitlines()[0] == warn, out.stderr
+    assert out.stderr.splitlines()[1].startswith(
+        f"hulk plan: note: job gpt2-xl: {refuses}spec.template.spec.nodeName: is set"
+    ), out.stderr
 
 
 def test_every_wrong_job_of_the_files_is_told_at_once(tmp_path: Path) -> None:
@@ -331,6 +362,9 @@ def test_every_wrong_job_of_the_files_is_told_at_once(tmp_path: Path) -> None:
     # the same file twice: said once, before its errors (each was told twice: a review)
     out = hulk("plan", "--jobs", path, path, "--moves", "50")
     assert_one_line_error(out, f"--jobs: {path} is given twice (give each file once)")
+    spelt = f"{path.parent}/./{path.name}"  # (however spelt: a user trial)
+    out = hulk("plan", "--jobs", path, spelt, "--moves", "50")
+    assert_one_line_error(out, f"--jobs: {spelt} is given twice (give each file once)")
     # one wrong job: one line, as before
     out = hulk("plan", "--jobs", write(path, first, job_doc("gpt2-xl")), "--moves", "50")
     assert_one_line_error(out, f"{path} (document 1): spec.model.")
