@@ -162,16 +162,11 @@ def _replaced_by_container(template: object) -> list[tuple[str, list[str]]]:
     out = []
     for c in containers if isinstance(containers, list) else ():
         env = c.get("env") if isinstance(c, Mapping) else None
-        given = sorted(
-            {
-                e["name"]
-                for e in env or ()
-                if isinstance(e, Mapping) and isinstance(e.get("name"), str) and e["name"] in names
-            }
-            if isinstance(env, list)
-            else ()
-        )
-        if given:
+        env = env if isinstance(env, list) else []
+        set_here = {
+            n for e in env if isinstance(e, Mapping) and isinstance(n := e.get("name"), str)
+        }
+        if given := sorted(set_here & names):
             out.append((str(c.get("name")), given))
     return out
 

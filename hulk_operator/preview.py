@@ -47,7 +47,7 @@ from hulk_operator.quotas import (
 from hulk_operator.rounds import BASELINES, plan_pending, planner_names
 from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.cli import LATENCY_DEFAULTS
-from hulk_planner.errors import InvalidRequest, InvalidRequests, NoFeasiblePlan, NothingToPlan
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, NothingToPlan, one_or_all
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
 
 DEFAULT_MAX_AGE_S = LATENCY_DEFAULTS["max_age_s"]
@@ -287,7 +287,7 @@ def preview_plan(
                     )
             jobs[e.key] = e
         if errors:
-            raise errors[0] if len(errors) == 1 else InvalidRequests(errors)
+            raise one_or_all(errors)
     else:
         here = {k: e for k, e in snap.jobs.items() if namespace is None or k[0] == namespace}
         jobs |= {k: e for k, e in here.items() if e.pending}

@@ -51,6 +51,11 @@ class InvalidRequests(InvalidRequest):
         return "\n".join(str(e) for e in self.errors)
 
 
+def one_or_all(errors: Sequence[InvalidRequest]) -> InvalidRequest:
+    """What to raise for ``errors`` (at least one): the error alone, or ``InvalidRequests``."""
+    return errors[0] if len(errors) == 1 else InvalidRequests(errors)
+
+
 def each_error(exc: HulkError) -> tuple[HulkError, ...]:
     """The errors ``exc`` stands for: its ``errors`` (``InvalidRequests``), else itself."""
     return tuple(getattr(exc, "errors", (exc,)))

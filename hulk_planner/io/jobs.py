@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import InvalidRequest, InvalidRequests
+from hulk_planner.errors import InvalidRequest, one_or_all
 from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
@@ -296,10 +296,8 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
             jobs.append(_placed_job(source, doc, where))
         except InvalidRequest as exc:
             errors.append(exc)
-    if len(errors) == 1:
-        raise errors[0]
     if errors:
-        raise InvalidRequests(errors)
+        raise one_or_all(errors)
     return jobs
 
 
