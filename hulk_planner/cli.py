@@ -21,9 +21,11 @@ from typing import Any
 from hulk_planner.errors import (
     HulkError,
     InvalidRequest,
+    InvalidRequests,
     NoFeasiblePlan,
     NothingToPlan,
     each_error,
+    one_or_all,
 )
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
 from hulk_planner.regions import plan_in_regions, region_limits, tiered
@@ -118,6 +120,24 @@ class _Inputs:
     why_not: dict[str, dict[str, str]] = field(default_factory=dict)  # baseline -> job -> why
 
 
+def _in_file_order(errors: Sequence[InvalidRequest], paths: Sequence[str]) -> InvalidRequest:
+    """What to raise for the errors of several files (one file's error hid the others'):
+    in the files' order, each file's own (``FILE``, ``FILE:LINE:COLUMN``) before its
+    documents' (``FILE (document N)``); an unreadable file given twice told once."""
+
+    def order(e: InvalidRequest) -> int:
+        head = e.field.partition(" (")[0]
+        mine = (i for i, p in enumerate(paths) if head == p or head.startswith(p + ":"))
+        return next(mine, -1)
+
+    return one_or_all(sorted({str(e): e for e in errors}.values(), key=order))
+
+
+def _each(exc: InvalidRequest) -> tuple[InvalidRequest, ...]:
+    """The errors an ``InvalidRequest`` stands for (``each_error``, typed for the jobs')."""
+    return exc.errors if isinstance(exc, InvalidRequests) else (exc,)
+
+
 def _inputs(args: argparse.Namespace) -> _Inputs:
     """The cluster and jobs to plan, and the regions jobs are limited to (their
     ``spec.allowedRegions``); with ``--kubeconfig`` also the plan itself and the baselines'
@@ -128,9 +148,15 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     documents = []
     skipped: list[str] = []  # (notes: printed once there are jobs, else the error says it)
     kinds: set[str] = set()
+    errors: list[InvalidRequest] = []  # (all told at once: one file's hid the others')
     for path in args.jobs or []:
-        loaded = io.load_documents(path)
-        for source, doc in io.placed_documents([(str(path), loaded)]):
+        try:
+            loaded = io.load_documents(path)
+            placed = list(io.placed_documents([(str(path), loaded)]))
+        except InvalidRequest as exc:
+            errors.extend(_each(exc))
+            continue
+        for source, doc in placed:
             if not io.other_api(doc):
                 continue
             policy = doc.get("kind") in ("ResourceQuota", "LimitRange")
@@ -147,7 +173,13 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             )
         # (the others keep their places: errors count them all)
         documents.append((str(path), io.without_other_apis(loaded)))
-    jobs: list[Job] = io.jobs_from_documents(documents) if documents else []
+    jobs: list[Job] = []
+    try:
+        jobs = io.jobs_from_documents(documents) if documents else []
+    except InvalidRequest as exc:
+        errors.extend(_each(exc))
+    if errors:
+        raise _in_file_order(errors, [str(path) for path in args.jobs])
     if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)
         raise InvalidRequest(
             "--jobs",
@@ -220,7 +252,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     for flag in ("namespace", *LATENCY_FLAGS):
         if getattr(args, flag) is not None:
             raise InvalidRequest(
-                "--" + flag.replace("_", "-"),
+                _option(flag),
                 "applies only with --kubeconfig",
                 "add --kubeconfig FILE or drop it",
             )
@@ -612,6 +644,13 @@ LATENCY_FLAGS = ("latency_max_age_s", "same_region_latency_ms", "cross_region_la
 # The operator's defaults for those flags (``OperatorConfig``'s; a test keeps them equal),
 # under the keys of the preview's keyword arguments.
 LATENCY_DEFAULTS = {"max_age_s": 600.0, "same_region_ms": 1.0, "cross_region_ms": 100.0}
+
+
+def _option(dest: str) -> str:
+    """The command-line spelling of an argparse destination: ``--latency-max-age-s``."""
+    return "--" + dest.replace("_", "-")
+
+
 _LATENCY_HELP = (
     "how old a NodeLatency measurement may be",
     "the estimate for an unmeasured pair in a region",
@@ -625,7 +664,7 @@ def add_latency_arguments(parser: argparse.ArgumentParser, when: str = "") -> No
         LATENCY_FLAGS, LATENCY_DEFAULTS.values(), _LATENCY_HELP, strict=True
     ):
         parser.add_argument(
-            "--" + flag.replace("_", "-"),
+            _option(flag),
             type=float,
             default=None,
             metavar="N",
@@ -646,7 +685,7 @@ def latency_settings(args: argparse.Namespace) -> dict[str, float]:
         value = getattr(args, flag)
         if value is None:
             continue
-        name = "--" + flag.replace("_", "-")
+        name = _option(flag)
         if flag == "latency_max_age_s":
             check_positive(name, value)
         else:

@@ -72,11 +72,21 @@ def check_positive(
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidRequest(where, f"must be {bound}, got {value!r}", range_fix(where, bound))
     if at_most is not None and value > at_most:
-        raise InvalidRequest(where, f"must be at most {at_most:g}, got {value!r}", scale_fix(where))
+        raise InvalidRequest(
+            where, f"must be at most {_bound(at_most)}, got {value!r}", scale_fix(where)
+        )
     if at_least is not None and value < at_least:
         raise InvalidRequest(
-            where, f"must be at least {at_least:g}, got {value!r}", scale_fix(where)
+            where, f"must be at least {_bound(at_least)}, got {value!r}", scale_fix(where)
         )
+
+
+def _bound(value: float) -> str:
+    """A range's bound as a reader writes it: ``10,000,000`` (was ``1e+07``), ``86400``,
+    ``0.5``."""
+    if not float(value).is_integer():
+        return f"{value:g}"
+    return f"{int(value):,}" if abs(value) >= 100_000 else str(int(value))
 
 
 def check_name(where: str, value: object, fix: str) -> None:

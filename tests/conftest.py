@@ -11,8 +11,9 @@ kernel kills the components (``PR_SET_PDEATHSIG``). It yields a
 after the test.
 
 Component logs go to ``$HULK_SANDBOX_LOGS`` or else ``<pytest basetemp>/sandbox-logs``; they
-survive teardown, and the path is printed at the end of the run. Tests that use ``sandbox``
-are marked ``sandbox`` automatically (mark them explicitly too).
+survive teardown, and the path is printed at the end of the run. Under pytest-xdist (CI runs
+``-n 2``) each worker brings up a sandbox of its own, its logs in ``$HULK_SANDBOX_LOGS/gwN``.
+Tests that use ``sandbox`` are marked ``sandbox`` automatically (mark them explicitly too).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     logs = config.stash.get(_LOGS_KEY, None)
     if logs is not None:
         terminalreporter.write_line(f"sandbox component logs: {logs}")
+    elif config.getoption("numprocesses", None) and os.environ.get("HULK_SANDBOX_LOGS"):
+        where = os.environ["HULK_SANDBOX_LOGS"]  # the workers' sandboxes (none if none ran)
+        terminalreporter.write_line(f"sandbox component logs: {where}/<xdist worker>")
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -67,6 +71,9 @@ def sandbox(
     logs = Path(
         os.environ.get("HULK_SANDBOX_LOGS") or tmp_path_factory.getbasetemp() / "sandbox-logs"
     )
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and os.environ.get("HULK_SANDBOX_LOGS"):  # a sandbox per pytest-xdist worker
+        logs /= worker
     request.config.stash[_LOGS_KEY] = logs
     box = Sandbox(tmp_path_factory.mktemp("sandbox"), logs)
     capman = request.config.pluginmanager.getplugin("capturemanager")

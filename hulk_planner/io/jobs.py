@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import InvalidRequest, one_or_all
+from hulk_planner.errors import InvalidRequest, one_or_all, shown
 from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
@@ -253,7 +253,10 @@ def placed_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> Iterator[tup
     items were counted as documents: an error named a document the file did not have, a
     trial), followed by the item's name where it has one: ``items[3]: bert-large`` (a
     ``kubectl get`` of many jobs is searched by name, not counted). A None (a document or
-    item skipped: another API's object) is left out, the others keeping their places."""
+    item skipped: another API's object) is left out, the others keeping their places.
+    A List whose ``items`` is no list is refused, naming it (it was skipped as another
+    API's object: its jobs were left out with nothing said); ``items: null`` is no item, as
+    kubectl reads it."""
     for path, docs in files:
         for i, doc in enumerate(docs):
             if is_list(doc):
@@ -265,7 +268,16 @@ def placed_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> Iterator[tup
 def _listed(where: str, doc: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """The items of a List, a List among them read as its items (as kubectl flattens
     them: ``items[2].items[0]``), named after ``where`` (``jobs.yaml (document 1``)."""
-    for k, item in enumerate(doc["items"]):
+    items = doc.get("items")
+    if items is not None and not isinstance(items, list):
+        raise InvalidRequest(
+            f"{where}): items",
+            "must be a list of objects, got "
+            + ("a mapping" if isinstance(items, Mapping) else shown(items)),
+            "write each object as an entry of the list ('- apiVersion: ...'), or give the "
+            "objects as documents separated by '---'",
+        )
+    for k, item in enumerate(items or []):
         if is_list(item):
             yield from _listed(f"{where}, items[{k}]", item)
         elif item is not None:
@@ -342,10 +354,8 @@ def is_list(doc: Any) -> bool:
     ``HulkTrainingJobList`` (the API's own, ``kubectl get --raw``: it was refused as a
     wrong kind, a user trial)."""
     kind = doc.get("kind") if isinstance(doc, Mapping) else None
-    return (
-        isinstance(kind, str)
-        and (kind == "List" or (kind.endswith("List") and not other_api(doc)))
-        and isinstance(doc.get("items"), list)
+    return isinstance(kind, str) and (
+        kind == "List" or (kind.endswith("List") and not other_api(doc))
     )
 
 
@@ -359,7 +369,7 @@ def without_other_apis(docs: Sequence[Any]) -> list[Any]:
     others keeping their places (``placed_documents``)."""
     return [
         {**d, "items": without_other_apis(d["items"])}
-        if is_list(d)
-        else (None if other_api(d) else d)
+        if is_list(d) and isinstance(d.get("items"), list)
+        else (None if other_api(d) and not is_list(d) else d)
         for d in docs
     ]

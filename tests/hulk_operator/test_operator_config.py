@@ -30,7 +30,7 @@ from hulk_planner.errors import InvalidRequest
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
         ({"planner": "nope"}, "--planner", "use one of hulk"),
         # (the planner's bound on a link: 2e7 had failed every round, a trial)
-        ({"cross_region_latency_ms": 2e7}, "--cross-region-latency-ms", "at most 1e+07"),
+        ({"cross_region_latency_ms": 2e7}, "--cross-region-latency-ms", "at most 10,000,000"),
         ({"gnn_weights": "/nonexistent.pt"}, "--gnn-weights", "is not a file"),
         ({"gnn_weights": __file__}, "HULK_OPERATOR_GNN_WEIGHTS", "not a zip"),
     ],

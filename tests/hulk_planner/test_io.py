@@ -212,9 +212,10 @@ def test_a_required_field_spelled_otherwise_is_named_with_the_fix() -> None:
         # before: 1e300 overflowed the cost model into a traceback; on, 123 or a mapping
         # became servers "True" and "123", a region "{'a': 1}"
         (lambda d: d["spec"]["nodes"][0].update(gpuTFLOPS=1e300), "spec.nodes[0].gpuTFLOPS",
-         "must be at most 1e+06, got 1e+300"),
+         "must be at most 1,000,000, got 1e+300"),
         (lambda d: d["spec"]["nodes"][0].update(gpuMemoryGiB=1e200), "gpuMemoryGiB", "at most"),
-        (lambda d: d["spec"]["links"][0].update(latencyMs=1e300), "latencyMs", "at most 1e+07"),
+        (lambda d: d["spec"]["links"][0].update(latencyMs=1e300), "latencyMs",
+         "at most 10,000,000"),
         (lambda d: d["spec"]["nodes"][0].update(name=True), "spec.nodes[0].name",
          "must be a string, got true"),
         (lambda d: d["spec"]["nodes"][0].update(region={"a": 1}), "spec.nodes[0].region",
@@ -447,6 +448,30 @@ def test_load_jobs_reads_multi_document_files_and_prefixes_errors(tmp_path: Path
     with pytest.raises(InvalidRequest) as exc:
         io.load_jobs([broken])
     assert exc.value.field == f"{broken} (document 2): spec.training.globalBatchSize"
+
+
+def test_a_list_whose_items_are_no_list_is_refused_naming_it() -> None:
+    """Before, such a List was skipped as another API's object: its jobs were left out with
+    nothing said. ``items: null`` is no item, as kubectl reads it."""
+
+    def jobs(*docs: Any) -> list[str]:
+        return [j.name for j in io.jobs_from_documents([("l.yaml", io.without_other_apis(docs))])]
+
+    def a_list(items: Any) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
+    for items, got in ((job_doc(), "a mapping"), ("gpt2-xl", "'gpt2-xl'")):
+        for listed, where in (
+            (a_list(items), "l.yaml (document 2): items"),
+            (a_list([a_list(items)]), "l.yaml (document 2, items[0]): items"),
+        ):
+            with pytest.raises(InvalidRequest) as exc:
+                jobs(job_doc(), listed)
+            assert exc.value.field == where
+            assert exc.value.problem == f"must be a list of objects, got {got}"
+            assert exc.value.fix and "'---'" in exc.value.fix
+    assert jobs(job_doc(), a_list(None)) == ["gpt2-xl"]
+    assert jobs(job_doc(), {"apiVersion": "v1", "kind": "ConfigMapList", "items": 3}) == ["gpt2-xl"]
 
 
 def test_unreadable_and_invalid_files(tmp_path: Path) -> None:

@@ -186,7 +186,7 @@ def test_job_batch_sizes() -> None:
     with pytest.raises(InvalidRequest) as exc:
         Job("j", ModelSpec(1000, 2, 64, 16), 10**19, 1)
     assert field_of(exc) == "spec.training.globalBatchSize"
-    assert "at most 1e+09" in exc.value.problem and exc.value.fix == "check the value"
+    assert "at most 1,000,000,000" in exc.value.problem and exc.value.fix == "check the value"
 
 
 @pytest.mark.parametrize(
