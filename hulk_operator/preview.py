@@ -30,7 +30,7 @@ from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.fit import fits_nowhere
 from hulk_operator.inventory import Usage, build_cluster, node_info, other_pods, read_latencies
-from hulk_operator.manifests import owner_job, stage_job
+from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
 from hulk_operator.quotas import (
     Bound,
     Scope,
@@ -199,6 +199,19 @@ def _template_refused(path: str, e: JobEntry, manifest: Mapping[str, Any]) -> st
     return rejected_template(error) if error is not None else None
 
 
+def env_replaced(manifest: Mapping[str, Any], applied: Mapping[str, Any] | None) -> str | None:
+    """What the operator's Warning ``EnvReplaced`` would say on applying ``manifest``, or
+    None: its template sets none of the variables Hulk sets, or the same ones as the job
+    applied (the operator tells a change of them alone; before, the preview of a running
+    job's manifest, unchanged, said it would warn)."""
+    template = (manifest.get("spec") or {}).get("template")
+    names = replaced_names(template)
+    before = ((applied or {}).get("spec") or {}).get("template")
+    if not names or (applied is not None and names == replaced_names(before)):
+        return None
+    return replaced_env(template)
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost cause of a connection failure (urllib3 wraps it twice), without the
     connection object's repr: "Failed to establish a new connection: [Errno 111] ..."."""
@@ -252,6 +265,8 @@ def preview_plan(
             if (why := _template_refused(path, e, m)) is not None:
                 errors.append(InvalidRequest(field, why, "fix the template, then apply it"))
                 continue
+            if (env := env_replaced(m, objects.get(e.key))) is not None:
+                notes.append(f"job {e.key[1]}: the operator would warn (EnvReplaced): {env}")
             running = snap.jobs.get(e.key)
             kept = _stands(objects.get(e.key), running, m, e, snap)
             if running is not None and kept is not None:

@@ -205,7 +205,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "operator places it only once it is false; planned here as if it were",
                 file=sys.stderr,
             )
-        for why in _operator_notes(doc, offline=not args.kubeconfig):
+        for why in [] if args.kubeconfig else _operator_notes(doc):  # (else the preview's)
             print(f"hulk plan: note: job {doc['metadata']['name']}: {why}", file=sys.stderr)
     if args.kubeconfig:
         try:
@@ -615,15 +615,15 @@ def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
     return 0
 
 
-def _operator_notes(doc: Mapping[str, Any], offline: bool) -> list[str]:
-    """What the operator would say of this job's pod template, which the planner does not
-    read: where the template's containers set variables Hulk sets on every stage pod (a
-    Warning, ``EnvReplaced``); and ``offline`` (the ``--kubeconfig`` preview refuses it
-    itself) why it would fail the job (``InvalidSpec``: a string where a mapping goes, no
-    container, a node selector that clashes with ``spec.nodeSelector``). Only for a job
-    that gives a template, and where the operator's extras are installed: offline, the
-    template is the operator's alone (the planning interface), so these are notes and
-    the plan is still made (before, nothing said them: a user trial)."""
+def _operator_notes(doc: Mapping[str, Any]) -> list[str]:
+    """Offline, what the operator would say of this job's pod template, which the planner
+    does not read: where the template's containers set variables Hulk sets on every stage
+    pod (a Warning, ``EnvReplaced``), and why it would fail the job (``InvalidSpec``: a
+    string where a mapping goes, no container, a node selector that clashes with
+    ``spec.nodeSelector``); the ``--kubeconfig`` preview says both itself, against the
+    job applied. Only for a job that gives a template, and where the operator's extras are
+    installed: the template is the operator's alone (the planning interface), so these
+    are notes and the plan is still made (before, nothing said them: a user trial)."""
     template = (doc.get("spec") or {}).get("template")
     if template is None:
         return []
@@ -632,7 +632,7 @@ def _operator_notes(doc: Mapping[str, Any], offline: bool) -> list[str]:
         from hulk_operator.manifests import replaced_env
     except ImportError:
         return []
-    error = object_entry(doc).error if offline else None
+    error = object_entry(doc).error
     replaced = replaced_env(template)  # (posted whether the spec is refused or not)
     notes = [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]
     if error is not None:

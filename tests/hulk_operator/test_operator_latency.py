@@ -512,6 +512,35 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
     assert line.startswith(f"huge: NOT PLACED: {why}"), out.stdout
 
 
+def test_a_preview_warns_of_replaced_variables_only_where_applying_would(
+    sandbox: Any, kube: Kube, operator: Any, tmp_path: Path
+) -> None:
+    """The operator warns (EnvReplaced) when a template's variables that Hulk sets change,
+    not at every edit. Before, the preview of a running job's manifest, unchanged, said
+    the operator would warn."""
+    job = manifest("envy", model={"preset": "bert-large"})
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "RANK", "value": "3"}]
+    path = tmp_path / "envy.yaml"
+    warn = "hulk plan: note: job envy: the operator would warn (EnvReplaced): container "
+
+    def warned(body: dict[str, Any]) -> list[str]:
+        said = preview_manifest(sandbox, kube, path, body).stderr.splitlines()
+        return [line for line in said if line.startswith(warn)]
+
+    (told,) = warned(job)  # not applied yet
+    assert "sets RANK: Hulk sets these on every stage pod" in told, told
+    kube.apply(job)
+    wait("Running", lambda: kube.phase("envy") == "Running", 60)
+    wait("told", lambda: kube.events("EnvReplaced"), 20)
+    assert warned(job) == []  # as applied: the operator says nothing again
+    job["spec"]["priority"] = 3
+    assert warned(job) == []  # another field
+    container["env"].append({"name": "MASTER_PORT", "value": "29400"})
+    (told,) = warned(job)  # another variable: told again
+    assert "sets MASTER_PORT, RANK" in told and "spec.masterPort" in told, told
+
+
 def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     sandbox: Any, kube: Kube, operator: Any, tmp_path: Path
 ) -> None:

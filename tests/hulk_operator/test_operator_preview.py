@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hulk_operator.preview import UNSERVED_AFTER_S, unserved_note
+from hulk_operator.preview import UNSERVED_AFTER_S, env_replaced, unserved_note
 
 
 def test_a_job_no_operator_has_seen_is_noted() -> None:
@@ -86,3 +86,19 @@ def test_a_kubeconfig_that_is_no_mapping_is_one_line(tmp_path: Any) -> None:
         )
     with pytest.raises(InvalidRequest, match="not a regular file"):
         configuration(str(tmp_path))
+
+
+def test_replaced_variables_are_noted_only_where_applying_changes_them() -> None:
+    """The operator's Warning EnvReplaced is told when the variables change, not at every
+    edit (before, the preview of a running job's manifest said it would warn again)."""
+
+    def job(*names: str) -> dict[str, Any]:
+        env = [{"name": n, "value": "1"} for n in names]
+        return {"spec": {"template": {"spec": {"containers": [{"name": "c", "env": env}]}}}}
+
+    said = env_replaced(job("RANK", "LR"), None)  # not applied: told
+    assert said is not None and said.startswith("container c sets RANK: Hulk sets these"), said
+    assert env_replaced(job("RANK", "LR"), job("RANK")) is None  # the same variables
+    assert env_replaced(job("RANK", "WORLD_SIZE"), job("RANK")) is not None  # one more
+    assert env_replaced(job("RANK"), {"spec": {}}) is not None  # a template given now
+    assert env_replaced(job("LR"), None) is None and env_replaced({"spec": {}}, None) is None
