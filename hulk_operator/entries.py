@@ -445,16 +445,19 @@ POD_PARTS = ("template", "masterPort")  # what the stage pods are made from, wit
 
 
 def pod_source(spec: Mapping[str, Any] | None) -> str:
-    """The spec's parts the stage pods are made from, as written (JSON, kept as
+    """The spec the stage pods are made from, whole, as written (JSON, kept as
     ``status.plan.podTemplate``): a job whose later spec is refused makes its missing
-    pods from it (``edits.remake_missing``), as a Deployment's old ReplicaSet does."""
+    pods from it (``edits.remake_missing``), and is planned again from it when it loses
+    servers (``reconcile``), as a Deployment's old ReplicaSet does. (It kept the
+    ``POD_PARTS`` alone: a refused job that lost a server could not be planned again.)"""
     spec = spec or {}
-    return json.dumps({k: spec[k] for k in POD_PARTS if spec.get(k) is not None}, sort_keys=True)
+    return json.dumps({k: v for k, v in spec.items() if v is not None}, sort_keys=True)
 
 
 def planned_pod_spec(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The parts of the spec a plan's pods were made from (``pod_source``), where the plan
-    keeps them and they match its fingerprints (``specHashes``); else None."""
+    """The spec a plan's pods were made from (``pod_source``; an older operator's kept its
+    ``POD_PARTS`` alone), where the plan keeps it and it matches the plan's fingerprints of
+    those parts (``specHashes``); else None."""
     plan = plan or {}
     text, hashes = plan.get("podTemplate"), plan.get("specHashes") or {}
     if not isinstance(text, str):

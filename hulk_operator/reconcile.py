@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -23,7 +23,13 @@ from hulk_operator import edits, kube, manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.context import Context
 from hulk_operator.edits import Refusal
-from hulk_operator.entries import JobEntry, planned_pod_spec, pod_source, spec_hashes
+from hulk_operator.entries import (
+    JobEntry,
+    object_entry,
+    planned_pod_spec,
+    pod_source,
+    spec_hashes,
+)
 from hulk_operator.errors import (
     EDIT_REFUSED,
     INVALID_SPEC,
@@ -508,6 +514,9 @@ async def _run_on(
             limit = DEFAULT_BACKOFF_LIMIT  # (the refused spec's may be what is wrong)
         made = {**(planned_pod_spec(status.get("plan")) or {}), "backoffLimit": limit}
         return await stage_failed(ctx, entry, made, status, failed, conds, {}, gen)
+    replanned = await _replan_running(ctx, entry, body, status, conds, gen)
+    if replanned is not None:
+        return replanned
     unmade = await edits.remake_missing(ctx, entry, status)
     kept = edits.kept_pods(ctx, entry, status, conds, gen, unmade)
     if kept is None:
@@ -516,6 +525,48 @@ async def _run_on(
     ready = st.condition({"conditions": kept}, st.READY) or {}
     if ready.get("status") == "True" and status.get("phase") != st.RUNNING:
         out["phase"] = st.RUNNING  # (restarted, or started while refused)
+    return out
+
+
+async def _replan_running(
+    ctx: Context,
+    entry: JobEntry,
+    body: Mapping[str, Any],
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    gen: int,
+) -> dict[str, Any] | None:
+    """A job whose latest spec is refused and that lost servers (deleted, NotReady past
+    the grace, drained...): planned again from the spec its pods run
+    (``status.plan.podTemplate``), as a Deployment's old ReplicaSet replaces its pods
+    while a new template is refused; the refusal stays told (``Planned``). Before, a
+    lost server was not replaced until the spec was fixed: the job stood with a stage
+    missing. The status fields to write, or None where nothing is lost, or the plan keeps
+    no whole spec (an older operator's): it runs on as planned."""
+    made = planned_pod_spec(status.get("plan"))
+    plan = st.job_plan_from_status(entry.key[1], status)
+    if made is None or plan is None:
+        return None
+    running = object_entry({**body, "spec": made})
+    if running.job is None:  # (the parts alone, as an older operator kept them)
+        return None
+    running = replace(running, regrow=None)  # (it runs on: not grown while refused)
+    new: dict[str, Any] = {}
+    step = await _check_plan(ctx, running, made, status, plan, conds, new)
+    if step is None:  # its re-plan just written, not seen yet; or none fit (``new`` says)
+        return new
+    # (until a new plan's pods run: their gang gate, held while the old pods went, lifted
+    # by ``sync_pods``, and the phase and Ready read from them)
+    gated = any(p.gated for p in ctx.pods.get(entry.key, []) if not p.deleting)
+    if step.replanned is None and not gated and status.get("phase") != st.PLACING:
+        return None
+    out = await _make_pods(ctx, running, body, made, status, step, new)
+    refusal = st.condition({"conditions": conds}, st.PLANNED) or {}
+    if out.get("conditions") and refusal.get("status") == "False":
+        reason, message = str(refusal.get("reason")), str(refusal.get("message") or "")
+        out["conditions"] = st.set_condition(
+            out["conditions"], st.PLANNED, False, reason, message, gen
+        )
     return out
 
 

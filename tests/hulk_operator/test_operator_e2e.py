@@ -479,7 +479,11 @@ def test_editing_priority_or_backoff_limit_leaves_a_running_job_running(
     )
     time.sleep(3 * CONFIG.reconcile_interval_s)
     job = kube.job("calm")
-    assert job["status"]["phase"] == "Running" and job["status"]["plan"] == plan
+    now = job["status"]["plan"]
+    kept = json.loads(now.pop("podTemplate"))  # the spec the pods run: the edit's, whole
+    assert (kept["priority"], kept["backoffLimit"]) == (5, 10), kept
+    plan.pop("podTemplate")
+    assert job["status"]["phase"] == "Running" and now == plan
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("calm")} == before
     assert len(kube.events("Planned")) == 1  # not planned again (alone, it would land the same)
 
@@ -626,7 +630,9 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     """A job whose edit is refused runs on, and a stage pod deleted meanwhile is made again
     from the spec its plan was made for (``status.plan.podTemplate``), as a Deployment's
     old ReplicaSet does (before, it was not made again: Ready told it missing until the
-    spec was fixed). A deleted server cannot be made again: Ready says so."""
+    spec was fixed). A drained or deleted server is left by a new plan made from that spec
+    (before, not until the spec was fixed); where the plan keeps no whole spec (an older
+    operator's), Ready says none is made again."""
     kube.apply(manifest("kept", model={"preset": "gpt2-xl"}))
     wait("Running", lambda: kube.phase("kept") == "Running", 60)
     pods = kube.live_pods("kept")
@@ -706,32 +712,34 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
         GROUP, VERSION, kube.ns, PLURAL, "kept", {"spec": {"allowedRegions": ["atlantis"]}}
     )
     assert edit_refused(kube, "kept", generation=4)["reason"] == "EditRefused"
-    # a drain: the server cordoned, then its pod deleted: not made again where it would
-    # wait Pending for ever (a user trial), and made again once the server is uncordoned
+    # a drain: the server cordoned, then its pod deleted: planned again from the spec its
+    # pods run, off the drained server, the refusal still told (before, not made again
+    # until the server was uncordoned; nor was a deleted server replaced)
     drained = plan_nodes(kube.job("kept"))[0]
     pod = next(p for p in kube.live_pods("kept") if p.spec.node_name == drained)
     kube.core.patch_node(drained, {"spec": {"unschedulable": True}})
     try:
         kube.core.delete_namespaced_pod(pod.metadata.name, kube.ns, grace_period_seconds=0)
-
-        def cordoned() -> dict[str, Any] | None:
-            c = condition(kube.job("kept"), "Ready")
-            return c if f"{drained} Cordoned" in c.get("message", "") else None
-
-        c = wait("Ready told", cordoned, 30)
-        assert c["reason"] == "StagesMissing" and (
-            f"none is made again, as server(s) {drained} Cordoned cannot take it: fix the "
-            "spec, or edit it back" in c["message"]
-        ), c
-        assert pod.metadata.name not in {p.metadata.name for p in kube.pods("kept")}
+        _replanned_off(kube, "kept", drained)
     finally:
         kube.core.patch_node(drained, {"spec": {"unschedulable": None}})
-
-    def back() -> bool:
-        return pod.metadata.name in {p.metadata.name for p in kube.live_pods("kept")} and whole()
-
-    wait("made again once uncordoned", back, 30)
     victim = plan_nodes(kube.job("kept"))[-1]
+    sandbox.delete_node(victim)
+    try:
+        _replanned_off(kube, "kept", victim)
+        assert len(kube.events("Replanned")) == 2, [e.message for e in kube.events("Replanned")]
+    finally:
+        sandbox.add_node(paper_cluster().server(victim))
+    # a plan an older operator made keeps the template alone: no new plan can be made
+    # from it, and the job runs on without the deleted server's stage, told
+    job = kube.job("kept")
+    ran = json.loads(job["status"]["plan"]["podTemplate"])
+    parts = {k: ran[k] for k in ("template", "masterPort") if k in ran}
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, kube.ns, PLURAL, "kept",
+        {"status": {"plan": {"podTemplate": json.dumps(parts, sort_keys=True)}}},
+    )  # fmt: skip
+    victim, slots = plan_nodes(job)[0], len(plan_nodes(job))
     sandbox.delete_node(victim)
     try:
 
@@ -741,13 +749,14 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
 
         c = wait("Ready told", told, 30)
         assert c["status"] == "False" and c["message"] == (
-            f"{len(pods) - 1}/{len(pods)} stage pods running; server(s) {victim} deleted; the "
+            f"{slots - 1}/{slots} stage pods running; server(s) {victim} deleted; the "
             "job's spec is refused (see Planned): none is made again, as a server of the plan "
             "is deleted: fix the spec, or edit it back, and the job is planned again as needed"
         ), c
         said = [e.message for e in kube.events("StagesMissing")]
         assert missing in said and c["message"] in said  # (listed by name: kopf's random)
         assert kube.job("kept")["status"]["phase"] == "Running"  # (it runs on, as it can)
+        assert len(kube.events("Replanned")) == 2
         # deleted, its pod on the deleted node goes at once: no kubelet would confirm it
         # (before, it stayed Terminating for about 34 s; a user trial)
         assert victim in {p.spec.node_name for p in kube.pods("kept")}
@@ -755,6 +764,31 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
         wait("its pods gone", lambda: not kube.pods("kept"), 10)
     finally:
         sandbox.add_node(paper_cluster().server(victim))
+
+
+def _replanned_off(kube: Kube, name: str, server: str) -> None:
+    """Waits until the refused job ``name`` runs a stage pod on each server of a new plan,
+    none on ``server``, planned again while its edit stays refused (generation 4)."""
+
+    def moved() -> bool:
+        job = kube.job(name)
+        nodes = plan_nodes(job)
+        live = kube.live_pods(name)
+        return (
+            job["status"].get("phase") == "Running"
+            and server not in nodes
+            and sorted(str(p.spec.node_name) for p in live) == sorted(nodes)
+            and all(p.status.phase == "Running" for p in live)
+        )
+
+    wait(f"planned again off {server}", moved, 60)
+    job = kube.job(name)
+    assert condition(job, "Ready")["status"] == "True"
+    planned = condition(job, "Planned")
+    assert (planned["status"], planned["reason"], planned["observedGeneration"]) == (
+        "False", "EditRefused", 4,
+    ), planned  # fmt: skip
+    assert any(server in e.message for e in kube.events("Replanned"))
 
 
 def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -138,17 +139,22 @@ def test_an_edit_is_unhandled_while_kopfs_record_holds_another_spec() -> None:
 
 
 def test_the_spec_a_plan_was_made_for_is_read_back_only_where_it_matches_the_plan() -> None:
-    """``status.plan.podTemplate`` keeps what the stage pods are made from; a refused job
-    makes its missing pods from it, so it must be what the plan's fingerprints name."""
+    """``status.plan.podTemplate`` keeps the spec the stage pods are made from, whole; a
+    refused job makes its missing pods from it, and is planned again from it when it loses
+    a server (it kept the template and port alone), so it must be what the plan's
+    fingerprints name."""
     from hulk_operator.entries import planned_pod_spec, pod_source
 
     plan = {"specHashes": spec_hashes(SPEC), "podTemplate": pod_source(SPEC)}
-    assert planned_pod_spec(plan) == {"template": SPEC["template"]}
+    assert planned_pod_spec(plan) == SPEC
     port = edited(masterPort=29600)
     assert planned_pod_spec({"specHashes": spec_hashes(port), "podTemplate": pod_source(port)}) == {
-        "template": SPEC["template"],
+        **SPEC,
         "masterPort": 29600,
     }
+    # an older operator's record: the template alone, still read
+    parts = json.dumps({"template": SPEC["template"]})
+    assert planned_pod_spec({**plan, "podTemplate": parts}) == {"template": SPEC["template"]}
     other = edited(template={"spec": {"containers": [{"name": "t", "image": "trainer:2"}]}})
     assert planned_pod_spec({**plan, "podTemplate": pod_source(other)}) is None
     assert planned_pod_spec({**plan, "podTemplate": pod_source(port)}) is None
