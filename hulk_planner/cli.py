@@ -21,7 +21,6 @@ from typing import Any
 from hulk_planner.errors import (
     HulkError,
     InvalidRequest,
-    InvalidRequests,
     NoFeasiblePlan,
     NothingToPlan,
     each_error,
@@ -133,11 +132,6 @@ def _in_file_order(errors: Sequence[InvalidRequest], paths: Sequence[str]) -> In
     return one_or_all(sorted({str(e): e for e in errors}.values(), key=order))
 
 
-def _each(exc: InvalidRequest) -> tuple[InvalidRequest, ...]:
-    """The errors an ``InvalidRequest`` stands for (``each_error``, typed for the jobs')."""
-    return exc.errors if isinstance(exc, InvalidRequests) else (exc,)
-
-
 def _inputs(args: argparse.Namespace) -> _Inputs:
     """The cluster and jobs to plan, and the regions jobs are limited to (their
     ``spec.allowedRegions``); with ``--kubeconfig`` also the plan itself and the baselines'
@@ -154,7 +148,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             loaded = io.load_documents(path)
             placed = list(io.placed_documents([(str(path), loaded)]))
         except InvalidRequest as exc:
-            errors.extend(_each(exc))
+            errors.extend(each_error(exc))
             continue
         for source, doc in placed:
             if not io.other_api(doc):
@@ -177,7 +171,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     try:
         jobs = io.jobs_from_documents(documents) if documents else []
     except InvalidRequest as exc:
-        errors.extend(_each(exc))
+        errors.extend(each_error(exc))
     if errors:
         raise _in_file_order(errors, [str(path) for path in args.jobs])
     if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 
 class HulkError(Exception):
     """Base class of every error the planner raises on purpose."""
+
+
+E = TypeVar("E", bound=HulkError)
 
 
 class InvalidRequest(HulkError, ValueError):
@@ -56,7 +59,7 @@ def one_or_all(errors: Sequence[InvalidRequest]) -> InvalidRequest:
     return errors[0] if len(errors) == 1 else InvalidRequests(errors)
 
 
-def each_error(exc: HulkError) -> tuple[HulkError, ...]:
+def each_error(exc: E) -> tuple[E, ...]:
     """The errors ``exc`` stands for: its ``errors`` (``InvalidRequests``), else itself."""
     return tuple(getattr(exc, "errors", (exc,)))
 
