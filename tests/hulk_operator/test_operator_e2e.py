@@ -766,6 +766,30 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
         sandbox.add_node(paper_cluster().server(victim))
 
 
+def test_a_refused_job_that_lost_its_only_server_fails_for_its_spec(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """A job whose edit is refused is planned again from the spec its pods run when it
+    loses a server; where that finds no room (London has one server), it is told, its pods
+    go, and the job fails for its refused spec, the one left to plan (before, it stood
+    Running with its only stage missing)."""
+    kube.apply(manifest("lone", allowedRegions=["london"]))
+    wait("Running", lambda: kube.phase("lone") == "Running", 60)
+    (server,) = plan_nodes(kube.job("lone"))
+    _edit_preset(kube, "lone", "bert-largee")
+    assert edit_refused(kube, "lone")["reason"] == "InvalidSpec"
+    sandbox.delete_node(server)
+    try:
+        (told,) = wait("told", lambda: kube.events("ReplanFailed"), 30)
+        assert told.message.startswith(f"{server} deleted") and "no new plan fits" in told.message
+        wait("Failed", lambda: kube.phase("lone") == "Failed", 30)
+        failed = condition(kube.job("lone"), "Failed")
+        assert failed["reason"] == "InvalidSpec" and "bert-largee" in failed["message"], failed
+        wait("its pods gone", lambda: not kube.pods("lone"), 10)
+    finally:
+        sandbox.add_node(paper_cluster().server(server))
+
+
 def _replanned_off(kube: Kube, name: str, server: str) -> None:
     """Waits until the refused job ``name`` runs a stage pod on each server of a new plan,
     none on ``server``, planned again while its edit stays refused (generation 4)."""
