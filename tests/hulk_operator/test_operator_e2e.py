@@ -790,6 +790,45 @@ def test_a_refused_job_that_lost_its_only_server_fails_for_its_spec(
         sandbox.add_node(paper_cluster().server(server))
 
 
+def test_a_job_the_cluster_refused_that_lost_its_only_server_waits_on_its_spec(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """As above, where the cluster refused the edit (EditRefused: a region no server is in)
+    rather than the spec itself: no new plan fits the spec its pods ran, so its pods go and
+    the job waits Pending on its latest spec, told why; the server back changes nothing
+    (that spec still names no region of it), and the fixed spec is planned."""
+    kube.apply(manifest("alone", allowedRegions=["london"]))
+    wait("Running", lambda: kube.phase("alone") == "Running", 60)
+    (server,) = plan_nodes(kube.job("alone"))
+    regions = {"spec": {"allowedRegions": ["atlantis"]}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "alone", regions)
+    assert edit_refused(kube, "alone")["reason"] == "EditRefused"
+    sandbox.delete_node(server)
+    try:
+        (told,) = wait("told", lambda: kube.events("ReplanFailed"), 30)
+        assert told.message.startswith(f"{server} deleted") and "no new plan fits" in told.message
+        wait("its pods gone", lambda: not kube.pods("alone"), 10)
+
+        def waiting() -> dict[str, Any] | None:
+            job = kube.job("alone")
+            c = condition(job, "Planned")
+            pending = job["status"].get("phase") == "Pending" and job["status"].get("plan") is None
+            return c if pending and "atlantis" in c.get("message", "") else None
+
+        planned = wait("Pending on its latest spec, told why", waiting, 30)
+        assert planned["status"] == "False" and planned["observedGeneration"] == 2, planned
+        assert condition(kube.job("alone"), "Failed").get("status") != "True"
+    finally:
+        sandbox.add_node(paper_cluster().server(server))
+    time.sleep(3)  # (the server back: the spec still names no region of it)
+    job = kube.job("alone")
+    assert job["status"]["phase"] == "Pending" and not kube.pods("alone"), job["status"]
+    undo = {"spec": {"allowedRegions": ["london"]}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "alone", undo)
+    wait("Running once fixed", lambda: kube.phase("alone") == "Running", 60)
+    assert plan_nodes(kube.job("alone")) == [server]
+
+
 def _replanned_off(kube: Kube, name: str, server: str) -> None:
     """Waits until the refused job ``name`` runs a stage pod on each server of a new plan,
     none on ``server``, planned again while its edit stays refused (generation 4)."""
