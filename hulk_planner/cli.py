@@ -259,14 +259,16 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 file=sys.stderr,
             )
     notes: list[str] = []
-    cluster = io.load_cluster(args.cluster, notes) if args.cluster else datasets.paper_cluster()
-    if not jobs and not args.jobs:
-        jobs = datasets.paper_jobs()
-    if not jobs:
-        raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
-    limits = region_limits(documents, cluster, notes)
-    for note in notes:
-        print(f"hulk plan: note: {note}", file=sys.stderr)
+    try:  # (the notes before an error too: a field the topology file ignored may explain it)
+        cluster = io.load_cluster(args.cluster, notes) if args.cluster else datasets.paper_cluster()
+        if not jobs and not args.jobs:
+            jobs = datasets.paper_jobs()
+        if not jobs:
+            raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
+        limits = region_limits(documents, cluster, notes)
+    finally:
+        for note in notes:
+            print(f"hulk plan: note: {note}", file=sys.stderr)
     return _Inputs(cluster, jobs, limits=limits)
 
 

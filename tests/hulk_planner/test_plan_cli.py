@@ -579,6 +579,27 @@ def test_allowed_regions_naming_no_region_of_the_cluster_is_refused(
     )
 
 
+def test_the_topology_files_notes_are_told_before_an_error_that_stops_the_plan(
+    tmp_path: Path,
+) -> None:
+    """A field the topology file ignored may explain the error after it (a misspelt
+    ``regionLinks`` here): its note is told, then the error (before, the error alone)."""
+    topology = cluster_doc()
+    topology["spec"]["regionLink"] = [{"a": "Beijing", "b": "Tokyo", "latencyMs": 5}]
+    cluster = write(tmp_path / "cluster.yaml", topology)
+    doc = job_doc("bert-large")
+    doc["spec"]["allowedRegions"] = ["Tokyo"]
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--cluster", cluster, "--jobs", jobs)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.strip().splitlines() == [
+        f"hulk plan: note: {cluster}: spec.regionLink is not a ClusterTopology field: ignored "
+        "(did you mean spec.regionLinks?)",
+        f"hulk plan: error: {jobs} (document 1): spec.allowedRegions[0]: 'Tokyo' is not a "
+        "region of cluster two-cities (use one of Beijing, California)",
+    ]
+
+
 def _bad_link(doc: dict[str, Any]) -> None:
     doc["spec"]["links"][3]["b"] = "zz-9"
 
