@@ -336,6 +336,24 @@ def test_a_template_the_operator_would_refuse_is_noted_offline(tmp_path: Path) -
     ), out.stderr
 
 
+def test_the_offline_template_notes_do_not_import_the_operators_framework() -> None:
+    """`hulk plan` of a manifest with a template reads the operator's checks, and kopf
+    (0.3 s of a plan's start, and an operator's framework) is not among what they need."""
+    code = (
+        "import sys\n"
+        "from hulk_planner.cli import _operator_notes\n"
+        f"doc = {{'apiVersion': '{API}', 'kind': 'HulkTrainingJob', 'metadata': {{'name': 'j'}}, "
+        "'spec': {'model': {'preset': 'gpt2-xl'}, "
+        "'template': {'spec': {'containers': [{'name': 't', 'image': 'i', "
+        "'env': [{'name': 'MASTER_PORT', 'value': '1'}]}]}}}}\n"
+        "notes = _operator_notes(doc)\n"
+        "assert len(notes) == 1 and 'EnvReplaced' in notes[0], notes\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kopf', 'torch')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout[:300], out.stderr)
+
+
 def test_every_wrong_job_of_the_files_is_told_at_once(tmp_path: Path) -> None:
     """A line per wrong job, in file order, as ``kubectl apply`` tells each object it
     refuses (before, the first alone: fixed, the next was told at the next run)."""
