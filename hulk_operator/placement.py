@@ -4,7 +4,9 @@ One planning round at a time (an asyncio lock), a short batch window so jobs app
 together are planned together, and in-memory reservations for decisions not yet written to
 a job's status: a reserved job is not planned again and its servers stay held, so two
 rounds never hand out the same server (before, a later round re-planned reserved jobs and
-pinned pods of two jobs to one server). An unplaced job is planned again only when what
+pinned pods of two jobs to one server). A running job's re-plan for lost servers goes
+before a round in progress: the round is made again after it (:meth:`Placer.decide`).
+An unplaced job is planned again only when what
 its round saw changes; a job whose stage pods the API server keeps refusing gives its
 servers back and pauses (:meth:`Placer.give_back`).
 """
@@ -84,6 +86,7 @@ class Placer:
         self.baselines = baselines
         self.on_round = on_round
         self.lock = asyncio.Lock()
+        self._replans_waiting = 0  # running jobs' re-plans waiting for the lock
         # Placed, possibly not yet in the job's status. A reservation is final: it is handed
         # to its job (``decide``) and never replaced by a later round, so a job's status is
         # only ever written from one decision per placement or re-plan.
@@ -291,53 +294,68 @@ class Placer:
         self, key: Key, snapshot: Callable[[], Awaitable[Snapshot]]
     ) -> Decision | None:
         """This job's decision: a reservation made by an earlier round, the same failure
-        as last time when nothing changed, or a fresh round over all pending jobs."""
-        async with self.lock:
-            snap = await snapshot()
-            self.prune(snap.jobs)  # (a reservation for an older spec goes)
-            if key in self.reserved:
-                return self.reserved[key]
-            entry = snap.jobs.get(key)
-            if entry is None or not entry.pending:
-                return None
-            waiting = self.waiting_out(entry, snap)
-            if waiting is not None:
-                return waiting
-            snap.held = self.held(snap.held)
-            last = self._unchanged(snap, entry)
-            if last is not None:
-                return last
-            snap = await self._batch(snap, snapshot)
-            self.prune(snap.jobs)
-            snap.held = self.held(snap.held)
-            started = time.perf_counter()
-            decisions = await asyncio.to_thread(
-                plan_pending,
-                snap,
-                self.plan_fn,
-                planner=self.planner,
-                baselines=self.baselines,
-                decided=set(self.reserved) | self._pausing(snap),
-                taken=self.reserved_use(snap),
-                **self.opts,  # type: ignore[arg-type]
-            )
-            if self.on_round:
-                self.on_round(time.perf_counter() - started, decisions)
-            after = replace(snap, held=dict(snap.held))
-            decisions = {  # (the spec each was made for: an edit since drops it, ``prune``)
-                k: replace(d, generation=snap.jobs[k].generation) if k in snap.jobs else d
-                for k, d in decisions.items()
-            }
-            for k, d in decisions.items():
-                if d.job_plan is not None:
-                    self.reserved[k] = d
-                    self.unplaced.pop(k, None)
-                    for n in d.nodes:
-                        after.held[n] = k  # type: ignore[index]
-            for k, d in decisions.items():
-                if d.job_plan is None and k in snap.jobs:
-                    self.unplaced[k] = (self.fingerprint(after, snap.jobs[k]), d)
-            return decisions.get(key)
+        as last time when nothing changed, or a fresh round over all pending jobs. A
+        running job's re-plan that comes while the round plans goes first: the round is
+        made again after it (once), on what it left (before, the round took the free
+        servers the re-plan would have used, and the job came back on fewer or none)."""
+        for attempt in range(2):
+            async with self.lock:
+                snap = await snapshot()
+                self.prune(snap.jobs)  # (a reservation for an older spec goes)
+                if key in self.reserved:
+                    return self.reserved[key]
+                entry = snap.jobs.get(key)
+                if entry is None or not entry.pending:
+                    return None
+                waiting = self.waiting_out(entry, snap)
+                if waiting is not None:
+                    return waiting
+                snap.held = self.held(snap.held)
+                last = self._unchanged(snap, entry)
+                if last is not None:
+                    return last
+                snap = await self._batch(snap, snapshot)
+                if attempt == 0 and self._replans_waiting:  # (came while it waited)
+                    continue
+                self.prune(snap.jobs)
+                snap.held = self.held(snap.held)
+                started = time.perf_counter()
+                decisions = await asyncio.to_thread(
+                    plan_pending,
+                    snap,
+                    self.plan_fn,
+                    planner=self.planner,
+                    baselines=self.baselines,
+                    decided=set(self.reserved) | self._pausing(snap),
+                    taken=self.reserved_use(snap),
+                    **self.opts,  # type: ignore[arg-type]
+                )
+                placed = any(d.job_plan is not None for d in decisions.values())
+                if attempt == 0 and placed and self._replans_waiting:
+                    continue  # (the lock is let go: the waiting re-plans hold it first)
+                if self.on_round:
+                    self.on_round(time.perf_counter() - started, decisions)
+                return self._commit(snap, decisions, key)
+        raise AssertionError("unreachable")  # (the second attempt always returns)
+
+    def _commit(self, snap: Snapshot, decisions: dict[Key, Decision], key: Key) -> Decision | None:
+        """Keeps a round's decisions (placed: reserved; unplaced: with what the round saw,
+        not planned again until that changes) and returns ``key``'s."""
+        after = replace(snap, held=dict(snap.held))
+        decisions = {  # (the spec each was made for: an edit since drops it, ``prune``)
+            k: replace(d, generation=snap.jobs[k].generation) if k in snap.jobs else d
+            for k, d in decisions.items()
+        }
+        for k, d in decisions.items():
+            if d.job_plan is not None:
+                self.reserved[k] = d
+                self.unplaced.pop(k, None)
+                for n in d.nodes:
+                    after.held[n] = k  # type: ignore[index]
+        for k, d in decisions.items():
+            if d.job_plan is None and k in snap.jobs:
+                self.unplaced[k] = (self.fingerprint(after, snap.jobs[k]), d)
+        return decisions.get(key)
 
     async def _batch(self, snap: Snapshot, snapshot: Callable[[], Awaitable[Snapshot]]) -> Snapshot:
         """The snapshot to plan on, once ``batch_window_s`` passed with no new pending job:
@@ -361,8 +379,14 @@ class Placer:
         snapshot: Callable[[], Awaitable[Snapshot]],
     ) -> Decision:
         """A new plan for a running job that lost servers: its healthy servers plus free
-        ones, keeping healthy stages where they are when the cost model allows."""
-        async with self.lock:
+        ones, keeping healthy stages where they are when the cost model allows. A round
+        of pending jobs in progress meanwhile is made again after it (``decide``)."""
+        self._replans_waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self._replans_waiting -= 1
+        try:
             snap = await snapshot()
             self.prune(snap.jobs)
             snap.held = self.held(snap.held)
@@ -383,6 +407,8 @@ class Placer:
             if d.job_plan is not None:
                 self.reserved[entry.key] = d
             return d
+        finally:
+            self.lock.release()
 
     async def regrow(
         self,

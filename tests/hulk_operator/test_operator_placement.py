@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -234,6 +235,47 @@ def test_replan_keeps_healthy_stages() -> None:
     assert recovery.lost_servers(current, left) == {lost: "Deleted"}
     msg = recovery.event_message({lost: "Deleted"}, current, new.job_plan, 1, len(kept))
     assert lost in msg and "1 pod(s) replaced" in msg
+
+
+def test_a_running_jobs_replan_goes_before_a_round_in_progress() -> None:
+    """One free server, wanted by a running job that lost its own (a re-plan) and by a new
+    job whose round was planning when the re-plan came: the re-plan gets it, and the round,
+    made again after it, says the new job waits (before, the round took it and the running
+    job's re-plan found no room: all its pods removed)."""
+    gpt, bert = entry(paper_jobs()[2]), entry(paper_jobs()[3])
+    lost, spare, other = "brasilia-46", "california-20", ("ml", "other")
+    alone = snap([gpt], held={n: other for n in nodes() if n != lost})
+    first = plan_pending(alone, plan)[gpt.key].job_plan
+    assert first is not None and first.nodes == (lost,), first
+    left = {n: i for n, i in nodes().items() if n != lost}
+    running = replace(gpt, plan_nodes=frozenset(first.nodes))
+    held: dict[str, Any] = {n: other for n in left if n != spare}  # the others' servers
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(left, Latencies(), {gpt.key: running, bert.key: bert}, dict(held))
+
+    planning, go = threading.Event(), threading.Event()
+
+    def slow(*args: Any, **kw: Any) -> Plan:  # the round plans until the re-plan is waiting
+        if bert.job in args[1]:
+            planning.set()
+            assert go.wait(10)
+        return plan(*args, **kw)
+
+    async def main() -> tuple[Decision | None, Decision]:
+        placer = Placer(slow, batch_window_s=0.0)
+        pending = asyncio.create_task(placer.decide(bert.key, snapshot))
+        while not planning.is_set():
+            await asyncio.sleep(0.01)
+        replanned = asyncio.create_task(placer.replan(running, first, snapshot))
+        while not placer._replans_waiting:
+            await asyncio.sleep(0.01)
+        go.set()
+        return await pending, await replanned
+
+    waits, new = asyncio.run(main())
+    assert new.job_plan is not None and new.job_plan.nodes == (spare,), new
+    assert waits is not None and waits.job_plan is None, waits
 
 
 def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> None:
