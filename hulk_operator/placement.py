@@ -417,8 +417,9 @@ class Placer:
         snapshot: Callable[[], Awaitable[Snapshot]],
     ) -> Decision | None:
         """A faster plan for a running job with ``spec.regrow`` on its servers plus the
-        free ones (``regrow.faster``); None while a job waits for servers, when no server
-        is free, or when nothing changed since the last check."""
+        free ones (``regrow.faster``); None while a job waits for servers or a running
+        job's re-plan for lost servers waits to plan, when no server is free, or when
+        nothing changed since the last check."""
         now = decision.clock()
         if now - self._regrow_looked.get(entry.key, -math.inf) < self.regrow_every_s:
             return None
@@ -426,7 +427,7 @@ class Placer:
         async with self.lock:
             snap = await snapshot()
             self.prune(snap.jobs)
-            if entry.key in self.reserved:
+            if entry.key in self.reserved or self._replans_waiting:  # (they come first)
                 return None
             snap.held = self.held(snap.held)
             if any(self._waiting(snap, e) for e in snap.jobs.values()):

@@ -26,7 +26,7 @@ from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import job_from_dict, regrow_settings
-from hulk_planner.model import Job, JobPlan, ModelSpec
+from hulk_planner.model import Job, JobPlan, ModelSpec, Stage
 
 GPT = paper_jobs()[2]
 
@@ -273,6 +273,38 @@ def test_a_waiting_job_gets_the_free_servers_first() -> None:
     d = asyncio.run(placer.decide(huge.key, snapshot))
     assert d is not None and d.job_plan is None
     assert asyncio.run(placer.regrow(running, current, snapshot)) is not None
+
+
+def test_a_regrowth_waits_for_a_running_jobs_replan_that_waits_to_plan() -> None:
+    """A regrowth that gets the planning lock while a running job's re-plan for a lost
+    server waits for it (both queued behind a round) is not looked at: the re-plan gets
+    the free servers first, and the regrowth is looked at again later."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    bert = entry(paper_jobs()[3])
+    lost = "rome-44"
+    bert_plan = JobPlan("bert-large", (Stage((0, 24), (lost,), "data"),), 32, 0.2)
+    hurt = replace(bert, plan_nodes=frozenset({lost}), phase=st.RUNNING)
+    left = {n: i for n, i in nodes().items() if n != lost}
+
+    async def snapshot() -> Snapshot:
+        held = {n: running.key for n in current.nodes}
+        return Snapshot(left, Latencies(), {running.key: running, hurt.key: hurt}, held)
+
+    async def main() -> tuple[Decision | None, Decision]:
+        placer = Placer(plan, regrow_every_s=0)
+        await placer.lock.acquire()  # (a round planning)
+        grows = asyncio.create_task(placer.regrow(running, current, snapshot))
+        await asyncio.sleep(0.01)
+        replans = asyncio.create_task(placer.replan(hurt, bert_plan, snapshot))
+        await asyncio.sleep(0.01)
+        placer.lock.release()
+        return await grows, await replans
+
+    grown, replanned = asyncio.run(main())
+    assert grown is None
+    assert replanned.job_plan is not None and lost not in replanned.job_plan.nodes
+    # with no re-plan waiting, it grows (the free servers make it faster)
+    assert asyncio.run(Placer(plan, regrow_every_s=0).regrow(running, current, snapshot))
 
 
 def test_due_after_the_job_has_been_ready_for_after_seconds() -> None:
