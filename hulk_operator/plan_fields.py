@@ -29,6 +29,15 @@ def unplanned(phase: str) -> dict[str, Any]:
     }
 
 
+def counts(status: Mapping[str, Any]) -> dict[str, int]:
+    """The job's re-plans and stage restarts so far, 0 where none was counted yet (kubectl's
+    REPLANS and RESTARTS columns were blank for a job never placed)."""
+    return {
+        "replans": int(status.get("replans") or 0),
+        "stageRestarts": int(status.get("stageRestarts") or 0),
+    }
+
+
 def not_ready(conds: list[dict[str, Any]], gen: int) -> list[dict[str, Any]]:
     """``Ready`` of a job with no plan (its pods gone, or never made): False, not a stale
     'all running' nor missing (kubectl's READY column was blank for a job never placed: a

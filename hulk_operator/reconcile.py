@@ -43,6 +43,7 @@ from hulk_operator.errors import (
 from hulk_operator.failures import DEFAULT_BACKOFF_LIMIT, fail, stage_failed
 from hulk_operator.placement import same_plan
 from hulk_operator.plan_fields import (
+    counts,
     not_ready,
     placed_fields,
     plan_gpus,
@@ -231,6 +232,7 @@ async def _place(
                     text = f"no plan fits: {text}"
                 ctx.event("Warning", "Unschedulable", f"{text}{gone}")
         new.update(unplanned(st.PENDING))  # an edit's old plan may have left its fields
+        new.update(counts(status))  # (0 shown before its first plan, not a blank column)
         conds = not_ready(conds, gen)
         cause = PODS_FORBIDDEN if decision.refused else UNSCHEDULABLE
         new["conditions"] = st.set_condition(conds, st.PLANNED, False, cause, decision.reason, gen)
@@ -238,8 +240,7 @@ async def _place(
         return None
     new.update(placed_fields(decision, spec))
     new["phase"] = st.PLACING
-    new["replans"] = int(status.get("replans") or 0)  # (0 shown, not a blank column)
-    new["stageRestarts"] = int(status.get("stageRestarts") or 0)
+    new.update(counts(status))  # (0 shown, not a blank column)
     conds = planned_conditions(conds, decision, entry, ctx.config, gen)
     if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
         conds = st.set_condition(

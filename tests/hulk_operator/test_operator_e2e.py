@@ -3515,7 +3515,8 @@ def test_a_node_labelled_for_a_waiting_jobs_node_selector_takes_it(
 
 def test_kubectl_get_wide_shows_why_a_job_waits_and_its_priority(kube: Kube, operator: Any) -> None:
     """The Table kubectl prints (the CRD's printer columns, rendered by the API server):
-    a Pending job's READY was empty and nothing said why it waited (a user trial)."""
+    a Pending job's READY was empty and nothing said why it waited (a user trial), and its
+    REPLANS and RESTARTS were blank until it was first placed."""
     kube.apply(manifest("wide", allowedRegions=["atlantis"], priority=7))
     wait("Unschedulable", lambda: condition(kube.job("wide"), "Planned").get("reason"), 30)
     api = kube.custom.api_client
@@ -3532,8 +3533,10 @@ def test_kubectl_get_wide_shows_why_a_job_waits_and_its_priority(kube: Kube, ope
     cells = dict(zip(names, row["cells"], strict=True))
     assert cells["Phase"] == "Pending"
     assert cells["Planned"] == "Unschedulable" and cells["Priority"] == 7, cells
+    # counted from 0, not blank, before its first plan (as once it has one)
+    assert (cells["Replans"], cells["Restarts"]) == (0, 0), cells
     wide = {c["name"] for c in table["columnDefinitions"] if c["priority"] == 1}
-    assert {"Planned", "Priority"} <= wide  # -o wide only
+    assert {"Planned", "Priority", "Replans", "Restarts"} <= wide  # -o wide only
 
 
 def test_of_jobs_waiting_for_one_server_the_one_created_first_gets_it(
