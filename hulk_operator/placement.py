@@ -86,7 +86,7 @@ class Placer:
         self.baselines = baselines
         self.on_round = on_round
         self.lock = asyncio.Lock()
-        self._replans_waiting = 0  # running jobs' re-plans waiting for the lock
+        self.replans_waiting = 0  # running jobs' re-plans waiting for the lock
         # Placed, possibly not yet in the job's status. A reservation is final: it is handed
         # to its job (``decide``) and never replaced by a later round, so a job's status is
         # only ever written from one decision per placement or re-plan.
@@ -315,7 +315,7 @@ class Placer:
                 if last is not None:
                     return last
                 snap = await self._batch(snap, snapshot)
-                if attempt == 0 and self._replans_waiting:  # (came while it waited)
+                if attempt == 0 and self.replans_waiting:  # (came while it waited)
                     continue
                 self.prune(snap.jobs)
                 snap.held = self.held(snap.held)
@@ -331,7 +331,7 @@ class Placer:
                     **self.opts,  # type: ignore[arg-type]
                 )
                 placed = any(d.job_plan is not None for d in decisions.values())
-                if attempt == 0 and placed and self._replans_waiting:
+                if attempt == 0 and placed and self.replans_waiting:
                     continue  # (the lock is let go: the waiting re-plans hold it first)
                 if self.on_round:
                     self.on_round(time.perf_counter() - started, decisions)
@@ -381,11 +381,11 @@ class Placer:
         """A new plan for a running job that lost servers: its healthy servers plus free
         ones, keeping healthy stages where they are when the cost model allows. A round
         of pending jobs in progress meanwhile is made again after it (``decide``)."""
-        self._replans_waiting += 1
+        self.replans_waiting += 1
         try:
             await self.lock.acquire()
         finally:
-            self._replans_waiting -= 1
+            self.replans_waiting -= 1
         try:
             snap = await snapshot()
             self.prune(snap.jobs)
@@ -427,7 +427,7 @@ class Placer:
         async with self.lock:
             snap = await snapshot()
             self.prune(snap.jobs)
-            if entry.key in self.reserved or self._replans_waiting:  # (they come first)
+            if entry.key in self.reserved or self.replans_waiting:  # (they come first)
                 return None
             snap.held = self.held(snap.held)
             if any(self._waiting(snap, e) for e in snap.jobs.values()):

@@ -790,6 +790,74 @@ def test_a_refused_job_that_lost_its_only_server_fails_for_its_spec(
         sandbox.add_node(paper_cluster().server(server))
 
 
+def test_a_running_jobs_replan_goes_before_a_round_planning_a_new_job(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """London and Brasilia have a server each: one runs a job, the other is free. A new
+    job's round is planning when the running job loses its server: its re-plan takes the
+    free one, and the new job waits (before, the round took it, and the running job's
+    re-plan found no room: its pods removed, Pending behind the newcomer)."""
+    regions = ["london", "brasilia"]
+    planning, go = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def slow_plan(*args: Any, **kw: Any) -> Any:  # the newcomer's first round waits for go
+        names = [j.name for j in args[1]]
+        calls.append(",".join(names))
+        if "newcomer" in names and not go.is_set():
+            planning.set()
+            go.wait(30)
+        return plan(*args, **kw)
+
+    memo = {"plan_fn": slow_plan}
+    with (
+        OperatorThread(
+            sandbox.kubeconfig, namespaces=[namespace], config=CONFIG, extra_memo=memo
+        ) as op,  # fmt: skip
+        cleanup_jobs(kube),
+    ):
+        kube.apply(manifest("runner", allowedRegions=regions))
+        wait("runner Running", lambda: kube.phase("runner") == "Running", 60)
+        (lost,) = plan_nodes(kube.job("runner"))
+        (spare,) = {"london-33", "brasilia-46"} - {lost}
+        kube.apply(manifest("newcomer", allowedRegions=regions))
+        wait("the newcomer's round planning", planning.is_set, 30, every=0.02)
+        sandbox.delete_node(lost)
+        try:
+            wait("the runner's re-plan waiting", lambda: op.memo.placer.replans_waiting, 30)
+            go.set()
+
+            def replanned() -> bool:
+                job = kube.job("runner")
+                live = kube.live_pods("runner")
+                return (
+                    job["status"].get("phase") == "Running"
+                    and plan_nodes(job) == [spare]
+                    and [p.spec.node_name for p in live] == [spare]
+                )
+
+            wait("the runner re-planned onto the free server", replanned, 60)
+            c = wait(
+                "the newcomer waits",
+                lambda: (
+                    c
+                    if (c := condition(kube.job("newcomer"), "Planned")).get("reason")
+                    == "Unschedulable"
+                    else None
+                ),
+                30,
+            )
+            assert c["status"] == "False", c
+            assert not kube.pods("newcomer") and kube.phase("newcomer") == "Pending"
+            assert not kube.events("ReplanFailed")
+            assert any(lost in e.message for e in kube.events("Replanned"))
+            # the round made again after the re-plan: the newcomer planned twice
+            assert calls.count("newcomer") >= 2 and "runner" in calls, calls
+        finally:
+            go.set()
+            sandbox.add_node(paper_cluster().server(lost))
+
+
 def test_a_job_the_cluster_refused_that_lost_its_only_server_waits_on_its_spec(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:

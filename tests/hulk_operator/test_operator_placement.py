@@ -268,7 +268,7 @@ def test_a_running_jobs_replan_goes_before_a_round_in_progress() -> None:
         while not planning.is_set():
             await asyncio.sleep(0.01)
         replanned = asyncio.create_task(placer.replan(running, first, snapshot))
-        while not placer._replans_waiting:
+        while not placer.replans_waiting:
             await asyncio.sleep(0.01)
         go.set()
         return await pending, await replanned
