@@ -235,18 +235,20 @@ def preview_plan(
     baselines: bool = False,
     max_age_s: float = DEFAULT_MAX_AGE_S,
     sources: Sequence[str] | None = None,
+    notes: list[str] | None = None,
 ) -> Preview:
     """What the operator would do now with the pending jobs (``namespace``'s only), or
     with ``manifests`` (HulkTrainingJobs, not applied) in their place; ``sources`` name
     the manifests in errors (``FILE (document N)``), each refused one told (before, the
-    first alone, by its name alone: a user trial)."""
+    first alone, by its name alone: a user trial). ``notes`` (the Preview's) gets them as
+    they come: where no job is placed (``NoFeasiblePlan``) they are there to tell too."""
     _check_namespaces(path, manifests, namespace)
     snap, objects, classes_read = _read(path, max_age_s)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
     # and why those that could not place it could not
     standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float], dict[str, str]]] = {}
-    notes: list[str] = []
+    notes = [] if notes is None else notes
     refusals: dict[Key, str] = {}  # running jobs whose manifest the operator would refuse
     if manifests is not None:
         unnamed = [m for m in manifests if not (m.get("metadata") or {}).get("namespace")]

@@ -225,19 +225,26 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "give one of them",
             )
         placed = list(io.placed_documents(documents)) if args.jobs else []
-        pv = preview_plan(
-            args.kubeconfig,
-            [d for _, d in placed] if args.jobs else None,
-            args.namespace,
-            sources=[source for source, _ in placed],
-            # (--moves: the same preview at every run, where the operator plans for a time)
-            plan_fn=plan if args.moves is None else partial(plan, max_iterations=args.moves),
-            planner=args.planner,
-            seed=args.seed,
-            time_budget_s=args.time_budget,
-            baselines=args.output == "table" and not args.no_compare,
-            **latency_settings(args),
-        )
+        told: list[str] = []
+        try:
+            pv = preview_plan(
+                args.kubeconfig,
+                [d for _, d in placed] if args.jobs else None,
+                args.namespace,
+                sources=[source for source, _ in placed],
+                # (--moves: the same preview at every run, where the operator plans for a time)
+                plan_fn=plan if args.moves is None else partial(plan, max_iterations=args.moves),
+                planner=args.planner,
+                seed=args.seed,
+                time_budget_s=args.time_budget,
+                baselines=args.output == "table" and not args.no_compare,
+                notes=told,
+                **latency_settings(args),
+            )
+        except NoFeasiblePlan:  # (valid input that places nothing: they may say why)
+            for note in told:
+                print(f"hulk plan: note: {note}", file=sys.stderr)
+            raise
         for note in pv.notes:
             print(f"hulk plan: note: {note}", file=sys.stderr)
         return _Inputs(

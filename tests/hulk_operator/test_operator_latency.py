@@ -506,7 +506,14 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
     out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(jobs))
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr  # valid, unplaced
     why = "the stage pods' requests (cpu 9999) fit on none of the "
-    assert out.stderr.startswith(f"hulk plan: no job placed: huge: {why}"), out.stderr
+    # the preview's notes first: they may say why (before, none was told where no job
+    # was placed)
+    note, said = out.stderr.splitlines()[:2]
+    assert note == (
+        "hulk plan: note: 1 job(s) name no namespace: previewed in namespace 'default' (its "
+        "ResourceQuotas and LimitRanges); give -n for the one you apply to"
+    ), out.stderr
+    assert said.startswith(f"hulk plan: no job placed: huge: {why}"), out.stderr
     # the table lists the job as not placed, as beside placed jobs (before: no table at all)
     (line,) = out.stdout.splitlines()
     assert line.startswith(f"huge: NOT PLACED: {why}"), out.stdout
