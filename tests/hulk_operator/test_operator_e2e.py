@@ -245,6 +245,24 @@ def test_deleting_a_job_leaves_no_pod(kube: Kube, operator: Any) -> None:
     )
 
 
+@contextmanager
+def planning_with(
+    plan_fn: Callable[..., Any], sandbox: Any, namespace: str, kube: Kube
+) -> Iterator[OperatorThread]:
+    """The operator on the test's namespace, planning with ``plan_fn`` (a slow one: to catch
+    a round mid-way); the namespace's jobs deleted before it stops."""
+    with (
+        OperatorThread(
+            sandbox.kubeconfig,
+            namespaces=[namespace],
+            config=CONFIG,
+            extra_memo={"plan_fn": plan_fn},
+        ) as op,
+        cleanup_jobs(kube),
+    ):
+        yield op
+
+
 def test_deleting_a_job_while_it_is_being_planned_is_prompt(
     sandbox: Any, namespace: str, kube: Kube
 ) -> None:
@@ -257,13 +275,7 @@ def test_deleting_a_job_while_it_is_being_planned_is_prompt(
         time.sleep(1.0)
         return plan(*args, **kw)
 
-    memo = {"plan_fn": slow_plan}
-    with (
-        OperatorThread(
-            sandbox.kubeconfig, namespaces=[namespace], config=CONFIG, extra_memo=memo
-        ),  # fmt: skip
-        cleanup_jobs(kube),
-    ):
+    with planning_with(slow_plan, sandbox, namespace, kube):
         kube.apply(manifest("slow"))
         wait("planning", planning.is_set, 30, every=0.02)
         start = time.monotonic()
@@ -809,13 +821,7 @@ def test_a_running_jobs_replan_goes_before_a_round_planning_a_new_job(
             go.wait(30)
         return plan(*args, **kw)
 
-    memo = {"plan_fn": slow_plan}
-    with (
-        OperatorThread(
-            sandbox.kubeconfig, namespaces=[namespace], config=CONFIG, extra_memo=memo
-        ) as op,  # fmt: skip
-        cleanup_jobs(kube),
-    ):
+    with planning_with(slow_plan, sandbox, namespace, kube) as op:
         kube.apply(manifest("runner", allowedRegions=regions))
         wait("runner Running", lambda: kube.phase("runner") == "Running", 60)
         (lost,) = plan_nodes(kube.job("runner"))
