@@ -242,11 +242,9 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 **latency_settings(args),
             )
         except NoFeasiblePlan:  # (valid input that places nothing: they may say why)
-            for note in told:
-                print(f"hulk plan: note: {note}", file=sys.stderr)
+            _tell(told)
             raise
-        for note in pv.notes:
-            print(f"hulk plan: note: {note}", file=sys.stderr)
+        _tell(pv.notes)
         return _Inputs(
             pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines, why_not=pv.baselines_why
         )
@@ -274,9 +272,14 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
         limits = region_limits(documents, cluster, notes)
     finally:
-        for note in notes:
-            print(f"hulk plan: note: {note}", file=sys.stderr)
+        _tell(notes)
     return _Inputs(cluster, jobs, limits=limits)
+
+
+def _tell(notes: Sequence[str]) -> None:
+    """Notes on stderr, a line each."""
+    for note in notes:
+        print(f"hulk plan: note: {note}", file=sys.stderr)
 
 
 def _cluster_only_fields(doc: Any) -> list[str]:
