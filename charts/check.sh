@@ -35,9 +35,11 @@ trap 'rm -rf "$work"' EXIT
 fail=0
 step() { echo "== $*"; }
 
-step "CRD copies in the chart equal their sources (crds/, hulk_operator/kopf-peering.yaml)"
+step "CRD copies in the chart and the package equal their sources (crds/, hulk_operator/kopf-peering.yaml)"
 pairs=()
-for f in crds/*.yaml; do pairs+=("$f=charts/hulk/files/crds/$(basename "$f")"); done
+for f in crds/*.yaml; do
+  pairs+=("$f=charts/hulk/files/crds/$(basename "$f")" "$f=hulk_operator/crds/$(basename "$f")")
+done
 pairs+=("hulk_operator/kopf-peering.yaml=charts/hulk/files/kopf/kopf-peering.yaml")
 for pair in "${pairs[@]}"; do
   if ! cmp -s "${pair%%=*}" "${pair#*=}"; then
@@ -45,7 +47,7 @@ for pair in "${pairs[@]}"; do
     fail=1
   fi
 done
-for f in charts/hulk/files/crds/*.yaml; do
+for f in charts/hulk/files/crds/*.yaml hulk_operator/crds/*.yaml; do
   [ -e "crds/$(basename "$f")" ] || { echo "FAIL: $f has no source in crds/"; fail=1; }
 done
 

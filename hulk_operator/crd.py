@@ -19,7 +19,7 @@ from hulk_operator.inventory import named, served
 from hulk_planner.errors import InvalidRequest
 
 HERE = Path(__file__).resolve().parent
-CRD_DIR = HERE.parent / "crds"
+CRD_DIR = HERE / "crds"  # (copies of the repository's crds/: charts/sync-crds.sh)
 JOB_CRD = CRD_DIR / "hulktrainingjobs.hulk.dev.yaml"
 LATENCY_CRD = CRD_DIR / "nodelatencies.hulk.dev.yaml"
 PEERING_CRDS = HERE / "kopf-peering.yaml"

@@ -24,9 +24,11 @@ Render = Callable[..., list[dict[str, Any]]]
 CRD_FILES = ("hulktrainingjobs.hulk.dev.yaml", "nodelatencies.hulk.dev.yaml")
 KOPF_CRDS = ROOT / "hulk_operator" / "kopf-peering.yaml"
 # (source of truth, the chart's copy): charts/sync-crds.sh copies them.
-COPIES = [(ROOT / "crds" / n, CHART / "files" / "crds" / n) for n in CRD_FILES] + [
-    (KOPF_CRDS, CHART / "files" / "kopf" / "kopf-peering.yaml")
-]
+COPIES = [
+    (ROOT / "crds" / n, copy / n)
+    for copy in (CHART / "files" / "crds", ROOT / "hulk_operator" / "crds")
+    for n in CRD_FILES
+] + [(KOPF_CRDS, CHART / "files" / "kopf" / "kopf-peering.yaml")]
 EXAMPLE_VALUES = ROOT / "examples" / "values-three-regions.yaml"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 
@@ -106,9 +108,10 @@ def test_crd_copy_is_byte_identical_to_source(source: Path, copy: Path) -> None:
 
 
 def test_chart_carries_no_crd_without_source() -> None:
-    copies = {p.name for p in (CHART / "files" / "crds").glob("*.yaml")}
     sources = {p.name for p in (ROOT / "crds").glob("*.yaml")}
-    assert copies == sources, "run charts/sync-crds.sh"
+    for folder in (CHART / "files" / "crds", ROOT / "hulk_operator" / "crds"):
+        copies = {p.name for p in folder.glob("*.yaml")}
+        assert copies == sources, f"{folder}: run charts/sync-crds.sh"
     assert [p.name for p in (CHART / "files" / "kopf").glob("*.yaml")] == ["kopf-peering.yaml"]
 
 
@@ -122,17 +125,20 @@ def test_sync_script_restores_a_stale_copy(tmp_path: Path) -> None:
     (tree / "hulk_operator" / "kopf-peering.yaml").write_text("kind: K\n")
     (tree / "charts" / "hulk" / "files" / "crds" / "a.yaml").write_text("stale\n")
     (tree / "charts" / "hulk" / "files" / "crds" / "gone.yaml").write_text("old\n")
+    (tree / "hulk_operator" / "crds").mkdir()
+    (tree / "hulk_operator" / "crds" / "gone.yaml").write_text("old\n")
     subprocess.run(["bash", str(tree / "charts" / "sync-crds.sh")], check=True, capture_output=True)
-    copies = tree / "charts" / "hulk" / "files" / "crds"
-    assert (copies / "a.yaml").read_text() == "kind: A\n"
-    assert not (copies / "gone.yaml").exists()
+    for copies in (tree / "charts" / "hulk" / "files" / "crds", tree / "hulk_operator" / "crds"):
+        assert (copies / "a.yaml").read_text() == "kind: A\n"
+        assert not (copies / "gone.yaml").exists()
     kopf = tree / "charts" / "hulk" / "files" / "kopf" / "kopf-peering.yaml"
     assert kopf.read_text() == "kind: K\n"
 
 
 def test_rendered_crds_equal_their_sources_but_for_labels(default: list[dict[str, Any]]) -> None:
     rendered = {c["metadata"]["name"]: c for c in by_kind(default, "CustomResourceDefinition")}
-    sources = [d for src, _ in COPIES for d in yaml.safe_load_all(src.read_text()) if d]
+    files = dict.fromkeys(src for src, _ in COPIES)  # (crds/ has two copies each)
+    sources = [d for src in files for d in yaml.safe_load_all(src.read_text()) if d]
     assert len(sources) == 4
     assert set(rendered) == {d["metadata"]["name"] for d in sources}
     for source in sources:
