@@ -172,8 +172,9 @@ async def _template_rejected(ctx: Context, entry: JobEntry, spec: Mapping[str, A
 @dataclass
 class _Step:
     """What one reconciliation goes on with once the job has a plan: the plan and its
-    GPUs per server, the conditions so far, a re-plan's old plan and lost servers (their
-    pods deleted at once), and the ``Planned`` Event to post once the pods are made."""
+    GPUs per server, the conditions so far, a re-plan's old plan and lost servers, those
+    whose pods are deleted with grace period 0 (``recovery.forced``), and the ``Planned``
+    Event to post once the pods are made."""
 
     plan: JobPlan
     gpus: dict[str, int]
@@ -328,7 +329,7 @@ async def _check_plan(
     ctx.metrics.replans.labels(reason=cause).inc()
     new["replans"] = int(status.get("replans") or 0) + 1
     if decision.job_plan is None:  # (only a recovery's: a regrowth is None instead)
-        await remove_all(ctx, entry.key, force=set(lost))
+        await remove_all(ctx, entry.key, force=recovery.forced(lost))
         msg = recovery.event_message(lost, plan, None, 0, 0)
         ctx.event("Warning", "ReplanFailed", msg)
         new.update(unplanned(st.PENDING))
@@ -349,7 +350,7 @@ async def _check_plan(
         plan_gpus(decision),
         conds,
         (decision.base or plan, lost),
-        set(lost),
+        recovery.forced(lost),
         cluster=decision.cluster,
     )
 

@@ -64,6 +64,17 @@ def lost_servers(
 REMADE = "Deleted (and made again since its stage pod was bound)"
 
 
+def forced(lost: Mapping[str, str]) -> set[str]:
+    """The lost servers whose stage pods are deleted with grace period 0: those whose Node
+    is gone (deleted, or made again: the pod was never on the new one). The others'
+    (cordoned, tainted, NotReady, out of GPUs) are deleted with their grace, so a trainer
+    still running there checkpoints, and a pod on a node that stopped answering stays
+    Terminating, its hostname held, as Kubernetes' own evictions leave it (before, every
+    lost server's pods were deleted with grace 0: a cordon killed healthy trainers at
+    once; a review)."""
+    return {n for n, why in lost.items() if why == "Deleted" or why == REMADE}
+
+
 def remade_servers(pods: Iterable[Any], nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
     """Server -> ``REMADE`` where the Node a stage pod is bound to was created after the
     pod was bound: the node was deleted and one of its name made again (a machine replaced

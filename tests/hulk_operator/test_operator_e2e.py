@@ -37,7 +37,7 @@ from hjob_helpers import (
     wait,
     wait_reason,
 )
-from kubernetes import client
+from kubernetes import client, watch
 
 from hulk_operator import GPU, GROUP, PLURAL, VERSION
 from hulk_operator import kube as kube_api
@@ -288,6 +288,10 @@ def test_deleting_a_job_while_it_is_being_planned_is_prompt(
         assert not [e for e in kube.events("Planned") if e.involved_object.name == "slow"]
 
 
+# a model given by its four sizes, no preset
+SIZES = {"parameters": 10**9, "layers": 24, "hiddenSize": 2048, "sequenceLength": 1024}
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
@@ -306,6 +310,11 @@ def test_deleting_a_job_while_it_is_being_planned_is_prompt(
         ),
         ({"model": {"preset": "gpt2-xl"}, "priority": "high"}, "spec.priority"),
         ({"model": {"preset": "gpt2-xl"}, "backoffLimit": -1}, "spec.backoffLimit"),
+        # no preset: both batch sizes (before, training: {} passed and the job failed at
+        # planning, InvalidSpec; a review)
+        ({"model": SIZES, "training": {}}, "spec.training.globalBatchSize and"),
+        ({"model": SIZES, "training": {"globalBatchSize": 8}}, "or name a preset in"),
+        ({"model": SIZES}, "spec.training.microBatchSize are required"),
     ],
 )
 def test_invalid_manifests_are_rejected_naming_the_field(
@@ -2354,7 +2363,9 @@ def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
     victim = plan_nodes(kube.job(name))[0]
     (old,) = [p for p in before.values() if p.spec.node_name == victim]
     hold = {"metadata": {"finalizers": ["hulk.dev/test-hold"]}}  # Terminating until lifted
-    kube.core.patch_namespaced_pod(old.metadata.name, kube.ns, hold)
+    held = kube.core.patch_namespaced_pod(
+        old.metadata.name, kube.ns, hold
+    ).metadata.resource_version
     kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
     try:
         host = old.spec.hostname
@@ -2366,6 +2377,17 @@ def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
             )  # fmt: skip
 
         new = wait("the new pod of the stage", successor, 60)
+        # the operator deleted it with its grace (its trainer may checkpoint), not grace 0
+        # as a deleted server's (before, a cordon's: a review); kwok, as its kubelet, then
+        # deletes it with 0, so the first update since the hold tells
+        first = next(
+            e["object"].metadata for e in watch.Watch().stream(
+                kube.core.list_namespaced_pod, kube.ns, timeout_seconds=5,
+                field_selector=f"metadata.name={old.metadata.name}", resource_version=held,
+            ) if e["object"].metadata.deletion_timestamp is not None
+        )  # fmt: skip
+        assert first.deletion_grace_period_seconds == old.spec.termination_grace_period_seconds
+        assert first.deletion_grace_period_seconds > 0
         time.sleep(3)  # (a few reconciliations)
         new = kube.core.read_namespaced_pod(new.metadata.name, kube.ns)
         assert new.spec.scheduling_gates, "ungated while the old pod of its hostname remains"

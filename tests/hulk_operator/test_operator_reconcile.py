@@ -10,6 +10,7 @@ from typing import Any
 
 from placement_helpers import entry, nodes, not_ready
 
+from hulk_operator import recovery
 from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context
@@ -75,6 +76,39 @@ def test_a_replan_that_gives_the_plan_back_unchanged_is_no_replan() -> None:
     step, seen = run(moved)  # a real re-plan is one, as before
     assert step.plan == moved and step.replanned == (plan, {servers[1]: "NotReady"})
     assert seen["replans"] == 1 and seen["new"]["replans"] == 1
+
+
+def test_only_a_deleted_servers_stage_pods_are_deleted_without_their_grace() -> None:
+    """A re-plan for a cordoned server and a deleted one: the deleted server's pod goes
+    with grace period 0 (its kubelet is gone), the cordoned one's with its grace, so the
+    trainer there may checkpoint. Before, every lost server's pods were deleted with grace
+    0 (a review: a cordon killed healthy trainers at once)."""
+    cluster = paper_cluster()
+    job = paper_jobs()[3]
+    a, b, c, d = [s.name for s in cluster.servers if s.region == "Paris"][:4]
+    plan = JobPlan(
+        job.name, tuple(Stage((8 * i, 8 * i + 8), (n,)) for i, n in enumerate((a, b, c))), 8
+    )
+    e = replace(entry(job), plan_nodes=frozenset(plan.nodes))
+    status = {"plan": st.plan_status(plan, cluster, "hulk"), "replans": 0}
+    view = nodes()
+    view[b] = replace(view[b], unschedulable=True)
+    del view[c]
+    moved = JobPlan(job.name, (plan.stages[0], Stage((8, 24), (d,))), 8)
+
+    async def replan(*_: Any) -> Decision:
+        return Decision(e.key, moved, cluster, "", "hulk", base=plan)
+
+    placer = SimpleNamespace(pending_write=lambda *_: None, replan=replan, reserved={})
+    ctx = Context(
+        api=None, config=OperatorConfig(), placer=placer,  # type: ignore[arg-type]
+        metrics=Metrics(), nodes=view, pods={}, snapshot=None,  # type: ignore[arg-type]
+        event=lambda *a: None, recent={},
+    )  # fmt: skip
+    step = asyncio.run(_check_plan(ctx, e, {}, status, plan, [], {}))
+    assert step is not None and step.replanned == (plan, {b: "Cordoned", c: "Deleted"})
+    assert step.force == {c}
+    assert recovery.forced({a: recovery.REMADE, b: "NotReady", c: "Tainted x=y:NoExecute"}) == {a}
 
 
 def test_cut_links_are_told_once_restored_only_when_measured_again_and_errors_pass() -> None:
