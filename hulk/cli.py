@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import io
 import os
 import sys
 from typing import NoReturn
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.parse_args(argv)
         return 0 if argv else 2
     name = argv[0]
+    if sys.stdout is None:  # started with it closed (`>&-`): a write fails, told below
+        sys.stdout = _Closed()
     try:
         module = importlib.import_module(SUBCOMMANDS[name][0])
         sub_parser = _Parser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
@@ -90,15 +93,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hulk {name}: error: needs the {exc.name} module ({fix})", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hulk plan -o json | head`: the reader left, as in any CLI
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 141
     except OSError as exc:  # `> plan.json` on a full disk: one line, not a traceback
         if exc.errno not in _WRITE_ERRORS:
             raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the rest unflushed)
+        _drop_stdout()  # (the rest unflushed)
         print(f"hulk {name}: error: cannot write its output: {exc.strerror}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, as `hulk train` and `hulk sandbox` say it
+        _drop_stdout()
+        print(f"hulk {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+class _Closed(io.TextIOBase):
+    """Standard output when the process started without one: writing fails (EBADF)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _drop_stdout() -> None:
+    """What is left unflushed goes nowhere (else it is written, or fails, at exit)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # (no descriptor: closed from the start)
+        sys.stdout = open(os.devnull, "w")
 
 
 # what failing to write the output raises (a full disk or quota, a read-only or broken one)
-_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EBADF}

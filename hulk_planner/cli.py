@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster",
         metavar="FILE",
-        help="ClusterTopology YAML/JSON (default: the Hulk paper's 47-server cluster)",
+        help="ClusterTopology YAML/JSON, - for standard input (default: the Hulk paper's "
+        "47-server cluster)",
     )
     parser.add_argument(
         "--jobs",
@@ -507,6 +508,10 @@ def _run(args: argparse.Namespace) -> int:
                 "does not apply with --moves (the search then stops after N moves, not a time)",
                 "give one of them",
             )
+    if args.cluster == "-" and "-" in args.jobs:  # (the jobs took it all: a review)
+        raise InvalidRequest(
+            "--cluster", "and --jobs both read standard input (-)", "give one of them a file"
+        )
     if args.plot is not None:
         _check_plot_path(args.plot)
     _use_weights(args)
@@ -730,7 +735,7 @@ def _check_plot_path(path: str) -> None:
         raise InvalidRequest(
             "--plot", f"{path!r} has no image suffix", f"end it in .{', .'.join(PLOT_FORMATS)}"
         )
-    if target.is_dir():
+    if target.is_dir() or path.endswith(("/", os.sep)):  # (a trailing /: one, or to be)
         raise InvalidRequest("--plot", f"{path!r} is a folder", "name the image file in it")
     folder = target.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):

@@ -142,18 +142,26 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+# ``1e3`` is a float here (YAML 1.2, JSON), not a string as PyYAML's YAML 1.1 reads it.
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
+
+
+def reads_back(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
+    """``dumper`` quoting the strings this loader reads as numbers (a server named
+    ``1e3`` was written bare, then read back as the float 1000.0: a review)."""
+    dumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
+    return dumper
 
 
 def load_documents(path: str | Path) -> list[Any]:
     """All YAML/JSON documents of a file (JSON is YAML), skipping empty ones."""
     p = Path(path)
     try:
-        text = sys.stdin.read() if str(path) == "-" else p.read_text(encoding="utf-8")
+        # (standard input's bytes too: decoded by the locale, a stray byte came out as an
+        # escape, "unacceptable character #xdce9", not the byte it is: a review)
+        data = sys.stdin.buffer.read() if str(path) == "-" else p.read_bytes()
+        text = data.decode("utf-8")
     except OSError as exc:
         raise InvalidRequest(str(p), f"cannot be read: {exc.strerror}", "check the path") from None
     except UnicodeDecodeError as exc:

@@ -18,6 +18,7 @@ from hulk_planner.io.documents import (
     list_field,
     load_documents,
     number_field,
+    reads_back,
     required,
 )
 from hulk_planner.model import (
@@ -128,6 +129,7 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     return plan
 
 
+@reads_back
 class _PlanDumper(yaml.SafeDumper):
     """Short lists of scalars (a stage's ``layers`` and ``nodes``) on one line, as the
     formats' examples write them."""

@@ -20,6 +20,7 @@ from hulk_planner.io.documents import (
     load_documents,
     mapping_field,
     number_field,
+    reads_back,
     required,
     text_field,
 )
@@ -184,6 +185,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     }
 
 
+@reads_back
 class _TopologyDumper(yaml.SafeDumper):
     """A node or a link (a mapping of scalars) on one line, as the formats' examples write
     them: a cluster of hundreds of servers stays readable."""

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,76 @@ def test_previous_plan_keeps_jobs_in_place(tmp_path: Path, files: tuple[Path, Pa
     assert again.returncode == 0, again.stderr
     stages = {j["name"]: j["stages"] for j in json.loads(first.stdout)["jobs"]}
     assert {j["name"]: j["stages"] for j in json.loads(again.stdout)["jobs"]} == stages
+
+
+def test_a_yaml_plan_of_servers_named_like_numbers_reads_back(tmp_path: Path) -> None:
+    """``-o yaml`` wrote a server named ``1e3`` bare, which ``--previous`` (YAML 1.2, as
+    JSON) read back as the float 1000.0 (a review). The topology's writer too."""
+    doc = cluster_doc()
+    doc = json.loads(json.dumps(doc).replace("bj-", "1e"))  # servers 1e0, 1e1, 1e2
+    cluster = tmp_path / "cluster.json"  # (JSON: PyYAML's own writer leaves 1e0 bare)
+    cluster.write_text(json.dumps(doc))
+    jobs = write(tmp_path / "jobs.yaml", job_doc("gpt2-xl"), job_doc("bert-large"))
+    first = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "yaml", "--moves", "100")
+    assert first.returncode == 0, first.stderr
+    assert "'1e" in first.stdout, first.stdout  # (quoted)
+    previous = tmp_path / "previous.yaml"
+    previous.write_text(first.stdout)
+    again = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "yaml", "--previous", previous)
+    assert again.returncode == 0, again.stderr
+    assert yaml.safe_load(again.stdout)["jobs"] == yaml.safe_load(first.stdout)["jobs"]
+    read = io.load_cluster(cluster)
+    dumped = write(tmp_path / "dumped.yaml")
+    dumped.write_text(io.dump_cluster(read, "yaml"))
+    assert io.load_cluster(dumped) == read
+
+
+def test_standard_input_read_by_both_or_not_utf8_is_told(tmp_path: Path) -> None:
+    """``--cluster - --jobs -``: the jobs read it all, and the error blamed the cluster
+    file's kind on the jobs (a review). A stray byte on standard input was told as the
+    locale's escape ("#xdce9"), not the byte, as it is for a file."""
+    cluster = yaml.safe_dump(cluster_doc())
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--cluster", "-", "--jobs", "-"],
+        input=cluster, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert_one_line_error(out, "--cluster: and --jobs both read standard input (-)")
+    latin = yaml.safe_dump(job_doc("gpt2-xl")).replace("gpt2-xl\n", "gpt2-xl # caf\xe9\n", 1)
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--jobs", "-"],
+        input=latin.encode("latin-1"), capture_output=True, timeout=120,
+    )  # fmt: skip
+    said = out.stderr.decode()
+    assert out.returncode == 2 and "Traceback" not in said, said
+    assert said.strip() == (
+        f"hulk plan: error: -: is not UTF-8 text (byte 0xe9 at offset {latin.index(chr(0xE9))}) "
+        "(save it as UTF-8)"
+    )
+
+
+def test_a_closed_output_and_ctrl_c_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hulk plan -o json >&-`` raised AttributeError ('NoneType' ... 'flush'); Ctrl-C
+    printed a traceback of the search (a review)."""
+    out = subprocess.run(
+        ["bash", "-c", f"exec {sys.executable} -m hulk plan --moves 50 -o json >&-"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "hulk plan: error: cannot write its output: standard output is closed"
+    ]
+    import hulk_planner.cli
+    from hulk.cli import main
+
+    def interrupted(*_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hulk_planner.cli, "_inputs", interrupted)
+    told = StringIO()
+    monkeypatch.setattr(sys, "stdout", StringIO())
+    monkeypatch.setattr(sys, "stderr", told)
+    assert main(["plan", "--no-compare"]) == 130
+    assert told.getvalue() == "hulk plan: interrupted\n"
 
 
 def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
@@ -535,6 +606,10 @@ def test_a_plot_path_that_is_a_folder_or_empty_is_refused(tmp_path: Path) -> Non
     out = hulk("plan", "--plot", folder, "--no-compare")
     assert_one_line_error(out, f"--plot: '{folder}' is a folder (name the image file in it)")
     assert_one_line_error(hulk("plan", "--plot", "", "--no-compare"), "--plot: '' has no image")
+    slash = f"{tmp_path}/new.png/"  # (it was written as new.png: a review)
+    out = hulk("plan", "--plot", slash, "--no-compare")
+    assert_one_line_error(out, f"--plot: '{slash}' is a folder (name the image file in it)")
+    assert not (tmp_path / "new.png").exists()
 
 
 def test_flags_that_do_not_apply_together_are_refused(files: tuple[Path, Path]) -> None:
