@@ -31,6 +31,8 @@ MIN_GPU_TFLOPS = 0.01
 MAX_BATCH = 10**9  # sequences per step; 1e19 overflowed a C long in the cost model
 MAX_LATENCY_MS = 1e7  # one-way, about three hours
 MAX_GBPS = 1e7
+# 1 Mbit/s: below any link training runs over; 1e-320 overflowed the transfer time (a review)
+MIN_GBPS = 1e-3
 
 
 def check_positive(
@@ -200,14 +202,16 @@ class Link:
         if self.a == self.b:
             raise InvalidRequest(
                 where,
-                "a link joins two different servers",
+                f"links server {self.a} to itself",
                 "drop it: a server needs no link to itself",
             )
         check_positive(
             f"{where}.latencyMs", self.latency_ms, allow_zero=True, at_most=MAX_LATENCY_MS
         )
         if self.bandwidth_gbps is not None:
-            check_positive(f"{where}.bandwidthGbps", self.bandwidth_gbps, at_most=MAX_GBPS)
+            check_positive(
+                f"{where}.bandwidthGbps", self.bandwidth_gbps, at_most=MAX_GBPS, at_least=MIN_GBPS
+            )
 
     @property
     def key(self) -> frozenset[str]:
@@ -236,7 +240,10 @@ class RegionLink:
         )
         if self.bandwidth_gbps is not None:
             check_positive(
-                f"regionLink {self.a}-{self.b}.bandwidthGbps", self.bandwidth_gbps, at_most=MAX_GBPS
+                f"regionLink {self.a}-{self.b}.bandwidthGbps",
+                self.bandwidth_gbps,
+                at_most=MAX_GBPS,
+                at_least=MIN_GBPS,
             )
 
 

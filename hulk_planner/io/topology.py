@@ -40,7 +40,7 @@ def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
     for i, lk in enumerate(list_field(spec, key, "spec")):
         w = f"spec.{key}[{i}]"
         a, b = text_field(lk, "a", w), text_field(lk, "b", w)
-        with _at(f"link {a}-{b}", w):
+        with _at(f"{'regionLink' if kind is RegionLink else 'link'} {a}-{b}", w):
             out.append(
                 kind(
                     a,

@@ -713,7 +713,22 @@ def _empty_name(doc: dict[str, Any]) -> None:
     doc["spec"]["nodes"][1]["name"] = ""  # (told as "name", with no path: a user trial)
 
 
+def _tiny_bandwidth(doc: dict[str, Any]) -> None:  # (overflowed the transfer time: a review)
+    doc["spec"]["links"][0]["bandwidthGbps"] = 1e-320
+
+
+def _self_link(doc: dict[str, Any]) -> None:
+    doc["spec"]["links"][1]["b"] = "bj-0"
+
+
+def _bad_region_link(doc: dict[str, Any]) -> None:  # (named "regionLink B-B" before)
+    doc["spec"]["regionLinks"] = [{"a": "Beijing", "b": "Beijing", "latencyMs": -1}]
+
+
 CLUSTER_ERRORS = [
+    (_tiny_bandwidth, "spec.links[0].bandwidthGbps: must be at least 0.001, got 1e-320"),
+    (_self_link, "spec.links[1]: links server bj-0 to itself (drop it"),
+    (_bad_region_link, "spec.regionLinks[0].latencyMs: must be zero or more, got -1 (write"),
     (_empty_name, "spec.nodes[1].name: is empty (give each server a name"),
     (_bad_link, "zz-9"),
     (_negative_latency, "spec.links[1].latencyMs: must be zero or more, got -4.0 (write"),
