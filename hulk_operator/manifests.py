@@ -318,6 +318,10 @@ def stage_pod(
     spec["containers"] = containers
     spec["hostname"] = host
     spec["subdomain"] = service_name(job)
+    if spec.get("hostNetwork") and not spec.get("dnsPolicy"):
+        # on the node's network the default ClusterFirst falls back to the node's own
+        # resolver, where MASTER_ADDR (<hostname>.<service>) does not resolve (a review)
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), "kubernetes.io/hostname": slot.node}
     tolerations = list(spec.get("tolerations") or [])
     gpu_toleration = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}

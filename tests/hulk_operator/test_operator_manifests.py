@@ -68,6 +68,23 @@ def test_pod_pinning_labels_owner_gpus_toleration_gate() -> None:
     assert p["spec"]["hostname"] == "gpt2-xl-0-0" and p["spec"]["subdomain"] == "gpt2-xl"
 
 
+def test_a_host_network_template_resolves_the_jobs_names() -> None:
+    """On the node's network the default dnsPolicy (ClusterFirst) falls back to the node's
+    resolver, where MASTER_ADDR (<hostname>.<service>) did not resolve (a review): such a
+    pod gets ClusterFirstWithHostNet, unless the template chose its own policy."""
+    assert all("dnsPolicy" not in p["spec"] for p in pods().values())
+
+    def built(**spec: Any) -> dict[str, Any]:
+        template = {**TEMPLATE, "spec": {**TEMPLATE["spec"], **spec}}
+        return next(iter(manifests.desired_pods(
+            job="gpt2-xl", namespace="ml", uid="u-1", template=template, job_plan=PLAN, gpus=GPUS
+        ).values()))["spec"]  # fmt: skip
+
+    assert built(hostNetwork=True)["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert built(hostNetwork=True, dnsPolicy="Default")["dnsPolicy"] == "Default"
+    assert "dnsPolicy" not in built(hostNetwork=False)
+
+
 def test_training_env() -> None:
     ps = list(pods().values())
     first, last = env(ps[1]), env(ps[3])
