@@ -199,7 +199,7 @@ async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any
     if gone:
         return "none is made again, as a server of the plan is deleted"
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
-    desired = desired_pods(entry, made, plan, st.plan_gpus(status), ctx.built_pods)
+    desired = desired_pods(entry, made, plan, st.plan_gpus(status), ctx.built_pods, ctx.nodes)
     diff = recovery.pod_diff([p.name for p in pods], list(desired))
     if diff.delete:  # not the pods the record makes: left as they are
         return "none is made again, as the pods left are not those its spec makes"
@@ -207,7 +207,7 @@ async def remake_missing(ctx: Context, entry: JobEntry, status: Mapping[str, Any
         port = int(made.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
         await restore_service(ctx, entry, port, bool(pods))
         return None
-    servers = {desired[n]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for n in diff.create}
+    servers = {manifests.pinned_node(desired[n]["spec"]) or "" for n in diff.create}
     sick = sorted(f"{n} {why}" for n in servers if (why := ctx.nodes[n].sick(entry.tolerations)))
     if sick:
         return f"none is made again, as server(s) {', '.join(sick)} cannot take it"

@@ -185,8 +185,7 @@ def hulk_pods(
     return {
         (namespace or "", job): PodEntry(
             name=name,
-            node=spec.get("nodeName")
-            or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
+            node=spec.get("nodeName") or manifests.pinned_node(spec),
             phase=str(status.get("phase") or "Pending"),
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
             deleting=bool(meta.get("deletionTimestamp")),

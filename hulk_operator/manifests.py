@@ -284,10 +284,13 @@ def stage_pod(
     gpus: int,
     master_port: int = DEFAULT_MASTER_PORT,
     gated: bool = True,
+    hostname_label: str | None = "",
 ) -> dict[str, Any]:
     """The pod of one pipeline slot.
 
-    Pinned with a ``kubernetes.io/hostname`` node selector (not ``nodeName``), so the
+    Pinned to the Node named ``slot.node`` (``pin``) with a ``kubernetes.io/hostname``
+    node selector where that label (``hostname_label``; "" for the name itself) is the
+    node's name, else by the name itself (not ``nodeName``), so the
     scheduler still checks that it fits; requests the server's ``gpus`` unless the template
     already asks for GPUs; tolerates ``nvidia.com/gpu:NoSchedule``; created behind the
     ``hulk.dev/gang`` scheduling gate, lifted once every pod of the job exists (``gated``)."""
@@ -322,7 +325,7 @@ def stage_pod(
         # on the node's network the default ClusterFirst falls back to the node's own
         # resolver, where MASTER_ADDR (<hostname>.<service>) does not resolve (a review)
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), "kubernetes.io/hostname": slot.node}
+    pin(spec, slot.node, slot.node if hostname_label == "" else hostname_label)
     tolerations = list(spec.get("tolerations") or [])
     gpu_toleration = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
     if gpu_toleration not in tolerations:
@@ -350,6 +353,50 @@ def stage_pod(
     return body
 
 
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def pin(spec: dict[str, Any], node: str, hostname_label: str | None) -> None:
+    """Pins the pod ``spec`` to the Node named ``node``: by a ``kubernetes.io/hostname``
+    node selector where the node's label of that name is its name (as on most clusters,
+    and the pods' specs as before), else by a required node affinity on the name itself
+    (``matchFields metadata.name``, as the DaemonSet controller pins its pods) in each of
+    the template's own terms. Kubernetes sets the label from the kubelet's hostname, which
+    may differ from the node's name (``--hostname-override``, some cloud providers):
+    the selector then matched no node, and every stage pod waited for good (a review)."""
+    if hostname_label == node:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), HOSTNAME: node}
+        return
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": []}
+    )
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or []), field]
+    required["nodeSelectorTerms"] = terms
+
+
+def pinned_node(spec: Mapping[str, Any]) -> str | None:
+    """The Node a stage pod's ``spec`` is pinned to (``pin``), None where it is not: the
+    last name field of its first required term (``pin`` adds it after the template's),
+    else its ``kubernetes.io/hostname`` node selector."""
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or [{}]
+    names = [
+        f["values"][0]
+        for f in terms[0].get("matchFields") or []
+        if f.get("key") == "metadata.name" and f.get("operator") == "In" and f.get("values")
+    ]
+    if names:
+        return str(names[-1])
+    node = (spec.get("nodeSelector") or {}).get(HOSTNAME)
+    return None if node is None else str(node)
+
+
 DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
 
 
@@ -372,8 +419,11 @@ def desired_pods(
     job_plan: JobPlan,
     gpus: Mapping[str, int],
     master_port: int = DEFAULT_MASTER_PORT,
+    hostnames: Mapping[str, str | None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Pod name -> manifest for every slot of the plan; ``gpus`` maps server -> GPUs."""
+    """Pod name -> manifest for every slot of the plan; ``gpus`` maps server -> GPUs,
+    ``hostnames`` server -> its ``kubernetes.io/hostname`` label (None: it has none; a
+    server not given: the label is its name)."""
     pods = [
         stage_pod(
             job=job,
@@ -384,6 +434,7 @@ def desired_pods(
             slot=s,
             gpus=gpus[s.node],
             master_port=master_port,
+            hostname_label=(hostnames or {}).get(s.node, ""),
         )
         for s in slots(job_plan)
     ]

@@ -435,7 +435,7 @@ async def _make_pods(
         await delete_pods(ctx, ns, ended)
     elif failed and replanned is None:
         return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
-    desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods)
+    desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)
     try:
         diff = await sync_pods(ctx, entry, spec, desired, force=step.force)
     except Exception as exc:

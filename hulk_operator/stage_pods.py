@@ -9,7 +9,7 @@ import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hulk_operator import manifests, recovery, regrow
 from hulk_operator import status as st
@@ -17,6 +17,9 @@ from hulk_operator.context import Context
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
 from hulk_planner.model import JobPlan
+
+if TYPE_CHECKING:
+    from hulk_operator.inventory import NodeInfo
 
 TAKEN_TOLD = "taken/"  # Context.recent key prefix: when a StagePodTaken Event was posted
 SERVICE_TRIED = "service/"  # Context.recent key prefix: when a job's Service was made again
@@ -51,18 +54,24 @@ def desired_pods(
     plan: JobPlan,
     gpus: Mapping[str, int],
     built: dict[tuple[str, str], tuple[Any, dict[str, dict[str, Any]]]] | None = None,
+    nodes: Mapping[str, NodeInfo] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The job's stage pods under ``plan``, by name. With ``built`` (``Context.built_pods``)
-    the pods last built for the job are given again while the job, its template, plan and
-    GPUs are the same: they are the same dicts, to read and not to change."""
+    """The job's stage pods under ``plan``, by name, each pinned to its server by that
+    Node's ``kubernetes.io/hostname`` label in ``nodes`` (``manifests.pin``; a server not
+    in ``nodes``: the label is its name). With ``built`` (``Context.built_pods``) the pods
+    last built for the job are given again while the job, its template, plan, GPUs and
+    those labels are the same: they are the same dicts, to read and not to change."""
     template = spec.get("template") or {}
     port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
+    known = nodes or {}
+    hostnames = {n: known[n].labels.get(manifests.HOSTNAME) for n in plan.nodes if n in known}
     source = (
         entry.uid,
         repr(plan),  # (its step time may be NaN, which equals nothing)
         sorted(gpus.items()),
         port,
         json.dumps(template, sort_keys=True, default=str),
+        sorted(hostnames.items(), key=lambda kv: kv[0]),
     )
     last = built.get(entry.key) if built is not None else None
     if last is not None and last[0] == source:
@@ -75,6 +84,7 @@ def desired_pods(
         job_plan=plan,
         gpus=gpus,
         master_port=port,
+        hostnames=hostnames,
     )
     if built is not None:
         built[entry.key] = (source, pods)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -83,6 +84,58 @@ def test_a_host_network_template_resolves_the_jobs_names() -> None:
     assert built(hostNetwork=True)["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert built(hostNetwork=True, dnsPolicy="Default")["dnsPolicy"] == "Default"
     assert "dnsPolicy" not in built(hostNetwork=False)
+
+
+def test_a_node_whose_hostname_label_is_not_its_name_is_pinned_by_its_name() -> None:
+    """Where a node's ``kubernetes.io/hostname`` label is not its name (or it has none), a
+    selector on that label matched no node (a review): the pod is pinned by a required
+    ``matchFields metadata.name``, added to each of the template's own terms (they are
+    ORed); where the label is the name the pod is as before, name and all."""
+    before = pods()
+    hostnames = {"bj-0": "ip-10-0-0-1.internal", "bj-1": None, "sh-0": "sh-0"}
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    template = copy.deepcopy(TEMPLATE)
+    terms = [{"matchExpressions": [zone]}, {"matchExpressions": [zone]}]
+    template["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+
+    def built(template: dict[str, Any]) -> list[dict[str, Any]]:
+        return [p["spec"] for p in manifests.desired_pods(
+            job="gpt2-xl", namespace="ml", uid="u-1", template=template, job_plan=PLAN,
+            gpus=GPUS, hostnames=hostnames,
+        ).values()]  # fmt: skip
+
+    specs = built(TEMPLATE)
+    name = {"key": "metadata.name", "operator": "In"}
+    for spec, node in zip(specs[:2], ("bj-0", "bj-1"), strict=True):
+        assert "nodeSelector" not in spec
+        required = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert required["nodeSelectorTerms"] == [{"matchFields": [{**name, "values": [node]}]}]
+        assert manifests.pinned_node(spec) == node
+    assert [s["nodeSelector"] for s in specs[2:]] == [
+        {"kubernetes.io/hostname": n} for n in ("sh-0", "sh-1")
+    ]
+    assert [manifests.pinned_node(s) for s in specs[2:]] == ["sh-0", "sh-1"]
+    kept = [
+        n
+        for n, p in before.items()
+        if p["spec"]["nodeSelector"]["kubernetes.io/hostname"] in ("sh-0", "sh-1")
+    ]
+    again = manifests.desired_pods(
+        job="gpt2-xl", namespace="ml", uid="u-1", template=TEMPLATE, job_plan=PLAN, gpus=GPUS,
+        hostnames=hostnames,
+    )  # fmt: skip
+    assert set(kept) <= set(again) and len(kept) == 2  # (the same pods: not replaced)
+    first = built(template)[0]["affinity"]["nodeAffinity"]
+    got = first["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert got == [{"matchExpressions": [zone], "matchFields": [{**name, "values": ["bj-0"]}]}] * 2
+    assert terms[0] == {"matchExpressions": [zone]}  # (the template is not changed)
+    assert manifests.pinned_node({"containers": []}) is None
 
 
 def test_training_env() -> None:
