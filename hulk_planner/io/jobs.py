@@ -50,6 +50,12 @@ JOB_FIELDS: dict[str, tuple[str, ...]] = {
     "spec.training": ("globalBatchSize", "microBatchSize"),
     "spec.regrow": ("minSpeedup", "afterSeconds"),
 }
+# what to do where spec.model names no preset and spec.training lacks a batch size (the
+# CRD's rule on spec says the same at kubectl apply)
+NO_PRESET_TRAINING_FIX = (
+    "give both spec.training.globalBatchSize and microBatchSize, or name a preset in "
+    "spec.model.preset, whose batch sizes are then the defaults"
+)
 # spec.regrow's defaults (the CRD's): re-plan onto free servers for a 1.25x faster step,
 # once every stage has run 300 s without a break
 REGROW_MIN_SPEEDUP, REGROW_AFTER_S = 1.25, 300
@@ -180,15 +186,29 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
                 )
                 raise InvalidRequest(exc.field, exc.problem, fix) from None
             raise
+    # The CRD's rule, said alike: with no preset, both batch sizes (before, `training: {}`
+    # passed the schema and failed the job at planning; a review)
     if defaults is None and not training:
         raise InvalidRequest(
             "spec.training",
-            "is required when no preset is named",
-            "give globalBatchSize and microBatchSize",
+            "globalBatchSize and microBatchSize are required when spec.model names no preset",
+            NO_PRESET_TRAINING_FIX,
         )
     w = "spec.training"
-    gbs = number_field(training, "globalBatchSize", w, defaults[0] if defaults else ...)
-    mbs = number_field(training, "microBatchSize", w, defaults[1] if defaults else ...)
+    try:
+        gbs = number_field(training, "globalBatchSize", w, defaults[0] if defaults else ...)
+        mbs = number_field(training, "microBatchSize", w, defaults[1] if defaults else ...)
+    except InvalidRequest as exc:
+        if (
+            defaults is None
+            and exc.problem.endswith("missing")
+            and not (exc.fix or "").startswith("the field is")
+        ):
+            # (a misspelled field keeps the fix that names it)
+            raise InvalidRequest(
+                exc.field, "is required when spec.model names no preset", NO_PRESET_TRAINING_FIX
+            ) from None
+        raise
     priority = spec.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidRequest(

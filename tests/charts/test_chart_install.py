@@ -275,6 +275,10 @@ SPARE: dict[str, list[tuple[str, str, str, str]]] = {
         ("create", "", "nodes", ""),
         ("delete", "hulk.dev", "nodelatencies", ""),
         ("list", "hulk.dev", "nodelatencies", ""),
+        ("update", "hulk.dev", "nodelatencies", ""),  # (granted before, never called)
+        ("patch", "hulk.dev", "nodelatencies", ""),
+        ("update", "hulk.dev", "nodelatencies", "status"),
+        ("get", "hulk.dev", "nodelatencies", "status"),
         ("list", "scheduling.k8s.io", "priorityclasses", ""),
         ("watch", "scheduling.k8s.io", "priorityclasses", ""),
         ("get", "hulk.dev", "hulktrainingjobs", ""),
@@ -322,6 +326,31 @@ OPERATOR_CALLS = [
     ("list", "hulk.dev", "hulktrainingjobs", ""),
     ("patch", "hulk.dev", "hulktrainingjobs", ""),
     ("patch", "hulk.dev", "hulktrainingjobs", "status"),
+    # kopf peering, serving every namespace: its ClusterKopfPeering read and made when
+    # missing (crd.ensure_peering), watched and its keep-alive patched (kopf) ...
+    ("get", "kopf.dev", "clusterkopfpeerings", ""),
+    ("create", "kopf.dev", "clusterkopfpeerings", ""),
+    ("list", "kopf.dev", "clusterkopfpeerings", ""),
+    ("watch", "kopf.dev", "clusterkopfpeerings", ""),
+    ("patch", "kopf.dev", "clusterkopfpeerings", ""),
+    # ... and the KopfPeerings of every namespace listed (crd.overlapping_peers: an operator
+    # serving named namespaces does not pause for it; before, refused: no warning, a review)
+    ("list", "kopf.dev", "kopfpeerings", ""),
+]
+
+
+# What `hulk probe` calls (hulk_probe/discovery.py, publisher.py through hulk_probe/kube.py),
+# written by hand from the code: its ClusterRole must grant these and nothing more (before,
+# the test took "needed" from the ClusterRole itself, and update/patch it never makes
+# passed; a review).
+PROBE_CALLS = [
+    ("list", "", "nodes", ""),  # peers: their hulk.dev/probe-address annotation
+    ("watch", "", "nodes", ""),
+    ("get", "", "nodes", ""),  # its own Node: uid, current annotation
+    ("patch", "", "nodes", ""),  # its own address published (probe-node-policy.yaml)
+    ("get", "hulk.dev", "nodelatencies", ""),  # Publisher.ensure_object: is it there?
+    ("create", "hulk.dev", "nodelatencies", ""),  # ... made when missing
+    ("patch", "hulk.dev", "nodelatencies", "status"),  # Publisher.write_status: merge patch
 ]
 
 
@@ -366,6 +395,99 @@ def test_the_operators_role_allows_every_call_it_makes(installed: dict[str, Any]
     assert refused == []
 
 
+def _peering(name: str, namespace: str | None, who: str) -> dict[str, Any]:
+    """A kopf peering object of ``name`` (a KopfPeering in ``namespace``, else the
+    ClusterKopfPeering) holding the live keep-alive of operator ``who``."""
+    import datetime
+
+    seen = datetime.datetime.now(datetime.UTC).isoformat()
+    meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "KopfPeering" if namespace else "ClusterKopfPeering",
+        "metadata": meta,
+        "status": {who: {"priority": 1, "lastseen": seen, "lifetime": 600}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "reads"),
+    [
+        ([], "overlapping"),  # serving every namespace: the KopfPeerings' operators
+        (["operator.watchNamespaces={NS}"], "overlapping"),  # named: the ClusterKopfPeering's
+        (["operator.peering.enabled=false"], "live"),  # --standalone: both
+    ],
+    ids=["all-namespaces", "named-namespaces", "standalone"],
+)
+def test_the_charts_operator_sees_the_operators_that_do_not_pause_for_it(
+    sandbox: Sandbox, render: Render, tmp_path: Path, values: list[str], reads: str
+) -> None:
+    """An operator serving every namespace and one serving named ones keep apart peering
+    objects (ClusterKopfPeering, KopfPeerings), so neither pauses for the other; each warns
+    at start of the other's live records, read with the chart's RBAC alone. Before, the
+    ClusterRole granted only the kind the operator keeps its own record in: the other's
+    read was refused, crd.overlapping_peers (advisory) found nothing, and the warning
+    docs/operator.md promises never came (a review). A --standalone one reads both."""
+    from kubernetes import client
+
+    from hulk_operator import crd
+
+    with sandbox.api_client() as api, own_namespace(api, "peers") as home:
+        release = f"hulk-{home.removeprefix('peers-')}"
+        objs = render(
+            namespace=home, release=release, set_values=[v.replace("NS", home) for v in values]
+        )
+        applier = Applier(api, tmp_path / "discovery.json")
+        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+        crds += yaml_docs(Path(crd.PEERING_CRDS))  # (the chart's own, unless peering is off)
+        crds = list({c["metadata"]["name"]: c for c in crds}.values())
+        preexisting = {c["metadata"]["name"] for c in crds if applier.exists(c)}
+        custom: Any = client.CustomObjectsApi(api)
+        name = f"overlap-{uuid.uuid4().hex[:8]}"  # a peering name of this test's own
+        try:
+            applier.apply_crds(crds)
+            rbac = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+            for obj in objs:
+                if obj["kind"] in rbac and obj["metadata"]["name"].startswith(release):
+                    applier.apply(obj)
+            custom.create_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", _peering(name, None, "cluster-op")
+            )
+            custom.create_namespaced_custom_object(
+                "kopf.dev", "v1", home, "kopfpeerings", _peering(name, home, "team-op")
+            )
+            cluster = f"ClusterKopfPeering {name}: cluster-op"
+            team = f"KopfPeering {home}/{name}: team-op"
+            named = any("watchNamespaces" in v for v in values)
+            expected = {
+                "overlapping": [cluster] if named else [team],
+                "live": [cluster, team],
+            }[reads]
+            user = f"system:serviceaccount:{home}:{release}-operator"
+            with sandbox.api_client() as op:
+                op.set_default_header("Impersonate-User", user)
+
+                def seen() -> list[str]:
+                    if reads == "live":
+                        return crd.live_peers(op, name)
+                    return crd.overlapping_peers(op, name, namespaces=[home] if named else ())
+
+                deadline = time.monotonic() + 15  # (RBAC takes effect within moments)
+                while (found := seen()) != expected and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                assert found == expected
+                # read only: the ServiceAccount may not write the other scope's objects
+                other = ("clusterkopfpeerings", "") if named else ("kopfpeerings", home)
+                for verb in ("patch", "create", "delete"):
+                    assert not _review(api, user, verb, "kopf.dev", other[0], "", other[1] or None)
+        finally:
+            try:
+                custom.delete_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+            except client.exceptions.ApiException:
+                pass
+            applier.clean_up(home, keep_crds=preexisting)
+
+
 @pytest.mark.parametrize("component", ["operator", "probe"])
 def test_rbac_grants_what_is_needed_and_nothing_else(
     installed: dict[str, Any], component: str
@@ -376,6 +498,9 @@ def test_rbac_grants_what_is_needed_and_nothing_else(
     api = installed["api"]
     needed = _needed(installed["objs"], name)
     assert needed
+    if component == "probe":  # granted: exactly its calls, each allowed
+        assert sorted(set(needed)) == sorted(PROBE_CALLS)
+        needed += PROBE_CALLS
     for verb, group, resource, sub in needed:
         assert _review(api, user, verb, group, resource, sub), (verb, resource, sub)
     for verb, group, resource, sub in SPARE[component]:
@@ -626,6 +751,52 @@ def test_operator_may_write_only_pods_and_services_its_jobs_own(
         assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 403
         service["metadata"]["ownerReferences"] = [owner]
         assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 200
+        # ... but a job's headless Service orphaned by `kubectl delete --cascade=orphan`
+        # (no ownerReferences at all) is adopted again, as kube.ensure_service does and
+        # docs/operator.md promises (before, refused: a review); nothing that merely looks
+        # like one is
+        controller = {**owner, "controller": True, "blockOwnerDeletion": True}
+        label = {"hulk.dev/job": owner["name"]}
+
+        def orphan(name: str, **meta: Any) -> str:
+            core.create_namespaced_service(namespace, {
+                "metadata": {"name": name, "labels": label, **meta},
+                "spec": {"clusterIP": "None", "selector": label,
+                         "ports": [{"name": "master", "port": 29500}]},
+            })  # fmt: skip
+            return name
+
+        def adopt(name: str, refs: list[dict[str, Any]], **more: Any) -> int:
+            patch = {"metadata": {"ownerReferences": refs, **more},
+                     "spec": {"ports": [{"name": "master", "port": 29501}]}}  # fmt: skip
+            return _http_status(lambda: ops.patch_namespaced_service(
+                name, namespace, patch, _content_type="application/merge-patch+json"))  # fmt: skip
+
+        assert adopt(orphan("left"), [controller]) == 200
+        left: Any = core.read_namespaced_service("left", namespace)
+        assert [o.uid for o in left.metadata.owner_references] == [owner["uid"]]
+        assert left.spec.ports[0].port == 29501
+        other: Any = core.create_namespaced_config_map(namespace, {"metadata": {"name": "o"}})
+        others = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o",
+                  "uid": other.metadata.uid}  # fmt: skip
+        assert adopt(orphan("owned", ownerReferences=[others]), [controller]) == 403
+        assert adopt(orphan("bare"), [owner]) == 403  # not as controller
+        assert adopt("bare", [controller, others]) == 403  # nor beside another owner
+        assert adopt("bare", [controller], labels={"hulk.dev/job": "else"}) == 403
+        assert adopt("bare", [{**controller, "kind": "Deployment"}]) == 403
+        core.create_namespaced_service(namespace, {
+            "metadata": {"name": "unlabelled"},
+            "spec": {"clusterIP": "None", "selector": label, "ports": [{"port": 1}]},
+        })  # fmt: skip
+        assert adopt("unlabelled", [controller]) == 403
+        core.create_namespaced_service(namespace, {
+            "metadata": {"name": "clusterip", "labels": label},
+            "spec": {"selector": label, "ports": [{"port": 1}]},
+        })  # fmt: skip
+        assert adopt("clusterip", [controller]) == 403  # not headless: not as Hulk makes them
+        assert (
+            _pod_write(op, admin, namespace, "adopt", controller, name="theirs") == 403
+        )  # pods: never
     core.delete_namespaced_pod("theirs", namespace, grace_period_seconds=0)
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "owner")
 

@@ -787,6 +787,36 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
         sandbox.add_node(paper_cluster().server(victim))
 
 
+def test_a_node_whose_hostname_label_is_not_its_name_takes_its_stage(
+    kube: Kube, operator: Any
+) -> None:
+    """Kubernetes sets ``kubernetes.io/hostname`` from the kubelet's hostname, which may
+    differ from the Node's name (``--hostname-override``, some cloud providers). The stage
+    pod was pinned by that label with the node's name, matched no node and waited for good
+    (a review); there it is pinned by the name itself (London has one server)."""
+    node = "london-33"
+    label = "ip-10-0-0-33.eu-west-2.compute.internal"
+    kube.core.patch_node(node, {"metadata": {"labels": {"kubernetes.io/hostname": label}}})
+    try:
+        kube.apply(manifest("relabelled", allowedRegions=["london"]))
+        wait("Running", lambda: kube.phase("relabelled") == "Running", 60)
+        (pod,) = kube.live_pods("relabelled")
+        assert pod.spec.node_name == node and pod.status.phase == "Running"
+        assert "kubernetes.io/hostname" not in (pod.spec.node_selector or {})
+        required = (
+            pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        )
+        fields = [(f.key, f.values) for t in required.node_selector_terms for f in t.match_fields]
+        assert fields == [("metadata.name", [node])]
+        time.sleep(2)  # (a few reconciliations: the pod stays, its node read back)
+        assert [p.metadata.name for p in kube.live_pods("relabelled")] == [pod.metadata.name]
+        assert condition(kube.job("relabelled"), "Ready")["status"] == "True"
+    finally:
+        kube.delete_job("relabelled")
+        wait("its pod gone", lambda: not kube.pods("relabelled"), 30)
+        kube.core.patch_node(node, {"metadata": {"labels": {"kubernetes.io/hostname": node}}})
+
+
 def test_a_refused_job_that_lost_its_only_server_fails_for_its_spec(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:

@@ -22,6 +22,7 @@ from hulk_planner import io
 from hulk_planner.datasets import paper_cluster
 from hulk_planner.errors import InvalidRequest, InvalidRequests
 from hulk_planner.generate import random_cluster
+from hulk_planner.io.jobs import NO_PRESET_TRAINING_FIX
 from hulk_planner.model import Job, JobPlan, ModelSpec, Plan, Stage, Unplaced
 from hulk_planner.presets import PRESETS, preset_model
 
@@ -685,6 +686,49 @@ def test_job_fields_are_the_crds() -> None:
         assert sorted(io.JOB_FIELDS[f"spec.{part}"]) == sorted(
             spec["properties"][part]["properties"]
         )
+
+
+@pytest.mark.parametrize(
+    ("training", "field"),
+    [
+        (None, "spec.training"),
+        ({}, "spec.training"),
+        ({"globalBatchSize": 64}, "spec.training.microBatchSize"),
+        ({"microBatchSize": 8}, "spec.training.globalBatchSize"),
+    ],
+)
+def test_a_job_without_a_preset_needs_both_batch_sizes_as_the_crd_says(
+    training: dict[str, int] | None, field: str
+) -> None:
+    """Before, the CRD took ``training: {}`` with no preset (its rule asked only for
+    ``spec.training``), and the job failed at planning: ``hulk plan --jobs`` and the API
+    server now refuse the same manifests, each saying both fields and the preset (a review)."""
+    doc = job_doc()
+    del doc["spec"]["model"]["preset"]
+    doc["spec"].pop("training")
+    if training is not None:
+        doc["spec"]["training"] = training
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert exc.value.field == field
+    assert "when spec.model names no preset" in exc.value.problem
+    assert exc.value.fix == NO_PRESET_TRAINING_FIX
+    for name in ("spec.training.globalBatchSize", "microBatchSize", "spec.model.preset"):
+        assert name in exc.value.fix
+    # a misspelled batch size is still named as one
+    doc["spec"]["training"] = {"globalBatchSiz": 64, "microBatchSize": 8}
+    with pytest.raises(InvalidRequest, match="rename globalBatchSiz to it"):
+        io.job_from_dict(doc)
+    # the CRD's rule on spec asks for the same two fields when no preset is named
+    crd = yaml.safe_load((ROOT / "crds/hulktrainingjobs.hulk.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    (rule,) = [
+        r for r in schema["x-kubernetes-validations"] if "has(self.model.preset)" in r["rule"]
+    ]
+    for name in ("globalBatchSize", "microBatchSize"):
+        assert f"has(self.training.{name})" in rule["rule"]
+        assert f"spec.training.{name}" in rule["message"]
+    assert "spec.model.preset" in rule["message"]
 
 
 def test_unknown_job_fields_say_where_they_belong_or_what_they_look_like() -> None:
