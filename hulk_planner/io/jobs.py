@@ -366,7 +366,16 @@ def other_api(doc: Any) -> bool:
     a bundle for ``kubectl apply -f`` holds beside its jobs; ``hulk.dev`` documents of a
     wrong kind are not (they are refused, naming the kind)."""
     version = doc.get("apiVersion") if isinstance(doc, Mapping) else None
+    if isinstance(doc, Mapping) and doc.get("kind") in HULK_KINDS:
+        return False  # ours with a wrong apiVersion: refused, naming it (before, skipped as
+        # another API's object, the rest planned without it: a review)
     return isinstance(version, str) and bool(version) and not version.startswith("hulk.dev/")
+
+
+# the kinds of hulk.dev: one of them under another apiVersion is a typo, not another API's
+HULK_KINDS = frozenset(
+    {"HulkTrainingJob", "HulkTrainingJobList", "ClusterTopology", "PlacementPlan", "NodeLatency"}
+)
 
 
 def is_list(doc: Any) -> bool:
