@@ -424,15 +424,20 @@ def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None)
         for k, st in enumerate(jp.stages):
             where = f"{w}.stages[{k}]"
             if st.layers[0] != expect:
+                ended = f" where stages[{k - 1}] ends" if k else ""  # (the one that may be wrong)
                 raise InvalidRequest(
                     f"{where}.layers",
-                    f"starts at layer {st.layers[0]}, not at layer {expect}",
+                    f"starts at layer {st.layers[0]}, not at layer {expect}{ended}",
                     "list the stages in order, each [start, end) going on from the last",
                 )
             expect = st.layers[1]
             for n in st.nodes:
                 if n in used:
-                    raise InvalidRequest(f"{where}.nodes", f"{n} is also used by {used[n]}")
+                    raise InvalidRequest(
+                        f"{where}.nodes",
+                        f"{n} is also used by {used[n]}",
+                        "a server runs one stage of one job: give it to one of them",
+                    )
                 used[n] = jp.name
             if st.parallelism == "data":
                 if replicas is not None and len(st.nodes) != replicas:

@@ -431,10 +431,16 @@ class Stage:
             raise InvalidRequest(
                 "stages[].layers",
                 f"must be a pair of whole numbers [start, end), got {shown(layers)}",
+                "write the stage's first layer and the one after its last, e.g. [0, 12]",
             )
         start, end = int(layers[0]), int(layers[1])  # (numpy's integers too: a review)
         if not 0 <= start < end:
-            raise InvalidRequest("stages[].layers", f"{[start, end]} is not a range [start, end)")
+            raise InvalidRequest(
+                "stages[].layers",
+                f"{[start, end]} is not a range [start, end)",
+                "write the stage's first layer (0 or more) and then the one after its last, "
+                "e.g. [0, 12]",
+            )
         if layers != (start, end) or not all(type(v) is int for v in layers):
             object.__setattr__(self, "layers", (start, end))
         if isinstance(self.nodes, str) or not isinstance(self.nodes, tuple | list):
@@ -444,7 +450,9 @@ class Stage:
                 "give a tuple of names, e.g. ('a',)",
             )
         if not self.nodes:
-            raise InvalidRequest("stages[].nodes", "a stage needs at least one node")
+            raise InvalidRequest(
+                "stages[].nodes", "a stage needs at least one node", "list its servers"
+            )
         for n in self.nodes:
             if not isinstance(n, str) or not n:
                 raise InvalidRequest("stages[].nodes", f"must hold server names, got {shown(n)}")

@@ -21,7 +21,7 @@ from typing import Any
 
 from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import slug
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, shown
 from hulk_planner.io import placed_documents
 from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
 from hulk_planner.planners.search import _gib
@@ -55,7 +55,13 @@ def resolve_regions(
     for r in cluster.regions:
         by_slug.setdefault(slug(r), []).append(r)  # an exact name is looked up first (below)
     if not isinstance(allowed, list):
-        raise InvalidRequest(field, f"must be a list of region names, got {allowed!r}")
+        raise InvalidRequest(
+            field,
+            f"must be a list of region names, got {shown(allowed)}",
+            f"write it as a list, e.g. [{allowed}]"
+            if isinstance(allowed, str)
+            else "write it as a list, e.g. [Beijing, Paris]",
+        )
     if not allowed:
         raise InvalidRequest(field, "is empty", "list one region or more, or drop it")
     regions: list[str] = []

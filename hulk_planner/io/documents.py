@@ -64,7 +64,9 @@ def number_field(doc: Mapping[str, Any], key: str, where: str, default: Any = ..
     value = required(doc, key, where)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(
-            f"{where}.{key}", f"must be a number, got {value!r}", number_fix(key, value)
+            f"{where}.{key}",
+            f"must be a number, got {shown(value)}",  # (true, not Python's True: a review)
+            number_fix(key, value) or "write a number",
         )
     return value
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from hulk_planner.cost import check_stages
-from hulk_planner.errors import InvalidRequest
+from hulk_planner.errors import InvalidRequest, shown
 from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
@@ -92,7 +92,11 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
                 and len(layers) == 2
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
             ):
-                raise InvalidRequest(f"{at}.layers", f"must be [start, end], got {layers!r}")
+                raise InvalidRequest(
+                    f"{at}.layers",
+                    f"must be [start, end], got {shown(layers)}",
+                    "write the stage's first layer and the one after its last, e.g. [0, 12]",
+                )
             nodes = required(s, "nodes", at)
             if (
                 not isinstance(nodes, list)
@@ -100,7 +104,9 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
                 or not all(isinstance(n, str) for n in nodes)
             ):
                 raise InvalidRequest(
-                    f"{at}.nodes", f"must be a non-empty list of server names, got {nodes!r}"
+                    f"{at}.nodes",
+                    f"must be a non-empty list of server names, got {shown(nodes)}",
+                    "list the stage's servers, e.g. [bj-0, bj-1]",
                 )
             try:
                 stages.append(Stage(tuple(layers), tuple(nodes), s.get("parallelism", "data")))  # type: ignore[arg-type]

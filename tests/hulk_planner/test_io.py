@@ -584,7 +584,14 @@ PLAN_ERRORS = [
      "has 1 node(s) where the stages before it have 2: data stages need equal replica counts"),
     (lambda d: _stages(d)[1].update(nodes=["bj-0", "bj-3"]), "jobs[0].stages[1].nodes", "bj-0"),
     (lambda d: d["jobs"][1]["stages"][0].update(nodes=["bj-1", "x"]), "jobs[1].stages[0].nodes",
-     "bj-1 is also used by gpt2-xl"),
+     "bj-1 is also used by gpt2-xl (a server runs one stage of one job: give it to one of them)"),
+    # the stage before runs past where this one starts: said (a review)
+    (lambda d: _stages(d)[0].update(layers=[0, 99]), "jobs[0].stages[1].layers",
+     "starts at layer 20, not at layer 99 where stages[0] ends"),
+    (lambda d: _stages(d)[0].update(layers=[5, 0]), "jobs[0].stages[0].layers",
+     "[5, 0] is not a range [start, end) (write the stage's first layer"),
+    (lambda d: _stages(d)[0].update(nodes=[]), "jobs[0].stages[0].nodes",
+     "got [] (list the stage's servers"),
     (lambda d: _stages(d)[0].update(parallelism="pipe"), "jobs[0].stages[0].parallelism", "pipe"),
     (lambda d: d["unplaced"][0].pop("name"), "unplaced[0].name", "missing"),
     (lambda d: d["jobs"][0].update(microBatches=2.7), "jobs[0].microBatches", "whole number"),
@@ -601,7 +608,7 @@ def test_a_previous_plan_is_checked_when_read_naming_the_file_and_field(
     with pytest.raises(InvalidRequest) as exc:
         io.plan_from_dict(doc, "old.json")
     assert exc.value.field == f"old.json: {field}"
-    assert problem in exc.value.problem + (exc.value.fix or "")
+    assert problem in f"{exc.value.problem} ({exc.value.fix})"
 
 
 def test_plan_object_dict_object_round_trip_keeps_notes() -> None:

@@ -725,7 +725,12 @@ def _bad_region_link(doc: dict[str, Any]) -> None:  # (named "regionLink B-B" be
     doc["spec"]["regionLinks"] = [{"a": "Beijing", "b": "Beijing", "latencyMs": -1}]
 
 
+def _boolean_gpus(doc: dict[str, Any]) -> None:  # (told as Python's True: a review)
+    doc["spec"]["nodes"][1]["gpus"] = True
+
+
 CLUSTER_ERRORS = [
+    (_boolean_gpus, "spec.nodes[1].gpus: must be a number, got true (write a number)"),
     (_tiny_bandwidth, "spec.links[0].bandwidthGbps: must be at least 0.001, got 1e-320"),
     (_self_link, "spec.links[1]: links server bj-0 to itself (drop it"),
     (_bad_region_link, "spec.regionLinks[0].latencyMs: must be zero or more, got -1 (write"),

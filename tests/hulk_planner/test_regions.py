@@ -163,7 +163,8 @@ def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
         ),
         (
             "r1",
-            "jobs.yaml (document 1): spec.allowedRegions: must be a list of region names, got 'r1'",
+            "jobs.yaml (document 1): spec.allowedRegions: must be a list of region names, got 'r1' "
+            "(write it as a list, e.g. [r1])",
         ),
         (
             [],
