@@ -45,7 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("data generation")
     d = GenerationSettings()
     g.add_argument(
-        "--examples", type=int, default=d.examples, help="labelled clusters (%(default)s)"
+        "--examples",
+        type=int,
+        default=d.examples,
+        help="labelled clusters, 2 or more (%(default)s)",
     )
     g.add_argument("--min-servers", type=int, default=d.min_servers,
                    help="servers of the smallest generated cluster (%(default)s)")  # fmt: skip
@@ -173,13 +176,20 @@ def check(args: argparse.Namespace) -> None:
     }
     for flag, (value, low) in at_least.items():
         if value < low:
-            raise InvalidRequest(flag, f"must be at least {low}, got {value}")
+            # (each with its fix, as every error: a review)
+            raise InvalidRequest(
+                flag, f"must be at least {low}, got {value}", f"give {low} or more"
+            )
     if args.max_servers < args.min_servers:
         raise InvalidRequest(
-            "--max-servers", f"{args.max_servers} is below --min-servers {args.min_servers}"
+            "--max-servers",
+            f"{args.max_servers} is below --min-servers {args.min_servers}",
+            f"give {args.min_servers} or more, or lower --min-servers",
         )
     if not 0 <= args.seed < 2**32:
-        raise InvalidRequest("--seed", f"must be 0 to 2**32 - 1, got {args.seed}")
+        raise InvalidRequest(
+            "--seed", f"must be 0 to 2**32 - 1, got {args.seed}", "give a whole number in it"
+        )
     check_positive("--lr", args.lr)
     if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
         raise InvalidRequest(

@@ -151,14 +151,18 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--epochs", "-1"], "--epochs: must be at least 1, got -1"),
+        (["--epochs", "-1"], "--epochs: must be at least 1, got -1 (give 1 or more)"),
+        (["--examples", "0"], "--examples: must be at least 2, got 0 (give 2 or more)"),
         (["--iterations", "0"], "--iterations: must be at least 1"),
         (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
-        (["--min-servers", "50", "--max-servers", "20"], "--max-servers: 20 is below"),
+        (
+            ["--min-servers", "50", "--max-servers", "20"],
+            "--max-servers: 20 is below --min-servers 50 (give 50 or more, or lower --min-servers)",
+        ),
         (["--lr", "nan"], "--lr: must be a finite number greater than zero"),
         (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number, zero or more"),
         (["--device", "tpu"], "--device: unknown device 'tpu'"),
-        (["--seed", "-1"], "--seed: must be 0 to 2**32 - 1, got -1"),
+        (["--seed", "-1"], "--seed: must be 0 to 2**32 - 1, got -1 (give a whole number in it)"),
         (["--seed", str(2**32)], "--seed: must be 0 to 2**32 - 1"),
         (["--output", "/proc/no/such/dir/w.pt"], "--output: cannot write in '/proc/no/such/dir'"),
         (["--output", "out/w.json"], "--output: 'out/w.json' ends in .json, the name of the"),
