@@ -226,6 +226,21 @@ def _region_limits(
     return out
 
 
+def _unreached(cost: CostModel, jp: JobPlan) -> str:
+    """Why a plan that fits in memory cannot run: a pair of its servers with no link (a
+    baseline spreads a job over every server of its share), named (before, none was: a
+    review)."""
+    ids = [cost.net.index[n] for n in jp.nodes]
+    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :] if not cost.net.direct[a, b]]
+    if not pairs:
+        return "its servers cannot all reach each other"
+    a, b = (cost.net.names[k] for k in pairs[0])
+    return (
+        f"its servers cannot all reach each other: {len(pairs)} pair(s) of its {len(ids)} "
+        f"servers have no link, such as {a} and {b}"
+    )
+
+
 def _drop_infeasible(cost: CostModel, result: Plan, jobs: Sequence[Job]) -> Plan:
     """Report as unplaced any job whose plan the cost model scores ``inf`` (the baselines
     spread a job over every server of its share, even servers that cannot reach each other)."""
@@ -238,7 +253,7 @@ def _drop_infeasible(cost: CostModel, result: Plan, jobs: Sequence[Job]) -> Plan
             jp.name,
             "its servers do not hold it in GPU memory"
             if not cost.breakdown(by_name[jp.name], jp).memory_ok
-            else "its servers cannot all reach each other",
+            else _unreached(cost, jp),
         )
         for jp in bad
     ]
