@@ -274,33 +274,48 @@ def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
     return list(json.loads(resp.data)["items"])
 
 
-def list_running_pods(api: client.ApiClient, leave_out: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Raw JSON of every pod in the cluster that has not ended (Succeeded or Failed), but
-    for those of the namespaces ``leave_out`` names (the API server leaves them out: an
-    operator's own namespaces may hold most of the pods, and parsing them was most of its
-    CPU at rest; a profile, ``bench/operator_scale.py``)."""
+def list_running_pods(
+    api: client.ApiClient, leave_out: Sequence[str] = (), namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """Raw JSON of every pod in the cluster (of ``namespace`` alone, if given) that has not
+    ended (Succeeded or Failed), but for those of the namespaces ``leave_out`` names (the
+    API server leaves them out: an operator's own namespaces may hold most of the pods, and
+    parsing them was most of its CPU at rest; a profile, ``bench/operator_scale.py``)."""
     terms = ["status.phase!=Succeeded", "status.phase!=Failed"]
     terms += [f"metadata.namespace!={ns}" for ns in leave_out]
-    resp: Any = client.CoreV1Api(api).list_pod_for_all_namespaces(
-        field_selector=",".join(terms), _preload_content=False
+    core = client.CoreV1Api(api)
+    selector = ",".join(terms)
+    resp: Any = (
+        core.list_namespaced_pod(namespace, field_selector=selector, _preload_content=False)
+        if namespace
+        else core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False)
     )
     return list(json.loads(resp.data)["items"])
 
 
-def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Raw JSON of every ResourceQuota and every LimitRange in the cluster."""
+def list_policies(
+    api: client.ApiClient, namespace: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Raw JSON of every ResourceQuota and every LimitRange in the cluster (of
+    ``namespace`` alone, if given)."""
     core = client.CoreV1Api(api)
-    quotas: Any = core.list_resource_quota_for_all_namespaces(_preload_content=False)
-    limits: Any = core.list_limit_range_for_all_namespaces(_preload_content=False)
+    if namespace:
+        quotas: Any = core.list_namespaced_resource_quota(namespace, _preload_content=False)
+        limits: Any = core.list_namespaced_limit_range(namespace, _preload_content=False)
+    else:
+        quotas = core.list_resource_quota_for_all_namespaces(_preload_content=False)
+        limits = core.list_limit_range_for_all_namespaces(_preload_content=False)
     return list(json.loads(quotas.data)["items"]), list(json.loads(limits.data)["items"])
 
 
-def list_job_services(api: client.ApiClient) -> list[dict[str, Any]]:
-    """Raw JSON of the Services labelled ``hulk.dev/job`` in every namespace (the jobs'
-    headless Services)."""
+def list_job_services(api: client.ApiClient, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Raw JSON of the Services labelled ``hulk.dev/job`` in every namespace (in
+    ``namespace`` alone, if given): the jobs' headless Services."""
     core = client.CoreV1Api(api)
-    found: Any = core.list_service_for_all_namespaces(
-        label_selector=LABEL_JOB, _preload_content=False
+    found: Any = (
+        core.list_namespaced_service(namespace, label_selector=LABEL_JOB, _preload_content=False)
+        if namespace
+        else core.list_service_for_all_namespaces(label_selector=LABEL_JOB, _preload_content=False)
     )
     return list(json.loads(found.data)["items"])
 

@@ -75,18 +75,38 @@ def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
     return _read(path, max_age_s)[0]
 
 
-def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str, Any]], bool]:
+def _read(
+    path: str,
+    max_age_s: float,
+    namespaces: Sequence[str] = (),
+    notes: list[str] | None = None,
+) -> tuple[Snapshot, dict[Key, Mapping[str, Any]], bool]:
     """:func:`read_cluster`, the HulkTrainingJob objects by key, and whether the
-    PriorityClasses could be listed (a tenant's kubeconfig may not)."""
+    PriorityClasses could be listed (a tenant's kubeconfig may not). Where the namespaced
+    objects (jobs, pods, quotas, LimitRanges, Services) cannot be listed in every namespace,
+    those of ``namespaces`` are read instead, and ``notes`` says what that leaves unseen
+    (before, a tenant's kubeconfig, allowed its own namespace, previewed nothing)."""
     with kube.make_client(path, timeout_s=READ_TIMEOUT_S) as api:
         try:
             nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
             latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
                                        max_age_s)  # fmt: skip
-            objects = kube.list_objects(api, GROUP, VERSION, PLURAL)
-            pods = kube.list_running_pods(api)
-            quota_items, limit_items = kube.list_policies(api)
-            services = kube.list_job_services(api)
+            try:
+                objects, pods, quota_items, limit_items, services = _namespaced(api, None)
+            except ApiException as exc:
+                if exc.status != 403 or not namespaces:
+                    raise
+                read = [_namespaced(api, ns) for ns in namespaces]
+                objects, pods, quota_items, limit_items, services = (
+                    [item for r in read for item in r[k]] for k in range(5)
+                )
+                if notes is not None:
+                    notes.append(
+                        f"this kubeconfig cannot list {_kind_of(exc)} in every namespace: read "
+                        f"in namespace(s) {', '.join(namespaces)} alone, so servers that other "
+                        "namespaces' jobs and pods hold are not seen, and the preview may place "
+                        "on them (the operator does not)"
+                    )
             default_class = kube.default_priority_class(api)
         except ApiException as exc:
             raise _refused(exc, path) from None
@@ -161,6 +181,25 @@ def _read(path: str, max_age_s: float) -> tuple[Snapshot, dict[Key, Mapping[str,
     return snap, by_key, default_class is not None
 
 
+def _namespaced(api: Any, namespace: str | None) -> tuple[list[dict[str, Any]], ...]:
+    """The HulkTrainingJobs, running pods, ResourceQuotas, LimitRanges and job Services of
+    ``namespace`` (None: of every namespace)."""
+    objects = kube.list_objects(api, GROUP, VERSION, PLURAL, namespace)
+    pods = kube.list_running_pods(api, namespace=namespace)
+    quota_items, limit_items = kube.list_policies(api, namespace)
+    return objects, pods, quota_items, limit_items, kube.list_job_services(api, namespace)
+
+
+def _kind_of(exc: ApiException) -> str:
+    """What a 403 refused to list, from the API server's message ("pods is forbidden: ...")."""
+    try:
+        said = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        said = ""
+    kind = said.split(" is forbidden", 1)[0] if " is forbidden" in said else ""
+    return kind.split(".", 1)[0] or "its objects"
+
+
 def _refused(exc: ApiException, path: str) -> InvalidRequest:
     """An API error as one line: what the server said, and what to change."""
     try:
@@ -172,10 +211,10 @@ def _refused(exc: ApiException, path: str) -> InvalidRequest:
         fix = f"the credentials in {path} are not accepted: renew them"
     elif exc.status == 403:
         fix = (
-            "hulk plan --kubeconfig reads nodes, pods, services, resourcequotas, "
-            "limitranges, hulktrainingjobs and nodelatencies in every namespace: use "
-            "credentials allowed "
-            "to list them (the chart's operator ClusterRole)"
+            "hulk plan --kubeconfig lists nodes and nodelatencies, and pods, services, "
+            "resourcequotas, limitranges and hulktrainingjobs in every namespace or at least "
+            "in the jobs' own (-n): use credentials allowed to list them (the chart's "
+            "operator ClusterRole)"
         )
     else:
         fix = "check the cluster's API server"
@@ -243,12 +282,19 @@ def preview_plan(
     first alone, by its name alone: a user trial). ``notes`` (the Preview's) gets them as
     they come: where no job is placed (``NoFeasiblePlan``) they are there to tell too."""
     _check_namespaces(path, manifests, namespace)
-    snap, objects, classes_read = _read(path, max_age_s)
+    notes = [] if notes is None else notes
+    own = (  # the jobs' namespaces: read alone where every namespace cannot be (a tenant's)
+        sorted({object_entry(m, namespace).key[0] for m in manifests})
+        if manifests is not None
+        else [namespace]
+        if namespace
+        else []
+    )
+    snap, objects, classes_read = _read(path, max_age_s, own, notes)
     jobs = {k: e for k, e in snap.jobs.items() if not e.pending}
     # running jobs a manifest leaves be: entry, plan, baselines' step times at planning
     # and why those that could not place it could not
     standing: dict[Key, tuple[JobEntry, JobPlan, dict[str, float], dict[str, str]]] = {}
-    notes = [] if notes is None else notes
     refusals: dict[Key, str] = {}  # running jobs whose manifest the operator would refuse
     if manifests is not None:
         unnamed = [m for m in manifests if not (m.get("metadata") or {}).get("namespace")]

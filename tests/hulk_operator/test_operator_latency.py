@@ -496,6 +496,65 @@ def test_hulk_plan_says_in_one_line_why_the_api_server_cannot_be_read(
     assert line.endswith("(the chart's operator ClusterRole))")  # the last case, 403
 
 
+def test_a_tenants_kubeconfig_previews_its_namespace_and_says_what_it_cannot_see(
+    sandbox: Any, kube: Kube, tmp_path: Path
+) -> None:
+    """A tenant allowed to list the nodes, the latencies and its own namespace's objects,
+    not every namespace's: the preview reads its namespace alone and says so. Before, the
+    403 on listing every namespace's objects stopped it (the note of an earlier stop)."""
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    ns, who = kube.ns, "tenant"
+    cluster_role = f"hulk-preview-{ns}"
+    kube.core.create_namespaced_service_account(ns, {"metadata": {"name": who}})
+    subject = [{"kind": "ServiceAccount", "name": who, "namespace": ns}]
+    rbac.create_namespaced_role(ns, {"metadata": {"name": who}, "rules": [
+        {"apiGroups": [""], "resources": ["pods", "services", "resourcequotas", "limitranges"],
+         "verbs": ["get", "list"]},
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list"]},
+    ]})  # fmt: skip
+    rbac.create_namespaced_role_binding(ns, {
+        "metadata": {"name": who}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": who},
+    })  # fmt: skip
+    rbac.create_cluster_role({"metadata": {"name": cluster_role}, "rules": [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+        {"apiGroups": [GROUP], "resources": ["nodelatencies"], "verbs": ["list"]},
+    ]})  # fmt: skip
+    try:
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": cluster_role}, "subjects": subject,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": cluster_role},
+        })  # fmt: skip
+        token = kube.core.create_namespaced_service_account_token(
+            who, ns, {"spec": {"expirationSeconds": 600}}
+        ).status.token
+        config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+        config["users"][0]["user"] = {"token": token}
+        tenant = tmp_path / "tenant"
+        tenant.write_text(yaml.safe_dump(config))
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text(yaml.safe_dump(manifest("mine", model={"preset": "gpt2-xl"})))
+        cmd = ["plan", "--kubeconfig", str(tenant), "-n", ns, "--jobs", str(jobs), "--no-compare"]
+        out = wait("the tenant's rights in force", lambda: (o := hulk(*cmd)).returncode == 0 and o)
+        assert "mine" in out.stdout and "Traceback" not in out.stderr, out.stdout
+        assert (
+            "hulk plan: note: this kubeconfig cannot list hulktrainingjobs in every namespace: "
+            f"read in namespace(s) {ns} alone, so servers that other namespaces' jobs and pods "
+            "hold are not seen, and the preview may place on them (the operator does not)"
+        ) in out.stderr.splitlines(), out.stderr
+        # without -n or a manifest naming its namespace, there is nothing to fall back on
+        out = hulk("plan", "--kubeconfig", str(tenant))
+        assert out.returncode == 2 and "answered 403" in out.stderr, out.stderr
+        assert "or at least in the jobs' own (-n)" in out.stderr
+    finally:
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                delete(cluster_role)
+            except client.ApiException:
+                pass
+
+
 def test_a_preview_where_no_server_is_free_for_any_job_says_why(
     sandbox: Any, kube: Kube, tmp_path: Path
 ) -> None:
