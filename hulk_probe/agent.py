@@ -17,7 +17,7 @@ from typing import Any
 
 from hulk_probe.config import ProbeConfig, format_hostport
 from hulk_probe.discovery import NodeDirectory
-from hulk_probe.echo import EchoServer
+from hulk_probe.echo import EchoServer, raise_open_files_limit
 from hulk_probe.kube import load_api_client
 from hulk_probe.measurer import Measurer
 from hulk_probe.metrics import MetricsServer, ProbeMetrics
@@ -145,6 +145,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.config
+        log.debug("open descriptors allowed: %d", raise_open_files_limit())
         try:
             bound = await self.echo.start()
         except OSError as exc:  # an unknown host, an address in use or not ours

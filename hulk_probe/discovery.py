@@ -49,6 +49,12 @@ def peers_from_nodes(
     return peers
 
 
+# Nodes as their metadata alone (PartialObjectMetadata), else whole (an API server that
+# cannot: the second choice)
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+
 def _slim(node: Mapping[str, Any]) -> dict[str, Any]:
     """Only what discovery reads: a Node's name and our annotation (Nodes are big)."""
     meta = node.get("metadata") or {}
@@ -113,7 +119,11 @@ class NodeDirectory:
             self.on_peers(dict(peers))
 
     def _list(self) -> str:
-        listing = self.kube.request("GET", "/api/v1/nodes")
+        # the API server's cache (resourceVersion 0), metadata alone: a Node is 10-30 kB,
+        # and every agent listed them all from etcd at each start and relist (a review)
+        listing = self.kube.request(
+            "GET", "/api/v1/nodes", query=[("resourceVersion", "0")], accept=METADATA_LIST
+        )
         self._nodes = {n["metadata"]["name"]: _slim(n) for n in listing.get("items", [])}
         self._emit()
         return str(listing["metadata"]["resourceVersion"])
@@ -128,7 +138,10 @@ class NodeDirectory:
                 version = self._list()
                 backoff = 1.0
                 while not self._stop.is_set():
-                    for event in self.kube.watch("/api/v1/nodes", version, self.watch_timeout_s):
+                    events = self.kube.watch(
+                        "/api/v1/nodes", version, self.watch_timeout_s, accept=METADATA
+                    )
+                    for event in events:
                         version = self._apply(event) or version
             except ApiException as exc:
                 if exc.status != 410:  # 410: our version expired; relisting is the cure

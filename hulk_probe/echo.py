@@ -21,6 +21,9 @@ probe opens a new one. Both ends run as event-loop callbacks, without tasks or s
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import resource
 import socket
 import struct
 import time
@@ -39,13 +42,42 @@ def make_message(seq: int) -> bytes:
     return header + b"\0" * (PROBE_SIZE - len(header))
 
 
-def _prepare(sock: socket.socket) -> None:
+log = logging.getLogger(__name__)
+# after the process ran out of descriptors, how long the listener rests before it accepts
+# again (its pending connection stays queued, and a level-triggered wake-up would spin)
+ACCEPT_PAUSE_S = 1.0
+# a peer gone without a FIN (a crash, a partition) is found by TCP keepalive in about
+# IDLE + INTERVAL * COUNT seconds; before, its connection and descriptor stayed for good
+KEEPALIVE = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
+
+
+def raise_open_files_limit() -> int:
+    """Raises the soft limit on open descriptors to the hard one and returns it: an agent
+    holds two connections per peer (its own probes, and theirs), which a soft limit of
+    1,024 ran out of at about 500 nodes (Go programs raise it themselves; a review)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError):
+        return soft
+    return want
+
+
+def _prepare(sock: socket.socket, keepalive: bool = False) -> None:
     sock.setblocking(False)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     except OSError:
         pass  # no kernel timestamps here: user-space clocks it is
+    if keepalive:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in KEEPALIVE.items():
+            if hasattr(socket, name):  # (Linux's; others keep the system's timers)
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def _receive(sock: socket.socket, size: int) -> tuple[bytes, int]:
@@ -109,11 +141,22 @@ class EchoServer:
         assert self._listener is not None and self._loop is not None
         try:
             conn, _ = self._listener.accept()
-        except OSError:  # BlockingIOError (another wake-up took it), ECONNABORTED, EMFILE
+        except OSError as exc:  # BlockingIOError (another wake-up took it), ECONNABORTED
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                # out of descriptors: rest, as asyncio's own servers do (before, the queued
+                # connection woke the loop at once, again and again: a core spun; a review)
+                log.warning("cannot accept a peer's connection (%s); pausing %.0f s",
+                            exc.strerror, ACCEPT_PAUSE_S)  # fmt: skip
+                self._loop.remove_reader(self._listener.fileno())
+                self._loop.call_later(ACCEPT_PAUSE_S, self._resume)
             return
-        _prepare(conn)
+        _prepare(conn, keepalive=True)
         self._conns[conn] = bytearray()
         self._loop.add_reader(conn.fileno(), self._on_data, conn)
+
+    def _resume(self) -> None:
+        if self._listener is not None and self._loop is not None:
+            self._loop.add_reader(self._listener.fileno(), self._accept)
 
     def _drop(self, conn: socket.socket) -> None:
         if self._conns.pop(conn, None) is not None and self._loop is not None:
@@ -150,14 +193,20 @@ class EchoServer:
 
 
 PROBE_ERROR_REASONS = ("connect", "timeout", "io", "garbled")
+# a probe that could not be made for want of our own descriptors: no fault of the peer's
+LOCAL = "local"
+_LOCAL_ERRNOS = (errno.EMFILE, errno.ENFILE)
 
 
 class ProbeError(Exception):
-    """A failed probe; ``reason`` is one of ``PROBE_ERROR_REASONS``."""
+    """A failed probe; ``reason`` is one of ``PROBE_ERROR_REASONS``, or ``LOCAL``."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+_new_socket = socket.socket  # (a test runs it out of descriptors)
 
 
 class EchoClient:
@@ -177,7 +226,7 @@ class EchoClient:
         family, _, _, _, address = (await loop.getaddrinfo(*self.address, type=socket.SOCK_STREAM))[
             0
         ]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = _new_socket(family, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
             if self.local_host:
@@ -239,7 +288,8 @@ class EchoClient:
             raise ProbeError("timeout", f"no answer within {self.timeout_s:g}s") from None
         except OSError as exc:
             self.close()
-            raise ProbeError(stage, str(exc) or type(exc).__name__) from None
+            reason = LOCAL if exc.errno in _LOCAL_ERRNOS else stage
+            raise ProbeError(reason, str(exc) or type(exc).__name__) from None
         if reply[:24] != message[:24] or reply[32:] != message[32:]:
             self.close()
             raise ProbeError("garbled", "the echo differs from the message sent")

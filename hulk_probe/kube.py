@@ -47,12 +47,13 @@ class Kube:
         content_type: str = "application/json",
         stream: bool = False,
         timeout: Any = API_TIMEOUT,
+        accept: str = "application/json",
     ) -> Any:
         """JSON in, JSON out; raises ``kubernetes.client.exceptions.ApiException`` on a
         non-2xx answer. With ``stream`` it returns the open urllib3 response instead."""
         from kubernetes.client.exceptions import ApiException
 
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         request = self.api_client.param_serialize(
@@ -72,7 +73,9 @@ class Kube:
         resp.read()
         return json.loads(resp.data) if resp.data else None
 
-    def watch(self, path: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+    def watch(
+        self, path: str, resource_version: str, timeout_s: int, accept: str = "application/json"
+    ) -> Iterator[dict[str, Any]]:
         """The events of one watch call, from ``resource_version``, for ``timeout_s``."""
         from kubernetes.watch.watch import iter_resp_lines
 
@@ -80,6 +83,7 @@ class Kube:
             "GET",
             path,
             stream=True,
+            accept=accept,
             timeout=(API_TIMEOUT[0], timeout_s + 30),
             query=[
                 ("watch", "true"),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from hulk_probe.config import ProbeSettings, format_hostport
-from hulk_probe.echo import EchoClient, ProbeError
+from hulk_probe.echo import LOCAL, EchoClient, ProbeError
 from hulk_probe.estimator import Estimate, PeerEstimator
 from hulk_probe.metrics import ProbeMetrics
 from hulk_probe.schedule import Slot, first_slot, next_slot, phase
@@ -123,6 +123,9 @@ class Measurer:
         try:
             rtt = await peer.client.round_trip()
         except ProbeError as exc:
+            if exc.reason == LOCAL:  # (before, told as the peer's failure: a review)
+                log.warning("cannot probe %s: %s (this agent's own limit)", peer.name, exc)
+                return
             if self.metrics is not None:
                 self.metrics.error(peer.name, exc.reason)
             if peer.estimator.add_failure():

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import resource
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from hulk_probe import PROBE_SIZE
+from hulk_probe import PROBE_SIZE, echo
 from hulk_probe.echo import MAGIC, EchoClient, EchoServer, ProbeError, make_message
 
 
@@ -161,3 +166,116 @@ def test_garbled_echo_is_detected() -> None:
         server.close()
 
     asyncio.run(main())
+
+
+def test_the_servers_connections_find_a_vanished_peer_by_keepalive() -> None:
+    """A peer gone without a FIN (a crash, a partition) kept its connection, and a
+    descriptor, for good (a review): the server's side of each has TCP keepalive on."""
+
+    async def main() -> tuple[int, int]:
+        server = EchoServer("127.0.0.1", 0)
+        address = await server.start()
+        client = EchoClient(address, timeout_s=1.0)
+        await client.round_trip()
+        (conn,) = list(server._conns)
+        on = conn.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+        idle = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+        client.close()
+        await server.close()
+        return on, idle
+
+    assert asyncio.run(main()) == (1, echo.KEEPALIVE["TCP_KEEPIDLE"])
+
+
+def test_out_of_descriptors_the_server_rests_and_accepts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EMFILE on accept left the queued connection to wake the loop at once, again and
+    again: a core spun (a review). The listener rests ACCEPT_PAUSE_S, then accepts."""
+    monkeypatch.setattr(echo, "ACCEPT_PAUSE_S", 0.2)
+
+    class Full:  # the listening socket of a process out of descriptors
+        def __init__(self, real: socket.socket) -> None:
+            self.real, self.calls = real, 0
+
+        def accept(self) -> Any:
+            self.calls += 1
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        def fileno(self) -> int:
+            return self.real.fileno()
+
+    async def main() -> tuple[int, int, float]:
+        server = EchoServer("127.0.0.1", 0)
+        address = await server.start()
+        real = server._listener
+        assert real is not None
+        full = Full(real)
+        server._listener = full  # type: ignore[assignment]
+        client = EchoClient(address, timeout_s=2.0)
+        probe = asyncio.create_task(client.round_trip())
+        await asyncio.sleep(0.1)
+        calls = full.calls  # one wake-up, then the pause (before: hundreds)
+        server._listener = real  # descriptors free again
+        rtt = await probe  # accepted after the pause
+        client.close()
+        await server.close()
+        return calls, full.calls, rtt
+
+    calls, later, rtt = asyncio.run(main())
+    assert calls == 1 and later == 1, (calls, later)
+    assert 0 < rtt < 1
+
+
+def test_a_probe_our_own_descriptors_cannot_make_is_no_failure_of_the_peer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """socket() failing with EMFILE was told as the peer's connect failure, and after a
+    few the healthy peer was published unreachable, barring its links (a review)."""
+    from hulk_probe.config import ProbeSettings
+    from hulk_probe.measurer import Measurer
+
+    def no_descriptors(*_: Any) -> socket.socket:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    async def main() -> Any:
+        server = EchoServer("127.0.0.1", 0)
+        address = await server.start()
+        settings = ProbeSettings(interval_s=0.05, timeout_s=0.1, window=10, failures=2, jitter=0.1)
+        measurer = Measurer("me", settings, None, rng=None)
+        measurer.set_peers({"peer": address})
+        with pytest.raises(ProbeError) as exc:
+            await EchoClient(address, timeout_s=1.0).round_trip()
+        task = asyncio.create_task(measurer.run())
+        await asyncio.sleep(0.5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await server.close()
+        return exc.value.reason, measurer.estimates()["peer"]
+
+    monkeypatch.setattr(echo, "_new_socket", no_descriptors)
+    reason, estimate = asyncio.run(main())
+    assert reason == echo.LOCAL
+    assert estimate.reachable is None and estimate.consecutive_failures == 0, estimate
+
+
+def test_the_soft_limit_on_descriptors_is_raised_to_the_hard_one() -> None:
+    code = (
+        "import resource\n"
+        "from hulk_probe.echo import raise_open_files_limit\n"
+        "raised = raise_open_files_limit()\n"
+        "print(raised, *resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(256, soft)
+
+    def lowered() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], preexec_fn=lowered, capture_output=True, text=True,
+        check=True, timeout=60,
+    ).stdout.split()  # fmt: skip
+    raised, now_soft, now_hard = map(int, out)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    assert raised == now_soft == want and now_hard == hard, (low, out)

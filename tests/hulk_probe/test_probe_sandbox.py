@@ -217,3 +217,51 @@ def test_unknown_node_is_a_one_line_error(probe_api: Any, sandbox: Any) -> None:
         .splitlines()[-1]
         .startswith("hulk probe: error: node 'no-such-node' not found")
     )
+
+
+def test_discovery_reads_the_nodes_metadata_alone_and_follows_annotations(
+    probe_api: Any, node_names: list[str]
+) -> None:
+    """The agents list and watch Nodes as their metadata alone, from the API server's
+    cache: a Node is 10-30 kB, and every agent read them whole, listed from etcd (a
+    review). Annotated nodes still become peers, at the list and through the watch."""
+    import threading
+
+    from hulk_probe.discovery import METADATA_LIST, NodeDirectory
+    from hulk_probe.kube import Kube
+
+    listing = Kube(probe_api).request("GET", "/api/v1/nodes", accept=METADATA_LIST)
+    assert listing["kind"] == "PartialObjectMetadataList", listing["kind"]
+    assert listing["items"] and all("status" not in n and "spec" not in n for n in listing["items"])
+    me, other = node_names[0], node_names[1]
+    seen: list[dict[str, Any]] = []
+    changed = threading.Event()
+
+    def on_peers(peers: dict[str, Any]) -> None:
+        seen.append(peers)
+        changed.set()
+
+    directory = NodeDirectory(probe_api, me, on_peers, watch_timeout_s=5)
+    path = f"/api/v1/nodes/{other}"
+    before = (Kube(probe_api).request("GET", path)["metadata"].get("annotations") or {}).get(
+        ADDRESS_ANNOTATION
+    )
+    thread = directory.start()
+    try:
+        assert changed.wait(30), "no peers from the list"
+        changed.clear()
+        directory.kube.merge_patch(
+            path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: "127.0.0.77:7471"}}}
+        )
+        deadline = 30.0
+        while deadline > 0 and seen[-1].get(other) != ("127.0.0.77", 7471):
+            changed.wait(1.0)
+            changed.clear()
+            deadline -= 1.0
+        assert seen[-1].get(other) == ("127.0.0.77", 7471), seen[-1]
+    finally:
+        directory.stop()
+        thread.join(10)
+        directory.kube.merge_patch(
+            path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: before}}}
+        )
