@@ -96,12 +96,13 @@ def panels() -> list[Panel]:
     row1 = [
         stat(
             "Jobs running",
-            'sum(hulk_jobs{phase="Running"})',
-            "HulkTrainingJobs whose stage pods all run (hulk_jobs gauge).",
+            'max(hulk_jobs{phase="Running"})',
+            "HulkTrainingJobs whose stage pods all run (hulk_jobs gauge; the largest of the "
+            "replicas' figures, as the alerts read it: a hot standby exports its own).",
         ),
         stat(
             "Jobs pending",
-            'sum(hulk_jobs{phase=~"Pending|Placing"})',
+            'max(sum without (phase) (hulk_jobs{phase=~"Pending|Placing"}))',
             "Jobs waiting for servers or being placed.",
         ),
         stat(
@@ -116,7 +117,7 @@ def panels() -> list[Panel]:
         ),
         stat(
             "Links measured",
-            "count(hulk_probe_one_way_latency_seconds)",
+            "count(hulk_probe_one_way_latency_seconds) or vector(0)",
             "Ordered node pairs with a latency estimate (hulk_probe_one_way_latency_seconds).",
         ),
         stat(
@@ -132,7 +133,7 @@ def panels() -> list[Panel]:
         (
             timeseries(
                 "Jobs by phase",
-                [target("sum by (phase) (hulk_jobs)", "{{phase}}")],
+                [target("max by (phase) (hulk_jobs)", "{{phase}}")],
                 "HulkTrainingJobs by phase (hulk_jobs).",
                 stack=True,
             ),

@@ -491,7 +491,7 @@ def test_the_alert_rules_read_exported_metrics_of_the_charts_own_targets(
     rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
     assert {r["alert"] for r in rules} == {
         "HulkOperatorDown", "HulkJobPending", "HulkJobReplannedOften", "HulkJobFailed",
-        "HulkLinkUnreachable",
+        "HulkLinkUnreachable", "HulkProbePublishFailing",
     }  # fmt: skip
     services = {s["metadata"]["name"] for s in by_kind(objs, "Service")}
     known = exported_metrics() | {"up"}
