@@ -601,7 +601,9 @@ def hulktrainingjob_delete(
     memo.metrics.set_predicted(namespace or "", name, None)
     if hulk_jobs is not None:
         left = (one(s) for k, s in hulk_jobs.items() if k != key)
-        memo.metrics.set_phases(e.phase or st.PENDING for e in left if e and not e.deleting)
+        memo.metrics.set_phases(
+            (e.key, e.phase or st.PENDING) for e in left if e and not e.deleting
+        )
 
 
 # kopf passes the indexes by name; its TimerFn protocol does not list them.
@@ -734,4 +736,6 @@ async def hulktrainingjob_reconcile(
     changed = st.diff(status, new)
     if changed:
         patch.status.update(changed)
-    memo.metrics.set_phases(one(s).phase or st.PENDING for s in hulk_jobs.values() if one(s))
+    memo.metrics.set_phases(
+        (e.key, e.phase or st.PENDING) for s in hulk_jobs.values() if (e := one(s))
+    )

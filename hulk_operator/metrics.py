@@ -8,6 +8,8 @@
   did (``restarted``: created again; ``job_failed``: the job failed, by restartPolicy
   Never or past ``spec.backoffLimit``).
 - ``hulk_jobs{phase}``: jobs by phase.
+- ``hulk_job_waiting{namespace,job}``: 1 while a job is Pending or Placing; no series
+  otherwise (HulkJobPending's ``for`` is then one job's wait).
 - ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
 
 Every counter's label values are exported at 0 from the start (``increase()`` misses a
@@ -23,16 +25,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from hulk_operator.recovery import LOSS_REASONS
 from hulk_operator.regrow import REASON as REGROWN
-from hulk_operator.status import PHASES
+from hulk_operator.status import PENDING, PHASES, PLACING
 
 PLAN_RESULTS = ("placed", "unplaced")
 STAGE_FAILURE_ACTIONS = ("restarted", "job_failed")
+WAITING = frozenset({PENDING, PLACING})  # the phases hulk_job_waiting marks
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self._served: tuple[str, int] | None = None
+        self._waiting: set[tuple[str, str]] = set()  # the jobs hulk_job_waiting has
         # set while a peer pauses this replica (``pauses.PAUSED_NOW``): no per-job figure
         # is written then (a reconciliation in flight when the pause came wrote one after
         # ``clear_jobs``, and the paused replica exported it for good)
@@ -64,6 +68,15 @@ class Metrics:
             self.replans.labels(reason=reason)
         for action in STAGE_FAILURE_ACTIONS:
             self.stage_failures.labels(action=action)
+        # a series per job while it waits (Pending or Placing), removed once it does not:
+        # HulkJobPending fires for a job that waited pendingFor, not whenever the queue was
+        # never empty (hulk_jobs counts jobs, not how long one waited: a review)
+        self.waiting = Gauge(
+            "hulk_job_waiting",
+            "1 while a HulkTrainingJob is Pending or Placing (no series otherwise)",
+            ["namespace", "job"],
+            registry=r,
+        )
         self.predicted = Gauge(
             "hulk_predicted_iteration_seconds",
             "Predicted seconds per training iteration",
@@ -82,15 +95,30 @@ class Metrics:
         """Drops the per-job figures (a replica paused by a peer: they go stale)."""
         self.jobs.clear()
         self.predicted.clear()
+        self.waiting.clear()
+        self._waiting = set()
 
-    def set_phases(self, phases: Iterable[str]) -> None:
+    def set_phases(self, jobs: Iterable[tuple[tuple[str, str], str]]) -> None:
+        """``hulk_jobs`` and ``hulk_job_waiting`` from every job's (namespace, name) and
+        phase."""
         if self.paused.is_set():
             return
         counts: dict[str, int] = dict.fromkeys(PHASES, 0)
-        for p in phases:
+        waiting: set[tuple[str, str]] = set()
+        for key, p in jobs:
             counts[p] = counts.get(p, 0) + 1
+            if p in WAITING:
+                waiting.add(key)
         for phase, n in counts.items():
             self.jobs.labels(phase=phase).set(n)
+        for namespace, job in self._waiting - waiting:
+            try:
+                self.waiting.remove(namespace, job)
+            except KeyError:
+                pass
+        for namespace, job in waiting - self._waiting:
+            self.waiting.labels(namespace=namespace, job=job).set(1)
+        self._waiting = waiting
 
     def set_predicted(self, namespace: str, job: str, seconds: float | None) -> None:
         if self.paused.is_set():

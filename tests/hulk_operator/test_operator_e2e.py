@@ -2986,6 +2986,14 @@ def test_a_job_created_suspended_gets_no_pods(kube: Kube, operator: Any) -> None
     # the last job deleted: no job is counted (before: the count stayed)
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "later")
     wait("not counted", lambda: f"{suspended}0.0" in operator.memo.metrics.text(), 20)
+    # a job that waits has a series of its own (HulkJobPending's), none once it is gone
+    kube.apply(manifest("stuck", nodeSelector={"pool": "none-such"}))
+    wait("Pending", lambda: kube.phase("stuck") == "Pending", 30)
+    waiting = f'hulk_job_waiting{{job="stuck",namespace="{kube.ns}"}} 1.0'
+    wait("marked waiting", lambda: waiting in operator.memo.metrics.text(), 20)
+    assert "hulk_job_waiting{" not in operator.memo.metrics.text().replace(waiting, "")
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "stuck")
+    wait("unmarked", lambda: "hulk_job_waiting{" not in operator.memo.metrics.text(), 20)
 
 
 def test_a_node_going_not_ready_replaces_only_its_stage(

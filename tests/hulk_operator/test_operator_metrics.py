@@ -33,3 +33,20 @@ def test_the_reasons_a_node_is_left_for_are_all_labels_of_the_replans_counter() 
     ):
         why = node.sick()
         assert why is not None and why.split()[0] in LOSS_REASONS, why
+
+
+def test_a_job_is_marked_waiting_while_pending_or_placing_and_no_longer() -> None:
+    """hulk_jobs counts jobs; HulkJobPending read it, and fired whenever the queue was never
+    empty, whichever jobs were in it (a review). hulk_job_waiting has a series per
+    waiting job, gone once it runs or goes, so the alert's ``for`` is one job's wait."""
+    m = Metrics()
+    m.set_phases([(("ml", "a"), "Pending"), (("ml", "b"), "Placing"), (("ml", "c"), "Running")])
+    text = m.text()
+    assert 'hulk_job_waiting{job="a",namespace="ml"} 1.0' in text
+    assert 'hulk_job_waiting{job="b",namespace="ml"} 1.0' in text
+    assert 'job="c"' not in text
+    assert 'hulk_jobs{phase="Pending"} 1.0' in text and 'hulk_jobs{phase="Running"} 1.0' in text
+    m.set_phases([(("ml", "b"), "Running"), (("ml", "d"), "Pending")])  # a ran, b runs
+    text = m.text()
+    assert 'job="a"' not in text and 'job="b"' not in text
+    assert 'hulk_job_waiting{job="d",namespace="ml"} 1.0' in text

@@ -17,7 +17,7 @@ from hulk_operator.pauses import PAUSED_NOW, PEERING_LOGGER, RESTARTING, PauseWa
 
 def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> None:
     metrics = Metrics()
-    metrics.set_phases(["Running", "Pending"])
+    metrics.set_phases([(("ml", "gpt"), "Running"), (("ml", "bert"), "Pending")])
     metrics.set_predicted("ml", "gpt", 2.5)
     memo, stop = kopf.Memo(metrics=metrics), threading.Event()
     log = logging.getLogger(PEERING_LOGGER)
@@ -30,15 +30,17 @@ def test_a_resume_after_a_pause_stops_kopf_and_every_objects_memo_sees_it() -> N
         log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
         assert not stop.is_set() and not per_object[RESTARTING].is_set()
         assert 'job="gpt"' in metrics.text() and "hulk_jobs{" in metrics.text()
+        assert 'hulk_job_waiting{job="bert",namespace="ml"} 1.0' in metrics.text()
         assert not per_object[PAUSED_NOW].is_set()
         log.info("Pausing operations in favour of [<Peer b: priority=9>].")
         assert 'job="gpt"' not in metrics.text() and "hulk_jobs{" not in metrics.text()
+        assert "hulk_job_waiting{" not in metrics.text()
         assert not stop.is_set() and per_object[PAUSED_NOW].is_set()  # (for /healthz)
         # a reconciliation in flight when the pause came writes no figure (before, it did
         # after they were cleared, and the paused replica exported it: a sandbox test)
         metrics.paused = per_object[PAUSED_NOW]  # (as the operator's startup hands it)
         metrics.set_predicted("ml", "gpt", 2.5)
-        metrics.set_phases(["Running"])
+        metrics.set_phases([(("ml", "gpt"), "Running")])
         assert 'job="gpt"' not in metrics.text() and "hulk_jobs{" not in metrics.text()
         log.info("Resuming operations after the pause. Conflicting operators ... are gone.")
         assert not per_object[PAUSED_NOW].is_set()
