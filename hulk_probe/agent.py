@@ -179,6 +179,12 @@ class Agent:
             api_client, cfg.node_name, on_peers, overrides=cfg.peer_addresses, metrics=self.metrics
         )
         self._publisher = Publisher(api_client, cfg.node_name, self.metrics)
+        publisher = self._publisher
+
+        def owned_by(uid: str) -> None:  # (our Node made again: its NodeLatency follows)
+            publisher.owner_uid = uid
+
+        directory.on_uid = owned_by
         tasks: list[asyncio.Task[None]] = []
         waiter = asyncio.create_task(stop.wait())
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -48,6 +49,8 @@ def peers_from_nodes(
             log.warning("ignoring peer with a bad %s annotation: %s", ADDRESS_ANNOTATION, exc)
     return peers
 
+
+READVERTISE_EVERY_S = 30.0  # the annotation written back at most this often
 
 # Nodes as their metadata alone (PartialObjectMetadata), else whole (an API server that
 # cannot: the second choice)
@@ -89,6 +92,12 @@ class NodeDirectory:
         self._peers: dict[str, Address] | None = None
         self._stop = threading.Event()
         self.writes = 0
+        self._advertised: str | None = None  # our annotation's value, once written
+        self.uid: str | None = None  # our Node's, as last seen
+        # called with our Node's new uid where it was made again under its name (the
+        # NodeLatency object's owner must follow it)
+        self.on_uid: Callable[[str], None] | None = None
+        self._readvertised = -1e9  # (monotonic) when the annotation was last written back
 
     def advertise(self, address: Address) -> str:
         """Set the annotation on our Node if it differs (one write); returns the Node's uid."""
@@ -96,11 +105,39 @@ class NodeDirectory:
         path = f"/api/v1/nodes/{self.node_name}"
         meta = self.kube.request("GET", path)["metadata"]
         if (meta.get("annotations") or {}).get(ADDRESS_ANNOTATION) != value:
-            self.kube.merge_patch(path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: value}}})
-            self.writes += 1
-            if self.metrics is not None:
-                self.metrics.api_writes.labels(self.node_name, "annotation").inc()
-        return str(meta["uid"])
+            self._write_address(value)
+        self._advertised, self.uid = value, str(meta["uid"])
+        return self.uid
+
+    def _write_address(self, value: str) -> None:
+        path = f"/api/v1/nodes/{self.node_name}"
+        self.kube.merge_patch(path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: value}}})
+        self.writes += 1
+        if self.metrics is not None:
+            self.metrics.api_writes.labels(self.node_name, "annotation").inc()
+
+    def _own(self, meta: Mapping[str, Any]) -> None:
+        """Our Node as the list or the watch shows it: the annotation written back where it
+        went (the Node made again under its name, a ``kubectl annotate ...-`` while the
+        agent runs), and a new uid told (``on_uid``). Before, the node was never probed
+        again until the agent restarted, and the NodeLatency object, owned by the old uid,
+        was deleted by the garbage collector and made again, each interval (a review)."""
+        if self._advertised is None or self._stop.is_set():
+            return  # (not yet advertised, or withdrawing)
+        uid = meta.get("uid")
+        if uid and uid != self.uid:
+            log.info("node %s was made again (uid %s)", self.node_name, uid)
+            self.uid = str(uid)
+            if self.on_uid is not None:
+                self.on_uid(self.uid)
+        if (meta.get("annotations") or {}).get(ADDRESS_ANNOTATION) == self._advertised:
+            return
+        now = time.monotonic()
+        if now - self._readvertised < READVERTISE_EVERY_S:  # (another writer: no ping-pong)
+            return
+        self._readvertised = now
+        log.warning("our address annotation is gone or changed; writing it again")
+        self._write_address(self._advertised)
 
     def withdraw(self) -> None:
         """Remove our address annotation (a clean stop): the peers stop probing this node
@@ -124,6 +161,9 @@ class NodeDirectory:
         listing = self.kube.request(
             "GET", "/api/v1/nodes", query=[("resourceVersion", "0")], accept=METADATA_LIST
         )
+        for n in listing.get("items", []):
+            if (n.get("metadata") or {}).get("name") == self.node_name:
+                self._own(n["metadata"])
         self._nodes = {n["metadata"]["name"]: _slim(n) for n in listing.get("items", [])}
         self._emit()
         return str(listing["metadata"]["resourceVersion"])
@@ -161,6 +201,8 @@ class NodeDirectory:
             raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
         meta = obj.get("metadata") or {}
         if kind in ("ADDED", "MODIFIED"):
+            if meta.get("name") == self.node_name:
+                self._own(meta)
             self._nodes[meta["name"]] = _slim(obj)
             self._emit()
         elif kind == "DELETED":

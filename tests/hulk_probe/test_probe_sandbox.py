@@ -265,3 +265,62 @@ def test_discovery_reads_the_nodes_metadata_alone_and_follows_annotations(
         directory.kube.merge_patch(
             path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: before}}}
         )
+
+
+def test_an_agent_writes_its_address_back_and_follows_its_node_made_again(
+    probe_api: Any, sandbox: Any
+) -> None:
+    """Its address annotation removed while the agent runs (`kubectl annotate ...-`), or
+    its Node made again under its name: the node was never probed again until the agent
+    restarted, and its NodeLatency object, owned by the old uid, was garbage-collected and
+    made again each interval (a review). The directory writes the annotation back and
+    tells the new uid, which the publisher's object then takes as its owner."""
+    import threading
+    import time
+
+    from hulk_planner.model import Server
+    from hulk_probe.discovery import NodeDirectory
+    from hulk_probe.kube import Kube
+
+    name = "probe-remade-0"
+    sandbox.add_node(Server(name, "Oslo", 8, 80.0, 312.0))
+    kube = Kube(probe_api)
+    path = f"/api/v1/nodes/{name}"
+
+    def annotation() -> str | None:
+        return (kube.request("GET", path)["metadata"].get("annotations") or {}).get(
+            ADDRESS_ANNOTATION
+        )
+
+    uids: list[str] = []
+    told = threading.Event()
+
+    def on_uid(uid: str) -> None:
+        uids.append(uid)
+        told.set()
+
+    directory = NodeDirectory(probe_api, name, lambda peers: None, watch_timeout_s=5)
+    directory.on_uid = on_uid
+    first = directory.advertise(("127.0.0.88", 7471))
+    thread = directory.start()
+    try:
+        assert annotation() == "127.0.0.88:7471"
+        kube.merge_patch(path, {"metadata": {"annotations": {ADDRESS_ANNOTATION: None}}})
+        deadline = time.monotonic() + 30
+        while annotation() != "127.0.0.88:7471" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert annotation() == "127.0.0.88:7471", "not written back"
+        directory._readvertised = -1e9  # (the write-back's rate limit: a second one now)
+        sandbox.delete_node(name)
+        sandbox.add_node(Server(name, "Oslo", 8, 80.0, 312.0))
+        assert told.wait(30), "the new uid was not told"
+        now = kube.request("GET", path)["metadata"]
+        assert uids == [now["uid"]] and now["uid"] != first
+        deadline = time.monotonic() + 30
+        while annotation() != "127.0.0.88:7471" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert annotation() == "127.0.0.88:7471", "not written on the node made again"
+    finally:
+        directory.stop()
+        thread.join(10)
+        sandbox.delete_node(name)
