@@ -284,13 +284,13 @@ def stage_pod(
     gpus: int,
     master_port: int = DEFAULT_MASTER_PORT,
     gated: bool = True,
-    hostname_label: str | None = "",
+    by_name: bool = False,
 ) -> dict[str, Any]:
     """The pod of one pipeline slot.
 
     Pinned to the Node named ``slot.node`` (``pin``) with a ``kubernetes.io/hostname``
-    node selector where that label (``hostname_label``; "" for the name itself) is the
-    node's name, else by the name itself (not ``nodeName``), so the
+    node selector, or by the name itself where that label is not the node's name
+    (``by_name``), never by ``nodeName``, so the
     scheduler still checks that it fits; requests the server's ``gpus`` unless the template
     already asks for GPUs; tolerates ``nvidia.com/gpu:NoSchedule``; created behind the
     ``hulk.dev/gang`` scheduling gate, lifted once every pod of the job exists (``gated``)."""
@@ -325,7 +325,7 @@ def stage_pod(
         # on the node's network the default ClusterFirst falls back to the node's own
         # resolver, where MASTER_ADDR (<hostname>.<service>) does not resolve (a review)
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    pin(spec, slot.node, slot.node if hostname_label == "" else hostname_label)
+    pin(spec, slot.node, by_name)
     tolerations = list(spec.get("tolerations") or [])
     gpu_toleration = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
     if gpu_toleration not in tolerations:
@@ -356,15 +356,15 @@ def stage_pod(
 HOSTNAME = "kubernetes.io/hostname"
 
 
-def pin(spec: dict[str, Any], node: str, hostname_label: str | None) -> None:
+def pin(spec: dict[str, Any], node: str, by_name: bool = False) -> None:
     """Pins the pod ``spec`` to the Node named ``node``: by a ``kubernetes.io/hostname``
     node selector where the node's label of that name is its name (as on most clusters,
-    and the pods' specs as before), else by a required node affinity on the name itself
-    (``matchFields metadata.name``, as the DaemonSet controller pins its pods) in each of
-    the template's own terms. Kubernetes sets the label from the kubelet's hostname, which
+    and the pods' specs as before), else (``by_name``) by a required node affinity on the
+    name itself (``matchFields metadata.name``, as the DaemonSet controller pins its pods)
+    in each of the template's own terms. Kubernetes sets the label from the kubelet's hostname, which
     may differ from the node's name (``--hostname-override``, some cloud providers):
     the selector then matched no node, and every stage pod waited for good (a review)."""
-    if hostname_label == node:
+    if not by_name:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), HOSTNAME: node}
         return
     field = {"key": "metadata.name", "operator": "In", "values": [node]}
@@ -434,7 +434,7 @@ def desired_pods(
             slot=s,
             gpus=gpus[s.node],
             master_port=master_port,
-            hostname_label=(hostnames or {}).get(s.node, ""),
+            by_name=(hostnames or {}).get(s.node, s.node) != s.node,
         )
         for s in slots(job_plan)
     ]

@@ -190,23 +190,24 @@ def _namespaced(api: Any, namespace: str | None) -> tuple[list[dict[str, Any]], 
     return objects, pods, quota_items, limit_items, kube.list_job_services(api, namespace)
 
 
+def _said(exc: ApiException) -> str:
+    """The API server's message of an error ("pods is forbidden: User ..."), or ""."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        return ""
+
+
 def _kind_of(exc: ApiException) -> str:
     """What a 403 refused to list, from the API server's message ("pods is forbidden: ...")."""
-    try:
-        said = str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, AttributeError):
-        said = ""
+    said = _said(exc)
     kind = said.split(" is forbidden", 1)[0] if " is forbidden" in said else ""
     return kind.split(".", 1)[0] or "its objects"
 
 
 def _refused(exc: ApiException, path: str) -> InvalidRequest:
     """An API error as one line: what the server said, and what to change."""
-    try:
-        said = str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, AttributeError):
-        said = ""
-    said = said or str(exc.reason or "")
+    said = _said(exc) or str(exc.reason or "")
     if exc.status == 401:
         fix = f"the credentials in {path} are not accepted: renew them"
     elif exc.status == 403:
