@@ -154,20 +154,22 @@ def _stage_env_names() -> frozenset[str]:
 
 
 def _replaced_by_container(template: object) -> list[tuple[str, list[str]]]:
-    """(container name, the variables it sets that ``stage_env`` sets too), for each
-    container of the template that sets some, in order."""
+    """("container NAME" or "init container NAME", the variables it sets that
+    ``stage_env`` sets too), for each container of the template that sets some, init
+    containers first, in order."""
     names = _stage_env_names()
     spec = template.get("spec") if isinstance(template, Mapping) else None
-    containers = spec.get("containers") if isinstance(spec, Mapping) else None
     out = []
-    for c in containers if isinstance(containers, list) else ():
-        env = c.get("env") if isinstance(c, Mapping) else None
-        env = env if isinstance(env, list) else []
-        set_here = {
-            n for e in env if isinstance(e, Mapping) and isinstance(n := e.get("name"), str)
-        }
-        if given := sorted(set_here & names):
-            out.append((str(c.get("name")), given))
+    for kind, said in (("initContainers", "init container"), ("containers", "container")):
+        containers = spec.get(kind) if isinstance(spec, Mapping) else None
+        for c in containers if isinstance(containers, list) else ():
+            env = c.get("env") if isinstance(c, Mapping) else None
+            env = env if isinstance(env, list) else []
+            set_here = {
+                n for e in env if isinstance(e, Mapping) and isinstance(n := e.get("name"), str)
+            }
+            if given := sorted(set_here & names):
+                out.append((f"{said} {c.get('name')}", given))
     return out
 
 
@@ -184,7 +186,7 @@ def replaced_env(template: object) -> str | None:
     found = _replaced_by_container(template)
     if not found:
         return None
-    said = [f"container {c} sets {', '.join(given)}" for c, given in found]
+    said = [f"{c} sets {', '.join(given)}" for c, given in found]
     ports = {"MASTER_PORT", "PET_MASTER_PORT"} & {n for _, given in found for n in given}
     port = " (set the port with spec.masterPort)" if ports else ""
     return (
@@ -319,6 +321,9 @@ def stage_pod(
             res.setdefault("limits", {})[GPU] = str(gpus)
             res.setdefault("requests", {})[GPU] = str(gpus)
     spec["containers"] = containers
+    for c in spec.get("initContainers") or []:  # (one waiting for MASTER_ADDR, as
+        # PyTorchJob's own does: before, it saw none of them; a review)
+        c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env
     spec["hostname"] = host
     spec["subdomain"] = service_name(job)
     if spec.get("hostNetwork") and not spec.get("dnsPolicy"):
@@ -361,9 +366,10 @@ def pin(spec: dict[str, Any], node: str, by_name: bool = False) -> None:
     node selector where the node's label of that name is its name (as on most clusters,
     and the pods' specs as before), else (``by_name``) by a required node affinity on the
     name itself (``matchFields metadata.name``, as the DaemonSet controller pins its pods)
-    in each of the template's own terms. Kubernetes sets the label from the kubelet's hostname, which
-    may differ from the node's name (``--hostname-override``, some cloud providers):
-    the selector then matched no node, and every stage pod waited for good (a review)."""
+    in each of the template's own terms. Kubernetes sets the label from the kubelet's
+    hostname, which may differ from the node's name (``--hostname-override``, some cloud
+    providers): the selector then matched no node, and every stage pod waited for good (a
+    review)."""
     if not by_name:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), HOSTNAME: node}
         return

@@ -182,6 +182,27 @@ def test_a_template_setting_hulks_variables_is_told_which_are_replaced() -> None
         assert manifests.replaced_env(quiet) is None, quiet
 
 
+def test_init_containers_get_the_variables_too_and_are_told_when_they_set_them() -> None:
+    """An init container that waits for the master (as PyTorchJob's own "init-pytorch"
+    does, ``until nslookup $MASTER_ADDR``) saw none of Hulk's variables (a review)."""
+    template = copy.deepcopy(TEMPLATE)
+    wait = {"name": "wait", "image": "busybox", "env": [{"name": "MASTER_ADDR", "value": "x"}]}
+    template["spec"]["initContainers"] = [wait]
+    pod = next(iter(manifests.desired_pods(
+        job="gpt2-xl", namespace="ml", uid="u-1", template=template, job_plan=PLAN, gpus=GPUS
+    ).values()))  # fmt: skip
+    (init,) = pod["spec"]["initContainers"]
+    given = {e["name"]: e["value"] for e in init["env"]}
+    ours = {k: v for k, v in env(pod).items() if k != "KEEP"}  # (the trainer's own)
+    assert given == ours, given  # the same variables, the template's MASTER_ADDR replaced
+    assert "resources" not in init  # (the GPUs go to the trainer alone)
+    assert template["spec"]["initContainers"][0]["env"] == [{"name": "MASTER_ADDR", "value": "x"}]
+    assert manifests.replaced_env(template) == (
+        "init container wait sets MASTER_ADDR; container trainer sets RANK: Hulk sets these "
+        "on every stage pod, in place of the template's values"
+    )
+
+
 def test_names_are_deterministic_and_change_only_with_the_pod() -> None:
     a, b = pods(), pods()
     assert list(a) == list(b)
