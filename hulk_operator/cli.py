@@ -182,43 +182,67 @@ def run(args: argparse.Namespace) -> int:
         log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",  # type: ignore[arg-type]
         log_prefix=True,
     )
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
     from hulk_operator import crd, kube
 
-    with kube.make_client(args.kubeconfig) as api:
-        if args.install_crds:
-            names = crd.install(api, peering=not args.standalone)
-            logging.info("CRDs installed: %s", ", ".join(names))
-        crd.jobs_served(api)
-        peers = (
-            crd.live_peers(api, args.peering, namespaces=args.namespace or ())
-            if args.standalone
-            else []
-        )
-        if peers:  # (before, both acted on the same jobs, with no word
-            # but a StagePodTaken telling a user to delete healthy pods: a user trial)
-            logging.warning(
-                "--standalone, while operators under peering %r run (%s): none pauses for "
-                "this one, nor it for them, and both act on the jobs they share; run one "
-                "operator, or drop --standalone",
-                args.peering,
-                "; ".join(peers),
+    try:  # (before, an API server down or refusing was a traceback: a review)
+        with kube.make_client(args.kubeconfig) as api:
+            if args.install_crds:
+                names = crd.install(api, peering=not args.standalone)
+                logging.info("CRDs installed: %s", ", ".join(names))
+            crd.jobs_served(api)
+            peers = (
+                crd.live_peers(api, args.peering, namespaces=args.namespace or ())
+                if args.standalone
+                else []
             )
-        if not args.standalone:
-            # kopf starts paused and stays paused, silently, until its peering object exists.
-            try:
-                crd.ensure_peering(api, args.peering, namespaces=args.namespace)
-            except HulkError as exc:
-                print(f"hulk operator: error: {exc}", file=sys.stderr)
-                return 2
-            other = crd.overlapping_peers(api, args.peering, namespaces=args.namespace or ())
-            if other:  # (before, both acted, with no word: a user trial)
+            if peers:  # (before, both acted on the same jobs, with no word
+                # but a StagePodTaken telling a user to delete healthy pods: a user trial)
                 logging.warning(
-                    "an operator serving %s runs (%s): neither pauses for the other, and both "
-                    "act on the jobs they share; run one operator (-A, or -n for each "
-                    "namespace), or stop that one",
-                    "named namespaces" if not args.namespace else "every namespace",
-                    "; ".join(other),
+                    "--standalone, while operators under peering %r run (%s): none pauses for "
+                    "this one, nor it for them, and both act on the jobs they share; run one "
+                    "operator, or drop --standalone",
+                    args.peering,
+                    "; ".join(peers),
                 )
+            if not args.standalone:
+                # kopf starts paused and stays paused, silently, until its peering object exists.
+                try:
+                    crd.ensure_peering(api, args.peering, namespaces=args.namespace)
+                except HulkError as exc:
+                    print(f"hulk operator: error: {exc}", file=sys.stderr)
+                    return 2
+                other = crd.overlapping_peers(api, args.peering, namespaces=args.namespace or ())
+                if other:  # (before, both acted, with no word: a user trial)
+                    logging.warning(
+                        "an operator serving %s runs (%s): neither pauses for the other, and both "
+                        "act on the jobs they share; run one operator (-A, or -n for each "
+                        "namespace), or stop that one",
+                        "named namespaces" if not args.namespace else "every namespace",
+                        "; ".join(other),
+                    )
+    except (HTTPError, OSError) as exc:
+        print(
+            f"hulk operator: error: --kubeconfig: cannot reach the API server "
+            f"({kube.reason_of(exc)}) (check that the cluster is up and the kubeconfig's "
+            "server and context)",
+            file=sys.stderr,
+        )
+        return 2
+    except ApiException as exc:
+        fix = (
+            "give the operator the chart's ClusterRole (charts/hulk), or credentials that may"
+            if exc.status in (401, 403)
+            else "check the cluster's API server"
+        )
+        print(
+            f"hulk operator: error: the API server answered {exc.status} "
+            f"{exc.reason or ''} at start ({fix})",
+            file=sys.stderr,
+        )
+        return 2
     priority = args.priority if args.priority is not None else random.randint(1, 2**30)
     me = identity()  # (the same for each run of kopf)
     kept: dict[str, Any] = {}  # what a new run of kopf takes over: the metrics it serves

@@ -331,3 +331,12 @@ def default_priority_class(api: client.ApiClient) -> str | None:
     return default_class(
         (float(c.value or 0), str(c.metadata.name)) for c in found.items if c.global_default
     )
+
+
+def reason_of(exc: BaseException) -> str:
+    """The innermost cause of a connection failure (urllib3 wraps it twice), without the
+    connection object's repr: "Failed to establish a new connection: [Errno 111] ..."."""
+    inner: BaseException = exc
+    while isinstance(getattr(inner, "reason", None), BaseException):
+        inner = getattr(inner, "reason")  # noqa: B009
+    return " ".join(str(inner).split()).rsplit("): ", 1)[-1]

@@ -113,7 +113,7 @@ def _read(
         except (HTTPError, OSError) as exc:
             raise InvalidRequest(
                 "--kubeconfig",
-                f"cannot reach the API server at {api.configuration.host} ({_reason(exc)})",
+                f"cannot reach the API server at {api.configuration.host} ({kube.reason_of(exc)})",
                 "check that the cluster is up and the kubeconfig's server and context",
             ) from None
     entries = [(object_entry(o), o) for o in objects]
@@ -250,15 +250,6 @@ def env_replaced(manifest: Mapping[str, Any], applied: Mapping[str, Any] | None)
     if not names or (applied is not None and names == replaced_names(before)):
         return None
     return replaced_env(template)
-
-
-def _reason(exc: BaseException) -> str:
-    """The innermost cause of a connection failure (urllib3 wraps it twice), without the
-    connection object's repr: "Failed to establish a new connection: [Errno 111] ..."."""
-    inner: BaseException = exc
-    while isinstance(getattr(inner, "reason", None), BaseException):
-        inner = getattr(inner, "reason")  # noqa: B009
-    return " ".join(str(inner).split()).rsplit("): ", 1)[-1]
 
 
 def preview_plan(

@@ -173,3 +173,21 @@ def test_a_flag_wins_over_its_variable_and_an_unset_flag_leaves_the_variable_in_
     )
     assert (flagged.reconcile_interval_s, flagged.metrics_port) == (3.0, 9100)
     assert flagged.planner == "hulk"
+
+
+def test_an_api_server_that_cannot_be_reached_at_start_is_one_line(tmp_path: Path) -> None:
+    """Before, a traceback ending in urllib3's MaxRetryError (a review)."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    out = _operator("--kubeconfig", str(config), "--liveness", "", "--metrics-port", "0")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        "hulk operator: error: --kubeconfig: cannot reach the API server (Failed to establish "
+        "a new connection: [Errno 111] Connection refused) (check that the cluster is up and "
+        "the kubeconfig's server and context)"
+    )
