@@ -205,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from hulk_planner.datasets import paper_cluster
     from hulk_planner.errors import HulkError, InvalidRequest, each_error
     from hulk_probe.replay import publish_latencies
+    from hulk_sandbox.errors import SandboxError
     from hulk_sandbox.sandbox import Sandbox
 
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
@@ -228,8 +229,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     names = [d["metadata"]["name"] for d in docs]
     paper = paper_cluster()
-    box = Sandbox(args.dir)
-    seconds = box.up(paper.servers, die_with_parent=not args.keep)
+    try:  # its folder, before any process starts (a file, an unwritable path, an empty
+        # one: tracebacks, or the current folder, before; a review)
+        if not str(args.dir).strip():
+            raise SandboxError("--dir: is empty", "give a folder, e.g. --dir .sandbox/demo")
+        try:
+            Path(args.dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SandboxError(
+                f"--dir {args.dir}: cannot create it ({exc.strerror or exc})",
+                "choose a writable path",
+            ) from None
+        box = Sandbox(args.dir)
+        seconds = box.up(paper.servers, die_with_parent=not args.keep)
+    except SandboxError as exc:
+        print(f"hulk demo: error: {exc}", file=sys.stderr)
+        return 2
     print(
         f"sandbox up with {len(paper.servers)} nodes in {seconds:.1f}s "
         f"(kubectl --kubeconfig {box.kubeconfig})"

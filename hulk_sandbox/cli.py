@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from hulk_sandbox.errors import SandboxError
 
@@ -129,17 +130,24 @@ def _add_node(args: argparse.Namespace) -> int:
         raise SandboxError(f"no running sandbox in {box.dir} (start one: hulk sandbox up "
                            f"--dir {args.dir}, or hulk demo --keep)")  # fmt: skip
     product = args.gpu_product
-    tflops = args.gpu_tflops or tflops_for(product, None)
+    # (0 given is refused below, not taken for "not given": a review)
+    tflops = args.gpu_tflops if args.gpu_tflops is not None else tflops_for(product, None)
     if tflops is None:
         raise SandboxError(f"--gpu-product {product}: its TFLOPS are unknown (give --gpu-tflops)")
     sized = re.search(r"(\d+)GB", product.upper())  # A100-SXM4-80GB: 80
-    memory = args.gpu_memory_gib or (float(sized.group(1)) if sized else 80.0)
+    memory = args.gpu_memory_gib
+    if memory is None:
+        memory = float(sized.group(1)) if sized else 80.0
     try:
         server = Server(args.name, args.region, args.gpus, memory, tflops, gpu_product=product)
     except InvalidRequest as exc:
-        flag = {"name": "name", "region": "--region", "gpus": "--gpus"}.get(
-            exc.field.rsplit(".", 1)[-1], exc.field
-        )
+        flag = {
+            "name": "name",
+            "region": "--region",
+            "gpus": "--gpus",
+            "gpuMemoryGiB": "--gpu-memory-gib",
+            "gpuTFLOPS": "--gpu-tflops",
+        }.get(exc.field.rsplit(".", 1)[-1], exc.field)
         raise SandboxError(
             f"{flag}: {exc.problem}" + (f" ({exc.fix})" if exc.fix else "")
         ) from None
@@ -149,10 +157,19 @@ def _add_node(args: argparse.Namespace) -> int:
         if exc.status == 409:
             raise SandboxError(f"node {args.name} exists (choose another name, or kubectl "
                                f"delete node {args.name} first)") from None  # fmt: skip
-        raise SandboxError(f"the API server refused node {args.name}: {exc.reason}") from None
+        said = _message(exc) or str(exc.reason)  # (its reason alone told nothing: a review)
+        raise SandboxError(f"the API server refused node {args.name}: {said}") from None
     print(f"node {args.name} Ready: {args.gpus} x {product} ({memory:g} GiB, {tflops:g} "
           f"TFLOPS) in region {args.region}")  # fmt: skip
     return 0
+
+
+def _message(exc: Any) -> str:
+    """The API server's own message of an error, or ""."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -196,6 +213,9 @@ def run(args: argparse.Namespace) -> int:
         "add-node": _add_node,
     }
     try:
+        if getattr(args, "dir", None) is not None and not str(args.dir).strip():
+            # (an empty --dir or HULK_SANDBOX_DIR was the current folder: a review)
+            raise SandboxError("--dir: is empty", "give a folder, e.g. --dir .sandbox")
         return actions[args.action](args)
     except SandboxError as err:
         print(f"hulk sandbox: {err}", file=sys.stderr)

@@ -105,12 +105,20 @@ def node_manifest(server: Server, *, taint: bool = False) -> dict[str, Any]:
     }
 
 
+MAX_NODES = 5_000
+
+
 def cluster_for(spec: str) -> Cluster:
     """``"paper"`` -> the Hulk paper's 47 servers; ``"N"`` -> N generated servers."""
     if spec == "paper":
         from hulk_planner.datasets import paper_cluster
 
         return paper_cluster()
+    if spec.isdigit() and int(spec) > MAX_NODES:  # (100,000 took the API server to 2.4 GB)
+        raise SandboxError(
+            f"--nodes {spec}: at most {MAX_NODES:,} nodes on one machine",
+            "give fewer; 1,000 start in about a minute",
+        )
     if spec.isdigit() and int(spec) > 0:
         from hulk_planner.generate import random_cluster
 
@@ -145,9 +153,12 @@ def create_nodes(api: ApiClient, servers: Iterable[Server], *, taint: bool = Fal
         resp: Any = core.create_node(manifest, _preload_content=False)
         resp.read()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=8)
+    try:
         for future in [pool.submit(create, m) for m in manifests]:
             future.result()
+    finally:  # (Ctrl-C: the queued creations dropped; before, all of them ran first)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def delete_node(api: ApiClient, name: str) -> None:

@@ -58,13 +58,22 @@ class Sandbox:
 
     def load(self) -> bool:
         """Reads the state file; False if there is none."""
+        if self.dir.exists() and not self.dir.is_dir():  # (a NotADirectoryError before)
+            raise SandboxError(f"--dir {self.dir}: is a file, not a folder", "give a folder")
         try:
             self.state = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             return False
         except json.JSONDecodeError as err:
             raise SandboxError(f"{self.state_file} is corrupt ({err})", "delete it") from err
-        self.procs = [Proc.from_json(p) for p in self.state.get("processes", [])]
+        try:  # (JSON of another shape: an "unexpected" AttributeError or KeyError before)
+            if not isinstance(self.state, dict):
+                raise TypeError(f"a {type(self.state).__name__}, not an object")
+            self.procs = [Proc.from_json(p) for p in self.state.get("processes", [])]
+        except (TypeError, KeyError, AttributeError, ValueError) as err:
+            raise SandboxError(
+                f"{self.state_file} is corrupt ({type(err).__name__}: {err})", "delete it"
+            ) from err
         if self.state.get("logs"):
             self.logs = Path(self.state["logs"])
         return True

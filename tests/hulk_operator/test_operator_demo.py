@@ -92,6 +92,22 @@ def test_a_replay_period_below_0_stops_the_demo_before_the_sandbox_starts(
     assert not box.exists()
 
 
+def test_a_folder_that_cannot_be_the_sandboxs_stops_the_demo_in_one_line(tmp_path: Path) -> None:
+    """A file, an uncreatable path: tracebacks before (NotADirectoryError, FileNotFoundError);
+    an empty one was the current folder (a review)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for folder, said in (
+        (str(blocker), f"--dir {blocker}: cannot create it (File exists) (choose a writable"),
+        ("/proc/no-such", "--dir /proc/no-such: cannot create it (No such file or directory)"),
+        ("", "--dir: is empty (give a folder, e.g. --dir .sandbox/demo)"),
+    ):
+        proc = _demo("--dir", folder)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"hulk demo: error: {said}"), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def _free_port() -> int:
     import socket
 

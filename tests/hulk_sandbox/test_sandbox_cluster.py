@@ -197,3 +197,18 @@ def test_hulk_sandbox_add_node_adds_a_new_regions_node(sandbox: Sandbox, core: A
     bad = add("x-1", "--region", "Singapore", "--gpus", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("hulk sandbox: --gpus: "), bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+    # a zero was taken for "not given" (312 TFLOPS, 80 GiB); a negative one was named
+    # server 'x-1'.gpuTFLOPS; a name the API server refuses was told as "Unprocessable
+    # Entity" alone (a review)
+    for args, said in (
+        (("x-1", "--gpu-tflops", "0"), "hulk sandbox: --gpu-tflops: must be "),
+        (("x-1", "--gpu-memory-gib", "0"), "hulk sandbox: --gpu-memory-gib: must be "),
+        (("x-1", "--gpu-tflops", "-1"), "hulk sandbox: --gpu-tflops: must be "),
+        (
+            ("Bad_Name",),
+            'hulk sandbox: the API server refused node Bad_Name: Node "Bad_Name" is invalid',
+        ),
+    ):
+        bad = add(*args, "--region", "Singapore")
+        assert bad.returncode == 2 and bad.stderr.startswith(said), (args, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1
