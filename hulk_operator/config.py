@@ -95,21 +95,34 @@ class OperatorConfig:
             default = getattr(cls, f.name)
             try:
                 if isinstance(default, bool):
-                    values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                    word = raw.strip().lower()
+                    if word not in (*TRUE_WORDS, *FALSE_WORDS):  # ("maybe" was false: a review)
+                        raise InvalidRequest(
+                            f"HULK_OPERATOR_{f.name.upper()}",
+                            f"must be true or false, got {raw!r}",
+                            "write true or false (1/0, yes/no, on/off)",
+                        )
+                    values[f.name] = word in TRUE_WORDS
                 elif isinstance(default, int):
                     values[f.name] = int(raw)
                 elif isinstance(default, float) or default is None:
                     values[f.name] = float(raw) if raw else None
                 else:
                     values[f.name] = raw
+            except InvalidRequest:
+                raise
             except ValueError:
                 kind = "an integer" if isinstance(default, int) else "a number"
                 raise InvalidRequest(
-                    f"HULK_OPERATOR_{f.name.upper()}", f"must be {kind}, got {raw!r}"
+                    f"HULK_OPERATOR_{f.name.upper()}",
+                    f"must be {kind}, got {raw!r}",
+                    f"write {kind}, e.g. {default if default is not None else 10}, or unset it",
                 ) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 
+
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 # The numeric settings: whether zero is allowed (negatives never are).
 _NUMBERS = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import time
@@ -218,8 +219,14 @@ def run(args: argparse.Namespace) -> int:
             config = replace(config, metrics_port=args.metrics_port)  # (checked by it)
         if config.metrics_port:  # (before: no way to see the demo's metrics; a user trial)
             check_port("--metrics-port", "0.0.0.0", config.metrics_port, "or leave it out")
-        if not args.replay_every >= 0:
-            why = "is below 0" if args.replay_every < 0 else "is not a number"
+        if not 0 <= args.replay_every < math.inf:  # (inf: never, said otherwise; a review)
+            why = (
+                "is below 0"
+                if args.replay_every < 0
+                else "is not finite"
+                if args.replay_every == math.inf
+                else "is not a number"
+            )
             raise InvalidRequest(
                 "--replay-every", f"{args.replay_every:g} {why}", "give seconds, or 0 for never"
             )

@@ -186,6 +186,6 @@ def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 120.0) -> 
         time.sleep(0.25 if len(wanted) <= 100 else 1.0)  # listing 1,000 nodes is not free
     sample = ", ".join(sorted(pending)[:5])
     raise SandboxError(
-        f"{len(pending)} of {len(wanted)} nodes not Ready after {timeout:.0f}s (e.g. {sample})",
+        f"{len(pending)} of {len(wanted)} nodes not Ready after {timeout:g}s (e.g. {sample})",
         "see the kwok and kube-controller-manager logs",
     )

@@ -182,7 +182,7 @@ def wait_http(
             last = str(getattr(err, "reason", err))
         time.sleep(0.1)
     raise SandboxError(
-        f"{proc.name} not healthy after {timeout:.0f}s at {url} ({last})", f"see {proc.log}"
+        f"{proc.name} not healthy after {timeout:g}s at {url} ({last})", f"see {proc.log}"
     )
 
 

@@ -77,6 +77,21 @@ def test_environment_values_that_are_not_numbers_name_the_variable() -> None:
     with pytest.raises(InvalidRequest, match="HULK_OPERATOR_METRICS_PORT: must be an integer"):
         OperatorConfig.from_env({"HULK_OPERATOR_METRICS_PORT": "9o9o"})
     assert OperatorConfig.from_env({"HULK_OPERATOR_PLANNING_BUDGET_S": "3"}).planning_budget_s == 3
+    # each with its fix; a yes/no setting that is neither is refused ("maybe" was false:
+    # a review)
+    with pytest.raises(InvalidRequest) as exc:
+        OperatorConfig.from_env({"HULK_OPERATOR_RECONCILE_INTERVAL_S": "abc"})
+    assert str(exc.value).startswith(
+        "HULK_OPERATOR_RECONCILE_INTERVAL_S: must be a number, got 'abc' (write a number, e.g. "
+    )
+    with pytest.raises(InvalidRequest) as exc:
+        OperatorConfig.from_env({"HULK_OPERATOR_BASELINES": "maybe"})
+    assert str(exc.value) == (
+        "HULK_OPERATOR_BASELINES: must be true or false, got 'maybe' (write true or false "
+        "(1/0, yes/no, on/off))"
+    )
+    for word, value in (("Yes", True), ("off", False), ("", False)):
+        assert OperatorConfig.from_env({"HULK_OPERATOR_BASELINES": word}).baselines is value
 
 
 def _operator(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -78,7 +78,10 @@ def test_a_metrics_port_in_use_stops_the_demo_before_the_sandbox_starts(tmp_path
     assert not box.exists()
 
 
-@pytest.mark.parametrize(("every", "why"), [("-1", "is below 0"), ("nan", "is not a number")])
+@pytest.mark.parametrize(
+    ("every", "why"),
+    [("-1", "is below 0"), ("nan", "is not a number"), ("inf", "is not finite")],  # (inf taken)
+)
 def test_a_replay_period_below_0_stops_the_demo_before_the_sandbox_starts(
     tmp_path: Path, every: str, why: str
 ) -> None:
