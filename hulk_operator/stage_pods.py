@@ -71,7 +71,7 @@ def desired_pods(
         sorted(gpus.items()),
         port,
         json.dumps(template, sort_keys=True, default=str),
-        sorted(hostnames.items(), key=lambda kv: kv[0]),
+        sorted(hostnames.items()),  # (names are unique: a None label is never compared)
     )
     last = built.get(entry.key) if built is not None else None
     if last is not None and last[0] == source:
