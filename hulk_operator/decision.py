@@ -38,6 +38,7 @@ class Decision:
     note: str = ""  # said with the plan, e.g. that a quota made it smaller
     refused: bool = False  # no plan: its pods were refused, it waits (Placer.give_back)
     generation: int = 0  # the job's metadata.generation it was made for (0: not stamped)
+    uid: str = ""  # the job object's uid it was made for ("": not stamped)
 
     @property
     def nodes(self) -> frozenset[str]:

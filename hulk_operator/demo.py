@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
         placed = [(args.jobs, io.without_other_apis(io.load_documents(args.jobs)))]
-        io.jobs_from_documents(placed)
+        io.jobs_from_documents(placed, operator=True)
         # the jobs alone, a List's items each (before, a List was created as a job: a review)
         docs = [doc for _, doc in io.placed_documents(placed)]
         config = OperatorConfig.from_env()

@@ -23,7 +23,7 @@ from hulk_operator.manifests import DEFAULT_MASTER_PORT, quantities_as_text
 from hulk_operator.quotas import stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, shown
-from hulk_planner.io import job_from_dict, regrow_settings
+from hulk_planner.io import check_operator_fields, job_from_dict, regrow_settings
 from hulk_planner.model import Job
 
 Key = tuple[str, str]  # (namespace, name)
@@ -113,8 +113,9 @@ def job_entry(
     job, error = None, None
     try:
         job = job_from_dict(raw)
+        check_operator_fields(spec)
     except InvalidRequest as exc:
-        error = str(exc)
+        job, error = None, str(exc)
     plan = st.job_plan_from_status(name, status)
     finished = status.get("phase") == st.SUCCEEDED
     shape = template_shape_error(spec.get("template"))

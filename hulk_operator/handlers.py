@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -76,6 +77,7 @@ from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
 # kopf's record of the spec its handlers last took (an annotation), read by the timer too
 DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix="hulk.dev", key="last-handled-configuration")
+EVENT_SOURCE = "hulk-operator"  # the Events' reportingComponent (kubectl describe's From)
 PEERING_LIFETIME_S = 20  # seconds a replica's peering record counts after its last refresh
 
 
@@ -124,8 +126,13 @@ async def operator_startup(
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hulk.dev")
     settings.persistence.diffbase_storage = DIFFBASE
     settings.persistence.finalizer = "hulk.dev/kopf-finalizer"
-    # Post our own kopf.event() calls (Planned, Replanned...) as Kubernetes Events.
+    # Post our own kopf.event() calls (Planned, Replanned...) as Kubernetes Events, from
+    # Hulk's operator and its replica (before, kopf's defaults: kubectl describe said "From:
+    # kopf", every replica "dev"; a review)
     settings.posting.level = logging.INFO
+    settings.posting.reporting_component = EVENT_SOURCE
+    settings.posting.reporting_instance = socket.gethostname()  # (in a pod: its name)
+    settings.posting.event_name_prefix = "hulk-"
     # Blocking (sync) handlers and API calls share a small thread pool.
     settings.execution.max_workers = 8
     # Notice an API server restart quickly instead of waiting on a dead watch.
@@ -170,7 +177,11 @@ async def operator_startup(
         on_round=on_round,
     )
     memo.recent = {}
-    memo.disruption = {}  # (a dict: every job's shallow copy of the memo shares it)
+    # (a dict: every job's shallow copy of the memo shares it). A NotReady node's grace
+    # runs from the operator's start at the earliest, as kube-controller-manager's does
+    # from its own: a restart during a disruption's end took every node still NotReady as
+    # lost at once, as the disruption logic exists to prevent (a review)
+    memo.disruption = {"ended": time.time()}
     memo.env_told = {}  # job key -> the variables EnvReplaced told of (shared too)
     memo.listings = Listings()  # (shared: each job's copy of the memo holds the same)
     memo.node_view = NodeView()  # (shared too)

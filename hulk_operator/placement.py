@@ -137,11 +137,14 @@ class Placer:
 
     def prune(self, jobs: Mapping[Key, JobEntry]) -> None:
         """Drops reservations that the jobs' statuses now show, whose job is gone, or that
-        were made for an older spec (an edit while it was planned)."""
+        were made for an older spec (an edit while it was planned) or another object of
+        the name (deleted and applied again while its round planned: before, the new job,
+        at generation 1 too, got the old spec's plan; a review)."""
         for k, d in list(self.reserved.items()):
             e = jobs.get(k)
             stale = e is not None and d.generation and d.generation != e.generation
-            if e is None or e.deleting or e.plan_nodes == d.nodes or stale:
+            other = e is not None and d.uid and d.uid != e.uid
+            if e is None or e.deleting or e.plan_nodes == d.nodes or stale or other:
                 del self.reserved[k]
         for k in [k for k in self.regrow_checked if k not in jobs]:
             del self.regrow_checked[k]
@@ -268,6 +271,7 @@ class Placer:
             # planning would no longer give
             tuple(snap.nodes.values()),
             entry.generation,
+            entry.uid,  # (applied again under its name: not the old object's failure)
             tuple(sorted(k for k, e in snap.jobs.items() if e.pending)),
             snap.gpu_max(entry.key[0]),
             snap.gpu_min(entry.key[0]),
@@ -343,7 +347,9 @@ class Placer:
         not planned again until that changes) and returns ``key``'s."""
         after = replace(snap, held=dict(snap.held))
         decisions = {  # (the spec each was made for: an edit since drops it, ``prune``)
-            k: replace(d, generation=snap.jobs[k].generation) if k in snap.jobs else d
+            k: replace(d, generation=snap.jobs[k].generation, uid=snap.jobs[k].uid)
+            if k in snap.jobs
+            else d
             for k, d in decisions.items()
         }
         for k, d in decisions.items():
@@ -403,7 +409,9 @@ class Placer:
             decisions = await asyncio.to_thread(within)
             if self.on_round:
                 self.on_round(time.perf_counter() - started, decisions)
-            d = replace(decisions[entry.key], base=current, generation=entry.generation)
+            d = replace(
+                decisions[entry.key], base=current, generation=entry.generation, uid=entry.uid
+            )
             if d.job_plan is not None:
                 self.reserved[entry.key] = d
             return d
@@ -472,7 +480,7 @@ class Placer:
             if self.on_round:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:
-                d = replace(d, generation=entry.generation)
+                d = replace(d, generation=entry.generation, uid=entry.uid)
                 self.reserved[entry.key] = d
             return d
 
@@ -517,12 +525,14 @@ class Placer:
         d = self.reserved.get(key)
         if d is None or d.job_plan is None:
             return None
+        if same_plan(d.job_plan, shown):  # (first: a re-plan that gave the same plan, its
+            # base the plan shown too, held the job 30 s for a write with nothing to show,
+            # then re-planned it again, for good: a review)
+            del self.reserved[key]
+            return None
         if d.base is not None and same_plan(d.base, shown):
             if decision.clock() - d.made < WRITE_TIMEOUT_S:
                 return d
-            del self.reserved[key]
-            return None
-        if same_plan(d.job_plan, shown):
             del self.reserved[key]
         return None
 

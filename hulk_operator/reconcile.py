@@ -433,6 +433,15 @@ async def _make_pods(
         # pods of a run that failed or finished before this plan: gone before the new ones
         # start (they may bear the same names)
         await delete_pods(ctx, ns, ended)
+        # ... and going from here on: a re-run whose pods bear the same names was counted
+        # as done by them, and Succeeded again at once without running (a review)
+        ctx.pods = {
+            **ctx.pods,
+            entry.key: [
+                replace(p, deleting=True) if p.name in ended else p
+                for p in ctx.pods.get(entry.key, [])
+            ],
+        }
     elif failed and replanned is None:
         return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
     desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)

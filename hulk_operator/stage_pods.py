@@ -105,16 +105,27 @@ async def sync_pods(
     ns, name = entry.key
     port = int(spec.get("masterPort") or manifests.DEFAULT_MASTER_PORT)
     pods = {p.name: p for p in ctx.pods.get(entry.key, [])}
-    live = [n for n, p in pods.items() if not p.deleting]
+    force = force or set()
+    # a pod the plan keeps on a node deleted and made again since it was bound
+    # (``recovery.REMADE``): it was never on the new node, so it is deleted with grace 0
+    # and made again there (before, kept: the job was re-planned to the same plan every
+    # tick, and its pod never replaced; a review)
+    remade = sorted(
+        n
+        for n, p in pods.items()
+        if n in desired and not p.deleting and p.node in force and p.node in ctx.nodes
+    )
+    live = [n for n, p in pods.items() if not p.deleting and n not in remade]
     diff = recovery.pod_diff(live, list(desired))
     now = time.monotonic()
+    for n in remade:  # (made again at once: the old one is gone with grace 0)
+        ctx.recent.pop(n, None)
     create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
-    if diff.delete:  # first: a quota counts them until they go
-        gone = (force or set()) | {
-            p.node for p in pods.values() if p.node and p.node not in ctx.nodes
-        }
-        forced = [n for n in diff.delete if pods[n].node in gone]
-        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, diff.delete, forced)
+    doomed = [*diff.delete, *remade]
+    if doomed:  # first: a quota counts them until they go
+        gone = force | {p.node for p in pods.values() if p.node and p.node not in ctx.nodes}
+        forced = [n for n in doomed if pods[n].node in gone]
+        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, doomed, forced)
     if not create:
         await restore_service(ctx, entry, port, bool(live))
     else:
@@ -145,7 +156,7 @@ async def sync_pods(
     # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
     # quota, and waiting out its retry pause keeps the others gated)
     missing = [n for n in diff.create if n not in create]
-    gated = [n for n in desired if n not in pods or pods[n].gated]
+    gated = [n for n in desired if n not in pods or pods[n].gated or n in remade]
     # ... and once no old pod of their hostnames is Terminating: the headless Service
     # published both under <hostname>.<job>, and a kept pod could find the old master
     # (before; a user trial), for at most HOLD_S

@@ -8,6 +8,7 @@ Condition types: ``Planned``, ``Ready``, ``Replanning``, ``Failed``, ``LatencyEs
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +46,11 @@ def no_failure_seen(new: dict[str, Any], status: Mapping[str, Any], gen: int) ->
     return new | {"conditions": set_condition(conds, FAILED, False, reason, message, gen)}
 
 
+# metav1.Condition's limits, which the CRD's schema holds conditions to
+REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+MAX_MESSAGE = 32768
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]] | None,
     type_: str,
@@ -57,6 +63,11 @@ def set_condition(
     """The list with condition ``type_`` set; ``lastTransitionTime`` moves only when the
     status flips. Conditions keep the order of :data:`CONDITION_TYPES`."""
     text = "True" if status else "False"
+    if not REASON.fullmatch(reason):  # (the CRD's schema, metav1.Condition's, refuses it)
+        reason = re.sub("[^A-Za-z0-9_,:]", "", reason).strip(",:").lstrip("0123456789_")
+        reason = reason or "Unknown"
+    if len(message) > MAX_MESSAGE:  # (likewise: the whole status write would be refused)
+        message = message[: MAX_MESSAGE - 3] + "..."
     by_type = {str(c.get("type")): dict(c) for c in conditions or []}
     old = by_type.get(type_)
     changed = old is None or old.get("status") != text

@@ -101,6 +101,10 @@ def plan(
     Bad arguments raise ``InvalidRequest`` naming the argument; a
     plan that places no job raises ``NoFeasiblePlan``."""
     jobs = _check_args(cluster, jobs, planner, seed, max_iterations, previous, cost)
+    # the name asked for (hulk runs the GNN); "gnn" is another name for it, and one planner
+    # under two names split a script's plans by planner (a user trial; and every path
+    # writes it, those of priorities and allowedRegions too: a review)
+    planner = "hulk" if planner == "gnn" else planner
     if time_budget_s is not None:
         check_positive("--time-budget", time_budget_s, at_most=MAX_TIME_BUDGET_S)
     if weights is not None and planner not in USES_GNN:
@@ -127,9 +131,7 @@ def plan(
     else:
         result = _replan(cost, jobs, planner, options, previous)
     result = _drop_infeasible(cost, cost.with_predictions(result, jobs), jobs)
-    # the name asked for (hulk runs the GNN); "gnn" is another name for it, and one planner
-    # under two names split a script's plans by planner (a user trial)
-    result = replace(result, planner="hulk" if planner == "gnn" else planner)
+    result = replace(result, planner=planner)
     if not result.jobs and result.unplaced:
         raise NoFeasiblePlan(
             "; ".join(f"{u.name}: {u.reason}" for u in result.unplaced), result.unplaced

@@ -3,6 +3,7 @@ problem is an ``InvalidRequest`` naming the path inside the document."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Hashable, Mapping
@@ -175,10 +176,55 @@ def load_documents(path: str | Path) -> list[Any]:
     # a byte-order mark starts a document as well as the file where files were joined
     # (cat a.yaml b.yaml): YAML allows one only at the start of the stream
     text = re.sub("(?m)^\ufeff", "", text)
+    docs = _json(p, text)
+    if docs is None:
+        try:
+            docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        except yaml.YAMLError as exc:
+            raise InvalidRequest(*_yaml_error(p, exc)) from None
+    try:  # "\ud83d" alone, in JSON or a double-quoted YAML string: no character
+        json.dumps(docs, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(
+            str(p),
+            f"holds an unpaired surrogate escape ({exc.object[exc.start : exc.end]!a})",
+            "write the character itself, or both halves of its surrogate pair",
+        ) from None
+    return docs
+
+
+def _json(p: Path, text: str) -> list[Any] | None:
+    """The document of a JSON file, read as JSON: PyYAML reads JSON only as far as it is
+    YAML, and refused a tab-indented file (``jq --tab``) and read ``"\ud83d\uddfc"`` as two
+    halves of a character, not one (a review). None where the text is not one JSON value
+    (YAML, or JSON that YAML reads with its line numbers in errors)."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:  # as the YAML loader: kubectl refuses a key given twice
+                raise InvalidRequest(
+                    str(p),
+                    "is not valid YAML or JSON",
+                    f"found the key {key!r} twice in one object",
+                )
+            seen[key] = value
+        return seen
+
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(*_yaml_error(p, exc)) from None
+        doc = json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant)
+    except InvalidRequest:
+        raise
+    except ValueError:
+        return None
+    return [] if doc is None else [doc]
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON: read the text as YAML instead, as before."""
+    raise ValueError(name)
 
 
 def _yaml_error(p: Path, exc: yaml.YAMLError) -> tuple[str, str, str]:

@@ -210,12 +210,23 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
             ) from None
         raise
     priority = spec.get("priority", 0)
+    # (10.0 is the API server's 10, as the batch sizes' whole floats are: a review)
+    if isinstance(priority, float) and priority.is_integer() and abs(priority) < 2**63:
+        priority = int(priority)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidRequest(
             "spec.priority",
             f"must be a whole number, got {priority!r}",
             "higher plans first; e.g. priority: 10 (default 0)",
         )
+    return Job(str(name), spec_model, gbs, mbs, priority)
+
+
+def check_operator_fields(spec: Mapping[str, Any]) -> None:
+    """The fields only the operator reads, ``spec.suspend`` and ``spec.regrow``, checked as
+    the CRD's schema checks them. ``job_from_dict`` leaves them alone: ``hulk plan`` ignores
+    the fields it does not need (the planning interface says so; it refused a job for them:
+    a review) and notes what is wrong with them; the operator and the demo refuse them."""
     if not isinstance(spec.get("suspend", False), bool):
         raise InvalidRequest(
             "spec.suspend",
@@ -223,7 +234,6 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
             "write suspend: true or suspend: false, unquoted",
         )
     regrow_settings(spec)
-    return Job(str(name), spec_model, gbs, mbs, priority)
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -311,9 +321,12 @@ def _named(item: Any) -> str:
     return f": {name}" if isinstance(name, str) and name.strip() else ""
 
 
-def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]:
+def jobs_from_documents(
+    files: Iterable[tuple[str, Sequence[Any]]], *, operator: bool = False
+) -> list[Job]:
     """Jobs of loaded manifests, (file name, its documents) in order (``placed_documents``):
-    each error names the file and the document."""
+    each error names the file and the document. ``operator``: the operator's fields are
+    checked too (``check_operator_fields``), for manifests that go to the operator."""
     files = list(files)
     # (the same file however spelt: ./jobs.yaml and jobs.yaml; a user trial)
     paths = [path if path == "-" else str(Path(path).resolve()) for path, _ in files]
@@ -325,7 +338,7 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
     where: dict[str, tuple[str, Any]] = {}  # job -> (its document, its namespace)
     for source, doc in placed_documents(files):
         try:
-            jobs.append(_placed_job(source, doc, where))
+            jobs.append(_placed_job(source, doc, where, operator))
         except InvalidRequest as exc:
             errors.append(exc)
     if errors:
@@ -333,11 +346,15 @@ def jobs_from_documents(files: Iterable[tuple[str, Sequence[Any]]]) -> list[Job]
     return jobs
 
 
-def _placed_job(source: str, doc: Any, where: dict[str, tuple[str, Any]]) -> Job:
+def _placed_job(
+    source: str, doc: Any, where: dict[str, tuple[str, Any]], operator: bool = False
+) -> Job:
     """The job of ``doc`` (named ``source`` in its errors), its name noted in ``where``
     once taken: a name given twice is refused."""
     try:
         job = job_from_dict(doc, source)
+        if operator:
+            check_operator_fields(doc["spec"])
     except InvalidRequest as exc:
         if exc.field.startswith(source):
             raise

@@ -71,6 +71,15 @@ def _region(name: str, spelled: Mapping[str, tuple[str, int]]) -> str:
     return spelled.get(slug(name), (name, 0))[0]
 
 
+def _informational(value: Any) -> Any:
+    """An informational text field written as a bare number (``gpuProduct: 3090``,
+    ``computeCapability: 8.6``) is that text: the spec calls them informational, and they
+    were refused as "must be text" (a review). Lists and mappings are still refused."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
 def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
     check_kind(doc, "ClusterTopology", source)
     spec = required(doc, "spec", "")
@@ -97,9 +106,9 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
                     gpus=number_field(n, "gpus", w),
                     gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
                     gpu_tflops=number_field(n, "gpuTFLOPS", w),
-                    gpu_product=n.get("gpuProduct"),
-                    compute_capability=n.get("computeCapability"),
-                    zone=n.get("zone"),
+                    gpu_product=_informational(n.get("gpuProduct")),
+                    compute_capability=_informational(n.get("computeCapability")),
+                    zone=_informational(n.get("zone")),
                 )
             )
     # one region, one spelling: node labels write Tokyo and tokyo alike (tokyo), and

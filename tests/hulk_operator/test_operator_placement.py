@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+import yaml
 from placement_helpers import entry, nodes, not_ready, snap, templated
 
 from hulk_operator import GPU, recovery
@@ -26,6 +29,8 @@ from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, ModelSpec, Plan
 from hulk_sandbox.nodes import node_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def counting_plan(calls: list[int]) -> Callable[..., Plan]:
@@ -210,6 +215,39 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
         placer.pods_refused(edited, here)
         told = placer.give_back(edited, "refused", grace_s=120.0)
         assert "in 120 s" in told.reason
+
+    asyncio.run(main())
+
+
+def test_a_job_applied_again_under_its_name_gets_none_of_the_old_objects_decisions() -> None:
+    """A job deleted while its round planned, and applied again (a new uid, generation 1
+    again): before, the new object got the old spec's reservation, or its "no plan fits"
+    until the cluster changed (a review)."""
+    calls: list[int] = []
+    old = entry(paper_jobs()[3])
+    state = snap([old])
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(state.nodes, state.latencies, state.jobs, dict(state.held))
+
+    async def main() -> None:
+        placer = Placer(counting_plan(calls), batch_window_s=0.01)
+        got = await placer.decide(old.key, snapshot)
+        assert got is not None and got.job_plan is not None
+        assert placer.reserved[old.key].uid == old.uid
+        placer.prune({old.key: old})  # (the same object: kept)
+        assert old.key in placer.reserved
+        again = replace(old, uid="uid-again")
+        placer.prune({old.key: again})
+        assert old.key not in placer.reserved
+        # a failure is the object's own too: the new one is planned afresh
+        state.held = dict.fromkeys(state.nodes, ("other", "x"))
+        failed = await placer.decide(old.key, snapshot)
+        assert failed is not None and failed.job_plan is None
+        assert await placer.decide(old.key, snapshot) is failed  # (nothing changed)
+        state.jobs[old.key] = again  # type: ignore[index]
+        fresh = await placer.decide(old.key, snapshot)
+        assert fresh is not None and fresh is not failed and fresh.uid == "uid-again"
 
     asyncio.run(main())
 
@@ -578,6 +616,27 @@ def test_conditions_keep_transition_time_until_status_flips() -> None:
     c = st.set_condition(c, st.PLANNED, True, "Planned", "ok", 1, now="t3")
     assert [x["type"] for x in c] == [st.PLANNED, st.READY]
     assert c[1]["lastTransitionTime"] == "t3" and c[1]["observedGeneration"] == 1
+
+
+def test_a_condition_keeps_within_the_crds_limits() -> None:
+    """The CRD holds conditions to metav1.Condition's limits (a review): a reason outside
+    its pattern, or a message over 32,768 characters, would have the whole status write
+    refused; they are trimmed instead. The CRD's own pattern is the one checked."""
+    crd = yaml.safe_load((ROOT / "crds" / "hulktrainingjobs.hulk.dev.yaml").read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    fields = status["properties"]["conditions"]["items"]["properties"]
+    pattern = re.compile(fields["reason"]["pattern"])
+    for reason, shown in [
+        ("Deleted", "Deleted"),
+        ("Tainted key=v:NoSchedule", "Taintedkeyv:NoSchedule"),
+        ("3 nodes", "nodes"),
+        ("", "Unknown"),
+        ("a.b-", "ab"),
+    ]:
+        (c,) = st.set_condition([], st.READY, False, reason, "m", 1)
+        assert c["reason"] == shown and pattern.fullmatch(c["reason"]), c
+    (c,) = st.set_condition([], st.READY, False, "Long", "x" * 40_000, 1)
+    assert len(c["message"]) == fields["message"]["maxLength"] and c["message"].endswith("...")
 
 
 def test_a_failed_false_condition_is_brought_up_to_the_generation_reconciled() -> None:

@@ -28,6 +28,12 @@ def test_gnn_is_another_name_for_hulk_and_the_plan_says_hulk() -> None:
     plans = [plan(c, [tiny_job()], name, max_iterations=20) for name in ("gnn", "hulk")]
     assert [p.planner for p in plans] == ["hulk", "hulk"]
     assert plans[0].jobs == plans[1].jobs
+    # so do the paths of allowedRegions, of priorities and of no jobs (they said "gnn")
+    kw = {"max_iterations": 20}
+    fenced = plan(c, [tiny_job()], "gnn", allowed_regions={"tiny": ["r1"]}, **kw)
+    high = replace(tiny_job(), name="high", priority=5)
+    tiers = plan(c, [tiny_job(), high], "gnn", **kw)
+    assert [fenced.planner, tiers.planner, plan(c, [], "gnn").planner] == ["hulk"] * 3
 
 
 def test_unknown_planner_names_the_option() -> None:

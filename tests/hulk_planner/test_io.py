@@ -386,7 +386,6 @@ def test_preset_only_job_takes_the_preset_sizes_and_default_batch() -> None:
         (lambda d: d["metadata"].update(name="Big_Job"), "metadata.name"),
         (lambda d: d.pop("metadata"), "metadata"),
         (lambda d: d["spec"].update(priority="high"), "spec.priority"),
-        (lambda d: d["spec"].update(suspend="yes"), "spec.suspend"),
         (lambda d: d["spec"].update(model="bert-large"), "spec.model"),
         (lambda d: d["spec"].update(model=["bert-large"]), "spec.model"),
         (lambda d: d["spec"]["training"].update(globalBatchSize=10**19),
@@ -920,7 +919,7 @@ def test_the_library_raises_every_wrong_job_at_once(tmp_path: Path) -> None:
     bad["spec"]["model"] = {"preset": "gpt-5"}
     worse = job_doc()
     worse["metadata"]["name"] = "worse"
-    worse["spec"]["suspend"] = "yes"
+    worse["spec"]["priority"] = "high"
     path = tmp_path / "jobs.yaml"
     path.write_text(yaml.safe_dump_all([bad, job_doc(), worse]))
     with pytest.raises(InvalidRequests) as exc:
@@ -928,11 +927,81 @@ def test_the_library_raises_every_wrong_job_at_once(tmp_path: Path) -> None:
     fields = [e.field for e in exc.value.errors]
     assert fields == [
         f"{path} (document 1): spec.model.preset",
-        f"{path} (document 3): spec.suspend",
+        f"{path} (document 3): spec.priority",
     ]
     assert isinstance(exc.value, InvalidRequest) and exc.value.field == fields[0]
     assert str(exc.value).splitlines() == [str(e) for e in exc.value.errors]
     path.write_text(yaml.safe_dump_all([job_doc(), worse]))
     with pytest.raises(InvalidRequest) as one:  # one wrong job: that error itself
         io.load_jobs([path])
-    assert type(one.value) is InvalidRequest and one.value.field.endswith("spec.suspend")
+    assert type(one.value) is InvalidRequest and one.value.field.endswith("spec.priority")
+
+
+def test_the_operators_fields_are_checked_for_the_operator_alone(tmp_path: Path) -> None:
+    """The planning interface: ``hulk plan`` "ignores fields it does not need"; it refused
+    a job for ``suspend: "yes"`` or ``regrow: {minSpeedup: 1}``, which only the operator
+    reads (a review). They are checked where the job goes to the operator."""
+    for field, value, problem in [
+        ("suspend", "yes", "spec.suspend: must be true or false, got 'yes'"),
+        ("regrow", {"minSpeedup": 1}, "spec.regrow.minSpeedup: must be above 1, got 1"),
+    ]:
+        doc = job_doc()
+        doc["spec"][field] = value
+        assert io.job_from_dict(doc).name == doc["metadata"]["name"]
+        with pytest.raises(InvalidRequest) as exc:
+            io.check_operator_fields(doc["spec"])
+        assert str(exc.value).startswith(problem)
+        assert len(io.jobs_from_documents([("j.yaml", [doc])])) == 1
+        with pytest.raises(InvalidRequest) as exc:
+            io.jobs_from_documents([("j.yaml", [doc])], operator=True)
+        assert str(exc.value).startswith(f"j.yaml (document 1): {problem}")
+    # a whole float is the API server's whole number (it takes 10.0 for an integer field)
+    doc = job_doc()
+    doc["spec"]["priority"] = 10.0
+    job = io.job_from_dict(doc)
+    assert job.priority == 10 and type(job.priority) is int
+    doc["spec"]["priority"] = 10.5
+    with pytest.raises(InvalidRequest, match=r"spec.priority: must be a whole number, got 10.5"):
+        io.job_from_dict(doc)
+
+
+def test_json_is_read_as_json(tmp_path: Path) -> None:
+    """Before, PyYAML read JSON as far as it is YAML: ``jq --tab``'s tab-indented output was
+    refused, and ``"\\ud83d\\uddfc"`` (Python's ``json.dump`` of a character past U+FFFF)
+    became two halves of a character, and ``hulk plan`` ended in a traceback (a review)."""
+    doc = yaml.safe_load(CLUSTER_YAML)
+    doc["spec"]["nodes"][0]["region"] = "Tokyo \U0001f5fc"
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc, indent="\t"))  # ensure_ascii: a surrogate pair
+    assert "\t" in path.read_text() and "\\ud83d\\uddfc" in path.read_text()
+    assert io.load_documents(path) == [doc]
+    cluster = io.load_cluster(path)
+    assert cluster.servers[0].region == "Tokyo \U0001f5fc"
+    # a key twice in one JSON object is refused, as in YAML
+    path.write_text('{"kind": "ClusterTopology",\n "kind": "ClusterTopology"}')
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    assert str(exc.value) == (
+        f"{path}: is not valid YAML or JSON (found the key 'kind' twice in one object)"
+    )
+    # half of a pair alone is no character: said, not a traceback when it is printed
+    path.write_text('{"kind": "ClusterTopology", "metadata": {"name": "a\\ud83d"}}')
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    assert "unpaired surrogate escape ('\\ud83d')" in str(exc.value)
+    # flow-style YAML that is not JSON is still YAML
+    path.write_text("{kind: ClusterTopology, spec: {nodes: []}}")
+    assert io.load_documents(path) == [{"kind": "ClusterTopology", "spec": {"nodes": []}}]
+
+
+def test_informational_text_written_as_a_number_is_that_text() -> None:
+    """The spec calls ``gpuProduct`` informational; ``gpuProduct: 3090`` and
+    ``computeCapability: 8.6`` were refused as "must be text" (a review). A list still is."""
+    doc = yaml.safe_load(CLUSTER_YAML)
+    doc["spec"]["nodes"][0].update(gpuProduct=3090, computeCapability=8.6, zone=1)
+    server = io.cluster_from_dict(doc).servers[0]
+    assert (server.gpu_product, server.compute_capability, server.zone) == ("3090", "8.6", "1")
+    doc["spec"]["nodes"][0]["gpuProduct"] = ["A100"]
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert exc.value.field == "spec.nodes[0].gpuProduct"

@@ -916,6 +916,22 @@ def test_a_suspended_job_is_planned_as_if_resumed_and_noted(tmp_path: Path) -> N
     )
 
 
+def test_a_wrong_operator_field_is_noted_and_the_job_planned(tmp_path: Path) -> None:
+    """``hulk plan`` ignores the fields it does not need (the planning interface): before,
+    ``suspend: "yes"`` failed the whole preview (a review). The operator's refusal is
+    noted."""
+    doc = job_doc("bert-large")
+    doc["spec"].update(suspend="yes", regrow={"minSpeedup": 2})
+    out = hulk("plan", "--jobs", write(tmp_path / "j.yaml", doc), "-o", "json", "--moves", "50")
+    assert out.returncode == 0, out.stderr
+    assert [j["name"] for j in json.loads(out.stdout)["jobs"]] == ["bert-large"]
+    assert out.stderr.strip() == (
+        "hulk plan: note: job bert-large: spec.suspend: must be true or false, got 'yes' "
+        "(write suspend: true or suspend: false, unquoted): the operator refuses the job "
+        "until this is fixed; planned here without it"
+    )
+
+
 def test_a_misplaced_field_is_noted(tmp_path: Path) -> None:
     doc = job_doc("bert-large")
     doc["spec"]["globalBatchSize"] = 64  # belongs under spec.training
