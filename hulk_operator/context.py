@@ -32,6 +32,15 @@ class PodEntry:
     quota: tuple[tuple[str, float], ...] = ()  # what it counts toward a ResourceQuota
     # when the scheduler bound it to its node (PodScheduled's lastTransitionTime), if bound
     bound_at: float | None = None
+    # a Terminating pod: when quotas stop counting it (its deletionTimestamp plus its grace
+    # period, as Kubernetes' quota evaluator has it), None where it is not going
+    counted_until: float | None = None
+
+    def counts(self, now: float) -> bool:
+        """Whether a ResourceQuota still counts the pod at ``now``."""
+        if self.phase in ("Succeeded", "Failed"):
+            return False
+        return self.counted_until is None or now <= self.counted_until
 
 
 @dataclass

@@ -20,7 +20,7 @@ from kubernetes.utils import parse_quantity
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
 from hulk_operator.manifests import DEFAULT_MASTER_PORT, quantities_as_text
-from hulk_operator.quotas import stage_quota, template_facts, with_defaults
+from hulk_operator.quotas import MAX_AMOUNT, stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, shown
 from hulk_planner.io import check_operator_fields, job_from_dict, regrow_settings
@@ -331,15 +331,22 @@ def _bad_quantity(tmpl_spec: Mapping[str, Any]) -> str | None:
             for part in ("requests", "limits"):
                 amounts = res.get(part) if isinstance(res, Mapping) else None
                 for name, value in (amounts or {}).items() if isinstance(amounts, Mapping) else ():
-                    try:
-                        if value is not None:  # (a null the API server drops)
-                            parse_quantity(value)
+                    if value is None:  # (a null the API server drops)
+                        continue
+                    too_big: bool | None = None  # (None: no quantity at all)
+                    try:  # (1e400: infinite here, and crashed the job's index; a review)
+                        too_big = abs(float(parse_quantity(value))) > MAX_AMOUNT
                     except (ValueError, TypeError, ArithmeticError):
+                        pass
+                    if too_big is not False:
                         who = f" ({c.get('name')})" if c.get("name") else ""
                         return str(
                             InvalidRequest(
                                 f"spec.template.spec.{kind}[{i}]{who}.resources.{part}.{name}",
-                                f"{value!r} is not a quantity",
+                                f"{value!r} is "
+                                + (
+                                    "larger than Kubernetes allows" if too_big else "not a quantity"
+                                ),
                                 "write it as Kubernetes does: 500m or 2 (CPUs), 4Gi (bytes), "
                                 "1 (GPUs)",
                             )

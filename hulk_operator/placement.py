@@ -264,7 +264,10 @@ class Placer:
     def fingerprint(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
         """What a job's last failed round saw; the quota figures come last."""
         return (
-            tuple(i.name for i in snap.free(entry)),
+            # the free servers as offered, with the GPUs other pods leave (before, by name:
+            # a notebook's GPUs freed on a free server left the job on its old failure)
+            tuple(snap.free(entry)),
+            snap.latencies.unreachable,  # (a pair measured again: planned again)
             # every node as the index keeps it (unchanged ones are the same objects, so
             # this compares fast): a relabel that leaves the free set as it was (more GPU
             # memory on a free server, say) was not seen, and the job waited on a failure
@@ -442,7 +445,8 @@ class Placer:
                 return None
             free = snap.free(entry)
             seen = (
-                tuple(i.name for i in free),
+                tuple(free),  # (as offered: other pods' GPUs freed there count)
+                snap.latencies.unreachable,
                 tuple(snap.nodes.values()),  # a relabel (faster GPUs, same name): looked at
                 current.stages,
                 entry.generation,

@@ -403,9 +403,16 @@ def gpu_minimum(body: Mapping[str, Any]) -> float | None:
     return max(_gpu_bounds(body, "min"), default=None)
 
 
+# the largest quantity Kubernetes stores (an int64): a larger one (``1e400``, read as
+# infinite) is taken as this, as no int() of infinity crashes an index or a round (a review)
+MAX_AMOUNT = float(2**63 - 1)
+
+
 def parse_amount(value: Any) -> float:
-    """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable."""
+    """A Kubernetes quantity (``500m``, ``4Gi``, ``8``) as a number; 0 if unreadable, at
+    most ``MAX_AMOUNT``."""
     try:
-        return max(0.0, float(parse_quantity(value))) if value not in (None, "") else 0.0
+        amount = float(parse_quantity(value)) if value not in (None, "") else 0.0
     except (ValueError, TypeError, ArithmeticError):
         return 0.0
+    return min(max(0.0, amount), MAX_AMOUNT)

@@ -175,7 +175,10 @@ def plan_pending(
     # its plan (``quota_too_small``)
     for e in list(pending):
         refused = snap.bounds_refuse(e) or (
-            too_big_for(e, snap.nodes, snap.latencies.unreachable) or quota_too_small(e, snap)
+            too_big_for(
+                replace(e, requests=snap.stage_requests(e)), snap.nodes, snap.latencies.unreachable
+            )
+            or quota_too_small(e, snap)
             if unmatched(e, snap.nodes) is None
             else None
         )

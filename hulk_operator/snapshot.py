@@ -19,6 +19,7 @@ from hulk_operator.inventory import (
     NodeInfo,
     Resources,
     fits,
+    pod_requests,
     selected,
     tolerates,
 )
@@ -178,6 +179,15 @@ class Snapshot:
         if not defaults:
             return entry.pod_resources
         return with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in defaults])
+
+    def stage_requests(self, entry: JobEntry) -> Resources:
+        """What one stage pod requests of its node, the namespace's LimitRange default
+        requests filled in where its template sets none, as the API server admits it
+        (before, the template's alone: a node the defaults overfill was offered, and the
+        pod waited unschedulable; a review). GPUs stay the template's own ask."""
+        if not self.limit_defaults.get(entry.key[0]):
+            return entry.requests
+        return pod_requests(self.pod_resources(entry))._replace(gpus=entry.requests.gpus)
 
     def pod_quota(self, entry: JobEntry) -> tuple[tuple[str, float], ...]:
         """What one of the job's stage pods counts toward a quota, its GPUs aside."""
@@ -358,6 +368,7 @@ class Snapshot:
             return out  # no stage pod the namespace allows: why_none_free says so
         floor = self.gpu_min(entry.key[0])
         least = floor[1] if floor is not None else 0.0
+        need = self.stage_requests(entry)
         for info in self.nodes.values():
             holder = self.held.get(info.name)
             if holder is not None and holder != entry.key and info.name not in mine:
@@ -366,7 +377,7 @@ class Snapshot:
             # there, and not where a NoSchedule taint bars them (they would wait for ever)
             ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
-            ok = ok and info.server is not None and self._fits(info, entry.requests)
+            ok = ok and info.server is not None and self._fits(info, need)
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 info = self._capped(info, entry)
                 if info.server is not None and info.server.gpus < least:
@@ -450,7 +461,7 @@ class Snapshot:
 
     def _none_free(self, entry: JobEntry, usable: Sequence[NodeInfo]) -> str:
         """Why none of the ``usable`` nodes (matching the job, offered) is free for it."""
-        need = entry.requests
+        need = self.stage_requests(entry)
         full = [i for i in usable if self._unused(i).server is None]
         unfit = [i for i in usable if i not in full and not self._fits(self._unused(i), need)]
         floor = self.gpu_min(entry.key[0])

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hulk_operator import GPU
 from hulk_operator.entries import object_entry, template_shape_error
 
 BASE: dict[str, Any] = {"spec": {"containers": [{"name": "trainer", "image": "busybox"}]}}
@@ -113,6 +114,23 @@ def test_numbers_are_quantities_wherever_kubernetes_takes_them() -> None:
     assert claim["spec"]["resources"]["requests"] == {"storage": "10"}
     assert spec["volumes"][1]["emptyDir"]["sizeLimit"] == "1"
     assert spec["volumes"][2]["downwardAPI"]["items"][0]["resourceFieldRef"]["divisor"] == "1"
+
+
+def test_a_request_larger_than_kubernetes_allows_is_named_not_a_crash() -> None:
+    """``nvidia.com/gpu: 1e400`` read as infinite: ``int()`` of it crashed the job's index,
+    and the job got no status at all (a review). The amount is capped where it is counted,
+    and the job refused naming the field."""
+    from hulk_operator.quotas import MAX_AMOUNT, parse_amount
+
+    assert parse_amount("1e400") == MAX_AMOUNT and parse_amount("8") == 8.0
+    body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", "metadata": {"name": "j"}}
+    template = with_container(resources={"limits": {GPU: "1e400"}})
+    e = object_entry({**body, "spec": {"model": {"preset": "bert-large"}, "template": template}})
+    assert e.job is None and e.error is not None
+    assert e.error.startswith(
+        f"spec.template.spec.containers[0] (trainer).resources.limits.{GPU}: '1e400' is larger "
+        "than Kubernetes allows"
+    ), e.error
 
 
 def test_a_divisor_or_size_limit_that_is_no_quantity_is_named() -> None:

@@ -194,3 +194,25 @@ def test_a_stage_pod_keeps_when_it_was_bound() -> None:
     pinned = {"nodeSelector": {"kubernetes.io/hostname": "a"}}  # gated: not bound yet
     gated = hulk_pods(namespace="ns", name="j-0-0", meta=meta, spec=pinned, status={})
     assert gated[("ns", "j")].bound_at is None and gated[("ns", "j")].node == "a"
+
+
+def test_a_terminating_stage_pod_counts_toward_quotas_until_its_grace_runs_out() -> None:
+    """As Kubernetes' quota evaluator: a Terminating pod counts until its deletionTimestamp
+    (the deletion's time plus the grace) plus the grace again; before, one stuck
+    Terminating on a node that stopped answering was credited to its job for ever, while
+    its quota's ``used`` had dropped (a review)."""
+    from hulk_operator.indexes import hulk_pods
+
+    owner = {"kind": "HulkTrainingJob", "apiVersion": "hulk.dev/v1alpha1", "name": "j"}
+    meta = {"name": "j-0-0", "labels": {"hulk.dev/job": "j"}, "ownerReferences": [owner]}
+    running = {"phase": "Running"}
+    (live,) = hulk_pods(namespace="ns", name="j-0-0", meta=meta, spec={}, status=running).values()
+    assert live.counted_until is None and live.counts(1e12)
+    going = {**meta, "deletionTimestamp": "2026-11-24T10:00:30Z", "deletionGracePeriodSeconds": 30}
+    (pod,) = hulk_pods(namespace="ns", name="j-0-0", meta=going, spec={}, status=running).values()
+    at = 1795514430.0  # 2026-11-24T10:00:30Z
+    assert pod.deleting and pod.counted_until == at + 30
+    assert pod.counts(at + 29) and pod.counts(at + 30) and not pod.counts(at + 31)
+    (done,) = hulk_pods(namespace="ns", name="j-0-0", meta=meta, spec={},
+                        status={"phase": "Succeeded"}).values()  # fmt: skip
+    assert not done.counts(0)
