@@ -32,6 +32,7 @@ from hulk_planner.gnn.data import (
     data_header,
     generate_to_file,
 )
+from hulk_planner.gnn.planner import cuda_problem
 from hulk_planner.model import check_positive
 
 
@@ -198,13 +199,8 @@ def check(args: argparse.Namespace) -> None:
     device = str(args.device)
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise InvalidRequest("--device", f"unknown device {device!r}", "use auto, cpu or cuda")
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise InvalidRequest(
-                "--device", "no CUDA device on this machine", "use --device auto or cpu"
-            )
+    if device.startswith("cuda") and (why := cuda_problem(device)) is not None:
+        raise InvalidRequest("--device", why, "use --device auto or cpu")
     if args.data is not None and (Path(args.data).exists() or Path(args.data).is_symlink()):
         check_data_file(Path(args.data), data_header(_generation(args)))
     elif args.data is not None:

@@ -4,7 +4,7 @@
 Why: ``import torch`` costs about 1.8 s and ``import torch_geometric`` 2 more on the
 project's 2-core machines, while ``hulk plan`` on the paper's cluster should answer in
 under 2 s. The network is small (a few matrix products per layer), so numpy runs it as
-fast as torch on a CPU, also at 5,000 servers. ``tests/hulk_planner/gnn/test_infer.py``
+fast as torch on a CPU, also at 5,000 servers. ``tests/hulk_planner/gnn/test_gnn_infer.py``
 checks that both give the same scores to 1e-4. Torch is used instead when the caller asks
 for it (``device="cuda"`` or ``"torch"``).
 

@@ -7,7 +7,8 @@ each server's incident (embedded) links into its representation. It follows ``GI
 pooled messages are concatenated to the node's own features instead of added, so the layer
 keeps "what I am" apart from "whom I reach, and how fast", and the default aggregation is
 the mean, so a server's representation does not grow with its degree (the sparse graphs of
-``graph.py`` give 12 to about 24 neighbours whatever the cluster's size).
+``graph.py`` give a server 3 to about 45 neighbours, about 24 on average, whatever the
+cluster's size: ``bench/gnn_device.py`` prints them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from torch import Tensor
 from torch.nn import Linear, ReLU, Sequential
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.inits import reset
-from torch_geometric.typing import Adj
 
 
 class EdgeEmbedding(torch.nn.Module):
@@ -128,8 +128,13 @@ class EdgePoolConv(MessagePassing):
         reset(self.nn)
         self.eps.data.fill_(self.initial_eps)
 
-    def forward(self, x: Tensor, edge_index: Adj, edge_attr: Tensor) -> Tensor:
-        assert isinstance(edge_index, Tensor)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
+        if not isinstance(edge_index, Tensor):  # (a SparseTensor: no per-edge features)
+            raise ValueError(
+                f"'{self.__class__.__name__}' expects edge_index as a [2, num_edges] index "
+                f"tensor, got {type(edge_index).__name__}: pass the edges' index, with "
+                "edge_attr in the same order"
+            )
         _check_shapes(self, x, edge_index, edge_attr, self.in_channels, self.edge_dim)
         pooled = self.propagate(edge_index, x=x, edge_attr=edge_attr)
         return self.nn(torch.cat([(1 + self.eps) * x, pooled], dim=-1))

@@ -101,9 +101,26 @@ def resolve_device(name: str | None) -> str:
         ) from None
     if device == "torch":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidRequest(field, f"{device}: no CUDA device on this machine", "use numpy or cpu")
+    if device.startswith("cuda") and (why := cuda_problem(device)) is not None:
+        raise InvalidRequest(field, why, "use numpy or cpu")
     return device
+
+
+def cuda_problem(device: str) -> str | None:
+    """Why the CUDA device ``device`` (``cuda`` or ``cuda:N``) cannot run here, or None:
+    checked before any work (before, ``cuda:9`` on a machine of one GPU, or ``cudafoo``,
+    passed the checks and failed as a traceback after ``hulk train`` had labelled for
+    minutes; a review)."""
+    import torch
+
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        return f"unknown device {device!r}"
+    if not torch.cuda.is_available():
+        return f"{device}: no CUDA device on this machine"
+    count = torch.cuda.device_count()
+    if ":" in device and int(device.split(":")[1]) >= count:
+        return f"{device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    return None
 
 
 def refine_budget(servers: int) -> float:
@@ -144,7 +161,9 @@ def _torch_model(path: str, stamp: tuple[int, int], device: str) -> Any:
     from hulk_planner.gnn.model import HulkGNN
 
     w = load_weights(path)
-    model = HulkGNN(**{k: w["config"][k] for k in ("hidden", "gcn_layers")})
+    # (the feature sizes too: weights of another feature set fail as check_weights says)
+    dims = ("hidden", "gcn_layers", "node_dim", "edge_dim", "job_dim")
+    model = HulkGNN(**{k: w["config"][k] for k in dims if k in w["config"]})
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in w["state_dict"].items()})
     return model.to(device).eval()
 
@@ -158,6 +177,17 @@ def scores(
 ) -> np.ndarray:
     """The network's logits [servers, 1 + jobs] (column 0 idle) for this cluster."""
     path = str(weights or default_weights())
+    if weights is None and not Path(path).is_file():  # (a given file is checked by its caller;
+        # before, os.stat's FileNotFoundError: a traceback, a review)
+        if os.environ.get(WEIGHTS_ENV):
+            raise InvalidRequest(
+                WEIGHTS_ENV, f"{path} is not a file", "give a hulk train weights file, or unset it"
+            )
+        raise InvalidRequest(
+            "weights",
+            f"the shipped GNN weights {path} are missing from this install",
+            "reinstall hulk, or give --weights FILE",
+        )
     device = resolve_device(device)
     t0 = time.perf_counter()
     arrays = graph_arrays(build_graph(cost.cluster, cost.net))

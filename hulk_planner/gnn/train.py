@@ -37,6 +37,7 @@ from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.data import Example
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features, to_data
 from hulk_planner.gnn.model import HulkGNN
+from hulk_planner.gnn.planner import cuda_problem
 from hulk_planner.model import check_positive
 
 WEIGHTS_FORMAT = 1
@@ -83,10 +84,8 @@ class TrainSettings:
             raise InvalidRequest(
                 "TrainSettings.device", f"unknown device {device!r}", "use auto, cpu or cuda"
             )
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise InvalidRequest(
-                "TrainSettings.device", "no CUDA device on this machine", "use auto or cpu"
-            )
+        if device.startswith("cuda") and (why := cuda_problem(device)) is not None:
+            raise InvalidRequest("TrainSettings.device", why, "use auto or cpu")
 
 
 @dataclass

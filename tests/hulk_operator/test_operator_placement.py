@@ -252,6 +252,42 @@ def test_a_job_applied_again_under_its_name_gets_none_of_the_old_objects_decisio
     asyncio.run(main())
 
 
+def test_a_cached_failure_is_planned_again_when_gpus_or_links_come_back() -> None:
+    """A job's failure is kept until what its round saw changes; before, the free servers
+    were compared by name: other pods' GPUs freed on them, or a pair the probes measure
+    again, left the job on its old failure for good (a review)."""
+    from hulk_operator.inventory import Resources
+
+    opt = entry(paper_jobs()[0])  # OPT-175B: most of the cluster
+    state = snap([opt])
+    # a notebook's GPU on every server of two or more: the same servers free, fewer GPUs
+    notebooks = {
+        n: Resources(gpus=1) for n, i in state.nodes.items() if i.server and i.server.gpus > 1
+    }
+    busy = replace(state, used=notebooks)
+    assert notebooks and [i.name for i in busy.free(opt)] == [i.name for i in state.free(opt)]
+    assert Placer.fingerprint(busy, opt) != Placer.fingerprint(state, opt)
+    a, b = sorted(state.nodes)[:2]
+    cut = replace(state, latencies=Latencies(unreachable=frozenset({frozenset((a, b))})))
+    assert Placer.fingerprint(cut, opt) != Placer.fingerprint(state, opt)
+    assert Placer.fingerprint(replace(state), opt) == Placer.fingerprint(state, opt)
+
+
+def test_limitrange_default_requests_count_where_a_stage_pod_fits() -> None:
+    """A template that sets no CPU or memory gets the namespace's LimitRange defaults when
+    the API server admits its pods; before, the nodes were offered as if it asked nothing,
+    and the pods waited unschedulable where the defaults did not fit (a review)."""
+    bare = templated(entry(paper_jobs()[3]), {"containers": [{"name": "t", "image": "x"}]})
+    state = snap([bare])
+    assert len(state.free(bare)) == len(state.nodes)
+    defaults = {"ml": [("lr", {"cpu": "100000"}, {})]}  # more CPU than any node has
+    limited = replace(state, limit_defaults=defaults)
+    assert limited.stage_requests(bare).cpu == 100000 and limited.free(bare) == []
+    assert limited.why_none_free(bare).startswith("the stage pods' requests (cpu 100000) fit")
+    other = replace(state, limit_defaults={"other": defaults["ml"]})  # another namespace's
+    assert len(other.free(bare)) == len(state.nodes)
+
+
 def test_replan_keeps_healthy_stages() -> None:
     gpt = entry(paper_jobs()[2])
     state = snap([gpt])
