@@ -1,9 +1,11 @@
-"""Pure tests of Node -> Server, health, constraints and the latency fallback."""
+"""Pure tests of Node -> Server, health, constraints and the latency fallback; the
+operator's shared listings (other namespaces' pods, NodeLatency) on the sandbox."""
 
 from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -429,8 +431,47 @@ def test_other_pods_count_other_operators_stage_pods_but_not_its_own() -> None:
     }
 
 
+def _namespace(api: Any, name: str) -> None:
+    """Creates namespace ``name`` and waits for its ``default`` ServiceAccount (pods need it)."""
+    import time
+
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name}})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return
+        except client.ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _token_kubeconfig(sandbox: Any, kube: Any, who: str, path: Any) -> str:
+    """A kubeconfig of the sandbox as ServiceAccount ``who`` of the test's namespace, which
+    no role is bound to: the API server refuses it every listing (403)."""
+    import yaml
+
+    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": who}})
+    token = kube.core.create_namespaced_service_account_token(
+        who, kube.ns, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+    config["users"][0]["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.mark.sandbox
 def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusal(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    sandbox: Any,
+    kube: Any,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Every job's timer asks; one listing serves them all until it is stale, and a
     listing the API server refuses is logged, not raised (it stopped every job's
@@ -438,57 +479,83 @@ def test_a_namespaced_operator_lists_other_namespaces_once_and_survives_a_refusa
     import asyncio
 
     import kopf
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes import client
 
-    from hulk_operator import indexes, kube
+    from hulk_operator import indexes
+    from hulk_operator import kube as kube_api
 
-    calls: list[int] = []
-    answer: list[Any] = [[]]
+    ns = kube.ns
+    other, team = f"{ns}-other", f"{ns}-team-b"  # not served; served by a glob
+    busy = {p.spec.node_name for p in kube.core.list_pod_for_all_namespaces().items}
+    nodes: Any = kube.core.list_node().items
+    node = next(
+        n.metadata.name
+        for n in nodes
+        if n.metadata.name not in busy and int(n.status.allocatable.get("nvidia.com/gpu", 0)) >= 6
+    )
 
-    def listing(api: Any, leave_out: list[str]) -> list[dict[str, Any]]:
-        assert leave_out == ["ml"]  # the API server leaves them out (the glob: read here)
-        calls.append(1)
-        if isinstance(answer[0], Exception):
-            raise answer[0]
-        return list(answer[0])
+    def pod(namespace: str, name: str, gpus: int) -> None:
+        limits = {"nvidia.com/gpu": str(gpus)}
+        container = {"name": "c", "image": "x", "resources": {"limits": limits}}
+        body = {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [container]}}
+        kube.core.create_namespaced_pod(namespace, body)
 
-    monkeypatch.setattr(kube, "list_running_pods", listing)
-    memo = kopf.Memo(api=None, namespaces=["ml", "team-*"], listings=indexes.Listings())
-    gpu = {"limits": {"nvidia.com/gpu": "2"}}
-    answer[0] = [
-        {
-            "metadata": {"namespace": "other"},
-            "spec": {"nodeName": "n1", "containers": [{"resources": gpu}]},
-        },
-        {
-            "metadata": {"namespace": "ml"},
-            "spec": {"nodeName": "n1", "containers": [{"resources": gpu}]},
-        },
-    ]
+    calls: list[list[str]] = []
+    listing = kube_api.list_running_pods
 
-    async def many() -> list[dict[str, list[Any]]]:
-        # five jobs' timers, each with its copy of the memo, as kopf hands them (before, each
-        # copy kept its own listing: one per job)
-        jobs = [copy.copy(memo) for _ in range(5)]
-        return list(await asyncio.gather(*(indexes.outside_pods(m) for m in jobs)))
+    def counted(api: Any, leave_out: Any = (), namespace: str | None = None) -> Any:
+        calls.append(list(leave_out))  # (the API server's own answer: counted, not made up)
+        return listing(api, leave_out, namespace)
 
-    async def twice() -> list[dict[str, list[Any]]]:
-        got = await many()
-        assert await many() == got  # (listed again when 10 s old)
-        return got
+    monkeypatch.setattr(kube_api, "list_running_pods", counted)
+    try:
+        for made in (other, team):
+            _namespace(kube.api, made)
+        pod(other, "theirs", 2)  # another team's: holds 2 GPUs the operator must not offer
+        pod(ns, "mine", 1)  # its own namespace's (the pod index's): left out by the API server
+        pod(team, "ours", 3)  # a namespace its glob serves: left out here
+        memo = kopf.Memo(api=kube.api, namespaces=[ns, f"{ns}-team-*"], listings=indexes.Listings())
 
-    got = asyncio.run(twice())
-    assert len(calls) == 1 and all(g == got[0] for g in got)
-    assert [r.gpus for r in got[0]["n1"]] == [2]  # its own namespace's pod: the index's
-    memo.listings.outside = (-1e9, got[0])  # stale
-    answer[0] = ApiException(status=403, reason="Forbidden")
-    with caplog.at_level("WARNING", logger="hulk_operator"):
-        kept = asyncio.run(indexes.outside_pods(memo))
-    assert kept == got[0] and "cannot list the pods of other namespaces" in caplog.text
+        nobody = kube_api.make_client(_token_kubeconfig(sandbox, kube, "nobody", tmp_path / "k"))
+
+        async def many() -> list[dict[str, list[Any]]]:
+            # five jobs' timers, each with its copy of the memo, as kopf hands them (before,
+            # each copy kept its own listing: one per job)
+            jobs = [copy.copy(memo) for _ in range(5)]
+            return list(await asyncio.gather(*(indexes.outside_pods(m) for m in jobs)))
+
+        async def main() -> tuple[list[dict[str, list[Any]]], dict[str, list[Any]]]:
+            got = await many()
+            assert await many() == got  # (listed again when 10 s old)
+            assert calls == [[ns]]  # once, the named namespace left out by the API server
+            memo.listings.outside = (-1e9, got[0])  # stale
+            memo.api = nobody  # (one loop: the shared lock is bound to it)
+            with caplog.at_level("WARNING", logger="hulk_operator"):
+                kept = await indexes.outside_pods(memo)
+            return got, kept
+
+        with nobody:
+            got, kept = asyncio.run(main())
+        assert all(g == got[0] for g in got)
+        assert [r.gpus for r in got[0][node]] == [2]  # the other team's pod alone
+        assert len(calls) == 2  # it asked again, and was refused
+        assert kept == got[0]
+        (told,) = [r.getMessage() for r in caplog.records if r.name == "hulk_operator"]
+        assert told.startswith(
+            "cannot list the pods of other namespaces (ForbiddenException: (403)"
+        )
+        assert 'cannot list resource \\"pods\\"' in told, told  # (the API server's words)
+    finally:
+        for made in (other, team):
+            try:
+                kube.core.delete_namespace(made)
+            except client.ApiException:
+                pass
 
 
+@pytest.mark.sandbox
 def test_every_jobs_snapshot_shares_one_listing_of_the_latencies(
-    monkeypatch: pytest.MonkeyPatch,
+    sandbox: Any, kube: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The NodeLatency objects are listed once for every job's timer, each with its copy
     of the memo (before, each copy kept its own listing: one per job every 10 s)."""
@@ -496,31 +563,48 @@ def test_every_jobs_snapshot_shares_one_listing_of_the_latencies(
 
     import kopf
 
-    from hulk_operator import indexes, kube
+    from hulk_operator import indexes
+    from hulk_operator import kube as kube_api
     from hulk_operator.config import OperatorConfig
+    from hulk_probe.replay import forget_latencies, publish_latencies
 
+    a, b = f"{kube.ns}-a", f"{kube.ns}-b"  # (NodeLatency objects of no node: this test's)
+    pair = frozenset((a, b))
     calls: list[str] = []
+    listing = kube_api.list_objects
 
-    def listing(api: Any, group: str, version: str, plural: str) -> list[dict[str, Any]]:
-        calls.append(plural)
-        return []
+    def counted(api: Any, group: str, version: str, plural: str, *rest: Any) -> Any:
+        calls.append(plural)  # (the API server's own answer: counted, not made up)
+        return listing(api, group, version, plural, *rest)
 
-    monkeypatch.setattr(kube, "list_objects", listing)
-    memo = kopf.Memo(api=None, config=OperatorConfig(), listings=indexes.Listings())
+    monkeypatch.setattr(kube_api, "list_objects", counted)
+    memo = kopf.Memo(api=kube.api, config=OperatorConfig(), listings=indexes.Listings())
 
     async def many() -> list[Any]:
         jobs = [copy.copy(memo) for _ in range(5)]
         return list(await asyncio.gather(*(indexes.build_snapshot(m, {}, {}, {}) for m in jobs)))
 
-    async def main() -> None:
-        assert len(await many()) == 5 and calls == ["nodelatencies"]
-        await many()
-        assert calls == ["nodelatencies"]  # (listed again when 10 s old)
-        memo.listings.latency = (-1e9, memo.listings.latency[1])  # stale
-        await many()
-        assert calls == ["nodelatencies"] * 2
+    def measured(snaps: list[Any]) -> set[float | None]:
+        return {s.latencies.measured.get(pair) for s in snaps}
 
-    asyncio.run(main())
+    async def main() -> None:  # (one loop: the shared lock is bound to it)
+        publish_latencies(kube.api, {a: {b: 2.0}})
+        snaps = await many()
+        assert len(snaps) == 5 and calls == ["nodelatencies"]
+        assert measured(snaps) == {2.0}  # what the API server holds
+        publish_latencies(kube.api, {a: {b: 3.0}})
+        snaps = await many()
+        assert calls == ["nodelatencies"]  # (listed again when 10 s old)
+        assert measured(snaps) == {2.0}  # the shared listing, not read again
+        memo.listings.latency = (-1e9, memo.listings.latency[1])  # stale
+        snaps = await many()
+        assert calls == ["nodelatencies"] * 2
+        assert measured(snaps) == {3.0}
+
+    try:
+        asyncio.run(main())
+    finally:
+        forget_latencies(kube.api, [a, b])
 
 
 def test_a_partition_in_an_old_report_stays_until_a_probe_measures_the_pair() -> None:

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -284,8 +285,41 @@ def test_hulk_plan_previews_the_jobs_constraints_as_the_operator_plans_them(
     assert rows["on-mars"].split()[1:] == ["-"] + ["not", "placed"] * 3, rows["on-mars"]
 
 
+@contextmanager
+def service_account_kubeconfig(
+    sandbox: Any, kube: Kube, path: Path, who: str, rules: list[dict[str, Any]]
+) -> Iterator[Path]:
+    """A kubeconfig of the sandbox at ``path`` that authenticates as ServiceAccount
+    ``who`` of the test's namespace (a token from the TokenRequest API), bound to a
+    ClusterRole of ``rules`` alone; the ClusterRole and its binding go after."""
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    role = f"{who}-{kube.ns}"
+    subject = [{"kind": "ServiceAccount", "name": who, "namespace": kube.ns}]
+    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": who}})
+    rbac.create_cluster_role({"metadata": {"name": role}, "rules": rules})
+    try:
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": role}, "subjects": subject,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+        })  # fmt: skip
+        token = kube.core.create_namespaced_service_account_token(
+            who, kube.ns, {"spec": {"expirationSeconds": 600}}
+        ).status.token
+        config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+        config["users"][0]["user"] = {"token": token}
+        path.write_text(yaml.safe_dump(config))
+        yield path
+    finally:
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                delete(role)
+            except client.ApiException:
+                pass
+
+
 def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
-    sandbox: Any, kube: Kube
+    sandbox: Any, kube: Kube, tmp_path: Path
 ) -> None:
     """Before, the preview ignored them: it showed plans the operator would not make."""
     quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
@@ -362,21 +396,40 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
             (job,) = json.loads(out.stdout)["jobs"]
             assert len([n for s in job["stages"] for n in s["nodes"]]) == 1, job
             assert "one-default" in out.stderr, out.stderr
-            # a kubeconfig that may not list PriorityClasses (a tenant's) is told the
-            # preview may differ (before, the quota was silently read as not counting it)
-            from hulk_operator import kube as kube_calls
+            # a kubeconfig that may read all the preview reads but the PriorityClasses (a
+            # tenant's: the API server answers 403) is told the preview may differ (before,
+            # the quota was silently read as not counting it)
             from hulk_operator import preview as previews
+            from hulk_planner.errors import InvalidRequest
 
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(kube_calls, "default_priority_class", lambda api: None)
-                got = previews.preview_plan(sandbox.kubeconfig, namespace=kube.ns, plan_fn=plan)
-            assert any(
-                n.startswith(
-                    "cannot list PriorityClasses with this kubeconfig: the quotas of "
-                    f"namespace(s) {kube.ns} scoped by PriorityClass"
-                )
-                for n in got.notes
-            ), got.notes
+            said = (
+                "cannot list PriorityClasses with this kubeconfig: the quotas of "
+                f"namespace(s) {kube.ns} scoped by PriorityClass"
+            )
+
+            def notes(path: str) -> tuple[list[str]] | None:
+                try:
+                    got = previews.preview_plan(path, namespace=kube.ns, plan_fn=plan)
+                except InvalidRequest:  # (403: the binding not in force yet)
+                    return None
+                return (got.notes,)
+
+            admin = notes(sandbox.kubeconfig)
+            assert admin is not None and not any(n.startswith(said) for n in admin[0]), admin
+            reads = [
+                {"apiGroups": [""], "verbs": ["list"],
+                 "resources": ["nodes", "pods", "services", "resourcequotas", "limitranges"]},
+                {"apiGroups": [GROUP], "resources": [PLURAL, "nodelatencies"], "verbs": ["list"]},
+            ]  # fmt: skip
+            with service_account_kubeconfig(
+                sandbox, kube, tmp_path / "no-classes", "no-classes", reads
+            ) as path:
+                with previews.kube.make_client(str(path)) as api:  # (the API server's 403)
+                    with pytest.raises(client.ApiException) as refused:
+                        client.SchedulingV1Api(api).list_priority_class()
+                assert refused.value.status == 403
+                (told,) = wait("the rights in force", lambda: notes(str(path)), 30)
+            assert any(n.startswith(said) for n in told), told
         finally:
             kube.core.delete_namespaced_resource_quota("one-default", kube.ns)
             sched.delete_priority_class(cls)

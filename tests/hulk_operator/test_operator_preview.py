@@ -32,8 +32,8 @@ def test_an_api_server_that_never_answers_is_told_not_waited_for(
 ) -> None:
     """Before, a server that accepted the connection and never answered held ``hulk plan
     --kubeconfig`` for ever (a trial killed it after 250 s)."""
+    import re
     import socket
-    import time
 
     import pytest
     import yaml
@@ -56,16 +56,18 @@ def test_an_api_server_that_never_answers_is_told_not_waited_for(
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setattr(preview, "READ_TIMEOUT_S", 1.0)
-    started = time.monotonic()
     try:
         with pytest.raises(InvalidRequest) as exc:
             preview.read_cluster(str(path))
     finally:
         mute.close()
-    assert time.monotonic() - started < 30
     assert str(exc.value).startswith(
-        f"--kubeconfig: cannot reach the API server at http://127.0.0.1:{port}"
+        f"--kubeconfig: cannot reach the API server at http://127.0.0.1:{port} (Read timed out."
     ), exc.value
+    # the request's own read timeout ended it, the preview's (urllib3 says what was left
+    # of it), not the client's default of none or another
+    timeout = re.search(r"\(read timeout=([0-9.]+)\)", str(exc.value))
+    assert timeout is not None and 0 < float(timeout.group(1)) <= 1.0, exc.value
 
 
 def test_a_kubeconfig_that_is_no_mapping_is_one_line(tmp_path: Any) -> None:

@@ -81,7 +81,6 @@ def test_two_stage_pipeline_fill_drain_then_pace_of_slowest_stage() -> None:
     transfer = MESSAGE_BYTES / 1e9  # 2e-4 < stage: the stages set the pace
     link = 10e-3 + transfer
     expected = 2 * stage + 2 * link + (8 - 1) * stage
-    assert expected == pytest.approx(0.0231)
     assert bd.total == pytest.approx(expected, rel=REL)
     assert bd.pipeline_comm == pytest.approx(2 * link, rel=REL)
     assert bd.data_parallel == 0.0 and bd.memory_ok

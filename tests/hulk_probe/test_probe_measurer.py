@@ -102,18 +102,23 @@ def test_measures_live_peers_and_marks_dead_ones() -> None:
 
 
 def test_a_slow_probe_skips_slots_instead_of_piling_up() -> None:
-    async def main() -> SlowEcho:
-        slow = SlowEcho(0.25)  # 2.5 intervals per answer
+    async def main() -> tuple[Measurer, SlowEcho]:
+        slow = SlowEcho(0.25)  # 2.5 intervals per answer, within the timeout
         server = await asyncio.start_server(slow.handle, "127.0.0.1", 0)
-        settings = ProbeSettings(interval_s=0.1, timeout_s=0.1, window=5, failures=100, jitter=0.0)
+        settings = ProbeSettings(interval_s=0.1, timeout_s=0.5, window=5, failures=100, jitter=0.0)
         measurer = Measurer("me", settings)
         measurer.set_peers({"p": server.sockets[0].getsockname()})
         await run_for(measurer, 1.0)
         server.close()
-        return slow
+        return measurer, slow
 
-    slow = asyncio.run(main())
-    assert slow.messages <= 10  # one in flight at a time: never a burst
+    measurer, slow = asyncio.run(main())
+    # Each probe takes the 0.25 s of the answer, and one in flight at a time means their
+    # starts are 0.25 s apart or more: at most 5 in the 1 s (the slots that come meanwhile
+    # are skipped). A probe for every slot would be about 10 (one each 0.1 s).
+    assert 2 <= measurer.probes_sent <= 5, measurer.probes_sent
+    assert measurer.estimates()["p"].samples >= 1  # the slow answers were measured
+    assert slow.received == PROBE_SIZE * slow.messages
 
 
 def test_a_new_peer_s_error_counters_start_at_zero() -> None:

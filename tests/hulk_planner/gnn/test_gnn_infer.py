@@ -9,13 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features
 from hulk_planner.gnn.infer import NumpyHulkGNN, WeightsFormatError, read_pt
-
-torch = pytest.importorskip("torch")
 
 
 def test_read_pt_matches_torch_load(tmp_path: Path) -> None:
@@ -68,7 +67,8 @@ def test_read_pt_refuses_code(tmp_path: Path) -> None:
     ids=lambda c: c.name,
 )
 def test_numpy_forward_matches_torch(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("torch_geometric")
+    import torch_geometric  # noqa: F401
+
     from hulk_planner.gnn.graph import to_data
     from hulk_planner.gnn.model import HulkGNN
     from hulk_planner.gnn.train import TrainSettings, save

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
+import torch_geometric  # noqa: F401
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
-
-from hulk_planner.gnn.layers import EdgeEmbedding, EdgePoolConv  # noqa: E402
+from hulk_planner.gnn.layers import EdgeEmbedding, EdgePoolConv
 
 # 0 - 1, 0 - 2, 0 - 3 (a star), both directions; node 3 also reaches 2
 EDGE_INDEX = torch.tensor([[0, 0, 0, 1, 2, 3, 2, 3], [1, 2, 3, 0, 0, 0, 3, 2]])
@@ -140,3 +139,11 @@ def test_model_equivariant_in_servers_and_jobs() -> None:
     )
     with pytest.raises(ValueError, match="job_features"):
         model(x, EDGE_INDEX, edge_attr, weight, jobs[:, :3])
+
+
+def test_edge_pool_conv_refuses_an_edge_index_that_is_no_tensor() -> None:
+    """Before, a bare ``assert`` (a SparseTensor, or a list, gave an AssertionError with no
+    word of the fix, and none at all under ``python -O``; a review)."""
+    conv = EdgePoolConv(8, 16, edge_dim=3)
+    with pytest.raises(ValueError, match=r"expects edge_index as a \[2, num_edges\] index"):
+        conv(torch.randn(4, 8), [[0, 1], [1, 0]], torch.randn(2, 3))  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from hulk_planner.gnn.planner import (
     check_weights,
     default_weights,
     plan_gnn,
+    resolve_device,
     scores,
 )
 from hulk_planner.model import Server
@@ -90,7 +91,8 @@ def test_sticky_planning_and_new_servers() -> None:
 
 
 def test_torch_inference_matches_numpy() -> None:
-    pytest.importorskip("torch_geometric")
+    import torch_geometric  # noqa: F401
+
     cost = CostModel(paper_cluster())
     jobs = paper_jobs(6)
     a = scores(cost, jobs, device="numpy")
@@ -161,3 +163,50 @@ def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) 
             check_weights(path, "--weights")
         assert info.value.field == "--weights" and words in info.value.problem, info.value
         assert "\n" not in str(info.value)
+
+
+def test_cuda_devices_are_checked_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, anything starting with ``cuda`` passed the checks (``cudafoo``; ``cuda:9`` on
+    a machine of one GPU) and failed as a traceback once ``hulk train`` had labelled for
+    minutes (a review). Checked on this machine's torch, its CUDA counted as the test says."""
+    import torch
+
+    from hulk_planner.gnn.planner import cuda_problem
+    from hulk_planner.gnn.train import TrainSettings
+
+    assert cuda_problem("cudafoo") == "unknown device 'cudafoo'"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cuda_problem("cuda:0") == "cuda:0: no CUDA device on this machine"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert cuda_problem("cuda") is None and cuda_problem("cuda:0") is None
+    why = "cuda:9: this machine has 1 CUDA device(s), cuda:0 to cuda:0"
+    assert cuda_problem("cuda:9") == why
+    with pytest.raises(InvalidRequest, match=r"TrainSettings.device: cuda:9: this machine has"):
+        TrainSettings(device="cuda:9")
+    with pytest.raises(InvalidRequest, match=r"HULK_GNN_DEVICE: cuda:9: this machine has"):
+        monkeypatch.setenv("HULK_GNN_DEVICE", "cuda:9")
+        resolve_device(None)
+
+
+def test_missing_shipped_weights_are_an_error_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An install whose shipped weights are gone (a wheel built without package data, a
+    file deleted by hand): before, ``os.stat`` raised FileNotFoundError, and ``hulk plan``
+    printed a traceback (a review)."""
+    import hulk_planner.gnn.planner as gnn_planner
+
+    monkeypatch.setattr(gnn_planner, "shipped_weights", lambda: tmp_path / "gone.pt")
+    monkeypatch.delenv(WEIGHTS_ENV, raising=False)
+    cost = CostModel(paper_cluster())
+    with pytest.raises(InvalidRequest) as exc:
+        gnn_planner.scores(cost, paper_jobs()[:1])
+    assert str(exc.value) == (
+        f"weights: the shipped GNN weights {tmp_path / 'gone.pt'} are missing from this "
+        "install (reinstall hulk, or give --weights FILE)"
+    )
+    monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path / "mine.pt"))  # the variable's, named
+    with pytest.raises(InvalidRequest) as exc:
+        gnn_planner.scores(cost, paper_jobs()[:1])
+    assert str(exc.value).startswith(f"HULK_GNN_WEIGHTS: {tmp_path / 'mine.pt'} is not a file")

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import torch_geometric  # noqa: F401
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
-
-from hulk_planner.cost import CostModel, validate_plan  # noqa: E402
-from hulk_planner.errors import InvalidRequest  # noqa: E402
-from hulk_planner.gnn import cli  # noqa: E402
-from hulk_planner.gnn import data as gnn_data  # noqa: E402
-from hulk_planner.gnn.data import (  # noqa: E402
+from hulk_planner.cost import CostModel, validate_plan
+from hulk_planner.errors import InvalidRequest
+from hulk_planner.gnn import cli
+from hulk_planner.gnn import data as gnn_data
+from hulk_planner.gnn.data import (
     Example,
     GenerationSettings,
     data_header,
@@ -27,9 +26,9 @@ from hulk_planner.gnn.data import (  # noqa: E402
     generate_to_file,
     load_examples,
 )
-from hulk_planner.gnn.infer import read_pt  # noqa: E402
-from hulk_planner.gnn.planner import plan_gnn  # noqa: E402
-from hulk_planner.gnn.train import TrainSettings, example_data, save, train  # noqa: E402
+from hulk_planner.gnn.infer import read_pt
+from hulk_planner.gnn.planner import plan_gnn
+from hulk_planner.gnn.train import TrainSettings, example_data, save, train
 
 TINY = GenerationSettings(examples=4, min_servers=20, max_servers=30, max_jobs=3, iterations=40)
 
