@@ -19,7 +19,7 @@ from kubernetes.utils import parse_quantity
 
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
-from hulk_operator.manifests import DEFAULT_MASTER_PORT, quantities_as_text
+from hulk_operator.manifests import DEFAULT_MASTER_PORT, asks_gpus, quantities_as_text
 from hulk_operator.quotas import MAX_AMOUNT, stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, shown
@@ -186,7 +186,7 @@ def job_entry(
         node_selector=tuple(sorted({**theirs, **ours}.items())),
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
-        requests=pod_requests(tmpl_spec),
+        requests=stage_requests(tmpl_spec),
         pod_quota=stage_quota(tmpl_spec),
         pod_resources=with_defaults(tmpl_spec, ()),
         pod_facts=template_facts(tmpl_spec),
@@ -316,6 +316,13 @@ def _blank_region(spec: Mapping[str, Any]) -> str | None:
                 )
             )
     return None
+
+
+def stage_requests(tmpl_spec: Mapping[str, Any]) -> Resources:
+    """What the template's stage pod requests of its node; its GPUs are the template's own
+    ask (``manifests.asks_gpus``), none where Hulk gives the trainer its server's."""
+    requests = pod_requests(tmpl_spec)
+    return requests if asks_gpus(tmpl_spec) else requests._replace(gpus=0)
 
 
 def _bad_quantity(tmpl_spec: Mapping[str, Any]) -> str | None:

@@ -1,7 +1,8 @@
 """The kopf handlers of the HulkTrainingJob operator (``kopf run -m hulk_operator.handlers``).
 
 - The cluster is kept in memory by kopf indexes (``indexes``, registered on import here),
-  which kopf passes to the handlers below by name.
+  which kopf passes to the handlers below by name; the operator's own login, start
+  (settings tuned once, shared state), stop and probes are ``lifecycle``'s.
 - ``hulktrainingjob_create``/``_update`` validate the spec; a bad one gets a Warning Event.
 - ``hulktrainingjob_reconcile`` (a timer, every ``reconcile_interval_s``) does the work:
   plans pending jobs together, re-plans jobs that lost servers, keeps the pods in line with
@@ -14,11 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import math
-import os
-import socket
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +32,6 @@ from hulk_operator import (
     recovery,
 )
 from hulk_operator import status as st
-from hulk_operator.config import OperatorConfig
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.edits import Refusal
 from hulk_operator.entries import (
@@ -48,8 +44,6 @@ from hulk_operator.entries import (
 )
 from hulk_operator.errors import EDIT_REFUSED, ENV_REPLACED, INVALID_SPEC, classify, to_kopf
 from hulk_operator.indexes import (
-    Listings,
-    NodeView,
     build_snapshot,
     latencies_now,
     one,
@@ -61,174 +55,17 @@ from hulk_operator.inventory import (
     Resources,
     Usage,
 )
+
+# (the operator's login, start, stop and probes: registered by this import)
+from hulk_operator.lifecycle import DIFFBASE, INTERVAL_S
 from hulk_operator.manifests import replaced_env, replaced_names
-from hulk_operator.metrics import Metrics
-from hulk_operator.pauses import PAUSED_NOW, RESTARTING
-from hulk_operator.placement import Placer
+from hulk_operator.pauses import RESTARTING
 from hulk_operator.quotas import (
     Bound,
     Scope,
 )
 from hulk_operator.reconcile import edited_since, reconcile, refused_edit
 from hulk_operator.snapshot import Snapshot
-from hulk_planner.api import USES_GNN
-from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
-
-INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
-# kopf's record of the spec its handlers last took (an annotation), read by the timer too
-DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix="hulk.dev", key="last-handled-configuration")
-EVENT_SOURCE = "hulk-operator"  # the Events' reportingComponent (kubectl describe's From)
-PEERING_LIFETIME_S = 20  # seconds a replica's peering record counts after its last refresh
-
-
-class _QuietTimers(logging.Filter):
-    """Drops kopf's "Timer ... succeeded." line, logged every tick of every job, and its
-    "Handler 'node_event' succeeded." line, logged at every change of every node (a
-    kubelet's status updates: one line a node every few seconds)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not (msg.endswith(" succeeded.") and msg.startswith(QUIET_LINES))
-
-
-QUIET_LINES = ("Timer ", "Handler 'node_event'")
-
-
-@kopf.on.login()
-def operator_login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
-    """Credentials from ``memo.kubeconfig`` (``hulk operator --kubeconfig``), else
-    ``$KUBECONFIG`` or ``~/.kube/config``, else the in-cluster service account."""
-    cfg = kube.configuration(memo.get("kubeconfig"))
-    return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-        token=(cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or "").split(" ")[
-            -1
-        ]
-        or None,
-        scheme="Bearer" if cfg.api_key else None,
-    )
-
-
-@kopf.on.startup()
-async def operator_startup(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    cfg: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
-    memo.config = cfg
-    if cfg.gnn_weights:  # what the GNN planner loads (checked in OperatorConfig)
-        os.environ[WEIGHTS_ENV] = os.path.abspath(cfg.gnn_weights)
-    # Keep kopf's bookkeeping in annotations under our own prefix and out of .status,
-    # which belongs to the job's users.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hulk.dev")
-    settings.persistence.diffbase_storage = DIFFBASE
-    settings.persistence.finalizer = "hulk.dev/kopf-finalizer"
-    # Post our own kopf.event() calls (Planned, Replanned...) as Kubernetes Events, from
-    # Hulk's operator and its replica (before, kopf's defaults: kubectl describe said "From:
-    # kopf", every replica "dev"; a review)
-    settings.posting.level = logging.INFO
-    settings.posting.reporting_component = EVENT_SOURCE
-    settings.posting.reporting_instance = socket.gethostname()  # (in a pod: its name)
-    settings.posting.event_name_prefix = "hulk-"
-    # Blocking (sync) handlers and API calls share a small thread pool.
-    settings.execution.max_workers = 8
-    # Notice an API server restart quickly instead of waiting on a dead watch.
-    settings.watching.server_timeout = 120
-    settings.watching.client_timeout = 150
-    # Stop the timers promptly when a job is deleted or the operator stops. A deleted
-    # job's timer caught mid-tick (e.g. planning) finishes that tick; kopf then checks
-    # again after `cancellation_polling` (default 60 s, which held deletions for a minute).
-    settings.process.ultimate_exiting_timeout = 10
-    settings.background.cancellation_polling = 0.5
-    # A replica killed (kill -9, OOM) leaves its peering record until it expires: a new one
-    # with a lower priority pauses until then (60 s by kopf's default, with nothing in the
-    # log at INFO). 20 s keeps that short; each replica refreshes its record every ~10 s.
-    settings.peering.lifetime = PEERING_LIFETIME_S
-    logging.getLogger("kopf.objects").addFilter(_QuietTimers())
-    # each /healthz call (a kubelet's every 10 s) logged one INFO line per probe, and
-    # aiohttp's access line
-    logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
-    memo.metrics = memo.get("metrics") or Metrics()
-    if isinstance(paused := memo.get(PAUSED_NOW), threading.Event):
-        memo.metrics.paused = paused  # (the peering log's word: ``pauses.PauseWatch``)
-    if cfg.metrics_port:
-        memo.metrics.serve(cfg.metrics_port)
-    if "plan_fn" not in memo:
-        from hulk_planner.api import plan
-
-        memo.plan_fn = plan
-
-    def on_round(seconds: float, decisions: Mapping[Key, Any]) -> None:
-        memo.metrics.planning_seconds.observe(seconds)
-
-    memo.placer = Placer(
-        memo.plan_fn,
-        planner=cfg.planner,
-        batch_window_s=cfg.batch_window_s,
-        same_region_ms=cfg.same_region_latency_ms,
-        cross_region_ms=cfg.cross_region_latency_ms,
-        budget_s=cfg.planning_budget_s,
-        baselines=cfg.baselines,
-        on_round=on_round,
-    )
-    memo.recent = {}
-    # (a dict: every job's shallow copy of the memo shares it). A NotReady node's grace
-    # runs from the operator's start at the earliest, as kube-controller-manager's does
-    # from its own: a restart during a disruption's end took every node still NotReady as
-    # lost at once, as the disruption logic exists to prevent (a review)
-    memo.disruption = {"ended": time.time()}
-    memo.env_told = {}  # job key -> the variables EnvReplaced told of (shared too)
-    memo.listings = Listings()  # (shared: each job's copy of the memo holds the same)
-    memo.node_view = NodeView()  # (shared too)
-    memo.built_pods = {}  # job key -> its stage pods as last built (``stage_pods``; shared)
-    weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
-    logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
-
-
-@kopf.on.cleanup()
-async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Closes the API client, and sets ``hulk operator``'s stop flag: kopf waits for that
-    flag in a thread of the event loop's executor, which the loop's end then waited for
-    until kopf's own deadline killed the process (SIGTERM: 10 s, exit code -9)."""
-    api = memo.get("api")
-    if api is not None and not memo.get("keep_api"):
-        api.close()
-    stop = memo.get("stop_flag")
-    if stop is not None:
-        stop.set()
-
-
-@kopf.on.probe(id="jobs")
-def operator_jobs_probe(memo: kopf.Memo, hulk_jobs: Any = None, **_: Any) -> int:
-    """Liveness (``/healthz``): how many HulkTrainingJobs this replica serves; 0 while a
-    peer pauses it (before, a standby counted the jobs of its stale view; a user trial)."""
-    return 0 if _paused(memo) else len(hulk_jobs or {})
-
-
-@kopf.on.probe(id="paused")
-def operator_paused_probe(memo: kopf.Memo, **_: Any) -> bool:
-    """Liveness: whether a peer of higher priority pauses this replica (``hulk operator``
-    reads it from kopf's log, ``pauses``)."""
-    return _paused(memo)
-
-
-def _paused(memo: kopf.Memo) -> bool:
-    paused = memo.get(PAUSED_NOW)
-    return bool(paused is not None and paused.is_set())
-
-
-@kopf.on.probe(id="placing")
-def operator_placing_probe(memo: kopf.Memo, **_: Any) -> int:
-    """Liveness: how many jobs are planned and not yet written to their status (before,
-    this was the figure under "jobs": 0 with 4 jobs running read as none; a user trial)."""
-    placer = memo.get("placer")
-    return len(placer.reserved) if placer else 0
-
 
 # -- job handlers -------------------------------------------------------------------------
 

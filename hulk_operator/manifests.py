@@ -226,6 +226,23 @@ def stage_job(meta: Mapping[str, Any]) -> str | None:
     return job
 
 
+def asks_gpus(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod template asks for GPUs itself, in a container or a sidecar (an init
+    container with ``restartPolicy: Always``, which runs beside them). A plain init
+    container's GPUs are not the trainer's: it runs before, and the trainer gets its
+    server's GPUs all the same (before, only the containers were read here, while the
+    plan read the init containers' GPUs as the template's ask: an init container asking
+    for 1 GPU gave the trainer 1 of its server's 8, and a sidecar's GPU was asked twice; a
+    review)."""
+    sidecars = [
+        c
+        for c in spec.get("initContainers") or ()
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+    ]
+    running = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
+    return _requests_gpus([*running, *sidecars])
+
+
 def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the template asks for GPUs itself (a container's ``0``, which keeps a
     LimitRange's default GPUs off a sidecar, is not asking)."""
@@ -312,7 +329,7 @@ def stage_pod(
     }
     env = stage_env(job, job_plan, slot, gpus, master_port)
     ours = {e["name"] for e in env}
-    set_gpus = not _requests_gpus(containers)
+    set_gpus = not asks_gpus(spec)
     trainer = trainer_index(meta, containers)
     for i, c in enumerate(containers):
         c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env

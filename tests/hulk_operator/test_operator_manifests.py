@@ -245,6 +245,25 @@ def test_template_gpu_request_wins() -> None:
     assert log == {"limits": {GPU: "0"}}
 
 
+def test_an_init_containers_gpus_are_not_the_templates_ask_and_a_sidecars_are() -> None:
+    """A plain init container runs before the trainer: its GPU does not make the template
+    ask for GPUs, the trainer gets its server's, and the plan offers whole servers (before:
+    the trainer got 1 of 8). A sidecar (``restartPolicy: Always``) runs beside it: its GPU
+    is the template's ask, and Hulk adds none (before: asked twice; a review)."""
+    from hulk_operator.entries import stage_requests
+
+    gpu = {"resources": {"limits": {GPU: 1}}}
+    init = {"spec": {"containers": [{"name": "t"}], "initContainers": [{"name": "w", **gpu}]}}
+    p = _first_pod(init)
+    assert p["spec"]["containers"][0]["resources"] == {"limits": {GPU: "8"}, "requests": {GPU: "8"}}
+    assert not manifests.asks_gpus(init["spec"]) and stage_requests(init["spec"]).gpus == 0
+    side = {"name": "s", "restartPolicy": "Always", **gpu}
+    sidecar = {"spec": {"containers": [{"name": "t"}], "initContainers": [side]}}
+    p = _first_pod(sidecar)
+    assert "resources" not in p["spec"]["containers"][0]
+    assert manifests.asks_gpus(sidecar["spec"]) and stage_requests(sidecar["spec"]).gpus == 1
+
+
 def test_the_gpus_go_to_the_default_container() -> None:
     """A logging sidecar listed first got the server's GPUs, the trainer none (a user
     trial): kubectl's default-container annotation names the trainer."""
