@@ -199,3 +199,21 @@ def refusing_pods(
             except client.ApiException:
                 pass
         wait("the admission policy gone", lambda: not refused(), 30)
+
+
+def token_kubeconfig(
+    sandbox: Any, kube: Kube, who: str, path: Path, namespace: str | None = None
+) -> Path:
+    """A kubeconfig of the sandbox at ``path`` that authenticates as ServiceAccount ``who``
+    of ``namespace`` (the test's by default; created here) with a token from the
+    TokenRequest API: it may do what the roles bound to it allow (none: every call is
+    refused with 403)."""
+    ns = namespace or kube.ns
+    kube.core.create_namespaced_service_account(ns, {"metadata": {"name": who}})
+    token = kube.core.create_namespaced_service_account_token(
+        who, ns, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+    config["users"][0]["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return path

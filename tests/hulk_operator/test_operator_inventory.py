@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -453,16 +452,9 @@ def _namespace(api: Any, name: str) -> None:
 def _token_kubeconfig(sandbox: Any, kube: Any, who: str, path: Any) -> str:
     """A kubeconfig of the sandbox as ServiceAccount ``who`` of the test's namespace, which
     no role is bound to: the API server refuses it every listing (403)."""
-    import yaml
+    from hjob_helpers import token_kubeconfig
 
-    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": who}})
-    token = kube.core.create_namespaced_service_account_token(
-        who, kube.ns, {"spec": {"expirationSeconds": 600}}
-    ).status.token
-    config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
-    config["users"][0]["user"] = {"token": token}
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
+    return str(token_kubeconfig(sandbox, kube, who, path))
 
 
 @pytest.mark.sandbox

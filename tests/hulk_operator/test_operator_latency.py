@@ -24,6 +24,7 @@ from hjob_helpers import (
     manifest,
     paper_manifests,
     plan_nodes,
+    token_kubeconfig,
     wait,
 )
 from kubernetes import client
@@ -295,7 +296,7 @@ def service_account_kubeconfig(
     rbac = client.RbacAuthorizationV1Api(kube.api)
     role = f"{who}-{kube.ns}"
     subject = [{"kind": "ServiceAccount", "name": who, "namespace": kube.ns}]
-    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": who}})
+    token_kubeconfig(sandbox, kube, who, path)
     rbac.create_cluster_role({"metadata": {"name": role}, "rules": rules})
     try:
         rbac.create_cluster_role_binding({
@@ -303,12 +304,6 @@ def service_account_kubeconfig(
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": role},
         })  # fmt: skip
-        token = kube.core.create_namespaced_service_account_token(
-            who, kube.ns, {"spec": {"expirationSeconds": 600}}
-        ).status.token
-        config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
-        config["users"][0]["user"] = {"token": token}
-        path.write_text(yaml.safe_dump(config))
         yield path
     finally:
         for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
@@ -558,7 +553,7 @@ def test_a_tenants_kubeconfig_previews_its_namespace_and_says_what_it_cannot_see
     rbac = client.RbacAuthorizationV1Api(kube.api)
     ns, who = kube.ns, "tenant"
     cluster_role = f"hulk-preview-{ns}"
-    kube.core.create_namespaced_service_account(ns, {"metadata": {"name": who}})
+    tenant = token_kubeconfig(sandbox, kube, who, tmp_path / "tenant", ns)
     subject = [{"kind": "ServiceAccount", "name": who, "namespace": ns}]
     rbac.create_namespaced_role(ns, {"metadata": {"name": who}, "rules": [
         {"apiGroups": [""], "resources": ["pods", "services", "resourcequotas", "limitranges"],
@@ -579,13 +574,6 @@ def test_a_tenants_kubeconfig_previews_its_namespace_and_says_what_it_cannot_see
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": cluster_role},
         })  # fmt: skip
-        token = kube.core.create_namespaced_service_account_token(
-            who, ns, {"spec": {"expirationSeconds": 600}}
-        ).status.token
-        config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
-        config["users"][0]["user"] = {"token": token}
-        tenant = tmp_path / "tenant"
-        tenant.write_text(yaml.safe_dump(config))
         jobs = tmp_path / "jobs.yaml"
         jobs.write_text(yaml.safe_dump(manifest("mine", model={"preset": "gpt2-xl"})))
         cmd = ["plan", "--kubeconfig", str(tenant), "-n", ns, "--jobs", str(jobs), "--no-compare"]

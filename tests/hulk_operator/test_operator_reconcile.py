@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hjob_helpers import (
     CONFIG,
     Kube,
@@ -21,6 +20,7 @@ from hjob_helpers import (
     manifest,
     paper_manifests,
     plan_nodes,
+    token_kubeconfig,
     wait,
 )
 from kubernetes import client, watch
@@ -209,7 +209,6 @@ def test_cut_links_are_told_once_not_restored_when_moved_off_and_read_errors_pas
     def rules(*given: dict[str, Any]) -> None:
         rbac.replace_cluster_role(role, {"metadata": {"name": role}, "rules": list(given)})
 
-    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": who}})
     rbac.create_cluster_role({"metadata": {"name": role}, "rules": [everything, jobs, latencies]})
     a = ""
     op: OperatorThread | None = None
@@ -221,13 +220,7 @@ def test_cut_links_are_told_once_not_restored_when_moved_off_and_read_errors_pas
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": role},
         })  # fmt: skip
-        token = kube.core.create_namespaced_service_account_token(
-            who, kube.ns, {"spec": {"expirationSeconds": 3600}}
-        ).status.token
-        config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
-        config["users"][0]["user"] = {"token": token}
-        path = tmp_path / "operator"
-        path.write_text(yaml.safe_dump(config))
+        path = token_kubeconfig(sandbox, kube, who, tmp_path / "operator")
         mine = kube_api.make_client(str(path))
 
         def may_list() -> bool:
