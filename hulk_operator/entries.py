@@ -19,7 +19,12 @@ from kubernetes.utils import parse_quantity
 
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
-from hulk_operator.manifests import DEFAULT_MASTER_PORT, asks_gpus, quantities_as_text
+from hulk_operator.manifests import (
+    DEFAULT_MASTER_PORT,
+    asks_gpus,
+    quantities_as_text,
+    running_containers,
+)
 from hulk_operator.quotas import MAX_AMOUNT, stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest, shown
@@ -320,9 +325,12 @@ def _blank_region(spec: Mapping[str, Any]) -> str | None:
 
 def stage_requests(tmpl_spec: Mapping[str, Any]) -> Resources:
     """What the template's stage pod requests of its node; its GPUs are the template's own
-    ask (``manifests.asks_gpus``), none where Hulk gives the trainer its server's."""
-    requests = pod_requests(tmpl_spec)
-    return requests if asks_gpus(tmpl_spec) else requests._replace(gpus=0)
+    ask, those of its containers and sidecars (``manifests.asks_gpus``), none where Hulk
+    gives the trainer its server's: a plain init container's, which it holds before the
+    trainer starts, are not what the trainer runs on (a review)."""
+    running = {"containers": running_containers(tmpl_spec)}
+    asked = pod_requests(running).gpus if asks_gpus(tmpl_spec) else 0
+    return pod_requests(tmpl_spec)._replace(gpus=asked)
 
 
 def _bad_quantity(tmpl_spec: Mapping[str, Any]) -> str | None:

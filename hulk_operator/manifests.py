@@ -234,13 +234,18 @@ def asks_gpus(spec: Mapping[str, Any]) -> bool:
     plan read the init containers' GPUs as the template's ask: an init container asking
     for 1 GPU gave the trainer 1 of its server's 8, and a sidecar's GPU was asked twice; a
     review)."""
+    return _requests_gpus(running_containers(spec))
+
+
+def running_containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A pod spec's containers and sidecars (init containers with ``restartPolicy:
+    Always``): those that run beside the trainer."""
     sidecars = [
         c
         for c in spec.get("initContainers") or ()
         if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
     ]
-    running = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
-    return _requests_gpus([*running, *sidecars])
+    return [*(c for c in spec.get("containers") or () if isinstance(c, Mapping)), *sidecars]
 
 
 def _requests_gpus(containers: Sequence[Mapping[str, Any]]) -> bool:

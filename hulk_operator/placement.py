@@ -450,6 +450,7 @@ class Placer:
                 tuple(snap.nodes.values()),  # a relabel (faster GPUs, same name): looked at
                 current.stages,
                 entry.generation,
+                entry.uid,  # (applied again under its name: looked at afresh)
                 entry.regrow,
                 *quotas_seen(snap, entry),
             )

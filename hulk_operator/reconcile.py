@@ -290,7 +290,11 @@ async def _check_plan(
     elif not lost:
         await _tell_cut_links(ctx, entry.key, plan)
     pods = ctx.pods.get(entry.key, [])
-    lost.update(recovery.remade_servers(pods, ctx.nodes))  # (over NotReady: it is new)
+    # (over NotReady: it is new; not by a pod made within 10 s, the one made again there
+    # while the index still has the old one: a review)
+    now_m = time.monotonic()
+    older = [p for p in pods if now_m - ctx.recent.get(p.name, -1e9) > 10.0]
+    lost.update(recovery.remade_servers(older, ctx.nodes))
     lost.update(
         recovery.stuck_servers(
             pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations

@@ -110,22 +110,35 @@ async def sync_pods(
     # (``recovery.REMADE``): it was never on the new node, so it is deleted with grace 0
     # and made again there (before, kept: the job was re-planned to the same plan every
     # tick, and its pod never replaced; a review)
+    now = time.monotonic()
     remade = sorted(
         n
         for n, p in pods.items()
-        if n in desired and not p.deleting and p.node in force and p.node in ctx.nodes
+        if n in desired
+        and not p.deleting
+        and p.node in force
+        and p.node in ctx.nodes
+        # (one this operator made within 10 s is the new one, seen before the index had
+        # the old one's deletion: it is not deleted again; a review)
+        and now - ctx.recent.get(n, -1e9) > 10.0
     )
     live = [n for n, p in pods.items() if not p.deleting and n not in remade]
     diff = recovery.pod_diff(live, list(desired))
-    now = time.monotonic()
-    for n in remade:  # (made again at once: the old one is gone with grace 0)
-        ctx.recent.pop(n, None)
     create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
     doomed = [*diff.delete, *remade]
     if doomed:  # first: a quota counts them until they go
         gone = force | {p.node for p in pods.values() if p.node and p.node not in ctx.nodes}
         forced = [n for n in doomed if pods[n].node in gone]
         await asyncio.to_thread(kube.delete_pods, ctx.api, ns, doomed, forced)
+    if remade:  # going from here on: the job's phase does not count them as running
+        ctx.pods = {
+            **ctx.pods,
+            entry.key: [
+                replace(p, deleting=True) if p.name in remade else p
+                for p in ctx.pods.get(entry.key, [])
+            ],
+        }
+    made: list[str] = []
     if not create:
         await restore_service(ctx, entry, port, bool(live))
     else:
@@ -155,8 +168,11 @@ async def sync_pods(
             diff = replace(diff, taken=tuple(taken))
     # the gang gate: lifted only once every pod of the plan exists (a pod refused, e.g. by a
     # quota, and waiting out its retry pause keeps the others gated)
-    missing = [n for n in diff.create if n not in create]
-    gated = [n for n in desired if n not in pods or pods[n].gated or n in remade]
+    # (a pod made again under its name that could not be made yet, its old one still
+    # going, is missing too: the others wait for it, as for any other)
+    again = [n for n in create if n in pods and (pods[n].deleting or n in remade)]
+    missing = [n for n in diff.create if n not in create] + [n for n in again if n not in made]
+    gated = [n for n in desired if n not in pods or pods[n].gated or n in again]
     # ... and once no old pod of their hostnames is Terminating: the headless Service
     # published both under <hostname>.<job>, and a kept pod could find the old master
     # (before; a user trial), for at most HOLD_S

@@ -49,6 +49,7 @@ def no_failure_seen(new: dict[str, Any], status: Mapping[str, Any], gen: int) ->
 # metav1.Condition's limits, which the CRD's schema holds conditions to
 REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 MAX_MESSAGE = 32768
+MAX_REASON = 1024
 
 
 def set_condition(
@@ -63,9 +64,10 @@ def set_condition(
     """The list with condition ``type_`` set; ``lastTransitionTime`` moves only when the
     status flips. Conditions keep the order of :data:`CONDITION_TYPES`."""
     text = "True" if status else "False"
-    if not REASON.fullmatch(reason):  # (the CRD's schema, metav1.Condition's, refuses it)
-        reason = re.sub("[^A-Za-z0-9_,:]", "", reason).strip(",:").lstrip("0123456789_")
-        reason = reason or "Unknown"
+    if not (REASON.fullmatch(reason) and len(reason) <= MAX_REASON):  # (the CRD's schema,
+        # metav1.Condition's, refuses it: the whole status write would fail)
+        reason = re.sub("^[^A-Za-z]+", "", re.sub("[^A-Za-z0-9_,:]", "", reason))
+        reason = reason[:MAX_REASON].rstrip(",:") or "Unknown"
     if len(message) > MAX_MESSAGE:  # (likewise: the whole status write would be refused)
         message = message[: MAX_MESSAGE - 3] + "..."
     by_type = {str(c.get("type")): dict(c) for c in conditions or []}

@@ -262,6 +262,10 @@ def test_an_init_containers_gpus_are_not_the_templates_ask_and_a_sidecars_are() 
     p = _first_pod(sidecar)
     assert "resources" not in p["spec"]["containers"][0]
     assert manifests.asks_gpus(sidecar["spec"]) and stage_requests(sidecar["spec"]).gpus == 1
+    # the trainer's 2 are the ask, not the init container's 4 it holds before it starts
+    both = {"containers": [{"name": "t", "resources": {"limits": {GPU: 2}}}],
+            "initContainers": [{"name": "w", "resources": {"limits": {GPU: 4}}}]}  # fmt: skip
+    assert stage_requests(both).gpus == 2
 
 
 def test_the_gpus_go_to_the_default_container() -> None:

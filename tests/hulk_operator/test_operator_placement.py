@@ -668,6 +668,9 @@ def test_a_condition_keeps_within_the_crds_limits() -> None:
         ("3 nodes", "nodes"),
         ("", "Unknown"),
         ("a.b-", "ab"),
+        ("1:Foo", "Foo"),
+        ("429,Throttled", "Throttled"),
+        ("x" * 2000, "x" * 1024),
     ]:
         (c,) = st.set_condition([], st.READY, False, reason, "m", 1)
         assert c["reason"] == shown and pattern.fullmatch(c["reason"]), c
