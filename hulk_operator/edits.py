@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hulk_operator import kube, manifests, recovery
@@ -148,7 +148,11 @@ async def recheck(
     ctx.placer.edit_checked[entry.key] = now
     ns, name = entry.key
     cut = await ctx.unreachable()
-    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, entry, ctx.nodes, cut)
+    # (its stage pods' requests as the namespace's LimitRange defaults fill them in, as
+    # planning reads them: before, the template's alone, and an edit no node could hold was
+    # taken as allowed, and the running job lost its pods; a review)
+    filled = replace(entry, requests=(await ctx.snapshot()).stage_requests(entry))
+    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:
         if refused.message == told:

@@ -18,6 +18,7 @@ import json
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import kopf
@@ -65,7 +66,7 @@ from hulk_operator.quotas import (
     Scope,
 )
 from hulk_operator.reconcile import edited_since, reconcile, refused_edit
-from hulk_operator.snapshot import Snapshot
+from hulk_operator.snapshot import Snapshot, filled_requests
 
 # -- job handlers -------------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ def hulktrainingjob_create(
     logger: kopf.Logger,
     reason: str = "",
     hulk_nodes: Any = None,
+    hulk_limit_defaults: Any = None,
     **_: Any,
 ) -> None:
     """Validates the spec; an invalid one is the user's to fix, not an operator error: a
@@ -93,8 +95,9 @@ def hulktrainingjob_create(
     if status.get("plan") is not None and _replaced(body):
         spec = dict(body.get("spec") or {})
         hulktrainingjob_update(
-            body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes
-        )
+            body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
+            hulk_limit_defaults,
+        )  # fmt: skip
         return
     if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
         # (before the spec is judged: a refused job's fix edits it, most often, where
@@ -196,6 +199,7 @@ def hulktrainingjob_update(
     old: Any,
     new: Any,
     hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
+    hulk_limit_defaults: Any = None,  # kopf.Index[str, (LimitRange, requests, limits)]
     **_: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
@@ -263,7 +267,11 @@ def hulktrainingjob_update(
                 logger.info(f"{name}: {stands}")
             return
         cut = latencies_now(memo).unreachable
-        refused = edits.refusal(memo.api, name, namespace, after, entry, nodes, cut)
+        # (the stage pods' requests as the namespace's LimitRange defaults fill them in:
+        # before, the template's alone, and an edit no node could hold was taken; a review)
+        defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
+        filled = dc_replace(entry, requests=filled_requests(entry, defaults))
+        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, refused, gen)
@@ -512,6 +520,7 @@ async def hulktrainingjob_reconcile(
         await asyncio.to_thread(
             hulktrainingjob_update,
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
+            hulk_limit_defaults,
         )  # fmt: skip
         _edit_taken(key, entry.generation, memo)
         return

@@ -112,6 +112,19 @@ def amount_text(resource: str, amount: float) -> str:
     return f"{amount:g} {name} ({resource})"
 
 
+def filled_requests(
+    entry: JobEntry, defaults: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]
+) -> Resources:
+    """What one of the job's stage pods requests of its node once the namespace's
+    LimitRanges' ``defaults`` (name, default requests, default limits) fill in what its
+    template leaves out; GPUs stay the template's own ask."""
+    if not defaults:
+        return entry.requests
+    ordered = sorted(defaults, key=lambda d: d[0])
+    spec = with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in ordered])
+    return pod_requests(spec)._replace(gpus=entry.requests.gpus)
+
+
 @dataclass
 class Snapshot:
     nodes: Mapping[str, NodeInfo]
@@ -185,9 +198,7 @@ class Snapshot:
         requests filled in where its template sets none, as the API server admits it
         (before, the template's alone: a node the defaults overfill was offered, and the
         pod waited unschedulable; a review). GPUs stay the template's own ask."""
-        if not self.limit_defaults.get(entry.key[0]):
-            return entry.requests
-        return pod_requests(self.pod_resources(entry))._replace(gpus=entry.requests.gpus)
+        return filled_requests(entry, self.limit_defaults.get(entry.key[0], ()))
 
     def pod_quota(self, entry: JobEntry) -> tuple[tuple[str, float], ...]:
         """What one of the job's stage pods counts toward a quota, its GPUs aside."""

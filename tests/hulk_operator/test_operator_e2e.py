@@ -2774,6 +2774,45 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     assert not kube.events("Unschedulable")
 
 
+def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
+    kube: Kube, operator: Any
+) -> None:
+    """A template that sets no CPU gets its namespace's LimitRange default request: an
+    edit whose stage pods, so filled in, no node could hold is refused and the job runs on
+    (before, the template's own requests were checked: the edit was taken, and the job
+    lost its running pods for a plan no node could hold; a review)."""
+    kube.apply(manifest("defaulted", model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase("defaulted") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("defaulted")}
+    huge = {
+        "metadata": {"name": "cpu-default"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100000"}}]},
+    }
+    kube.core.create_namespaced_limit_range(kube.ns, huge)
+    probe = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    def defaulted() -> bool:  # (the API server's LimitRanger reads LimitRanges from a cache)
+        made = kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All")
+        return (made.spec.containers[0].resources.requests or {}).get("cpu") == "100k"
+
+    try:
+        wait("the LimitRange in force", defaulted, 30)
+        time.sleep(1)  # (and in the operator's index: a watch event away)
+        template = copy.deepcopy(kube.job("defaulted")["spec"]["template"])
+        template["spec"]["containers"][0]["args"] = ["--steps", "5"]
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "defaulted", {"spec": {"template": template}}
+        )
+        c = edit_refused(kube, "defaulted")
+        assert c["reason"] == "EditRefused", c
+        assert "cpu 100000" in c["message"], c
+        time.sleep(2)
+        assert kube.phase("defaulted") == "Running"
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("defaulted")} == before
+    finally:
+        kube.core.delete_namespaced_limit_range("cpu-default", kube.ns)
+
+
 def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
     kube: Kube, operator: Any
 ) -> None:
