@@ -19,11 +19,15 @@ import os
 import random
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hulk_operator.config import FLAGS, OperatorConfig
 from hulk_operator.pauses import PauseWatch, identity
+
+if TYPE_CHECKING:
+    from hulk_operator.metrics import Metrics
+    from hulk_planner.errors import InvalidRequest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,22 +130,41 @@ def _check_inherited_weights(cfg: OperatorConfig) -> None:
 
 
 def check_port(flag: str, host: str, port: int, off: str) -> None:
-    """A port the operator is to serve on must be free now (else kopf or the metrics
-    server fail later, with a traceback, or retry for ever)."""
+    """A port the operator is to serve on must be free now (else kopf fails later, with a
+    traceback)."""
     import socket
-
-    from hulk_planner.errors import InvalidRequest
 
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as exc:
-        raise InvalidRequest(
-            flag,
-            f"cannot listen on {host}:{port} ({exc.strerror or exc})",
-            f"another process holds it: pick another port, {off}",
-        ) from None
+        raise port_taken(flag, host, port, off, exc) from None
+
+
+def port_taken(flag: str, host: str, port: int, off: str, exc: OSError) -> InvalidRequest:
+    from hulk_planner.errors import InvalidRequest
+
+    return InvalidRequest(
+        flag,
+        f"cannot listen on {host}:{port} ({exc.strerror or exc})",
+        f"another process holds it: pick another port, {off}",
+    )
+
+
+def serve_metrics(flag: str, port: int, off: str) -> Metrics:
+    """The operator's metrics, served on ``port`` from now on: the port is taken at the
+    check, not when kopf starts (a port free at a check and taken by the start, e.g. by an
+    outgoing connection while the demo's sandbox came up, failed kopf's start-up, which
+    retried it a minute later: a CI run)."""
+    from hulk_operator.metrics import Metrics
+
+    metrics = Metrics()
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise port_taken(flag, "0.0.0.0", port, off, exc) from None
+    return metrics
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,8 +175,6 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         _check_inherited_weights(cfg)
         kube.configuration(args.kubeconfig)
-        if cfg.metrics_port:
-            check_port(FLAGS["metrics_port"], "0.0.0.0", cfg.metrics_port, "or 0 to turn it off")
         if args.liveness:
             url = urlsplit(args.liveness)
             try:
@@ -166,6 +187,11 @@ def run(args: argparse.Namespace) -> int:
                     "e.g. http://0.0.0.0:8080/healthz, or '' to turn it off",
                 )  # fmt: skip
             check_port("--liveness", url.hostname, port, "or '' to turn it off")
+        kept: dict[str, Any] = {}  # what each run of kopf takes over: the metrics it serves
+        if cfg.metrics_port:
+            kept["metrics"] = serve_metrics(
+                FLAGS["metrics_port"], cfg.metrics_port, "or 0 to turn it off"
+            )
     except HulkError as exc:
         print(f"hulk operator: error: {exc}", file=sys.stderr)
         return 2
@@ -245,7 +271,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     priority = args.priority if args.priority is not None else random.randint(1, 2**30)
     me = identity()  # (the same for each run of kopf)
-    kept: dict[str, Any] = {}  # what a new run of kopf takes over: the metrics it serves
     while True:
         stop = threading.Event()  # (set by ``operator_cleanup`` too: kopf waits on it)
         memo = kopf.Memo(

@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hulk_operator import crd
     from hulk_operator import status as st
-    from hulk_operator.cli import check_port
+    from hulk_operator.cli import serve_metrics
     from hulk_operator.config import OperatorConfig
     from hulk_operator.runner import OperatorThread
     from hulk_planner import io
@@ -217,8 +217,6 @@ def run(args: argparse.Namespace) -> int:
         config = OperatorConfig.from_env()
         if args.metrics_port is not None:
             config = replace(config, metrics_port=args.metrics_port)  # (checked by it)
-        if config.metrics_port:  # (before: no way to see the demo's metrics; a user trial)
-            check_port("--metrics-port", "0.0.0.0", config.metrics_port, "or leave it out")
         if not 0 <= args.replay_every < math.inf:  # (inf: never, said otherwise; a review)
             why = (
                 "is below 0"
@@ -229,6 +227,11 @@ def run(args: argparse.Namespace) -> int:
             )
             raise InvalidRequest(
                 "--replay-every", f"{args.replay_every:g} {why}", "give seconds, or 0 for never"
+            )
+        served: dict[str, Any] = {}  # (before: no way to see the demo's metrics; a user trial)
+        if config.metrics_port:  # (served from here: see serve_metrics)
+            served["metrics"] = serve_metrics(
+                "--metrics-port", config.metrics_port, "or leave it out"
             )
     except HulkError as exc:
         for each in each_error(exc):
@@ -301,7 +304,14 @@ def run(args: argparse.Namespace) -> int:
             )
             log_path = Path(args.dir) / "operator.log"
             to_file = _log_to(log_path) if args.keep else None
-            op = OperatorThread(box.kubeconfig, namespaces=[args.namespace], config=config).start()
+            try:
+                op = OperatorThread(
+                    box.kubeconfig, namespaces=[args.namespace], config=config, extra_memo=served
+                ).start()
+            except (RuntimeError, TimeoutError) as exc:  # (a traceback before)
+                where = f" (its log: {log_path})" if to_file is not None else ""
+                print(f"hulk demo: error: {exc}{where}", file=sys.stderr)
+                return 1
             try:
                 start = time.monotonic()
                 for d in docs:

@@ -107,8 +107,14 @@ async def operator_startup(
     memo.metrics = memo.get("metrics") or Metrics()
     if isinstance(paused := memo.get(PAUSED_NOW), threading.Event):
         memo.metrics.paused = paused  # (the peering log's word: ``pauses.PauseWatch``)
-    if cfg.metrics_port:
-        memo.metrics.serve(cfg.metrics_port)
+    if cfg.metrics_port:  # (``hulk operator`` and the demo serve them before kopf starts)
+        try:
+            memo.metrics.serve(cfg.metrics_port)
+        except OSError as exc:  # (before: kopf retried the whole start-up a minute later)
+            raise kopf.PermanentError(
+                f"metrics port {cfg.metrics_port}: cannot listen on it "
+                f"({exc.strerror or exc}): pick another port, or 0 to turn it off"
+            ) from None
     if "plan_fn" not in memo:
         from hulk_planner.api import plan
 

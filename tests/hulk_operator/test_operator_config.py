@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,31 @@ def test_an_api_server_that_cannot_be_reached_at_start_is_one_line(tmp_path: Pat
         "a new connection: [Errno 111] Connection refused) (check that the cluster is up and "
         "the kubeconfig's server and context)"
     )
+
+
+def test_the_metrics_port_is_held_from_the_check_on() -> None:
+    """``hulk operator`` and ``hulk demo`` serve their metrics at the check, before kopf
+    starts: before, the port was only tried there, and taken later, so another process
+    could take it in between (a CI run: kopf's start-up then failed, and retried a
+    minute later)."""
+    import urllib.request
+
+    from hulk_operator.cli import check_port, serve_metrics
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        port = s.getsockname()[1]
+    metrics = serve_metrics("--metrics-port", port, "or 0 to turn it off")
+    with pytest.raises(InvalidRequest) as caught:
+        check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")
+    assert str(caught.value).startswith(f"--metrics-port: cannot listen on 0.0.0.0:{port} (")
+    with pytest.raises(InvalidRequest) as again:
+        serve_metrics("--metrics-port", port, "or leave it out")
+    assert str(again.value) == (
+        f"--metrics-port: cannot listen on 0.0.0.0:{port} (Address already in use) "
+        "(another process holds it: pick another port, or leave it out)"
+    )
+    metrics.jobs.labels(phase="Running").set(2)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        body = answer.read().decode()
+    assert 'hulk_jobs{phase="Running"} 2.0' in body
