@@ -11,7 +11,7 @@ from hulk_operator.config import OperatorConfig
 from hulk_operator.inventory import NodeInfo, Resources
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Placer
-from hulk_operator.snapshot import Snapshot
+from hulk_operator.snapshot import LimitDefaults, Snapshot
 
 
 async def _none_unreachable() -> frozenset[frozenset[str]]:
@@ -60,6 +60,8 @@ class Context:
     # the pairs NodeLatency reports unreachable (``indexes.shared_latencies``)
     unreachable: Callable[[], Awaitable[frozenset[frozenset[str]]]] = _none_unreachable
     has_service: bool = True  # whether the job's headless Service exists (its index)
+    # the job's namespace's LimitRange defaults (name, requests, limits), from their index
+    limit_defaults: LimitDefaults = ()
     disrupted: str | None = None  # why NotReady nodes are not taken as lost now (recovery)
     settled_at: float = 0.0  # when the last disruption ended (``recovery.say_disruption``)
     # the operator's record of disruptions, shared by every job (``recovery``)

@@ -37,6 +37,7 @@ from hulk_operator.entries import (
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
 from hulk_operator.fit import fits_nowhere, matching_nodes
 from hulk_operator.inventory import NodeInfo, Pair
+from hulk_operator.snapshot import filled_requests
 from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
@@ -151,7 +152,7 @@ async def recheck(
     # (its stage pods' requests as the namespace's LimitRange defaults fill them in, as
     # planning reads them: before, the template's alone, and an edit no node could hold was
     # taken as allowed, and the running job lost its pods; a review)
-    filled = replace(entry, requests=(await ctx.snapshot()).stage_requests(entry))
+    filled = replace(entry, requests=filled_requests(entry, ctx.limit_defaults))
     refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:

@@ -574,6 +574,7 @@ async def hulktrainingjob_reconcile(
         settled_at=settled_at,
         disruption=memo.disruption,
         has_service=any(hulk_services.get(key) or ()),
+        limit_defaults=tuple(hulk_limit_defaults.get(key[0], ())),
         unreachable=lambda: _unreachable(memo),
         # (an edit meanwhile too: a suspend made while the pods were created waited for
         # all of them, and the plan's Event, before it removed them; a user trial)

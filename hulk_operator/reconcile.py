@@ -51,6 +51,7 @@ from hulk_operator.plan_fields import (
     planned_message,
     unplanned,
 )
+from hulk_operator.snapshot import filled_requests
 from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
 from hulk_planner.model import Cluster, JobPlan
 
@@ -295,10 +296,11 @@ async def _check_plan(
     now_m = time.monotonic()
     older = [p for p in pods if now_m - ctx.recent.get(p.name, -1e9) > 10.0]
     lost.update(recovery.remade_servers(older, ctx.nodes))
+    # (its pods' requests with the LimitRange defaults the API server gave them: before,
+    # the template's alone, and a pod those overfill waited, not taken as stuck; a review)
+    need = filled_requests(entry, ctx.limit_defaults)
     lost.update(
-        recovery.stuck_servers(
-            pods, ctx.used, lost, ctx.nodes, entry.requests, gpus, entry.tolerations
-        )
+        recovery.stuck_servers(pods, ctx.used, lost, ctx.nodes, need, gpus, entry.tolerations)
     )
     barred = recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost)
     # a stage pod to make again (deleted, evicted) where a NoSchedule taint bars it: moved

@@ -112,17 +112,26 @@ def amount_text(resource: str, amount: float) -> str:
     return f"{amount:g} {name} ({resource})"
 
 
-def filled_requests(
-    entry: JobEntry, defaults: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]
-) -> Resources:
-    """What one of the job's stage pods requests of its node once the namespace's
-    LimitRanges' ``defaults`` (name, default requests, default limits) fill in what its
-    template leaves out; GPUs stay the template's own ask."""
+LimitDefaults = Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]
+
+
+def filled_resources(entry: JobEntry, defaults: LimitDefaults) -> Mapping[str, Any]:
+    """The job's stage pod's containers' resources once the namespace's LimitRanges'
+    ``defaults`` (name, default requests, default limits) fill in the requests and limits
+    its template leaves out, in the LimitRanges' name order, as the API server applies
+    them."""
+    if not defaults:
+        return entry.pod_resources
+    ordered = sorted(defaults, key=lambda d: d[0])
+    return with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in ordered])
+
+
+def filled_requests(entry: JobEntry, defaults: LimitDefaults) -> Resources:
+    """What one of the job's stage pods requests of its node, ``defaults`` filled in
+    (``filled_resources``); GPUs stay the template's own ask."""
     if not defaults:
         return entry.requests
-    ordered = sorted(defaults, key=lambda d: d[0])
-    spec = with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in ordered])
-    return pod_requests(spec)._replace(gpus=entry.requests.gpus)
+    return pod_requests(filled_resources(entry, defaults))._replace(gpus=entry.requests.gpus)
 
 
 @dataclass
@@ -143,9 +152,7 @@ class Snapshot:
     # namespace -> (LimitRange, fewest GPUs one stage pod may request) for each that sets one
     gpu_minimums: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
     # namespace -> (LimitRange, default requests, default limits) for each that sets some
-    limit_defaults: Mapping[str, Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]] = (
-        field(default_factory=dict)
-    )
+    limit_defaults: Mapping[str, LimitDefaults] = field(default_factory=dict)
     # namespace -> the bounds of its LimitRanges on containers' and pods' resources (not GPUs)
     limit_bounds: Mapping[str, Sequence[Bound]] = field(default_factory=dict)
     # namespace -> ("ResourceQuota q" / "LimitRange l", its spec) of each, scoped ones too
@@ -188,10 +195,7 @@ class Snapshot:
     def pod_resources(self, entry: JobEntry) -> Mapping[str, Any]:
         """The job's stage pod's containers' resources once the namespace's LimitRanges
         filled in the requests and limits its template leaves out."""
-        defaults = sorted(self.limit_defaults.get(entry.key[0], ()), key=lambda d: d[0])
-        if not defaults:
-            return entry.pod_resources
-        return with_defaults(entry.pod_resources, [(r, lim) for _, r, lim in defaults])
+        return filled_resources(entry, self.limit_defaults.get(entry.key[0], ()))
 
     def stage_requests(self, entry: JobEntry) -> Resources:
         """What one stage pod requests of its node, the namespace's LimitRange default

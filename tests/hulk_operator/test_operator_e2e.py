@@ -2774,6 +2774,42 @@ def test_an_edit_whose_pod_requests_no_node_could_hold_leaves_the_job_running(
     assert not kube.events("Unschedulable")
 
 
+def running_under_a_new_limit_range(
+    kube: Kube, job: str, limit_range: dict[str, Any], in_force: Callable[[Any], bool]
+) -> dict[str, str]:
+    """Applies bert-large as ``job``, waits until it runs, then creates ``limit_range`` in
+    its namespace and waits until the API server's LimitRanger (which reads LimitRanges
+    from a cache) applies it: ``in_force`` is given a dry-run pod's answer, the pod as
+    admitted or the ApiException. Returns the job's running pods, name -> uid."""
+    kube.apply(manifest(job, model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase(job) == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods(job)}
+    kube.core.create_namespaced_limit_range(kube.ns, limit_range)
+    limit_range_in_force(kube, in_force)
+    return before
+
+
+def limit_range_in_force(kube: Kube, in_force: Callable[[Any], bool]) -> None:
+    """Waits until ``in_force`` holds for a dry-run pod's answer: the pod as admitted, or
+    the ApiException."""
+    probe = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    def applied() -> bool:
+        try:
+            return in_force(kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All"))
+        except client.ApiException as exc:
+            return in_force(exc)
+
+    wait("the LimitRange in force", applied, 30)
+
+
+def _cpu_requested(admitted: Any, cpu: str) -> bool:
+    return (
+        not isinstance(admitted, Exception)
+        and (admitted.spec.containers[0].resources.requests or {}).get("cpu") == cpu
+    )
+
+
 def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
     kube: Kube, operator: Any
 ) -> None:
@@ -2781,22 +2817,14 @@ def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
     edit whose stage pods, so filled in, no node could hold is refused and the job runs on
     (before, the template's own requests were checked: the edit was taken, and the job
     lost its running pods for a plan no node could hold; a review)."""
-    kube.apply(manifest("defaulted", model={"preset": "bert-large"}))
-    wait("Running", lambda: kube.phase("defaulted") == "Running", 60)
-    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("defaulted")}
     huge = {
         "metadata": {"name": "cpu-default"},
         "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100000"}}]},
     }
-    kube.core.create_namespaced_limit_range(kube.ns, huge)
-    probe = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-
-    def defaulted() -> bool:  # (the API server's LimitRanger reads LimitRanges from a cache)
-        made = kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All")
-        return (made.spec.containers[0].resources.requests or {}).get("cpu") == "100k"
-
     try:
-        wait("the LimitRange in force", defaulted, 30)
+        before = running_under_a_new_limit_range(
+            kube, "defaulted", huge, lambda admitted: _cpu_requested(admitted, "100k")
+        )
         time.sleep(1)  # (and in the operator's index: a watch event away)
         template = copy.deepcopy(kube.job("defaulted")["spec"]["template"])
         template["spec"]["containers"][0]["args"] = ["--steps", "5"]
@@ -2813,31 +2841,67 @@ def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
         kube.core.delete_namespaced_limit_range("cpu-default", kube.ns)
 
 
+def test_a_stage_pod_the_limitrange_defaults_no_longer_fit_on_its_node_is_moved(
+    kube: Kube, operator: Any
+) -> None:
+    """A stage pod made again (deleted here) after a LimitRange came gets its default
+    requests: where its node no longer holds them, it waits unschedulable, and the stage is
+    moved (before, the template's own requests were checked: the pod was taken to fit, and
+    waited for ever, with nothing said; a review)."""
+    name = "filled"
+    cpu = {
+        "metadata": {"name": "cpu-default"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]},
+    }
+    kube.apply(manifest(name, model={"preset": "bert-large"}))
+    wait("Running", lambda: kube.phase(name) == "Running", 60)
+    victim = plan_nodes(kube.job(name))[-1]
+    (pod,) = [p for p in kube.live_pods(name) if p.spec.node_name == victim]
+    # another pod leaves 1 CPU of the node: the stage pod, which asks none, runs on
+    cores = int(kube.core.read_node(victim).status.allocatable["cpu"])
+    filler = {
+        "metadata": {"name": "filler"},
+        "spec": {
+            "nodeName": victim,
+            "containers": [{"name": "c", "image": "x",
+                            "resources": {"requests": {"cpu": str(cores - 1)}}}],
+        },
+    }  # fmt: skip
+    kube.core.create_namespaced_pod(kube.ns, filler)
+    kube.core.create_namespaced_limit_range(kube.ns, cpu)
+    try:
+        limit_range_in_force(kube, lambda admitted: _cpu_requested(admitted, "2"))
+        time.sleep(1)  # (and in the operator's index: a watch event away)
+        kube.core.delete_namespaced_pod(pod.metadata.name, kube.ns, grace_period_seconds=0)
+
+        def moved() -> bool:
+            return kube.phase(name) == "Running" and victim not in plan_nodes(kube.job(name))
+
+        wait("the stage moved", moved, 90)
+        c = condition(kube.job(name), "Replanning")
+        assert c["message"].startswith(
+            f"{victim} stage pod's requests no longer fit beside other pods; "
+        ), c
+        assert all(p.spec.node_name != victim for p in kube.live_pods(name))
+    finally:
+        kube.core.delete_namespaced_limit_range("cpu-default", kube.ns)
+        kube.core.delete_namespaced_pod("filler", kube.ns, grace_period_seconds=0)
+
+
 def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
     kube: Kube, operator: Any
 ) -> None:
     """Before, the dry run of the edited template was refused (403: a LimitRange the
     namespace got after the job started) but only 400/422 counted: the edit was taken,
     the job was planned again, told Unschedulable and lost its pods (a user trial)."""
-    kube.apply(manifest("bounded", model={"preset": "bert-large"}))
-    wait("Running", lambda: kube.phase("bounded") == "Running", 60)
-    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("bounded")}
     bounds = {
         "metadata": {"name": "pod-memory"},
         "spec": {"limits": [{"type": "Pod", "max": {"memory": "8Gi"}}]},
     }
-    kube.core.create_namespaced_limit_range(kube.ns, bounds)  # the template sets no limit
-    probe = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-
-    def bounded() -> bool:  # (the API server's LimitRanger reads LimitRanges from a cache)
-        try:
-            kube.core.create_namespaced_pod(kube.ns, probe, dry_run="All")
-        except client.ApiException as exc:
-            return exc.status == 403
-        return False
-
-    try:
-        wait("the LimitRange in force", bounded, 30)
+    try:  # (the template sets no limit: refused)
+        before = running_under_a_new_limit_range(
+            kube, "bounded", bounds, lambda answer: getattr(answer, "status", None) == 403
+        )
         template = copy.deepcopy(kube.job("bounded")["spec"]["template"])
         template["spec"]["containers"][0]["args"] = ["--steps", "5"]
         patch = {"spec": {"template": template}}
