@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator.config import OperatorConfig
-from hulk_operator.inventory import NodeInfo, Resources
+from hulk_operator.inventory import Latencies, NodeInfo, Resources
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Placer
 from hulk_operator.snapshot import LimitDefaults, Snapshot
 
 
-async def _none_unreachable() -> frozenset[frozenset[str]]:
-    return frozenset()
+async def _no_latencies() -> Latencies:
+    return Latencies()
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,9 @@ class Context:
     event: Callable[[str, str, str], None]  # (type, reason, message)
     recent: dict[str, float]  # pod name -> when this operator created it
     used: Mapping[str, Resources] = field(default_factory=dict)  # node -> other pods' requests
-    # the pairs NodeLatency reports unreachable (``indexes.shared_latencies``)
-    unreachable: Callable[[], Awaitable[frozenset[frozenset[str]]]] = _none_unreachable
+    # what the NodeLatency objects say: pairs measured, pairs reported unreachable
+    # (``indexes.shared_latencies``)
+    latencies: Callable[[], Awaitable[Latencies]] = _no_latencies
     has_service: bool = True  # whether the job's headless Service exists (its index)
     # the job's namespace's LimitRange defaults (name, requests, limits), from their index
     limit_defaults: LimitDefaults = ()

@@ -148,7 +148,7 @@ async def recheck(
         return {}
     ctx.placer.edit_checked[entry.key] = now
     ns, name = entry.key
-    cut = await ctx.unreachable()
+    cut = (await ctx.latencies()).unreachable
     # (its stage pods' requests as the namespace's LimitRange defaults fill them in, as
     # planning reads them: before, the template's alone, and an edit no node could hold was
     # taken as allowed, and the running job lost its pods; a review)

@@ -341,10 +341,6 @@ def hulktrainingjob_update(
 kopf.on.update(GROUP, VERSION, PLURAL, field="spec")(hulktrainingjob_update)
 
 
-async def _unreachable(memo: kopf.Memo) -> frozenset[frozenset[str]]:
-    return (await shared_latencies(memo)).unreachable
-
-
 def _edit_unhandled(body: kopf.Body) -> bool:
     """Whether the job's spec differs from the one kopf's handlers last took (its
     last-handled annotation): an edit the update handler has yet to take. A job with no
@@ -575,7 +571,7 @@ async def hulktrainingjob_reconcile(
         disruption=memo.disruption,
         has_service=any(hulk_services.get(key) or ()),
         limit_defaults=tuple(hulk_limit_defaults.get(key[0], ())),
-        unreachable=lambda: _unreachable(memo),
+        latencies=lambda: shared_latencies(memo),
         # (an edit meanwhile too: a suspend made while the pods were created waited for
         # all of them, and the plan's Event, before it removed them; a user trial)
         stopped=lambda: bool(stopped) or edited_since(body, entry),

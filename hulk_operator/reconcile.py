@@ -387,10 +387,11 @@ async def _tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> 
     other again). The job is not moved: only lost servers move a job (before, nothing told
     of a partition between two of its stages: a user trial)."""
     try:
-        unreachable = await ctx.unreachable()
+        latencies = await ctx.latencies()
     except (ApiException, HTTPError, OSError) as exc:  # (it only tells: recovery goes on)
         log.debug(f"{key[1]}: NodeLatency not read ({exc}): cut links told later")
         return
+    unreachable = latencies.unreachable
     cut = recovery.cut_links(plan, unreachable)
     told: dict[tuple[str, str], frozenset[tuple[str, str]]] = ctx.disruption.setdefault(
         "cut_links", {}
@@ -414,6 +415,11 @@ async def _tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> 
         )
     else:
         told.pop(key, None)
+        if not any(frozenset(p) in latencies.measured for p in before):
+            # no report on them at all: the probes' objects deleted, or the probe
+            # uninstalled (before, told as restored; a review)
+            log.info(f"{key[1]}: the probes no longer report on the cut pairs it was told of")
+            return
         ctx.event("Normal", LINKS_RESTORED, "its servers' probes reach each other again")
 
 

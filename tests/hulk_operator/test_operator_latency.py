@@ -8,6 +8,7 @@ import copy
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -736,6 +737,44 @@ def test_a_running_job_is_told_when_its_stages_cannot_reach_each_other(
     latencies(near)
     wait("restored", lambda: kube.events("LinksRestored"), 40)
     assert len(kube.events("LinkUnreachable")) == 1  # told once
+
+
+def test_cut_links_are_not_told_restored_when_their_reports_are_deleted(
+    sandbox: Any, kube: Kube, operator: Any, latencies: Publish, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The NodeLatency objects deleted (the probe uninstalled) while a job is told of cut
+    links: the listing is empty, which measures nothing, so nothing is told restored
+    (before, LinksRestored said its servers' probes reached each other; a review)."""
+    import logging
+
+    from hulk_operator import status as st
+    from hulk_planner.cost import communicating_pairs
+
+    near = {a: {b: 0.5 for b in TOKYO if b != a} for a in TOKYO}
+    cut = copy.deepcopy(near)
+    latencies(near)
+    kube.apply(manifest("unprobed", allowedRegions=["tokyo"]))
+    wait("placed", lambda: len(plan_nodes(kube.job("unprobed"))) >= 2, 60)
+    jp = st.job_plan_from_status("unprobed", kube.job("unprobed")["status"])
+    assert jp is not None
+    a, b = communicating_pairs(jp)[0]
+    cut[a][b] = cut[b][a] = None
+    latencies(cut)
+    wait("told", lambda: kube.events("LinkUnreachable"), 40)
+    with caplog.at_level(logging.INFO, logger="hulk_operator.reconcile"):
+        with sandbox.api_client() as api:
+            forget_latencies(api, TOKYO)
+
+        def unreported() -> bool:
+            return any(
+                "no longer report on the cut pairs" in r.getMessage() for r in caplog.records
+            )
+
+        wait("the reports gone", unreported, 40)
+    time.sleep(2)  # (a few ticks)
+    assert not kube.events("LinksRestored")
+    assert len(kube.events("LinkUnreachable")) == 1
+    assert plan_nodes(kube.job("unprobed")) == list(jp.nodes)
 
 
 def test_a_partition_in_an_old_report_is_kept_until_measured_again(
