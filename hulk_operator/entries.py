@@ -52,6 +52,8 @@ class JobEntry:
     selector_from: str = "spec.nodeSelector"  # where node_selector's pairs were written
     affinity: tuple[Mapping[str, Any], ...] = ()  # the template's required nodeSelectorTerms
     requests: Resources = field(default_factory=Resources)  # one stage pod of the template
+    # (name, GPUs) of its plain init container that asks the most: the node must have them
+    init_gpus: tuple[str, int] = ("", 0)
     suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
     regrow: tuple[float, float] | None = None  # spec.regrow: (minSpeedup, afterSeconds)
     # what one stage pod counts toward a ResourceQuota besides its GPUs (``stage_quota``)
@@ -192,6 +194,7 @@ def job_entry(
         allowed_regions=tuple(spec.get("allowedRegions") or ()),
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
         requests=stage_requests(tmpl_spec),
+        init_gpus=init_gpus(tmpl_spec),
         pod_quota=stage_quota(tmpl_spec),
         pod_resources=with_defaults(tmpl_spec, ()),
         pod_facts=template_facts(tmpl_spec),
@@ -331,6 +334,21 @@ def stage_requests(tmpl_spec: Mapping[str, Any]) -> Resources:
     running = {"containers": running_containers(tmpl_spec)}
     asked = pod_requests(running).gpus if asks_gpus(tmpl_spec) else 0
     return pod_requests(tmpl_spec)._replace(gpus=asked)
+
+
+def init_gpus(tmpl_spec: Mapping[str, Any]) -> tuple[str, int]:
+    """(name, GPUs) of the plain init container (not a sidecar) that asks the most GPUs,
+    ("", 0) where none asks any. The scheduler holds that many on the node while it runs
+    (a pod's request is its largest init container's where that is more), so its stage pod
+    fits only where that many are free, whatever its trainer gets (before, a server with
+    fewer was planned, and the pod waited unschedulable; a review)."""
+    most = ("", 0)
+    for c in tmpl_spec.get("initContainers") or ():
+        if isinstance(c, Mapping) and c.get("restartPolicy") != "Always":
+            gpus = pod_requests({"containers": [c]}).gpus
+            if gpus > most[1]:
+                most = (str(c.get("name") or ""), gpus)
+    return most
 
 
 def _bad_quantity(tmpl_spec: Mapping[str, Any]) -> str | None:

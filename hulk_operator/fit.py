@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Mapping, Sequence
 
+from hulk_operator import GPU
 from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, node_region, selected
 from hulk_planner.cost import too_big
@@ -99,14 +100,19 @@ def too_big_for(
     # a server too small for one stage pod's requests holds no stage: not counted (before,
     # an edit's cpu: 150 for 15 left 3 servers, and its failed plan removed the running
     # job's pods; a user trial)
-    roomy = [i.server for i in usable if i.server is not None and holds(i, entry.requests)]
+    wanted = entry.init_gpus[1]
+    roomy = [i.server for i in usable if i.server is not None and holds(i, entry.requests, wanted)]
     if not roomy:  # (no usable GPUs, or requests none holds: the snapshot or
         return None  # requests_fit_nowhere says why)
     servers = roomy
     limits = constraint_names(entry)
     small = len(roomy) < len(usable)
     if small:
-        limits.append(f"the stage pods' requests ({describe(entry.requests)})")
+        limits.append(
+            f"the stage pods' requests ({describe(entry.requests)}"
+            + (f"; init container {entry.init_gpus[0]}: {wanted} {GPU}" if wanted else "")
+            + ")"
+        )
     where = f"the {len(servers)} server(s) it may use have" if limits else "the whole cluster has"
     fix = (
         f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
@@ -162,11 +168,18 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
     nothing else on it (``cpu: 5000`` for ``5``), naming the fix; None if one could hold
     it. Like :func:`unmatched`, only an edit or new nodes change this."""
     need = entry.requests
-    if need == Resources():
+    init, wanted = entry.init_gpus
+    if need == Resources() and not wanted:
         return None
     matching = [i for i in matching_nodes(entry, nodes) if i.server is not None]
-    if not matching or any(holds(i, need) for i in matching):
+    if not matching or any(holds(i, need, wanted) for i in matching):
         return None
+    if all(holds(i, need) for i in matching):
+        return (
+            f"spec.template: init container {init} asks {wanted} {GPU}, more than any of the "
+            f"{len(matching)} node(s) matching the job has (it holds them before the trainer "
+            "starts); lower its ask"
+        )
     absent = missing_resources(need, matching)
     if absent:
         return (
@@ -181,12 +194,13 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
     )
 
 
-def holds(info: NodeInfo, need: Resources) -> bool:
-    """Whether the node could hold one stage pod requesting ``need``, with nothing else on
-    it (a node with no usable GPUs holds none)."""
+def holds(info: NodeInfo, need: Resources, init_gpus: int = 0) -> bool:
+    """Whether the node could hold one stage pod requesting ``need``, whose init container
+    asks ``init_gpus``, with nothing else on it (a node with no usable GPUs holds none)."""
     if info.server is None:
         return False
-    return fits(info.allocatable, Resources(), need, info.allocatable.gpus or info.server.gpus)
+    gpus = info.allocatable.gpus or info.server.gpus
+    return gpus >= init_gpus and fits(info.allocatable, Resources(), need, gpus)
 
 
 def fits_nowhere(

@@ -393,6 +393,8 @@ class Snapshot:
             ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             ok = ok and info.server is not None and self._fits(info, need)
+            # (before the trainer's GPUs are capped: the init container holds its own)
+            ok = ok and info.server is not None and info.server.gpus >= entry.init_gpus[1]
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 info = self._capped(info, entry)
                 if info.server is not None and info.server.gpus < least:
@@ -488,6 +490,16 @@ class Snapshot:
             and i not in unfit
             and self._offered(i, entry) < floor[1]
         ]
+        init, wanted = entry.init_gpus
+        short = [
+            i
+            for i in usable
+            if wanted
+            and i not in full
+            and i not in unfit
+            and i not in few
+            and (s.gpus if (s := self._unused(i).server) is not None else 0) < wanted
+        ]
         absent = missing_resources(need, usable)
         if absent:
             return (
@@ -513,9 +525,15 @@ class Snapshot:
                 f"{floor[1]:g} {GPU} namespace {entry.key[0]}'s LimitRange {floor[0]} asks at "
                 "least per pod: lower the LimitRange's min, or allow servers with more GPUs"
             )
-        if not full and not unfit and not few:
+        if short and len(full) + len(unfit) + len(few) + len(short) == len(usable):
+            return (
+                f"none of the {len(usable)} usable node(s) matching the job has the {wanted} "
+                f"{GPU} free that init container {init} asks (it holds them before the trainer "
+                "starts): lower its ask, or allow servers with more GPUs"
+            )
+        if not full and not unfit and not few and not short:
             return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
-        held = len(usable) - len(full) - len(unfit) - len(few)  # the rest are held
+        held = len(usable) - len(full) - len(unfit) - len(few) - len(short)  # the rest: held
         parts = [
             f"{held} held by other jobs" if held else "",
             f"{len(full)} with every GPU requested by other pods" if full else "",
@@ -524,6 +542,9 @@ class Snapshot:
             else "",
             f"{len(few)} offering fewer than the {floor[1]:g} {GPU} LimitRange {floor[0]} asks"
             if few and floor is not None
+            else "",
+            f"{len(short)} with fewer than the {wanted} {GPU} init container {init} asks free"
+            if short
             else "",
         ]
         return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(

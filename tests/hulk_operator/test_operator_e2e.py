@@ -2841,6 +2841,30 @@ def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
         kube.core.delete_namespaced_limit_range("cpu-default", kube.ns)
 
 
+def test_an_init_container_asking_gpus_is_placed_where_they_are_free(
+    kube: Kube, operator: Any
+) -> None:
+    """A plain init container that asks 12 GPUs (a warm-up, a device check): the scheduler
+    holds 12 for it, so its stage pods run on servers with 12 free, and the trainer gets
+    its server's (before, servers with fewer were planned, and their pods waited
+    unschedulable; a review)."""
+    job = manifest(
+        "warmed", model={"preset": "gpt2-xl"}, allowedRegions=["paris"]
+    )  # 12, 12, 6, 11 GPUs
+    warm = {"name": "warm", "image": "x", "resources": {"limits": {GPU: "12"}}}
+    job["spec"]["template"]["spec"]["initContainers"] = [warm]
+    kube.apply(job)
+    wait("Running", lambda: kube.phase("warmed") == "Running", 60)
+    cluster = paper_cluster()
+    nodes = plan_nodes(kube.job("warmed"))
+    assert nodes and all(cluster.server(n).gpus >= 12 for n in nodes), nodes
+    for pod in kube.live_pods("warmed"):
+        (init,) = pod.spec.init_containers
+        assert init.resources.limits[GPU] == "12"
+        (trainer,) = pod.spec.containers
+        assert trainer.resources.limits[GPU] == str(cluster.server(pod.spec.node_name).gpus)
+
+
 def test_a_stage_pod_the_limitrange_defaults_no_longer_fit_on_its_node_is_moved(
     kube: Kube, operator: Any
 ) -> None:

@@ -129,6 +129,15 @@ def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
     )
     most = max(cpus.values())
     assert requests_fit_nowhere(entry(bert, requests=Resources(cpu=most)), nodes()) is None
+    # an init container asking more GPUs than any matching node has (an edit refused so)
+    most_gpus = max(i.server.gpus for i in nodes().values() if i.server)
+    warm = entry(bert, init_gpus=("warm", most_gpus + 1))
+    assert requests_fit_nowhere(warm, nodes()) == (
+        f"spec.template: init container warm asks {most_gpus + 1} nvidia.com/gpu, more than any "
+        f"of the {len(nodes())} node(s) matching the job has (it holds them before the trainer "
+        "starts); lower its ask"
+    )
+    assert requests_fit_nowhere(entry(bert, init_gpus=("warm", most_gpus)), nodes()) is None
     by_region: dict[str, list[float]] = {}
     for n, i in nodes().items():
         by_region.setdefault(i.server.region, []).append(cpus[n])  # type: ignore[union-attr]

@@ -248,3 +248,46 @@ def test_a_limitrange_caps_the_gpus_a_server_offers_a_job() -> None:
         "namespace team-b's LimitRange gpus allows 4 nvidia.com/gpu per pod, and the template "
         "asks 8: ask for at most 4, or raise the LimitRange's max"
     )
+
+
+def test_an_init_containers_gpus_must_be_free_on_the_servers_offered() -> None:
+    """A plain init container holds its GPUs before the trainer starts: the scheduler puts
+    the stage pod only where that many are free, whatever the trainer gets (before, a
+    server with fewer was planned, and its pod waited unschedulable; a review). A sidecar's
+    GPUs are the template's own ask instead."""
+    from hulk_operator.entries import init_gpus, stage_requests
+
+    gpt = entry(paper_jobs()[2], allowed_regions=("paris",))  # 12, 12, 6, 11 GPUs
+    base = snap([gpt])
+    paris = {i.name: i.server.gpus for i in base.free(gpt) if i.server}
+    tmpl = {
+        "containers": [{"name": "trainer"}],
+        "initContainers": [
+            {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
+            {"name": "check", "resources": {"requests": {"nvidia.com/gpu": "2"}}},
+            {"name": "side", "restartPolicy": "Always",
+             "resources": {"limits": {"nvidia.com/gpu": "16"}}},
+        ],
+    }  # fmt: skip
+    assert init_gpus(tmpl) == ("warm", 8)
+    assert stage_requests(tmpl).gpus == 16  # (the sidecar's: it runs beside the trainer)
+    warm = replace(gpt, init_gpus=init_gpus(tmpl))
+    s = snap([warm])
+    offered = {i.name: i.server.gpus for i in s.free(warm) if i.server}
+    assert offered == {n: g for n, g in paris.items() if g >= 8}  # (each whole, for the trainer)
+    # other pods' GPUs leave fewer free than it asks on the 11-GPU server
+    eleven = next(n for n, g in paris.items() if g == 11)
+    s.used = {eleven: Resources(4)}
+    assert eleven not in {i.name for i in s.free(warm)}
+    greedy = replace(gpt, init_gpus=("warm", 13))
+    assert refusal(snap([greedy]), greedy) == (
+        "none of the 4 usable node(s) matching the job has the 13 nvidia.com/gpu free that "
+        "init container warm asks (it holds them before the trainer starts): lower its ask, "
+        "or allow servers with more GPUs"
+    )
+    twelve = replace(gpt, init_gpus=("warm", 12))
+    mixed = snap([twelve], {n: ("other", "job") for n in paris if paris[n] == 12})
+    assert refusal(mixed, twelve) == (
+        "none of the 4 usable node(s) matching the job is free: 2 held by other jobs, 2 with "
+        "fewer than the 12 nvidia.com/gpu init container warm asks free"
+    )
