@@ -8,26 +8,42 @@ the fix, and exits with code 2.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cache, partial
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hulk_planner.errors import (
-    HulkError,
-    InvalidRequest,
-    NoFeasiblePlan,
-    NothingToPlan,
-    each_error,
-    one_or_all,
+from hulk_planner.cli_inputs import _inputs, _operator_notes
+from hulk_planner.cli_latency import (
+    LATENCY_DEFAULTS,
+    LATENCY_FLAGS,
+    add_latency_arguments,
+    latency_settings,
 )
+from hulk_planner.cli_output import _kept_notes, _plot, _print_plan, _ratio, render_table
+from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan, NothingToPlan, each_error
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
-from hulk_planner.regions import plan_in_regions, region_limits, tiered
+from hulk_planner.regions import plan_in_regions, tiered
+
+# What other code imports from here (moved to cli_inputs, cli_latency, cli_output).
+__all__ = [
+    "BASELINES",
+    "LATENCY_DEFAULTS",
+    "LATENCY_FLAGS",
+    "_inputs",
+    "_kept_notes",
+    "_operator_notes",
+    "_ratio",
+    "add_arguments",
+    "add_latency_arguments",
+    "latency_settings",
+    "main",
+    "render_table",
+    "run",
+]
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
@@ -110,205 +126,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass
-class _Inputs:
-    cluster: Cluster
-    jobs: list[Job]
-    plan: Plan | None = None  # made already (--kubeconfig)
-    limits: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job -> its regions
-    baselines: dict[str, dict[str, float]] | None = None  # made already: job -> seconds
-    why_not: dict[str, dict[str, str]] = field(default_factory=dict)  # baseline -> job -> why
-
-
-def _in_file_order(errors: Sequence[InvalidRequest], paths: Sequence[str]) -> InvalidRequest:
-    """What to raise for the errors of several files (one file's error hid the others'):
-    in the files' order, each file's own (``FILE``, ``FILE:LINE:COLUMN``) before its
-    documents' (``FILE (document N)``); an unreadable file given twice told once."""
-
-    def order(e: InvalidRequest) -> int:
-        head = e.field.partition(" (")[0]
-        mine = (i for i, p in enumerate(paths) if head == p or head.startswith(p + ":"))
-        return next(mine, -1)
-
-    return one_or_all(sorted({str(e): e for e in errors}.values(), key=order))
-
-
-def _inputs(args: argparse.Namespace) -> _Inputs:
-    """The cluster and jobs to plan, and the regions jobs are limited to (their
-    ``spec.allowedRegions``); with ``--kubeconfig`` also the plan itself and the baselines'
-    step times, made as the operator would make them now (its constraint groups, free
-    servers, latencies)."""
-    from hulk_planner import datasets, io
-
-    documents = []
-    skipped: list[str] = []  # (notes: printed once there are jobs, else the error says it)
-    kinds: set[str] = set()
-    errors: list[InvalidRequest] = []  # (all told at once: one file's hid the others')
-    for path in args.jobs or []:
-        try:
-            loaded = io.load_documents(path)
-            placed = list(io.placed_documents([(str(path), loaded)]))
-        except InvalidRequest as exc:
-            errors.extend(each_error(exc))
-            continue
-        for source, doc in placed:
-            if not io.other_api(doc):
-                continue
-            policy = doc.get("kind") in ("ResourceQuota", "LimitRange")
-            kinds.add(str(doc.get("kind")))
-            skipped.append(  # a bundle for kubectl apply: a Namespace, a ConfigMap
-                f"{source}: {doc.get('kind')} ({doc.get('apiVersion')}) "
-                "is not a HulkTrainingJob: skipped"
-                + (
-                    " (with --kubeconfig the preview plans within the cluster's own quotas "
-                    "and LimitRanges: apply it first to preview with it)"
-                    if policy
-                    else ""
-                )
-            )
-        # (the others keep their places: errors count them all)
-        documents.append((str(path), io.without_other_apis(loaded)))
-    jobs: list[Job] = []
-    try:
-        jobs = io.jobs_from_documents(documents) if documents else []
-    except InvalidRequest as exc:
-        errors.extend(each_error(exc))
-    if errors:
-        raise _in_file_order(errors, [str(path) for path in args.jobs])
-    if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)
-        raise InvalidRequest(
-            "--jobs",
-            f"no HulkTrainingJob in {', '.join(map(str, args.jobs))}: only "
-            + ", ".join(sorted(kinds)),
-            "give the files that hold the jobs",
-        )
-    for text in skipped:
-        print(f"hulk plan: note: {text}", file=sys.stderr)
-    for _, doc in io.placed_documents(documents):
-        for text in io.unknown_job_fields(doc):
-            print(f"hulk plan: note: job {doc['metadata']['name']}: {text}", file=sys.stderr)
-        if (doc.get("spec") or {}).get("regrow") is not None and args.previous:
-            print(
-                f"hulk plan: note: job {doc['metadata']['name']}: spec.regrow is the "
-                "operator's (it grows a running job onto free servers); --previous keeps "
-                "its healthy servers here",
-                file=sys.stderr,
-            )
-        try:  # (the operator refuses them; the planner does not need them: a review)
-            io.check_operator_fields(doc["spec"])
-        except InvalidRequest as exc:
-            print(
-                f"hulk plan: note: job {doc['metadata']['name']}: {exc}: the operator "
-                "refuses the job until this is fixed; planned here without it",
-                file=sys.stderr,
-            )
-        if (doc.get("spec") or {}).get("suspend") is True:
-            print(
-                f"hulk plan: note: job {doc['metadata']['name']}: spec.suspend is true: the "
-                "operator places it only once it is false; planned here as if it were",
-                file=sys.stderr,
-            )
-        for why in [] if args.kubeconfig else _operator_notes(doc):  # (else the preview's)
-            print(f"hulk plan: note: job {doc['metadata']['name']}: {why}", file=sys.stderr)
-    if args.kubeconfig:
-        try:
-            from hulk_operator.preview import preview_plan
-        except ImportError as exc:
-            raise InvalidRequest(
-                "--kubeconfig",
-                f"needs the operator extras ({exc.name})",
-                "pip install 'hulk[operator]'",
-            ) from None
-        from hulk_planner.api import plan
-
-        if args.previous:
-            raise InvalidRequest(
-                "--previous",
-                "does not apply with --kubeconfig (the operator keeps running jobs' servers)",
-                "give the cluster with --cluster FILE to re-plan a PlacementPlan",
-            )
-        if args.cluster:
-            raise InvalidRequest(
-                "--cluster",
-                "does not apply with --kubeconfig (the live cluster is read)",
-                "give one of them",
-            )
-        placed = list(io.placed_documents(documents)) if args.jobs else []
-        told: list[str] = []
-        try:
-            pv = preview_plan(
-                args.kubeconfig,
-                [d for _, d in placed] if args.jobs else None,
-                args.namespace,
-                sources=[source for source, _ in placed],
-                # (--moves: the same preview at every run, where the operator plans for a time)
-                plan_fn=plan if args.moves is None else partial(plan, max_iterations=args.moves),
-                planner=args.planner,
-                seed=args.seed,
-                time_budget_s=args.time_budget,
-                baselines=args.output == "table" and not args.no_compare,
-                notes=told,
-                **latency_settings(args),
-            )
-        except NoFeasiblePlan:  # (valid input that places nothing: they may say why)
-            _tell(told)
-            raise
-        _tell(pv.notes)
-        return _Inputs(
-            pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines, why_not=pv.baselines_why
-        )
-    for flag in ("namespace", *LATENCY_FLAGS):
-        if getattr(args, flag) is not None:
-            raise InvalidRequest(
-                _option(flag),
-                "applies only with --kubeconfig",
-                "add --kubeconfig FILE or drop it",
-            )
-    for _, doc in io.placed_documents(documents):
-        name = (doc.get("metadata") or {}).get("name")
-        for where in _cluster_only_fields(doc):
-            print(
-                f"hulk plan: note: job {name}: {where} is applied by the operator, not to a "
-                "topology file: this plan ignores it (preview with --kubeconfig to apply it)",
-                file=sys.stderr,
-            )
-    notes: list[str] = []
-    try:  # (the notes before an error too: a field the topology file ignored may explain it)
-        cluster = io.load_cluster(args.cluster, notes) if args.cluster else datasets.paper_cluster()
-        if not jobs and not args.jobs:
-            jobs = datasets.paper_jobs()
-        if not jobs:
-            raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
-        limits = region_limits(documents, cluster, notes)
-    finally:
-        _tell(notes)
-    return _Inputs(cluster, jobs, limits=limits)
-
-
-def _tell(notes: Sequence[str]) -> None:
-    """Notes on stderr, a line each."""
-    for note in notes:
-        print(f"hulk plan: note: {note}", file=sys.stderr)
-
-
-def _cluster_only_fields(doc: Any) -> list[str]:
-    """A job's placement constraints that only a live cluster can apply (node labels; a
-    topology file has regions, so ``spec.allowedRegions`` applies to it)."""
-    spec = doc.get("spec") if isinstance(doc, dict) else None
-    if not isinstance(spec, dict):
-        return []
-    template = spec.get("template")
-    pod = template.get("spec") if isinstance(template, dict) else None
-    pod = pod if isinstance(pod, dict) else {}  # (no mapping: the operator's note says why)
-    found = ["spec.nodeSelector"] if spec.get("nodeSelector") else []
-    if pod.get("nodeSelector"):
-        found.append("spec.template.spec.nodeSelector")
-    affinity = pod.get("affinity")
-    if isinstance(affinity, dict) and affinity.get("nodeAffinity"):
-        found.append("spec.template.spec.affinity.nodeAffinity")
-    return found
-
-
 def _too_big(cluster: Cluster, jobs: Sequence[Job], planner: str) -> list[Unplaced]:
     """Jobs that need more GPU memory than the whole cluster has, or one of whose layers
     no server holds (but in baseline C's tensor-parallel stages), and why."""
@@ -319,146 +136,8 @@ def _too_big(cluster: Cluster, jobs: Sequence[Job], planner: str) -> list[Unplac
     return [Unplaced(name, text) for name, text in why.items() if text is not None]
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _regions(cluster: Cluster, nodes: Sequence[str]) -> str:
-    counts = Counter(cluster.server(n).region for n in nodes)
-    return ", ".join(f"{c} in {r}" for r, c in counts.most_common())
-
-
-def _fmt(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    if math.isinf(seconds):
-        return "inf"
-    return f"{seconds:,.2f}s" if seconds < 1e5 else f"{seconds:.2e}s"
-
-
-def render_table(
-    cluster: Cluster,
-    plan: Plan,
-    compare: dict[str, dict[str, float] | str] | None,
-    unlinked: int = 0,
-    label: str | None = None,
-    why_not: Mapping[str, Mapping[str, str]] | None = None,
-) -> str:
-    """The plan as text; ``compare``: each baseline's predicted step time per job it
-    places (or why it places none); ``unlinked``: server pairs that cannot communicate;
-    ``label``: what the cluster shown is (its name by default)."""
-    n = len(cluster.servers)
-    shape = f"{_count(n, 'server')}, {_count(len(cluster.regions), 'region')}"
-    if unlinked:
-        verb = "has" if unlinked == 1 else "have"
-        shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs {verb} no link"
-    lines = [f"planner: {plan.planner}    cluster: {label or cluster.name} ({shape})", ""]
-    for jp in plan.jobs:
-        shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"
-        lines.append(
-            f"{jp.name}: {shape}, {jp.micro_batches} micro-batches, "
-            f"predicted step {_fmt(jp.predicted_iteration_seconds)}"
-        )
-        lines.append(f"  servers: {_regions(cluster, jp.nodes)}")
-        for k, st in enumerate(jp.stages):
-            where = ", ".join(st.nodes)
-            lines.append(
-                f"  stage {k:>2} layers [{st.layers[0]:>3},{st.layers[1]:>3})  "
-                f"{st.parallelism:<6} {where}"
-            )
-    for u in plan.unplaced:
-        lines.append(f"{u.name}: NOT PLACED: {u.reason}")
-    if compare:
-        lines += ["", "predicted step time per job (ratio = baseline / " + plan.planner + ")"]
-        names = [jp.name for jp in plan.jobs] + [u.name for u in plan.unplaced]
-        cols = [plan.planner, *compare]
-        lines.append(f"{'job':<16}" + "".join(f"{c:>24}" for c in cols))
-        ratios: dict[str, list[float]] = {c: [] for c in compare}
-        for name in names:
-            mine = plan.job(name)
-            row = f"{name:<16}{_fmt(mine.predicted_iteration_seconds if mine else None):>24}"
-            for c, other in compare.items():
-                theirs = other.get(name) if isinstance(other, dict) else None
-                if theirs is None:
-                    row += f"{'not placed':>24}"
-                    continue
-                cell = _fmt(theirs)
-                if mine and mine.predicted_iteration_seconds > 0:
-                    r = theirs / mine.predicted_iteration_seconds
-                    ratios[c].append(r)
-                    cell += f" ({_ratio(r)})"
-                row += f"{cell:>24}"
-            lines.append(row)
-        row = f"{'geometric mean':<16}{'1.00x' if plan.jobs else '-':>24}"  # (none placed)
-        for c in compare:
-            rs = ratios[c]
-            g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan
-            cell = _ratio(g) if rs else "-"
-            if rs and len(rs) < len(names):
-                cell += f" ({len(rs)} of {len(names)} jobs)"
-            row += f"{cell:>24}"
-        lines.append(row)
-        for c, other in compare.items():  # why a baseline placed nothing, or not a job
-            if isinstance(other, str):
-                lines.append(f"{c}: {other}")
-                continue
-            by_reason: dict[str, list[str]] = {}
-            for job, reason in (why_not or {}).get(c, {}).items():
-                by_reason.setdefault(reason, []).append(job)
-            for reason, jobs in by_reason.items():
-                lines.append(f"{c} does not place {', '.join(jobs)}: {reason}")
-    return "\n".join(lines)
-
-
-def _kept_notes(
-    previous: Plan | None, result: Plan, present: set[str], afresh: Collection[str] = ()
-) -> list[str]:
-    """What each job keeps of its previous plan: servers kept, released and added, stages
-    unchanged (before, a user compared the two plans by eye; a trial). Not for ``afresh``
-    jobs, whose previous plan a re-plan does not keep (noted so already)."""
-    out = []
-    for jp in result.jobs:
-        old = previous.job(jp.name) if previous else None
-        if old is None or jp.name in afresh:
-            continue
-        kept = [n for n in old.nodes if n in jp.nodes]
-        released = [n for n in old.nodes if n not in jp.nodes and n in present]
-        lost = [n for n in old.nodes if n not in present]
-        added = [n for n in jp.nodes if n not in old.nodes]
-        same = sum(1 for st in jp.stages if st in old.stages)
-        line = f"job {jp.name}: kept {len(kept)} of its {len(old.nodes)} server(s)"
-        if lost:
-            line += f", lost {_listed(lost)}"
-        if released:
-            line += f", released {_listed(released)}"
-        if added:
-            line += f", added {_listed(added)}"
-        out.append(f"{line}; {same} of {len(jp.stages)} stage(s) as they were")
-    return out
-
-
-def _listed(names: list[str]) -> str:
-    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-
-
-def _ratio(r: float) -> str:
-    """A step-time ratio: 2 decimals; 2 significant digits below 0.01, in exponent form
-    below 0.001 and past 10,000 (before, a plan 700 times faster than --planner's read
-    0.00x)."""
-    if r >= 1e4 or r < 1e-3:
-        return f"{r:.1e}x"
-    return f"{r:,.2f}x" if r >= 0.01 else f"{r:.2g}x"
-
-
 NOTHING_PLACED = 3  # exit code: valid input, but no job fits (2: bad input)
 MAX_MOVES = 10**7  # --moves above this can only be a typo (hours of search)
-
-
-def _print_plan(plan: Plan, fmt: str) -> None:
-    """The plan on stdout as ``-o json`` or ``-o yaml`` writes it."""
-    from hulk_planner import io
-
-    print(io.dump_plan(plan, fmt), end="" if fmt == "yaml" else "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -617,103 +296,6 @@ def _run(args: argparse.Namespace) -> int:
     label = f"{cluster.name}: servers free or in these jobs' plans" if args.kubeconfig else None
     print(render_table(cluster, result, compare, unlinked_pairs(cluster), label, why_not))
     return _plot(args.plot, cluster, result) or code
-
-
-def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
-    """``--plot``, once the plan is out (before, a plot that failed to write lost the plan):
-    0, or 1 where it could not be written."""
-    if path is None:
-        return 0
-    from hulk_planner.plot import plot_plan
-
-    sys.stdout.flush()
-    try:
-        plot_plan(cluster, result, path)
-    except OSError as exc:
-        print(
-            f"hulk plan: error: --plot: cannot write {path}: {exc.strerror or exc}", file=sys.stderr
-        )
-        return 1
-    return 0
-
-
-def _operator_notes(doc: Mapping[str, Any]) -> list[str]:
-    """Offline, what the operator would say of this job's pod template, which the planner
-    does not read: where the template's containers set variables Hulk sets on every stage
-    pod (a Warning, ``EnvReplaced``), and why it would fail the job (``InvalidSpec``: a
-    string where a mapping goes, no container, a node selector that clashes with
-    ``spec.nodeSelector``); the ``--kubeconfig`` preview says both itself, against the
-    job applied. Only for a job that gives a template, and where the operator's extras are
-    installed: the template is the operator's alone (the planning interface), so these
-    are notes and the plan is still made (before, nothing said them: a user trial)."""
-    template = (doc.get("spec") or {}).get("template")
-    if template is None:
-        return []
-    try:
-        from hulk_operator.entries import object_entry
-        from hulk_operator.manifests import replaced_env
-    except ImportError:
-        return []
-    error = object_entry(doc).error
-    replaced = replaced_env(template)  # (posted whether the spec is refused or not)
-    notes = [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]
-    if error is not None:
-        notes.append(f"the operator would refuse this manifest (InvalidSpec): {error}")
-    return notes
-
-
-LATENCY_FLAGS = ("latency_max_age_s", "same_region_latency_ms", "cross_region_latency_ms")
-# The operator's defaults for those flags (``OperatorConfig``'s; a test keeps them equal),
-# under the keys of the preview's keyword arguments.
-LATENCY_DEFAULTS = {"max_age_s": 600.0, "same_region_ms": 1.0, "cross_region_ms": 100.0}
-
-
-def _option(dest: str) -> str:
-    """The command-line spelling of an argparse destination: ``--latency-max-age-s``."""
-    return "--" + dest.replace("_", "-")
-
-
-_LATENCY_HELP = (
-    "how old a NodeLatency measurement may be",
-    "the estimate for an unmeasured pair in a region",
-    "the estimate for an unmeasured pair across regions",
-)
-
-
-def add_latency_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
-    """The operator's latency flags, for the commands that read a live cluster's links."""
-    for flag, default, what in zip(
-        LATENCY_FLAGS, LATENCY_DEFAULTS.values(), _LATENCY_HELP, strict=True
-    ):
-        parser.add_argument(
-            _option(flag),
-            type=float,
-            default=None,
-            metavar="N",
-            help=f"{when}{what}, as the operator's flag of that name sets it "
-            f"(default {default:g}, the operator's default)",
-        )
-
-
-def latency_settings(args: argparse.Namespace) -> dict[str, float]:
-    """The preview's latency settings, as the operator's flags of the same names (before,
-    fixed at the operator's defaults: a preview of an operator run with other values
-    planned on other links; a trial), each flag not given at the operator's default
-    (``LATENCY_DEFAULTS``). Checked as the operator checks them."""
-    from hulk_planner.model import MAX_LATENCY_MS
-
-    out = dict(LATENCY_DEFAULTS)
-    for flag, key in zip(LATENCY_FLAGS, LATENCY_DEFAULTS, strict=True):
-        value = getattr(args, flag)
-        if value is None:
-            continue
-        name = _option(flag)
-        if flag == "latency_max_age_s":
-            check_positive(name, value)
-        else:
-            check_positive(name, value, allow_zero=True, at_most=MAX_LATENCY_MS)
-        out[key] = value
-    return out
 
 
 def _use_weights(args: argparse.Namespace) -> None:

@@ -1,0 +1,167 @@
+"""``hulk plan``'s output: the plan as a table (with the baselines' step times beside
+it), as json or yaml, the notes of what a re-plan keeps, and the ``--plot`` image."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+
+from hulk_planner.model import Cluster, Plan
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _regions(cluster: Cluster, nodes: Sequence[str]) -> str:
+    counts = Counter(cluster.server(n).region for n in nodes)
+    return ", ".join(f"{c} in {r}" for r, c in counts.most_common())
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if math.isinf(seconds):
+        return "inf"
+    return f"{seconds:,.2f}s" if seconds < 1e5 else f"{seconds:.2e}s"
+
+
+def render_table(
+    cluster: Cluster,
+    plan: Plan,
+    compare: dict[str, dict[str, float] | str] | None,
+    unlinked: int = 0,
+    label: str | None = None,
+    why_not: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
+    """The plan as text; ``compare``: each baseline's predicted step time per job it
+    places (or why it places none); ``unlinked``: server pairs that cannot communicate;
+    ``label``: what the cluster shown is (its name by default)."""
+    n = len(cluster.servers)
+    shape = f"{_count(n, 'server')}, {_count(len(cluster.regions), 'region')}"
+    if unlinked:
+        verb = "has" if unlinked == 1 else "have"
+        shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs {verb} no link"
+    lines = [f"planner: {plan.planner}    cluster: {label or cluster.name} ({shape})", ""]
+    for jp in plan.jobs:
+        shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"
+        lines.append(
+            f"{jp.name}: {shape}, {jp.micro_batches} micro-batches, "
+            f"predicted step {_fmt(jp.predicted_iteration_seconds)}"
+        )
+        lines.append(f"  servers: {_regions(cluster, jp.nodes)}")
+        for k, st in enumerate(jp.stages):
+            where = ", ".join(st.nodes)
+            lines.append(
+                f"  stage {k:>2} layers [{st.layers[0]:>3},{st.layers[1]:>3})  "
+                f"{st.parallelism:<6} {where}"
+            )
+    for u in plan.unplaced:
+        lines.append(f"{u.name}: NOT PLACED: {u.reason}")
+    if compare:
+        lines += ["", "predicted step time per job (ratio = baseline / " + plan.planner + ")"]
+        names = [jp.name for jp in plan.jobs] + [u.name for u in plan.unplaced]
+        cols = [plan.planner, *compare]
+        lines.append(f"{'job':<16}" + "".join(f"{c:>24}" for c in cols))
+        ratios: dict[str, list[float]] = {c: [] for c in compare}
+        for name in names:
+            mine = plan.job(name)
+            row = f"{name:<16}{_fmt(mine.predicted_iteration_seconds if mine else None):>24}"
+            for c, other in compare.items():
+                theirs = other.get(name) if isinstance(other, dict) else None
+                if theirs is None:
+                    row += f"{'not placed':>24}"
+                    continue
+                cell = _fmt(theirs)
+                if mine and mine.predicted_iteration_seconds > 0:
+                    r = theirs / mine.predicted_iteration_seconds
+                    ratios[c].append(r)
+                    cell += f" ({_ratio(r)})"
+                row += f"{cell:>24}"
+            lines.append(row)
+        row = f"{'geometric mean':<16}{'1.00x' if plan.jobs else '-':>24}"  # (none placed)
+        for c in compare:
+            rs = ratios[c]
+            g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else math.nan
+            cell = _ratio(g) if rs else "-"
+            if rs and len(rs) < len(names):
+                cell += f" ({len(rs)} of {len(names)} jobs)"
+            row += f"{cell:>24}"
+        lines.append(row)
+        for c, other in compare.items():  # why a baseline placed nothing, or not a job
+            if isinstance(other, str):
+                lines.append(f"{c}: {other}")
+                continue
+            by_reason: dict[str, list[str]] = {}
+            for job, reason in (why_not or {}).get(c, {}).items():
+                by_reason.setdefault(reason, []).append(job)
+            for reason, jobs in by_reason.items():
+                lines.append(f"{c} does not place {', '.join(jobs)}: {reason}")
+    return "\n".join(lines)
+
+
+def _kept_notes(
+    previous: Plan | None, result: Plan, present: set[str], afresh: Collection[str] = ()
+) -> list[str]:
+    """What each job keeps of its previous plan: servers kept, released and added, stages
+    unchanged (before, a user compared the two plans by eye; a trial). Not for ``afresh``
+    jobs, whose previous plan a re-plan does not keep (noted so already)."""
+    out = []
+    for jp in result.jobs:
+        old = previous.job(jp.name) if previous else None
+        if old is None or jp.name in afresh:
+            continue
+        kept = [n for n in old.nodes if n in jp.nodes]
+        released = [n for n in old.nodes if n not in jp.nodes and n in present]
+        lost = [n for n in old.nodes if n not in present]
+        added = [n for n in jp.nodes if n not in old.nodes]
+        same = sum(1 for st in jp.stages if st in old.stages)
+        line = f"job {jp.name}: kept {len(kept)} of its {len(old.nodes)} server(s)"
+        if lost:
+            line += f", lost {_listed(lost)}"
+        if released:
+            line += f", released {_listed(released)}"
+        if added:
+            line += f", added {_listed(added)}"
+        out.append(f"{line}; {same} of {len(jp.stages)} stage(s) as they were")
+    return out
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _ratio(r: float) -> str:
+    """A step-time ratio: 2 decimals; 2 significant digits below 0.01, in exponent form
+    below 0.001 and past 10,000 (before, a plan 700 times faster than --planner's read
+    0.00x)."""
+    if r >= 1e4 or r < 1e-3:
+        return f"{r:.1e}x"
+    return f"{r:,.2f}x" if r >= 0.01 else f"{r:.2g}x"
+
+
+def _print_plan(plan: Plan, fmt: str) -> None:
+    """The plan on stdout as ``-o json`` or ``-o yaml`` writes it."""
+    from hulk_planner import io
+
+    print(io.dump_plan(plan, fmt), end="" if fmt == "yaml" else "\n")
+
+
+def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
+    """``--plot``, once the plan is out (before, a plot that failed to write lost the plan):
+    0, or 1 where it could not be written."""
+    if path is None:
+        return 0
+    from hulk_planner.plot import plot_plan
+
+    sys.stdout.flush()
+    try:
+        plot_plan(cluster, result, path)
+    except OSError as exc:
+        print(
+            f"hulk plan: error: --plot: cannot write {path}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return 1
+    return 0
