@@ -12,7 +12,11 @@ Modules, one concern each:
   ``quota_fit``: within their namespaces' quotas; ``decision``: a round's result per job.
 - ``placement``: the operator's planning rounds around them (one at a time, reservations,
   refused pods). ``regrow``: a running job's faster plan on servers freed since.
-- ``reconcile``: one reconciliation of one job (plan, pods, status), given a ``context``;
+- ``reconcile``: one reconciliation of one job (plan, pods, status), given a ``context``:
+  ``plan_step`` (the plan it goes on with: placed, kept or re-planned), ``pod_step`` (its
+  pods made to match the plan, and the status fields that follow), ``refused`` (a job
+  whose latest spec is refused runs on), ``suspension`` (``spec.suspend``),
+  ``disruptions`` (what a job is told of NotReady nodes and cut links);
   ``stage_pods``: its pods made to match its plan, and its phase read from them.
 - ``recovery``: re-plans a running job that lost a server, keeping healthy stages;
   ``edits``: what a spec edit means for a running job's plan.

@@ -761,7 +761,7 @@ def test_cut_links_are_not_told_restored_when_their_reports_are_deleted(
     cut[a][b] = cut[b][a] = None
     latencies(cut)
     wait("told", lambda: kube.events("LinkUnreachable"), 40)
-    with caplog.at_level(logging.INFO, logger="hulk_operator.reconcile"):
+    with caplog.at_level(logging.INFO, logger="hulk_operator.disruptions"):
         with sandbox.api_client() as api:
             forget_latencies(api, TOKYO)
 

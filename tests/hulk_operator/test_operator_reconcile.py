@@ -250,7 +250,7 @@ def test_cut_links_are_told_once_not_restored_when_moved_off_and_read_errors_pas
             # its right to list NodeLatency objects taken away: the API server answers 403
             rules(everything, jobs)
             wait("the right taken away", lambda: not may_list(), 30)
-            with caplog.at_level(logging.DEBUG, logger="hulk_operator.reconcile"):
+            with caplog.at_level(logging.DEBUG, logger="hulk_operator.disruptions"):
 
                 def not_read() -> bool:
                     return any("NodeLatency not read" in r.getMessage() for r in caplog.records)

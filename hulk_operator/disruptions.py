@@ -1,0 +1,78 @@
+"""Events on a running job that tell of trouble it is not moved for: a disruption (so
+many servers NotReady that none is taken as lost) and server pairs its probes report cut
+(``NodeLatency``). Only lost servers move a job (``recovery``)."""
+
+from __future__ import annotations
+
+import logging
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from hulk_operator import recovery
+from hulk_operator.context import Context
+from hulk_planner.model import JobPlan
+
+DISRUPTED = "Disrupted"  # the Event of a job not moved off NotReady servers (a disruption)
+
+
+def tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
+    """A Warning Event, once per disruption, on each job with a stage on a NotReady
+    server: why it is not moved (before: the operator's log alone said it, and the job was
+    torn down, unexplained, as the disruption cleared: a user trial)."""
+    down = sorted(n for n in plan.nodes if (i := ctx.nodes.get(n)) is not None and not i.ready)
+    if not down or recovery.disruption_told(ctx.disruption, key):
+        return
+    ctx.event(
+        "Warning",
+        DISRUPTED,
+        f"{ctx.disrupted}: its server(s) {', '.join(down)} are not taken as lost while so "
+        "many are (an API server or network outage is likelier than so many failures); "
+        f"once fewer are, one still NotReady {ctx.config.not_ready_grace_s:g} s later is lost",
+    )
+
+
+LINK_UNREACHABLE, LINKS_RESTORED = "LinkUnreachable", "LinksRestored"
+log = logging.getLogger(__name__)
+
+
+async def tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
+    """A Warning Event, once per set of cut pairs, on a running job that sends over a
+    server pair its probes now report unreachable (and a Normal one when they reach each
+    other again). The job is not moved: only lost servers move a job (before, nothing told
+    of a partition between two of its stages: a user trial)."""
+    try:
+        latencies = await ctx.latencies()
+    except (ApiException, HTTPError, OSError) as exc:  # (it only tells: recovery goes on)
+        log.debug(f"{key[1]}: NodeLatency not read ({exc}): cut links told later")
+        return
+    unreachable = latencies.unreachable
+    cut = recovery.cut_links(plan, unreachable)
+    told: dict[tuple[str, str], frozenset[tuple[str, str]]] = ctx.disruption.setdefault(
+        "cut_links", {}
+    )
+    before = told.get(key, frozenset())
+    if frozenset(cut) == before:
+        return
+    if not cut and any(frozenset(p) in unreachable for p in before):
+        told.pop(key, None)  # moved off the pairs, which are still cut: nothing restored
+        return
+    if cut:
+        told[key] = frozenset(cut)
+        shown = ", ".join(f"{a} and {b}" for a, b in cut[:5]) + (" ..." if len(cut) > 5 else "")
+        ctx.event(
+            "Warning",
+            LINK_UNREACHABLE,
+            f"the probes report {len(cut)} server pair(s) this job's stages send over "
+            f"unreachable: {shown} (NodeLatency). Its pods are not moved (only lost servers "
+            "move a job); if its training stalls, suspend and resume it (spec.suspend) to "
+            "plan it again around them",
+        )
+    else:
+        told.pop(key, None)
+        if not any(frozenset(p) in latencies.measured for p in before):
+            # no report on them at all: the probes' objects deleted, or the probe
+            # uninstalled (before, told as restored; a review)
+            log.info(f"{key[1]}: the probes no longer report on the cut pairs it was told of")
+            return
+        ctx.event("Normal", LINKS_RESTORED, "its servers' probes reach each other again")

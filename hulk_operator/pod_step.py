@@ -1,0 +1,203 @@
+"""A reconciliation's last step: the job's pods made to match its plan (``make_pods``,
+through ``stage_pods``) and its new status fields: its pods' phase, a stage failure's, a
+re-plan's (its Event), pods refused past the grace (its servers given back), a rejected
+template's. With the checks ``reconcile`` shares: ``refused_edit``, ``edited_since``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from hulk_operator import recovery, regrow
+from hulk_operator import status as st
+from hulk_operator.context import Context
+from hulk_operator.edits import Refusal
+from hulk_operator.entries import JobEntry, pod_source
+from hulk_operator.errors import (
+    INVALID_SPEC,
+    PODS_FORBIDDEN,
+    ServiceTaken,
+    forbidden_pods,
+    namespace_terminating,
+    rejected_template,
+)
+from hulk_operator.failures import fail, stage_failed
+from hulk_operator.plan_fields import not_ready, unplanned
+from hulk_operator.plan_step import Step
+from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
+from hulk_planner.model import Cluster, JobPlan
+
+
+def refused_edit(conds: list[dict[str, Any]], refused: Refusal, gen: int) -> list[dict[str, Any]]:
+    """Conditions of a planned job whose latest spec is refused: it keeps running as
+    planned (a typo must not stop a training run) until a valid edit, or until the cluster
+    allows an edit it refused (``edits.recheck``)."""
+    return st.set_condition(conds, st.PLANNED, False, refused.reason, refused.message, gen)
+
+
+async def make_pods(
+    ctx: Context,
+    entry: JobEntry,
+    body: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    step: Step,
+    new: dict[str, Any],
+) -> dict[str, Any]:
+    """Makes the job's pods match its plan (``step``) and returns its new status fields:
+    a stage failure's, a refusal's (a quota, a policy, a rejected template) or its
+    pods' phase."""
+    ns, name = entry.key
+    gen = entry.generation
+    plan, conds, told, replanned = step.plan, step.conds, step.told, step.replanned
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    ended = [p.name for p in pods if p.phase in ("Failed", "Succeeded")]
+    failed = [p for p in pods if p.phase == "Failed"]
+    if ended and status.get("plan") is None:
+        # pods of a run that failed or finished before this plan: gone before the new ones
+        # start (they may bear the same names)
+        await delete_pods(ctx, ns, ended)
+        # ... and going from here on: a re-run whose pods bear the same names was counted
+        # as done by them, and Succeeded again at once without running (a review)
+        ctx.pods = {
+            **ctx.pods,
+            entry.key: [
+                replace(p, deleting=True) if p.name in ended else p
+                for p in ctx.pods.get(entry.key, [])
+            ],
+        }
+    elif failed and replanned is None:
+        return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
+    desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)
+    try:
+        diff = await sync_pods(ctx, entry, spec, desired, force=step.force)
+    except Exception as exc:
+        if namespace_terminating(exc):
+            return {}  # the namespace is going, and its jobs with it
+        refused = forbidden_pods(exc)
+        if told is not None and (refused is not None or rejected_template(exc) is None):
+            ctx.event("Normal", "Planned", told)  # (not for a template the job fails for)
+        waited = 0.0
+        if refused is not None:
+            waited = ctx.placer.pods_refused(entry, plan.nodes)
+        if refused is not None and waited >= ctx.config.forbidden_grace_s:
+            blocker = (exc.name, exc.uid) if isinstance(exc, ServiceTaken) else None
+            return await _give_back(
+                ctx, entry, plan, refused, waited, conds, new, step.force, blocker
+            )
+        if refused is not None:  # a quota or policy: the plan stands, the pods wait for room
+            if replanned is not None:  # told now: the next round sees the new plan only
+                live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
+                meant = recovery.pod_diff(live, list(desired))
+                conds = _replanned(ctx, replanned, plan, meant, conds, gen, step.cluster)
+            ready = st.condition(status, st.READY) or {}
+            if ready.get("message") != refused:
+                ctx.event("Warning", PODS_FORBIDDEN, refused)
+            new["phase"] = st.PLACING
+            new["conditions"] = st.set_condition(
+                conds, st.READY, False, PODS_FORBIDDEN, refused, gen
+            )
+            return new
+        why = rejected_template(exc)
+        if why is None:
+            raise
+        if status.get("plan") is not None:  # an edit broke a planned job's template
+            new["conditions"] = refused_edit(conds, Refusal(why, waits=False), gen)
+            return new
+        await remove_all(ctx, entry.key)  # gang: no stage runs without the others
+        return fail(ctx, entry, new, conds, INVALID_SPEC, why, gen)
+    if ctx.stopped() or edited_since(body, entry):
+        # deleted or edited (or the operator exiting) while its pods were created: the
+        # plan is not told either (before, a suspend meanwhile was followed by Planned)
+        return {}
+    if told is not None:
+        ctx.event("Normal", "Planned", told)
+    remade = diff.recreated()
+    if replanned is None and remade and status.get("phase") == st.RUNNING:
+        msg = (
+            f"stage pod(s) {', '.join(sorted(remade))} of a running job were deleted; "
+            "created again on the same server(s)"
+        )
+        ctx.event("Warning", "StageRecreated", msg)
+    if replanned is not None:
+        conds = _replanned(ctx, replanned, plan, diff, conds, gen, step.cluster)
+    source = pod_source(spec)
+    if "plan" not in new and (status.get("plan") or {}).get("podTemplate") != source:
+        new["plan"] = {"podTemplate": source}  # (a plan made before it was kept; merged)
+    new.update(pods_phase(ctx, entry, set(diff.create) | set(diff.keep), conds, gen, diff.taken))
+    seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
+    ctx.metrics.set_predicted(ns, name, seconds)
+    return new
+
+
+def _replanned(
+    ctx: Context,
+    replanned: tuple[JobPlan, dict[str, str]],
+    plan: JobPlan,
+    diff: recovery.PodDiff,
+    conds: list[dict[str, Any]],
+    gen: int,
+    cluster: Cluster | None = None,
+) -> list[dict[str, Any]]:
+    """The Event and the ``Replanning`` condition of a re-plan (a loss's or a regrowth's)."""
+    old, lost = replanned
+    if lost:
+        made, kept = len(diff.create), len(diff.keep)
+        unoffered = {
+            n: why
+            for n in old.nodes
+            if (i := ctx.nodes.get(n)) is not None and (why := i.problem) is not None
+        }
+        msg = recovery.event_message(lost, old, plan, made, kept, None, cluster, unoffered)
+        ctx.event("Warning", "Replanned", msg)
+        reason = sorted(set(lost.values()))[0].split()[0]
+    else:
+        why = regrow.cause(old, plan)
+        made, kept = len(diff.create), len(diff.keep)
+        msg = recovery.event_message({}, old, plan, made, kept, why, cluster)
+        ctx.event("Normal", regrow.REASON, msg)
+        reason = regrow.REASON
+    return st.set_condition(conds, st.REPLANNING, True, reason, msg, gen)
+
+
+async def _give_back(
+    ctx: Context,
+    entry: JobEntry,
+    plan: JobPlan,
+    refused: str,
+    waited: float,
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    force: set[str],
+    blocker: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """The job's stage pods have been refused for ``waited`` seconds, past the grace: it
+    gives its servers back (its pods deleted: a gang runs whole or not at all) and waits
+    Pending, ``Planned=False`` with reason ``PodsForbidden``, for the pause the placer sets."""
+    gen = entry.generation
+    removed = await remove_all(ctx, entry.key, force=force)  # (those on lost servers)
+    why = f"{refused} (for {waited:.0f} s): its {len(plan.nodes)} server(s) are given back" + (
+        f" and its {removed} stage pod(s) deleted" if removed else ""
+    )
+    seen = (await ctx.snapshot()).policies_seen(entry.key[0])  # a change ends the pause
+    decision = ctx.placer.give_back(entry, why, ctx.config.forbidden_grace_s, seen, blocker)
+    ctx.event("Warning", PODS_FORBIDDEN, decision.reason)
+    ctx.metrics.set_predicted(*entry.key, None)
+    new.update(unplanned(st.PENDING))
+    conds = not_ready(conds, gen)
+    if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("status") == "True":
+        conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", decision.reason, gen)
+    new["conditions"] = st.set_condition(
+        conds, st.PLANNED, False, PODS_FORBIDDEN, decision.reason, gen
+    )
+    return new
+
+
+def edited_since(body: Mapping[str, Any], entry: JobEntry) -> bool:
+    """Whether the job's spec changed since this reconciliation began (``body`` is kopf's
+    live view; ``entry`` what the index held then): its plan is for the old spec. Before,
+    a re-plan for a lost server made meanwhile was written over the edit's reset, and the
+    job ran the old spec's plan for good (a user trial)."""
+    live = (body.get("metadata") or {}).get("generation")
+    return live is not None and int(live) != entry.generation

@@ -1,0 +1,40 @@
+"""``spec.suspend``: a suspended job's stage pods removed, its servers released and
+nothing planned for it until it is false again (``suspend``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hulk_operator import status as st
+from hulk_operator.context import Context
+from hulk_operator.entries import JobEntry
+from hulk_operator.plan_fields import unplanned
+from hulk_operator.stage_pods import remove_all
+
+
+async def suspend(
+    ctx: Context,
+    entry: JobEntry,
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+) -> dict[str, Any]:
+    """``spec.suspend``: every stage pod removed, the servers released, nothing planned
+    until it is false again (then the job is planned afresh, as after an edit)."""
+    ns, name = entry.key
+    gen = entry.generation
+    removed = await remove_all(ctx, entry.key)
+    ctx.placer.forget(entry.key)
+    ctx.metrics.set_predicted(ns, name, None)
+    new.update(unplanned(st.SUSPENDED))
+    conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of a plan
+    conds = st.set_condition(conds, st.READY, False, "Suspended", "suspended: no stage pods", gen)
+    conds = st.set_condition(conds, st.PLANNED, False, "Suspended", "spec.suspend is true", gen)
+    if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") != "True":
+        gone = f"; its {removed} stage pod(s) removed, their servers released" if removed else ""
+        msg = f"spec.suspend is true: not planned until it is false{gone}"
+        ctx.event("Normal", "Suspended", msg)
+        conds = st.set_condition(conds, st.SUSPENDED_COND, True, "JobSuspended", msg, gen)
+    new["conditions"] = conds
+    return new
