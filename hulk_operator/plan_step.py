@@ -201,7 +201,9 @@ async def check_plan(
     # the template's alone, and a pod those overfill waited, not taken as stuck; a review)
     need = filled_requests(entry, ctx.limit_defaults)
     lost.update(
-        recovery.stuck_servers(pods, ctx.used, lost, ctx.nodes, need, gpus, entry.tolerations)
+        recovery.stuck_servers(
+            pods, ctx.used, lost, ctx.nodes, need, gpus, entry.tolerations, entry.init_gpus[1]
+        )
     )
     barred = recovery.barred_servers(plan, ctx.nodes, entry.tolerations, lost)
     # a stage pod to make again (deleted, evicted) where a NoSchedule taint bars it: moved

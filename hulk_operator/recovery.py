@@ -112,6 +112,7 @@ def stuck_servers(
     need: Resources | None = None,
     planned: Mapping[str, int] | None = None,
     tolerations: Sequence[Mapping[str, Any]] = (),
+    init_gpus: int = 0,
 ) -> dict[str, str]:
     """Server -> why, where the job's stage pod waits unschedulable because the server can
     no longer take it: ``GPUsGone`` where the node now has fewer GPUs than the stage asks
@@ -123,7 +124,8 @@ def stuck_servers(
     is not re-planned in a loop. ``planned``: server -> GPUs in the job's plan. A node
     with a NoSchedule taint the job does not tolerate (``tolerations``) gets ``Tainted
     key=value:NoSchedule``: its running stages stay, but a pod made again there (deleted,
-    replaced by a re-plan or an edit) would wait for ever."""
+    replaced by a re-plan or an edit) would wait for ever. ``init_gpus``: what its plain
+    init container asks, which the node must have free while it runs."""
     need = need or Resources()
     out: dict[str, str] = {}
     for p in pods:
@@ -138,7 +140,7 @@ def stuck_servers(
             out[p.node] = barred
             continue
         have = info.server.gpus if info.server is not None else 0
-        wants = need.gpus or (planned or {}).get(p.node, 0)
+        wants = max(need.gpus or (planned or {}).get(p.node, 0), init_gpus)
         if wants and have < wants:
             out[p.node] = "GPUsGone"
         elif (have - taken.gpus < wants) if wants else taken.gpus > 0:

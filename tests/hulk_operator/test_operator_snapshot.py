@@ -84,6 +84,17 @@ def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
     none = {**nodes(), c: node_info(_with_gpus(c, 0))}
     assert none[c].server is None
     assert recovery.stuck_servers(pods, {}, (), none, need, whole) == {c: "GPUsGone"}
+    # a plain init container holds its own GPUs: planned on what other pods left, the
+    # stage waits where fewer than it asks are free (before: waiting for something else)
+    assert recovery.stuck_servers(pods, used, (), nodes(), need, left, (), whole[a]) == {
+        a: "GPUsTaken",
+        b: "ResourcesTaken",
+        c: "GPUsGone",  # (6 GPUs: never the 12 it asks)
+    }
+    assert whole[c] < min(whole[a], whole[b])  # (paris: 12, 12, 6, 11)
+    assert recovery.stuck_servers(pods, {}, (), nodes(), need, left, (), whole[c] + 1) == {
+        c: "GPUsGone"
+    }
 
 
 def test_a_stage_made_again_on_a_server_tainted_noschedule_loses_it() -> None:
