@@ -175,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         _check_inherited_weights(cfg)
         kube.configuration(args.kubeconfig)
+        kept: dict[str, Any] = {}  # what each run of kopf takes over: the metrics it serves
+        if cfg.metrics_port:
+            kept["metrics"] = serve_metrics(
+                FLAGS["metrics_port"], cfg.metrics_port, "or 0 to turn it off"
+            )
         if args.liveness:
             url = urlsplit(args.liveness)
             try:
@@ -187,11 +192,6 @@ def run(args: argparse.Namespace) -> int:
                     "e.g. http://0.0.0.0:8080/healthz, or '' to turn it off",
                 )  # fmt: skip
             check_port("--liveness", url.hostname, port, "or '' to turn it off")
-        kept: dict[str, Any] = {}  # what each run of kopf takes over: the metrics it serves
-        if cfg.metrics_port:
-            kept["metrics"] = serve_metrics(
-                FLAGS["metrics_port"], cfg.metrics_port, "or 0 to turn it off"
-            )
     except HulkError as exc:
         print(f"hulk operator: error: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,8 @@ class PodEntry:
     # a Terminating pod: when quotas stop counting it (its deletionTimestamp plus its grace
     # period, as Kubernetes' quota evaluator has it), None where it is not going
     counted_until: float | None = None
+    # what it requests of its node as the API server admitted it (LimitRange defaults in)
+    requests: Resources | None = None
 
     def counts(self, now: float) -> bool:
         """Whether a ResourceQuota still counts the pod at ``now``."""

@@ -338,16 +338,20 @@ def stage_requests(tmpl_spec: Mapping[str, Any]) -> Resources:
 
 def init_gpus(tmpl_spec: Mapping[str, Any]) -> tuple[str, int]:
     """(name, GPUs) of the plain init container (not a sidecar) that asks the most GPUs,
-    ("", 0) where none asks any. The scheduler holds that many on the node while it runs
-    (a pod's request is its largest init container's where that is more), so its stage pod
-    fits only where that many are free, whatever its trainer gets (before, a server with
-    fewer was planned, and the pod waited unschedulable; a review)."""
-    most = ("", 0)
+    with those of the sidecars started before it, ("", 0) where none asks any. The
+    scheduler holds that many on the node while it runs (a pod's request is its largest
+    init container's where that is more), so its stage pod fits only where that many are
+    free, whatever its trainer gets, and a quota counts them (before, a server with fewer
+    was planned, and the pod waited unschedulable; a review)."""
+    most, sidecars = ("", 0), 0
     for c in tmpl_spec.get("initContainers") or ():
-        if isinstance(c, Mapping) and c.get("restartPolicy") != "Always":
-            gpus = pod_requests({"containers": [c]}).gpus
-            if gpus > most[1]:
-                most = (str(c.get("name") or ""), gpus)
+        if not isinstance(c, Mapping):
+            continue
+        gpus = pod_requests({"containers": [c]}).gpus
+        if c.get("restartPolicy") == "Always":
+            sidecars += gpus  # (running from here on, beside the init containers after it)
+        elif gpus and gpus + sidecars > most[1]:
+            most = (str(c.get("name") or ""), gpus + sidecars)
     return most
 
 

@@ -201,6 +201,7 @@ def hulk_pods(
             quota=tuple(sorted(quota_usage(spec).items())),
             bound_at=_bound_at(spec, status),
             counted_until=_counted_until(meta),
+            requests=pod_requests(spec),
         )
     }
 

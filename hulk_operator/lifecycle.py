@@ -103,7 +103,6 @@ async def operator_startup(
     # aiohttp's access line
     logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     memo.metrics = memo.get("metrics") or Metrics()
     if isinstance(paused := memo.get(PAUSED_NOW), threading.Event):
         memo.metrics.paused = paused  # (the peering log's word: ``pauses.PauseWatch``)
@@ -115,6 +114,8 @@ async def operator_startup(
                 f"metrics port {cfg.metrics_port}: cannot listen on it "
                 f"({exc.strerror or exc}): pick another port, or 0 to turn it off"
             ) from None
+    # (after the metrics: kopf runs no clean-up after a failed start, to close it)
+    memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
     if "plan_fn" not in memo:
         from hulk_planner.api import plan
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -36,6 +37,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self._served: tuple[str, int] | None = None
+        self._server: Any = None  # (prometheus_client's WSGI server, once serving)
         self._waiting: set[tuple[str, str]] = set()  # the jobs hulk_job_waiting has
         # set while a peer pauses this replica (``pauses.PAUSED_NOW``): no per-job figure
         # is written then (a reconciliation in flight when the pause came wrote one after
@@ -88,8 +90,15 @@ class Metrics:
         """Serves the figures on ``port`` (once: kopf run again keeps serving them)."""
         if self._served == (addr, port):
             return
-        start_http_server(port, addr=addr, registry=self.registry)
+        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
         self._served = (addr, port)
+
+    def close(self) -> None:
+        """Stops serving the figures (a test's; an operator serves them until it exits)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        self._server, self._served = None, None
 
     def clear_jobs(self) -> None:
         """Drops the per-job figures (a replica paused by a peer: they go stale)."""

@@ -197,8 +197,9 @@ async def check_plan(
     now_m = time.monotonic()
     older = [p for p in pods if now_m - ctx.recent.get(p.name, -1e9) > 10.0]
     lost.update(recovery.remade_servers(older, ctx.nodes))
-    # (its pods' requests with the LimitRange defaults the API server gave them: before,
-    # the template's alone, and a pod those overfill waited, not taken as stuck; a review)
+    # (each waiting pod's requests as the API server admitted it, LimitRange defaults in;
+    # these filled-in ones for a pod the index has not read yet: before, the template's
+    # alone, and a pod the defaults overfill waited, not taken as stuck; a review)
     need = filled_requests(entry, ctx.limit_defaults)
     lost.update(
         recovery.stuck_servers(

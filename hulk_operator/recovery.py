@@ -145,9 +145,17 @@ def stuck_servers(
             out[p.node] = "GPUsGone"
         elif (have - taken.gpus < wants) if wants else taken.gpus > 0:
             out[p.node] = "GPUsTaken"
-        elif not fits(info.allocatable, taken, need, have - taken.gpus):
+        elif not fits(info.allocatable, taken, _own(p, need), have - taken.gpus):
             out[p.node] = "ResourcesTaken"
     return out
+
+
+def _own(pod: Any, need: Resources) -> Resources:
+    """What the waiting pod itself requests besides GPUs, as the API server admitted it
+    (its namespace's LimitRange defaults, as they were then), else ``need``: the defaults
+    in force now may differ from its own (a LimitRange made or deleted since; a review)."""
+    own = getattr(pod, "requests", None)
+    return need if own is None else own._replace(gpus=need.gpus)
 
 
 def barred_servers(

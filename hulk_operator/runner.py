@@ -94,7 +94,10 @@ class OperatorThread:
         its thread went on, and held its process's exit)."""
         self._thread.start()
         if not self._ready.wait(timeout):
-            self.stop(10)
+            try:
+                self.stop(10)
+            except TimeoutError:
+                pass  # (the start's timeout is what to tell)
             raise TimeoutError(f"the operator did not start within {timeout:g} s")
         if self._error is not None:
             why = self._error.__cause__ or self._error  # (kopf's ActivityError: its handler's)

@@ -256,7 +256,8 @@ class Snapshot:
     def pods_need(self, entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
         """What stage pods with these GPUs count toward a ResourceQuota."""
         out = {k: v * len(gpus) for k, v in self.pod_quota(entry)}
-        out[QUOTA_GPU] = float(sum(gpus))
+        # (a pod's largest init container's GPUs, where more than its trainer's: they count)
+        out[QUOTA_GPU] = float(sum(max(g, entry.init_gpus[1]) for g in gpus))
         return out
 
     def gpu_max(self, namespace: str) -> tuple[str, float] | None:

@@ -222,16 +222,20 @@ def test_the_metrics_port_is_held_from_the_check_on() -> None:
         s.bind(("0.0.0.0", 0))
         port = s.getsockname()[1]
     metrics = serve_metrics("--metrics-port", port, "or 0 to turn it off")
-    with pytest.raises(InvalidRequest) as caught:
-        check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")
-    assert str(caught.value).startswith(f"--metrics-port: cannot listen on 0.0.0.0:{port} (")
-    with pytest.raises(InvalidRequest) as again:
-        serve_metrics("--metrics-port", port, "or leave it out")
-    assert str(again.value) == (
-        f"--metrics-port: cannot listen on 0.0.0.0:{port} (Address already in use) "
-        "(another process holds it: pick another port, or leave it out)"
-    )
-    metrics.jobs.labels(phase="Running").set(2)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        body = answer.read().decode()
-    assert 'hulk_jobs{phase="Running"} 2.0' in body
+    try:
+        with pytest.raises(InvalidRequest) as caught:
+            check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")
+        assert str(caught.value).startswith(f"--metrics-port: cannot listen on 0.0.0.0:{port} (")
+        with pytest.raises(InvalidRequest) as again:
+            serve_metrics("--metrics-port", port, "or leave it out")
+        assert str(again.value) == (
+            f"--metrics-port: cannot listen on 0.0.0.0:{port} (Address already in use) "
+            "(another process holds it: pick another port, or leave it out)"
+        )
+        metrics.jobs.labels(phase="Running").set(2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            body = answer.read().decode()
+        assert 'hulk_jobs{phase="Running"} 2.0' in body
+    finally:
+        metrics.close()
+    check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")  # (free again)

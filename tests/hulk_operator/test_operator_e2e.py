@@ -2789,6 +2789,15 @@ def running_under_a_new_limit_range(
     return before
 
 
+def drop_limit_range(kube: Kube, name: str) -> None:
+    """Deletes the LimitRange, if it was made (a failure before it was must show)."""
+    try:
+        kube.core.delete_namespaced_limit_range(name, kube.ns)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 def limit_range_in_force(kube: Kube, in_force: Callable[[Any], bool]) -> None:
     """Waits until ``in_force`` holds for a dry-run pod's answer: the pod as admitted, or
     the ApiException."""
@@ -2838,7 +2847,7 @@ def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
         assert kube.phase("defaulted") == "Running"
         assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("defaulted")} == before
     finally:
-        kube.core.delete_namespaced_limit_range("cpu-default", kube.ns)
+        drop_limit_range(kube, "cpu-default")
 
 
 def test_an_init_container_asking_gpus_is_placed_where_they_are_free(
@@ -2908,7 +2917,7 @@ def test_a_stage_pod_the_limitrange_defaults_no_longer_fit_on_its_node_is_moved(
         ), c
         assert all(p.spec.node_name != victim for p in kube.live_pods(name))
     finally:
-        kube.core.delete_namespaced_limit_range("cpu-default", kube.ns)
+        drop_limit_range(kube, "cpu-default")
         kube.core.delete_namespaced_pod("filler", kube.ns, grace_period_seconds=0)
 
 
@@ -2945,7 +2954,7 @@ def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
         assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("bounded")} == before
         assert not kube.events("Unschedulable")
     finally:
-        kube.core.delete_namespaced_limit_range("pod-memory", kube.ns)
+        drop_limit_range(kube, "pod-memory")
     # the LimitRange gone, the edit is planned within a check's interval (before, it stayed
     # refused until the next edit; a user trial): its pods replace the old ones
 

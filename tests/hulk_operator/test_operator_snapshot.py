@@ -68,6 +68,13 @@ def test_a_waiting_stage_whose_room_other_pods_took_loses_its_server() -> None:
         b: "ResourcesTaken",
     }
     assert recovery.stuck_servers(pods, used, (b,), nodes(), need) == {a: "GPUsTaken"}
+    # a pod's own requests as admitted, where the index read them, not ``need`` (the
+    # LimitRange defaults in force now): one made before a LimitRange asks no CPU, one made
+    # under a LimitRange since deleted asks what it gave
+    calm = replace(pod(b), requests=Resources())
+    assert recovery.stuck_servers([calm], used, (), nodes(), need) == {}
+    big = replace(pod(c), requests=Resources(0, nodes()[c].allocatable.cpu, 0.0))
+    assert recovery.stuck_servers([big], used, (), nodes(), Resources()) == {c: "ResourcesTaken"}
     assert recovery.stuck_servers(pods, used, (), nodes(), Resources()) == {a: "GPUsTaken"}
     # with the plan's GPUs known: a stage planned on what other pods left waits for
     # something else (re-planning would give it the same server again, and again)
@@ -281,11 +288,16 @@ def test_an_init_containers_gpus_must_be_free_on_the_servers_offered() -> None:
         ],
     }  # fmt: skip
     assert init_gpus(tmpl) == ("warm", 8)
+    # sidecars started before an init container run beside it: their GPUs add up
+    side_first = {**tmpl, "initContainers": tmpl["initContainers"][::-1]}
+    assert init_gpus(side_first) == ("warm", 24)
     assert stage_requests(tmpl).gpus == 16  # (the sidecar's: it runs beside the trainer)
     warm = replace(gpt, init_gpus=init_gpus(tmpl))
     s = snap([warm])
     offered = {i.name: i.server.gpus for i in s.free(warm) if i.server}
     assert offered == {n: g for n, g in paris.items() if g >= 8}  # (each whole, for the trainer)
+    # a quota counts the init container's GPUs where they are more than the trainer's
+    assert s.pods_need(warm, [4, 12])["requests.nvidia.com/gpu"] == 8 + 12
     # other pods' GPUs leave fewer free than it asks on the 11-GPU server
     eleven = next(n for n, g in paris.items() if g == 11)
     s.used = {eleven: Resources(4)}
