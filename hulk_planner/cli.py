@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
@@ -337,6 +338,16 @@ def _check_plot_path(path: str) -> None:
             f"cannot write {path!r}: {folder} is not a writable folder",
             "create it or choose another path",
         )
+    try:  # (what the folder's mode allows root is not what /sys or /proc do: a write
+        # failed after the plan was printed, exit 1; a user trial)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InvalidRequest(
+            "--plot",
+            f"cannot write {path!r}: {folder} takes no file ({exc.strerror or exc})",
+            "choose another path",
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:

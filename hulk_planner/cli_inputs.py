@@ -184,7 +184,11 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         if not jobs and not args.jobs:
             jobs = datasets.paper_jobs()
         if not jobs:
-            raise InvalidRequest("--jobs", "no training jobs to plan", "give HulkTrainingJob files")
+            raise InvalidRequest(
+                "--jobs",
+                f"no training jobs to plan ({', '.join(map(str, args.jobs))}: no documents)",
+                "give the files that hold the HulkTrainingJobs",
+            )
         limits = region_limits(documents, cluster, notes)
     finally:
         _tell(notes)

@@ -20,6 +20,7 @@ they are valid Kubernetes node names.
 from __future__ import annotations
 
 import csv
+import unicodedata
 from importlib import resources
 
 from hulk_planner.hardware import BY_CAPABILITY, normalize_capability
@@ -39,7 +40,15 @@ PAPER_TABLE2: dict[str, tuple[int, ...]] = {
 
 
 def slug(text: str) -> str:
-    out = "".join(c if c.isalnum() else "-" for c in text.strip().lower())
+    """``text`` as a label value would write it: lower case, accents dropped (a label
+    cannot hold "ã": "São Paulo" is ``sao-paulo``, as a user writes it in allowedRegions;
+    a user trial), each run of other characters one ``-``."""
+    plain = "".join(
+        c
+        for c in unicodedata.normalize("NFKD", text.strip().lower())
+        if not unicodedata.combining(c)
+    )
+    out = "".join(c if c.isalnum() else "-" for c in plain)
     return "-".join(p for p in out.split("-") if p)
 
 

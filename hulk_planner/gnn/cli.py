@@ -67,7 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (%(default)s)"
     )
-    g.add_argument("--data", type=Path, help="JSON-lines file of examples (default: a cache file)")
+    g.add_argument(
+        "--data",
+        type=Path,
+        help="JSON-lines file of examples (default: $HULK_CACHE, else ~/.cache/hulk, "
+        "gnn-data/examples-KEY.jsonl, KEY from these generation settings)",
+    )
     t = parser.add_argument_group("training")
     from hulk_planner.gnn.train import TrainSettings
 

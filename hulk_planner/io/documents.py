@@ -116,6 +116,7 @@ _FLAGS = {
     "ClusterTopology": "--cluster",
     "HulkTrainingJob": "--jobs",
     "PlacementPlan": "--previous",
+    "NodeLatency": "--kubeconfig, from the cluster the probes publish it to",
 }
 
 
@@ -176,12 +177,20 @@ def load_documents(path: str | Path) -> list[Any]:
     # a byte-order mark starts a document as well as the file where files were joined
     # (cat a.yaml b.yaml): YAML allows one only at the start of the stream
     text = re.sub("(?m)^\ufeff", "", text)
-    docs = _json(p, text)
-    if docs is None:
-        try:
+    try:
+        docs = _json(p, text)
+        if docs is None:
             docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-        except yaml.YAMLError as exc:
-            raise InvalidRequest(*_yaml_error(p, exc)) from None
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(*_yaml_error(p, exc)) from None
+    except RecursionError:  # (a traceback before: 2,000 nested lists; a user trial)
+        docs = None
+    if docs is None or _deeper_than(docs, MAX_DEPTH):
+        raise InvalidRequest(
+            str(p),
+            f"nests more than {MAX_DEPTH} levels deep",
+            "no cluster, job or plan nests so: check that it is the file meant",
+        )
     try:  # "\ud83d" alone, in JSON or a double-quoted YAML string: no character
         json.dumps(docs, ensure_ascii=False, default=str).encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -191,6 +200,22 @@ def load_documents(path: str | Path) -> list[Any]:
             "write the character itself, or both halves of its surrogate pair",
         ) from None
     return docs
+
+
+MAX_DEPTH = 64  # lists and mappings within one another (a pod template: about 12)
+
+
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether lists and mappings nest more than ``most`` deep in ``value`` (without
+    recursion: what reads the documents after this recurses)."""
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            if depth >= most:
+                return True
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _json(p: Path, text: str) -> list[Any] | None:

@@ -142,6 +142,8 @@ def test_slug() -> None:
     assert datasets.slug("New Delhi") == "new-delhi"
     assert datasets.slug(" Neimeng ") == "neimeng"
     assert datasets.slug("Sao Paulo!!") == "sao-paulo"
+    # accents dropped, as a label value writes them (a label cannot hold them)
+    assert datasets.slug("São Paulo") == "sao-paulo" and datasets.slug("Zürich") == "zurich"
 
 
 # ---- GPU table and presets ----

@@ -605,6 +605,49 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_planning(
     assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
 
 
+def test_a_plot_folder_that_takes_no_file_is_refused_before_planning() -> None:
+    """/proc's and /sys's modes let root write, but no file can be made there: the plot
+    failed after the plan was printed, exit 1 (a user trial)."""
+    out = hulk("plan", "--plot", "/proc/plan.png", "--no-compare", "-o", "json")
+    assert_one_line_error(
+        out,
+        "--plot: cannot write '/proc/plan.png': /proc takes no file (No such file or directory)",
+    )
+    assert out.stdout == ""
+
+
+def test_a_file_nested_past_any_format_is_one_line(tmp_path: Path) -> None:
+    """A RecursionError traceback before (2,000 nested lists; a user trial)."""
+    for name, text in (
+        ("deep.json", "[" * 2000 + "]" * 2000),
+        ("deep.yaml", "a: " + "[" * 80 + "]" * 80),
+    ):
+        path = tmp_path / name
+        path.write_text(text)
+        assert_one_line_error(
+            hulk("plan", "--cluster", path, "--no-compare"),
+            f"{path}: nests more than 64 levels deep (no cluster, job or plan nests so",
+        )
+
+
+def test_an_empty_jobs_file_is_named_and_a_node_latency_is_told_where_it_goes(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# no jobs yet\n")
+    assert_one_line_error(
+        hulk("plan", "--jobs", empty, "--no-compare"),
+        f"--jobs: no training jobs to plan ({empty}: no documents) (give the files that hold",
+    )
+    latency = tmp_path / "latency.yaml"
+    latency.write_text("apiVersion: hulk.dev/v1alpha1\nkind: NodeLatency\nmetadata: {name: a}\n")
+    assert_one_line_error(
+        hulk("plan", "--jobs", latency, "--no-compare"),
+        f"{latency} (document 1): kind: is 'NodeLatency' (expected 'HulkTrainingJob'; hulk plan "
+        "reads a NodeLatency with --kubeconfig, from the cluster the probes publish it to)",
+    )
+
+
 def test_a_plot_path_that_is_a_folder_or_empty_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "plan.png"
     folder.mkdir()

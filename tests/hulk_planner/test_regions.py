@@ -132,6 +132,12 @@ def test_region_limits_accept_the_topology_names_and_the_label_slugs() -> None:
     ]
 
 
+def test_a_region_with_accents_is_named_as_its_label_writes_it() -> None:
+    """Before: 'sao-paulo' is not a region of the cluster (did you mean São Paulo?)."""
+    c = cluster([server("a", "São Paulo"), server("b", "Rome")], [("a", "b", 50.0)])
+    assert region_limits([("j", [_doc("x", ["sao-paulo"])])], c, []) == {"x": ("São Paulo",)}
+
+
 def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
     c = cluster(
         [server("a", "US East"), server("b", "us-east"), server("c", "x")],
