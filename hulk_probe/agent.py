@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import time
 from typing import Any
@@ -63,6 +64,16 @@ def _specific_host(host: str) -> str | None:
         return None
 
 
+def _status_message(exc: Any) -> str:
+    """The API server's own message of a refusal (an admission policy's reason), or its
+    body as sent."""
+    body = getattr(exc, "body", None) or ""
+    try:
+        return str(json.loads(body)["message"])
+    except (ValueError, KeyError, TypeError):
+        return str(body)[:300] or "no message"
+
+
 class Agent:
     def __init__(self, config: ProbeConfig, api_factory: Any = make_api_client) -> None:
         self.config = config
@@ -82,7 +93,11 @@ class Agent:
         self._counts = (0, 0)  # (peers, reachable) as of the last publish; read by /healthz
 
     def health(self) -> tuple[bool, str]:
-        stale = time.monotonic() - self._beat > 3 * self.config.publish_interval_s + 5
+        # (before it is ready, its start-up retries the API for as long as it takes, which
+        # says so in the log and in last_error: not stale)
+        stale = (
+            self.ready and time.monotonic() - self._beat > 3 * self.config.publish_interval_s + 5
+        )
         ok = self.echo.serving and not stale
         peers, reachable = self._counts  # not the measurer's dicts: another thread owns them
         writes = self._publisher.writes if self._publisher else 0
@@ -115,9 +130,27 @@ class Agent:
                     raise StartupError(
                         f"the API refused us ({exc.status} {exc.reason}): check the agent's RBAC"
                     ) from None
+                if (
+                    exc.status is not None
+                    and 400 <= exc.status < 500
+                    and exc.status
+                    not in (
+                        408,
+                        429,
+                    )
+                ):  # (e.g. 422 from an admission policy: its reason, not "cannot reach"; a
+                    # review)
+                    raise StartupError(
+                        f"the API refused our writes ({exc.status} {exc.reason}): "
+                        f"{_status_message(exc)}"
+                    ) from None
                 problem = f"{exc.status} {exc.reason}"
             except Exception as exc:  # urllib3's errors carry their cause in .reason
                 problem = str(getattr(exc, "reason", None) or exc)[:300]
+            # alive and retrying: /healthz stays ok (before, it went stale after 35 s, and
+            # the kubelet restarted the pod over and over while the API was away; a review)
+            self._beat = time.monotonic()
+            self._last_publish_error = f"start-up: {problem}"
             log.warning("cannot reach the API yet (%s); retrying in %.0fs", problem, delay)
             self.metrics.api_errors.labels(self.config.node_name, "startup").inc()
             await asyncio.sleep(delay)
