@@ -45,7 +45,7 @@ OPERATOR_RULES = {
     ("", "nodes"): {"get", "list", "watch"},
     ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within
     ("", "limitranges"): {"list", "watch"},  # GPU maximums per pod: planned within
-    ("hulk.dev", "nodelatencies"): {"get", "list", "watch"},
+    ("hulk.dev", "nodelatencies"): {"list"},  # (listed alone: indexes.latencies_now)
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},  # the global default's
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
     # the other scope's peering objects, read only: crd.overlapping_peers warns of a live
