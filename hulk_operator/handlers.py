@@ -44,6 +44,7 @@ from hulk_operator.entries import (
     spec_hashes,
 )
 from hulk_operator.errors import EDIT_REFUSED, ENV_REPLACED, INVALID_SPEC, classify, to_kopf
+from hulk_operator.fit import unknown_regions
 from hulk_operator.indexes import (
     build_snapshot,
     latencies_now,
@@ -258,6 +259,10 @@ def hulktrainingjob_update(
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         if stands is not None:
+            typo = unknown_regions(entry, nodes) if "allowedRegions" in changed else None
+            if typo is not None:  # (before, said in the log alone: the typo surfaced when a
+                # server was lost and the re-plan left its region out; a user trial)
+                _warn(body, logger, "SpecChanged", f"{stands}; {typo}")
             if _plan_stands(patch, status, stands, after, gen):
                 # (before: the refusal's Warning was the last Event; a user trial)
                 lifted = f"{stands}; the refusal of the earlier edit is lifted"

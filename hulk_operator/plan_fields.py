@@ -44,9 +44,14 @@ def not_ready(conds: list[dict[str, Any]], gen: int) -> list[dict[str, Any]]:
     user trial); and no ``LatencyEstimated``, which told of the plan gone."""
     conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of a plan
     ready = st.condition({"conditions": conds}, st.READY)
-    if ready is not None and ready.get("reason") == "NotPlanned":
+    if ready is not None and (ready.get("reason"), ready.get("message")) == ("NotPlanned", NO_PLAN):
         return conds
-    return st.set_condition(conds, st.READY, False, "NotPlanned", "no plan: no stage pods", gen)
+    # (an edit's "the new plan's stage pods replace those it changes" stood on once no plan
+    # fitted and its pods were removed: a user trial)
+    return st.set_condition(conds, st.READY, False, "NotPlanned", NO_PLAN, gen)
+
+
+NO_PLAN = "no plan: no stage pods"
 
 
 def plan_gpus(decision: Decision) -> dict[str, int]:

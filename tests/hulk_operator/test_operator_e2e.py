@@ -2850,6 +2850,29 @@ def test_an_edit_whose_limitrange_defaults_no_node_holds_is_refused(
         drop_limit_range(kube, "cpu-default")
 
 
+def test_a_misspelt_region_added_to_a_running_job_is_told_though_its_plan_stands(
+    kube: Kube, operator: Any
+) -> None:
+    """Its servers still match, so its plan and pods stand; the entry no node's region
+    matches is told at once (before, in the operator's log alone: it surfaced when a server
+    was lost and the re-plan could not use the region meant; a user trial)."""
+    kube.apply(manifest("roman", allowedRegions=["rome"]))
+    wait("Running", lambda: kube.phase("roman") == "Running", 60)
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("roman")}
+    patch = {"spec": {"allowedRegions": ["rome", "romee"]}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "roman", patch)
+    (told,) = wait("told", lambda: kube.events("SpecChanged"), 30)
+    assert told.type == "Warning", told
+    assert told.message.startswith(
+        "allowedRegions changed and every server of its plan still matches: its plan stands; "
+        "spec.allowedRegions 'romee' matches no node's region yet (regions: "
+    ), told.message
+    assert "did you mean rome for 'romee'?" in told.message, told.message
+    time.sleep(2)
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("roman")} == before
+    assert kube.phase("roman") == "Running"
+
+
 def test_an_init_container_asking_gpus_is_placed_where_they_are_free(
     kube: Kube, operator: Any
 ) -> None:
