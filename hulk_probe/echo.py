@@ -260,14 +260,15 @@ class EchoClient:
             if len(reply) >= PROBE_SIZE and not done.done():
                 done.set_result(None)
 
-        loop.add_reader(sock.fileno(), readable)
+        fd = sock.fileno()  # (the loop's key: a socket closed meanwhile has fileno() -1)
+        loop.add_reader(fd, readable)
         try:
             sent = time.time_ns()
             if sock.send(message) != len(message):
                 raise ConnectionError("short send")
             await done
         finally:
-            loop.remove_reader(sock.fileno())
+            loop.remove_reader(fd)
         return bytes(reply), sent, received[0]
 
     async def round_trip(self) -> float:
@@ -286,6 +287,9 @@ class EchoClient:
         except TimeoutError:
             self.close()
             raise ProbeError("timeout", f"no answer within {self.timeout_s:g}s") from None
+        except asyncio.CancelledError:  # mid-exchange: its echo may still come, and would
+            self.close()  # be read as the next probe's
+            raise
         except OSError as exc:
             self.close()
             reason = LOCAL if exc.errno in _LOCAL_ERRNOS else stage

@@ -84,9 +84,15 @@ class Measurer:
     def _drop(self, name: str) -> None:
         peer = self._peers.pop(name)
         log.info("peer %s gone (was at %s)", name, format_hostport(peer.address))
-        if peer.task is not None:
+        if peer.task is not None and not peer.task.done():
+            # closed once the probe has ended: closed under it, its socket's descriptor
+            # stayed registered with the loop, and the next socket given that number (an
+            # echo connection, a probe) was never read; the probe ended in a ValueError (a
+            # review)
             peer.task.cancel()
-        peer.client.close()
+            peer.task.add_done_callback(lambda _: peer.client.close())
+        else:
+            peer.client.close()
         if self.metrics is not None:
             self.metrics.forget(name)
 

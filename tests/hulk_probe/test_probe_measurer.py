@@ -156,3 +156,35 @@ def test_peers_that_leave_or_move_are_forgotten() -> None:
         await b.close()
 
     asyncio.run(main())
+
+
+def test_a_peer_dropped_mid_probe_leaves_no_reader_behind() -> None:
+    """Before: its socket was closed under the probe, whose clean-up then raised
+    ValueError (fileno -1) and left the descriptor registered with the loop: the next
+    socket given that number was never read (a review)."""
+    slow = SlowEcho(5.0)  # answers long after the drop
+
+    async def main() -> tuple[asyncio.Task[None], int, bool]:
+        server = await asyncio.start_server(slow.handle, "127.0.0.6", 0)
+        settings = ProbeSettings(interval_s=10.0, timeout_s=8.0, window=10, failures=2)
+        measurer = Measurer("me", settings, None, rng=None)
+        measurer.set_peers({"slow": server.sockets[0].getsockname()})
+        runner = asyncio.create_task(measurer.run())
+        while slow.messages == 0:  # the probe in flight
+            await asyncio.sleep(0.01)
+        peer = measurer._peers["slow"]
+        assert peer.task is not None and peer.client._sock is not None
+        task, fd = peer.task, peer.client._sock.fileno()
+        measurer.set_peers({})
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        registered = fd in loop._selector.get_map()  # type: ignore[attr-defined]
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        server.close()
+        return task, fd, registered
+
+    task, fd, registered = asyncio.run(main())
+    assert task.cancelled()  # (not a ValueError)
+    assert not registered, f"descriptor {fd} still registered with the loop"
