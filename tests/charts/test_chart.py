@@ -444,6 +444,24 @@ def test_probe_settings_are_probe_flags(render: Render) -> None:
         assert cfg.metrics == ("0.0.0.0", 7472)
 
 
+def test_the_probe_listens_on_ipv6_where_told(render: Render) -> None:
+    """An IPv6 or dual-stack cluster: pod IPs (peers' and the liveness probe's address) may
+    be IPv6, where a probe on 0.0.0.0 answered none (before, not settable; a review)."""
+    from hulk_probe import config as probe_config
+
+    c = container(render(set_values=["probe.listenHost=::"]), "DaemonSet", "hulk-probe")
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert (env["HULK_PROBE_LISTEN"], env["HULK_PROBE_METRICS"]) == ("[::]:7471", "[::]:7472")
+    plain = {n: v for n, v in env.items() if v is not None}
+    plain.update(HULK_PROBE_NODE_NAME="node-a", POD_IP="fd00::5")
+    args = probe_config.argparse.Namespace(
+        **{f.lstrip("-").replace("-", "_"): None for f, _, _ in probe_config.FLAGS}
+    )
+    cfg = probe_config.resolve(args, plain)
+    assert cfg.listen == ("::", 7471) and cfg.metrics == ("::", 7472)
+    assert cfg.advertise == ("fd00::5", 7471)
+
+
 def test_services_point_at_named_container_ports(default: list[dict[str, Any]]) -> None:
     for svc_name, kind, workload in (
         ("hulk-operator-metrics", "Deployment", "hulk-operator"),
