@@ -56,6 +56,18 @@ from hulk_operator.quotas import (
 from hulk_operator.snapshot import Snapshot, held_servers
 
 LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, listed this often
+# ... or less often, the NodeLatency objects: reading them may take at most this share of
+# the time between two listings (1,000 probed nodes: 109 MB of JSON, 6.8 s to read on one
+# core, bench/latency_listing.py; every 10 s, that was most of a core)
+LATENCY_LISTING_SHARE = 0.05
+
+
+def listing_interval(cost_s: float) -> float:
+    """Seconds until the NodeLatency objects are listed again, after a listing that took
+    ``cost_s`` to read: ``LATENCY_CACHE_S``, or longer where reading them would take more
+    than ``LATENCY_LISTING_SHARE`` of the operator's time (a large cluster's listing; the
+    latencies change slowly, and a report is fresh for ``latency_max_age_s``)."""
+    return max(LATENCY_CACHE_S, cost_s / LATENCY_LISTING_SHARE)
 
 
 @dataclass
@@ -66,20 +78,23 @@ class Listings:
     every job listed the NodeLatency objects, and other namespaces' pods, for itself."""
 
     latency: tuple[float, Latencies] = (-LATENCY_CACHE_S, Latencies())
+    latency_every: float = LATENCY_CACHE_S  # (``listing_interval`` of the last listing)
     outside: tuple[float, dict[str, list[Resources]]] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one listing at a time
 
 
 def latencies_now(memo: Any) -> Latencies:
     """What the NodeLatency objects say, listed again where the last listing (shared by
-    every job: ``memo.listings``) is ``LATENCY_CACHE_S`` old (blocking: for a thread)."""
+    every job: ``memo.listings``) is ``listing_interval`` old (blocking: for a thread)."""
     cache: Listings = memo.listings
     when, latencies = cache.latency
-    if time.monotonic() - when >= LATENCY_CACHE_S:
+    if time.monotonic() - when >= cache.latency_every:
         cfg: OperatorConfig = memo.config
+        start = time.monotonic()
         items = kube.list_objects(memo.api, GROUP, VERSION, "nodelatencies")
         latencies = read_latencies(items, cfg.latency_max_age_s)
-        cache.latency = (time.monotonic(), latencies)
+        done = time.monotonic()
+        cache.latency, cache.latency_every = (done, latencies), listing_interval(done - start)
     return latencies
 
 

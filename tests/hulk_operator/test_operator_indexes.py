@@ -216,3 +216,13 @@ def test_a_terminating_stage_pod_counts_toward_quotas_until_its_grace_runs_out()
     (done,) = hulk_pods(namespace="ns", name="j-0-0", meta=meta, spec={},
                         status={"phase": "Succeeded"}).values()  # fmt: skip
     assert not done.counts(0)
+
+
+def test_a_costly_latency_listing_is_made_less_often() -> None:
+    """Reading 1,000 probed nodes' NodeLatency objects took 6.8 s of a core
+    (bench/latency_listing.py): every 10 s, most of the operator's time. A listing may now
+    take at most 5% of the time between two."""
+    assert indexes.listing_interval(0.01) == indexes.LATENCY_CACHE_S
+    assert indexes.listing_interval(0.5) == indexes.LATENCY_CACHE_S
+    assert indexes.listing_interval(6.8) == pytest.approx(136.0)
+    assert 6.8 / indexes.listing_interval(6.8) <= indexes.LATENCY_LISTING_SHARE + 1e-12
