@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,12 +63,13 @@ LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, liste
 LATENCY_LISTING_SHARE = 0.05
 
 
-def listing_interval(cost_s: float) -> float:
+def listing_interval(cost_s: float, max_age_s: float = math.inf) -> float:
     """Seconds until the NodeLatency objects are listed again, after a listing whose
     reading took ``cost_s`` of CPU: ``LATENCY_CACHE_S``, or longer where reading them would
     take more than ``LATENCY_LISTING_SHARE`` of the operator's time (a large cluster's
-    listing; the latencies change slowly, and a report is fresh for ``latency_max_age_s``)."""
-    return max(LATENCY_CACHE_S, cost_s / LATENCY_LISTING_SHARE)
+    listing; the latencies change slowly), but at most half ``max_age_s``
+    (``latency_max_age_s``): a listing older would hold reports past it."""
+    return max(LATENCY_CACHE_S, min(cost_s / LATENCY_LISTING_SHARE, max_age_s / 2))
 
 
 @dataclass
@@ -94,7 +96,10 @@ def latencies_now(memo: Any) -> Latencies:
         items = kube.list_objects(memo.api, GROUP, VERSION, "nodelatencies")
         latencies = read_latencies(items, cfg.latency_max_age_s)
         cost = time.thread_time() - cpu
-        cache.latency, cache.latency_every = (time.monotonic(), latencies), listing_interval(cost)
+        cache.latency, cache.latency_every = (
+            (time.monotonic(), latencies),
+            listing_interval(cost, cfg.latency_max_age_s),
+        )
     return latencies
 
 

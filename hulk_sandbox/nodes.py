@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hulk_planner.datasets import slug  # (the planner's: accents dropped as it drops them)
 from hulk_sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
@@ -46,12 +47,6 @@ MEMORY_GIB_PER_GPU = 96
 MAX_PODS = 110
 GPU = "nvidia.com/gpu"
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def slug(text: str) -> str:
-    """``"Sao Paulo "`` -> ``"sao-paulo"``: lowercase, runs of other characters become '-'."""
-    out = "".join(c if c.isalnum() else "-" for c in text.strip().lower())
-    return "-".join(p for p in out.split("-") if p)
 
 
 def label_value(text: str) -> str:

@@ -185,7 +185,7 @@ def load_documents(path: str | Path) -> list[Any]:
         raise InvalidRequest(*_yaml_error(p, exc)) from None
     except RecursionError:  # (a traceback before: 2,000 nested lists; a user trial)
         docs = None
-    if docs is None or _deeper_than(docs, MAX_DEPTH):
+    if docs is None or any(_deeper_than(d, MAX_DEPTH) for d in docs):
         raise InvalidRequest(
             str(p),
             f"nests more than {MAX_DEPTH} levels deep",

@@ -444,7 +444,7 @@ def test_probe_settings_are_probe_flags(render: Render) -> None:
         assert cfg.metrics == ("0.0.0.0", 7472)
 
 
-def test_the_probe_listens_on_ipv6_where_told(render: Render) -> None:
+def test_the_probe_listens_on_ipv6_where_told(render: Render, chart_tools: dict[str, str]) -> None:
     """An IPv6 or dual-stack cluster: pod IPs (peers' and the liveness probe's address) may
     be IPv6, where a probe on 0.0.0.0 answered none (before, not settable; a review)."""
     from hulk_probe import config as probe_config
@@ -460,6 +460,10 @@ def test_the_probe_listens_on_ipv6_where_told(render: Render) -> None:
     cfg = probe_config.resolve(args, plain)
     assert cfg.listen == ("::", 7471) and cfg.metrics == ("::", 7472)
     assert cfg.advertise == ("fd00::5", 7471)
+    # written with its brackets: refused (the template adds them: "[[::]]:7471")
+    cmd = [chart_tools["HELM"], "template", "r", str(CHART), "--set", "probe.listenHost=[::]"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "/probe/listenHost" in out.stderr, out.stderr
 
 
 def test_services_point_at_named_container_ports(default: list[dict[str, Any]]) -> None:

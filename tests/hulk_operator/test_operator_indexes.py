@@ -226,3 +226,5 @@ def test_a_costly_latency_listing_is_made_less_often() -> None:
     assert indexes.listing_interval(0.5) == indexes.LATENCY_CACHE_S
     assert indexes.listing_interval(6.8) == pytest.approx(136.0)
     assert 6.8 / indexes.listing_interval(6.8) <= indexes.LATENCY_LISTING_SHARE + 1e-12
+    # never past half the reports' freshness: a listing kept longer would hold stale ones
+    assert indexes.listing_interval(60.0, max_age_s=600.0) == 300.0

@@ -1005,3 +1005,20 @@ def test_informational_text_written_as_a_number_is_that_text() -> None:
     with pytest.raises(InvalidRequest) as exc:
         io.cluster_from_dict(doc)
     assert exc.value.field == "spec.nodes[0].gpuProduct"
+
+
+def test_a_document_nesting_64_levels_is_read_and_65_is_refused(tmp_path: Path) -> None:
+    """The limit counts a document's own levels (a RecursionError traceback before, on
+    2,000 nested lists; a user trial)."""
+    from hulk_planner.io.documents import MAX_DEPTH, load_documents
+
+    ok, deep = tmp_path / "ok.json", tmp_path / "deep.json"
+    ok.write_text("[" * MAX_DEPTH + "]" * MAX_DEPTH)
+    deep.write_text("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+    assert load_documents(ok)  # (64 levels: read)
+    with pytest.raises(InvalidRequest) as exc:
+        load_documents(deep)
+    assert str(exc.value) == (
+        f"{deep}: nests more than 64 levels deep (no cluster, job or plan nests so: check that "
+        "it is the file meant)"
+    )

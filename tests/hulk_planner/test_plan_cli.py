@@ -609,10 +609,8 @@ def test_a_plot_folder_that_takes_no_file_is_refused_before_planning() -> None:
     """/proc's and /sys's modes let root write, but no file can be made there: the plot
     failed after the plan was printed, exit 1 (a user trial)."""
     out = hulk("plan", "--plot", "/proc/plan.png", "--no-compare", "-o", "json")
-    assert_one_line_error(
-        out,
-        "--plot: cannot write '/proc/plan.png': /proc takes no file (No such file or directory)",
-    )
+    # (as root, what the temporary file met; else what the folder's mode said)
+    assert_one_line_error(out, "--plot: cannot write '/proc/plan.png': /proc ")
     assert out.stdout == ""
 
 

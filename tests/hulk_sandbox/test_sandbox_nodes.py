@@ -55,6 +55,14 @@ def test_labels_of_a_gpu_server() -> None:
     assert node["metadata"]["annotations"][REGION_ANNOTATION] == "Beijing"
 
 
+def test_an_accented_region_is_labelled_as_the_planner_slugs_it() -> None:
+    """Before: "São Paulo" was labelled s-o-paulo, which no allowedRegions entry the
+    planner reads (sao-paulo) matched."""
+    labels = node_manifest(server(region="São Paulo"))["metadata"]["labels"]
+    assert labels["topology.kubernetes.io/region"] == "sao-paulo"
+    assert labels["topology.kubernetes.io/zone"] == "sao-paulo-a"
+
+
 def test_resources_are_capacity_and_allocatable() -> None:
     status = node_manifest(server(gpus=4))["status"]
     assert status["capacity"] == status["allocatable"]
