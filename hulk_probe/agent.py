@@ -110,6 +110,13 @@ class Agent:
             text += f" last_error={self._last_publish_error!r}"
         return ok, text
 
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: healthy, and started (its address advertised, its object made): a
+        DaemonSet rollout waits for it (before, /healthz, which is ok while the start-up
+        waits for the API; a review)."""
+        ok, text = self.health()
+        return ok and self.ready, text
+
     async def _startup(self, directory: NodeDirectory, publisher: Publisher) -> None:
         """Advertise and create our object, retrying while the API is unavailable."""
         from kubernetes.client.exceptions import ApiException
@@ -194,7 +201,9 @@ class Agent:
         server = None
         if cfg.metrics is not None:
             try:
-                server = MetricsServer(cfg.metrics, self.metrics.registry, self.health).start()
+                server = MetricsServer(
+                    cfg.metrics, self.metrics.registry, self.health, self.readiness
+                ).start()
             except OSError as exc:
                 await self.echo.close()
                 reason = exc.strerror or str(exc)

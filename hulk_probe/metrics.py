@@ -140,13 +140,17 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def make_app(registry: CollectorRegistry, health: Health) -> Callable[..., Iterable[bytes]]:
+def make_app(
+    registry: CollectorRegistry, health: Health, readiness: Health | None = None
+) -> Callable[..., Iterable[bytes]]:
+    """``/metrics``; ``/healthz`` (``health``: the kubelet's liveness probe); ``/readyz``
+    (``readiness``, else ``health``: its readiness probe)."""
     metrics_app = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
-        if path == "/healthz":
-            ok, text = health()
+        if path in ("/healthz", "/readyz"):
+            ok, text = (readiness or health)() if path == "/readyz" else health()
             start_response(
                 "200 OK" if ok else "503 Service Unavailable",
                 [("Content-Type", "text/plain; charset=utf-8")],
@@ -155,7 +159,7 @@ def make_app(registry: CollectorRegistry, health: Health) -> Callable[..., Itera
         if path in ("/metrics", "/"):
             return metrics_app(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: try /metrics or /healthz\n"]
+        return [b"not found: try /metrics, /healthz or /readyz\n"]
 
     return app
 
@@ -164,13 +168,17 @@ class MetricsServer:
     """``/metrics`` and ``/healthz`` on a daemon thread."""
 
     def __init__(
-        self, address: tuple[str, int], registry: CollectorRegistry, health: Health
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        health: Health,
+        readiness: Health | None = None,
     ) -> None:
         server_class = _Server6 if ":" in address[0] else _Server
         self._httpd = make_server(
             address[0],
             address[1],
-            make_app(registry, health),
+            make_app(registry, health, readiness),
             server_class=server_class,
             handler_class=_QuietHandler,
         )

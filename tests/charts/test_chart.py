@@ -418,8 +418,9 @@ def test_probe_daemonset_uses_host_network_and_tolerates_gpu_nodes(
     assert c["command"] == ["hulk", "probe"]
     ports = {p["name"]: (p["containerPort"], p.get("hostPort")) for p in c["ports"]}
     assert ports == {"echo": (7471, 7471), "metrics": (7472, 7472)}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # (Ready once started: a rollout waits for an agent that cannot reach the API)
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
 def test_probe_settings_are_probe_flags(render: Render) -> None:

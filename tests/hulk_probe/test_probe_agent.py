@@ -35,6 +35,7 @@ def test_health_stays_ok_while_the_start_up_waits_for_the_api(tmp_path: Path) ->
     )
     agent = Agent(config)
     seen: list[tuple[bool, str]] = []
+    ready: list[bool] = []
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -42,10 +43,12 @@ def test_health_stays_ok_while_the_start_up_waits_for_the_api(tmp_path: Path) ->
         for _ in range(16):  # 8 s: past the 6.5 s
             await asyncio.sleep(0.5)
             seen.append(agent.health())
+            ready.append(agent.readiness()[0])
         stop.set()
         await asyncio.wait_for(run, 10)
 
     asyncio.run(main())
     assert not agent.ready
     assert all(ok for ok, _ in seen), seen[-1]
+    assert not any(ready)  # (/readyz: a rollout waits for it)
     assert "ready=false" in seen[-1][1] and 'last_error="start-up: ' in seen[-1][1], seen[-1]

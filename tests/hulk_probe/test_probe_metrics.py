@@ -80,3 +80,26 @@ def test_healthz_follows_the_agent(served: Served) -> None:
     healthy[0] = False
     assert fetch(url + "/healthz") == (503, "stuck\n")
     assert fetch(url + "/nope")[0] == 404
+
+
+def test_readyz_is_its_own_check_and_healthz_where_none_is_given(served: Served) -> None:
+    _, url, healthy = served
+    assert fetch(url + "/readyz") == (200, "ok\n")  # (no readiness given: health's)
+    healthy[0] = False
+    assert fetch(url + "/readyz") == (503, "stuck\n")
+    metrics = ProbeMetrics("beijing-0")
+    started = [False]
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        metrics.registry,
+        lambda: (True, "ok"),
+        lambda: (started[0], "ready" if started[0] else "starting"),
+    ).start()
+    try:
+        base = f"http://127.0.0.1:{server.address[1]}"
+        assert fetch(base + "/healthz") == (200, "ok\n")
+        assert fetch(base + "/readyz") == (503, "starting\n")
+        started[0] = True
+        assert fetch(base + "/readyz") == (200, "ready\n")
+    finally:
+        server.close()
