@@ -154,8 +154,7 @@ def _own(pod: Any, need: Resources) -> Resources:
     """What the waiting pod itself requests besides GPUs, as the API server admitted it
     (its namespace's LimitRange defaults, as they were then), else ``need``: the defaults
     in force now may differ from its own (a LimitRange made or deleted since; a review)."""
-    own = getattr(pod, "requests", None)
-    return need if own is None else own._replace(gpus=need.gpus)
+    return need if pod.requests is None else pod.requests._replace(gpus=need.gpus)
 
 
 def barred_servers(

@@ -393,9 +393,13 @@ class Snapshot:
             # there, and not where a NoSchedule taint bars them (they would wait for ever)
             ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
-            ok = ok and info.server is not None and self._fits(info, need)
-            # (before the trainer's GPUs are capped: the init container holds its own)
-            ok = ok and info.server is not None and info.server.gpus >= entry.init_gpus[1]
+            # (an init container's GPUs before the trainer's are capped: it holds its own)
+            ok = (
+                ok
+                and info.server is not None
+                and self._fits(info, need)
+                and info.server.gpus >= entry.init_gpus[1]
+            )
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 info = self._capped(info, entry)
                 if info.server is not None and info.server.gpus < least:

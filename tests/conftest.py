@@ -97,6 +97,19 @@ def sandbox(
 
 
 @pytest.fixture
+def unreachable_kubeconfig(tmp_path: Path) -> Path:
+    """A valid kubeconfig whose API server never answers (https://127.0.0.1:1)."""
+    path = tmp_path / "unreachable-kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return path
+
+
+@pytest.fixture
 def namespace(sandbox: Sandbox) -> Iterator[str]:
     from kubernetes import client
     from kubernetes.client.rest import ApiException

@@ -132,7 +132,9 @@ def test_hulk_operator_stops_with_a_clear_error_before_kopf_starts(
     assert "Traceback" not in out.stderr
 
 
-def test_ports_in_use_or_a_bad_liveness_url_are_one_line_errors(tmp_path: Path) -> None:
+def test_ports_in_use_or_a_bad_liveness_url_are_one_line_errors(
+    unreachable_kubeconfig: Path,
+) -> None:
     """Before: a second operator on the host died with a traceback (the liveness endpoint
     was already bound), and a metrics port in use failed kopf's start-up, retried every
     60 s, with a traceback each time."""
@@ -142,14 +144,8 @@ def test_ports_in_use_or_a_bad_liveness_url_are_one_line_errors(tmp_path: Path) 
         held.bind(("0.0.0.0", 0))
         held.listen()
         port = held.getsockname()[1]
-        config = tmp_path / "kubeconfig"  # valid, never used: the check fails first
-        config.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-            "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        )
-        kubeconfig = ("--kubeconfig", str(config))
+        # (valid, never used: the check fails first)
+        kubeconfig = ("--kubeconfig", str(unreachable_kubeconfig))
         for args, flag, off in (
             (("--metrics-port", str(port)), "--metrics-port", "or 0 to turn it off"),
             (("--liveness", f"http://0.0.0.0:{port}/healthz"), "--liveness", "or ''"),

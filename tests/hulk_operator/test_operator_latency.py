@@ -711,26 +711,36 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     assert not kube.events("Replanned") and plan_nodes(kube.job("steady")) == running
 
 
-def test_a_running_job_is_told_when_its_stages_cannot_reach_each_other(
-    kube: Kube, operator: Any, latencies: Publish
-) -> None:
-    """A pair a placed job sends over, reported unreachable: a Warning LinkUnreachable
-    naming it, and LinksRestored once measured again; the pods stay (before, nothing told
-    of such a partition: a user trial)."""
+def told_of_a_cut_link(
+    kube: Kube, latencies: Publish, job: str
+) -> tuple[Any, tuple[str, str], dict[str, dict[str, float | None]], Any]:
+    """Places ``job`` in tokyo, every pair measured, then reports the first pair its
+    stages send over unreachable and waits for its LinkUnreachable Event. Returns (its plan,
+    the pair, the rows measured before, the Event)."""
     from hulk_operator import status as st
     from hulk_planner.cost import communicating_pairs
 
-    near = {a: {b: 0.5 for b in TOKYO if b != a} for a in TOKYO}
+    near: dict[str, dict[str, float | None]] = {a: {b: 0.5 for b in TOKYO if b != a} for a in TOKYO}
     latencies(near)
-    kube.apply(manifest("linked", allowedRegions=["tokyo"]))
-    wait("placed", lambda: len(plan_nodes(kube.job("linked"))) >= 2, 60)
-    jp = st.job_plan_from_status("linked", kube.job("linked")["status"])
+    kube.apply(manifest(job, allowedRegions=["tokyo"]))
+    wait("placed", lambda: len(plan_nodes(kube.job(job))) >= 2, 60)
+    jp = st.job_plan_from_status(job, kube.job(job)["status"])
     assert jp is not None
     a, b = communicating_pairs(jp)[0]
     cut = copy.deepcopy(near)
     cut[a][b] = cut[b][a] = None
     latencies(cut)
     (told,) = wait("told", lambda: kube.events("LinkUnreachable") or None, 40)
+    return jp, (a, b), near, told
+
+
+def test_a_running_job_is_told_when_its_stages_cannot_reach_each_other(
+    kube: Kube, operator: Any, latencies: Publish
+) -> None:
+    """A pair a placed job sends over, reported unreachable: a Warning LinkUnreachable
+    naming it, and LinksRestored once measured again; the pods stay (before, nothing told
+    of such a partition: a user trial)."""
+    jp, (a, b), near, told = told_of_a_cut_link(kube, latencies, "linked")
     assert told.type == "Warning" and f"{a} and {b}" in told.message, told.message
     assert "suspend and resume" in told.message
     assert plan_nodes(kube.job("linked")) == list(jp.nodes)  # not moved
@@ -747,20 +757,7 @@ def test_cut_links_are_not_told_restored_when_their_reports_are_deleted(
     (before, LinksRestored said its servers' probes reached each other; a review)."""
     import logging
 
-    from hulk_operator import status as st
-    from hulk_planner.cost import communicating_pairs
-
-    near = {a: {b: 0.5 for b in TOKYO if b != a} for a in TOKYO}
-    cut = copy.deepcopy(near)
-    latencies(near)
-    kube.apply(manifest("unprobed", allowedRegions=["tokyo"]))
-    wait("placed", lambda: len(plan_nodes(kube.job("unprobed"))) >= 2, 60)
-    jp = st.job_plan_from_status("unprobed", kube.job("unprobed")["status"])
-    assert jp is not None
-    a, b = communicating_pairs(jp)[0]
-    cut[a][b] = cut[b][a] = None
-    latencies(cut)
-    wait("told", lambda: kube.events("LinkUnreachable"), 40)
+    jp, _, _, _ = told_of_a_cut_link(kube, latencies, "unprobed")
     with caplog.at_level(logging.INFO, logger="hulk_operator.disruptions"):
         with sandbox.api_client() as api:
             forget_latencies(api, TOKYO)

@@ -12,30 +12,23 @@ import pytest
 from hulk_operator.config import OperatorConfig
 from hulk_operator.runner import OperatorThread
 
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-current-context: c
-clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-"""
-
 
 # (kopf's: a start-up that failed never starts its credentials task)
 @pytest.mark.filterwarnings("ignore:coroutine 'authenticator' was never awaited")
-def test_a_metrics_port_taken_by_the_start_fails_the_start_at_once(tmp_path: Path) -> None:
+def test_a_metrics_port_taken_by_the_start_fails_the_start_at_once(
+    unreachable_kubeconfig: Path,
+) -> None:
     """Before: kopf retried the start-up handler a minute later, so ``start()`` gave up
     with "the operator did not start" and its thread went on (a CI run: the port was
     free at the demo's check and taken while its sandbox came up)."""
-    config = tmp_path / "kubeconfig"  # (never reached: the start-up fails first)
-    config.write_text(KUBECONFIG)
     with socket.socket() as held:
         held.bind(("0.0.0.0", 0))
         held.listen()
         port = held.getsockname()[1]
-        op = OperatorThread(
-            str(config), namespaces=["runner"], config=OperatorConfig(metrics_port=port)
+        op = OperatorThread(  # (the API never reached: the start-up fails first)
+            str(unreachable_kubeconfig),
+            namespaces=["runner"],
+            config=OperatorConfig(metrics_port=port),
         )
         began = time.monotonic()
         with pytest.raises(RuntimeError) as caught:

@@ -9,29 +9,20 @@ from pathlib import Path
 from hulk_probe.agent import Agent
 from hulk_probe.config import ProbeConfig
 
-UNREACHABLE = """\
-apiVersion: v1
-kind: Config
-current-context: c
-clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-"""
 
-
-def test_health_stays_ok_while_the_start_up_waits_for_the_api(tmp_path: Path) -> None:
+def test_health_stays_ok_while_the_start_up_waits_for_the_api(
+    unreachable_kubeconfig: Path,
+) -> None:
     """Before: /healthz went stale 3 publish intervals + 5 s into a start-up waiting for
     the API (only the publish loop kept it fresh), and the kubelet restarted the pod over
     and over while a region's control plane was away (a review)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(UNREACHABLE)
     config = ProbeConfig(
         node_name="n1",
         listen=("127.0.0.1", 0),
         advertise=("127.0.0.1", 1),
         metrics=None,
         publish_interval_s=0.5,  # stale after 6.5 s
-        kubeconfig=str(kubeconfig),
+        kubeconfig=str(unreachable_kubeconfig),
     )
     agent = Agent(config)
     seen: list[tuple[bool, str]] = []
