@@ -10,18 +10,27 @@ Each size runs in a child process: it builds the listing's body as the API serve
 then times ``json.loads`` plus ``inventory.read_latencies`` on it and reports the peak
 resident memory they added above the body's own. No API server: the listing's transfer is
 not counted, only what the operator does with it.
+
+It also reports the longest stall of an asyncio event loop (a 10 ms ticker) while a thread
+does that work, as the operator does it (``indexes.latencies_now`` in a thread beside
+kopf's loop): ``json.loads`` holds the GIL for a whole response, so the loop stalls for
+the parse of the largest one; once with the listing whole, once in pages of
+``kube.LATENCY_PAGE`` objects (``limit``/``continue``, what the operator reads now).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,8 +57,27 @@ def listing(nodes: int) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def longest_stall(work: Callable[[], Any]) -> float:
+    """Seconds an event loop's 10 ms ticker waited past its time, at worst, while ``work``
+    ran in a thread."""
+
+    async def watch() -> float:
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(asyncio.to_thread(work))
+        worst = 0.0
+        while not task.done():
+            start = loop.time()
+            await asyncio.sleep(0.01)
+            worst = max(worst, loop.time() - start - 0.01)
+        await task
+        return worst
+
+    return asyncio.run(watch())
+
+
 def child(nodes: int) -> None:
     from hulk_operator.inventory import read_latencies
+    from hulk_operator.kube import LATENCY_PAGE
 
     body = listing(nodes)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
@@ -57,10 +85,28 @@ def child(nodes: int) -> None:
     items = json.loads(body)["items"]
     latencies = read_latencies(items, max_age_s=600.0)
     seconds = time.perf_counter() - start
+    measured = latencies.measured
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    del items, latencies
+    whole = longest_stall(lambda: read_latencies(json.loads(body)["items"], 600.0))
+    every = json.loads(body)["items"]
+    pages = [
+        json.dumps({"items": every[i : i + LATENCY_PAGE]}, separators=(",", ":")).encode()
+        for i in range(0, len(every), LATENCY_PAGE)
+    ]
+    del every
+
+    def paged() -> Any:
+        items: list[Any] = []
+        for page in pages:
+            items.extend(json.loads(page)["items"])
+        return read_latencies(items, 600.0)
+
+    in_pages = longest_stall(paged)
     print(json.dumps({
         "nodes": nodes, "json_mb": len(body) / 1e6, "seconds": seconds,
-        "added_mb": (peak - base) / 1024, "links": len(latencies.measured),
+        "added_mb": (peak - base) / 1024, "links": len(measured),
+        "stall_whole": whole, "stall_pages": in_pages,
     }))  # fmt: skip
 
 
@@ -73,7 +119,8 @@ def main() -> int:
         child(args.child)
         return 0
     print(
-        f"{'nodes':>6} {'listing MB':>11} {'parse+read s':>13} {'memory added MB':>16} {'links':>8}"
+        f"{'nodes':>6} {'listing MB':>11} {'parse+read s':>13} {'memory added MB':>16} "
+        f"{'links':>8} {'loop stall s, whole':>20} {'in pages':>9} {'whole/pages':>11}"
     )
     for n in (int(x) for x in args.nodes.split(",")):
         out = subprocess.run(
@@ -84,7 +131,8 @@ def main() -> int:
         )
         r = json.loads(out.stdout)
         print(f"{n:>6} {r['json_mb']:>11.1f} {r['seconds']:>13.2f} {r['added_mb']:>16.0f} "
-              f"{r['links']:>8}")  # fmt: skip
+              f"{r['links']:>8} {r['stall_whole']:>20.2f} {r['stall_pages']:>9.2f} "
+              f"{r['stall_whole'] / max(r['stall_pages'], 1e-3):>11.1f}")  # fmt: skip
     return 0
 
 

@@ -80,14 +80,11 @@ def api_status(exc: BaseException) -> int | None:
 
 
 def api_message(exc: BaseException) -> str:
-    """The API server's own message (e.g. the schema error naming the field)."""
-    import json
+    """The API server's own message (e.g. the schema error naming the field), else the
+    body as sent, else the error's text."""
+    from hulk_probe.kube import said
 
-    body = getattr(exc, "body", None)
-    try:
-        return str(json.loads(body)["message"]) if body else str(exc)
-    except (ValueError, KeyError, TypeError):
-        return str(body or exc)
+    return said(exc) or str(getattr(exc, "body", None) or exc)
 
 
 def rejected_template(exc: BaseException) -> str | None:

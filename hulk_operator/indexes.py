@@ -38,6 +38,7 @@ from hulk_operator.inventory import (
     pod_requests,
     read_latencies,
     served,
+    slowest_publisher,
 )
 from hulk_operator.quotas import (
     Bound,
@@ -81,6 +82,7 @@ class Listings:
 
     latency: tuple[float, Latencies] = (-LATENCY_CACHE_S, Latencies())
     latency_every: float = LATENCY_CACHE_S  # (``listing_interval`` of the last listing)
+    slow_told: bool = False  # (``_warn_slow_publisher`` warned, and it still holds)
     outside: tuple[float, dict[str, list[Resources]]] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one listing at a time
 
@@ -93,14 +95,40 @@ def latencies_now(memo: Any) -> Latencies:
     if time.monotonic() - when >= cache.latency_every:
         cfg: OperatorConfig = memo.config
         cpu = time.thread_time()  # (this thread's CPU: not the wait on a busy API server)
-        items = kube.list_objects(memo.api, GROUP, VERSION, "nodelatencies")
+        items = kube.list_objects(memo.api, GROUP, VERSION, "nodelatencies", page=kube.LATENCY_PAGE)
         latencies = read_latencies(items, cfg.latency_max_age_s)
         cost = time.thread_time() - cpu
         cache.latency, cache.latency_every = (
             (time.monotonic(), latencies),
             listing_interval(cost, cfg.latency_max_age_s),
         )
+        _warn_slow_publisher(cache, items, cfg.latency_max_age_s)
     return latencies
+
+
+def _warn_slow_publisher(cache: Listings, items: Sequence[Any], max_age_s: float) -> None:
+    """Once while it holds: a probe whose measurements may be older than
+    ``latency_max_age_s`` when read (its write spacing and probe interval, plus this
+    listing's interval) leaves its links to fallback estimates for part of the time (a
+    large cluster within the probes' write budget, or a long ``--publish-interval``)."""
+    slowest = slowest_publisher(items)
+    if slowest is None or slowest[0] + cache.latency_every <= max_age_s:
+        cache.slow_told = False
+        return
+    if cache.slow_told:
+        return
+    cache.slow_told = True
+    seconds, node = slowest
+    logging.getLogger("hulk_operator").warning(
+        "the probe on %s publishes measurements up to %.0f s old and this operator lists "
+        "them every %.0f s, more than --latency-max-age-s (%g s) together: links fall "
+        "back to estimates between writes; raise --latency-max-age-s (chart: "
+        "operator.config.latency_max_age_s) or lower the probes' probe.maxPublishInterval",
+        node,
+        seconds,
+        cache.latency_every,
+        max_age_s,
+    )
 
 
 async def shared_latencies(memo: Any) -> Latencies:

@@ -499,6 +499,22 @@ def unreachable_pairs(
     return frozenset(out), frozenset(old - out)
 
 
+def slowest_publisher(latency_objects: Iterable[Mapping[str, Any]]) -> tuple[float, str] | None:
+    """How old a probe's measurements may be when it writes them, at most: the longest
+    ``status.publishIntervalSeconds`` plus ``intervalSeconds`` (the probe's own) among
+    the probes' objects, with the node's name (None where none says: older probes)."""
+    slowest: tuple[float, str] | None = None
+    for obj in latency_objects:
+        status = obj.get("status") or {}
+        spacing, interval = status.get("publishIntervalSeconds"), status.get("intervalSeconds")
+        name = (obj.get("metadata") or {}).get("name")
+        if isinstance(spacing, int | float) and isinstance(name, str):
+            age = float(spacing) + (float(interval) if isinstance(interval, int | float) else 0)
+            if slowest is None or age > slowest[0]:
+                slowest = (age, name)
+    return slowest
+
+
 def read_latencies(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime | None = None
 ) -> Latencies:

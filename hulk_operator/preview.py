@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,6 +48,7 @@ from hulk_operator.snapshot import Snapshot, held_servers
 from hulk_planner.cli import LATENCY_DEFAULTS
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, NothingToPlan, one_or_all
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Server, Unplaced
+from hulk_probe.kube import said as api_said
 
 DEFAULT_MAX_AGE_S = LATENCY_DEFAULTS["max_age_s"]
 
@@ -89,8 +89,10 @@ def _read(
     with kube.make_client(path, timeout_s=READ_TIMEOUT_S) as api:
         try:
             nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
-            latencies = read_latencies(kube.list_objects(api, GROUP, VERSION, "nodelatencies"),
-                                       max_age_s)  # fmt: skip
+            latencies = read_latencies(
+                kube.list_objects(api, GROUP, VERSION, "nodelatencies", page=kube.LATENCY_PAGE),
+                max_age_s,
+            )
             try:
                 objects, pods, quota_items, limit_items, services = _namespaced(api, None)
             except ApiException as exc:
@@ -190,24 +192,16 @@ def _namespaced(api: Any, namespace: str | None) -> tuple[list[dict[str, Any]], 
     return objects, pods, quota_items, limit_items, kube.list_job_services(api, namespace)
 
 
-def _said(exc: ApiException) -> str:
-    """The API server's message of an error ("pods is forbidden: User ..."), or ""."""
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, AttributeError):
-        return ""
-
-
 def _kind_of(exc: ApiException) -> str:
     """What a 403 refused to list, from the API server's message ("pods is forbidden: ...")."""
-    said = _said(exc)
+    said = api_said(exc)
     kind = said.split(" is forbidden", 1)[0] if " is forbidden" in said else ""
     return kind.split(".", 1)[0] or "its objects"
 
 
 def _refused(exc: ApiException, path: str) -> InvalidRequest:
     """An API error as one line: what the server said, and what to change."""
-    said = _said(exc) or str(exc.reason or "")
+    said = api_said(exc) or str(exc.reason or "")
     if exc.status == 401:
         fix = f"the credentials in {path} are not accepted: renew them"
     elif exc.status == 403:

@@ -2,7 +2,8 @@
 
 Start-up, in order: listen for echoes; write our address on our Node; create our
 NodeLatency object if missing; then watch the Nodes for peers, probe them on schedule,
-and patch our status once per publish interval. Kubernetes calls are blocking and run
+and patch our status once per publish interval, or less often where the write budget
+says so (``publisher.Pacer``). Kubernetes calls are blocking and run
 off the event loop (discovery on its own thread, writes in the default executor).
 """
 
@@ -11,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from hulk_probe.config import ProbeConfig, format_hostport
 from hulk_probe.discovery import NodeDirectory
 from hulk_probe.echo import EchoServer, raise_open_files_limit
-from hulk_probe.kube import load_api_client
+from hulk_probe.estimator import Estimate
+from hulk_probe.kube import load_api_client, said
 from hulk_probe.measurer import Measurer
 from hulk_probe.metrics import MetricsServer, ProbeMetrics
-from hulk_probe.publisher import Publisher, status_body
+from hulk_probe.publisher import Pacer, Publisher, body_bytes, reachability, status_body
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +69,7 @@ def _specific_host(host: str) -> str | None:
 def _status_message(exc: Any) -> str:
     """The API server's own message of a refusal (an admission policy's reason), or its
     body as sent."""
-    body = getattr(exc, "body", None) or ""
-    try:
-        return str(json.loads(body)["message"])
-    except (ValueError, KeyError, TypeError):
-        return str(body)[:300] or "no message"
+    return said(exc) or str(getattr(exc, "body", None) or "")[:300] or "no message"
 
 
 class Agent:
@@ -164,24 +162,82 @@ class Agent:
             delay = min(delay * 2, 30.0)
 
     async def _publish_loop(self, publisher: Publisher) -> None:
-        period = self.config.publish_interval_s
+        """Looks every publish interval; writes when the pacer says so (``Pacer``: the
+        budget's spacing has passed, a peer's reachability flipped, or a failed write is
+        tried again)."""
+        cfg = self.config
+        period = cfg.publish_interval_s
+        pacer = Pacer(
+            period,
+            cfg.write_budget_kb_s * 1000.0,
+            cap_s=cfg.max_publish_interval_s,
+            settle_s=cfg.probe.interval_s + cfg.probe.timeout_s + period,
+        )
         next_at = time.monotonic() + period
         while True:
             self._beat = time.monotonic()
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             estimates = self.measurer.estimates()
             self._counts = (len(estimates), sum(1 for e in estimates.values() if e.reachable))
-            body = status_body(estimates, time.time(), self.config.probe.interval_s)
-            try:
-                await asyncio.to_thread(publisher.write_status, body)
-                self._last_publish_error = None
-            except Exception as exc:
-                self._last_publish_error = one_line(exc)
-                log.warning("publishing status failed: %s", self._last_publish_error)
-                self.metrics.api_errors.labels(self.config.node_name, "status").inc()
+            reach = reachability(estimates)
+            now = time.monotonic()
+            if pacer.due(now, reach):
+                await self._publish(publisher, pacer, estimates, reach, now)
             next_at += period
             if next_at < time.monotonic():  # fell behind: skip, never burst
                 next_at = time.monotonic() + period
+
+    async def _publish(
+        self,
+        publisher: Publisher,
+        pacer: Pacer,
+        estimates: Mapping[str, Estimate],
+        reach: Mapping[str, bool],
+        now: float,
+    ) -> None:
+        cfg = self.config
+        before, wall, nodes = pacer.spacing_s, time.time(), len(estimates) + 1
+        size = body_bytes(status_body(estimates, wall, cfg.probe.interval_s, before))
+        spacing = pacer.spacing_for(size, nodes)
+        body = status_body(estimates, wall, cfg.probe.interval_s, spacing)
+        written = False
+        try:
+            written = await asyncio.to_thread(publisher.write_status, body)
+            self._last_publish_error = None
+        except Exception as exc:
+            self._last_publish_error = one_line(exc)
+            log.warning("publishing status failed: %s", self._last_publish_error)
+            self.metrics.api_errors.labels(cfg.node_name, "status").inc()
+        if not written:  # (tried again at the next tick, then backing off)
+            pacer.failed(now)
+            return
+        pacer.wrote(now, reach, spacing)
+        self.metrics.publish_interval.labels(cfg.node_name).set(spacing)
+        if abs(spacing - before) < max(1.0, 0.2 * before):
+            return
+        budget = cfg.write_budget_kb_s
+        rate_kb_s = nodes * size / spacing / 1000.0
+        if budget and rate_kb_s > budget * 1.05:  # (the cap binds: the budget is passed)
+            log.warning(
+                "publishing every %.0fs (--max-publish-interval): %d nodes' statuses of %d KB "
+                "each write about %.0f KB/s together, above the --write-budget of %g KB/s; "
+                "raise --max-publish-interval with the operator's --latency-max-age-s "
+                "(keep it under a third of it)",
+                spacing,
+                nodes,
+                round(size / 1000),
+                rate_kb_s,
+                budget,
+            )
+        else:
+            log.info(
+                "publishing every %.0fs: %d nodes' statuses of %d KB each within the "
+                "--write-budget of %g KB/s (sooner where a peer's reachability flips)",
+                spacing,
+                nodes,
+                round(size / 1000),
+                budget,
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.config
@@ -243,9 +299,11 @@ class Agent:
             ]
             self.ready = True
             log.info(
-                "ready: probing every %gs, publishing every %gs",
+                "ready: probing every %gs, publishing every %gs or less often "
+                "(--write-budget %g KB/s)",
                 cfg.probe.interval_s,
                 cfg.publish_interval_s,
+                cfg.write_budget_kb_s,
             )
             done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in done:

@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hulk_probe.publisher import DEFAULT_WRITE_BUDGET_KB_S, MAX_BUDGET_SPACING_S
+
 ENV_PREFIX = "HULK_PROBE_"
 DEFAULT_ECHO_PORT = 7471
 DEFAULT_METRICS_PORT = 7472
@@ -42,6 +44,8 @@ class ProbeConfig:
     metrics: tuple[str, int] | None
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     publish_interval_s: float = 10.0
+    write_budget_kb_s: float = DEFAULT_WRITE_BUDGET_KB_S
+    max_publish_interval_s: float = MAX_BUDGET_SPACING_S
     kubeconfig: str | None = None
     peer_addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
     log_level: str = "INFO"
@@ -85,6 +89,19 @@ FLAGS: list[tuple[str, str, str]] = [
         "SECONDS",
         "time between two writes of this node's NodeLatency "
         "status (default: --interval; never shorter)",
+    ),
+    (
+        "--write-budget",
+        "KB_PER_S",
+        "status kilobytes per second all agents together may write: each writes less "
+        "often than --publish-interval where N nodes' statuses would pass it, up to "
+        f"--max-publish-interval (default {DEFAULT_WRITE_BUDGET_KB_S:g}; 0: no budget)",
+    ),
+    (
+        "--max-publish-interval",
+        "SECONDS",
+        "the longest time between two status writes the budget may set; keep it under a "
+        f"third of the operator's --latency-max-age-s (default {MAX_BUDGET_SPACING_S:g})",
     ),
     (
         "--kubeconfig",
@@ -218,6 +235,15 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
         raise ConfigError(
             f"--publish-interval must be at least --interval ({interval:g}), got {publish:g}"
         )
+    budget = number("--write-budget", DEFAULT_WRITE_BUDGET_KB_S)
+    if budget < 0:
+        raise ConfigError(f"--write-budget must be at least 0 KB/s (0: no budget), got {budget:g}")
+    longest = number("--max-publish-interval", max(MAX_BUDGET_SPACING_S, publish))
+    if longest < publish:
+        raise ConfigError(
+            f"--max-publish-interval must be at least --publish-interval ({publish:g}), "
+            f"got {longest:g}"
+        )
 
     kubeconfig, _ = raw("--kubeconfig")
     peer_addresses = _peer_addresses(args, env)
@@ -251,6 +277,8 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             interval_s=interval, timeout_s=timeout, window=window, failures=failures, jitter=jitter
         ),
         publish_interval_s=publish,
+        write_budget_kb_s=budget,
+        max_publish_interval_s=longest,
         kubeconfig=kubeconfig,
         peer_addresses=peer_addresses,
         log_level=level,

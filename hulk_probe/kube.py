@@ -17,6 +17,18 @@ from hulk_probe import API_TIMEOUT, GROUP, MERGE_PATCH, PLURAL, VERSION
 NODE_LATENCIES = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
 
+def said(exc: BaseException) -> str:
+    """The API server's own message of an error (an ``ApiException``'s JSON ``Status``
+    body: "pods is forbidden: User ...", a schema error naming the field, an admission
+    policy's reason), or "" where the body holds none. The operator, its preview, the
+    sandbox and the probe all read it here."""
+    body = getattr(exc, "body", None)
+    try:
+        return str(json.loads(body or "{}").get("message") or "")
+    except (ValueError, AttributeError, TypeError):
+        return ""
+
+
 def load_api_client(kubeconfig: str | None) -> Any:
     """An ApiClient from ``kubeconfig``, else in-cluster config, else the default kubeconfig.
 

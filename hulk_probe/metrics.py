@@ -75,6 +75,13 @@ class ProbeMetrics:
             ["source", "kind"],
             registry=r,
         )
+        self.publish_interval = Gauge(
+            "hulk_probe_publish_interval_seconds",
+            "Seconds until the next regular status write (--publish-interval, or longer "
+            "within --write-budget)",
+            ["source"],
+            registry=r,
+        )
         self.api_errors = Counter(
             "hulk_probe_api_errors",
             "Failed Kubernetes API calls",

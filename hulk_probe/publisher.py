@@ -2,13 +2,23 @@
 
 The object is created once (owned by the Node, so it goes when the Node goes) and from
 then on only its status subresource is patched, at most once per publish interval: the
-agent calls :meth:`Publisher.write_status` on that cadence, never more often.
+agent calls :meth:`Publisher.write_status` when its :class:`Pacer` says so, never more
+often.
+
+Each status lists every peer, so N agents write N statuses of O(N) bytes, and etcd keeps
+every version until the API server compacts it (every 5 minutes by default): at a fixed
+10 s, 1,000 nodes wrote gigabytes per compaction window, past etcd's default 2 GiB quota
+(``bench/probe_writes.py``). :func:`publish_spacing` stretches the time between one
+agent's writes so that all agents together stay within a write budget.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +29,16 @@ from hulk_probe.metrics import ProbeMetrics
 
 log = logging.getLogger(__name__)
 
+# Cluster-wide status bytes per second all agents together may write (``--write-budget``,
+# in KB/s). etcd holds 5-10 minutes of history (the API server compacts every 5 minutes,
+# to the revision of the compaction before): at most about 300 MB of statuses, a seventh
+# of etcd's default 2 GiB quota
+DEFAULT_WRITE_BUDGET_KB_S = 500.0
+# The longest time between two writes the budget may set (a --publish-interval above it
+# still wins): a third of the operator's --latency-max-age-s default (600 s), so that a
+# link measured just after one write is still fresh when the operator reads the next one
+MAX_BUDGET_SPACING_S = 200.0
+
 
 def rfc3339(ts: float) -> str:
     """``2026-01-02T03:04:05.678Z`` for a Unix time."""
@@ -26,8 +46,14 @@ def rfc3339(ts: float) -> str:
     return text.replace("+00:00", "Z")
 
 
-def status_body(estimates: Mapping[str, Estimate], now: float, interval_s: float) -> dict[str, Any]:
-    """The status patch for the current estimates (peers never probed yet are left out)."""
+def status_body(
+    estimates: Mapping[str, Estimate],
+    now: float,
+    interval_s: float,
+    publish_interval_s: float | None = None,
+) -> dict[str, Any]:
+    """The status patch for the current estimates (peers never probed yet are left out);
+    ``publish_interval_s``: the agent's current time between two writes, if known."""
     peers: list[dict[str, Any]] = []
     for name in sorted(estimates):
         est = estimates[name]
@@ -42,15 +68,118 @@ def status_body(estimates: Mapping[str, Estimate], now: float, interval_s: float
             entry["consecutiveFailures"] = est.consecutive_failures
         peers.append(entry)
     reachable = sum(1 for p in peers if p["reachable"])
-    return {
-        "status": {
-            "intervalSeconds": interval_s,
-            "lastPublished": rfc3339(now),
-            "reachablePeers": reachable,
-            "unreachablePeers": len(peers) - reachable,
-            "peers": peers,
-        }
-    }
+    status: dict[str, Any] = {"intervalSeconds": interval_s}
+    if publish_interval_s is not None:
+        status["publishIntervalSeconds"] = round(publish_interval_s, 1)
+    status.update(
+        lastPublished=rfc3339(now),
+        reachablePeers=reachable,
+        unreachablePeers=len(peers) - reachable,
+        peers=peers,
+    )
+    return {"status": status}
+
+
+def body_bytes(body: Mapping[str, Any]) -> int:
+    """The size of a status patch as sent (compact JSON)."""
+    return len(json.dumps(body, separators=(",", ":")))
+
+
+def publish_spacing(
+    status_bytes: int,
+    nodes: int,
+    floor_s: float,
+    budget_bytes_s: float,
+    cap_s: float = MAX_BUDGET_SPACING_S,
+) -> float:
+    """Seconds between two status writes of one agent: ``floor_s`` (``--publish-interval``),
+    or longer where ``nodes`` agents writing ``status_bytes`` each that often would pass
+    ``budget_bytes_s`` together; never longer than ``cap_s`` unless the floor is. A budget
+    of 0 or less is no budget."""
+    if budget_bytes_s <= 0:
+        return floor_s
+    return max(floor_s, min(nodes * status_bytes / budget_bytes_s, cap_s))
+
+
+@dataclass
+class Pacer:
+    """When the agent writes its status. The publish loop asks every ``floor_s`` (its
+    tick); a write is due when ``spacing_s`` has passed since the last one
+    (``publish_spacing`` of that status's size), or earlier where a peer written reachable
+    is now unreachable, or the other way round (a flip).
+
+    A flip opens an episode: its first tick writes at once, and so does every tick with
+    another flip for ``settle_s`` after it (the probe interval plus its timeout and one
+    tick: the peers of a cut region flip over about one interval, each at its own phase,
+    and one early write would name only the first of them). A later flip opens another
+    episode only once a spacing has passed since the last opened: while reachability
+    flaps the budget is passed by at most ``settle_s / floor_s + 1`` writes per spacing.
+    A peer new or gone waits for the regular write: a new node's links are in its own
+    status, which its agent writes first thing (a link takes either direction).
+
+    A write that failed (:meth:`failed`) is tried again at the next tick, then after 2, 4,
+    ... ticks, at most a spacing apart: what it carried is not taken as written."""
+
+    floor_s: float
+    budget_bytes_s: float
+    cap_s: float = MAX_BUDGET_SPACING_S
+    settle_s: float = 0.0  # (at least floor_s)
+    spacing_s: float = 0.0  # (set from floor_s)
+    _last: float | None = None  # the last write that succeeded
+    _episode: float | None = None  # when the last episode of early writes opened
+    _reach: Mapping[str, bool] | None = None  # as the last write gave it
+    _retry_at: float | None = None
+    _failures: int = 0
+
+    def __post_init__(self) -> None:
+        self.spacing_s = self.floor_s
+        self.settle_s = max(self.settle_s, self.floor_s)
+
+    def _flipped(self, reach: Mapping[str, bool]) -> bool:
+        written = self._reach or {}
+        return any(written.get(peer, now) != now for peer, now in reach.items())
+
+    def due(self, now: float, reach: Mapping[str, bool]) -> bool:
+        """Write at ``now`` (monotonic seconds), the peers' reachability being ``reach``?"""
+        slack = 0.1 * self.floor_s  # (ticks drift by a little)
+        if self._retry_at is not None:  # (what a flip meanwhile changed, the retry carries)
+            return now >= self._retry_at - slack
+        if self._last is None:
+            return True
+        since = now - self._last
+        if since >= self.spacing_s - slack:
+            return True
+        if since < self.floor_s - slack or not self._flipped(reach):
+            return False
+        if self._episode is not None and now - self._episode <= self.settle_s + slack:
+            return True  # (the same episode: peers flipping one after another)
+        return self._episode is None or now - self._episode >= self.spacing_s - slack
+
+    def spacing_for(self, status_bytes: int, nodes: int) -> float:
+        """The spacing after a write of ``status_bytes`` among ``nodes`` agents, in whole
+        ticks (a write comes at a tick: 12.7 s would be 20)."""
+        raw = publish_spacing(status_bytes, nodes, self.floor_s, self.budget_bytes_s, self.cap_s)
+        return self.floor_s * math.ceil(raw / self.floor_s - 1e-6)
+
+    def wrote(self, now: float, reach: Mapping[str, bool], spacing_s: float) -> None:
+        """Record a write made at ``now`` (``spacing_s``: ``spacing_for`` its status)."""
+        slack = 0.1 * self.floor_s
+        early = self._last is not None and now - self._last < self.spacing_s - slack
+        if early and (self._episode is None or now - self._episode > self.settle_s + slack):
+            self._episode = now
+        self._last, self._reach, self.spacing_s = now, dict(reach), spacing_s
+        self._retry_at, self._failures = None, 0
+
+    def failed(self, now: float) -> None:
+        """Record a write that did not happen; the next try comes sooner than a spacing."""
+        self._failures += 1
+        wait = min(self.floor_s * 2 ** (self._failures - 1), max(self.spacing_s, self.floor_s))
+        self._retry_at = now + wait
+
+
+def reachability(estimates: Mapping[str, Estimate]) -> dict[str, bool]:
+    """Each peer a status would list, with whether it is reachable."""
+    return {name: est.reachable for name, est in estimates.items() if est.reachable is not None}
 
 
 class Publisher:
@@ -107,8 +236,9 @@ class Publisher:
         log.info("created %s %s", KIND, self.node_name)
         return True
 
-    def write_status(self, body: Mapping[str, Any]) -> None:
-        """One status patch; if the object vanished, recreate it instead (still one write)."""
+    def write_status(self, body: Mapping[str, Any]) -> bool:
+        """One status patch; if the object vanished, recreate it instead (still one write)
+        and return False: the status is not written."""
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -120,5 +250,6 @@ class Publisher:
                 raise
             log.warning("%s %s was deleted; recreating it", KIND, self.node_name)
             self.ensure_object()
-            return
+            return False
         self._count("status")
+        return True

@@ -13,7 +13,6 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from hulk_sandbox.errors import SandboxError
 
@@ -123,6 +122,7 @@ def _add_node(args: argparse.Namespace) -> int:
     from hulk_planner.errors import InvalidRequest
     from hulk_planner.hardware import tflops_for
     from hulk_planner.model import Server
+    from hulk_probe.kube import said as api_said
     from hulk_sandbox.sandbox import Sandbox
 
     box = Sandbox(args.dir)
@@ -157,19 +157,11 @@ def _add_node(args: argparse.Namespace) -> int:
         if exc.status == 409:
             raise SandboxError(f"node {args.name} exists (choose another name, or kubectl "
                                f"delete node {args.name} first)") from None  # fmt: skip
-        said = _message(exc) or str(exc.reason)  # (its reason alone told nothing: a review)
+        said = api_said(exc) or str(exc.reason)  # (its reason alone told nothing: a review)
         raise SandboxError(f"the API server refused node {args.name}: {said}") from None
     print(f"node {args.name} Ready: {args.gpus} x {product} ({memory:g} GiB, {tflops:g} "
           f"TFLOPS) in region {args.region}")  # fmt: skip
     return 0
-
-
-def _message(exc: Any) -> str:
-    """The API server's own message of an error, or ""."""
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, AttributeError):
-        return ""
 
 
 def _down(args: argparse.Namespace) -> int:

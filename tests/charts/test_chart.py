@@ -443,6 +443,24 @@ def test_probe_settings_are_probe_flags(render: Render) -> None:
         cfg = probe_config.resolve(args, plain)
         assert cfg.listen == ("0.0.0.0", 7471) and cfg.advertise == ("10.1.2.3", 7471)
         assert cfg.metrics == ("0.0.0.0", 7472)
+        assert cfg.write_budget_kb_s == 500.0 and cfg.max_publish_interval_s == 200.0
+
+
+def test_the_probes_write_at_least_as_often_as_the_operators_reports_stay_fresh(
+    render: Render,
+) -> None:
+    """Within the write budget, a probe writes at most every third of the operator's
+    ``latency_max_age_s`` (a link measured just after one write is still fresh when the
+    next one is read), never below the publish interval."""
+
+    def longest(*sets: str) -> str:
+        c = container(render(set_values=list(sets)), "DaemonSet", "hulk-probe")
+        return {e["name"]: e.get("value") for e in c["env"]}["HULK_PROBE_MAX_PUBLISH_INTERVAL"]
+
+    assert longest() == "200"  # 600 s / 3
+    assert longest("operator.config.latency_max_age_s=1800") == "600"
+    assert longest("probe.publishInterval=300") == "300"
+    assert longest("probe.maxPublishInterval=450") == "450"
 
 
 def test_the_probe_listens_on_ipv6_where_told(render: Render, chart_tools: dict[str, str]) -> None:
@@ -736,6 +754,10 @@ def test_more_than_one_replica_of_one_fixed_peering_priority_is_refused(
     [
         ("probe.timeout=20", "probe.timeout (20) must be at most probe.interval (10)"),
         ("probe.publishInterval=5", "probe.publishInterval (5) must be at least probe.interval"),
+        (
+            "probe.maxPublishInterval=5",
+            "probe.maxPublishInterval (5) must be at least the publish interval (10)",
+        ),
         ("probe.metricsPort=7471", "probe.metricsPort and probe.echoPort are both 7471"),
         ("operator.health.port=9090", "operator.health.port and operator.metricsPort are both"),
     ],

@@ -228,3 +228,34 @@ def test_a_costly_latency_listing_is_made_less_often() -> None:
     assert 6.8 / indexes.listing_interval(6.8) <= indexes.LATENCY_LISTING_SHARE + 1e-12
     # never past half the reports' freshness: a listing kept longer would hold stale ones
     assert indexes.listing_interval(60.0, max_age_s=600.0) == 300.0
+
+
+def test_a_probe_writing_less_often_than_reports_stay_fresh_is_warned_of_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Within the probes' write budget a large cluster's agents write every few minutes
+    (``status.publishIntervalSeconds``); where that, their probe interval and the
+    operator's own listing interval pass ``--latency-max-age-s``, links fall back to
+    estimates between writes: the log says which setting to change, once while it holds."""
+
+    def obj(name: str, every: float | None) -> dict[str, Any]:
+        status = {"intervalSeconds": 10.0}
+        if every is not None:
+            status["publishIntervalSeconds"] = every
+        return {"metadata": {"name": name}, "status": status}
+
+    cache = indexes.Listings(latency_every=136.0)
+    with caplog.at_level(logging.WARNING, logger="hulk_operator"):
+        indexes._warn_slow_publisher(cache, [obj("a", 10.0), obj("b", None)], 600.0)
+        indexes._warn_slow_publisher(cache, [obj("a", 150.0), obj("b", 200.0)], 600.0)
+        assert not caplog.records  # 200 + 10 + 136 s: within 600 s
+        indexes._warn_slow_publisher(cache, [obj("a", 150.0), obj("b", 460.0)], 600.0)
+        # the slowest node changes between listings: still the one warning
+        indexes._warn_slow_publisher(cache, [obj("a", 470.0), obj("b", 460.0)], 600.0)
+        (record,) = caplog.records
+        indexes._warn_slow_publisher(cache, [obj("a", 150.0)], 600.0)  # it no longer holds
+        indexes._warn_slow_publisher(cache, [obj("a", 470.0)], 600.0)  # ...and again
+    assert len(caplog.records) == 2
+    text = record.getMessage()
+    assert "probe on b publishes measurements up to 470 s old" in text
+    assert "--latency-max-age-s (600 s)" in text and "probe.maxPublishInterval" in text

@@ -565,9 +565,10 @@ def test_every_jobs_snapshot_shares_one_listing_of_the_latencies(
     calls: list[str] = []
     listing = kube_api.list_objects
 
-    def counted(api: Any, group: str, version: str, plural: str, *rest: Any) -> Any:
+    def counted(api: Any, group: str, version: str, plural: str, *rest: Any, **kw: Any) -> Any:
         calls.append(plural)  # (the API server's own answer: counted, not made up)
-        return listing(api, group, version, plural, *rest)
+        assert kw == {"page": kube_api.LATENCY_PAGE}  # (read in pages: below)
+        return listing(api, group, version, plural, *rest, **kw)
 
     monkeypatch.setattr(kube_api, "list_objects", counted)
     memo = kopf.Memo(api=kube.api, config=OperatorConfig(), listings=indexes.Listings())
@@ -597,6 +598,41 @@ def test_every_jobs_snapshot_shares_one_listing_of_the_latencies(
         asyncio.run(main())
     finally:
         forget_latencies(kube.api, [a, b])
+
+
+@pytest.mark.sandbox
+def test_the_latency_listing_is_read_in_pages(
+    sandbox: Any, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``limit``/``continue``: no one response holds every NodeLatency object (at 1,000
+    probed nodes, 109 MB whose parse held the GIL and stalled kopf's loop for all of it,
+    ``bench/latency_listing.py``); the pages make up the whole listing."""
+    from kubernetes import client
+
+    from hulk_operator import GROUP, VERSION
+    from hulk_operator import kube as kube_api
+    from hulk_probe.replay import forget_latencies, publish_latencies
+
+    names = [f"{kube.ns}-{i}" for i in range(5)]  # (NodeLatency objects of no node)
+    publish_latencies(
+        kube.api, {a: {b: 1.0 + i} for i, a in enumerate(names) for b in names if b != a}
+    )
+    limits: list[int | None] = []
+    listing = client.CustomObjectsApi.list_cluster_custom_object
+
+    def counted(self: Any, *args: Any, **kw: Any) -> Any:
+        limits.append(kw.get("limit"))  # (the API server's own pages: counted, not made up)
+        return listing(self, *args, **kw)
+
+    try:
+        whole = kube_api.list_objects(kube.api, GROUP, VERSION, "nodelatencies")
+        monkeypatch.setattr(client.CustomObjectsApi, "list_cluster_custom_object", counted)
+        paged = kube_api.list_objects(kube.api, GROUP, VERSION, "nodelatencies", page=2)
+        assert len(whole) >= 5 and limits == [2] * ((len(whole) + 1) // 2)
+        assert [o["metadata"]["name"] for o in paged] == [o["metadata"]["name"] for o in whole]
+        assert set(names) <= {o["metadata"]["name"] for o in paged}
+    finally:
+        forget_latencies(kube.api, names)
 
 
 def test_a_partition_in_an_old_report_stays_until_a_probe_measures_the_pair() -> None:

@@ -67,6 +67,7 @@ class Mesh:
             "--failures",
             "3",
         ),
+        extra: tuple[str, ...] = (),
     ) -> list[harness.AgentProcess]:
         """Start agents; for each pair in ``delays`` both directions go through a proxy
         that adds that many milliseconds each way (0: a proxy without delay)."""
@@ -88,7 +89,7 @@ class Mesh:
             self.sandbox.kubeconfig,
             self.log_dir,
             slots=slots,
-            args=args,
+            args=(*args, *extra),
             per_node_args=per_node,
         )
         harness.wait_ready(self.agents, timeout_s=60)

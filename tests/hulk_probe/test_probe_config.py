@@ -26,6 +26,13 @@ def test_defaults_and_flags() -> None:
     assert cfg.metrics == ("0.0.0.0", 7472)
     assert (cfg.probe.interval_s, cfg.probe.timeout_s, cfg.probe.window) == (10.0, 2.0, 10)
     assert cfg.publish_interval_s == 10.0
+    assert cfg.write_budget_kb_s == 500.0 and cfg.max_publish_interval_s == 200.0
+    assert (
+        parse(
+            "--node-name", "n", "--write-budget", "0", "--listen", "127.0.0.2:7"
+        ).write_budget_kb_s
+        == 0
+    )
 
 
 def test_environment_with_flags_winning() -> None:
@@ -36,6 +43,7 @@ def test_environment_with_flags_winning() -> None:
         "HULK_PROBE_METRICS": "off",
         "POD_IP": "10.1.2.3",
         "HULK_PROBE_PEER_ADDRESS": "b=127.0.0.9:1, c=[::1]:2",
+        "HULK_PROBE_WRITE_BUDGET": "250",
     }
     cfg = parse("--interval", "4", env=env)
     assert cfg.node_name == "env-node"
@@ -44,6 +52,9 @@ def test_environment_with_flags_winning() -> None:
     assert cfg.advertise == ("10.1.2.3", 7471)  # from $POD_IP when listening everywhere
     assert cfg.peer_addresses == {"b": ("127.0.0.9", 1), "c": ("::1", 2)}
     assert cfg.publish_interval_s == 4.0  # follows the interval
+    assert cfg.max_publish_interval_s == 200.0
+    assert parse("--publish-interval", "300", env=env).max_publish_interval_s == 300.0
+    assert cfg.write_budget_kb_s == 250.0
 
 
 def test_node_name_from_downward_api_variable() -> None:
@@ -62,6 +73,15 @@ def test_node_name_from_downward_api_variable() -> None:
         (
             ["--node-name", "n", "--interval", "5", "--publish-interval", "1"],
             "--publish-interval must be at least",
+        ),
+        (["--node-name", "n", "--write-budget", "-1"], "--write-budget must be at least 0"),
+        (
+            ["--node-name", "n", "--publish-interval", "30", "--max-publish-interval", "20"],
+            "--max-publish-interval must be at least --publish-interval",
+        ),
+        (
+            ["--node-name", "n", "--write-budget", "lots"],
+            "--write-budget: expected a number",
         ),
         (["--node-name", "n", "--listen", "0.0.0.0:1"], "--advertise is required"),
         # the default --listen needs --advertise, but a bad flag is told first (before, the

@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -149,6 +150,42 @@ def test_partition_marks_peers_unreachable_and_recovers(mesh: Any, node_names: l
         mesh.proxy.set_enabled(mesh.proxies[pair], True)
     objects = mesh.wait_for("the pair to heal", all_measured(nodes), timeout_s=30)
     assert len(links_from_node_latencies(objects, datetime.now(UTC), max_age_s=10)) == 3
+
+
+def test_within_a_write_budget_agents_write_less_often_but_a_partition_at_once(
+    mesh: Any, node_names: list[str]
+) -> None:
+    """``--write-budget``: three agents whose ~0.4 KB statuses may take 0.03 KB/s together
+    write every ~40 s instead of every second, and say so in the status; a pair cut just
+    after a write is still published within seconds (before the budget: a status write
+    every interval whatever the cluster's size, gigabytes per etcd compaction window on
+    1,000 nodes, ``bench/probe_writes.py``)."""
+    nodes = node_names[10:13]
+    n0, n1 = nodes[:2]
+    mesh.start(nodes, delays={(n0, n1): 0.0}, extra=("--write-budget", "0.03"))
+    objects = mesh.wait_for("every pair measured", all_measured(nodes), timeout_s=120)
+    spacings = {o["metadata"]["name"]: o["status"]["publishIntervalSeconds"] for o in objects}
+    assert all(20 <= s <= 200 for s in spacings.values()), spacings
+
+    writes = count_status_writes(mesh.api, set(nodes), seconds=15)
+    assert all(count <= 2 for count in writes.values()), writes  # at 1 s: about 15 each
+
+    def published(objs: list[dict[str, Any]]) -> str:
+        (mine,) = [o for o in objs if o["metadata"]["name"] == n0]
+        return str(mine["status"]["lastPublished"])
+
+    before = published(mesh.objects())
+    mesh.wait_for(f"{n0} to write again", lambda objs: published(objs) != before, 120)
+    cut_at = time.monotonic()
+    for pair in ((n0, n1), (n1, n0)):
+        mesh.proxy.set_enabled(mesh.proxies[pair], False)
+    mesh.wait_for(
+        f"{n0} to publish that {n1} is unreachable",
+        lambda objs: harness.status_peers(objs)[(n0, n1)]["reachable"] is False,
+        timeout_s=120,
+    )
+    told_after = time.monotonic() - cut_at
+    assert told_after < spacings[n0] / 2, (told_after, spacings)
 
 
 def test_dead_agent_goes_unreachable_and_stale(mesh: Any, node_names: list[str]) -> None:
