@@ -89,6 +89,8 @@ class Agent:
         self._publisher: Publisher | None = None
         self._last_publish_error: str | None = None
         self._counts = (0, 0)  # (peers, reachable) as of the last publish; read by /healthz
+        # (spacing, budget passed) as the log last told it
+        self._told_spacing = (config.publish_interval_s, False)
 
     def health(self) -> tuple[bool, str]:
         # (before it is ready, its start-up retries the API for as long as it takes, which
@@ -213,11 +215,14 @@ class Agent:
             return
         pacer.wrote(now, reach, spacing)
         self.metrics.publish_interval.labels(cfg.node_name).set(spacing)
-        if abs(spacing - before) < max(1.0, 0.2 * before):
-            return
         budget = cfg.write_budget_kb_s
         rate_kb_s = nodes * size / spacing / 1000.0
-        if budget and rate_kb_s > budget * 1.05:  # (the cap binds: the budget is passed)
+        capped = bool(budget) and rate_kb_s > budget * 1.05  # (the cap binds)
+        told, was_capped = self._told_spacing
+        if capped == was_capped and abs(spacing - told) < max(1.0, 0.2 * told):
+            return  # (compared with what was last logged: a cluster grows a node at a time)
+        self._told_spacing = (spacing, capped)
+        if capped:
             log.warning(
                 "publishing every %.0fs (--max-publish-interval): %d nodes' statuses of %d KB "
                 "each write about %.0f KB/s together, above the --write-budget of %g KB/s; "

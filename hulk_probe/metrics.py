@@ -77,8 +77,8 @@ class ProbeMetrics:
         )
         self.publish_interval = Gauge(
             "hulk_probe_publish_interval_seconds",
-            "Seconds until the next regular status write (--publish-interval, or longer "
-            "within --write-budget)",
+            "Seconds between two regular status writes, as of the last one (--publish-interval, "
+            "or longer within --write-budget)",
             ["source"],
             registry=r,
         )

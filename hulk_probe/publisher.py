@@ -113,7 +113,8 @@ class Pacer:
     tick: the peers of a cut region flip over about one interval, each at its own phase,
     and one early write would name only the first of them). A later flip opens another
     episode only once a spacing has passed since the last opened: while reachability
-    flaps the budget is passed by at most ``settle_s / floor_s + 1`` writes per spacing.
+    flaps, a spacing holds the regular write and at most ``settle_s / floor_s + 1``
+    early ones (a tenth of a tick of slack aside).
     A peer new or gone waits for the regular write: a new node's links are in its own
     status, which its agent writes first thing (a link takes either direction).
 
@@ -157,9 +158,10 @@ class Pacer:
 
     def spacing_for(self, status_bytes: int, nodes: int) -> float:
         """The spacing after a write of ``status_bytes`` among ``nodes`` agents, in whole
-        ticks (a write comes at a tick: 12.7 s would be 20)."""
+        ticks (a write comes at a tick: 12.7 s would be 20), the cap's rounded down."""
         raw = publish_spacing(status_bytes, nodes, self.floor_s, self.budget_bytes_s, self.cap_s)
-        return self.floor_s * math.ceil(raw / self.floor_s - 1e-6)
+        most = max(1, math.floor(self.cap_s / self.floor_s + 1e-6))  # (the cap, in whole ticks)
+        return self.floor_s * min(math.ceil(raw / self.floor_s - 1e-6), most)
 
     def wrote(self, now: float, reach: Mapping[str, bool], spacing_s: float) -> None:
         """Record a write made at ``now`` (``spacing_s``: ``spacing_for`` its status)."""
@@ -173,7 +175,8 @@ class Pacer:
     def failed(self, now: float) -> None:
         """Record a write that did not happen; the next try comes sooner than a spacing."""
         self._failures += 1
-        wait = min(self.floor_s * 2 ** (self._failures - 1), max(self.spacing_s, self.floor_s))
+        doubled = self.floor_s * 2 ** min(self._failures - 1, 20)  # (2**1024 overflows a float)
+        wait = min(doubled, max(self.spacing_s, self.floor_s))
         self._retry_at = now + wait
 
 

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from hulk_probe.agent import Agent
 from hulk_probe.config import ProbeConfig
+from hulk_probe.estimator import Estimate
+from hulk_probe.publisher import Pacer, reachability
 
 
 def test_health_stays_ok_while_the_start_up_waits_for_the_api(
@@ -43,3 +49,48 @@ def test_health_stays_ok_while_the_start_up_waits_for_the_api(
     assert all(ok for ok, _ in seen), seen[-1]
     assert not any(ready)  # (/readyz: a rollout waits for it)
     assert "ready=false" in seen[-1][1] and 'last_error="start-up: ' in seen[-1][1], seen[-1]
+
+
+class Written:
+    """Takes the agent's status writes (the Publisher's part; no API server here)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+
+    def write_status(self, body: Any) -> bool:
+        self.bodies.append(body)
+        return True
+
+
+def test_a_growing_cluster_is_told_when_the_longest_spacing_passes_the_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cluster grown a node at a time raises the spacing a tick at a time, each step
+    under the 20% the log waits for: the step past --max-publish-interval, where the
+    budget is passed, was never told (a review). It is, once; and so is the spacing."""
+    config = ProbeConfig(
+        node_name="n0",
+        listen=("127.0.0.1", 0),
+        advertise=("127.0.0.1", 1),
+        metrics=None,
+        publish_interval_s=1.0,
+        write_budget_kb_s=1.0,  # 1 KB/s: 200 s is too short from about 38 nodes on
+        max_publish_interval_s=200.0,
+    )
+    agent = Agent(config)
+    pacer = Pacer(1.0, 1000.0, cap_s=200.0)
+    written = Written()
+
+    async def grow() -> None:
+        for nodes in range(2, 80):
+            estimates = {f"n{i}": Estimate(1.0, 3, 1.8e9, True, 0) for i in range(1, nodes)}
+            reach = reachability(estimates)
+            await agent._publish(written, pacer, estimates, reach, float(nodes))  # type: ignore[arg-type]
+
+    with caplog.at_level(logging.INFO, logger="hulk_probe.agent"):
+        asyncio.run(grow())
+    said = [r.getMessage() for r in caplog.records]
+    passed = [m for m in said if "above the --write-budget" in m]
+    assert len(passed) == 1 and "publishing every 200s" in passed[0], said
+    assert 3 <= len(said) <= 20, said  # the spacing as it grew, not at every write
+    assert written.bodies[-1]["status"]["publishIntervalSeconds"] == 200.0

@@ -157,6 +157,10 @@ def test_the_pacer_writes_every_spacing() -> None:
     assert writing.spacing_s == pytest.approx(60.0)
     # in whole ticks, as the writes come: 12.7 s is every other tick
     assert pacer().spacing_for(42_405, 300) == 20.0
+    # ...but never past the cap: 166.7 s (a third of 500 s) is 160 s in 10 s ticks, and
+    # 200 s in 30 s ticks is 180 s (before: 170 s and 210 s)
+    assert Pacer(10.0, 1e6, cap_s=500 / 3).spacing_for(300_000, 2000) == 160.0
+    assert Pacer(30.0, 1e6, cap_s=200.0).spacing_for(300_000, 2000) == 180.0
     # a small cluster: every tick, as before the budget
     assert ticks(pacer(), lambda t: STEADY, size=2_000, nodes=20, until=50) == [
         0.0, 10.0, 20.0, 30.0, 40.0, 50.0,
@@ -209,6 +213,11 @@ def test_a_failed_write_is_tried_again_sooner_and_carries_its_flip() -> None:
         assert writing.due(now, STEADY), now
         writing.failed(now)
     assert not writing.due(180.0, STEADY) and writing.due(190.0, STEADY)  # 60 s: the spacing
+    # failing for days: still a spacing apart (2 ** 1024 s overflowed a float, and the
+    # agent's publish loop ended)
+    for _ in range(2000):
+        writing.failed(writing._retry_at or 0.0)
+    assert writing.due(writing._retry_at or 0.0, STEADY)
 
 
 def test_the_status_says_how_often_it_is_written_and_the_crd_keeps_it() -> None:
