@@ -223,6 +223,40 @@ def panels() -> list[Panel]:
             12,
             8,
         ),
+        (
+            timeseries(
+                "Probe status writes",
+                [
+                    target(
+                        "sum(rate(hulk_probe_status_write_bytes_total[$__rate_interval]))",
+                        "all probes",
+                    )
+                ],
+                "Bytes per second all probes write into their NodeLatency statuses, which "
+                "etcd keeps for 5-10 minutes (hulk_probe_status_write_bytes_total); the "
+                "probes keep it within their --write-budget (chart: probe.writeBudget, "
+                "500 KB/s) up to --max-publish-interval (docs/probe.md, Write rate).",
+                unit="Bps",
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Probe publish spacing",
+                [
+                    target("max(hulk_probe_publish_interval_seconds)", "longest"),
+                    target("min(hulk_probe_publish_interval_seconds)", "shortest", ref="B"),
+                ],
+                "Seconds between two regular status writes of a probe "
+                "(hulk_probe_publish_interval_seconds): the publish interval, longer on "
+                "large clusters within the write budget. Reports older than the operator's "
+                "--latency-max-age-s are not used.",
+                unit="s",
+            ),
+            12,
+            8,
+        ),
         (matrix(), 12, 12),
         (heatmap(), 12, 12),
     ]

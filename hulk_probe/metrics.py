@@ -82,6 +82,12 @@ class ProbeMetrics:
             ["source"],
             registry=r,
         )
+        self.status_bytes = Counter(
+            "hulk_probe_status_write_bytes",
+            "Bytes of NodeLatency status written (as sent; etcd stores about as much)",
+            ["source"],
+            registry=r,
+        )
         self.api_errors = Counter(
             "hulk_probe_api_errors",
             "Failed Kubernetes API calls",

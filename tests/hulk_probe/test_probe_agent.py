@@ -13,7 +13,7 @@ import pytest
 from hulk_probe.agent import Agent
 from hulk_probe.config import ProbeConfig
 from hulk_probe.estimator import Estimate
-from hulk_probe.publisher import Pacer, reachability
+from hulk_probe.publisher import Pacer, body_bytes, reachability
 
 
 def test_health_stays_ok_while_the_start_up_waits_for_the_api(
@@ -94,3 +94,9 @@ def test_a_growing_cluster_is_told_when_the_longest_spacing_passes_the_budget(
     assert len(passed) == 1 and "publishing every 200s" in passed[0], said
     assert 3 <= len(said) <= 20, said  # the spacing as it grew, not at every write
     assert written.bodies[-1]["status"]["publishIntervalSeconds"] == 200.0
+    # the bytes written, for dashboards (hulk_probe_status_write_bytes_total)
+    sent = sum(body_bytes(b) for b in written.bodies)
+    counted = agent.metrics.registry.get_sample_value(
+        "hulk_probe_status_write_bytes_total", {"source": "n0"}
+    )
+    assert counted == pytest.approx(sent, rel=0.01)
