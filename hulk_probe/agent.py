@@ -225,23 +225,23 @@ class Agent:
         self._told_spacing = (spacing, capped)
         if capped:
             log.warning(
-                "publishing every %.0fs (--max-publish-interval): %d nodes' statuses of %d KB "
-                "each write about %.0f KB/s together, above the --write-budget of %g KB/s; "
+                "publishing every %.0fs (--max-publish-interval): %d nodes' statuses of %.3g KB "
+                "each write about %.3g KB/s together, above the --write-budget of %g KB/s; "
                 "raise --max-publish-interval with the operator's --latency-max-age-s "
                 "(keep it under a third of it)",
                 spacing,
                 nodes,
-                round(size / 1000),
+                size / 1000,
                 rate_kb_s,
                 budget,
             )
         else:
             log.info(
-                "publishing every %.0fs: %d nodes' statuses of %d KB each within the "
+                "publishing every %.0fs: %d nodes' statuses of %.3g KB each within the "
                 "--write-budget of %g KB/s (sooner where a peer's reachability flips)",
                 spacing,
                 nodes,
-                round(size / 1000),
+                size / 1000,
                 budget,
             )
 

@@ -209,39 +209,49 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             text or f"0.0.0.0:{DEFAULT_METRICS_PORT}", what, DEFAULT_METRICS_PORT
         )
 
+    given: dict[str, str] = {}  # flag -> what set it: the flag, or its variable
+
     def number(flag: str, default: float, *, integer: bool = False) -> float:
         text, what = raw(flag)
+        given[flag] = what
         return default if text is None else _number(text, what, integer=integer)
+
+    def by(flag: str) -> str:  # (a DaemonSet sets them all as variables: name the one at fault)
+        return given.get(flag, flag)
 
     interval = number("--interval", 10.0)
     if interval <= 0:
-        raise ConfigError(f"--interval must be above 0 seconds, got {interval:g}")
+        raise ConfigError(f"{by('--interval')} must be above 0 seconds, got {interval:g}")
     timeout = number("--timeout", min(2.0, interval))
     if not 0 < timeout <= interval:
         raise ConfigError(
-            f"--timeout must be above 0 and at most --interval ({interval:g}), got {timeout:g}"
+            f"{by('--timeout')} must be above 0 and at most --interval ({interval:g}), "
+            f"got {timeout:g}"
         )
     window = int(number("--window", 10, integer=True))
     if window < 1:
-        raise ConfigError(f"--window must be at least 1, got {window}")
+        raise ConfigError(f"{by('--window')} must be at least 1, got {window}")
     failures = int(number("--failures", 3, integer=True))
     if failures < 1:
-        raise ConfigError(f"--failures must be at least 1, got {failures}")
+        raise ConfigError(f"{by('--failures')} must be at least 1, got {failures}")
     jitter = number("--jitter", 0.1)
     if not 0 <= jitter < 0.5:
-        raise ConfigError(f"--jitter must be at least 0 and below 0.5, got {jitter:g}")
+        raise ConfigError(f"{by('--jitter')} must be at least 0 and below 0.5, got {jitter:g}")
     publish = number("--publish-interval", interval)
     if publish < interval:
         raise ConfigError(
-            f"--publish-interval must be at least --interval ({interval:g}), got {publish:g}"
+            f"{by('--publish-interval')} must be at least --interval ({interval:g}), "
+            f"got {publish:g}"
         )
     budget = number("--write-budget", DEFAULT_WRITE_BUDGET_KB_S)
     if budget < 0:
-        raise ConfigError(f"--write-budget must be at least 0 KB/s (0: no budget), got {budget:g}")
+        raise ConfigError(
+            f"{by('--write-budget')} must be at least 0 KB/s (0: no budget), got {budget:g}"
+        )
     longest = number("--max-publish-interval", max(MAX_BUDGET_SPACING_S, publish))
     if longest < publish:
         raise ConfigError(
-            f"--max-publish-interval must be at least --publish-interval ({publish:g}), "
+            f"{by('--max-publish-interval')} must be at least --publish-interval ({publish:g}), "
             f"got {longest:g}"
         )
 

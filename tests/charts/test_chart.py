@@ -10,7 +10,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -453,14 +454,28 @@ def test_the_probes_write_at_least_as_often_as_the_operators_reports_stay_fresh(
     ``latency_max_age_s`` (a link measured just after one write is still fresh when the
     next one is read), never below the publish interval."""
 
+    def probe_env(*sets: str, values: Sequence[Path] = ()) -> dict[str, Any]:
+        c = container(render(set_values=list(sets), values=values), "DaemonSet", "hulk-probe")
+        return {e["name"]: e.get("value") for e in c["env"]}
+
     def longest(*sets: str) -> str:
-        c = container(render(set_values=list(sets)), "DaemonSet", "hulk-probe")
-        return {e["name"]: e.get("value") for e in c["env"]}["HULK_PROBE_MAX_PUBLISH_INTERVAL"]
+        return str(probe_env(*sets)["HULK_PROBE_MAX_PUBLISH_INTERVAL"])
 
     assert longest() == "200"  # 600 s / 3
     assert longest("operator.config.latency_max_age_s=1800") == "600"
     assert longest("probe.publishInterval=300") == "300"
     assert longest("probe.maxPublishInterval=450") == "450"
+    # null means the programs' defaults: before, the probe got "<nil>" (and refused it at
+    # start) for the budget, and the publish interval as its longest spacing (no budget)
+    # for the operator's max age (a user trial)
+    with tempfile.TemporaryDirectory() as tmp:
+        nulls = Path(tmp) / "nulls.yaml"
+        nulls.write_text(
+            "probe: {writeBudget: null}\noperator: {config: {latency_max_age_s: null}}\n"
+        )
+        env = probe_env(values=[nulls])
+    assert "HULK_PROBE_WRITE_BUDGET" not in env
+    assert env["HULK_PROBE_MAX_PUBLISH_INTERVAL"] == "200"
 
 
 def test_the_probe_listens_on_ipv6_where_told(render: Render, chart_tools: dict[str, str]) -> None:

@@ -57,6 +57,19 @@ def test_environment_with_flags_winning() -> None:
     assert cfg.write_budget_kb_s == 250.0
 
 
+def test_a_value_out_of_range_names_the_variable_that_set_it() -> None:
+    """In the DaemonSet every setting comes as a variable: the message named the flag, which
+    the user never wrote (a user trial)."""
+    env = {"HULK_PROBE_NODE_NAME": "n", "HULK_PROBE_WRITE_BUDGET": "-1"}
+    with pytest.raises(ConfigError, match=r"^\$HULK_PROBE_WRITE_BUDGET must be at least 0"):
+        parse(env=env)
+    env = {"HULK_PROBE_NODE_NAME": "n", "HULK_PROBE_MAX_PUBLISH_INTERVAL": "1"}
+    with pytest.raises(ConfigError, match=r"^\$HULK_PROBE_MAX_PUBLISH_INTERVAL must be"):
+        parse(env=env)
+    with pytest.raises(ConfigError, match=r"^--interval must be above 0"):  # the flag's own
+        parse("--interval", "0", env={"HULK_PROBE_NODE_NAME": "n", "HULK_PROBE_INTERVAL": "5"})
+
+
 def test_node_name_from_downward_api_variable() -> None:
     assert parse("--listen", "127.0.0.1:1", env={"NODE_NAME": "k"}).node_name == "k"
 
