@@ -38,6 +38,9 @@ DEFAULT_WRITE_BUDGET_KB_S = 500.0
 # still wins): a third of the operator's --latency-max-age-s default (600 s), so that a
 # link measured just after one write is still fresh when the operator reads the next one
 MAX_BUDGET_SPACING_S = 200.0
+# Episodes of early writes (a peer's reachability flipped) an agent may open at once; one
+# more comes back per spacing (``Pacer``)
+EARLY_EPISODES = 3
 
 
 def rfc3339(ts: float) -> str:
@@ -112,9 +115,11 @@ class Pacer:
     another flip for ``settle_s`` after it (the probe interval plus its timeout and one
     tick: the peers of a cut region flip over about one interval, each at its own phase,
     and one early write would name only the first of them). A later flip opens another
-    episode only once a spacing has passed since the last opened: while reachability
-    flaps, a spacing holds the regular write and at most ``settle_s / floor_s + 1``
-    early ones (a tenth of a tick of slack aside).
+    episode where one is left: up to ``EARLY_EPISODES`` at once, then one more per spacing
+    (a token bucket), so a second and a third failure a minute apart are each told at
+    once, while a peer that flaps (every agent sees it, and each would write at its every
+    flip) costs each agent at most one episode of ``settle_s / floor_s + 1`` early writes
+    per spacing in the long run (a tenth of a tick of slack aside).
     A peer new or gone waits for the regular write: a new node's links are in its own
     status, which its agent writes first thing (a link takes either direction).
 
@@ -128,6 +133,8 @@ class Pacer:
     spacing_s: float = 0.0  # (set from floor_s)
     _last: float | None = None  # the last write that succeeded
     _episode: float | None = None  # when the last episode of early writes opened
+    _episodes: float = 0.0  # episodes left (set to EARLY_EPISODES), as of _episodes_at
+    _episodes_at: float | None = None
     _reach: Mapping[str, bool] | None = None  # as the last write gave it
     _retry_at: float | None = None
     _failures: int = 0
@@ -135,6 +142,13 @@ class Pacer:
     def __post_init__(self) -> None:
         self.spacing_s = self.floor_s
         self.settle_s = max(self.settle_s, self.floor_s)
+        self._episodes = EARLY_EPISODES
+
+    def _episodes_left(self, now: float) -> float:
+        if self._episodes_at is None:
+            return self._episodes
+        refilled = self._episodes + (now - self._episodes_at) / self.spacing_s
+        return min(float(EARLY_EPISODES), refilled)
 
     def _flipped(self, reach: Mapping[str, bool]) -> bool:
         written = self._reach or {}
@@ -154,7 +168,7 @@ class Pacer:
             return False
         if self._episode is not None and now - self._episode <= self.settle_s + slack:
             return True  # (the same episode: peers flipping one after another)
-        return self._episode is None or now - self._episode >= self.spacing_s - slack
+        return self._episodes_left(now) >= 1 - 1e-9
 
     def spacing_for(self, status_bytes: int, nodes: int) -> float:
         """The spacing after a write of ``status_bytes`` among ``nodes`` agents, in whole
@@ -168,7 +182,8 @@ class Pacer:
         slack = 0.1 * self.floor_s
         early = self._last is not None and now - self._last < self.spacing_s - slack
         if early and (self._episode is None or now - self._episode > self.settle_s + slack):
-            self._episode = now
+            self._episode = now  # (a new episode: it takes one of those left)
+            self._episodes, self._episodes_at = self._episodes_left(now) - 1, now
         self._last, self._reach, self.spacing_s = now, dict(reach), spacing_s
         self._retry_at, self._failures = None, 0
 

@@ -185,11 +185,22 @@ def test_a_partition_is_written_at_once_peer_by_peer() -> None:
     assert healed == [0.0, 60.0, 120.0, 130.0, 190.0, 200.0, 260.0]
 
 
+def test_a_second_failure_after_the_first_episode_is_written_at_once_too() -> None:
+    """Before, a flip after the first episode waited for the regular write, up to a
+    spacing (200 s on a large cluster; a user trial killed a second node)."""
+    second = {130: cut("c"), 170: cut("c", "d")}
+    writes = ticks(pacer(), lambda t: second[170] if t >= 170 else second[130] if t >= 130
+                   else STEADY, size=60_000, nodes=1000, until=300)  # fmt: skip
+    assert writes == [0.0, 60.0, 120.0, 130.0, 170.0, 230.0, 290.0]
+
+
 def test_flapping_passes_the_budget_only_so_far() -> None:
     flap = lambda t: cut("c") if int(t / 10) % 2 else STEADY  # noqa: E731
-    writes = ticks(pacer(), flap, size=60_000, nodes=1000, until=600)
-    # per 60 s spacing: the regular write and one episode of at most 22 / 10 + 1 ticks
-    assert 10 < len(writes) <= 10 * (1 + 3) + 1, writes
+    writes = ticks(pacer(), flap, size=60_000, nodes=1000, until=6000)
+    # per 60 s spacing in the long run: the regular write and one episode of at most
+    # 22 / 10 + 1 ticks; the first three episodes at once (flipping every tick, an agent
+    # would write every tick: 601 writes)
+    assert 100 < len(writes) <= 100 * (1 + 3) + 3 * 3 + 1, len(writes)
 
 
 def test_a_new_or_gone_peer_waits_for_the_regular_write() -> None:
