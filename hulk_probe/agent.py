@@ -215,7 +215,7 @@ class Agent:
             return
         pacer.wrote(now, reach, spacing)
         self.metrics.publish_interval.labels(cfg.node_name).set(spacing)
-        self.metrics.status_bytes.labels(cfg.node_name).inc(size)
+        self.metrics.status_bytes.labels(cfg.node_name).inc(body_bytes(body))
         budget = cfg.write_budget_kb_s
         rate_kb_s = nodes * size / spacing / 1000.0
         capped = bool(budget) and rate_kb_s > budget * 1.05  # (the cap binds)

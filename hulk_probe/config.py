@@ -101,7 +101,8 @@ FLAGS: list[tuple[str, str, str]] = [
         "--max-publish-interval",
         "SECONDS",
         "the longest time between two status writes the budget may set; keep it under a "
-        f"third of the operator's --latency-max-age-s (default {MAX_BUDGET_SPACING_S:g})",
+        f"third of the operator's --latency-max-age-s (default {MAX_BUDGET_SPACING_S:g}, "
+        "or --publish-interval if longer)",
     ),
     (
         "--kubeconfig",

@@ -18,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,8 +120,10 @@ class Pacer:
     once, while a peer that flaps (every agent sees it, and each would write at its every
     flip) costs each agent at most one episode of ``settle_s / floor_s + 1`` early writes
     per spacing in the long run (a tenth of a tick of slack aside).
-    A peer new or gone waits for the regular write: a new node's links are in its own
-    status, which its agent writes first thing (a link takes either direction).
+    A peer new or gone waits for the regular write (a new node's links are in its own
+    status, a link takes either direction), but for ``settle_s`` after the agent's first
+    write: a started agent's first status lists only the peers it had measured by its
+    first tick, and each tick with more measured writes again.
 
     A write that failed (:meth:`failed`) is tried again at the next tick, then after 2, 4,
     ... ticks, at most a spacing apart: what it carried is not taken as written."""
@@ -130,14 +132,17 @@ class Pacer:
     budget_bytes_s: float
     cap_s: float = MAX_BUDGET_SPACING_S
     settle_s: float = 0.0  # (at least floor_s)
-    spacing_s: float = 0.0  # (set from floor_s)
-    _last: float | None = None  # the last write that succeeded
-    _episode: float | None = None  # when the last episode of early writes opened
-    _episodes: float = 0.0  # episodes left (set to EARLY_EPISODES), as of _episodes_at
-    _episodes_at: float | None = None
-    _reach: Mapping[str, bool] | None = None  # as the last write gave it
-    _retry_at: float | None = None
-    _failures: int = 0
+    spacing_s: float = field(init=False)  # (floor_s until the first write)
+    _last: float | None = field(init=False, default=None)  # the last write that succeeded
+    # when the last episode of early writes opened (the first write opens one too)
+    _episode: float | None = field(init=False, default=None)
+    # episodes left (EARLY_EPISODES at first), as of _episodes_at
+    _episodes: float = field(init=False)
+    _episodes_at: float | None = field(init=False, default=None)
+    _reach: Mapping[str, bool] | None = field(init=False, default=None)  # as last written
+    _retry_at: float | None = field(init=False, default=None)
+    _failures: int = field(init=False, default=0)
+    _starting: bool = field(init=False, default=False)  # (the episode is the first write's)
 
     def __post_init__(self) -> None:
         self.spacing_s = self.floor_s
@@ -150,8 +155,12 @@ class Pacer:
         refilled = self._episodes + (now - self._episodes_at) / self.spacing_s
         return min(float(EARLY_EPISODES), refilled)
 
-    def _flipped(self, reach: Mapping[str, bool]) -> bool:
+    def _flipped(self, reach: Mapping[str, bool], *, new_too: bool = False) -> bool:
+        """A peer written reachable is now not, or the other way round (``new_too``: or a
+        peer the last write did not list)."""
         written = self._reach or {}
+        if new_too and any(peer not in written for peer in reach):
+            return True
         return any(written.get(peer, now) != now for peer, now in reach.items())
 
     def due(self, now: float, reach: Mapping[str, bool]) -> bool:
@@ -164,11 +173,14 @@ class Pacer:
         since = now - self._last
         if since >= self.spacing_s - slack:
             return True
-        if since < self.floor_s - slack or not self._flipped(reach):
+        if since < self.floor_s - slack:
             return False
         if self._episode is not None and now - self._episode <= self.settle_s + slack:
-            return True  # (the same episode: peers flipping one after another)
-        return self._episodes_left(now) >= 1 - 1e-9
+            # (the same episode: peers flipping one after another; after the first write,
+            # peers measured since too: a restarted agent's first status lists only those
+            # it had measured by its first tick, and replaces its predecessor's whole)
+            return self._flipped(reach, new_too=self._starting)
+        return self._flipped(reach) and self._episodes_left(now) >= 1 - 1e-9
 
     def spacing_for(self, status_bytes: int, nodes: int) -> float:
         """The spacing after a write of ``status_bytes`` among ``nodes`` agents, in whole
@@ -181,8 +193,10 @@ class Pacer:
         """Record a write made at ``now`` (``spacing_s``: ``spacing_for`` its status)."""
         slack = 0.1 * self.floor_s
         early = self._last is not None and now - self._last < self.spacing_s - slack
-        if early and (self._episode is None or now - self._episode > self.settle_s + slack):
-            self._episode = now  # (a new episode: it takes one of those left)
+        if self._last is None:
+            self._episode, self._starting = now, True  # (peers measured in it come too)
+        elif early and (self._episode is None or now - self._episode > self.settle_s + slack):
+            self._episode, self._starting = now, False  # (a new one: it takes one of those left)
             self._episodes, self._episodes_at = self._episodes_left(now) - 1, now
         self._last, self._reach, self.spacing_s = now, dict(reach), spacing_s
         self._retry_at, self._failures = None, 0

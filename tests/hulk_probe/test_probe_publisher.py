@@ -203,6 +203,18 @@ def test_flapping_passes_the_budget_only_so_far() -> None:
     assert 100 < len(writes) <= 100 * (1 + 3) + 3 * 3 + 1, len(writes)
 
 
+def test_a_started_agent_writes_again_as_its_first_round_of_probes_ends() -> None:
+    """Its first status lists the peers measured by its first tick and replaces its
+    predecessor's whole (a rollout): the others came only a spacing later, 200 s on a
+    large cluster (a review). Peers measured within its first settling are written at
+    once; later ones wait for the regular write, as elsewhere."""
+    round1 = {0: {"b": True}, 10: {"b": True, "c": True}, 20: {"b": True, "c": True, "d": True}}
+    full = {**round1[20], "e": True}
+    writes = ticks(pacer(), lambda t: round1.get(int(t), full), size=60_000, nodes=1000,
+                   until=130)  # fmt: skip
+    assert writes == [0.0, 10.0, 20.0, 80.0]
+
+
 def test_a_new_or_gone_peer_waits_for_the_regular_write() -> None:
     grown = {**STEADY, "f": True}  # (its own agent's status holds its links)
     writes = ticks(pacer(), lambda t: grown if t >= 130 else STEADY, size=60_000,
