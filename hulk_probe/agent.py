@@ -198,10 +198,11 @@ class Agent:
         now: float,
     ) -> None:
         cfg = self.config
-        before, wall, nodes = pacer.spacing_s, time.time(), len(estimates) + 1
-        size = body_bytes(status_body(estimates, wall, cfg.probe.interval_s, before))
+        before, nodes = pacer.spacing_s, len(estimates) + 1
+        body = status_body(estimates, time.time(), cfg.probe.interval_s, before)
+        size = body_bytes(body)
         spacing = pacer.spacing_for(size, nodes)
-        body = status_body(estimates, wall, cfg.probe.interval_s, spacing)
+        body["status"]["publishIntervalSeconds"] = round(spacing, 1)  # (what follows this one)
         written = False
         try:
             written = await asyncio.to_thread(publisher.write_status, body)

@@ -205,7 +205,7 @@ class Pacer:
         """Record a write that did not happen; the next try comes sooner than a spacing."""
         self._failures += 1
         doubled = self.floor_s * 2 ** min(self._failures - 1, 20)  # (2**1024 overflows a float)
-        wait = min(doubled, max(self.spacing_s, self.floor_s))
+        wait = min(doubled, self.spacing_s)  # (never below floor_s)
         self._retry_at = now + wait
 
 
