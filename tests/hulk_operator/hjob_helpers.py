@@ -92,6 +92,12 @@ class Kube:
     def events(self, reason: str) -> list[Any]:
         return [e for e in self.core.list_namespaced_event(self.ns).items if e.reason == reason]
 
+    def told(self, reason: str, timeout: float = 10.0) -> list[Any]:
+        """The Events of ``reason`` once there is one. kopf posts Events from a queue, after
+        the status patch of the same handler: a test that saw the status must wait for its
+        Event (a CI run read none a moment after the status counted the re-plan)."""
+        return wait(f"a {reason} Event", lambda: self.events(reason), timeout)
+
 
 def plan_nodes(job: dict[str, Any]) -> list[str]:
     stages = ((job.get("status") or {}).get("plan") or {}).get("stages") or []

@@ -183,7 +183,7 @@ def test_deleting_a_node_replaces_exactly_the_affected_stages(
             check_status_matches_pods(kube, n)
         job = kube.job(victim_job)
         assert job["status"]["replans"] == 1
-        (event,) = kube.events("Replanned")
+        (event,) = kube.told("Replanned")
         kept = len([p for p in before.values() if p.metadata.labels["hulk.dev/job"] == victim_job])
         assert victim in event.message and f"1 pod(s) replaced, {kept - 1} kept" in event.message
         assert "layers moved" not in event.message
@@ -370,7 +370,7 @@ def test_fixing_an_invalid_spec_plans_the_job(kube: Kube, operator: Any) -> None
     assert job["status"]["observedGeneration"] == job["metadata"]["generation"] == 2
     assert len(kube.live_pods("typo")) == 1
     # told, beside the InvalidSpec Warning (before: nothing said it was taken up again)
-    (event,) = kube.events("SpecChanged")
+    (event,) = kube.told("SpecChanged")
     assert event.message == (
         "spec.model changed: the job had failed (InvalidSpec); planning it again"
     ), event.message
@@ -404,11 +404,11 @@ def test_a_fix_made_by_search_and_replace_over_the_whole_object_is_taken(
     fixed = json.loads(text.replace("bert-largee", "bert-large"))
     kube.custom.replace_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "sedfix", fixed)
     wait("Running after the fix", lambda: kube.phase("sedfix") == "Running", 60)
-    (event,) = kube.events("SpecChanged")
+    (event,) = kube.told("SpecChanged")
     assert event.message == (
         "the spec, replaced whole, changed: the job had failed (InvalidSpec); planning it again"
     ), event.message
-    assert len(kube.events("EnvReplaced")) == 1
+    assert len(kube.told("EnvReplaced")) == 1
 
 
 def test_a_record_edited_into_no_json_is_removed_and_the_job_goes_on(
@@ -506,7 +506,7 @@ def test_editing_priority_or_backoff_limit_leaves_a_running_job_running(
     plan.pop("podTemplate")
     assert job["status"]["phase"] == "Running" and now == plan
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("calm")} == before
-    (planned,) = kube.events("Planned")  # not planned again (alone, it would land the same)
+    (planned,) = kube.told("Planned")  # not planned again (alone, it would land the same)
     # from Hulk's operator (before: kopf's defaults, "kopf" and "dev"; a review)
     assert planned.source.component == planned.reporting_component == "hulk-operator"
     assert planned.reporting_instance == socket.gethostname()
@@ -607,7 +607,7 @@ def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any)
     assert condition(job, "Ready")["status"] == "True"
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("steady")} == before
     # its Event says what the condition says (before: not that the pods run on)
-    (event,) = kube.events("InvalidSpec")
+    (event,) = kube.told("InvalidSpec")
     assert event.message == c["message"] and event.message.endswith(
         "; the pods of the last valid spec keep running; fix the spec to plan it again"
     ), (event.message, c["message"])
@@ -681,14 +681,14 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     assert set(again) == {p.metadata.name for p in pods}  # the same pods, by their content
     assert again[gone.metadata.name].spec.node_name == gone.spec.node_name
     wait("Ready", lambda: condition(kube.job("kept"), "Ready")["status"] == "True", 10)
-    told = kube.events("StageRecreated")
+    told = kube.told("StageRecreated")
     assert len(told) == 1 and gone.metadata.name in told[0].message, told
     assert "spec is refused" in told[0].message
     missing = (  # (Ready False while it was missing, with an Event)
         f"{len(pods) - 1}/{len(pods)} stage pods running; the job's spec is refused (see "
         "Planned): the missing ones are made again from the spec the plan was made for"
     )
-    assert [e.message for e in kube.events("StagesMissing")] == [missing]
+    assert [e.message for e in kube.told("StagesMissing")] == [missing]
     assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"  # (still refused)
     # a stage pod that fails is restarted as any job's is (before, it stayed Failed while
     # Ready said it was being made again)
@@ -706,9 +706,9 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
     wait("the failed stage restarted", restarted, 40)
     wait("Ready", lambda: condition(kube.job("kept"), "Ready")["status"] == "True", 10)
     assert kube.job("kept")["status"]["stageRestarts"] == 1
-    (event,) = kube.events("StageRestarted")
+    (event,) = kube.told("StageRestarted")
     assert failed in event.message and "(1 of spec.backoffLimit 6)" in event.message, event
-    assert len(kube.events("StageRecreated")) == 1  # (a restart is told once)
+    assert len(kube.told("StageRecreated")) == 1  # (a restart is told once)
     assert edit_refused(kube, "kept")["reason"] == "InvalidSpec"  # (still refused)
     _service_made_again(kube, "kept")  # (from the spec the plan was made for)
     again = {p.metadata.name: p for p in kube.live_pods("kept")}
@@ -2018,7 +2018,7 @@ def test_an_evicted_stage_pod_is_created_again(kube: Kube, operator: Any) -> Non
     assert {n: u for n, u in now.items() if n != victim} == {
         n: u for n, u in before.items() if n != victim
     }
-    (event,) = kube.events("StageRestarted")
+    (event,) = kube.told("StageRestarted")
     assert victim in event.message and "Evicted" in event.message
     assert "1 of spec.backoffLimit 6" in event.message
     assert kube.events("StageRecreated") == []  # one event per failure, not two
@@ -2043,7 +2043,7 @@ def test_a_deleted_stage_pod_is_created_again_with_an_event(kube: Kube, operator
     assert {n: v for n, v in after.items() if n != victim} == {
         n: v for n, v in before.items() if n != victim
     }
-    (event,) = kube.events("StageRecreated")
+    (event,) = kube.told("StageRecreated")
     assert victim in event.message
     assert kube.events("Replanned") == [] and kube.job("gone")["status"].get("replans", 0) == 0
     _service_made_again(kube, "gone")  # (by hand too: it was made again only with a pod)
@@ -2072,7 +2072,7 @@ def test_a_service_deleted_with_a_stage_pod_is_told_as_it_is_made_again(
     assert svc.metadata.uid != old.metadata.uid
     (event,) = wait("ServiceRecreated", lambda: kube.events("ServiceRecreated"), 10)
     assert "Service both was deleted; made again" in event.message, event.message
-    (stage,) = kube.events("StageRecreated")
+    (stage,) = kube.told("StageRecreated")
     assert victim in stage.message
 
 
@@ -2097,7 +2097,7 @@ def test_a_stage_pod_made_again_where_a_noschedule_taint_bars_it_moves(
             lambda: running_without(kube.job("barred"), victim),
             60,
         )
-        (event,) = kube.events("Replanned")
+        (event,) = kube.told("Replanned")
         assert f"{victim} tainted maint=yes:NoSchedule" in event.message, event.message
         assert kube.job("barred")["status"]["replans"] == 1
         # moved at once: not made again there first (before: StageRecreated, then Replanned)
@@ -2161,7 +2161,7 @@ def _service_made_again(kube: Kube, job: str) -> None:
     assert [o.name for o in svc.metadata.owner_references] == [job]
     assert svc.spec.cluster_ip == "None"
     time.sleep(3)  # (its index sees it: no second one)
-    (event,) = kube.events("ServiceRecreated")
+    (event,) = kube.told("ServiceRecreated")
     assert f"Service {job} was deleted; made again" in event.message, event.message
     assert {p.metadata.uid for p in kube.live_pods(job)} == pods
     # its label removed by hand: still the job's (it owns it), labelled again, no Event
@@ -2199,7 +2199,7 @@ def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator
     assert c["status"] == "True" and c["reason"] == "BackoffLimitExceeded"
     assert second in c["message"] and "spec.backoffLimit 1" in c["message"]
     assert job["status"].get("plan") is None and job["status"]["stageRestarts"] == 1
-    (event,) = kube.events("BackoffLimitExceeded")
+    (event,) = kube.told("BackoffLimitExceeded")
     assert second in event.message
     wait(
         "only the failed pod left",
@@ -2345,7 +2345,7 @@ def check_one_stage_replaced(
     check_status_matches_pods(kube, name)
     job = kube.job(name)
     assert job["status"]["replans"] == 1
-    (event,) = kube.events("Replanned")
+    (event,) = kube.told("Replanned")
     told = cause if cause == "NotReady" else cause.lower()  # (NotReady as kubectl writes it)
     assert f"{victim} {told}" in event.message, event.message
     assert f"1 pod(s) replaced, {len(before) - 1} kept" in event.message
@@ -2494,7 +2494,7 @@ def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -
             return kube.phase(name) == "Running" and not {first, last} & set(now)
 
         wait("both replaced", moved, 60)
-        (event,) = kube.events("Replanned")
+        (event,) = kube.told("Replanned")
         assert event.message.startswith(
             f"{min(first, last)} cordoned, {max(first, last)} cordoned; "
         ), event.message
@@ -2988,7 +2988,7 @@ def test_an_edit_a_limitrange_added_since_would_refuse_leaves_the_job_running(
 
     wait("the edit planned", replaced, 40)
     assert not {p.metadata.uid for p in kube.live_pods("bounded")} & set(before.values())
-    (event,) = kube.events("SpecChanged")
+    (event,) = kube.told("SpecChanged")
     assert event.message.startswith("the cluster allows the refused edit now: planning"), event
     assert condition(kube.job("bounded"), "Planned")["status"] == "True"
 
@@ -3247,7 +3247,7 @@ def test_a_node_made_again_under_its_name_is_a_lost_server(
     sandbox.add_node(replace(server, gpus=1) if fewer_gpus else server, wait=False)
     try:
         wait("a re-plan", lambda: (kube.job(name)["status"].get("replans") or 0) >= 1, 30)
-        (event,) = kube.events("Replanned")
+        (event,) = kube.told("Replanned")
         assert event.message.startswith(
             f"{victim} deleted (and made again since its stage pod was bound); "
         ), event.message
@@ -3665,7 +3665,7 @@ def test_a_stage_whose_gpus_another_pod_took_is_replanned(kube: Kube, operator: 
         return kube.phase("raced") == "Running" and node not in plan_nodes(kube.job("raced"))
 
     wait("re-planned off the taken server", moved, 90)
-    (event,) = kube.events("Replanned")
+    (event,) = kube.told("Replanned")
     assert event.message.startswith(f"{node} GPUs taken by other pods; "), event.message
     assert kube.job("raced")["status"]["replans"] == 1
     assert all(p.spec.node_name != node for p in kube.live_pods("raced"))
@@ -3696,7 +3696,7 @@ def test_a_stage_whose_cpu_another_pod_took_is_replanned(kube: Kube, operator: A
         return kube.phase("squeezed") == "Running" and node not in plan_nodes(kube.job("squeezed"))
 
     wait("re-planned off the squeezed server", moved, 90)
-    (event,) = kube.events("Replanned")
+    (event,) = kube.told("Replanned")
     assert event.message.startswith(
         f"{node} stage pod's requests no longer fit beside other pods; "
     ), event.message

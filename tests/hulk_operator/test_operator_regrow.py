@@ -405,7 +405,7 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
     assert was >= 1.25 * now, (was, now)  # the default minSpeedup
     assert set(plan_nodes(job)) & set(squeeze)
     assert {p.spec.node_name for p in kube.live_pods("grows")} == set(plan_nodes(job))
-    (event,) = kube.events("Regrown")
+    (event,) = kube.told("Regrown")
     assert event.type == "Normal"
     assert event.message.startswith("free servers make its step "), event.message
     assert event.message.endswith(f"(was {was:.3g} s)"), event.message
