@@ -453,7 +453,7 @@ def test_a_template_of_the_wrong_shape_is_an_invalid_spec_not_an_operator_error(
     failed = condition(kube.job("shape"), "Failed")
     assert failed["reason"] == "InvalidSpec", failed
     assert "spec.template.spec.containers[0].env: Input should be a valid list" in failed["message"]
-    assert kube.events("InvalidSpec")
+    assert kube.told("InvalidSpec")
     # the preview of another job is not stopped by it
     good = manifest("other")
     good["metadata"]["namespace"] = kube.ns
@@ -899,7 +899,7 @@ def test_a_running_jobs_replan_goes_before_a_round_planning_a_new_job(
             assert c["status"] == "False", c
             assert not kube.pods("newcomer") and kube.phase("newcomer") == "Pending"
             assert not kube.events("ReplanFailed")
-            assert any(lost in e.message for e in kube.events("Replanned"))
+            assert any(lost in e.message for e in kube.told("Replanned"))
             # the round made again after the re-plan: the newcomer planned twice
             assert calls.count("newcomer") >= 2 and "runner" in calls, calls
         finally:
@@ -968,7 +968,7 @@ def _replanned_off(kube: Kube, name: str, server: str) -> None:
     assert (planned["status"], planned["reason"], planned["observedGeneration"]) == (
         "False", "EditRefused", 4,
     ), planned  # fmt: skip
-    assert any(server in e.message for e in kube.events("Replanned"))
+    assert any(server in e.message for e in kube.told("Replanned"))
 
 
 def test_a_pod_template_the_api_server_rejects_fails_the_job_naming_the_field(
@@ -3129,7 +3129,7 @@ def test_suspending_wins_over_an_invalid_spec_and_an_invalid_template_is_refused
     job = kube.job("pinned")
     assert job["status"]["phase"] == "Running" and job["status"]["plan"] is not None
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("pinned")} == before
-    assert any("nodeName" in e.message for e in kube.events("InvalidSpec"))
+    assert any("nodeName" in e.message for e in kube.told("InvalidSpec"))
     bad = {"spec": {"suspend": True, "model": {"preset": "t5-11bb"}}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "both", bad)
     wait("Suspended", lambda: kube.phase("both") == "Suspended" and not kube.pods("both"), 30)
