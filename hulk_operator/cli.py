@@ -82,8 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     numbers = [  # (setting, metavar, help before its default)
         ("reconcile_interval_s", "SECONDS", "seconds between reconciliations of a job"),
-        ("same_region_latency_ms", "MS", "fallback latency within a region, when not measured"),
-        ("cross_region_latency_ms", "MS", "fallback latency across regions, when not measured"),
+        (
+            "same_region_latency_ms",
+            "MS",
+            "latency of unmeasured pairs in a region with none measured",
+        ),
+        (
+            "cross_region_latency_ms",
+            "MS",
+            "latency of unmeasured pairs of two regions with none measured",
+        ),
         ("latency_max_age_s", "SECONDS", "ignore NodeLatency measurements older than this"),
         ("not_ready_grace_s", "SECONDS", "a stage's node counts as lost once NotReady this long"),
     ]

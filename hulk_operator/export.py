@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Collection
 
-from hulk_operator.inventory import NO_GPUS, cut_pairs, estimated_pairs
+from hulk_operator.inventory import NO_GPUS, cut_pairs, estimated_pairs, fallback_words
 from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.cli import add_latency_arguments, latency_settings
@@ -83,8 +83,8 @@ def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: floa
         pairs = len(ordered) * (len(ordered) - 1) // 2
         out.append(
             f"{guessed} of {pairs} server pair(s) have no fresh latency measurement: the "
-            f"regionLinks give them the operator's estimates ({same_ms:g} ms within a region, "
-            f"{cross_ms:g} ms across), as it plans with them"
+            f"regionLinks give them the operator's estimates ({fallback_words(same_ms, cross_ms)}"
+            "), as it plans with them"
         )
     cut, _ = cut_pairs(ordered, snap.latencies)
     if cut:

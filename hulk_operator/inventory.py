@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -540,6 +541,10 @@ def build_cluster(
     """Servers, their measured links, and region-level fallbacks for every other pair
     except the unreachable ones: a region pair holding one gets a link for each of its
     other server pairs instead of a region link, so the unreachable pair has no latency.
+    A fallback is the median of the measured links between the two regions (within the
+    region, for a pair in one), else ``same_region_ms`` / ``cross_region_ms``: a node not
+    yet probed is placed by what its region's links measure (before, the flags' 1 and
+    100 ms stood for every unmeasured pair, a measured 20 ms region pair's among them).
     Servers are sorted by name: a plan must not depend on the order the nodes were seen in
     (the planner draws its moves from the server list)."""
     servers = sorted(servers, key=lambda s: s.name)
@@ -550,6 +555,7 @@ def build_cluster(
     }
     region = {s.name: s.region for s in servers}
     broken = {frozenset(region[n] for n in p) for p in cut}
+    between = region_medians(links, region)
     by_region: dict[str, list[str]] = {}
     for s in servers:
         by_region.setdefault(s.region, []).append(s.name)
@@ -557,7 +563,7 @@ def build_cluster(
     region_links = []
     for i, a in enumerate(regions):
         for b in regions[i:]:
-            ms = same_region_ms if a == b else cross_region_ms
+            ms = between.get(frozenset((a, b)), same_region_ms if a == b else cross_region_ms)
             if frozenset((a, b)) not in broken:
                 region_links.append(RegionLink(a, b, ms))
                 continue
@@ -569,6 +575,24 @@ def build_cluster(
     rows = sorted((min(p), max(p), ms) for p, ms in links.items())
     server_links = tuple(Link(a, b, ms) for a, b, ms in rows)
     return Cluster(name, tuple(servers), server_links, tuple(region_links))
+
+
+def fallback_words(same_region_ms: float, cross_region_ms: float) -> str:
+    """How :func:`build_cluster` estimates an unmeasured pair, for status and preview."""
+    return (
+        "the median measured latency between their regions where a pair of them was "
+        f"measured, else {same_region_ms:g} ms within a region and {cross_region_ms:g} ms "
+        "across regions"
+    )
+
+
+def region_medians(links: Mapping[Pair, float], region: Mapping[str, str]) -> dict[Pair, float]:
+    """The median measured latency of each region pair (a one-region pair for links within
+    a region) of ``links``, whose servers ``region`` maps to their regions."""
+    seen: dict[Pair, list[float]] = {}
+    for pair, ms in links.items():
+        seen.setdefault(frozenset(region[n] for n in pair), []).append(ms)
+    return {p: statistics.median(v) for p, v in seen.items()}
 
 
 def _pairs(nodes: Sequence[str]) -> list[Pair]:

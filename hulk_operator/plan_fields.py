@@ -11,6 +11,7 @@ from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, pod_source, spec_hashes
+from hulk_operator.inventory import fallback_words
 from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
 from hulk_planner.model import Job
@@ -123,8 +124,7 @@ def estimated(
     if d.estimated:
         msg = (
             f"when planned, {d.estimated} server pair(s) had no fresh latency measurement; used "
-            f"{cfg.same_region_latency_ms:g} ms within a region and "
-            f"{cfg.cross_region_latency_ms:g} ms across regions{cut}"
+            f"{fallback_words(cfg.same_region_latency_ms, cfg.cross_region_latency_ms)}{cut}"
         )
         return st.set_condition(conds, st.ESTIMATED, True, "FallbackLatency", msg, gen)
     if d.job_plan is not None and len(d.job_plan.nodes) < 2:

@@ -28,7 +28,14 @@ from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.fit import fits_nowhere
-from hulk_operator.inventory import Usage, build_cluster, node_info, other_pods, read_latencies
+from hulk_operator.inventory import (
+    Usage,
+    build_cluster,
+    fallback_words,
+    node_info,
+    other_pods,
+    read_latencies,
+)
 from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
 from hulk_operator.quotas import (
     Bound,
@@ -402,8 +409,8 @@ def preview_plan(
                 # the preview did not tell a measured step time from an estimated one)
                 notes.append(
                     f"job {names[e.key]}: {d.estimated} server pair(s) of its plan had no "
-                    f"fresh latency measurement; used {same_region_ms:g} ms within a region "
-                    f"and {cross_region_ms:g} ms across regions"
+                    f"fresh latency measurement; used "
+                    f"{fallback_words(same_region_ms, cross_region_ms)}"
                 )
         else:
             reason = d.reason

@@ -4,6 +4,7 @@ operator's shared listings (other namespaces' pods, NodeLatency) on the sandbox.
 from __future__ import annotations
 
 import copy
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -178,10 +179,39 @@ REGION = "topology.kubernetes.io/region"
 def test_links_measured_and_fallback() -> None:
     lat = inventory.read_latencies([latency_object("a", STAMP, b=10.0)], 60, NOW)
     assert lat.measured == {frozenset(("a", "b")): 10.0} and not lat.unreachable
-    cluster = inventory.build_cluster(servers("abc"), lat, same_region_ms=1, cross_region_ms=80)
+    both = servers("abc") + servers("de", region="tokyo")
+    cluster = inventory.build_cluster(both, lat, same_region_ms=1, cross_region_ms=80)
     assert [(lk.a, lk.b, lk.latency_ms) for lk in cluster.links] == [("a", "b", 10.0)]
-    assert [(r.a, r.b, r.latency_ms) for r in cluster.region_links] == [("beijing", "beijing", 1)]
+    # Beijing's unmeasured pairs: its measured link; the others: the flags' estimates
+    assert [(r.a, r.b, r.latency_ms) for r in cluster.region_links] == [
+        ("beijing", "beijing", 10.0),
+        ("beijing", "tokyo", 80),
+        ("tokyo", "tokyo", 1),
+    ]
     assert inventory.estimated_pairs(["a", "b", "c"], lat) == 2
+
+
+def test_an_unmeasured_pair_is_estimated_by_the_median_of_its_regions_links() -> None:
+    """A node not yet probed (e) is placed by what its region pair measures, not by the
+    flags' 1 and 100 ms (before, a measured 20 ms region pair's new node counted 100)."""
+    lat = inventory.read_latencies(
+        [latency_object("a", STAMP, b=3.0, c=20.0, d=30.0), latency_object("b", STAMP, c=22.0)],
+        60,
+        NOW,
+    )
+    both = servers("ab") + servers("cde", region="tokyo")
+    cluster = inventory.build_cluster(both, lat, same_region_ms=1, cross_region_ms=100)
+    from hulk_planner.topology import Network
+
+    net = Network(cluster)
+    assert net.latency("a", "e") == net.latency("b", "d") == 22.0  # median of 20, 22, 30
+    assert net.latency("c", "e") == 1.0  # no Tokyo pair measured: the flag
+    assert net.latency("a", "b") == 3.0 and net.latency("a", "d") == 30.0  # measured, kept
+    # a region pair broken by an unreachable report: its other pairs get the median too
+    cut = inventory.Latencies({**lat.measured}, frozenset({frozenset("ae")}))
+    apart = Network(inventory.build_cluster(both, cut, same_region_ms=1, cross_region_ms=100))
+    assert not apart.direct[apart.index["a"], apart.index["e"]]
+    assert apart.latency("b", "e") == apart.latency("b", "d") == 22.0
 
 
 def test_the_cluster_does_not_depend_on_the_order_nodes_were_seen_in() -> None:
@@ -220,6 +250,7 @@ def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -
     net = Network(cluster)
     assert not net.direct[net.index["a"], net.index["b"]]  # no latency of its own
     assert net.latency("a", "c") == 2.0 and net.latency("c", "d") == 1.0
+    assert net.latency("b", "d") == 2.0  # (the median of beijing-tokyo's measured links)
     assert inventory.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c
     assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 0)
     # Nothing is relayed: without a link the pair is unusable, with or without other servers.
@@ -631,6 +662,85 @@ def test_the_latency_listing_is_read_in_pages(
         assert len(whole) >= 5 and limits == [2] * ((len(whole) + 1) // 2)
         assert [o["metadata"]["name"] for o in paged] == [o["metadata"]["name"] for o in whole]
         assert set(names) <= {o["metadata"]["name"] for o in paged}
+    finally:
+        forget_latencies(kube.api, names)
+
+
+def _etcd(sandbox: Any, call: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One call of etcd's JSON gateway (``/v3/kv/...``; keys and values base64)."""
+    import json
+    import urllib.request
+
+    from hulk_sandbox.components import HOST
+
+    url = f"http://{HOST}:{sandbox.state['ports']['etcd_client']}/v3/kv/{call}"
+    req = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return dict(json.loads(resp.read()))
+
+
+@pytest.mark.sandbox
+def test_a_paged_listing_that_outlasts_a_compaction_is_read_again_whole(
+    sandbox: Any, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A continue token older than etcd's compaction is refused (410 Expired): the listing
+    starts again, once, and what it returns is the whole of the new one (a real compaction,
+    recorded as the API server's own compactor records it, so that its watch cache drops
+    the snapshots that could still serve the old token)."""
+    import base64
+
+    from kubernetes import client
+
+    from hulk_operator import GROUP, VERSION
+    from hulk_operator import kube as kube_api
+    from hulk_probe.replay import forget_latencies, publish_latencies
+
+    names = [f"{kube.ns}-c{i}" for i in range(5)]
+    publish_latencies(kube.api, {a: {b: 1.0} for a in names for b in names if b != a})
+    calls: list[str | None] = []
+    expired: list[int] = []
+    listing = client.CustomObjectsApi.list_cluster_custom_object
+
+    def compact(token: str) -> None:
+        publish_latencies(kube.api, {names[0]: {names[1]: 9.0}})  # (past the token's revision)
+        key = base64.b64encode(b"compact_rev_key").decode()
+        rev = int(_etcd(sandbox, "range", {"key": key})["header"]["revision"])
+        _etcd(sandbox, "put", {"key": key, "value": base64.b64encode(str(rev).encode()).decode()})
+        _etcd(sandbox, "compaction", {"revision": str(rev), "physical": True})
+        deadline = time.monotonic() + 60  # (the watch cache learns of it within ~15 s)
+        while time.monotonic() < deadline:
+            try:
+                listing(self_api, GROUP, VERSION, "nodelatencies", limit=2, _continue=token)
+            except client.ApiException as exc:
+                if exc.status == 410:
+                    expired.append(rev)
+                    return
+                raise
+            time.sleep(0.5)
+        raise AssertionError("the old continue token was never refused")
+
+    self_api = client.CustomObjectsApi(kube.api)
+
+    def counted(self: Any, *args: Any, **kw: Any) -> Any:
+        token = kw.get("_continue")
+        if token and not expired:
+            compact(token)
+        calls.append(token)
+        return listing(self, *args, **kw)
+
+    try:
+        monkeypatch.setattr(client.CustomObjectsApi, "list_cluster_custom_object", counted)
+        paged = kube_api.list_objects(kube.api, GROUP, VERSION, "nodelatencies", page=2)
+        monkeypatch.undo()
+        whole = kube_api.list_objects(kube.api, GROUP, VERSION, "nodelatencies")
+        assert expired, "no compaction"
+        # the first page, its continuation refused, then the whole listing again in pages
+        assert calls[0] is None and calls[1] is not None and calls[2] is None, calls
+        assert len(calls) == 2 + (len(whole) + 1) // 2, calls
+        key = [(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in whole]
+        assert [(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in paged] == key
+        (first,) = [o for o in paged if o["metadata"]["name"] == names[0]]
+        assert first["status"]["peers"][0]["latencyMs"] == 9.0  # (the new listing's)
     finally:
         forget_latencies(kube.api, names)
 

@@ -68,7 +68,8 @@ def test_the_preview_cluster_uses_measured_latencies(sandbox: Any, latencies: Pu
     assert links[frozenset(("tokyo-25", "tokyo-26"))] == 42.0  # the mean of both directions
     net = Network(cluster)
     assert net.latency("tokyo-25", "tokyo-26") == 42.0
-    assert net.latency("tokyo-28", "tokyo-29") == 1.0  # stale: the same-region estimate
+    # stale: estimated, by the median of Tokyo's measured links (not the 1 ms flag)
+    assert net.latency("tokyo-28", "tokyo-29") == 42.0
     assert net.latency("tokyo-25", "beijing-0") == 100.0  # never measured: cross-region
     # Reported unreachable: no link and no estimate (the two cannot communicate).
     assert frozenset(("tokyo-26", "tokyo-27")) not in links
@@ -111,8 +112,10 @@ def test_the_operator_plans_with_measured_latencies(
     # nothing did)
     (note,) = preview_notes(estimated)
     assert note.startswith("hulk plan: note: job estimated: "), note
-    assert note.endswith("server pair(s) of its plan had no fresh latency measurement; used 1 "
-                         "ms within a region and 100 ms across regions"), note  # fmt: skip
+    assert note.endswith("server pair(s) of its plan had no fresh latency measurement; used "
+                         "the median measured latency between their regions where a pair of "
+                         "them was measured, else 1 ms within a region and 100 ms across "
+                         "regions"), note  # fmt: skip
     assert preview_notes(near) == []
     kube.apply(near)
     kube.apply(estimated)
@@ -806,7 +809,7 @@ def test_the_preview_takes_the_operators_latency_settings(
 
     assert notes() == []  # two minutes old: fresh for the default 600 s
     (note,) = notes("--latency-max-age-s", "60", "--same-region-latency-ms", "2")
-    assert note.endswith("used 2 ms within a region and 100 ms across regions"), note
+    assert note.endswith("else 2 ms within a region and 100 ms across regions"), note
 
 
 def test_the_preview_refuses_a_template_the_api_server_refuses(
@@ -882,12 +885,15 @@ def test_hulk_topology_writes_the_cluster_the_operator_plans_on(
     links = {lk.key: lk.latency_ms for lk in cluster.links}
     assert links[frozenset(("tokyo-25", "tokyo-26"))] == 42.0
     assert frozenset(("tokyo-26", "tokyo-27")) not in links  # reported unreachable
+    # an unmeasured Tokyo pair: the median of Tokyo's measured links, not the 1 ms flag
+    assert links[frozenset(("tokyo-25", "tokyo-27"))] == 42.0
     assert Network(cluster).latency("tokyo-25", "beijing-0") == 150.0
     assert out.stderr.splitlines() == [
         "hulk topology: note: left out 1 node(s) with GPUs: rome-45 (Cordoned)",
         "hulk topology: note: 1033 of 1035 server pair(s) have no fresh latency measurement: "
-        "the regionLinks give them the operator's estimates (1 ms within a region, 150 ms "
-        "across), as it plans with them",
+        "the regionLinks give them the operator's estimates (the median measured latency "
+        "between their regions where a pair of them was measured, else 1 ms within a region "
+        "and 150 ms across regions), as it plans with them",
         "hulk topology: note: 1 server pair(s) are reported unreachable: no link, as the "
         "operator plans them (they cannot communicate)",
     ]
