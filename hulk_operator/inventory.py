@@ -589,10 +589,11 @@ def fallback_words(same_region_ms: float, cross_region_ms: float) -> str:
 def region_medians(links: Mapping[Pair, float], region: Mapping[str, str]) -> dict[Pair, float]:
     """The median measured latency of each region pair (a one-region pair for links within
     a region) of ``links``, whose servers ``region`` maps to their regions."""
-    seen: dict[Pair, list[float]] = {}
-    for pair, ms in links.items():
-        seen.setdefault(frozenset(region[n] for n in pair), []).append(ms)
-    return {p: statistics.median(v) for p, v in seen.items()}
+    seen: dict[tuple[str, str], list[float]] = {}
+    for (a, b), ms in links.items():  # (pairs of two; tuples: 500,000 of them at 1,000 nodes)
+        ra, rb = region[a], region[b]
+        seen.setdefault((ra, rb) if ra <= rb else (rb, ra), []).append(ms)
+    return {frozenset(k): statistics.median(v) for k, v in seen.items()}
 
 
 def _pairs(nodes: Sequence[str]) -> list[Pair]:
