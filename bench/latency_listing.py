@@ -16,6 +16,10 @@ does that work, as the operator does it (``indexes.latencies_now`` in a thread b
 kopf's loop): ``json.loads`` holds the GIL for a whole response, so the loop stalls for
 the parse of the largest one; once with the listing whole, once in pages of
 ``kube.LATENCY_PAGE`` objects (``limit``/``continue``, what the operator reads now).
+
+Last, the seconds of ``inventory.build_cluster`` on those latencies and the nodes as
+servers of 10 regions: what each planning round does with them before it plans (every
+measured pair a validated ``Link``).
 """
 
 from __future__ import annotations
@@ -76,8 +80,9 @@ def longest_stall(work: Callable[[], Any]) -> float:
 
 
 def child(nodes: int) -> None:
-    from hulk_operator.inventory import read_latencies
+    from hulk_operator.inventory import build_cluster, read_latencies
     from hulk_operator.kube import LATENCY_PAGE
+    from hulk_planner.model import Server
 
     body = listing(nodes)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
@@ -103,10 +108,15 @@ def child(nodes: int) -> None:
         return read_latencies(items, 600.0)
 
     in_pages = longest_stall(paged)
+    latencies = paged()
+    servers = [Server(f"node-{i}", f"region-{i % 10}", 8, 80.0, 312.0) for i in range(nodes)]
+    start = time.perf_counter()
+    build_cluster(servers, latencies, same_region_ms=1.0, cross_region_ms=100.0)
+    build = time.perf_counter() - start
     print(json.dumps({
         "nodes": nodes, "json_mb": len(body) / 1e6, "seconds": seconds,
         "added_mb": (peak - base) / 1024, "links": len(measured),
-        "stall_whole": whole, "stall_pages": in_pages,
+        "stall_whole": whole, "stall_pages": in_pages, "build": build,
     }))  # fmt: skip
 
 
@@ -120,7 +130,8 @@ def main() -> int:
         return 0
     print(
         f"{'nodes':>6} {'listing MB':>11} {'parse+read s':>13} {'memory added MB':>16} "
-        f"{'links':>8} {'loop stall s, whole':>20} {'in pages':>9} {'whole/pages':>11}"
+        f"{'links':>8} {'loop stall s, whole':>20} {'in pages':>9} {'whole/pages':>11} "
+        f"{'cluster build s':>15}"
     )
     for n in (int(x) for x in args.nodes.split(",")):
         out = subprocess.run(
@@ -132,7 +143,8 @@ def main() -> int:
         r = json.loads(out.stdout)
         print(f"{n:>6} {r['json_mb']:>11.1f} {r['seconds']:>13.2f} {r['added_mb']:>16.0f} "
               f"{r['links']:>8} {r['stall_whole']:>20.2f} {r['stall_pages']:>9.2f} "
-              f"{r['stall_whole'] / max(r['stall_pages'], 1e-3):>11.1f}")  # fmt: skip
+              f"{r['stall_whole'] / max(r['stall_pages'], 1e-3):>11.1f} "
+              f"{r['build']:>15.2f}")  # fmt: skip
     return 0
 
 

@@ -196,6 +196,19 @@ class Link:
     bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
+        a, b, ms = self.a, self.b, self.latency_ms
+        if (  # the usual link, passed without building the messages below (a live cluster
+            # of 1,000 measured nodes has 500,000 links: they were half its build time)
+            type(a) is str
+            and type(b) is str
+            and a != b
+            and a.strip()
+            and b.strip()
+            and type(ms) in (int, float)
+            and 0 <= ms <= MAX_LATENCY_MS
+            and self.bandwidth_gbps is None
+        ):
+            return
         where = f"link {self.a}-{self.b}"
         for end, value in (("a", self.a), ("b", self.b)):
             check_name(f"{where}.{end}", value, "name a server of spec.nodes")
@@ -281,9 +294,10 @@ class Cluster:
                         f"names unknown server {end!r}",
                         "every link end must be listed in spec.nodes",
                     )
-            if link.key in pairs:
+            key = frozenset((link.a, link.b))
+            if key in pairs:
                 raise InvalidRequest(f"link {link.a}-{link.b}", "is listed twice", "keep one")
-            pairs.add(link.key)
+            pairs.add(key)
         region_pairs: set[frozenset[str]] = set()
         for rl in self.region_links:
             if frozenset((rl.a, rl.b)) in region_pairs:
