@@ -85,12 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         (
             "same_region_latency_ms",
             "MS",
-            "latency of unmeasured pairs in a region with none measured",
+            "estimate for unmeasured pairs in a region with no measured pair",
         ),
         (
             "cross_region_latency_ms",
             "MS",
-            "latency of unmeasured pairs of two regions with none measured",
+            "estimate for unmeasured pairs across two regions with no measured pair between",
         ),
         ("latency_max_age_s", "SECONDS", "ignore NodeLatency measurements older than this"),
         ("not_ready_grace_s", "SECONDS", "a stage's node counts as lost once NotReady this long"),

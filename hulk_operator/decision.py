@@ -29,6 +29,7 @@ class Decision:
     estimated: int = 0  # pairs of the job's servers whose latency is an estimate
     unreachable: int = 0  # pairs of the job's servers reported unreachable
     unreachable_stale: int = 0  # of those, pairs only old reports say so (``Latencies``)
+    unreachable_inferred: int = 0  # of those, pairs no report names (``with_dark_pairs``)
     baselines: Mapping[str, float | None] = field(default_factory=dict)
     baselines_why: Mapping[str, str] = field(default_factory=dict)  # why one places it not
     made: float = field(default_factory=lambda: clock())

@@ -86,10 +86,16 @@ def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: floa
             f"regionLinks give them the operator's estimates ({fallback_words(same_ms, cross_ms)}"
             "), as it plans with them"
         )
-    cut, _ = cut_pairs(ordered, snap.latencies)
+    cut, _, inferred = cut_pairs(ordered, snap.latencies)
     if cut:
-        out.append(f"{cut} server pair(s) are reported unreachable: no link, as the operator "
-                   "plans them (they cannot communicate)")  # fmt: skip
+        unsaid = (
+            f" ({inferred} of them not measured, in region pairs whose every measured pair is "
+            "reported unreachable)"
+            if inferred
+            else ""
+        )
+        out.append(f"{cut} server pair(s) are reported unreachable{unsaid}: no link, as the "
+                   "operator plans them (they cannot communicate)")  # fmt: skip
     return out
 
 

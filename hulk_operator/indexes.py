@@ -38,7 +38,9 @@ from hulk_operator.inventory import (
     pod_requests,
     read_latencies,
     served,
+    server_regions,
     slowest_publisher,
+    with_dark_pairs,
 )
 from hulk_operator.quotas import (
     Bound,
@@ -482,7 +484,7 @@ async def build_snapshot(
 
     return Snapshot(
         nodes=nodes,
-        latencies=latencies,
+        latencies=with_dark_pairs(latencies, server_regions(nodes)),
         jobs=jobs,
         held=held,
         used=used or {},

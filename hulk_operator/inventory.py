@@ -30,7 +30,7 @@ import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -474,6 +474,9 @@ class Latencies:
     measured: Mapping[Pair, float] = field(default_factory=dict)
     unreachable: frozenset[Pair] = frozenset()
     stale_unreachable: frozenset[Pair] = frozenset()
+    # of ``unreachable``, pairs no report names, taken as unreachable: every measured pair
+    # of their two regions is reported unreachable (``with_dark_pairs``)
+    inferred_unreachable: frozenset[Pair] = frozenset()
 
 
 def unreachable_pairs(
@@ -528,6 +531,69 @@ def read_latencies(
     cut, old = unreachable_pairs(items, max_age_s, when)
     stale = frozenset(p for p in old if p not in measured)
     return Latencies(measured, cut | stale, stale)
+
+
+def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
+    """Each planner server's region, by node name."""
+    return {n: i.server.region for n, i in nodes.items() if i.server is not None}
+
+
+_DARK_CACHE: list[tuple[Latencies, tuple[tuple[str, str], ...], Latencies]] = []
+
+
+def with_dark_pairs(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
+    """``latencies`` with every unmeasured, unreported pair of servers (``region`` maps
+    them to their regions) taken as unreachable where every measured pair of their two
+    regions is reported unreachable: a node not yet probed in a region cut off from
+    another is cut off too, most likely (before, it got the region-level estimate, and the
+    planner put a stage across the partition; a user trial). Where any pair of the two
+    regions is measured reachable, or only reports past the max age say unreachable, the
+    estimate stands (``build_cluster``). Kept for the last few inputs: the latencies are
+    shared between listings."""
+    if not latencies.unreachable:
+        return latencies
+    key = tuple(sorted(region.items()))
+    for seen, seen_key, out in _DARK_CACHE:
+        if seen is latencies and seen_key == key:
+            return out
+
+    def pair_of(a: str, b: str) -> tuple[str, str] | None:
+        ra, rb = region.get(a), region.get(b)
+        if ra is None or rb is None:
+            return None
+        return (ra, rb) if ra <= rb else (rb, ra)
+
+    # (fresh reports alone: where the probes stopped, every measurement ages out and only
+    # their old partitions stay, which would cut off every pair of the region pair)
+    reported = latencies.unreachable - latencies.stale_unreachable
+    broken = {k for a, b in reported if (k := pair_of(a, b))}
+    lit: set[tuple[str, str]] = set()
+    for a, b in latencies.measured if broken else ():
+        k = pair_of(a, b)
+        if k in broken:
+            lit.add(k)
+            if len(lit) == len(broken):
+                break
+    by_region: dict[str, list[str]] = {}
+    for name, r in region.items():
+        by_region.setdefault(r, []).append(name)
+    known = latencies.measured.keys() | latencies.unreachable
+    dark = {
+        p
+        for x, y in broken - lit
+        for a in by_region[x]
+        for b in by_region[y]
+        if a != b and (p := frozenset((a, b))) not in known
+    }
+    out = latencies
+    if dark:
+        out = replace(
+            latencies,
+            unreachable=latencies.unreachable | dark,
+            inferred_unreachable=frozenset(dark),
+        )
+    _DARK_CACHE[:] = [*_DARK_CACHE[-3:], (latencies, key, out)]
+    return out
 
 
 def build_cluster(
@@ -608,8 +674,10 @@ def estimated_pairs(nodes: Sequence[str], latencies: Latencies) -> int:
     )
 
 
-def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> tuple[int, int]:
-    """How many pairs of ``nodes`` are reported unreachable (no link, no fallback), and
-    how many of those only by reports past ``latency_max_age_s``."""
+def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> tuple[int, int, int]:
+    """How many pairs of ``nodes`` are unreachable (no link, no fallback), how many of
+    those only by reports past ``latency_max_age_s``, and how many by no report, taken as
+    unreachable with their regions (``with_dark_pairs``)."""
     cut = [p for p in _pairs(nodes) if p in latencies.unreachable]
-    return len(cut), sum(1 for p in cut if p in latencies.stale_unreachable)
+    stale = sum(1 for p in cut if p in latencies.stale_unreachable)
+    return len(cut), stale, sum(1 for p in cut if p in latencies.inferred_unreachable)

@@ -115,9 +115,15 @@ def estimated(
         if d.unreachable_stale
         else ""
     )
+    inferred = (
+        f", {d.unreachable_inferred} of them not measured, in region pairs whose every "
+        "measured pair is reported unreachable"
+        if d.unreachable_inferred
+        else ""
+    )
     cut = (
         f"; {d.unreachable} pair(s) reported unreachable had no latency (no link, no "
-        f"estimate{stale})"
+        f"estimate{stale}{inferred})"
         if d.unreachable
         else ""
     )

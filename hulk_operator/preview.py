@@ -35,6 +35,8 @@ from hulk_operator.inventory import (
     node_info,
     other_pods,
     read_latencies,
+    server_regions,
+    with_dark_pairs,
 )
 from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
 from hulk_operator.quotas import (
@@ -172,7 +174,7 @@ def _read(
             defaults.setdefault(meta["namespace"], []).append((meta["name"], *given))
     snap = Snapshot(
         nodes=nodes,
-        latencies=latencies,
+        latencies=with_dark_pairs(latencies, server_regions(nodes)),
         jobs=jobs,
         held=held_servers(jobs, stage_pods),
         used=Usage(others),

@@ -113,7 +113,7 @@ def plan_group(
         jp = result.job(n)
         if jp is not None:
             jp = replace(jp, name=k[1])
-            cut, stale = cut_pairs(jp.nodes, snap.latencies)
+            cut, stale, inferred = cut_pairs(jp.nodes, snap.latencies)
             out[k] = Decision(
                 k,
                 jp,
@@ -123,6 +123,7 @@ def plan_group(
                 estimated=estimated_pairs(jp.nodes, snap.latencies),
                 unreachable=cut,
                 unreachable_stale=stale,
+                unreachable_inferred=inferred,
                 baselines=extra[n],
                 baselines_why=why_not[n],
             )

@@ -20,8 +20,10 @@ def _option(dest: str) -> str:
 
 _LATENCY_HELP = (
     "how old a NodeLatency measurement may be",
-    "the estimate for an unmeasured pair in a region",
-    "the estimate for an unmeasured pair across regions",
+    "the estimate for an unmeasured pair in a region where no pair is measured (else "
+    "the median of those measured)",
+    "the estimate for an unmeasured pair across two regions where no pair between them "
+    "is measured (else the median of those measured)",
 )
 
 

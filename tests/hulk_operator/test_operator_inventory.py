@@ -252,10 +252,51 @@ def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -
     assert net.latency("a", "c") == 2.0 and net.latency("c", "d") == 1.0
     assert net.latency("b", "d") == 2.0  # (the median of beijing-tokyo's measured links)
     assert inventory.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c
-    assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 0)
+    assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 0, 0)
     # Nothing is relayed: without a link the pair is unusable, with or without other servers.
     alone = inventory.build_cluster(servers("ab"), lat, same_region_ms=1, cross_region_ms=80)
     assert not Network(alone).reachable("a", "b")
+
+
+def test_a_pair_unmeasured_where_its_regions_are_cut_off_is_taken_as_unreachable() -> None:
+    """A node not yet probed (e, f) beside a region pair whose every measured pair is
+    reported unreachable is cut off too: no link, no estimate, and said so (before, the
+    region-level estimate: the planner put a stage across the partition; a user trial).
+    Where one pair of the two regions is measured reachable, the estimate stands."""
+    objs = [
+        latency_object("a", STAMP, c=None, d=None, b=3.0),
+        latency_object("b", STAMP, c=None),  # (b-d unmeasured: taken as cut too)
+    ]
+    region = {"a": "beijing", "b": "beijing", "e": "beijing", "c": "tokyo", "d": "tokyo",
+              "f": "tokyo"}  # fmt: skip
+    lat = inventory.read_latencies(objs, 60, NOW)
+    dark = inventory.with_dark_pairs(lat, region)
+    cut_off = {frozenset(p) for p in ("bd", "af", "bf", "ec", "ed", "ef")}
+    assert dark.inferred_unreachable == cut_off
+    assert dark.unreachable == lat.unreachable | cut_off and dark.measured == lat.measured
+    assert inventory.with_dark_pairs(lat, region) is dark  # (kept: the listing is shared)
+    both = servers("abe") + servers("cdf", region="tokyo")
+    cluster = inventory.build_cluster(both, dark, same_region_ms=1, cross_region_ms=80)
+    from hulk_planner.topology import Network
+
+    net = Network(cluster)
+    assert not any(net.reachable(x, y) for x in "abe" for y in "cdf")
+    assert net.latency("a", "e") == 3.0 and net.latency("c", "f") == 1.0  # (within: estimates)
+    assert inventory.cut_pairs(["a", "b", "e", "f"], dark) == (3, 0, 3)
+    assert inventory.estimated_pairs(["a", "b", "e", "f"], dark) == 2  # a-e, b-e
+    # one pair across measured reachable: the others keep the estimate (its median)
+    lit = inventory.read_latencies([*objs, latency_object("e", STAMP, f=20.0)], 60, NOW)
+    again = inventory.with_dark_pairs(lit, region)
+    assert again.inferred_unreachable == frozenset() and again.unreachable == lit.unreachable
+    net = Network(inventory.build_cluster(both, again, same_region_ms=1, cross_region_ms=80))
+    assert net.latency("b", "f") == 20.0 and not net.reachable("a", "c")
+    # only reports past the max age: nothing inferred (the probes stopped, every
+    # measurement aged out; a sandbox test found every pair of the region cut off)
+    old = inventory.Latencies({}, lat.unreachable, lat.unreachable)
+    assert inventory.with_dark_pairs(old, region).inferred_unreachable == frozenset()
+    # no report of an unreachable pair: nothing to infer, the same object back
+    calm = inventory.read_latencies([latency_object("a", STAMP, b=3.0)], 60, NOW)
+    assert inventory.with_dark_pairs(calm, region) is calm
 
 
 def test_gpu_requests_count_as_the_scheduler_does() -> None:
@@ -755,7 +796,7 @@ def test_a_partition_in_an_old_report_stays_until_a_probe_measures_the_pair() ->
     assert lat.unreachable == {ab} and lat.stale_unreachable == {ab}
     cluster = inventory.build_cluster(servers("abc"), lat, same_region_ms=1, cross_region_ms=80)
     assert ab not in {lk.key for lk in cluster.links}
-    assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 1)
+    assert inventory.cut_pairs(["a", "b", "c"], lat) == (1, 1, 0)
     assert inventory.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c only
     # a fresh unreachable report is not stale
     fresh = inventory.read_latencies([latency_object("a", STAMP, b=None)], 60, NOW)

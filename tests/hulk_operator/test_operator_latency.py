@@ -793,6 +793,22 @@ def test_a_partition_in_an_old_report_is_kept_until_measured_again(
     assert far not in nodes and len(nodes) >= 2, nodes  # (with the estimate: all five)
 
 
+def test_a_node_not_yet_probed_beside_a_cut_off_region_is_kept_apart(
+    kube: Kube, operator: Any, latencies: Publish
+) -> None:
+    """Every measured Tokyo pair reported unreachable, tokyo-29 not measured at all: it is
+    taken as cut off too, and a job within Tokyo gets one server, not tokyo-29 and another
+    (before, tokyo-29 had the 1 ms estimate with each: a user trial saw a stage planned
+    across a partition so). The job's condition says why."""
+    rows: dict[str, dict[str, float | None]] = {
+        a: {b: None for b in TOKYO[:-1] if b != a} for a in TOKYO[:-1]
+    }
+    latencies(rows)
+    kube.apply(manifest("alone", allowedRegions=["tokyo"]))
+    wait("placed", lambda: plan_nodes(kube.job("alone")), 60)
+    assert len(plan_nodes(kube.job("alone"))) == 1, plan_nodes(kube.job("alone"))
+
+
 def test_the_preview_takes_the_operators_latency_settings(
     sandbox: Any, kube: Kube, latencies: Publish, tmp_path: Path
 ) -> None:
