@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = latency_settings(args)
-        snap = read_cluster(args.kubeconfig, settings["max_age_s"])
+        told: list[str] = []
+        snap = read_cluster(args.kubeconfig, settings["max_age_s"], told)
         same, cross = settings["same_region_ms"], settings["cross_region_ms"]
         cluster = cluster_from_kubeconfig(
             args.kubeconfig, same_region_ms=same, cross_region_ms=cross, free_only=args.free,
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     except HulkError as exc:
         print(f"hulk topology: error: {exc}", file=sys.stderr)
         return 2
-    for note in notes(snap, [s.name for s in cluster.servers], same, cross):
+    for note in [*told, *notes(snap, [s.name for s in cluster.servers], same, cross)]:
         print(f"hulk topology: note: {note}", file=sys.stderr)
     print(io.dump_cluster(cluster, args.output), end="" if args.output == "yaml" else "\n")
     return 0

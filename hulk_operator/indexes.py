@@ -40,6 +40,7 @@ from hulk_operator.inventory import (
     served,
     server_regions,
     slowest_publisher,
+    stale_probes,
     with_dark_pairs,
 )
 from hulk_operator.quotas import (
@@ -85,6 +86,7 @@ class Listings:
     latency: tuple[float, Latencies] = (-LATENCY_CACHE_S, Latencies())
     latency_every: float = LATENCY_CACHE_S  # (``listing_interval`` of the last listing)
     slow_told: bool = False  # (``_warn_slow_publisher`` warned, and it still holds)
+    stale_told: bool = False  # (``_warn_stale_probes`` warned, and it still holds)
     outside: tuple[float, dict[str, list[Resources]]] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one listing at a time
 
@@ -105,7 +107,19 @@ def latencies_now(memo: Any) -> Latencies:
             listing_interval(cost, cfg.latency_max_age_s),
         )
         _warn_slow_publisher(cache, items, cfg.latency_max_age_s)
+        _warn_stale_probes(cache, items, cfg.latency_max_age_s)
     return latencies
+
+
+def _warn_stale_probes(cache: Listings, items: Sequence[Any], max_age_s: float) -> None:
+    """Once while it holds (``stale_probes``), and once when probes publish again."""
+    said = stale_probes(items, max_age_s)
+    log = logging.getLogger("hulk_operator")
+    if said and not cache.stale_told:
+        log.warning(said)
+    elif not said and cache.stale_told:
+        log.info("NodeLatency statuses are published again: measured latencies are used")
+    cache.stale_told = said is not None
 
 
 def _warn_slow_publisher(cache: Listings, items: Sequence[Any], max_age_s: float) -> None:

@@ -519,6 +519,35 @@ def slowest_publisher(latency_objects: Iterable[Mapping[str, Any]]) -> tuple[flo
     return slowest
 
 
+def stale_probes(
+    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime | None = None
+) -> str | None:
+    """Where there are NodeLatency objects and none was published within ``max_age_s``
+    (the probes stopped, or write nowhere), what to tell: every pair's latency is then an
+    estimate, and nothing else said so (a user trial: a re-plan put a stage on a 740 ms
+    pair taken as 100 ms). None otherwise."""
+    from hulk_probe.links import parse_time
+
+    when = now or datetime.now(UTC)
+    stamps = [
+        (t, str((o.get("metadata") or {}).get("name")))
+        for o in latency_objects
+        if (t := parse_time((o.get("status") or {}).get("lastPublished"))) is not None
+    ]
+    if not stamps:
+        return None
+    newest, node = max(stamps)
+    age = (when - newest).total_seconds()
+    if age <= max_age_s:
+        return None
+    return (
+        f"no NodeLatency status was published in the last {max_age_s:g} s "
+        f"(--latency-max-age-s): the newest, {node}'s, is {age:.0f} s old, so every pair's "
+        "latency is an estimate; are the probes running? (kubectl get daemonset -A -l "
+        "app.kubernetes.io/component=probe)"
+    )
+
+
 def read_latencies(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime | None = None
 ) -> Latencies:

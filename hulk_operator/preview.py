@@ -36,6 +36,7 @@ from hulk_operator.inventory import (
     other_pods,
     read_latencies,
     server_regions,
+    stale_probes,
     with_dark_pairs,
 )
 from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
@@ -78,10 +79,13 @@ class Preview:
 READ_TIMEOUT_S = 60.0  # each request of a preview: a server that never answers is told
 
 
-def read_cluster(path: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> Snapshot:
-    """The cluster now, as the operator's snapshot (every job, pending or not). An API
+def read_cluster(
+    path: str, max_age_s: float = DEFAULT_MAX_AGE_S, notes: list[str] | None = None
+) -> Snapshot:
+    """The cluster now, as the operator's snapshot (every job, pending or not); ``notes``
+    gets what the reader should know of it (probes that stopped publishing). An API
     server that cannot be reached or refuses a read raises ``InvalidRequest``."""
-    return _read(path, max_age_s)[0]
+    return _read(path, max_age_s, notes=notes)[0]
 
 
 def _read(
@@ -98,10 +102,11 @@ def _read(
     with kube.make_client(path, timeout_s=READ_TIMEOUT_S) as api:
         try:
             nodes = {i.name: i for i in (node_info(n) for n in kube.list_nodes(api))}
-            latencies = read_latencies(
-                kube.list_objects(api, GROUP, VERSION, "nodelatencies", page=kube.LATENCY_PAGE),
-                max_age_s,
-            )
+            items = kube.list_objects(api, GROUP, VERSION, "nodelatencies", page=kube.LATENCY_PAGE)
+            latencies = read_latencies(items, max_age_s)
+            if notes is not None and (said := stale_probes(items, max_age_s)):
+                notes.append(said)  # (as the operator's log says)
+            del items
             try:
                 objects, pods, quota_items, limit_items, services = _namespaced(api, None)
             except ApiException as exc:

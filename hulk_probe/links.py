@@ -35,7 +35,7 @@ MAX_LATENCY_MS = 1e7  # the planner's bound (hulk_planner.model.MAX_LATENCY_MS):
 FUTURE_SKEW_S = 120.0  # a report this far ahead of now is from a clock that is wrong
 
 
-def _parse_time(text: Any) -> datetime | None:
+def parse_time(text: Any) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
@@ -48,7 +48,7 @@ def _parse_time(text: Any) -> datetime | None:
 def fresh(text: Any, now: datetime, max_age_s: float) -> bool:
     """Whether the time ``text`` is at most ``max_age_s`` old and not in the future (past
     ``FUTURE_SKEW_S``: a node whose clock runs ahead kept its figures fresh for as long)."""
-    moment = _parse_time(text)
+    moment = parse_time(text)
     if moment is None:
         return False
     age = (now - moment).total_seconds()

@@ -259,3 +259,34 @@ def test_a_probe_writing_less_often_than_reports_stay_fresh_is_warned_of_once(
     text = record.getMessage()
     assert "probe on b publishes measurements up to 470 s old" in text
     assert "--latency-max-age-s (600 s)" in text and "probe.maxPublishInterval" in text
+
+
+def test_probes_that_stopped_publishing_are_warned_of_once_and_their_return_told(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every NodeLatency status older than ``--latency-max-age-s``: every pair's latency is
+    an estimate, and nothing said so (a user trial: a re-plan put a stage on a 740 ms pair
+    taken as 100 ms, the log silent)."""
+    from datetime import UTC, datetime, timedelta
+
+    def obj(name: str, age_s: float | None) -> dict[str, Any]:
+        stamp = datetime.now(UTC) - timedelta(seconds=age_s or 0)
+        status = {} if age_s is None else {"lastPublished": stamp.isoformat()}
+        return {"metadata": {"name": name}, "status": status}
+
+    cache = indexes.Listings()
+    with caplog.at_level(logging.INFO, logger="hulk_operator"):
+        indexes._warn_stale_probes(cache, [], 600.0)  # no probes: nothing to tell
+        indexes._warn_stale_probes(cache, [obj("a", None)], 600.0)
+        indexes._warn_stale_probes(cache, [obj("a", 700.0), obj("b", 30.0)], 600.0)
+        assert not caplog.records  # b's is fresh
+        indexes._warn_stale_probes(cache, [obj("a", 900.0), obj("b", 700.0)], 600.0)
+        indexes._warn_stale_probes(cache, [obj("a", 910.0), obj("b", 710.0)], 600.0)
+        (record,) = caplog.records
+        indexes._warn_stale_probes(cache, [obj("a", 900.0), obj("b", 5.0)], 600.0)
+    assert record.levelname == "WARNING"
+    text = record.getMessage()
+    assert "no NodeLatency status was published in the last 600 s" in text, text
+    assert "the newest, b's, is 700 s old" in text and "are the probes running?" in text
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+    assert "published again" in caplog.records[1].getMessage()

@@ -821,11 +821,16 @@ def test_the_preview_takes_the_operators_latency_settings(
 
     def notes(*flags: str) -> list[str]:
         out = preview_manifest(sandbox, kube, tmp_path / "near.yaml", near, *flags)
-        return [line for line in out.stderr.splitlines() if "latency measurement" in line]
+        return [line for line in out.stderr.splitlines() if "NodeLatency" in line
+                or "latency measurement" in line]  # fmt: skip
 
     assert notes() == []  # two minutes old: fresh for the default 600 s
-    (note,) = notes("--latency-max-age-s", "60", "--same-region-latency-ms", "2")
+    stale, note = notes("--latency-max-age-s", "60", "--same-region-latency-ms", "2")
     assert note.endswith("else 2 ms within a region and 100 ms across regions"), note
+    # every status past the max age: said, as the operator's log says it (a user trial)
+    assert stale.startswith("hulk plan: note: no NodeLatency status was published in the "
+                            "last 60 s (--latency-max-age-s): the newest, "), stale  # fmt: skip
+    assert "are the probes running?" in stale, stale
 
 
 def test_the_preview_refuses_a_template_the_api_server_refuses(
