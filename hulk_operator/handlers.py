@@ -104,7 +104,12 @@ def hulktrainingjob_create(
         # (before the spec is judged: a refused job's fix edits it, most often, where
         # the variables are told already: a review)
         _tell_replaced_env(body, logger, memo, None, body.get("spec"))
-    if _refused(body, logger, object_entry(body), new=reason == kopf.Reason.CREATE.value):
+    # a running job's refused edit, resumed by a restarted operator: its pods run on, as
+    # its Planned condition says already (before, told again, without that: a user trial)
+    ended = status.get("phase") in (st.PHASE_FAILED, st.SUCCEEDED)
+    running = status.get("plan") is not None and not ended
+    new = reason == kopf.Reason.CREATE.value
+    if _refused(body, logger, object_entry(body), running, new=new):
         return
     logger.debug(f"job {name} accepted")
 

@@ -140,3 +140,36 @@ def test_env_replaced_is_told_once_per_change_of_the_variables(
             ]
     finally:
         again.stop()
+
+
+def test_a_refused_edit_is_not_told_again_by_a_restarted_operator(
+    sandbox: Any, kube: Kube, namespace: str
+) -> None:
+    """A running job's refused edit is told once (its pods run on); an operator started
+    since resumes the job and finds it said already (before, it posted the Warning again,
+    without "the pods of the last valid spec keep running": it read as a new failure; a
+    user trial)."""
+    first = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=CONFIG).start()
+    try:
+        kube.apply(manifest("steady"))
+        wait("Running", lambda: kube.phase("steady") == "Running", 60)
+        _patch(kube, "steady", {"model": {"preset": "bert-largee"}})
+        (told,) = wait("told", lambda: kube.events("InvalidSpec") or None, 30)
+        assert "keep running" in told.message, told.message
+        wait("the edit handled", lambda: _handled(kube, "steady"), 30)
+        wait(
+            "its condition",
+            lambda: condition(kube.job("steady"), "Planned").get("message") == told.message,
+            30,
+        )
+    finally:
+        first.stop()
+    again = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=CONFIG).start()
+    try:
+        with cleanup_jobs(kube):
+            time.sleep(3 * CONFIG.reconcile_interval_s)  # (resumed, an Event posted by now)
+            assert kube.phase("steady") == "Running"
+            said = [e.message for e in kube.events("InvalidSpec")]
+            assert said == [told.message], said
+    finally:
+        again.stop()
