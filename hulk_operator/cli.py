@@ -221,8 +221,15 @@ def run(args: argparse.Namespace) -> int:
 
     from hulk_operator import crd, kube
 
+    server = ""
+    # (urllib3 logged each of its retries against a server that is down, three warnings
+    # before the one-line error: a user trial)
+    pool_log = logging.getLogger("urllib3.connectionpool")
+    pool_level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
     try:  # (before, an API server down or refusing was a traceback: a review)
         with kube.make_client(args.kubeconfig) as api:
+            server = str(api.configuration.host or "")
             if args.install_crds:
                 names = crd.install(api, peering=not args.standalone)
                 logging.info("CRDs installed: %s", ", ".join(names))
@@ -258,8 +265,9 @@ def run(args: argparse.Namespace) -> int:
                         "; ".join(other),
                     )
     except (HTTPError, OSError) as exc:
+        at = f" at {server}" if server else ""
         print(
-            f"hulk operator: error: --kubeconfig: cannot reach the API server "
+            f"hulk operator: error: --kubeconfig: cannot reach the API server{at} "
             f"({kube.reason_of(exc)}) (check that the cluster is up and the kubeconfig's "
             "server and context)",
             file=sys.stderr,
@@ -277,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        pool_log.setLevel(pool_level)
     priority = args.priority if args.priority is not None else random.randint(1, 2**30)
     me = identity()  # (the same for each run of kopf)
     while True:

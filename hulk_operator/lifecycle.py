@@ -145,7 +145,14 @@ async def operator_startup(
     memo.node_view = NodeView()  # (shared too)
     memo.built_pods = {}  # job key -> its stage pods as last built (``stage_pods``; shared)
     weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
-    logger.info(f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s)")
+    # (with the latency settings: a restarted operator's were not to be seen; a user trial)
+    logger.info(
+        f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s; "
+        f"latency reports fresh for {cfg.latency_max_age_s:g} s; unmeasured pairs estimated "
+        "by their regions' measured median, else "
+        f"{cfg.same_region_latency_ms:g} / {cfg.cross_region_latency_ms:g} ms within / across "
+        "regions)"
+    )
 
 
 @kopf.on.cleanup()

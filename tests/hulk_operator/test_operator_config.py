@@ -188,7 +188,9 @@ def test_a_flag_wins_over_its_variable_and_an_unset_flag_leaves_the_variable_in_
 
 
 def test_an_api_server_that_cannot_be_reached_at_start_is_one_line(tmp_path: Path) -> None:
-    """Before, a traceback ending in urllib3's MaxRetryError (a review)."""
+    """Before, a traceback ending in urllib3's MaxRetryError (a review); then urllib3's
+    three warnings of its retries before the line, which did not name the server (a user
+    trial)."""
     config = tmp_path / "kubeconfig"
     config.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -198,11 +200,11 @@ def test_an_api_server_that_cannot_be_reached_at_start_is_one_line(tmp_path: Pat
     )
     out = _operator("--kubeconfig", str(config), "--liveness", "", "--metrics-port", "0")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr.strip().splitlines()[-1] == (
-        "hulk operator: error: --kubeconfig: cannot reach the API server (Failed to establish "
-        "a new connection: [Errno 111] Connection refused) (check that the cluster is up and "
-        "the kubeconfig's server and context)"
-    )
+    assert out.stderr.strip().splitlines() == [
+        "hulk operator: error: --kubeconfig: cannot reach the API server at "
+        "http://127.0.0.1:1 (Failed to establish a new connection: [Errno 111] Connection "
+        "refused) (check that the cluster is up and the kubeconfig's server and context)"
+    ]
 
 
 def test_the_metrics_port_is_held_from_the_check_on() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 from typing import Any
 
@@ -49,6 +50,7 @@ def test_a_new_invalid_job_gets_its_warning_even_where_the_timer_wrote_its_condi
     job refused when created is told of its replaced variables too (before, only an
     accepted one was: a review); an edit that leaves the same error posts nothing again,
     and a variable name that is no text is no crash (it stalled the update handler)."""
+    caplog.set_level(logging.INFO)  # (the start-up line's too)
     body = manifest("bad", model={"preset": "no-such-model"})
     body["spec"]["template"] = _env(body, [{"name": "MASTER_PORT", "value": "1"}])
     kube.apply(body)
@@ -82,6 +84,15 @@ def test_a_new_invalid_job_gets_its_warning_even_where_the_timer_wrote_its_condi
             wait("the odd variable's edit handled", lambda: _handled(kube, "bad"), 30)
             errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
             assert not errors, errors
+            # the settings it runs with, latencies' too (a restart's were not to be seen)
+            (started,) = [m for r in caplog.records if (m := r.getMessage()).startswith(
+                "Hulk operator started")]  # fmt: skip
+            assert (
+                f"latency reports fresh for {CONFIG.latency_max_age_s:g} s" in started
+                and f"else {CONFIG.same_region_latency_ms:g} / "
+                f"{CONFIG.cross_region_latency_ms:g} ms within / across regions"
+                in started
+            ), started
     finally:
         op.stop()
 
