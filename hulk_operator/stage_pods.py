@@ -258,6 +258,22 @@ def _service_again(svc: Mapping[str, Any]) -> str:
 STAGE_POD_TAKEN = "StagePodTaken"
 
 
+def _first_move(ctx: Context, down: Sequence[NodeInfo | None]) -> str:
+    """`` (the first at 04:31:05 UTC)``: when the first of the ``down`` nodes is taken as
+    lost, its grace counted from its NotReady or from the operator's start (or the last
+    disruption's end), whichever is later (before, a restarted operator's job said "once
+    NotReady for 60 s" of a node NotReady for 83: a user trial); "" where none says."""
+    grace = ctx.config.not_ready_grace_s
+    moves = [
+        max(info.not_ready_since, ctx.settled_at) + grace
+        for info in down
+        if info is not None and info.not_ready_since is not None
+    ]
+    if not moves:
+        return ""
+    return f" (the first at {time.strftime('%H:%M:%S', time.gmtime(min(moves)))} UTC)"
+
+
 def pods_phase(
     ctx: Context,
     entry: JobEntry,
@@ -290,6 +306,7 @@ def pods_phase(
                 "not taken as lost while the cluster is disrupted"
                 if ctx.disrupted
                 else f"their stages move once NotReady for {ctx.config.not_ready_grace_s:g} s"
+                + _first_move(ctx, [nodes[n] for n in down])
             )
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)

@@ -3198,8 +3198,12 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
             assert not kube.events("Replanned")
             # and the job says so (before: "n/n stage pods running", not a word of the node)
             ready_c = condition(kube.job(name), "Ready")
+            # ... and when (before, not: a restarted operator's said "for 60 s" of a node
+            # NotReady for 83, its grace counted from its own start; a user trial)
+            moves = (now.replace(microsecond=0) + timedelta(seconds=grace)).strftime("%H:%M:%S")
             assert ready_c["message"].endswith(
-                f"; node(s) {victim} NotReady: their stages move once NotReady for {grace:g} s"
+                f"; node(s) {victim} NotReady: their stages move once NotReady for {grace:g} s "
+                f"(the first at {moves} UTC)"
             ), ready_c
             # NotReady since before the grace, but the operator younger than it: it stays
             since = now - timedelta(seconds=grace + 5)
