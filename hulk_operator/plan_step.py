@@ -267,8 +267,11 @@ async def check_plan(
 
 def _status_lost(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> None:
     """A job with no status at all whose stage pods run: its status was emptied (by hand,
-    or a restore that drops it). It is planned again, as it has no plan to keep; told once,
-    as its pods may move (before, only a second ``Planned`` Event showed it; a user trial)."""
+    or a restore that drops it), or an operator was killed between releasing a first plan's
+    pods and writing that plan (kopf writes a handler's status when it returns; a user
+    trial, kill -9: the Warning named only the first two). It is planned again, as it has
+    no plan to keep; told once, as its pods may move (before, only a second ``Planned``
+    Event showed it; a user trial)."""
     if status.get("phase") or status.get("conditions"):
         return
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
@@ -286,6 +289,7 @@ def _status_lost(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> No
         "Warning",
         "StatusLost",
         f"the job's status is empty while {len(live)} of its stage pods exist (emptied by "
-        "hand, or restored without it): it is planned again; pods the new plan keeps on "
+        "hand, restored without it, or an operator stopped between releasing a first "
+        "plan's pods and writing it): it is planned again; pods the new plan keeps on "
         "their servers run on, the others are replaced",
     )
