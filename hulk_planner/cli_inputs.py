@@ -88,6 +88,21 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             + ", ".join(sorted(kinds)),
             "give the files that hold the jobs",
         )
+    if args.kubeconfig:  # a preview of applying them: kubectl apply refuses unknown fields
+        # (strict field validation; before, a note and a plan without the field, exit 0,
+        # where the apply failed: a user trial)
+        unknown = [
+            f"{source}: job {doc['metadata']['name']}: {text}"
+            for source, doc in io.placed_documents(documents)
+            for text in io.unknown_job_fields(doc, "kubectl apply refuses it")
+        ]
+        if unknown:
+            raise InvalidRequest(
+                "--jobs",
+                "; ".join(unknown),
+                "fix the field's name or place (with kubectl apply --validate=false the API "
+                "server drops it, and the job is planned without it)",
+            )
     for text in skipped:
         print(f"hulk plan: note: {text}", file=sys.stderr)
     for _, doc in io.placed_documents(documents):

@@ -85,10 +85,11 @@ def regrow_settings(spec: Mapping[str, Any]) -> tuple[float, float] | None:
     return float(speedup), float(after)
 
 
-def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
+def unknown_job_fields(doc: Mapping[str, Any], outcome: str = "ignored") -> list[str]:
     """A job manifest's fields that a HulkTrainingJob does not have, each with where it
     belongs or the field it is likely a typo of: the planner ignores them (the spec says
-    so), and a user who put ``globalBatchSize`` beside ``model`` should hear it."""
+    so), and a user who put ``globalBatchSize`` beside ``model`` should hear it; each
+    says ``outcome`` of the field."""
     import difflib
 
     out: list[str] = []
@@ -102,7 +103,7 @@ def unknown_job_fields(doc: Mapping[str, Any]) -> list[str]:
             if key in known:
                 continue
             where = f"{section}." if section else ""
-            text = f"{where}{key} is not a HulkTrainingJob field: ignored"
+            text = f"{where}{key} is not a HulkTrainingJob field: {outcome}"
             home = [s for s, fields in JOB_FIELDS.items() if key in fields]
             close = difflib.get_close_matches(str(key), known, n=1)
             if home:

@@ -985,6 +985,22 @@ def test_a_misplaced_field_is_noted(tmp_path: Path) -> None:
     )
 
 
+def test_a_preview_of_applying_a_job_with_an_unknown_field_refuses_it(tmp_path: Path) -> None:
+    """``--kubeconfig`` previews applying the manifest, which kubectl apply refuses (strict
+    field validation): an error before the cluster is read (before, a note and a plan
+    without the field, exit 0: a user trial)."""
+    doc = job_doc("bert-large")
+    doc["spec"]["allowedRegion"] = ["beijing"]  # (spec.allowedRegions)
+    jobs = write(tmp_path / "jobs.yaml", doc)
+    out = hulk("plan", "--jobs", jobs, "--kubeconfig", tmp_path / "none")
+    assert_one_line_error(
+        out,
+        f"--jobs: {jobs} (document 1): job bert-large: spec.allowedRegion is not a "
+        "HulkTrainingJob field: kubectl apply refuses it (did you mean spec.allowedRegions?)",
+        "fix the field's name or place",
+    )
+
+
 def test_weights_of_hulk_train_plan_and_anything_else_is_one_line(tmp_path: Path) -> None:
     import shutil
 
