@@ -145,6 +145,12 @@ async def operator_startup(
     memo.node_view = NodeView()  # (shared too)
     memo.built_pods = {}  # job key -> its stage pods as last built (``stage_pods``; shared)
     weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
+    if cfg.same_region_latency_ms > cfg.cross_region_latency_ms:  # (taken silently: a trial)
+        logger.warning(
+            f"--same-region-latency-ms ({cfg.same_region_latency_ms:g}) is above "
+            f"--cross-region-latency-ms ({cfg.cross_region_latency_ms:g}): unmeasured pairs "
+            "within a region are estimated as slower than across regions; swapped?"
+        )
     # (with the latency settings: a restarted operator's were not to be seen; a user trial)
     logger.info(
         f"Hulk operator started (planner {cfg.planner}{weights}, tick {INTERVAL_S:g} s; "

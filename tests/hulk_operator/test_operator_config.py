@@ -237,3 +237,40 @@ def test_the_metrics_port_is_held_from_the_check_on() -> None:
     finally:
         metrics.close()
     check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")  # (free again)
+
+
+def test_the_start_says_its_latency_settings_and_warns_of_swapped_estimates(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator started with --same-region-latency-ms above --cross-region-latency-ms
+    (taken silently before: a user trial) warns; its start-up line names the settings."""
+    import asyncio
+    import logging
+    from dataclasses import replace
+
+    import kopf
+
+    from hulk_operator import lifecycle
+
+    def start(cfg: OperatorConfig) -> list[tuple[str, str]]:
+        caplog.clear()
+        memo = kopf.Memo(config=cfg, api=object(), plan_fn=lambda *a, **k: None)
+        log = logging.getLogger("test-start")
+        with caplog.at_level(logging.INFO, logger="test-start"):
+            asyncio.run(
+                lifecycle.operator_startup(settings=kopf.OperatorSettings(), memo=memo, logger=log)
+            )
+        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "test-start"]
+
+    base = replace(OperatorConfig(), metrics_port=0)
+    said = start(replace(base, same_region_latency_ms=500.0, cross_region_latency_ms=5.0))
+    assert said[0] == (
+        "WARNING",
+        "--same-region-latency-ms (500) is above --cross-region-latency-ms (5): unmeasured "
+        "pairs within a region are estimated as slower than across regions; swapped?",
+    )
+    assert said[-1][1].endswith(
+        "latency reports fresh for 600 s; unmeasured pairs estimated by their regions' "
+        "measured median, else 500 / 5 ms within / across regions)"
+    ), said
+    assert [level for level, _ in start(base)] == ["INFO"]  # (the defaults: no warning)
