@@ -30,6 +30,8 @@ class Decision:
     unreachable: int = 0  # pairs of the job's servers reported unreachable
     unreachable_stale: int = 0  # of those, pairs only old reports say so (``Latencies``)
     unreachable_inferred: int = 0  # of those, pairs no report names (``with_dark_pairs``)
+    # the estimates of the unmeasured ones, (region, region, ms) (``estimates_used``)
+    estimates: tuple[tuple[str, str, float], ...] = ()
     baselines: Mapping[str, float | None] = field(default_factory=dict)
     baselines_why: Mapping[str, str] = field(default_factory=dict)  # why one places it not
     made: float = field(default_factory=lambda: clock())

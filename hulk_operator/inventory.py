@@ -703,6 +703,36 @@ def estimated_pairs(nodes: Sequence[str], latencies: Latencies) -> int:
     )
 
 
+def estimates_used(
+    nodes: Sequence[str], latencies: Latencies, cluster: Cluster
+) -> tuple[tuple[str, str, float], ...]:
+    """The estimate ``cluster`` gives the unmeasured pairs of ``nodes``, by region pair:
+    ``(region, region, ms)`` sorted (a user trial: the message named the rule, not what
+    it gave each region pair)."""
+    region = {s.name: s.region for s in cluster.servers}
+    wanted: dict[tuple[str, str], Pair] = {}
+    for p in _pairs(nodes):
+        if p in latencies.measured or p in latencies.unreachable or not p <= region.keys():
+            continue
+        ra, rb = sorted(region[n] for n in p)
+        wanted.setdefault((ra, rb), p)
+    by_region = {(min(r.a, r.b), max(r.a, r.b)): r.latency_ms for r in cluster.region_links}
+    out = {k: by_region[k] for k in wanted if k in by_region}
+    rest = {wanted[k]: k for k in wanted if k not in by_region}  # (a broken region pair's)
+    for link in cluster.links if rest else ():
+        k = rest.get(frozenset((link.a, link.b)))
+        if k is not None:
+            out[k] = link.latency_ms
+    return tuple(sorted((a, b, ms) for (a, b), ms in out.items()))
+
+
+def estimates_words(used: Sequence[tuple[str, str, float]], most: int = 6) -> str:
+    """``berlin-seoul 100 ms, seoul 1 ms``: :func:`estimates_used` for a message."""
+    words = [f"{a if a == b else f'{a}-{b}'} {ms:g} ms" for a, b, ms in used[:most]]
+    more = f" and {len(used) - most} more region pair(s)" if len(used) > most else ""
+    return ", ".join(words) + more
+
+
 def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> tuple[int, int, int]:
     """How many pairs of ``nodes`` are unreachable (no link, no fallback), how many of
     those only by reports past ``latency_max_age_s``, and how many by no report, taken as

@@ -31,6 +31,7 @@ from hulk_operator.fit import fits_nowhere
 from hulk_operator.inventory import (
     Usage,
     build_cluster,
+    estimates_words,
     fallback_words,
     node_info,
     other_pods,
@@ -417,7 +418,9 @@ def preview_plan(
                 notes.append(
                     f"job {names[e.key]}: {d.estimated} server pair(s) of its plan had no "
                     f"fresh latency measurement; used "
+                    f"{estimates_words(d.estimates) + ' (' if d.estimates else ''}"
                     f"{fallback_words(same_region_ms, cross_region_ms)}"
+                    f"{')' if d.estimates else ''}"
                 )
         else:
             reason = d.reason

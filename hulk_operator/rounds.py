@@ -23,7 +23,13 @@ from hulk_operator.fit import (
     unknown_regions,
     unmatched,
 )
-from hulk_operator.inventory import NodeInfo, build_cluster, cut_pairs, estimated_pairs
+from hulk_operator.inventory import (
+    NodeInfo,
+    build_cluster,
+    cut_pairs,
+    estimated_pairs,
+    estimates_used,
+)
 from hulk_operator.quota_fit import Round, make_room, quota_too_small, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
 from hulk_planner.errors import HulkError
@@ -114,13 +120,15 @@ def plan_group(
         if jp is not None:
             jp = replace(jp, name=k[1])
             cut, stale, inferred = cut_pairs(jp.nodes, snap.latencies)
+            guessed = estimated_pairs(jp.nodes, snap.latencies)
             out[k] = Decision(
                 k,
                 jp,
                 cluster,
                 "",
                 planner,
-                estimated=estimated_pairs(jp.nodes, snap.latencies),
+                estimated=guessed,
+                estimates=estimates_used(jp.nodes, snap.latencies, cluster) if guessed else (),
                 unreachable=cut,
                 unreachable_stale=stale,
                 unreachable_inferred=inferred,

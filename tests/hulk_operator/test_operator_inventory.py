@@ -812,3 +812,21 @@ def test_a_report_from_the_future_is_not_fresh() -> None:
     near = "2026-01-01T00:01:00Z"  # a minute ahead: clock skew, still fresh
     lat = inventory.read_latencies([latency_object("a", near, b=3.0)], 60, NOW)
     assert lat.measured == {frozenset("ab"): 3.0}
+
+
+def test_the_estimates_a_plan_used_are_told_by_region_pair() -> None:
+    """What each region pair's unmeasured pairs were given (a user trial: the message gave
+    the rule, not the figures), a broken region pair's per-pair estimate among them."""
+    lat = inventory.read_latencies(
+        [latency_object("a", STAMP, b=None, c=20.0), latency_object("b", STAMP, d=30.0)], 60, NOW
+    )
+    both = servers("ab") + servers("cd", region="tokyo")
+    cluster = inventory.build_cluster(both, lat, same_region_ms=1, cross_region_ms=100)
+    used = inventory.estimates_used(["a", "b", "c", "d"], lat, cluster)
+    # a-d, b-c across (the median of 20 and 30); c-d in Tokyo (the flag); a-b is cut
+    assert used == (("beijing", "tokyo", 25.0), ("tokyo", "tokyo", 1))
+    assert inventory.estimates_words(used) == "beijing-tokyo 25 ms, tokyo 1 ms"
+    assert inventory.estimates_words(used, most=1) == (
+        "beijing-tokyo 25 ms and 1 more region pair(s)"
+    )
+    assert inventory.estimates_used(["a", "c"], lat, cluster) == ()  # measured

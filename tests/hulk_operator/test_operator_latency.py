@@ -112,10 +112,11 @@ def test_the_operator_plans_with_measured_latencies(
     # nothing did)
     (note,) = preview_notes(estimated)
     assert note.startswith("hulk plan: note: job estimated: "), note
+    # ... with what it used (before, the rule alone: a user trial)
     assert note.endswith("server pair(s) of its plan had no fresh latency measurement; used "
-                         "the median measured latency between their regions where a pair of "
-                         "them was measured, else 1 ms within a region and 100 ms across "
-                         "regions"), note  # fmt: skip
+                         "quanzhou 1 ms (the median measured latency between their regions "
+                         "where a pair of them was measured, else 1 ms within a region and "
+                         "100 ms across regions)"), note  # fmt: skip
     assert preview_notes(near) == []
     kube.apply(near)
     kube.apply(estimated)
@@ -126,7 +127,7 @@ def test_the_operator_plans_with_measured_latencies(
     assert (c["status"], c["reason"]) == ("False", "Measured"), c
     c = condition(kube.job("estimated"), "LatencyEstimated")
     assert (c["status"], c["reason"]) == ("True", "FallbackLatency"), c
-    assert "no fresh latency measurement" in c["message"] and "1 ms within a region" in c["message"]
+    assert "no fresh latency measurement; used quanzhou 1 ms (" in c["message"], c
 
 
 def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
@@ -826,7 +827,8 @@ def test_the_preview_takes_the_operators_latency_settings(
 
     assert notes() == []  # two minutes old: fresh for the default 600 s
     stale, note = notes("--latency-max-age-s", "60", "--same-region-latency-ms", "2")
-    assert note.endswith("else 2 ms within a region and 100 ms across regions"), note
+    assert note.endswith("else 2 ms within a region and 100 ms across regions)"), note
+    assert "measurement; used tokyo 2 ms (the median" in note, note
     # every status past the max age: said, as the operator's log says it (a user trial)
     assert stale.startswith("hulk plan: note: no NodeLatency status was published in the "
                             "last 60 s (--latency-max-age-s): the newest, "), stale  # fmt: skip
