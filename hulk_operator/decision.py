@@ -29,7 +29,7 @@ class Decision:
     estimated: int = 0  # pairs of the job's servers whose latency is an estimate
     unreachable: int = 0  # pairs of the job's servers reported unreachable
     unreachable_stale: int = 0  # of those, pairs only old reports say so (``Latencies``)
-    unreachable_inferred: int = 0  # of those, pairs no report names (``with_dark_pairs``)
+    unreachable_inferred: int = 0  # of those, pairs no report names (``with_regions``)
     # the estimates of the unmeasured ones, (region, region, ms) (``estimates_used``)
     estimates: tuple[tuple[str, str, float], ...] = ()
     baselines: Mapping[str, float | None] = field(default_factory=dict)

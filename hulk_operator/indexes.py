@@ -41,7 +41,7 @@ from hulk_operator.inventory import (
     server_regions,
     slowest_publisher,
     stale_probes,
-    with_dark_pairs,
+    with_regions,
 )
 from hulk_operator.quotas import (
     Bound,
@@ -108,7 +108,11 @@ def latencies_now(memo: Any) -> Latencies:
         )
         _warn_slow_publisher(cache, items, cfg.latency_max_age_s)
         _warn_stale_probes(cache, items, cfg.latency_max_age_s)
-    return latencies
+    # read with the servers' regions (the node index as the timers last built it): what
+    # plans, edit checks and cut-link warnings all use (``inventory.with_regions``)
+    view: NodeView | None = memo.get("node_view")
+    built = view.built if view is not None else None
+    return with_regions(latencies, server_regions(built[1])) if built else latencies
 
 
 def _warn_stale_probes(cache: Listings, items: Sequence[Any], max_age_s: float) -> None:
@@ -117,7 +121,7 @@ def _warn_stale_probes(cache: Listings, items: Sequence[Any], max_age_s: float) 
     log = logging.getLogger("hulk_operator")
     if said and not cache.stale_told:
         log.warning(said)
-    elif not said and cache.stale_told:
+    elif not said and cache.stale_told and items:  # (none left: the probes gone, not back)
         log.info("NodeLatency statuses are published again: measured latencies are used")
     cache.stale_told = said is not None
 
@@ -498,7 +502,7 @@ async def build_snapshot(
 
     return Snapshot(
         nodes=nodes,
-        latencies=with_dark_pairs(latencies, server_regions(nodes)),
+        latencies=with_regions(latencies, server_regions(nodes)),
         jobs=jobs,
         held=held,
         used=used or {},

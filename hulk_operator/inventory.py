@@ -475,8 +475,13 @@ class Latencies:
     unreachable: frozenset[Pair] = frozenset()
     stale_unreachable: frozenset[Pair] = frozenset()
     # of ``unreachable``, pairs no report names, taken as unreachable: every measured pair
-    # of their two regions is reported unreachable (``with_dark_pairs``)
+    # of their two regions is reported unreachable (``with_regions``)
     inferred_unreachable: frozenset[Pair] = frozenset()
+    # region pair -> the median of its measured links, over every server (``with_regions``;
+    # None: not applied, ``build_cluster`` takes those of the servers it is given)
+    region_medians: Mapping[Pair, float] | None = field(default=None, compare=False)
+    regions: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
+    source: Latencies | None = field(default=None, compare=False, repr=False)
 
 
 def unreachable_pairs(
@@ -522,29 +527,31 @@ def slowest_publisher(latency_objects: Iterable[Mapping[str, Any]]) -> tuple[flo
 def stale_probes(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime | None = None
 ) -> str | None:
-    """Where there are NodeLatency objects and none was published within ``max_age_s``
-    (the probes stopped, or write nowhere), what to tell: every pair's latency is then an
-    estimate, and nothing else said so (a user trial: a re-plan put a stage on a 740 ms
-    pair taken as 100 ms). None otherwise."""
-    from hulk_probe.links import parse_time
+    """Where there are NodeLatency objects and none is fresh (``hulk_probe.links.fresh``:
+    published within ``max_age_s``, and not ahead of this clock past its skew), what to
+    tell: every pair's latency is then an estimate, and nothing else said so (a user trial:
+    a re-plan put a stage on a 740 ms pair taken as 100 ms). None otherwise."""
+    from hulk_probe.links import fresh, parse_time
 
     when = now or datetime.now(UTC)
+    objects = list(latency_objects)
+    published = [(o.get("status") or {}).get("lastPublished") for o in objects]
+    if not objects or any(fresh(t, when, max_age_s) for t in published):
+        return None
     stamps = [
         (t, str((o.get("metadata") or {}).get("name")))
-        for o in latency_objects
-        if (t := parse_time((o.get("status") or {}).get("lastPublished"))) is not None
+        for o, text in zip(objects, published, strict=True)
+        if (t := parse_time(text)) is not None and t <= when
     ]
-    if not stamps:
-        return None
-    newest, node = max(stamps)
-    age = (when - newest).total_seconds()
-    if age <= max_age_s:
-        return None
+    if stamps:
+        newest, node = max(stamps)
+        said = f"the newest, {node}'s, is {(when - newest).total_seconds():.0f} s old"
+    else:  # (none has a time, or only times ahead of this clock: a node's clock is wrong)
+        said = "none has a lastPublished time that is not in the future"
     return (
         f"no NodeLatency status was published in the last {max_age_s:g} s "
-        f"(--latency-max-age-s): the newest, {node}'s, is {age:.0f} s old, so every pair's "
-        "latency is an estimate; are the probes running? (kubectl get daemonset -A -l "
-        "app.kubernetes.io/component=probe)"
+        f"(--latency-max-age-s): {said}, so every pair's latency is an estimate; are the "
+        "probes running? (kubectl get daemonset -A -l app.kubernetes.io/component=probe)"
     )
 
 
@@ -567,23 +574,31 @@ def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
     return {n: i.server.region for n, i in nodes.items() if i.server is not None}
 
 
-_DARK_CACHE: list[tuple[Latencies, tuple[tuple[str, str], ...], Latencies]] = []
+_REGIONS_CACHE: list[tuple[Latencies, tuple[tuple[str, str], ...], Latencies]] = []
 
 
-def with_dark_pairs(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
-    """``latencies`` with every unmeasured, unreported pair of servers (``region`` maps
-    them to their regions) taken as unreachable where every measured pair of their two
-    regions is reported unreachable: a node not yet probed in a region cut off from
-    another is cut off too, most likely (before, it got the region-level estimate, and the
-    planner put a stage across the partition; a user trial). Where any pair of the two
-    regions is measured reachable, or only reports past the max age say unreachable, the
-    estimate stands (``build_cluster``). Kept for the last few inputs: the latencies are
-    shared between listings."""
-    if not latencies.unreachable:
-        return latencies
+def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
+    """``latencies`` read with every server's region (``region``: node -> region):
+
+    - ``region_medians``: the median measured latency of each region pair, over every
+      server's links (before, over those of the servers a round planned on: a region pair
+      measured between busy servers alone was given the flags' estimate, and the job's
+      status, the preview and ``hulk topology`` disagreed; a review);
+    - every unmeasured, unreported pair taken as unreachable where every measured pair of
+      its two regions is freshly reported unreachable (``inferred_unreachable``): a node
+      not yet probed beside a region cut off from its own is most likely cut off too
+      (before, it had the region-level estimate, and a job was planned across the
+      partition; a user trial). Reports past the max age alone do not count: where the
+      probes stopped, every measurement ages out and only their old partitions stay.
+
+    Applied to the latencies as read (an already applied one is read again from its
+    source); the last result is kept: the listing is shared by every job."""
+    base = latencies.source or latencies
     key = tuple(sorted(region.items()))
-    for seen, seen_key, out in _DARK_CACHE:
-        if seen is latencies and seen_key == key:
+    if latencies.regions == key:
+        return latencies
+    for seen, seen_key, out in _REGIONS_CACHE:
+        if seen is base and seen_key == key:
             return out
 
     def pair_of(a: str, b: str) -> tuple[str, str] | None:
@@ -592,36 +607,34 @@ def with_dark_pairs(latencies: Latencies, region: Mapping[str, str]) -> Latencie
             return None
         return (ra, rb) if ra <= rb else (rb, ra)
 
-    # (fresh reports alone: where the probes stopped, every measurement ages out and only
-    # their old partitions stay, which would cut off every pair of the region pair)
-    reported = latencies.unreachable - latencies.stale_unreachable
+    seen_ms: dict[tuple[str, str], list[float]] = {}
+    for (a, b), ms in base.measured.items():  # (pairs of two; tuples: 500,000 at 1,000 nodes)
+        if (k := pair_of(a, b)) is not None:
+            seen_ms.setdefault(k, []).append(ms)
+    medians = {frozenset(k): statistics.median(v) for k, v in seen_ms.items()}
+    reported = base.unreachable - base.stale_unreachable
     broken = {k for a, b in reported if (k := pair_of(a, b))}
-    lit: set[tuple[str, str]] = set()
-    for a, b in latencies.measured if broken else ():
-        k = pair_of(a, b)
-        if k in broken:
-            lit.add(k)
-            if len(lit) == len(broken):
-                break
     by_region: dict[str, list[str]] = {}
     for name, r in region.items():
         by_region.setdefault(r, []).append(name)
-    known = latencies.measured.keys() | latencies.unreachable
+    known = base.measured.keys() | base.unreachable
     dark = {
         p
-        for x, y in broken - lit
+        for x, y in broken
+        if frozenset((x, y)) not in medians
         for a in by_region[x]
         for b in by_region[y]
         if a != b and (p := frozenset((a, b))) not in known
     }
-    out = latencies
-    if dark:
-        out = replace(
-            latencies,
-            unreachable=latencies.unreachable | dark,
-            inferred_unreachable=frozenset(dark),
-        )
-    _DARK_CACHE[:] = [*_DARK_CACHE[-3:], (latencies, key, out)]
+    out = replace(
+        base,
+        unreachable=base.unreachable | dark,
+        inferred_unreachable=frozenset(dark),
+        region_medians=medians,
+        regions=key,
+        source=base,
+    )
+    _REGIONS_CACHE[:] = [(base, key, out)]
     return out
 
 
@@ -650,7 +663,9 @@ def build_cluster(
     }
     region = {s.name: s.region for s in servers}
     broken = {frozenset(region[n] for n in p) for p in cut}
-    between = region_medians(links, region)
+    between = latencies.region_medians
+    if between is None:  # (not read with every server's region: those given)
+        between = region_medians(links, region)
     by_region: dict[str, list[str]] = {}
     for s in servers:
         by_region.setdefault(s.region, []).append(s.name)
@@ -736,7 +751,7 @@ def estimates_words(used: Sequence[tuple[str, str, float]], most: int = 6) -> st
 def cut_pairs(nodes: Sequence[str], latencies: Latencies) -> tuple[int, int, int]:
     """How many pairs of ``nodes`` are unreachable (no link, no fallback), how many of
     those only by reports past ``latency_max_age_s``, and how many by no report, taken as
-    unreachable with their regions (``with_dark_pairs``)."""
+    unreachable with their regions (``with_regions``)."""
     cut = [p for p in _pairs(nodes) if p in latencies.unreachable]
     stale = sum(1 for p in cut if p in latencies.stale_unreachable)
     return len(cut), stale, sum(1 for p in cut if p in latencies.inferred_unreachable)

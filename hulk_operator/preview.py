@@ -38,7 +38,7 @@ from hulk_operator.inventory import (
     read_latencies,
     server_regions,
     stale_probes,
-    with_dark_pairs,
+    with_regions,
 )
 from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
 from hulk_operator.quotas import (
@@ -180,7 +180,7 @@ def _read(
             defaults.setdefault(meta["namespace"], []).append((meta["name"], *given))
     snap = Snapshot(
         nodes=nodes,
-        latencies=with_dark_pairs(latencies, server_regions(nodes)),
+        latencies=with_regions(latencies, server_regions(nodes)),
         jobs=jobs,
         held=held_servers(jobs, stage_pods),
         used=Usage(others),

@@ -277,16 +277,57 @@ def test_probes_that_stopped_publishing_are_warned_of_once_and_their_return_told
     cache = indexes.Listings()
     with caplog.at_level(logging.INFO, logger="hulk_operator"):
         indexes._warn_stale_probes(cache, [], 600.0)  # no probes: nothing to tell
-        indexes._warn_stale_probes(cache, [obj("a", None)], 600.0)
         indexes._warn_stale_probes(cache, [obj("a", 700.0), obj("b", 30.0)], 600.0)
         assert not caplog.records  # b's is fresh
         indexes._warn_stale_probes(cache, [obj("a", 900.0), obj("b", 700.0)], 600.0)
         indexes._warn_stale_probes(cache, [obj("a", 910.0), obj("b", 710.0)], 600.0)
         (record,) = caplog.records
         indexes._warn_stale_probes(cache, [obj("a", 900.0), obj("b", 5.0)], 600.0)
+        # the objects deleted after a warning: the probes are gone, not back (a review)
+        indexes._warn_stale_probes(cache, [obj("a", 900.0)], 600.0)
+        indexes._warn_stale_probes(cache, [], 600.0)
+        assert len(caplog.records) == 3
     assert record.levelname == "WARNING"
     text = record.getMessage()
     assert "no NodeLatency status was published in the last 600 s" in text, text
     assert "the newest, b's, is 700 s old" in text and "are the probes running?" in text
-    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO", "WARNING"]
     assert "published again" in caplog.records[1].getMessage()
+    # a report from a clock ahead is not fresh either (``links.fresh``), nor one with no time
+    from hulk_operator.inventory import stale_probes
+
+    ahead = obj("c", -3600.0)  # (an hour in the future)
+    said = stale_probes([ahead, obj("d", None)], 600.0)
+    assert said is not None and "none has a lastPublished time that is not in the future" in said
+    said = stale_probes([ahead, obj("a", 900.0)], 600.0)
+    assert said is not None and "the newest, a's, is 900 s old" in said, said
+
+
+def test_the_shared_latencies_are_read_with_every_servers_region() -> None:
+    """What plans, edit checks and cut-link warnings read (``latencies_now``) has the
+    regions' medians and inferred partitions (a review: edit checks read the raw reports
+    and took an unprobed node for a bridge across a partition the planner saw)."""
+    import time
+
+    import kopf
+
+    from hulk_operator.inventory import Latencies, NodeInfo
+    from hulk_planner.model import Server
+
+    def node(name: str, region: str) -> NodeInfo:
+        return NodeInfo(name, server=Server(name, region, 8, 80.0, 312.0))
+
+    nodes = {n: node(n, r) for n, r in [("a1", "A"), ("a2", "A"), ("b1", "B"), ("b3", "B")]}
+    pair = frozenset
+    raw = Latencies(
+        {pair(("a1", "a2")): 2.0},
+        frozenset({pair(("a1", "b1")), pair(("a2", "b1"))}),
+    )
+    view = indexes.NodeView()
+    view.built = (0, nodes, {})
+    listings = indexes.Listings(latency=(time.monotonic(), raw), latency_every=1e9)
+    memo = kopf.Memo(listings=listings, node_view=view)
+    seen = indexes.latencies_now(memo)
+    assert seen.inferred_unreachable == {pair(("a1", "b3")), pair(("a2", "b3"))}
+    assert seen.region_medians == {pair(("A",)): 2.0}
+    assert indexes.latencies_now(kopf.Memo(listings=listings)) is raw  # (no nodes seen yet)

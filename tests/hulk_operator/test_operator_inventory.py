@@ -270,11 +270,11 @@ def test_a_pair_unmeasured_where_its_regions_are_cut_off_is_taken_as_unreachable
     region = {"a": "beijing", "b": "beijing", "e": "beijing", "c": "tokyo", "d": "tokyo",
               "f": "tokyo"}  # fmt: skip
     lat = inventory.read_latencies(objs, 60, NOW)
-    dark = inventory.with_dark_pairs(lat, region)
+    dark = inventory.with_regions(lat, region)
     cut_off = {frozenset(p) for p in ("bd", "af", "bf", "ec", "ed", "ef")}
     assert dark.inferred_unreachable == cut_off
     assert dark.unreachable == lat.unreachable | cut_off and dark.measured == lat.measured
-    assert inventory.with_dark_pairs(lat, region) is dark  # (kept: the listing is shared)
+    assert inventory.with_regions(lat, region) is dark  # (kept: the listing is shared)
     both = servers("abe") + servers("cdf", region="tokyo")
     cluster = inventory.build_cluster(both, dark, same_region_ms=1, cross_region_ms=80)
     from hulk_planner.topology import Network
@@ -286,17 +286,19 @@ def test_a_pair_unmeasured_where_its_regions_are_cut_off_is_taken_as_unreachable
     assert inventory.estimated_pairs(["a", "b", "e", "f"], dark) == 2  # a-e, b-e
     # one pair across measured reachable: the others keep the estimate (its median)
     lit = inventory.read_latencies([*objs, latency_object("e", STAMP, f=20.0)], 60, NOW)
-    again = inventory.with_dark_pairs(lit, region)
+    again = inventory.with_regions(lit, region)
     assert again.inferred_unreachable == frozenset() and again.unreachable == lit.unreachable
     net = Network(inventory.build_cluster(both, again, same_region_ms=1, cross_region_ms=80))
     assert net.latency("b", "f") == 20.0 and not net.reachable("a", "c")
     # only reports past the max age: nothing inferred (the probes stopped, every
     # measurement aged out; a sandbox test found every pair of the region cut off)
     old = inventory.Latencies({}, lat.unreachable, lat.unreachable)
-    assert inventory.with_dark_pairs(old, region).inferred_unreachable == frozenset()
-    # no report of an unreachable pair: nothing to infer, the same object back
+    assert inventory.with_regions(old, region).inferred_unreachable == frozenset()
+    # no report of an unreachable pair: nothing to infer
     calm = inventory.read_latencies([latency_object("a", STAMP, b=3.0)], 60, NOW)
-    assert inventory.with_dark_pairs(calm, region) is calm
+    assert inventory.with_regions(calm, region).unreachable == frozenset()
+    # read again with its regions: the same (as a snapshot of the shared listing does)
+    assert inventory.with_regions(dark, region) is dark
 
 
 def test_gpu_requests_count_as_the_scheduler_does() -> None:
@@ -812,6 +814,24 @@ def test_a_report_from_the_future_is_not_fresh() -> None:
     near = "2026-01-01T00:01:00Z"  # a minute ahead: clock skew, still fresh
     lat = inventory.read_latencies([latency_object("a", near, b=3.0)], 60, NOW)
     assert lat.measured == {frozenset("ab"): 3.0}
+
+
+def test_the_medians_count_every_servers_links_not_only_those_planned_on() -> None:
+    """A round plans a new job on the free servers; the estimate of their unmeasured pairs
+    is the median of every measured pair of their regions, busy servers' too (before, of
+    the free ones' alone: 100 ms where hulk topology said 20; a review)."""
+    lat = inventory.read_latencies([latency_object("a", STAMP, c=20.0)], 60, NOW)
+    every = servers("ab") + servers("cd", region="tokyo")
+    region = {s.name: s.region for s in every}
+    free = [s for s in every if s.name in ("b", "d")]
+    alone = inventory.build_cluster(free, lat, same_region_ms=1, cross_region_ms=100)
+    seen = inventory.with_regions(lat, region)
+    read = inventory.build_cluster(free, seen, same_region_ms=1, cross_region_ms=100)
+    from hulk_planner.topology import Network
+
+    assert Network(alone).latency("b", "d") == 100.0  # (given only its own servers' links)
+    assert Network(read).latency("b", "d") == 20.0
+    assert inventory.estimates_used(["b", "d"], seen, read) == (("beijing", "tokyo", 20.0),)
 
 
 def test_the_estimates_a_plan_used_are_told_by_region_pair() -> None:
