@@ -15,7 +15,13 @@ import argparse
 import sys
 from collections.abc import Collection
 
-from hulk_operator.inventory import NO_GPUS, cut_pairs, estimated_pairs, fallback_words
+from hulk_operator.inventory import (
+    INFERRED_WORDS,
+    NO_GPUS,
+    cut_pairs,
+    estimated_pairs,
+    fallback_words,
+)
 from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.cli import add_latency_arguments, latency_settings
@@ -89,12 +95,7 @@ def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: floa
         )
     cut, _, inferred = cut_pairs(ordered, snap.latencies)
     if cut:
-        unsaid = (
-            f" ({inferred} of them not measured, in region pairs whose every measured pair is "
-            "reported unreachable)"
-            if inferred
-            else ""
-        )
+        unsaid = f" ({inferred} of them {INFERRED_WORDS})" if inferred else ""
         out.append(f"{cut} server pair(s) are reported unreachable{unsaid}: no link, as the "
                    "operator plans them (they cannot communicate)")  # fmt: skip
     return out

@@ -601,19 +601,9 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
         if seen is base and seen_key == key:
             return out
 
-    def pair_of(a: str, b: str) -> tuple[str, str] | None:
-        ra, rb = region.get(a), region.get(b)
-        if ra is None or rb is None:
-            return None
-        return (ra, rb) if ra <= rb else (rb, ra)
-
-    seen_ms: dict[tuple[str, str], list[float]] = {}
-    for (a, b), ms in base.measured.items():  # (pairs of two; tuples: 500,000 at 1,000 nodes)
-        if (k := pair_of(a, b)) is not None:
-            seen_ms.setdefault(k, []).append(ms)
-    medians = {frozenset(k): statistics.median(v) for k, v in seen_ms.items()}
+    medians = region_medians(base.measured, region)
     reported = base.unreachable - base.stale_unreachable
-    broken = {k for a, b in reported if (k := pair_of(a, b))}
+    broken = {k for a, b in reported if (k := _region_pair(region, a, b))}
     by_region: dict[str, list[str]] = {}
     for name, r in region.items():
         by_region.setdefault(r, []).append(name)
@@ -696,13 +686,35 @@ def fallback_words(same_region_ms: float, cross_region_ms: float) -> str:
     )
 
 
+def used_words(
+    used: Sequence[tuple[str, str, float]], same_region_ms: float, cross_region_ms: float
+) -> str:
+    """What a plan's unmeasured pairs were given (:func:`estimates_used`), then the rule:
+    ``seoul 1 ms (the median ...)``; the rule alone where none is known."""
+    rule = fallback_words(same_region_ms, cross_region_ms)
+    return f"{estimates_words(used)} ({rule})" if used else rule
+
+
+# (a pair ``with_regions`` took as unreachable, among those counted as reported)
+INFERRED_WORDS = "not measured, in region pairs whose every measured pair is reported unreachable"
+
+
+def _region_pair(region: Mapping[str, str], a: str, b: str) -> tuple[str, str] | None:
+    """The regions of servers ``a`` and ``b``, in order (None where one has none)."""
+    ra, rb = region.get(a), region.get(b)
+    if ra is None or rb is None:
+        return None
+    return (ra, rb) if ra <= rb else (rb, ra)
+
+
 def region_medians(links: Mapping[Pair, float], region: Mapping[str, str]) -> dict[Pair, float]:
     """The median measured latency of each region pair (a one-region pair for links within
-    a region) of ``links``, whose servers ``region`` maps to their regions."""
+    a region) of ``links``, by the regions ``region`` gives their servers (a link of a
+    server it does not name is left out)."""
     seen: dict[tuple[str, str], list[float]] = {}
     for (a, b), ms in links.items():  # (pairs of two; tuples: 500,000 of them at 1,000 nodes)
-        ra, rb = region[a], region[b]
-        seen.setdefault((ra, rb) if ra <= rb else (rb, ra), []).append(ms)
+        if (k := _region_pair(region, a, b)) is not None:
+            seen.setdefault(k, []).append(ms)
     return {frozenset(k): statistics.median(v) for k, v in seen.items()}
 
 

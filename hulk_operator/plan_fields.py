@@ -11,7 +11,7 @@ from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, pod_source, spec_hashes
-from hulk_operator.inventory import estimates_words, fallback_words
+from hulk_operator.inventory import INFERRED_WORDS, used_words
 from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
 from hulk_planner.model import Job
@@ -116,10 +116,7 @@ def estimated(
         else ""
     )
     inferred = (
-        f", {d.unreachable_inferred} of them not measured, in region pairs whose every "
-        "measured pair is reported unreachable"
-        if d.unreachable_inferred
-        else ""
+        f", {d.unreachable_inferred} of them {INFERRED_WORDS}" if d.unreachable_inferred else ""
     )
     cut = (
         f"; {d.unreachable} pair(s) reported unreachable had no latency (no link, no "
@@ -130,9 +127,8 @@ def estimated(
     if d.estimated:
         msg = (
             f"when planned, {d.estimated} server pair(s) had no fresh latency measurement; used "
-            f"{estimates_words(d.estimates) + ' (' if d.estimates else ''}"
-            f"{fallback_words(cfg.same_region_latency_ms, cfg.cross_region_latency_ms)}"
-            f"{')' if d.estimates else ''}{cut}"
+            f"{used_words(d.estimates, cfg.same_region_latency_ms, cfg.cross_region_latency_ms)}"
+            f"{cut}"
         )
         return st.set_condition(conds, st.ESTIMATED, True, "FallbackLatency", msg, gen)
     if d.job_plan is not None and len(d.job_plan.nodes) < 2:

@@ -31,13 +31,12 @@ from hulk_operator.fit import fits_nowhere
 from hulk_operator.inventory import (
     Usage,
     build_cluster,
-    estimates_words,
-    fallback_words,
     node_info,
     other_pods,
     read_latencies,
     server_regions,
     stale_probes,
+    used_words,
     with_regions,
 )
 from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
@@ -417,10 +416,8 @@ def preview_plan(
                 # the preview did not tell a measured step time from an estimated one)
                 notes.append(
                     f"job {names[e.key]}: {d.estimated} server pair(s) of its plan had no "
-                    f"fresh latency measurement; used "
-                    f"{estimates_words(d.estimates) + ' (' if d.estimates else ''}"
-                    f"{fallback_words(same_region_ms, cross_region_ms)}"
-                    f"{')' if d.estimates else ''}"
+                    "fresh latency measurement; used "
+                    f"{used_words(d.estimates, same_region_ms, cross_region_ms)}"
                 )
         else:
             reason = d.reason
