@@ -18,12 +18,14 @@ def publish_latencies(
     rows: Mapping[str, Mapping[str, float | None]],
     at: datetime | None = None,
     owners: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> None:
     """``rows[node][peer]`` is the one-way latency in ms measured from ``node``, or None for
     a peer reported unreachable. Creates each node's object if missing (owned by its Node
     where ``owners`` gives the Node's uid, as the probe's are: it goes with the Node), then
-    writes its status."""
+    writes its status. ``timeout_s`` bounds each API call (none by default)."""
     custom = client.CustomObjectsApi(api)
+    bound: dict[str, Any] = {} if timeout_s is None else {"_request_timeout": timeout_s}
     stamp = (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     for node, peers in rows.items():
         body: dict[str, Any] = {
@@ -36,7 +38,7 @@ def publish_latencies(
                 {"apiVersion": "v1", "kind": "Node", "name": node, "uid": (owners or {})[node]}
             ]
         try:
-            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, **bound)
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
@@ -54,7 +56,9 @@ def publish_latencies(
             "unreachablePeers": len(entries) - reachable,
             "peers": entries,
         }
-        custom.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, node, {"status": status})
+        custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, PLURAL, node, {"status": status}, **bound
+        )
 
 
 def forget_latencies(api: client.ApiClient, nodes: Iterable[str]) -> None:
