@@ -7,7 +7,7 @@ job runs).
 
 Each size runs in a child process: it builds the listing's body as the API server sends it
 (every node's probe reporting on every other node, as ``hulk_probe.publisher`` writes it),
-then times ``json.loads`` plus ``inventory.read_latencies`` on it and reports the peak
+then times ``json.loads`` plus ``latencies.read_latencies`` on it and reports the peak
 resident memory they added above the body's own. No API server: the listing's transfer is
 not counted, only what the operator does with it.
 
@@ -17,7 +17,7 @@ kopf's loop): ``json.loads`` holds the GIL for a whole response, so the loop sta
 the parse of the largest one; once with the listing whole, once in pages of
 ``kube.LATENCY_PAGE`` objects (``limit``/``continue``, what the operator reads now).
 
-Last, the seconds of ``inventory.build_cluster`` on those latencies and the nodes as
+Last, the seconds of ``latencies.build_cluster`` on those latencies and the nodes as
 servers of 10 regions: what each planning round does with them before it plans (every
 measured pair a validated ``Link``).
 """
@@ -80,8 +80,8 @@ def longest_stall(work: Callable[[], Any]) -> float:
 
 
 def child(nodes: int) -> None:
-    from hulk_operator.inventory import build_cluster, read_latencies
     from hulk_operator.kube import LATENCY_PAGE
+    from hulk_operator.latencies import build_cluster, read_latencies
     from hulk_planner.model import Server
 
     body = listing(nodes)

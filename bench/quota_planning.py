@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import Latencies, node_info
+from hulk_operator.inventory import node_info
+from hulk_operator.latencies import Latencies
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator.config import OperatorConfig
-from hulk_operator.inventory import Latencies, NodeInfo, Resources
+from hulk_operator.inventory import NodeInfo, Resources
+from hulk_operator.latencies import Latencies
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Placer
 from hulk_operator.snapshot import LimitDefaults, Snapshot

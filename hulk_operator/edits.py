@@ -36,7 +36,8 @@ from hulk_operator.entries import (
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
 from hulk_operator.fit import fits_nowhere, matching_nodes
-from hulk_operator.inventory import NodeInfo, Pair
+from hulk_operator.inventory import NodeInfo
+from hulk_operator.latencies import Pair
 from hulk_operator.snapshot import filled_requests
 from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 

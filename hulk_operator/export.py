@@ -15,13 +15,8 @@ import argparse
 import sys
 from collections.abc import Collection
 
-from hulk_operator.inventory import (
-    INFERRED_WORDS,
-    NO_GPUS,
-    cut_pairs,
-    estimated_pairs,
-    fallback_words,
-)
+from hulk_operator.inventory import NO_GPUS
+from hulk_operator.latencies import INFERRED_WORDS, cut_pairs, estimated_pairs, fallback_words
 from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.cli import add_latency_arguments, latency_settings

@@ -13,7 +13,8 @@ from collections.abc import Collection, Mapping, Sequence
 
 from hulk_operator import GPU
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import NO_GPUS, NodeInfo, Pair, Resources, fits, node_region, selected
+from hulk_operator.inventory import NO_GPUS, NodeInfo, Resources, fits, node_region, selected
+from hulk_operator.latencies import Pair
 from hulk_planner.cost import too_big
 from hulk_planner.datasets import slug
 from hulk_planner.topology import components
@@ -150,7 +151,7 @@ def too_big_for(
 def reachable_groups(names: Sequence[str], unreachable: Collection[Pair]) -> list[list[str]]:
     """``names`` split into the groups whose servers can reach each other, one to the next:
     every pair is linked but those reported unreachable (their fallback latency; as
-    ``inventory.build_cluster`` builds the cluster). A walk over the complement of the cut
+    ``latencies.build_cluster`` builds the cluster). A walk over the complement of the cut
     pairs, so a cluster of 1,000 servers with a few cuts costs no 500,000 pairs."""
     cut: dict[str, set[str]] = {}
     for pair in unreachable:

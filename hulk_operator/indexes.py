@@ -28,7 +28,6 @@ from hulk_operator.context import PodEntry
 from hulk_operator.entries import JobEntry, Key, job_entry
 from hulk_operator.inventory import (
     NO_GPUS,
-    Latencies,
     NodeInfo,
     Resources,
     epoch,
@@ -36,8 +35,11 @@ from hulk_operator.inventory import (
     node_info,
     other_pods,
     pod_requests,
-    read_latencies,
     served,
+)
+from hulk_operator.latencies import (
+    Latencies,
+    read_latencies,
     server_regions,
     slowest_publisher,
     stale_probes,
@@ -109,7 +111,7 @@ def latencies_now(memo: Any) -> Latencies:
         _warn_slow_publisher(cache, items, cfg.latency_max_age_s)
         _warn_stale_probes(cache, items, cfg.latency_max_age_s)
     # read with the servers' regions (the node index as the timers last built it): what
-    # plans, edit checks and cut-link warnings all use (``inventory.with_regions``)
+    # plans, edit checks and cut-link warnings all use (``latencies.with_regions``)
     view: NodeView | None = memo.get("node_view")
     built = view.built if view is not None else None
     return with_regions(latencies, server_regions(built[1])) if built else latencies

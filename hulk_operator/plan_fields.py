@@ -11,7 +11,7 @@ from hulk_operator import status as st
 from hulk_operator.config import OperatorConfig
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, pod_source, spec_hashes
-from hulk_operator.inventory import INFERRED_WORDS, used_words
+from hulk_operator.latencies import INFERRED_WORDS, used_words
 from hulk_planner.cost import batch_note
 from hulk_planner.io import seconds
 from hulk_planner.model import Job

@@ -28,11 +28,9 @@ from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.fit import fits_nowhere
-from hulk_operator.inventory import (
-    Usage,
+from hulk_operator.inventory import Usage, node_info, other_pods
+from hulk_operator.latencies import (
     build_cluster,
-    node_info,
-    other_pods,
     read_latencies,
     server_regions,
     stale_probes,

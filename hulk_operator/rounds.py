@@ -23,13 +23,8 @@ from hulk_operator.fit import (
     unknown_regions,
     unmatched,
 )
-from hulk_operator.inventory import (
-    NodeInfo,
-    build_cluster,
-    cut_pairs,
-    estimated_pairs,
-    estimates_used,
-)
+from hulk_operator.inventory import NodeInfo
+from hulk_operator.latencies import build_cluster, cut_pairs, estimated_pairs, estimates_used
 from hulk_operator.quota_fit import Round, make_room, quota_too_small, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
 from hulk_planner.errors import HulkError

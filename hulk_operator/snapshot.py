@@ -15,7 +15,6 @@ from hulk_operator.entries import JobEntry, Key
 from hulk_operator.fit import describe, matching_nodes, missing_resources, unmatched
 from hulk_operator.inventory import (
     ALWAYS_TOLERATED,
-    Latencies,
     NodeInfo,
     Resources,
     fits,
@@ -23,6 +22,7 @@ from hulk_operator.inventory import (
     selected,
     tolerates,
 )
+from hulk_operator.latencies import Latencies
 from hulk_operator.quotas import (
     QUOTA_GPU,
     Bound,

@@ -7,7 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import Latencies, NodeInfo, node_info
+from hulk_operator.inventory import NodeInfo, node_info
+from hulk_operator.latencies import Latencies
 from hulk_operator.quotas import stage_quota, with_defaults
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.datasets import paper_cluster

@@ -6,7 +6,7 @@ from __future__ import annotations
 from placement_helpers import nodes, not_ready
 
 from hulk_operator.export import notes
-from hulk_operator.inventory import Latencies
+from hulk_operator.latencies import Latencies
 from hulk_operator.snapshot import Snapshot
 
 

@@ -8,7 +8,8 @@ import pytest
 from placement_helpers import entry, nodes
 
 from hulk_operator.fit import reachable_groups, requests_fit_nowhere, too_big_for, unmatched
-from hulk_operator.inventory import Latencies, Resources
+from hulk_operator.inventory import Resources
+from hulk_operator.latencies import Latencies
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan

@@ -294,7 +294,7 @@ def test_probes_that_stopped_publishing_are_warned_of_once_and_their_return_told
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO", "WARNING"]
     assert "published again" in caplog.records[1].getMessage()
     # a report from a clock ahead is not fresh either (``links.fresh``), nor one with no time
-    from hulk_operator.inventory import stale_probes
+    from hulk_operator.latencies import stale_probes
 
     ahead = obj("c", -3600.0)  # (an hour in the future)
     said = stale_probes([ahead, obj("d", None)], 600.0)
@@ -311,7 +311,8 @@ def test_the_shared_latencies_are_read_with_every_servers_region() -> None:
 
     import kopf
 
-    from hulk_operator.inventory import Latencies, NodeInfo
+    from hulk_operator.inventory import NodeInfo
+    from hulk_operator.latencies import Latencies
     from hulk_planner.model import Server
 
     def node(name: str, region: str) -> NodeInfo:

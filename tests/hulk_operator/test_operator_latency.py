@@ -31,7 +31,7 @@ from hjob_helpers import (
 from kubernetes import client
 
 from hulk_operator import GPU, GROUP, PLURAL, VERSION
-from hulk_operator.inventory import Latencies, build_cluster
+from hulk_operator.latencies import Latencies, build_cluster
 from hulk_operator.preview import cluster_from_kubeconfig
 from hulk_planner.api import plan
 from hulk_planner.cli import BASELINES

@@ -20,7 +20,8 @@ from placement_helpers import entry, nodes, not_ready, snap, templated
 from hulk_operator import GPU, recovery
 from hulk_operator import status as st
 from hulk_operator.decision import Decision
-from hulk_operator.inventory import Latencies, node_info
+from hulk_operator.inventory import node_info
+from hulk_operator.latencies import Latencies
 from hulk_operator.placement import Placer
 from hulk_operator.quotas import QUOTA_GPU, limit_bounds
 from hulk_operator.rounds import plan_pending

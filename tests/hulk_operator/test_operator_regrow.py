@@ -17,7 +17,7 @@ from hulk_operator import GROUP, PLURAL, VERSION, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, object_entry
-from hulk_operator.inventory import Latencies
+from hulk_operator.latencies import Latencies
 from hulk_operator.placement import Placer
 from hulk_operator.quotas import QUOTA_GPU
 from hulk_operator.rounds import plan_pending

@@ -9,11 +9,8 @@ from placement_helpers import entry, nodes, snap
 
 from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import PRODUCT as PRODUCT_LABEL
-from hulk_operator.inventory import (
-    Latencies,
-    Resources,
-    Taint,
-)
+from hulk_operator.inventory import Resources, Taint
+from hulk_operator.latencies import Latencies
 from hulk_operator.reconcile import same_cause
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot

@@ -1,0 +1,220 @@
+"""Pure tests of the latencies the operator reads: NodeLatency reports to measured and
+unreachable pairs, region estimates and inferred partitions, the cluster the planner sees,
+and the words the status uses for them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from hulk_operator import latencies
+from hulk_planner.model import Server
+
+
+def latency_object(name: str, stamp: str, **peers: float | None) -> dict[str, Any]:
+    """A NodeLatency object; a peer given None is reported unreachable."""
+    rows = [
+        {"node": n, "reachable": False, "samples": 0, "consecutiveFailures": 3}
+        if ms is None
+        else {"node": n, "reachable": True, "latencyMs": ms, "lastUpdated": stamp, "samples": 5}
+        for n, ms in peers.items()
+    ]
+    return {"metadata": {"name": name}, "status": {"lastPublished": stamp, "peers": rows}}
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+STAMP = "2026-01-01T00:00:00Z"
+
+
+def servers(names: str, region: str = "beijing") -> list[Server]:
+    """One server of 8 A100-40GB per letter of ``names``, in ``region``."""
+    return [Server(n, region, 8, 40.0, 312.0) for n in names]
+
+
+def test_links_measured_and_fallback() -> None:
+    lat = latencies.read_latencies([latency_object("a", STAMP, b=10.0)], 60, NOW)
+    assert lat.measured == {frozenset(("a", "b")): 10.0} and not lat.unreachable
+    both = servers("abc") + servers("de", region="tokyo")
+    cluster = latencies.build_cluster(both, lat, same_region_ms=1, cross_region_ms=80)
+    assert [(lk.a, lk.b, lk.latency_ms) for lk in cluster.links] == [("a", "b", 10.0)]
+    # Beijing's unmeasured pairs: its measured link; the others: the flags' estimates
+    assert [(r.a, r.b, r.latency_ms) for r in cluster.region_links] == [
+        ("beijing", "beijing", 10.0),
+        ("beijing", "tokyo", 80),
+        ("tokyo", "tokyo", 1),
+    ]
+    assert latencies.estimated_pairs(["a", "b", "c"], lat) == 2
+
+
+def test_an_unmeasured_pair_is_estimated_by_the_median_of_its_regions_links() -> None:
+    """A node not yet probed (e) is placed by what its region pair measures, not by the
+    flags' 1 and 100 ms (before, a measured 20 ms region pair's new node counted 100)."""
+    lat = latencies.read_latencies(
+        [latency_object("a", STAMP, b=3.0, c=20.0, d=30.0), latency_object("b", STAMP, c=22.0)],
+        60,
+        NOW,
+    )
+    both = servers("ab") + servers("cde", region="tokyo")
+    cluster = latencies.build_cluster(both, lat, same_region_ms=1, cross_region_ms=100)
+    from hulk_planner.topology import Network
+
+    net = Network(cluster)
+    assert net.latency("a", "e") == net.latency("b", "d") == 22.0  # median of 20, 22, 30
+    assert net.latency("c", "e") == 1.0  # no Tokyo pair measured: the flag
+    assert net.latency("a", "b") == 3.0 and net.latency("a", "d") == 30.0  # measured, kept
+    # a region pair broken by an unreachable report: its other pairs get the median too
+    cut = latencies.Latencies({**lat.measured}, frozenset({frozenset("ae")}))
+    apart = Network(latencies.build_cluster(both, cut, same_region_ms=1, cross_region_ms=100))
+    assert not apart.direct[apart.index["a"], apart.index["e"]]
+    assert apart.latency("b", "e") == apart.latency("b", "d") == 22.0
+
+
+def test_the_cluster_does_not_depend_on_the_order_nodes_were_seen_in() -> None:
+    lat = latencies.read_latencies([latency_object("a", STAMP, b=10.0)], 60, NOW)
+    seen = latencies.build_cluster(servers("cab"), lat, same_region_ms=1, cross_region_ms=80)
+    assert seen == latencies.build_cluster(
+        servers("abc"), lat, same_region_ms=1, cross_region_ms=80
+    )
+    assert [s.name for s in seen.servers] == ["a", "b", "c"]
+
+
+def test_stale_measurements_fall_back() -> None:
+    old = "2025-12-31T23:50:00Z"  # 10 minutes before NOW
+    lat = latencies.read_latencies([latency_object("a", old, b=10.0, c=None)], 60, NOW)
+    ac = frozenset("ac")  # (its partition is kept: the next test)
+    assert lat == latencies.Latencies({}, frozenset({ac}), frozenset({ac}))
+    assert latencies.estimated_pairs(["a", "b", "c"], lat) == 2
+
+
+def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -> None:
+    objs = [latency_object("a", STAMP, b=None, c=2.0), latency_object("b", STAMP, a=3.0)]
+    lat = latencies.read_latencies(objs, 60, NOW)
+    ab = frozenset("ab")
+    assert lat.unreachable == {ab} and lat.measured == {frozenset("ac"): 2.0}
+    both = servers("ab") + servers("cd", region="tokyo")
+    cluster = latencies.build_cluster(both, lat, same_region_ms=1, cross_region_ms=80)
+    # beijing-beijing holds the cut pair: no region link there, a link for every other pair.
+    assert sorted((r.a, r.b) for r in cluster.region_links) == [
+        ("beijing", "tokyo"),
+        ("tokyo", "tokyo"),
+    ]
+    assert ab not in {lk.key for lk in cluster.links}
+    assert {lk.key: lk.latency_ms for lk in cluster.links} == {frozenset("ac"): 2.0}
+    from hulk_planner.topology import Network
+
+    net = Network(cluster)
+    assert not net.direct[net.index["a"], net.index["b"]]  # no latency of its own
+    assert net.latency("a", "c") == 2.0 and net.latency("c", "d") == 1.0
+    assert net.latency("b", "d") == 2.0  # (the median of beijing-tokyo's measured links)
+    assert latencies.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c
+    assert latencies.cut_pairs(["a", "b", "c"], lat) == (1, 0, 0)
+    # Nothing is relayed: without a link the pair is unusable, with or without other servers.
+    alone = latencies.build_cluster(servers("ab"), lat, same_region_ms=1, cross_region_ms=80)
+    assert not Network(alone).reachable("a", "b")
+
+
+def test_a_pair_unmeasured_where_its_regions_are_cut_off_is_taken_as_unreachable() -> None:
+    """A node not yet probed (e, f) beside a region pair whose every measured pair is
+    reported unreachable is cut off too: no link, no estimate, and said so (before, the
+    region-level estimate: the planner put a stage across the partition; a user trial).
+    Where one pair of the two regions is measured reachable, the estimate stands."""
+    objs = [
+        latency_object("a", STAMP, c=None, d=None, b=3.0),
+        latency_object("b", STAMP, c=None),  # (b-d unmeasured: taken as cut too)
+    ]
+    region = {"a": "beijing", "b": "beijing", "e": "beijing", "c": "tokyo", "d": "tokyo",
+              "f": "tokyo"}  # fmt: skip
+    lat = latencies.read_latencies(objs, 60, NOW)
+    dark = latencies.with_regions(lat, region)
+    cut_off = {frozenset(p) for p in ("bd", "af", "bf", "ec", "ed", "ef")}
+    assert dark.inferred_unreachable == cut_off
+    assert dark.unreachable == lat.unreachable | cut_off and dark.measured == lat.measured
+    assert latencies.with_regions(lat, region) is dark  # (kept: the listing is shared)
+    both = servers("abe") + servers("cdf", region="tokyo")
+    cluster = latencies.build_cluster(both, dark, same_region_ms=1, cross_region_ms=80)
+    from hulk_planner.topology import Network
+
+    net = Network(cluster)
+    assert not any(net.reachable(x, y) for x in "abe" for y in "cdf")
+    assert net.latency("a", "e") == 3.0 and net.latency("c", "f") == 1.0  # (within: estimates)
+    assert latencies.cut_pairs(["a", "b", "e", "f"], dark) == (3, 0, 3)
+    assert latencies.estimated_pairs(["a", "b", "e", "f"], dark) == 2  # a-e, b-e
+    # one pair across measured reachable: the others keep the estimate (its median)
+    lit = latencies.read_latencies([*objs, latency_object("e", STAMP, f=20.0)], 60, NOW)
+    again = latencies.with_regions(lit, region)
+    assert again.inferred_unreachable == frozenset() and again.unreachable == lit.unreachable
+    net = Network(latencies.build_cluster(both, again, same_region_ms=1, cross_region_ms=80))
+    assert net.latency("b", "f") == 20.0 and not net.reachable("a", "c")
+    # only reports past the max age: nothing inferred (the probes stopped, every
+    # measurement aged out; a sandbox test found every pair of the region cut off)
+    old = latencies.Latencies({}, lat.unreachable, lat.unreachable)
+    assert latencies.with_regions(old, region).inferred_unreachable == frozenset()
+    # no report of an unreachable pair: nothing to infer
+    calm = latencies.read_latencies([latency_object("a", STAMP, b=3.0)], 60, NOW)
+    assert latencies.with_regions(calm, region).unreachable == frozenset()
+    # read again with its regions: the same (as a snapshot of the shared listing does)
+    assert latencies.with_regions(dark, region) is dark
+
+
+def test_a_partition_in_an_old_report_stays_until_a_probe_measures_the_pair() -> None:
+    """Before, an unreachable report past max_age aged into the fallback estimate."""
+    old = "2025-12-31T22:00:00Z"  # two hours before NOW
+    objs = [latency_object("a", old, b=None, c=None), latency_object("c", STAMP, a=2.0)]
+    lat = latencies.read_latencies(objs, 60, NOW)
+    ab, ac = frozenset("ab"), frozenset("ac")
+    assert lat.measured == {ac: 2.0}  # c's fresh measurement outranks a's old report
+    assert lat.unreachable == {ab} and lat.stale_unreachable == {ab}
+    cluster = latencies.build_cluster(servers("abc"), lat, same_region_ms=1, cross_region_ms=80)
+    assert ab not in {lk.key for lk in cluster.links}
+    assert latencies.cut_pairs(["a", "b", "c"], lat) == (1, 1, 0)
+    assert latencies.estimated_pairs(["a", "b", "c"], lat) == 1  # b-c only
+    # a fresh unreachable report is not stale
+    fresh = latencies.read_latencies([latency_object("a", STAMP, b=None)], 60, NOW)
+    assert fresh.unreachable == {ab} and fresh.stale_unreachable == frozenset()
+
+
+def test_a_report_from_the_future_is_not_fresh() -> None:
+    """A node whose clock ran ahead kept its figures fresh for as long (a trial)."""
+    ahead = "2026-01-01T01:00:00Z"  # an hour after NOW
+    lat = latencies.read_latencies([latency_object("a", ahead, b=3.0, c=None)], 60, NOW)
+    assert lat.measured == {} and lat.unreachable == {frozenset("ac")}
+    assert lat.stale_unreachable == {frozenset("ac")}
+    near = "2026-01-01T00:01:00Z"  # a minute ahead: clock skew, still fresh
+    lat = latencies.read_latencies([latency_object("a", near, b=3.0)], 60, NOW)
+    assert lat.measured == {frozenset("ab"): 3.0}
+
+
+def test_the_medians_count_every_servers_links_not_only_those_planned_on() -> None:
+    """A round plans a new job on the free servers; the estimate of their unmeasured pairs
+    is the median of every measured pair of their regions, busy servers' too (before, of
+    the free ones' alone: 100 ms where hulk topology said 20; a review)."""
+    lat = latencies.read_latencies([latency_object("a", STAMP, c=20.0)], 60, NOW)
+    every = servers("ab") + servers("cd", region="tokyo")
+    region = {s.name: s.region for s in every}
+    free = [s for s in every if s.name in ("b", "d")]
+    alone = latencies.build_cluster(free, lat, same_region_ms=1, cross_region_ms=100)
+    seen = latencies.with_regions(lat, region)
+    read = latencies.build_cluster(free, seen, same_region_ms=1, cross_region_ms=100)
+    from hulk_planner.topology import Network
+
+    assert Network(alone).latency("b", "d") == 100.0  # (given only its own servers' links)
+    assert Network(read).latency("b", "d") == 20.0
+    assert latencies.estimates_used(["b", "d"], seen, read) == (("beijing", "tokyo", 20.0),)
+
+
+def test_the_estimates_a_plan_used_are_told_by_region_pair() -> None:
+    """What each region pair's unmeasured pairs were given (a user trial: the message gave
+    the rule, not the figures), a broken region pair's per-pair estimate among them."""
+    lat = latencies.read_latencies(
+        [latency_object("a", STAMP, b=None, c=20.0), latency_object("b", STAMP, d=30.0)], 60, NOW
+    )
+    both = servers("ab") + servers("cd", region="tokyo")
+    cluster = latencies.build_cluster(both, lat, same_region_ms=1, cross_region_ms=100)
+    used = latencies.estimates_used(["a", "b", "c", "d"], lat, cluster)
+    # a-d, b-c across (the median of 20 and 30); c-d in Tokyo (the flag); a-b is cut
+    assert used == (("beijing", "tokyo", 25.0), ("tokyo", "tokyo", 1))
+    assert latencies.estimates_words(used) == "beijing-tokyo 25 ms, tokyo 1 ms"
+    assert latencies.estimates_words(used, most=1) == (
+        "beijing-tokyo 25 ms and 1 more region pair(s)"
+    )
+    assert latencies.estimates_used(["a", "c"], lat, cluster) == ()  # measured
