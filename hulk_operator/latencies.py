@@ -46,6 +46,11 @@ class Latencies:
     region_medians: Mapping[Pair, float] | None = field(default=None, compare=False)
     regions: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
     source: Latencies | None = field(default=None, compare=False, repr=False)
+    # ``measured_links``' one build, shared with the copies ``with_regions`` makes (it goes
+    # with the reading: a cache beside it kept the last reading's alive after the next)
+    built: dict[str, tuple[Mapping[Pair, float], tuple[Link, ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def unreachable_pairs(
@@ -215,7 +220,7 @@ def build_cluster(
     cut_ends = {(min(p), max(p)) for p in cut}
     measured = [
         lk
-        for lk in measured_links(latencies.measured)
+        for lk in measured_links(latencies)
         if lk.a in names and lk.b in names and (not cut_ends or (lk.a, lk.b) not in cut_ends)
     ]
     region = {s.name: s.region for s in servers}
@@ -249,20 +254,17 @@ def build_cluster(
     return Cluster(name, tuple(servers), server_links, tuple(region_links))
 
 
-_LINKS_CACHE: list[tuple[Mapping[Pair, float], tuple[Link, ...]]] = []
-
-
-def measured_links(measured: Mapping[Pair, float]) -> tuple[Link, ...]:
+def measured_links(latencies: Latencies) -> tuple[Link, ...]:
     """Every measured pair as a planner ``Link`` (its ends in name order), sorted: built
     once per reading of the NodeLatency objects, which every planning round until the next
     listing shares (at 1,000 measured nodes, building 500,000 links took 2.9 s of each
-    round's 4.4 s cluster build; ``bench/latency_listing.py``)."""
-    for seen, links in _LINKS_CACHE:
-        if seen is measured:
-            return links
-    rows = sorted((min(p), max(p), ms) for p, ms in measured.items() if len(p) == 2)
+    round's 4.4 s cluster build, ``bench/latency_listing.py``; they hold 36 MB)."""
+    seen = latencies.built.get("measured")
+    if seen is not None and seen[0] is latencies.measured:  # (a copy with other links: anew)
+        return seen[1]
+    rows = sorted((min(p), max(p), ms) for p, ms in latencies.measured.items() if len(p) == 2)
     links = tuple(Link(a, b, ms) for a, b, ms in rows)
-    _LINKS_CACHE[:] = [(measured, links)]
+    latencies.built["measured"] = (latencies.measured, links)
     return links
 
 

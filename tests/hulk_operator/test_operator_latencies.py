@@ -4,6 +4,7 @@ and the words the status uses for them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -241,3 +242,8 @@ def test_a_readings_links_are_built_once_for_every_round_until_the_next_listing(
     again = latencies.read_latencies([latency_object("b", STAMP, c=9.0)], 60, NOW)
     rebuilt = latencies.build_cluster(servers("bc"), again, **kw)
     assert rebuilt.links == fewer.links and rebuilt.links[0] is not fewer.links[0]
+    # a copy with the servers' regions shares them; one with other measurements does not
+    regional = latencies.with_regions(lat, {n: "beijing" for n in "abcd"})
+    assert latencies.build_cluster(servers("bc"), regional, **kw).links[0] is whole.links[2]
+    other = replace(lat, measured={frozenset("bc"): 7.0})
+    assert latencies.build_cluster(servers("bc"), other, **kw).links[0].latency_ms == 7.0
