@@ -39,6 +39,8 @@ class Decision:
     serial: int = field(default_factory=itertools.count().__next__)
     base: JobPlan | None = None  # for a re-plan: the plan it replaces
     note: str = ""  # said with the plan, e.g. that a quota made it smaller
+    # a re-plan's: why the job was not repaired in place (``hulk_planner.api.repair_declined``)
+    repair_declined: str = ""
     refused: bool = False  # no plan: its pods were refused, it waits (Placer.give_back)
     generation: int = 0  # the job's metadata.generation it was made for (0: not stamped)
     uid: str = ""  # the job object's uid it was made for ("": not stamped)

@@ -85,6 +85,7 @@ class Step:
     force: set[str] = field(default_factory=set)
     told: str | None = None
     cluster: Cluster | None = None  # a re-plan's, as the planner saw it (its links)
+    declined: str = ""  # a re-plan's: why the job was not repaired in place (``Decision``)
 
 
 async def place(
@@ -262,6 +263,7 @@ async def check_plan(
         (decision.base or plan, lost),
         recovery.forced(lost),
         cluster=decision.cluster,
+        declined=decision.repair_declined,
     )
 
 

@@ -26,7 +26,7 @@ from hulk_operator.failures import fail, stage_failed
 from hulk_operator.plan_fields import not_ready, unplanned
 from hulk_operator.plan_step import Step
 from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
-from hulk_planner.model import Cluster, JobPlan
+from hulk_planner.model import JobPlan
 
 
 def refused_edit(conds: list[dict[str, Any]], refused: Refusal, gen: int) -> list[dict[str, Any]]:
@@ -90,7 +90,7 @@ async def make_pods(
             if replanned is not None:  # told now: the next round sees the new plan only
                 live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
                 meant = recovery.pod_diff(live, list(desired))
-                conds = _replanned(ctx, replanned, plan, meant, conds, gen, step.cluster)
+                conds = _replanned(ctx, replanned, plan, meant, conds, gen, step)
             ready = st.condition(status, st.READY) or {}
             if ready.get("message") != refused:
                 ctx.event("Warning", PODS_FORBIDDEN, refused)
@@ -121,7 +121,7 @@ async def make_pods(
         )
         ctx.event("Warning", "StageRecreated", msg)
     if replanned is not None:
-        conds = _replanned(ctx, replanned, plan, diff, conds, gen, step.cluster)
+        conds = _replanned(ctx, replanned, plan, diff, conds, gen, step)
     source = pod_source(spec)
     if "plan" not in new and (status.get("plan") or {}).get("podTemplate") != source:
         new["plan"] = {"podTemplate": source}  # (a plan made before it was kept; merged)
@@ -138,10 +138,11 @@ def _replanned(
     diff: recovery.PodDiff,
     conds: list[dict[str, Any]],
     gen: int,
-    cluster: Cluster | None = None,
+    step: Step,
 ) -> list[dict[str, Any]]:
     """The Event and the ``Replanning`` condition of a re-plan (a loss's or a regrowth's)."""
     old, lost = replanned
+    cluster = step.cluster
     if lost:
         made, kept = len(diff.create), len(diff.keep)
         unoffered = {
@@ -149,7 +150,9 @@ def _replanned(
             for n in old.nodes
             if (i := ctx.nodes.get(n)) is not None and (why := i.problem) is not None
         }
-        msg = recovery.event_message(lost, old, plan, made, kept, None, cluster, unoffered)
+        msg = recovery.event_message(
+            lost, old, plan, made, kept, None, cluster, unoffered, step.declined
+        )
         ctx.event("Warning", "Replanned", msg)
         reason = sorted(set(lost.values()))[0].split()[0]
     else:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hulk_operator.inventory import NodeInfo, Resources, fits
+from hulk_planner.api import NOT_REPAIRED
 from hulk_planner.cost import communicating_pairs
 from hulk_planner.model import Cluster, JobPlan
 
@@ -289,7 +290,11 @@ def event_message(
     cause: str | None = None,
     cluster: Cluster | None = None,
     unoffered: Mapping[str, str] | None = None,
+    declined: str = "",
 ) -> str:
+    """A re-plan's Event: why (``lost`` servers, or ``cause``), what moved, the pods and the
+    step times; ``declined``: why a repair keeping the other stages was not kept (before,
+    a re-plan that laid every stage out again did not say why: a user trial)."""
     said = {
         "GPUsGone": "has fewer GPUs than its stage asks",
         "GPUsTaken": "GPUs taken by other pods",
@@ -305,6 +310,8 @@ def event_message(
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
     changed = "; ".join(moves(old, new, lost, cluster, unoffered))
+    if declined:
+        changed += f" ({NOT_REPAIRED}: {declined})"
     gone = len(old.nodes) - kept  # one pod per server of the old plan
     if gone == replaced:
         pods = f"{replaced} pod(s) replaced, {kept} kept"

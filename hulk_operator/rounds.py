@@ -27,6 +27,7 @@ from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import build_cluster, cut_pairs, estimated_pairs, estimates_used
 from hulk_operator.quota_fit import Round, make_room, quota_too_small, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
+from hulk_planner.api import repair_declined
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
 from hulk_planner.model import Job, Plan, Unplaced
@@ -129,6 +130,7 @@ def plan_group(
                 unreachable_inferred=inferred,
                 baselines=extra[n],
                 baselines_why=why_not[n],
+                repair_declined=repair_declined(result, n) or "",
             )
         else:
             why = next((u.reason for u in result.unplaced if u.name == n), "not placed")

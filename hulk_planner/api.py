@@ -9,13 +9,14 @@ With ``previous`` (the plan now running), jobs of that plan keep their healthy s
 each is first repaired in place (``layout.repair_job``: only lost servers are replaced) and
 the repair is kept when its step time is within ``REPAIR_TOLERANCE`` of the job's previous
 prediction; otherwise the job is planned again, starting from where it was, with a small
-cost for every server it moves. New jobs are planned on the servers left.
+cost for every server it moves, and the plan's ``notes`` say why the repair was not kept
+(``repair_declined``). New jobs are planned on the servers left.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from os import PathLike
 from pathlib import Path
@@ -32,6 +33,7 @@ from hulk_planner.planners.search import search_plan
 from hulk_planner.regions import plan_in_regions, resolve_regions, tiered
 
 REPAIR_TOLERANCE = 0.10
+NOT_REPAIRED = "not repaired in place"  # a plan note's words: ``job X: not repaired ...: why``
 SEARCH_BUDGET_S = 10.0
 MAX_TIME_BUDGET_S = 86_400.0  # a day: more can only be a typo (1e9 s ran on unbounded)
 
@@ -291,6 +293,7 @@ def _replan(
     held = {n for jp in previous.jobs if jp.name in requested for n in jp.nodes if n in alive}
     free = alive - held
     kept: list[JobPlan] = []
+    declined: list[str] = []
     for old in previous.jobs:
         job = requested.get(old.name)
         if job is None or unkept(old, job) is not None:
@@ -302,6 +305,9 @@ def _replan(
         ):
             kept.append(fixed)
             free -= set(fixed.nodes)
+        else:
+            why = _not_repaired(old, fixed, alive, free)
+            declined.append(f"job {old.name}: {NOT_REPAIRED}: {why}")
     kept_names = {jp.name for jp in kept}
     rest = [j for j in jobs if j.name not in kept_names]
     if not rest:
@@ -312,4 +318,35 @@ def _replan(
     initial = {n: j for n, j in sticky.items() if n not in taken and j in requested}
     sub_cost = CostModel(sub)
     more = PLANNERS[planner](sub_cost, rest, replace(options, initial=initial, sticky=sticky))
-    return Plan(planner, tuple(kept) + more.jobs, more.unplaced, more.notes)
+    return Plan(planner, tuple(kept) + more.jobs, more.unplaced, tuple(declined) + more.notes)
+
+
+def _not_repaired(
+    old: JobPlan, fixed: JobPlan | None, alive: Collection[str], free: Collection[str]
+) -> str:
+    """Why ``repair_job``'s repair of ``old`` (``fixed``) was not kept: the words of a
+    re-plan that moved healthy stages too (before, the operator's Event gave the old and
+    new step times and not why the stages were not kept where they were: a user trial)."""
+    lost = [n for n in old.nodes if n not in alive]
+    if fixed is not None:
+        now, was = fixed.predicted_iteration_seconds, old.predicted_iteration_seconds
+        return (
+            f"keeping its other stages, it would predict {now:.3g} s a step, more than "
+            f"{1 + REPAIR_TOLERANCE:g}x the {was:.3g} s it had"
+        )
+    if not lost:
+        return "its servers as they are cannot run it (a pair of them lost its link)"
+    listed = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
+    if not [n for n in free if n not in old.nodes]:
+        return f"no free server to take the place of {listed}"
+    return (
+        f"no free server can take the place of {listed} (none near its stage's neighbours "
+        "both holds the stage and has a link to them)"
+    )
+
+
+def repair_declined(plan: Plan, job: str) -> str | None:
+    """Why ``plan`` (a re-plan's) did not keep ``job``'s stages where they were, from its
+    notes (``_replan``); None where it kept them or planned the job afresh."""
+    head = f"job {job}: {NOT_REPAIRED}: "
+    return next((n[len(head) :] for n in plan.notes if n.startswith(head)), None)

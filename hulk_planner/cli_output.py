@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
+from hulk_planner.api import NOT_REPAIRED, repair_declined
 from hulk_planner.model import Cluster, Plan
 
 
@@ -125,7 +126,9 @@ def _kept_notes(
             line += f", released {_listed(released)}"
         if added:
             line += f", added {_listed(added)}"
-        out.append(f"{line}; {same} of {len(jp.stages)} stage(s) as they were")
+        line += f"; {same} of {len(jp.stages)} stage(s) as they were"
+        why = repair_declined(result, jp.name)
+        out.append(f"{line} ({NOT_REPAIRED}: {why})" if why else line)
     return out
 
 

@@ -194,6 +194,36 @@ def test_deleting_a_node_replaces_exactly_the_affected_stages(
         sandbox.delete_node(spare.name)
 
 
+def test_a_replan_that_lays_every_stage_out_again_says_why_it_kept_none(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """Every other node cordoned, then one of the job's deleted: no free server can take
+    its stage's place, so the job is laid out again on the servers it has left, and the
+    Event says so (before, it gave the old and new step times and not why the healthy
+    stages moved: a user trial)."""
+    kube.apply(manifest("relaid", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("relaid") == "Running", 60)
+    nodes = plan_nodes(kube.job("relaid"))
+    assert len(nodes) >= 3, nodes
+    victim = nodes[-1]
+    server = paper_cluster().server(victim)
+    others = [n.metadata.name for n in kube.core.list_node().items]
+    others = [n for n in others if n not in nodes]
+    for n in others:
+        kube.core.patch_node(n, {"spec": {"unschedulable": True}})
+    sandbox.delete_node(victim)
+    try:
+        wait("a re-plan", lambda: (kube.job("relaid")["status"].get("replans") or 0) >= 1, 30)
+        (event,) = kube.told("Replanned")
+        why = f"(not repaired in place: no free server to take the place of {victim})"
+        assert why in event.message, event.message
+        assert set(plan_nodes(kube.job("relaid"))) <= set(nodes) - {victim}
+    finally:
+        for n in others:
+            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+        sandbox.add_node(server)
+
+
 def test_a_job_that_cannot_fit_stays_pending_then_a_new_node_starts_it(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:

@@ -179,6 +179,40 @@ def test_repair_on_a_hand_built_cluster_replaces_only_the_lost_server() -> None:
     assert jp.predicted_iteration_seconds == pytest.approx(
         previous.jobs[0].predicted_iteration_seconds
     )
+    assert api.repair_declined(after, job.name) is None and not after.notes
+
+
+def _two_stage_previous(c: Cluster) -> Plan:
+    job = tiny_job()
+    old = make_job_plan(job, [["a", "b"], ["c", "d"]], [2, 2])
+    return Plan(
+        "hulk", (replace(old, predicted_iteration_seconds=CostModel(c).job_seconds(job, old)),)
+    )
+
+
+def test_a_repair_not_kept_says_why_in_the_plans_notes() -> None:
+    """Before, a re-plan that moved healthy stages too said nothing of the repair it
+    declined (the operator's Event gave the old and new step times alone: a user trial)."""
+    near = "abcd"
+    links = [(x, y, 1.0) for x in near for y in near if x < y] + [(x, "e", 400.0) for x in near]
+    c = cluster([server(n) for n in near + "e"], links)
+    job, previous = tiny_job(), _two_stage_previous(c)
+    was = previous.jobs[0].predicted_iteration_seconds
+    # c lost, e alone is free and 400 ms away: the repair is too slow
+    after = plan(c.without(["c"]), [job], previous=previous, max_iterations=20)
+    why = api.repair_declined(after, job.name)
+    assert why is not None and why.startswith("keeping its other stages, it would predict ")
+    assert why.endswith(f"s a step, more than 1.1x the {was:.3g} s it had")
+    slower = float(why.split("predict ")[1].split(" s")[0])
+    assert slower > 1.1 * was
+    assert "e" not in after.jobs[0].nodes  # planned again on the near servers left
+    # nothing free at all
+    small = cluster([server(n) for n in near], [(x, y, 1.0) for x in near for y in near if x < y])
+    after = plan(
+        small.without(["c"]), [job], previous=_two_stage_previous(small), max_iterations=20
+    )
+    assert api.repair_declined(after, job.name) == "no free server to take the place of c"
+    assert api.repair_declined(after, "other") is None
 
 
 def test_a_previous_plan_of_a_job_whose_model_changed_is_not_repaired_but_planned_afresh() -> None:

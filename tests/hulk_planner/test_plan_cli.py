@@ -1120,3 +1120,8 @@ def test_previous_says_what_each_job_kept() -> None:
         "they were"
     ]  # k had no previous plan: nothing to say
     assert _kept_notes(None, Plan("hulk", (new,)), set()) == []
+    # a repair the planner did not keep: why (its note), after what was kept
+    why = "no free server to take the place of b"
+    declined = Plan("hulk", (new,), notes=(f"job j: not repaired in place: {why}",))
+    (line,) = _kept_notes(Plan("hulk", (old,)), declined, {"a", "c", "d", "e"})
+    assert line.endswith(f"1 of 2 stage(s) as they were (not repaired in place: {why})")
