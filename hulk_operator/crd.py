@@ -81,6 +81,47 @@ def wait_served(api: client.ApiClient, crds: list[dict[str, Any]], timeout: floa
                 time.sleep(0.1)
 
 
+def wait_storage(api: client.ApiClient, namespaces: Sequence[str], timeout: float = 30.0) -> float:
+    """Waits, at most ``timeout`` s, until the API server serves HulkTrainingJobs (in the
+    first namespace of ``namespaces`` that is a name, not a pattern, else in every one) and
+    NodeLatency objects from its watch cache. CRDs applied a moment before the operator
+    started (``helm install``, ``kubectl apply`` then ``hulk operator``) had kopf's first
+    list, a consistent read, refused with 429 "storage is (re)initializing" while the cache
+    filled, logged as an ERROR before it retried (a user trial); a list at resourceVersion
+    0 is answered once the cache is ready, and a 429 or 503 here is tried again. Returns
+    the seconds waited; any other answer (none installed, forbidden) ends the wait: what
+    follows says it."""
+    custom = client.CustomObjectsApi(api)
+    names = [n for n in namespaces if named(n)]
+    group, version = "hulk.dev", "v1alpha1"
+
+    def jobs() -> Any:
+        if names:
+            return custom.list_namespaced_custom_object(
+                group, version, names[0], "hulktrainingjobs", limit=1, resource_version="0"
+            )
+        return custom.list_cluster_custom_object(
+            group, version, "hulktrainingjobs", limit=1, resource_version="0"
+        )
+
+    def latencies() -> Any:
+        return custom.list_cluster_custom_object(
+            group, version, "nodelatencies", limit=1, resource_version="0"
+        )
+
+    start = time.monotonic()
+    for listing in (jobs, latencies):
+        while True:
+            try:
+                listing()
+            except ApiException as exc:
+                if exc.status in (429, 503) and time.monotonic() - start < timeout:
+                    time.sleep(0.2)
+                    continue
+            break
+    return time.monotonic() - start
+
+
 def install(api: client.ApiClient, *, peering: bool = True) -> list[str]:
     """Applies the CRDs and waits until they are served; returns their names."""
     paths = [JOB_CRD] + ([LATENCY_CRD] if LATENCY_CRD.exists() else [])

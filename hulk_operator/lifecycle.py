@@ -5,6 +5,7 @@ Registered with kopf when ``hulk_operator.handlers`` imports this module."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -15,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from hulk_operator import kube
+from hulk_operator import crd, kube
 from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import Key
 from hulk_operator.indexes import Listings, NodeView
@@ -115,7 +116,16 @@ async def operator_startup(
                 f"({exc.strerror or exc}): pick another port, or 0 to turn it off"
             ) from None
     # (after the metrics: kopf runs no clean-up after a failed start, to close it)
-    memo.api = memo.get("api") or kube.make_client(memo.get("kubeconfig"))
+    if memo.get("api") is None:
+        memo.api = kube.make_client(memo.get("kubeconfig"))
+        # (kopf watches once the start-up is done: CRDs applied a moment before are served
+        # first, or its first list is an ERROR line, 429; a user trial)
+        waited = await asyncio.to_thread(crd.wait_storage, memo.api, memo.get("namespaces") or ())
+        if waited >= 1.0:
+            logger.info(
+                f"waited {waited:.1f} s for the API server to serve HulkTrainingJobs and "
+                "NodeLatency objects (their CRDs were just applied: storage initializing)"
+            )
     if "plan_fn" not in memo:
         from hulk_planner.api import plan
 
