@@ -17,9 +17,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from hulk_operator.inventory import NodeInfo
+from hulk_planner.errors import HulkError
 from hulk_planner.model import Cluster, Link, RegionLink, Server
 
 Pair = frozenset[str]
@@ -47,10 +48,9 @@ class Latencies:
     regions: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
     source: Latencies | None = field(default=None, compare=False, repr=False)
     # ``measured_links``' one build, shared with the copies ``with_regions`` makes (it goes
-    # with the reading: a cache beside it kept the last reading's alive after the next)
-    built: dict[str, tuple[Mapping[Pair, float], tuple[Link, ...]]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    # with the reading: a cache beside it kept the last reading's alive after the next);
+    # not an argument: a copy made with ``replace`` gets its own
+    built: dict[str, _Built] = field(default_factory=dict, init=False, compare=False, repr=False)
 
 
 def unreachable_pairs(
@@ -193,6 +193,7 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
         regions=key,
         source=base,
     )
+    object.__setattr__(out, "built", base.built)  # (the same links: built once for both)
     _REGIONS_CACHE[:] = [(base, key, out)]
     return out
 
@@ -218,9 +219,13 @@ def build_cluster(
     names = {s.name for s in servers}
     cut = {p for p in latencies.unreachable if p <= names and len(p) == 2}
     cut_ends = {(min(p), max(p)) for p in cut}
+    built = measured_links(latencies)
+    for pair, exc in built.invalid.items():
+        if pair <= names and pair not in cut:
+            raise exc
     measured = [
         lk
-        for lk in measured_links(latencies)
+        for lk in built.links
         if lk.a in names and lk.b in names and (not cut_ends or (lk.a, lk.b) not in cut_ends)
     ]
     region = {s.name: s.region for s in servers}
@@ -254,18 +259,35 @@ def build_cluster(
     return Cluster(name, tuple(servers), server_links, tuple(region_links))
 
 
-def measured_links(latencies: Latencies) -> tuple[Link, ...]:
-    """Every measured pair as a planner ``Link`` (its ends in name order), sorted: built
-    once per reading of the NodeLatency objects, which every planning round until the next
-    listing shares (at 1,000 measured nodes, building 500,000 links took 2.9 s of each
-    round's 4.4 s cluster build, ``bench/latency_listing.py``; they hold 36 MB)."""
+class _Built(NamedTuple):
+    """:func:`measured_links`' build for one ``measured`` mapping."""
+
+    measured: Mapping[Pair, float]
+    links: tuple[Link, ...]  # the valid ones, sorted by their ends
+    invalid: dict[Pair, HulkError]  # pairs no Link takes (a blank name, a latency too large)
+
+
+def measured_links(latencies: Latencies) -> _Built:
+    """Every measured pair as a planner ``Link`` (its ends in name order), sorted, and the
+    pairs that make no valid link with why: built once per reading of the NodeLatency
+    objects, which every planning round until the next listing shares (at 1,000 measured
+    nodes, building 500,000 links took 2.9 s of each round's 4.4 s cluster build,
+    ``bench/latency_listing.py``; they hold 36 MB). An invalid pair fails only the rounds
+    that plan on both its servers, as before the links were shared (a review: a peer named
+    " " in one report stopped every round)."""
     seen = latencies.built.get("measured")
-    if seen is not None and seen[0] is latencies.measured:  # (a copy with other links: anew)
-        return seen[1]
+    if seen is not None and seen.measured is latencies.measured:
+        return seen
     rows = sorted((min(p), max(p), ms) for p, ms in latencies.measured.items() if len(p) == 2)
-    links = tuple(Link(a, b, ms) for a, b, ms in rows)
-    latencies.built["measured"] = (latencies.measured, links)
-    return links
+    links: list[Link] = []
+    invalid: dict[Pair, HulkError] = {}
+    for a, b, ms in rows:
+        try:
+            links.append(Link(a, b, ms))
+        except HulkError as exc:
+            invalid[frozenset((a, b))] = exc
+    built = latencies.built["measured"] = _Built(latencies.measured, tuple(links), invalid)
+    return built
 
 
 def fallback_words(same_region_ms: float, cross_region_ms: float) -> str:

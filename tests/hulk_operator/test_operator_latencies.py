@@ -247,3 +247,16 @@ def test_a_readings_links_are_built_once_for_every_round_until_the_next_listing(
     assert latencies.build_cluster(servers("bc"), regional, **kw).links[0] is whole.links[2]
     other = replace(lat, measured={frozenset("bc"): 7.0})
     assert latencies.build_cluster(servers("bc"), other, **kw).links[0].latency_ms == 7.0
+    assert latencies.build_cluster(servers("bc"), lat, **kw).links[0] is whole.links[2]
+
+
+def test_a_pair_no_link_can_take_leaves_the_other_pairs_planned() -> None:
+    """A report naming a peer " " (the CRD does not forbid it) stopped every planning round
+    once the links were built for the whole reading (a review): such a pair is left out of
+    the shared build and fails only a round on both its servers, as before."""
+    lat = latencies.read_latencies([latency_object("a", STAMP, c=2.0, **{" ": 3.0})], 60, NOW)
+    assert frozenset(("a", " ")) in lat.measured
+    kw: dict[str, Any] = {"same_region_ms": 1, "cross_region_ms": 80}
+    cluster = latencies.build_cluster(servers("ac"), lat, **kw)
+    assert [(lk.a, lk.b, lk.latency_ms) for lk in cluster.links] == [("a", "c", 2.0)]
+    assert list(latencies.measured_links(lat).invalid) == [frozenset(("a", " "))]
