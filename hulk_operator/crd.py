@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from hulk_operator.inventory import named, served
 from hulk_planner.errors import InvalidRequest
@@ -81,7 +82,13 @@ def wait_served(api: client.ApiClient, crds: list[dict[str, Any]], timeout: floa
                 time.sleep(0.1)
 
 
-def wait_storage(api: client.ApiClient, namespaces: Sequence[str], timeout: float = 30.0) -> float:
+# a list answered from the API server's watch cache, once it is ready; (connect, read) limits
+_CACHED: Any = {"limit": 1, "resource_version": "0", "_request_timeout": (5, 10)}
+
+
+def wait_storage(
+    api: client.ApiClient, namespaces: Sequence[str], timeout: float = 30.0
+) -> tuple[float, bool]:
     """Waits, at most ``timeout`` s, until the API server serves HulkTrainingJobs (in the
     first namespace of ``namespaces`` that is a name, not a pattern, else in every one) and
     NodeLatency objects from its watch cache. CRDs applied a moment before the operator
@@ -89,8 +96,8 @@ def wait_storage(api: client.ApiClient, namespaces: Sequence[str], timeout: floa
     list, a consistent read, refused with 429 "storage is (re)initializing" while the cache
     filled, logged as an ERROR before it retried (a user trial); a list at resourceVersion
     0 is answered once the cache is ready, and a 429 or 503 here is tried again. Returns
-    the seconds waited; any other answer (none installed, forbidden) ends the wait: what
-    follows says it."""
+    the seconds waited and whether both were served; any other answer (none installed,
+    forbidden, no answer in 10 s) ends the wait: kopf's lists say it."""
     custom = client.CustomObjectsApi(api)
     names = [n for n in namespaces if named(n)]
     group, version = "hulk.dev", "v1alpha1"
@@ -98,28 +105,28 @@ def wait_storage(api: client.ApiClient, namespaces: Sequence[str], timeout: floa
     def jobs() -> Any:
         if names:
             return custom.list_namespaced_custom_object(
-                group, version, names[0], "hulktrainingjobs", limit=1, resource_version="0"
+                group, version, names[0], "hulktrainingjobs", **_CACHED
             )
-        return custom.list_cluster_custom_object(
-            group, version, "hulktrainingjobs", limit=1, resource_version="0"
-        )
+        return custom.list_cluster_custom_object(group, version, "hulktrainingjobs", **_CACHED)
 
     def latencies() -> Any:
-        return custom.list_cluster_custom_object(
-            group, version, "nodelatencies", limit=1, resource_version="0"
-        )
+        return custom.list_cluster_custom_object(group, version, "nodelatencies", **_CACHED)
 
-    start = time.monotonic()
+    start, served = time.monotonic(), True
     for listing in (jobs, latencies):
         while True:
             try:
                 listing()
             except ApiException as exc:
-                if exc.status in (429, 503) and time.monotonic() - start < timeout:
-                    time.sleep(0.2)
-                    continue
+                if exc.status in (429, 503):
+                    if time.monotonic() - start < timeout:
+                        time.sleep(0.2)
+                        continue
+                    served = False
+            except (HTTPError, OSError):  # (unreachable, say: kopf's watches retry, tell it)
+                served = False
             break
-    return time.monotonic() - start
+    return time.monotonic() - start, served
 
 
 def install(api: client.ApiClient, *, peering: bool = True) -> list[str]:

@@ -175,11 +175,13 @@ def _serve(
     # KeyboardInterrupt wherever the main thread was: inside a finalizer of the replay's
     # HTTP objects, Python prints that exception and drops it, and the demo served on
     # after SIGTERM: a flaky CI run, reproduced in tests/hulk_operator/test_operator_demo.py.)
-    # A second signal raises, for a replay stuck in an API call (each has a 10 s timeout).
+    # A second signal raises, for a replay stuck in an API call (each has a 10 s timeout),
+    # while the loop runs (not in the clean-up after it: a traceback; a review).
     stopping: list[int] = []
+    looping = [True]
 
     def stop(signum: int, frame: Any) -> None:
-        if stopping:
+        if stopping and looping[0]:
             raise KeyboardInterrupt
         stopping.append(signum)
 
@@ -198,6 +200,7 @@ def _serve(
                 due = time.monotonic() + every_s
         except KeyboardInterrupt:
             pass
+        looping[0] = False
         print("\noperator stopped", flush=True)
     finally:
         root.removeHandler(to_file)

@@ -120,11 +120,13 @@ async def operator_startup(
         memo.api = kube.make_client(memo.get("kubeconfig"))
         # (kopf watches once the start-up is done: CRDs applied a moment before are served
         # first, or its first list is an ERROR line, 429; a user trial)
-        waited = await asyncio.to_thread(crd.wait_storage, memo.api, memo.get("namespaces") or ())
+        namespaces = memo.get("namespaces") or ()
+        waited, served = await asyncio.to_thread(crd.wait_storage, memo.api, namespaces)
         if waited >= 1.0:
             logger.info(
                 f"waited {waited:.1f} s for the API server to serve HulkTrainingJobs and "
                 "NodeLatency objects (their CRDs were just applied: storage initializing)"
+                + ("" if served else "; not served yet: kopf retries its lists")
             )
     if "plan_fn" not in memo:
         from hulk_planner.api import plan

@@ -328,21 +328,33 @@ def _not_repaired(
     re-plan that moved healthy stages too (before, the operator's Event gave the old and
     new step times and not why the stages were not kept where they were: a user trial)."""
     lost = [n for n in old.nodes if n not in alive]
+    pool = [n for n in free if n not in old.nodes]
     if fixed is not None:
         now, was = fixed.predicted_iteration_seconds, old.predicted_iteration_seconds
         return (
-            f"keeping its other stages, it would predict {now:.3g} s a step, more than "
-            f"{1 + REPAIR_TOLERANCE:g}x the {was:.3g} s it had"
+            f"{'keeping its other stages' if lost else 'as it is'}, it would predict "
+            f"{now:.3g} s a step, more than {1 + REPAIR_TOLERANCE:g}x the {was:.3g} s it had"
         )
     if not lost:
-        return "its servers as they are cannot run it (a pair of them lost its link)"
-    listed = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
-    if not [n for n in free if n not in old.nodes]:
+        return (
+            "its servers as they are cannot run it (a stage no longer fits its server, or a "
+            "pair of them lost its link)"
+        )
+    listed = listed_names(lost)
+    if not pool:
         return f"no free server to take the place of {listed}"
+    if len(pool) < len(lost):
+        return f"{len(pool)} free server(s) for the {len(lost)} it lost ({listed})"
     return (
         f"no free server can take the place of {listed} (none near its stage's neighbours "
         "both holds the stage and has a link to them)"
     )
+
+
+def listed_names(names: Sequence[str], most: int = 4) -> str:
+    """``a, b, c, d and 2 more``."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def repair_declined(plan: Plan, job: str) -> str | None:

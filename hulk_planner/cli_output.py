@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
-from hulk_planner.api import NOT_REPAIRED, repair_declined
+from hulk_planner.api import NOT_REPAIRED, listed_names, repair_declined
 from hulk_planner.model import Cluster, Plan
 
 
@@ -121,19 +121,15 @@ def _kept_notes(
         same = sum(1 for st in jp.stages if st in old.stages)
         line = f"job {jp.name}: kept {len(kept)} of its {len(old.nodes)} server(s)"
         if lost:
-            line += f", lost {_listed(lost)}"
+            line += f", lost {listed_names(lost)}"
         if released:
-            line += f", released {_listed(released)}"
+            line += f", released {listed_names(released)}"
         if added:
-            line += f", added {_listed(added)}"
+            line += f", added {listed_names(added)}"
         line += f"; {same} of {len(jp.stages)} stage(s) as they were"
         why = repair_declined(result, jp.name)
         out.append(f"{line} ({NOT_REPAIRED}: {why})" if why else line)
     return out
-
-
-def _listed(names: list[str]) -> str:
-    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 def _ratio(r: float) -> str:

@@ -15,7 +15,7 @@ lower-case slug: ``new-delhi`` for ``New Delhi``).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -201,7 +201,7 @@ def plan_in_regions(
             Unplaced(u.name, where + u.reason + _held(u, group, held, reach))
             for u in result.unplaced
         ]
-        notes += result.notes
+        notes += _held_before(result.notes, before, taken)
         taken |= {n for jp in result.jobs for n in jp.nodes}
     if not placed:
         raise NoFeasiblePlan("; ".join(f"{u.name}: {u.reason}" for u in unplaced), unplaced)
@@ -212,3 +212,23 @@ def plan_in_regions(
         tuple(sorted(unplaced, key=lambda u: order[u.name])),
         tuple(dict.fromkeys(notes)),
     )
+
+
+def _held_before(notes: Sequence[str], before: Plan | None, taken: Collection[str]) -> list[str]:
+    """``notes`` of a group's plan, a repair note (``api.repair_declined``) told which of the
+    job's old servers jobs planned before it hold: for its plan they are gone, as lost
+    ones are (before, "no free server to take the place of a" where a higher-priority job
+    had taken a: a review)."""
+    from hulk_planner.api import NOT_REPAIRED, listed_names
+
+    out = list(notes)
+    for jp in before.jobs if before else ():
+        held = [n for n in jp.nodes if n in taken]
+        head = f"job {jp.name}: {NOT_REPAIRED}: "
+        for k, note in enumerate(out):
+            if held and note.startswith(head):
+                out[k] = (
+                    f"{note} ({listed_names(held)}: held by jobs planned before it, of a higher "
+                    "spec.priority or other spec.allowedRegions)"
+                )
+    return out

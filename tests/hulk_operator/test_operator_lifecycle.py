@@ -52,3 +52,15 @@ def test_an_operator_started_just_after_its_crds_are_applied_logs_no_error(
         if proc is not None and proc.poll() is None:
             proc.kill()
         box.down()
+
+
+def test_the_start_up_wait_ends_at_once_on_an_api_server_that_does_not_answer(
+    unreachable_kubeconfig: Path,
+) -> None:
+    """A connection refused is no reason to wait (kopf's watches retry and tell it); before
+    the review it raised out of the start-up, which kopf retried a minute later."""
+    from hulk_operator import kube
+
+    with kube.make_client(str(unreachable_kubeconfig)) as api:
+        waited, served = crd.wait_storage(api, ["ml"], timeout=30)
+    assert not served and waited < 15

@@ -213,6 +213,38 @@ def test_a_repair_not_kept_says_why_in_the_plans_notes() -> None:
     )
     assert api.repair_declined(after, job.name) == "no free server to take the place of c"
     assert api.repair_declined(after, "other") is None
+    # two lost, one free (a review: "none near its stage's neighbours ...")
+    after = plan(c.without(["c", "d"]), [job], previous=previous, max_iterations=20)
+    assert api.repair_declined(after, job.name) == "1 free server(s) for the 2 it lost (c, d)"
+    # nothing lost, and slower than it was: "as it is", not "keeping its other stages"
+    quick = Plan("hulk", (replace(previous.jobs[0], predicted_iteration_seconds=was / 2),))
+    after = plan(c, [job], previous=quick, max_iterations=20)
+    why = api.repair_declined(after, job.name)
+    assert why is not None and why.startswith(f"as it is, it would predict {was:.3g} s a step")
+    # nothing lost, and a pair of its servers lost its link (a-c: replica 0's two stages)
+    cut = cluster([server(n) for n in near + "e"], [lk for lk in links if lk[:2] != ("a", "c")])
+    after = plan(cut, [job], previous=previous, max_iterations=20)
+    assert api.repair_declined(after, job.name) == (
+        "its servers as they are cannot run it (a stage no longer fits its server, or a pair "
+        "of them lost its link)"
+    )
+
+
+def test_a_repair_note_names_the_servers_jobs_planned_before_it_hold() -> None:
+    """With priorities or allowedRegions each group is planned on the servers earlier ones
+    left: a server a higher-priority job took is gone for the repair, as a lost one is, and
+    the note says who holds it (a review: "no free server to take the place of a")."""
+    from hulk_planner.regions import _held_before
+
+    old = make_job_plan(tiny_job(), [["a"], ["b"]], [2, 2])
+    note = "job tiny: not repaired in place: no free server to take the place of a"
+    (said,) = _held_before([note], Plan("hulk", (old,)), {"a", "z"})
+    assert said == (
+        f"{note} (a: held by jobs planned before it, of a higher spec.priority or other "
+        "spec.allowedRegions)"
+    )
+    assert _held_before([note], Plan("hulk", (old,)), {"z"}) == [note]
+    assert _held_before(["other note"], Plan("hulk", (old,)), {"a"}) == ["other note"]
 
 
 def test_a_previous_plan_of_a_job_whose_model_changed_is_not_repaired_but_planned_afresh() -> None:
