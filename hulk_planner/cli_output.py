@@ -129,6 +129,10 @@ def _kept_notes(
         line += f"; {same} of {len(jp.stages)} stage(s) as they were"
         why = repair_declined(result, jp.name)
         out.append(f"{line} ({NOT_REPAIRED}: {why})" if why else line)
+    for u in result.unplaced:  # (its repair's words, beside the reason it is not placed)
+        why = repair_declined(result, u.name)
+        if why and u.name not in afresh:
+            out.append(f"job {u.name}: not placed again ({NOT_REPAIRED}: {why})")
     return out
 
 

@@ -1125,3 +1125,10 @@ def test_previous_says_what_each_job_kept() -> None:
     declined = Plan("hulk", (new,), notes=(f"job j: not repaired in place: {why}",))
     (line,) = _kept_notes(Plan("hulk", (old,)), declined, {"a", "c", "d", "e"})
     assert line.endswith(f"1 of 2 stage(s) as they were (not repaired in place: {why})")
+    # ... and where it was not placed again
+    from hulk_planner.model import Unplaced
+
+    gone = Plan("hulk", (), (Unplaced("j", "no room"),), declined.notes)
+    assert _kept_notes(Plan("hulk", (old,)), gone, {"a"}) == [
+        f"job j: not placed again (not repaired in place: {why})"
+    ]
