@@ -9,8 +9,10 @@ With ``previous`` (the plan now running), jobs of that plan keep their healthy s
 each is first repaired in place (``layout.repair_job``: only lost servers are replaced) and
 the repair is kept when its step time is within ``REPAIR_TOLERANCE`` of the job's previous
 prediction; otherwise the job is planned again, starting from where it was, with a small
-cost for every server it moves, and the plan's ``notes`` say why the repair was not kept
-(``repair_declined``). New jobs are planned on the servers left.
+cost for every server it moves, and the repair still stands unless that new layout is more
+than ``REPAIR_TOLERANCE`` faster or other jobs' new plans took servers the repair needs;
+the plan's ``notes`` say why a repair was not kept (``repair_declined``). New jobs are
+planned on the servers left.
 """
 
 from __future__ import annotations
@@ -294,6 +296,7 @@ def _replan(
     free = alive - held
     kept: list[JobPlan] = []
     declined: list[str] = []
+    slow: dict[str, tuple[JobPlan, JobPlan]] = {}  # job -> (its old plan, its repair)
     for old in previous.jobs:
         job = requested.get(old.name)
         if job is None or unkept(old, job) is not None:
@@ -305,6 +308,8 @@ def _replan(
         ):
             kept.append(fixed)
             free -= set(fixed.nodes)
+        elif fixed is not None:  # too slow for its old plan: judged against a new one too
+            slow[old.name] = (old, fixed)
         else:
             why = _not_repaired(old, fixed, alive, free)
             declined.append(f"job {old.name}: {NOT_REPAIRED}: {why}")
@@ -318,11 +323,34 @@ def _replan(
     initial = {n: j for n, j in sticky.items() if n not in taken and j in requested}
     sub_cost = CostModel(sub)
     more = PLANNERS[planner](sub_cost, rest, replace(options, initial=initial, sticky=sticky))
-    return Plan(planner, tuple(kept) + more.jobs, more.unplaced, tuple(declined) + more.notes)
+    placed, unplaced = list(more.jobs), list(more.unplaced)
+    for name, (old, fixed) in slow.items():
+        k = next((i for i, jp in enumerate(placed) if jp.name == name), None)
+        new = placed[k] if k is not None else None
+        others = taken | {n for i, jp in enumerate(placed) if i != k for n in jp.nodes}
+        bound = math.inf if new is None else new.predicted_iteration_seconds
+        if not set(fixed.nodes) & others and fixed.predicted_iteration_seconds <= bound * (
+            1 + REPAIR_TOLERANCE
+        ):  # a new layout gains less than the tolerance (or none fits): the repair moves less
+            if k is None:
+                placed.append(fixed)
+                unplaced = [u for u in unplaced if u.name != name]
+            else:
+                placed[k] = fixed
+            continue
+        why = _not_repaired(old, fixed, alive, free, new, held=bool(set(fixed.nodes) & others))
+        declined.append(f"job {old.name}: {NOT_REPAIRED}: {why}")
+    notes = tuple(declined) + more.notes
+    return Plan(planner, tuple(kept) + tuple(placed), tuple(unplaced), notes)
 
 
 def _not_repaired(
-    old: JobPlan, fixed: JobPlan | None, alive: Collection[str], free: Collection[str]
+    old: JobPlan,
+    fixed: JobPlan | None,
+    alive: Collection[str],
+    free: Collection[str],
+    new: JobPlan | None = None,
+    held: bool = False,
 ) -> str:
     """Why ``repair_job``'s repair of ``old`` (``fixed``) was not kept: the words of a
     re-plan that moved healthy stages too (before, the operator's Event gave the old and
@@ -330,10 +358,16 @@ def _not_repaired(
     lost = [n for n in old.nodes if n not in alive]
     pool = [n for n in free if n not in old.nodes]
     if fixed is not None:
+        how = "keeping its other stages" if lost else "as it is"
+        if held:
+            return f"{how}, it needs servers other jobs' new plans hold"
         now, was = fixed.predicted_iteration_seconds, old.predicted_iteration_seconds
+        than = f"the {was:.3g} s it had"
+        if new is not None:
+            than = f"both {than} and the {new.predicted_iteration_seconds:.3g} s laid out again"
         return (
-            f"{'keeping its other stages' if lost else 'as it is'}, it would predict "
-            f"{now:.3g} s a step, more than {1 + REPAIR_TOLERANCE:g}x the {was:.3g} s it had"
+            f"{how}, it would predict {now:.3g} s a step, more than "
+            f"{1 + REPAIR_TOLERANCE:g}x {than}"
         )
     if not lost:
         return (

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from hulk_planner.api import NOT_REPAIRED, listed_names, repair_declined
-from hulk_planner.model import Cluster, Plan
+from hulk_planner.model import Cluster, JobPlan, Plan
 
 
 def _count(n: int, noun: str) -> str:
@@ -118,7 +118,6 @@ def _kept_notes(
         released = [n for n in old.nodes if n not in jp.nodes and n in present]
         lost = [n for n in old.nodes if n not in present]
         added = [n for n in jp.nodes if n not in old.nodes]
-        same = sum(1 for st in jp.stages if st in old.stages)
         line = f"job {jp.name}: kept {len(kept)} of its {len(old.nodes)} server(s)"
         if lost:
             line += f", lost {listed_names(lost)}"
@@ -126,7 +125,7 @@ def _kept_notes(
             line += f", released {listed_names(released)}"
         if added:
             line += f", added {listed_names(added)}"
-        line += f"; {same} of {len(jp.stages)} stage(s) as they were"
+        line += "; " + _stages_kept(old, jp)
         why = repair_declined(result, jp.name)
         out.append(f"{line} ({NOT_REPAIRED}: {why})" if why else line)
     for u in result.unplaced:  # (its repair's words, beside the reason it is not placed)
@@ -134,6 +133,19 @@ def _kept_notes(
         if why and u.name not in afresh:
             out.append(f"job {u.name}: not placed again ({NOT_REPAIRED}: {why})")
     return out
+
+
+def _stages_kept(old: JobPlan, new: JobPlan) -> str:
+    """``7 of 8 stage(s) on the same server(s), layers moved in 3``, or ``8 -> 10 stages,
+    every stage laid out again`` (the operator's words; before, "0 of 8 stage(s) as they
+    were" for a repair that swapped one server and moved layers: a user trial)."""
+    if len(old.stages) != len(new.stages):
+        return f"{len(old.stages)} -> {len(new.stages)} stages, every stage laid out again"
+    pairs = list(zip(old.stages, new.stages, strict=True))
+    same = [b for a, b in pairs if a.nodes == b.nodes]
+    moved = sum(1 for a, b in pairs if a.nodes == b.nodes and a.layers != b.layers)
+    words = f"{len(same)} of {len(pairs)} stage(s) on the same server(s)"
+    return words + (f", layers moved in {moved}" if moved else "")
 
 
 def _ratio(r: float) -> str:

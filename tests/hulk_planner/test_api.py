@@ -201,10 +201,13 @@ def test_a_repair_not_kept_says_why_in_the_plans_notes() -> None:
     # c lost, e alone is free and 400 ms away: the repair is too slow
     after = plan(c.without(["c"]), [job], previous=previous, max_iterations=20)
     why = api.repair_declined(after, job.name)
+    new = after.jobs[0].predicted_iteration_seconds
     assert why is not None and why.startswith("keeping its other stages, it would predict ")
-    assert why.endswith(f"s a step, more than 1.1x the {was:.3g} s it had")
+    assert why.endswith(
+        f"more than 1.1x both the {was:.3g} s it had and the {new:.3g} s laid out again"
+    )
     slower = float(why.split("predict ")[1].split(" s")[0])
-    assert slower > 1.1 * was
+    assert slower > 1.1 * was and slower > 1.1 * new
     assert "e" not in after.jobs[0].nodes  # planned again on the near servers left
     # nothing free at all
     small = cluster([server(n) for n in near], [(x, y, 1.0) for x in near for y in near if x < y])
@@ -216,11 +219,14 @@ def test_a_repair_not_kept_says_why_in_the_plans_notes() -> None:
     # two lost, one free (a review: "none near its stage's neighbours ...")
     after = plan(c.without(["c", "d"]), [job], previous=previous, max_iterations=20)
     assert api.repair_declined(after, job.name) == "1 free server(s) for the 2 it lost (c, d)"
-    # nothing lost, and slower than it was: "as it is", not "keeping its other stages"
-    quick = Plan("hulk", (replace(previous.jobs[0], predicted_iteration_seconds=was / 2),))
-    after = plan(c, [job], previous=quick, max_iterations=20)
+    # nothing lost, and its plan as it is (a stage on far e) slower than a new layout: "as
+    # it is", not "keeping its other stages"
+    far = make_job_plan(job, [["a", "b"], ["e", "d"]], [2, 2])
+    far = replace(far, predicted_iteration_seconds=was)
+    after = plan(c, [job], previous=Plan("hulk", (far,)), max_iterations=20)
     why = api.repair_declined(after, job.name)
-    assert why is not None and why.startswith(f"as it is, it would predict {was:.3g} s a step")
+    assert why is not None and why.startswith("as it is, it would predict ")
+    assert "e" not in after.jobs[0].nodes
     # nothing lost, and a pair of its servers lost its link (a-c: replica 0's two stages)
     cut = cluster([server(n) for n in near + "e"], [lk for lk in links if lk[:2] != ("a", "c")])
     after = plan(cut, [job], previous=previous, max_iterations=20)
@@ -228,6 +234,27 @@ def test_a_repair_not_kept_says_why_in_the_plans_notes() -> None:
         "its servers as they are cannot run it (a stage no longer fits its server, or a pair "
         "of them lost its link)"
     )
+
+
+def test_a_repair_slower_than_it_was_is_kept_where_a_new_layout_gains_less_than_10_percent() -> (
+    None
+):
+    """Before, a repair more than 10% slower than the old prediction was dropped for a new
+    layout even where that layout was hardly faster: a trial saw 1.91 s kept-in-place lose
+    to 1.85 s laid out again, every pod moved for 3%. Now the repair stands against the
+    new layout too."""
+    names = "abcde"
+    c = cluster([server(n) for n in names], [(x, y, 1.0) for x in names for y in names if x < y])
+    job = tiny_job(parameters=150_000_000)  # a layer per 1 GiB server: four servers at least
+    old = make_job_plan(job, [["a"], ["b"], ["c"], ["d"]], [1, 1, 1, 1])
+    was = CostModel(c).job_seconds(job, old)
+    # its old prediction halved: any plan of it is more than 1.1x that
+    quick = Plan("hulk", (replace(old, predicted_iteration_seconds=was / 2),))
+    after = plan(c.without(["c"]), [job], previous=quick, max_iterations=20)
+    (jp,) = after.jobs
+    assert [st.nodes for st in jp.stages] == [("a",), ("b",), ("e",), ("d",)]  # e in c's place
+    assert jp.predicted_iteration_seconds > 1.1 * was / 2
+    assert api.repair_declined(after, job.name) is None and not after.notes
 
 
 def test_a_repair_note_names_the_servers_jobs_planned_before_it_hold() -> None:

@@ -1116,15 +1116,22 @@ def test_previous_says_what_each_job_kept() -> None:
     other = JobPlan("k", (Stage((0, 2), ("f",)),), 2)
     notes = _kept_notes(Plan("hulk", (old,)), Plan("hulk", (new, other)), {"a", "c", "d", "e"})
     assert notes == [
-        "job j: kept 1 of its 3 server(s), lost b, released c, added d, e; 1 of 2 stage(s) as "
-        "they were"
+        "job j: kept 1 of its 3 server(s), lost b, released c, added d, e; 3 -> 2 stages, "
+        "every stage laid out again"
     ]  # k had no previous plan: nothing to say
+    # as many stages: those on the same servers, and of those the ones whose layers moved
+    # (before: "0 of 3 stage(s) as they were" for one server swapped, a user trial)
+    swapped = JobPlan(
+        "j", (Stage((0, 5), ("a",)), Stage((5, 8), ("b",)), Stage((8, 12), ("d",))), 4
+    )
+    (line,) = _kept_notes(Plan("hulk", (old,)), Plan("hulk", (swapped,)), {"a", "b", "d"})
+    assert line.endswith("; 2 of 3 stage(s) on the same server(s), layers moved in 2"), line
     assert _kept_notes(None, Plan("hulk", (new,)), set()) == []
     # a repair the planner did not keep: why (its note), after what was kept
     why = "no free server to take the place of b"
     declined = Plan("hulk", (new,), notes=(f"job j: not repaired in place: {why}",))
     (line,) = _kept_notes(Plan("hulk", (old,)), declined, {"a", "c", "d", "e"})
-    assert line.endswith(f"1 of 2 stage(s) as they were (not repaired in place: {why})")
+    assert line.endswith(f"every stage laid out again (not repaired in place: {why})")
     # ... and where it was not placed again
     from hulk_planner.model import Unplaced
 
