@@ -26,8 +26,13 @@ NOTHING_USABLE = 3  # exit code: the cluster was read, but no server is usable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig", metavar="FILE", required=True, help="the cluster to read (read only)"
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--kubeconfig", metavar="FILE", help="the cluster to read (read only)")
+    source.add_argument(
+        "--paper",
+        action="store_true",
+        help="the Hulk paper's 47-server cluster, the built-in example hulk plan uses without "
+        "--cluster, as a file to edit and plan with",
     )
     parser.add_argument(
         "--output",
@@ -48,6 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hulk_planner import io
 
+    if args.paper:  # (before, only from Python: hulk_planner.io.dump_cluster; a user trial)
+        from hulk_planner.datasets import paper_cluster
+
+        if args.free:
+            print("hulk topology: error: --free reads a live cluster's use: drop it with "
+                  "--paper", file=sys.stderr)  # fmt: skip
+            return 2
+        print(
+            io.dump_cluster(paper_cluster(), args.output), end="" if args.output == "yaml" else "\n"
+        )
+        return 0
     try:
         settings = latency_settings(args)
         told: list[str] = []

@@ -3,6 +3,8 @@ itself runs on the sandbox in test_operator_latency."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from placement_helpers import nodes, not_ready
 
 from hulk_operator.export import notes
@@ -23,3 +25,23 @@ def test_the_unhealthy_nodes_left_out_are_named_before_the_held_ones() -> None:
     ), left
     assert left.endswith("; and 3 more"), left
     assert guessed.startswith(f"{len(kept) * (len(kept) - 1) // 2} of ")
+
+
+def test_the_paper_cluster_is_written_as_a_topology_file_that_reads_back_the_same(
+    tmp_path: Path,
+) -> None:
+    """Before, the built-in cluster could be written out only from Python (a user trial)."""
+    import subprocess
+    import sys
+
+    from hulk_planner.datasets import paper_cluster
+    from hulk_planner.io import load_cluster
+
+    cmd = [sys.executable, "-m", "hulk", "topology", "--paper"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "paper.yaml"
+    path.write_text(done.stdout)
+    assert load_cluster(path) == paper_cluster()
+    free = subprocess.run([*cmd, "--free"], capture_output=True, text=True, timeout=60)
+    assert free.returncode == 2 and "--free" in free.stderr and not free.stdout
