@@ -86,6 +86,7 @@ class Step:
     told: str | None = None
     cluster: Cluster | None = None  # a re-plan's, as the planner saw it (its links)
     declined: str = ""  # a re-plan's: why the job was not repaired in place (``Decision``)
+    regrows: bool = True  # the job has spec.regrow (``recovery.event_message``'s hint)
 
 
 async def place(
@@ -264,6 +265,7 @@ async def check_plan(
         recovery.forced(lost),
         cluster=decision.cluster,
         declined=decision.repair_declined,
+        regrows=entry.regrow is not None,
     )
 
 

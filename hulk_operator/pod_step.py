@@ -151,7 +151,7 @@ def _replanned(
             if (i := ctx.nodes.get(n)) is not None and (why := i.problem) is not None
         }
         msg = recovery.event_message(
-            lost, old, plan, made, kept, None, cluster, unoffered, step.declined
+            lost, old, plan, made, kept, None, cluster, unoffered, step.declined, step.regrows
         )
         ctx.event("Warning", "Replanned", msg)
         reason = sorted(set(lost.values()))[0].split()[0]

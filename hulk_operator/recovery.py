@@ -281,6 +281,9 @@ LOSS_REASONS = (
 )
 
 
+SLOWER_HINT = 1.25  # a re-plan this much slower tells a job without spec.regrow of it
+
+
 def event_message(
     lost: Mapping[str, str],
     old: JobPlan,
@@ -291,10 +294,14 @@ def event_message(
     cluster: Cluster | None = None,
     unoffered: Mapping[str, str] | None = None,
     declined: str = "",
+    regrows: bool = True,
 ) -> str:
     """A re-plan's Event: why (``lost`` servers, or ``cause``), what moved, the pods and the
     step times; ``declined``: why a repair keeping the other stages was not kept (before,
-    a re-plan that laid every stage out again did not say why: a user trial)."""
+    a re-plan that laid every stage out again did not say why: a user trial). A job without
+    ``spec.regrow`` (``regrows`` False) whose new plan is ``SLOWER_HINT`` times slower or
+    more is told that ``spec.regrow`` would move it back (a trial: jobs stayed on plans up
+    to 4x slower once the nodes came back, with nothing saying so)."""
     said = {
         "GPUsGone": "has fewer GPUs than its stage asks",
         "GPUsTaken": "GPUs taken by other pods",
@@ -321,6 +328,11 @@ def event_message(
     step = ""
     if math.isfinite(was) and math.isfinite(now) and was > 0:  # a slower plan says so
         step = f"; predicted step {now:.3g} s (was {was:.3g} s)"
+        if not regrows and now >= SLOWER_HINT * was:
+            step += (
+                "; spec.regrow would plan it afresh on faster servers once they are free "
+                "(it is not set)"
+            )
     return f"{causes}; {changed}; {pods}{step}"
 
 

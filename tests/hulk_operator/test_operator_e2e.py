@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -217,6 +218,11 @@ def test_a_replan_that_lays_every_stage_out_again_says_why_it_kept_none(
         (event,) = kube.told("Replanned")
         why = f"(not repaired in place: no free server to take the place of {victim})"
         assert why in event.message, event.message
+        # no spec.regrow: a plan 1.25x slower or more says what would move it back
+        found = re.search(r"predicted step (\S+) s \(was (\S+) s\)", event.message)
+        assert found is not None, event.message
+        now, was = found.groups()
+        assert ("spec.regrow would" in event.message) == (float(now) >= 1.25 * float(was))
         assert set(plan_nodes(kube.job("relaid"))) <= set(nodes) - {victim}
     finally:
         for n in others:

@@ -789,6 +789,19 @@ def test_event_names_stages_whose_layers_moved() -> None:
     )
 
 
+def test_a_much_slower_replan_of_a_job_without_regrow_says_what_would_move_it_back() -> None:
+    """A user trial: jobs re-planned onto the few nodes left stayed on plans up to 4x slower
+    once the others came back, with nothing saying that ``spec.regrow`` moves them."""
+    from hulk_planner.model import JobPlan, Stage
+
+    old = JobPlan("j", (Stage((0, 6), ("a",)), Stage((6, 12), ("b",))), 4, 1.0)
+    hint = "; spec.regrow would plan it afresh on faster servers once they are free (it is not set)"
+    for now, regrows, told in ((1.3, False, True), (1.2, False, False), (4.0, True, False)):
+        new = JobPlan("j", (Stage((0, 12), ("c",)),), 4, now)
+        msg = recovery.event_message({"b": "Deleted"}, old, new, 1, 0, regrows=regrows)
+        assert msg.endswith(f"predicted step {now:.3g} s (was 1 s)" + (hint if told else "")), msg
+
+
 def test_a_released_server_with_no_link_to_the_new_plan_says_so() -> None:
     """Before: "released rome-41", as if the planner threw a good server away, where it
     reached none of the job's other servers (a user trial)."""
