@@ -75,8 +75,11 @@ def test_measures_live_peers_and_marks_dead_ones() -> None:
     assert set(est) == {"fast", "slow", "dead"}
     assert est["fast"].reachable is True and est["fast"].samples >= 8
     assert est["fast"].one_way_ms is not None and est["fast"].one_way_ms < 5.0
-    # the slow peer answers after 20 ms: one-way = RTT / 2 = 10 ms, within 10% + 0.5 ms
-    assert est["slow"].one_way_ms == pytest.approx(10.0, abs=1.5)
+    # the slow peer answers after 20 ms: one-way = RTT / 2 = 10 ms. Never below (less 0.5 ms
+    # of clock); above by the echo's own sleep overshooting on a loaded machine (a CI run
+    # with two sandboxes beside it: 11.9 ms), not by RTT reported whole (20) or the like
+    slow_ms = est["slow"].one_way_ms
+    assert slow_ms is not None and 9.5 <= slow_ms <= 13.0, slow_ms
     assert slow.received == PROBE_SIZE * slow.messages  # every probe is exactly 64 bytes
     assert est["dead"].reachable is False and est["dead"].samples == 0
     # about one probe per interval per peer, not more (1.5 s / 0.1 s = 15, first within 0.05 s)
