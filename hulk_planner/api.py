@@ -311,8 +311,7 @@ def _replan(
         elif fixed is not None:  # too slow for its old plan: judged against a new one too
             slow[old.name] = (old, fixed)
         else:
-            why = _not_repaired(old, fixed, alive, free)
-            declined.append(f"job {old.name}: {NOT_REPAIRED}: {why}")
+            declined.append(repair_note(old.name, _not_repaired(old, fixed, alive, free)))
     kept_names = {jp.name for jp in kept}
     rest = [j for j in jobs if j.name not in kept_names]
     if not rest:
@@ -329,17 +328,16 @@ def _replan(
         new = placed[k] if k is not None else None
         others = taken | {n for i, jp in enumerate(placed) if i != k for n in jp.nodes}
         bound = math.inf if new is None else new.predicted_iteration_seconds
-        if not set(fixed.nodes) & others and fixed.predicted_iteration_seconds <= bound * (
-            1 + REPAIR_TOLERANCE
-        ):  # a new layout gains less than the tolerance (or none fits): the repair moves less
+        overlap = bool(set(fixed.nodes) & others)
+        if not overlap and fixed.predicted_iteration_seconds <= bound * (1 + REPAIR_TOLERANCE):
+            # a new layout gains less than the tolerance (or none fits): the repair moves less
             if k is None:
                 placed.append(fixed)
                 unplaced = [u for u in unplaced if u.name != name]
             else:
                 placed[k] = fixed
             continue
-        why = _not_repaired(old, fixed, alive, free, new, held=bool(set(fixed.nodes) & others))
-        declined.append(f"job {old.name}: {NOT_REPAIRED}: {why}")
+        declined.append(repair_note(name, _not_repaired(old, fixed, alive, free, new, overlap)))
     notes = tuple(declined) + more.notes
     return Plan(planner, tuple(kept) + tuple(placed), tuple(unplaced), notes)
 
@@ -391,8 +389,13 @@ def listed_names(names: Sequence[str], most: int = 4) -> str:
     return ", ".join(names[:most]) + more
 
 
+def repair_note(job: str, why: str) -> str:
+    """A plan's note that ``job``'s repair in place was not kept, and ``why``."""
+    return f"job {job}: {NOT_REPAIRED}: {why}"
+
+
 def repair_declined(plan: Plan, job: str) -> str | None:
     """Why ``plan`` (a re-plan's) did not keep ``job``'s stages where they were, from its
-    notes (``_replan``); None where it kept them or planned the job afresh."""
-    head = f"job {job}: {NOT_REPAIRED}: "
+    notes (:func:`repair_note`); None where it kept them or planned the job afresh."""
+    head = repair_note(job, "")
     return next((n[len(head) :] for n in plan.notes if n.startswith(head)), None)

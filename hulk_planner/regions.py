@@ -219,12 +219,12 @@ def _held_before(notes: Sequence[str], before: Plan | None, taken: Collection[st
     job's old servers jobs planned before it hold: for its plan they are gone, as lost
     ones are (before, "no free server to take the place of a" where a higher-priority job
     had taken a: a review)."""
-    from hulk_planner.api import NOT_REPAIRED, listed_names
+    from hulk_planner.api import listed_names, repair_note
 
     out = list(notes)
     for jp in before.jobs if before else ():
         held = [n for n in jp.nodes if n in taken]
-        head = f"job {jp.name}: {NOT_REPAIRED}: "
+        head = repair_note(jp.name, "")
         for k, note in enumerate(out):
             if held and note.startswith(head):
                 out[k] = (
