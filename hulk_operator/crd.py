@@ -4,6 +4,7 @@ there, and kopf's peering resources (for leader election) and peering object."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -70,16 +71,26 @@ def wait_served(api: client.ApiClient, crds: list[dict[str, Any]], timeout: floa
     for crd in crds:
         spec = crd["spec"]
         version = next(v["name"] for v in spec["versions"] if v.get("storage"))
-        while True:
-            try:
-                custom.list_cluster_custom_object(
-                    spec["group"], version, spec["names"]["plural"], limit=1, resource_version="0"
-                )
-                break
-            except ApiException as exc:
-                if exc.status not in (404, 429, 503) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        plural = spec["names"]["plural"]
+        listing = functools.partial(
+            custom.list_cluster_custom_object, spec["group"], version, plural, limit=1,
+            resource_version="0",
+        )  # fmt: skip
+        _until_listed(listing, (404, 429, 503), deadline)
+
+
+def _until_listed(listing: Any, retry: tuple[int, ...], deadline: float) -> None:
+    """Calls ``listing`` until it answers: an ``ApiException`` with a status in ``retry`` is
+    tried again every 0.1 s until ``deadline`` (``time.monotonic``), then raised, as any
+    other exception is at once."""
+    while True:
+        try:
+            listing()
+            return
+        except ApiException as exc:
+            if exc.status not in retry or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 # a list answered from the API server's watch cache, once it is ready; (connect, read) limits
@@ -114,18 +125,12 @@ def wait_storage(
 
     start, served = time.monotonic(), True
     for listing in (jobs, latencies):
-        while True:
-            try:
-                listing()
-            except ApiException as exc:
-                if exc.status in (429, 503):
-                    if time.monotonic() - start < timeout:
-                        time.sleep(0.2)
-                        continue
-                    served = False
-            except (HTTPError, OSError):  # (unreachable, say: kopf's watches retry, tell it)
-                served = False
-            break
+        try:
+            _until_listed(listing, (429, 503), start + timeout)
+        except ApiException as exc:
+            served = served and exc.status not in (429, 503)  # (out of time; else: not ours)
+        except (HTTPError, OSError):  # (unreachable, say: kopf's watches retry, tell it)
+            served = False
     return time.monotonic() - start, served
 
 
