@@ -173,9 +173,7 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
     medians = region_medians(base.measured.items(), region)
     reported = base.unreachable - base.stale_unreachable
     broken = {k for a, b in reported if (k := _region_pair(region, a, b))}
-    by_region: dict[str, list[str]] = {}
-    for name, r in region.items():
-        by_region.setdefault(r, []).append(name)
+    by_region = _by_region(region)
     known = base.measured.keys() | base.unreachable
     dark = {
         p
@@ -233,9 +231,7 @@ def build_cluster(
     between = latencies.region_medians
     if between is None:  # (not read with every server's region: those given)
         between = region_medians((((lk.a, lk.b), lk.latency_ms) for lk in measured), region)
-    by_region: dict[str, list[str]] = {}
-    for s in servers:
-        by_region.setdefault(s.region, []).append(s.name)
+    by_region = _by_region(region)
     regions = sorted(by_region)
     region_links = []
     estimated: list[tuple[str, str, float]] = []
@@ -259,10 +255,17 @@ def build_cluster(
     return Cluster(name, tuple(servers), server_links, tuple(region_links))
 
 
-class _Built(NamedTuple):
-    """:func:`measured_links`' build for one ``measured`` mapping."""
+def _by_region(region: Mapping[str, str]) -> dict[str, list[str]]:
+    """Region -> its servers, in ``region``'s order (``region``: server -> region)."""
+    out: dict[str, list[str]] = {}
+    for name, r in region.items():
+        out.setdefault(r, []).append(name)
+    return out
 
-    measured: Mapping[Pair, float]
+
+class _Built(NamedTuple):
+    """:func:`measured_links`' build for a reading's ``measured`` links."""
+
     links: tuple[Link, ...]  # the valid ones, sorted by their ends
     invalid: dict[Pair, HulkError]  # pairs no Link takes (a blank name, a latency too large)
 
@@ -275,8 +278,8 @@ def measured_links(latencies: Latencies) -> _Built:
     ``bench/latency_listing.py``; they hold 36 MB). An invalid pair fails only the rounds
     that plan on both its servers, as before the links were shared (a review: a peer named
     " " in one report stopped every round)."""
-    seen = latencies.built.get("measured")
-    if seen is not None and seen.measured is latencies.measured:
+    seen = latencies.built.get("measured")  # (a copy with other links has a ``built`` of its own)
+    if seen is not None:
         return seen
     rows = sorted((min(p), max(p), ms) for p, ms in latencies.measured.items() if len(p) == 2)
     links: list[Link] = []
@@ -286,7 +289,7 @@ def measured_links(latencies: Latencies) -> _Built:
             links.append(Link(a, b, ms))
         except HulkError as exc:
             invalid[frozenset((a, b))] = exc
-    built = latencies.built["measured"] = _Built(latencies.measured, tuple(links), invalid)
+    built = latencies.built["measured"] = _Built(tuple(links), invalid)
     return built
 
 
