@@ -49,6 +49,10 @@ class OperatorConfig:
     create_delay_s: float = 0.0
     # GNN weights of `hulk train` for the hulk planner ("": the shipped ones).
     gnn_weights: str = ""
+    # A running job without spec.regrow is told (Event FasterPlanAvailable) when a plan on
+    # its servers plus the free ones would make its step this many times faster; it is
+    # never moved (0: not looked at, which saves the planning that costs).
+    advise_speedup: float = 1.25
 
     def __post_init__(self) -> None:
         """Every setting checked once, at start-up: a bad one names its flag and variable."""
@@ -79,6 +83,12 @@ class OperatorConfig:
             from hulk_planner.gnn.planner import check_weights
 
             check_weights(self.gnn_weights, _where("gnn_weights"))
+        if self.advise_speedup != 0 and not self.advise_speedup > 1:
+            raise InvalidRequest(
+                _where("advise_speedup"),
+                f"must be above 1, or 0 to turn it off, got {self.advise_speedup!r}",
+                "give how many times faster a plan must be to be told of, e.g. 1.25",
+            )
         if not 0 <= self.metrics_port <= 65535:
             raise InvalidRequest(
                 _where("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"
@@ -136,6 +146,7 @@ _NUMBERS = {
     "not_ready_grace_s": True,
     "disruption_threshold": False,
     "forbidden_grace_s": False,
+    "advise_speedup": True,
 }
 # The settings `hulk operator` also takes as flags (hulk_operator/cli.py adds them).
 FLAGS = {

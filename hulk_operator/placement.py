@@ -76,6 +76,8 @@ class Placer:
         baselines: bool = False,
         on_round: Callable[[float, dict[Key, Decision]], None] | None = None,
         regrow_every_s: float = 5.0,
+        advise_every_s: float | None = None,
+        advise_share: float | None = None,
     ) -> None:
         self.plan_fn = plan_fn
         self.planner = planner
@@ -93,12 +95,20 @@ class Placer:
         self.reserved: dict[Key, Decision] = {}
         self.unplaced: dict[Key, tuple[Any, Decision]] = {}  # last failure and its inputs
         self.regrow_checked: dict[Key, tuple[Any, ...]] = {}  # what the last regrow saw
-        # a faster plan below minSpeedup: the RegrowDeclined Event's words, until posted
+        # a faster plan below minSpeedup, or one a job without spec.regrow is told of: the
+        # RegrowDeclined (FasterPlanAvailable) Event's words, until posted
         self.regrow_declined: dict[Key, str] = {}
-        self.regrow_told: dict[Key, str] = {}  # the last RegrowDeclined posted: not twice
+        self.regrow_told: dict[Key, str] = {}  # the last of them posted: not twice
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
-        # builds a snapshot and the job's free servers under the planning lock.
+        # builds a snapshot and the job's free servers under the planning lock; a job
+        # without spec.regrow once per advise_every_s (it is only told).
         self.regrow_every_s = regrow_every_s
+        self.advise_every_s = regrow.ADVISE_EVERY_S if advise_every_s is None else advise_every_s
+        # ... and, all such jobs together, planned at most this share of the time (a look
+        # that planned for t seconds holds the next one back t * (1 / share - 1)): 50 jobs
+        # on 1,000 servers would otherwise plan one after another at every change
+        self.advise_share = regrow.ADVISE_SHARE if advise_share is None else advise_share
+        self._advise_next = -math.inf  # (clock) when the next such look may plan
         self._regrow_looked: dict[Key, float] = {}
         self._used: set[int] = set()  # serials of decisions applied
         self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
@@ -426,14 +436,20 @@ class Placer:
         entry: JobEntry,
         current: JobPlan,
         snapshot: Callable[[], Awaitable[Snapshot]],
+        advise: float = 0.0,
     ) -> Decision | None:
         """A faster plan for a running job with ``spec.regrow`` on its servers plus the
         free ones (``regrow.faster``); None while a job waits for servers or a running
         job's re-plan for lost servers waits to plan, when no server is free, or when
-        nothing changed since the last check."""
+        nothing changed since the last check. A job without it is only told, where the
+        plan found is ``advise`` times faster (``regrow_declined`` holds the words): None."""
         now = decision.clock()
-        if now - self._regrow_looked.get(entry.key, -math.inf) < self.regrow_every_s:
+        advising = entry.regrow is None
+        every = self.advise_every_s if advising else self.regrow_every_s
+        if now - self._regrow_looked.get(entry.key, -math.inf) < every:
             return None
+        if advising and now < self._advise_next:
+            return None  # (not counted as looked at: its turn comes once the share allows)
         self._regrow_looked[entry.key] = now
         async with self.lock:
             snap = await snapshot()
@@ -465,7 +481,9 @@ class Placer:
                 # the namespace's quotas: the fastest plan within them is judged instead
                 taken = self.reserved_use(snap, but=entry.key)
                 within = within_quota(entry, d, snap, taken, plan, keep=current.nodes)
-                grown, declined = regrow.faster(within, entry, current, d.cluster)
+                grown, declined = regrow.faster(within, entry, current, d.cluster, advise)
+                if entry.regrow is None:
+                    return None, declined  # (told of a plan within its quotas only)
                 if grown is None and d.job_plan is not None and within is not d:
                     short = snap.quota_short(entry, snap.quota_need(entry, d))
                     declined = (
@@ -479,6 +497,9 @@ class Placer:
 
             started = time.perf_counter()
             d, declined = await asyncio.to_thread(judge)
+            if advising:
+                took = time.perf_counter() - started
+                self._advise_next = decision.clock() + took * (1 / self.advise_share - 1)
             if declined is not None and self.regrow_told.get(entry.key) != declined:
                 self.regrow_declined[entry.key] = declined  # (the same words: told once)
                 self.regrow_told[entry.key] = declined

@@ -227,6 +227,11 @@ async def check_plan(
         declined = ctx.placer.regrow_declined.pop(entry.key, None)
         if declined is not None:
             ctx.event("Normal", regrow.DECLINED, declined)
+    elif ctx.disrupted is None and regrow.advice_due(entry, status, ctx.config.advise_speedup):
+        # (no spec.regrow: never moved, told where free servers would make it faster)
+        await ctx.placer.regrow(entry, plan, ctx.snapshot, ctx.config.advise_speedup)
+        if (advice := ctx.placer.regrow_declined.pop(entry.key, None)) is not None:
+            ctx.event("Normal", regrow.ADVISED, advice)
     if decision is None:
         return Step(plan, gpus, conds)
     if (

@@ -11,6 +11,11 @@ ones; the new plan replaces the old one when its predicted step is at least
 The operator looks every 5 s (``Placer.regrow_every_s``) and plans only when the free
 servers (or the job's plan or settings) changed since.
 
+A job without ``spec.regrow`` is looked at the same way (every 30 s, once every stage has
+run for a minute; these looks together plan at most a tenth of the time) and never
+moved: where the new plan would be ``OperatorConfig.advise_speedup`` times faster (1.25),
+a ``FasterPlanAvailable`` Event says so, once per change of its words.
+
 Pure functions; the planning round is ``Placer.regrow`` and the pods are reconciled as for
 any re-plan.
 """
@@ -36,32 +41,65 @@ REASON = "Regrown"  # the Event's, the Replanning condition's and the replans me
 ALL_RUNNING = "AllStagesRunning"  # the Ready condition's reason while every stage runs
 
 
-def due(entry: JobEntry, status: Mapping[str, Any], now: float | None = None) -> bool:
-    """Whether ``spec.regrow`` lets the job be planned afresh now: every stage has been
-    running, without a break, for ``afterSeconds`` (the Ready condition's last transition;
-    a stage pod restarted or created again starts the count afresh)."""
-    if entry.regrow is None or status.get("phase") != st.RUNNING:
-        return False
+def running_for(status: Mapping[str, Any], now: float | None = None) -> float | None:
+    """How long every stage of a Running job has run without a break (the Ready
+    condition's last transition; a stage pod restarted or created again starts the count
+    afresh), None while they do not."""
+    if status.get("phase") != st.RUNNING:
+        return None
     ready = st.condition(status, st.READY) or {}
     since = epoch(ready.get("lastTransitionTime"))
     if ready.get("reason") != ALL_RUNNING or since is None:
-        return False  # (StagesFinishing: the run is ending, not to be started over)
-    return (time.time() if now is None else now) - since >= entry.regrow[1]
+        return None  # (StagesFinishing: the run is ending, not to be started over)
+    return (time.time() if now is None else now) - since
+
+
+def due(entry: JobEntry, status: Mapping[str, Any], now: float | None = None) -> bool:
+    """Whether ``spec.regrow`` lets the job be planned afresh now: every stage has been
+    running, without a break, for ``afterSeconds``."""
+    ran = running_for(status, now)
+    return entry.regrow is not None and ran is not None and ran >= entry.regrow[1]
+
+
+# A running job without spec.regrow is told (a Normal Event of this reason) when a plan on
+# its servers plus the free ones would make its step ``OperatorConfig.advise_speedup``
+# times faster: it keeps its servers, and its owner may set spec.regrow (before, jobs
+# stayed on plans up to 4x slower once servers came back, with nothing saying so: a trial).
+ADVISED = "FasterPlanAvailable"
+ADVISE_AFTER_S = 60.0  # every stage running this long first (a plan just made is left be)
+ADVISE_EVERY_S = 30.0  # looked at once per this long (``Placer.advise_every_s``)
+ADVISE_SHARE = 0.1  # all such looks together plan at most this share of the time
+
+
+def advice_due(
+    entry: JobEntry, status: Mapping[str, Any], speedup: float, now: float | None = None
+) -> bool:
+    """Whether a job without ``spec.regrow`` is looked at for a faster plan now
+    (``speedup`` 0: never)."""
+    ran = running_for(status, now)
+    return entry.regrow is None and speedup > 1 and ran is not None and ran >= ADVISE_AFTER_S
 
 
 DECLINED = "RegrowDeclined"  # the Event's reason when the plan found is not fast enough
 
 
 def faster(
-    decision: Decision, entry: JobEntry, current: JobPlan, scored_on: Cluster | None = None
+    decision: Decision,
+    entry: JobEntry,
+    current: JobPlan,
+    scored_on: Cluster | None = None,
+    advise: float = 0.0,
 ) -> tuple[Decision | None, str | None]:
     """``decision`` as a re-plan of ``current`` (its ``base``, predicted on the decision's
     latencies, or ``scored_on``'s: a cluster that holds the current servers, where the
     decision was planned on a part of it) when its step is at least ``minSpeedup`` times
     faster; else None and, when the new plan is faster but not by ``minSpeedup``, the words
-    of a ``RegrowDeclined`` Event (with no plan, or none faster, there is nothing to tell)."""
+    of a ``RegrowDeclined`` Event (with no plan, or none faster, there is nothing to tell).
+    A job without ``spec.regrow`` is never re-planned: the words of a ``FasterPlanAvailable``
+    Event where the new plan is ``advise`` times faster or more, else None."""
     new, cluster = decision.job_plan, scored_on or decision.cluster
-    if new is None or cluster is None or entry.job is None or entry.regrow is None:
+    need = entry.regrow[0] if entry.regrow is not None else advise
+    if new is None or cluster is None or entry.job is None or not need > 1:
         return None, None
     if not set(current.nodes) <= set(cluster.index):
         return None, None  # a server of the plan is gone: that is recovery's to handle
@@ -69,15 +107,21 @@ def faster(
     now = new.predicted_iteration_seconds
     if not (math.isfinite(now) and now > 0 and math.isfinite(was)):
         return None, None  # (a plan whose link was cut since is not scored: nothing to judge)
-    if was < now * entry.regrow[0]:
-        if now >= was:
+    gained = len(set(new.nodes) - set(current.nodes))
+    if was < now * need:
+        if now >= was or entry.regrow is None:
             return None, None
-        gained = len(set(new.nodes) - set(current.nodes))
         return None, (
             f"a new plan ({gained} free server(s) added) would make its step {was / now:.3g}x "
             f"faster (predicted {now:.3g} s, now {was:.3g} s), below spec.regrow.minSpeedup "
-            f"{entry.regrow[0]:g}: it keeps its servers (checked again when the free "
-            "servers change)"
+            f"{need:g}: it keeps its servers (checked again when the free servers change)"
+        )
+    if entry.regrow is None:
+        return None, (
+            f"free servers would make its step {was / now:.3g}x faster (a new plan with "
+            f"{gained} free server(s) added: predicted {now:.3g} s, now {was:.3g} s); it "
+            "keeps its servers, as it has no spec.regrow, which would plan it afresh "
+            "(a restart from its checkpoint)"
         )
     return replace(decision, base=replace(current, predicted_iteration_seconds=was)), None
 

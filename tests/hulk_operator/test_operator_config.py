@@ -34,6 +34,8 @@ from hulk_planner.errors import InvalidRequest
         ({"cross_region_latency_ms": 2e7}, "--cross-region-latency-ms", "at most 10,000,000"),
         ({"gnn_weights": "/nonexistent.pt"}, "--gnn-weights", "is not a file"),
         ({"gnn_weights": __file__}, "HULK_OPERATOR_GNN_WEIGHTS", "not a zip"),
+        ({"advise_speedup": 0.8}, "HULK_OPERATOR_ADVISE_SPEEDUP", "above 1, or 0 to turn"),
+        ({"advise_speedup": -2.0}, "HULK_OPERATOR_ADVISE_SPEEDUP", "zero or more"),
     ],
 )
 def test_a_bad_setting_names_its_flag_or_variable(
@@ -47,6 +49,7 @@ def test_a_bad_setting_names_its_flag_or_variable(
 def test_defaults_and_an_unset_budget_are_valid() -> None:
     assert OperatorConfig().planning_budget_s is None
     assert OperatorConfig(planning_budget_s=2.5, batch_window_s=0.0).planning_budget_s == 2.5
+    assert OperatorConfig(advise_speedup=0.0).advise_speedup == 0.0  # off
 
 
 def test_the_cli_latency_flags_default_to_the_operators_settings() -> None:

@@ -68,6 +68,105 @@ def test_a_squeezed_job_regrows_onto_free_servers_once() -> None:
     assert msg.endswith(f"predicted step {now:.3g} s (was {was:.3g} s)")
 
 
+def test_a_job_without_regrow_is_told_of_a_faster_plan_and_never_moved() -> None:
+    """Before, a job left on a slow plan (a re-plan after a loss, or placed while the fast
+    servers were taken) stayed there with nothing saying free servers would do better."""
+    running, current = squeezed(GPT, ("Berlin", "London"))
+    assert running.regrow is None
+    held = dict.fromkeys(current.nodes, running.key)
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), {running.key: running}, held)
+
+    placer = Placer(plan, regrow_every_s=0, advise_every_s=0, advise_share=1.0)
+    assert asyncio.run(placer.regrow(running, current, snapshot, advise=1.25)) is None
+    assert not placer.reserved  # never re-planned
+    msg = placer.regrow_declined.pop(running.key)
+    assert msg.startswith("free servers would make its step "), msg
+    speedup = float(msg.removeprefix("free servers would make its step ").split("x ")[0])
+    assert speedup >= 1.25
+    assert msg.endswith(
+        f"now {current.predicted_iteration_seconds:.3g} s); it keeps its servers, as it has "
+        "no spec.regrow, which would plan it afresh (a restart from its checkpoint)"
+    ), msg
+    assert asyncio.run(placer.regrow(running, current, snapshot, advise=1.25)) is None
+    assert running.key not in placer.regrow_declined  # nothing changed: not told again
+    # a bar no plan reaches: nothing to tell; looked at once per advise_every_s
+    quiet = Placer(plan, regrow_every_s=0, advise_every_s=0, advise_share=1.0)
+    assert asyncio.run(quiet.regrow(running, current, snapshot, advise=1e6)) is None
+    assert not quiet.regrow_declined and not quiet.reserved
+    slow = Placer(plan, regrow_every_s=0, advise_share=1.0)  # (30 s: not regrow_every_s)
+    assert asyncio.run(slow.regrow(running, current, snapshot, advise=1.25)) is None
+    assert slow.regrow_declined
+    slow.regrow_declined.clear()
+    slow.regrow_checked.clear()  # as if the free servers changed, too soon after
+    assert asyncio.run(slow.regrow(running, current, snapshot, advise=1.25)) is None
+    assert not slow.regrow_declined
+
+
+def test_looks_for_advice_plan_at_most_their_share_of_the_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every job without spec.regrow is looked at when the free servers change: on 1,000
+    servers with 50 jobs that planned back to back. A look that planned t seconds holds
+    any job's next look back t * 9 (a tenth of the time), while spec.regrow's are not held."""
+    from hulk_operator import decision
+
+    now = [1000.0]
+    monkeypatch.setattr(decision, "clock", lambda: now[0])
+    running, current = squeezed(GPT, ("Berlin", "London"))
+    free = nodes()
+    calls: list[int] = []
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return plan(*args, **kw)  # type: ignore[arg-type]
+
+    async def snapshot() -> Snapshot:
+        held = dict.fromkeys(current.nodes, running.key)
+        return Snapshot(free, Latencies(), {running.key: running}, held)
+
+    placer = Placer(counting, regrow_every_s=0, advise_every_s=0)
+    assert placer.advise_share == regrow.ADVISE_SHARE == 0.1
+
+    def look(e: JobEntry = running) -> None:
+        asyncio.run(placer.regrow(e, current, snapshot, advise=1.25))
+
+    def free_one() -> None:
+        del free[next(n for n in free if n not in current.nodes)]
+
+    look()
+    planned = len(calls)
+    assert planned >= 1
+    free_one()
+    look()  # a change, but the share holds it back
+    assert len(calls) == planned
+    look(replace(running, regrow=(1e6, 0.0)))  # spec.regrow's look is not held back
+    assert len(calls) > planned
+    planned = len(calls)
+    free_one()
+    now[0] += 1e6  # long after: looked at again
+    look()
+    assert len(calls) > planned
+
+
+def test_advice_is_due_for_a_job_without_regrow_that_has_run_a_minute() -> None:
+    e = entry(GPT)
+    ready = st.set_condition(
+        [], st.READY, True, "AllStagesRunning", "4/4", 1, now="2026-11-23T00:00:00Z"
+    )
+    status = {"phase": st.RUNNING, "conditions": ready}
+    t0 = 1795392000.0  # 2026-11-23T00:00:00Z
+    after = regrow.ADVISE_AFTER_S
+    assert not regrow.advice_due(e, status, 1.25, now=t0 + after - 1)
+    assert regrow.advice_due(e, status, 1.25, now=t0 + after)
+    assert not regrow.advice_due(e, status, 0.0, now=t0 + after)  # turned off
+    assert not regrow.advice_due(replace(e, regrow=(1.25, 0.0)), status, 1.25, now=t0 + after)
+    assert not regrow.advice_due(e, {**status, "phase": st.PLACING}, 1.25, now=t0 + after)
+    ending = st.set_condition(ready, st.READY, True, "StagesFinishing", "3/4, 1 finished", 1)
+    assert not regrow.advice_due(e, {**status, "conditions": ending}, 1.25, now=t0 + after)
+
+
 def test_a_plan_whose_link_was_cut_is_not_regrown() -> None:
     """Its step cannot be scored: before, the Event read "infx faster" and blamed free
     servers (a user trial: no server was added, two stages swapped)."""
@@ -360,13 +459,22 @@ def test_regrow_settings_defaults_and_errors() -> None:
         assert e.job is None and e.regrow is None and field in (e.error or "")
 
 
+@pytest.fixture
+def prompt_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job without spec.regrow looked at for a faster plan at once and every second (the
+    operator's Placer reads the interval when it starts: before the ``operator`` fixture)."""
+    monkeypatch.setattr(regrow, "ADVISE_AFTER_S", 0.0)
+    monkeypatch.setattr(regrow, "ADVISE_EVERY_S", 1.0)
+
+
 @pytest.mark.sandbox
 def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
-    kube: Kube, operator: Any
+    prompt_advice: None, kube: Kube, operator: Any
 ) -> None:
     """Both jobs are placed while all but Berlin's and London's servers are cordoned. Once
-    the servers are back, gpt2-xl is given ``spec.regrow`` (an edit that leaves its pods
-    alone) and is planned afresh for a faster step; bert-large (without) keeps its servers."""
+    the servers are back, gpt2-xl (without ``spec.regrow`` yet) is told a faster plan is
+    free and left where it is; then given ``spec.regrow`` (an edit that leaves its pods
+    alone) it is planned afresh for a faster step; bert-large (without) keeps its servers."""
     squeeze = [s.name for s in paper_cluster().servers if s.region not in ("Berlin", "London")]
     try:
         for n in squeeze:
@@ -380,8 +488,18 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
     finally:
         for n in squeeze:
             kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+    # told, not moved (before, nothing said free servers would make it faster)
+    wait("FasterPlanAvailable", lambda: [e for e in kube.events(regrow.ADVISED)
+                                         if e.involved_object.name == "grows"], 60)  # fmt: skip
+    (told,) = [e for e in kube.events(regrow.ADVISED) if e.involved_object.name == "grows"]
+    assert told.type == "Normal" and "it keeps its servers, as it has no spec.regrow" in (
+        told.message
+    ), told.message
+    speedup = float(told.message.removeprefix("free servers would make its step ").split("x ")[0])
+    assert speedup >= 1.25, told.message
     time.sleep(3)  # several ticks with the servers free: neither job moves
     assert plan_nodes(kube.job("grows")) == small and plan_nodes(kube.job("stays")) == kept
+    assert kube.job("grows")["status"]["replans"] == 0
     # first a minSpeedup no plan reaches: an Event says why it stays
     patch = {"spec": {"regrow": {"minSpeedup": 1000, "afterSeconds": 0}}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "grows", patch)
