@@ -11,6 +11,9 @@
 - ``hulk_job_waiting{namespace,job}``: 1 while a job is Pending or Placing; no series
   otherwise (HulkJobPending's ``for`` is then one job's wait).
 - ``hulk_predicted_iteration_seconds{namespace,job}``: the planner's predicted step time.
+- ``hulk_job_free_speedup{namespace,job}``: how many times faster a running job's step
+  would be planned afresh on its servers plus the free ones (the operator's last look,
+  ``regrow``); a series only where that is faster, until the job's plan changes.
 
 Every counter's label values are exported at 0 from the start (``increase()`` misses a
 series' first increment otherwise).
@@ -85,6 +88,14 @@ class Metrics:
             ["namespace", "job"],
             registry=r,
         )
+        self.free_speedup = Gauge(
+            "hulk_job_free_speedup",
+            "How many times faster a running job's step would be on its servers plus the free "
+            "ones (the last look; no series unless faster)",
+            ["namespace", "job"],
+            registry=r,
+        )
+        self._predicted: dict[tuple[str, str], float] = {}  # the last figure set, per job
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serves the figures on ``port`` (once: kopf run again keeps serving them)."""
@@ -104,6 +115,8 @@ class Metrics:
         """Drops the per-job figures (a replica paused by a peer: they go stale)."""
         self.jobs.clear()
         self.predicted.clear()
+        self.free_speedup.clear()
+        self._predicted = {}
         self.waiting.clear()
         self._waiting = set()
 
@@ -130,15 +143,33 @@ class Metrics:
         self._waiting = waiting
 
     def set_predicted(self, namespace: str, job: str, seconds: float | None) -> None:
+        """The job's predicted step (None: it has no plan); a new figure (a new plan)
+        drops its ``hulk_job_free_speedup``, which was measured against the old one."""
         if self.paused.is_set():
             return
+        if self._predicted.get((namespace, job)) != seconds:
+            self.set_free_speedup(namespace, job, None)
         if seconds is None:
+            self._predicted.pop((namespace, job), None)
             try:
                 self.predicted.remove(namespace, job)
             except KeyError:
                 pass
         else:
+            self._predicted[(namespace, job)] = seconds
             self.predicted.labels(namespace=namespace, job=job).set(seconds)
+
+    def set_free_speedup(self, namespace: str, job: str, speedup: float | None) -> None:
+        """How many times faster the last look's plan is: a series only where above 1."""
+        if self.paused.is_set():
+            return
+        if speedup is not None and speedup > 1:
+            self.free_speedup.labels(namespace=namespace, job=job).set(speedup)
+            return
+        try:
+            self.free_speedup.remove(namespace, job)
+        except KeyError:
+            pass
 
     def text(self) -> str:
         from prometheus_client import generate_latest

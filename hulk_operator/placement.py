@@ -99,6 +99,9 @@ class Placer:
         # RegrowDeclined (FasterPlanAvailable) Event's words, until posted
         self.regrow_declined: dict[Key, str] = {}
         self.regrow_told: dict[Key, str] = {}  # the last of them posted: not twice
+        # how many times faster the last look's plan was than the job's (None: no plan,
+        # or not scored): hulk_job_free_speedup, set by the job's own reconciliation
+        self.speedups: dict[Key, float | None] = {}
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
         # builds a snapshot and the job's free servers under the planning lock; a job
         # without spec.regrow once per advise_every_s (it is only told).
@@ -156,14 +159,16 @@ class Placer:
             other = e is not None and d.uid and d.uid != e.uid
             if e is None or e.deleting or e.plan_nodes == d.nodes or stale or other:
                 del self.reserved[k]
-        for k in [k for k in self.regrow_checked if k not in jobs]:
-            del self.regrow_checked[k]
-        for k in [k for k in self._regrow_looked if k not in jobs]:
-            del self._regrow_looked[k]
-        for k in [k for k in self.regrow_declined if k not in jobs]:
-            del self.regrow_declined[k]
-        for k in [k for k in self.regrow_told if k not in jobs]:
-            del self.regrow_told[k]
+        looks: tuple[dict[Key, Any], ...] = (
+            self.regrow_checked,
+            self._regrow_looked,
+            self.regrow_declined,
+            self.regrow_told,
+            self.speedups,
+        )
+        for memo in looks:
+            for k in [k for k in memo if k not in jobs]:
+                del memo[k]
         for k in [k for k in self.refused if k not in jobs]:
             del self.refused[k]
         for k in [k for k in self.template_checked if k not in jobs]:
@@ -470,11 +475,14 @@ class Placer:
                 entry.regrow,
                 *quotas_seen(snap, entry),
             )
-            if not free or self.regrow_checked.get(entry.key) == seen:
+            if not free:
+                self.speedups[entry.key] = None  # (none free: no faster plan, its figure goes)
+                return None
+            if self.regrow_checked.get(entry.key) == seen:
                 return None
             self.regrow_checked[entry.key] = seen
 
-            def judge() -> tuple[Decision | None, str | None]:
+            def judge() -> tuple[Decision | None, str | None, float | None]:
                 plan = self._planning(snap.free(entry, also=current.nodes), snap)
 
                 d = plan([entry])[entry.key]
@@ -482,8 +490,10 @@ class Placer:
                 taken = self.reserved_use(snap, but=entry.key)
                 within = within_quota(entry, d, snap, taken, plan, keep=current.nodes)
                 grown, declined = regrow.faster(within, entry, current, d.cluster, advise)
+                scored = regrow.steps(within, entry, current, d.cluster)
+                speedup = scored[0] / scored[1] if scored is not None else None
                 if entry.regrow is None:
-                    return None, declined  # (told of a plan within its quotas only)
+                    return None, declined, speedup  # (told of a plan within its quotas only)
                 if grown is None and d.job_plan is not None and within is not d:
                     short = snap.quota_short(entry, snap.quota_need(entry, d))
                     declined = (
@@ -493,10 +503,11 @@ class Placer:
                         if short is not None and within.job_plan is not None
                         else f"no faster plan fits: {within.reason}"
                     ) + ": it keeps its servers (checked again when the quota changes)"
-                return grown, declined
+                return grown, declined, speedup
 
             started = time.perf_counter()
-            d, declined = await asyncio.to_thread(judge)
+            d, declined, speedup = await asyncio.to_thread(judge)
+            self.speedups[entry.key] = speedup  # (the metric's: the figure of this look)
             if advising:
                 took = time.perf_counter() - started
                 self._advise_next = decision.clock() + took * (1 / self.advise_share - 1)

@@ -15,6 +15,7 @@ from typing import Any
 from hulk_operator import kube, manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.context import Context
+from hulk_operator.decision import Decision
 from hulk_operator.disruptions import tell_cut_links, tell_disruption
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import INVALID_SPEC, PODS_FORBIDDEN, UNSCHEDULABLE, rejected_template
@@ -227,11 +228,13 @@ async def check_plan(
         declined = ctx.placer.regrow_declined.pop(entry.key, None)
         if declined is not None:
             ctx.event("Normal", regrow.DECLINED, declined)
+        _free_speedup(ctx, entry, decision)
     elif ctx.disrupted is None and regrow.advice_due(entry, status, ctx.config.advise_speedup):
         # (no spec.regrow: never moved, told where free servers would make it faster)
         await ctx.placer.regrow(entry, plan, ctx.snapshot, ctx.config.advise_speedup)
         if (advice := ctx.placer.regrow_declined.pop(entry.key, None)) is not None:
             ctx.event("Normal", regrow.ADVISED, advice)
+        _free_speedup(ctx, entry, None)
     if decision is None:
         return Step(plan, gpus, conds)
     if (
@@ -272,6 +275,13 @@ async def check_plan(
         declined=decision.repair_declined,
         regrows=entry.regrow is not None,
     )
+
+
+def _free_speedup(ctx: Context, entry: JobEntry, grown: Decision | None) -> None:
+    """``hulk_job_free_speedup`` from a look that planned (a look that did not leaves the
+    figure as it was); none once the job grows (its new plan has no figure yet)."""
+    if (looked := ctx.placer.speedups.pop(entry.key, False)) is not False:
+        ctx.metrics.set_free_speedup(*entry.key, None if grown is not None else looked)
 
 
 def _status_lost(ctx: Context, entry: JobEntry, status: Mapping[str, Any]) -> None:

@@ -83,6 +83,24 @@ def advice_due(
 DECLINED = "RegrowDeclined"  # the Event's reason when the plan found is not fast enough
 
 
+def steps(
+    decision: Decision, entry: JobEntry, current: JobPlan, scored_on: Cluster | None = None
+) -> tuple[float, float] | None:
+    """The predicted step of ``current`` and of ``decision``'s plan, both on the decision's
+    latencies (or ``scored_on``'s: a cluster that holds the current servers, where the
+    decision was planned on a part of it); None where either cannot be scored."""
+    new, cluster = decision.job_plan, scored_on or decision.cluster
+    if new is None or cluster is None or entry.job is None:
+        return None
+    if not set(current.nodes) <= set(cluster.index):
+        return None  # a server of the plan is gone: that is recovery's to handle
+    was = CostModel(cluster).job_seconds(entry.job, current)
+    now = new.predicted_iteration_seconds
+    if not (math.isfinite(now) and now > 0 and math.isfinite(was)):
+        return None  # (a plan whose link was cut since is not scored: nothing to judge)
+    return was, now
+
+
 def faster(
     decision: Decision,
     entry: JobEntry,
@@ -90,23 +108,17 @@ def faster(
     scored_on: Cluster | None = None,
     advise: float = 0.0,
 ) -> tuple[Decision | None, str | None]:
-    """``decision`` as a re-plan of ``current`` (its ``base``, predicted on the decision's
-    latencies, or ``scored_on``'s: a cluster that holds the current servers, where the
-    decision was planned on a part of it) when its step is at least ``minSpeedup`` times
-    faster; else None and, when the new plan is faster but not by ``minSpeedup``, the words
-    of a ``RegrowDeclined`` Event (with no plan, or none faster, there is nothing to tell).
-    A job without ``spec.regrow`` is never re-planned: the words of a ``FasterPlanAvailable``
-    Event where the new plan is ``advise`` times faster or more, else None."""
-    new, cluster = decision.job_plan, scored_on or decision.cluster
+    """``decision`` as a re-plan of ``current`` (its ``base``, predicted as ``steps``
+    scores it) when its step is at least ``minSpeedup`` times faster; else None and, when
+    the new plan is faster but not by ``minSpeedup``, the words of a ``RegrowDeclined``
+    Event (with no plan, or none faster, there is nothing to tell). A job without
+    ``spec.regrow`` is never re-planned: the words of a ``FasterPlanAvailable`` Event where
+    the new plan is ``advise`` times faster or more, else None."""
     need = entry.regrow[0] if entry.regrow is not None else advise
-    if new is None or cluster is None or entry.job is None or not need > 1:
+    scored = steps(decision, entry, current, scored_on)
+    if scored is None or decision.job_plan is None or not need > 1:
         return None, None
-    if not set(current.nodes) <= set(cluster.index):
-        return None, None  # a server of the plan is gone: that is recovery's to handle
-    was = CostModel(cluster).job_seconds(entry.job, current)
-    now = new.predicted_iteration_seconds
-    if not (math.isfinite(now) and now > 0 and math.isfinite(was)):
-        return None, None  # (a plan whose link was cut since is not scored: nothing to judge)
+    (was, now), new = scored, decision.job_plan
     gained = len(set(new.nodes) - set(current.nodes))
     if was < now * need:
         if now >= was or entry.regrow is None:

@@ -546,8 +546,9 @@ def test_the_alert_rules_read_exported_metrics_of_the_charts_own_targets(
     assert rule["metadata"]["labels"]["release"] == "kps"
     rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
     assert {r["alert"] for r in rules} == {
-        "HulkOperatorDown", "HulkJobPending", "HulkJobReplannedOften", "HulkJobFailed",
-        "HulkLinkUnreachable", "HulkProbePublishFailing",
+        "HulkOperatorDown", "HulkJobPending", "HulkJobSlowerThanFreeServers",
+        "HulkJobReplannedOften", "HulkJobFailed", "HulkLinkUnreachable",
+        "HulkProbePublishFailing",
     }  # fmt: skip
     services = {s["metadata"]["name"] for s in by_kind(objs, "Service")}
     known = exported_metrics() | {"up"}

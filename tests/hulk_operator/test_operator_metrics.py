@@ -50,3 +50,26 @@ def test_a_job_is_marked_waiting_while_pending_or_placing_and_no_longer() -> Non
     text = m.text()
     assert 'job="a"' not in text and 'job="b"' not in text
     assert 'hulk_job_waiting{job="d",namespace="ml"} 1.0' in text
+
+
+def test_a_jobs_free_speedup_is_a_series_while_faster_and_goes_with_its_plan() -> None:
+    """``hulk_job_free_speedup`` lets an alert say a job runs slower than the free servers
+    allow; it is measured against the job's plan, so a new plan (a new predicted figure)
+    ends it, as no faster plan (1 or less) or no plan does."""
+    m = Metrics()
+    m.set_predicted("ml", "a", 13.2)
+    m.set_free_speedup("ml", "a", 2.03)
+    assert 'hulk_job_free_speedup{job="a",namespace="ml"} 2.03' in m.text()
+    m.set_predicted("ml", "a", 13.2)  # the same plan's figure again: kept
+    assert "hulk_job_free_speedup{" in m.text()
+    m.set_predicted("ml", "a", 6.5)  # re-planned
+    assert "hulk_job_free_speedup{" not in m.text()
+    m.set_free_speedup("ml", "a", 1.4)
+    m.set_free_speedup("ml", "a", 0.97)  # not faster: no series
+    assert "hulk_job_free_speedup{" not in m.text()
+    m.set_free_speedup("ml", "a", 1.4)
+    m.set_predicted("ml", "a", None)  # deleted, suspended, unplaced
+    assert "hulk_job_free_speedup{" not in m.text()
+    m.set_free_speedup("ml", "b", 3.0)
+    m.clear_jobs()
+    assert "hulk_job_free_speedup{" not in m.text()

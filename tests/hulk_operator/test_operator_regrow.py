@@ -89,6 +89,7 @@ def test_a_job_without_regrow_is_told_of_a_faster_plan_and_never_moved() -> None
         f"now {current.predicted_iteration_seconds:.3g} s); it keeps its servers, as it has "
         "no spec.regrow, which would plan it afresh (a restart from its checkpoint)"
     ), msg
+    assert f"{placer.speedups[running.key]:.3g}" == f"{speedup:.3g}"  # the metric's figure
     assert asyncio.run(placer.regrow(running, current, snapshot, advise=1.25)) is None
     assert running.key not in placer.regrow_declined  # nothing changed: not told again
     # a bar no plan reaches: nothing to tell; looked at once per advise_every_s
@@ -102,6 +103,17 @@ def test_a_job_without_regrow_is_told_of_a_faster_plan_and_never_moved() -> None
     slow.regrow_checked.clear()  # as if the free servers changed, too soon after
     assert asyncio.run(slow.regrow(running, current, snapshot, advise=1.25)) is None
     assert not slow.regrow_declined
+    # every other server taken: no faster plan, the figure goes (1 or none: no series)
+    taken = Placer(plan, regrow_every_s=0, advise_every_s=0, advise_share=1.0)
+    taken.speedups[running.key] = 2.0
+
+    async def full() -> Snapshot:
+        others = {n: ("x", "y") for n in nodes() if n not in current.nodes}  # (another's)
+        return Snapshot(nodes(), Latencies(), {running.key: running}, {**others, **held})
+
+    assert asyncio.run(taken.regrow(running, current, full, advise=1.25)) is None
+    assert (taken.speedups[running.key] or 0.0) <= 1.0
+    assert running.key not in taken.regrow_declined
 
 
 def test_looks_for_advice_plan_at_most_their_share_of_the_time(
@@ -497,6 +509,9 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
     ), told.message
     speedup = float(told.message.removeprefix("free servers would make its step ").split("x ")[0])
     assert speedup >= 1.25, told.message
+    series = f'hulk_job_free_speedup{{job="grows",namespace="{kube.ns}"}} '
+    (line,) = [x for x in operator.memo.metrics.text().splitlines() if x.startswith(series)]
+    assert f"{float(line.split()[-1]):.3g}" == f"{speedup:.3g}", line  # the alert's figure
     time.sleep(3)  # several ticks with the servers free: neither job moves
     assert plan_nodes(kube.job("grows")) == small and plan_nodes(kube.job("stays")) == kept
     assert kube.job("grows")["status"]["replans"] == 0
