@@ -20,6 +20,7 @@ from hulk_operator.latencies import INFERRED_WORDS, cut_pairs, estimated_pairs, 
 from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.cli import add_latency_arguments, latency_settings
+from hulk_planner.cli_latency import LATENCY_FLAGS, _option
 from hulk_planner.errors import HulkError, NoFeasiblePlan
 
 NOTHING_USABLE = 3  # exit code: the cluster was read, but no server is usable
@@ -59,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
         if args.free:
             print("hulk topology: error: --free reads a live cluster's use: drop it with "
                   "--paper", file=sys.stderr)  # fmt: skip
+            return 2
+        # (they were ignored: the paper's links are its own measurements; a user trial)
+        for flag in (f for f in LATENCY_FLAGS if getattr(args, f) is not None):
+            said = "sets a live cluster's estimates, not the paper's measured links"
+            print(f"hulk topology: error: {_option(flag)}: {said}: drop it with --paper",
+                  file=sys.stderr)  # fmt: skip
             return 2
         print(
             io.dump_cluster(paper_cluster(), args.output), end="" if args.output == "yaml" else "\n"

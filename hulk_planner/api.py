@@ -32,7 +32,7 @@ from hulk_planner.planners.baseline_a import plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import search_plan
-from hulk_planner.regions import plan_in_regions, resolve_regions, tiered
+from hulk_planner.regions import by_priority, plan_in_regions, resolve_regions, tiered
 
 REPAIR_TOLERANCE = 0.10
 NOT_REPAIRED = "not repaired in place"  # a plan note's words: ``job X: not repaired ...: why``
@@ -92,9 +92,12 @@ def plan(
 ) -> Plan:
     """Place ``jobs`` on ``cluster`` with the named planner (``PLANNERS``).
 
-    As the operator plans: jobs of a higher ``Job.priority`` are planned first, and a job
+    As the operator plans: jobs of a higher ``Job.priority`` are planned first (not by the
+    baselines, which split the servers among all jobs), never on the servers a job of
+    ``previous`` still asked for holds, and a job
     named in ``allowed_regions`` (job name -> region names, a HulkTrainingJob's
-    ``spec.allowedRegions``) gets servers of those regions only (``regions.plan_in_regions``).
+    ``spec.allowedRegions``) gets servers of those regions only (``regions.plan_in_regions``;
+    the groups share the time budget).
     ``previous``: the plan now running, whose jobs keep their healthy servers where they can.
     ``time_budget_s`` or ``max_iterations`` bound the search (and hulk's refinement); with
     ``max_iterations`` alone a seed gives the same plan on any machine. ``weights``: a
@@ -114,13 +117,15 @@ def plan(
     if weights is not None and planner not in USES_GNN:
         raise InvalidRequest("weights", f"apply to the hulk planner, not {planner}", "drop them")
     limits = _region_limits(cluster, jobs, allowed_regions)
-    if tiered(jobs, limits):
+    priorities = by_priority(planner)
+    if tiered(jobs, limits, priorities):
         return plan_in_regions(
             cluster,
             jobs,
             limits,
             planner,
             previous=previous,
+            priorities=priorities,
             seed=seed,
             time_budget_s=time_budget_s,
             max_iterations=max_iterations,
@@ -292,6 +297,10 @@ def _replan(
 ) -> Plan:
     alive = set(cost.cluster.index)
     requested = {j.name: j for j in jobs}
+    # listed in the order the jobs were given, as a plan afresh lists them (before, the
+    # jobs kept came first, and a re-plan's file did not diff against the plan before it:
+    # a user trial)
+    order = {j.name: k for k, j in enumerate(jobs)}
     held = {n for jp in previous.jobs if jp.name in requested for n in jp.nodes if n in alive}
     free = alive - held
     kept: list[JobPlan] = []
@@ -315,7 +324,7 @@ def _replan(
     kept_names = {jp.name for jp in kept}
     rest = [j for j in jobs if j.name not in kept_names]
     if not rest:
-        return Plan(planner, tuple(kept))
+        return Plan(planner, tuple(sorted(kept, key=lambda jp: order[jp.name])))
     taken = {n for jp in kept for n in jp.nodes}
     sub = cost.cluster.without(taken)
     sticky = {n: jp.name for jp in previous.jobs for n in jp.nodes if n in alive}
@@ -339,7 +348,8 @@ def _replan(
             continue
         declined.append(repair_note(name, _not_repaired(old, fixed, alive, free, new, overlap)))
     notes = tuple(declined) + more.notes
-    return Plan(planner, tuple(kept) + tuple(placed), tuple(unplaced), notes)
+    ordered = sorted((*kept, *placed), key=lambda jp: order[jp.name])
+    return Plan(planner, tuple(ordered), tuple(unplaced), notes)
 
 
 def _not_repaired(

@@ -27,7 +27,7 @@ from hulk_planner.cli_latency import (
 from hulk_planner.cli_output import _kept_notes, _plot, _print_plan, _ratio, render_table
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan, NothingToPlan, each_error
 from hulk_planner.model import Cluster, Job, Plan, Unplaced, check_positive
-from hulk_planner.regions import plan_in_regions, tiered
+from hulk_planner.regions import by_priority, plan_in_regions, tiered
 
 # What other code imports from here (moved to cli_inputs, cli_latency, cli_output).
 __all__ = [
@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="search time for the hulk and search planners (default: hulk 1 s plus 1 s "
-        "per 1,000 servers, at most 2 s, after its GNN; search 10 s)",
+        "per 1,000 servers, at most 2 s, after its GNN; search 10 s), for the whole run: "
+        "jobs of several priorities or allowedRegions share it",
     )
     parser.add_argument(
         "--moves",
@@ -214,8 +215,9 @@ def _run(args: argparse.Namespace) -> int:
         return CostModel(cluster)
 
     def planned(name: str, **options: Any) -> Plan:
-        if tiered(jobs, limits):  # each group on its own servers, with its own cost model
-            return plan_in_regions(cluster, jobs, limits, name, **options)
+        priorities = by_priority(name)
+        if tiered(jobs, limits, priorities):  # each group on its own servers and cost model
+            return plan_in_regions(cluster, jobs, limits, name, priorities=priorities, **options)
         return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 
     previous: Plan | None = None

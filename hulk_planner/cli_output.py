@@ -179,4 +179,6 @@ def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
             f"hulk plan: error: --plot: cannot write {path}: {exc.strerror or exc}", file=sys.stderr
         )
         return 1
+    # (said nowhere before: a user trial looked for the file)
+    print(f"hulk plan: note: --plot: wrote {path}", file=sys.stderr)
     return 0

@@ -89,6 +89,15 @@ def memory_need_bytes(job: Job) -> float:
     )
 
 
+def gib_text(nbytes: float) -> str:
+    """Bytes as GiB for a message: whole GiB from 10 up, else two figures (``0.0012 GiB``:
+    a server of 0.001 GiB read "0 GiB" beside a layer of "0 GiB": a user trial)."""
+    x = nbytes / 2**30
+    if abs(x) < 1e-6:  # (a difference of equal float sums: 1.1e-13 GiB read as a leftover)
+        x = 0.0
+    return f"{x:.0f} GiB" if 10 <= x < 1e6 or x == 0 else f"{x:.2g} GiB"
+
+
 def too_big(
     job: Job,
     servers: Sequence[Server],
@@ -107,21 +116,21 @@ def too_big(
     one = stage_memory(job, 1, 1)  # the last stage's in-flight micro-batches: one
     room = max((server_capacity(s) for s in servers), default=0.0)
     layer = (
-        f"one layer needs {one / 2**30:.0f} GiB of GPU memory (its parameters, with one "
-        f"micro-batch's activations) and {largest} {room / 2**30:.0f} GiB usable"
+        f"one layer needs {gib_text(one)} of GPU memory (its parameters, with one "
+        f"micro-batch's activations) and {largest} {gib_text(room)} usable"
     )
     wide = bool(per_layer and servers) and one > room
     if need > total and wide:  # (a small cluster: more servers like these would not do)
         return (
-            f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
-            f"{total / 2**30:.0f} GiB usable, and {layer}: more servers like these would not "
+            f"fits nowhere: needs {gib_text(need)} of GPU memory, {where} "
+            f"{gib_text(total)} usable, and {layer}: more servers like these would not "
             "hold it (use a smaller model, or more layers, spec.model.layers, on servers with "
             "more GPU memory)"
         )
     if need > total:
         return (
-            f"fits nowhere: needs {need / 2**30:.0f} GiB of GPU memory, {where} "
-            f"{total / 2**30:.0f} GiB usable ({fix})"
+            f"fits nowhere: needs {gib_text(need)} of GPU memory, {where} "
+            f"{gib_text(total)} usable ({fix})"
         )
     if wide:
         return (

@@ -28,6 +28,9 @@ MAX_GPU_MEMORY_GIB = 1e6  # per GPU
 MAX_GPU_TFLOPS = 1e6  # per GPU
 # 10 GFLOPS: below any GPU; 1e-300 made the step time infinite, told as "no memory"
 MIN_GPU_TFLOPS = 0.01
+# The CRD's bound on spec.model.layers (crds/hulktrainingjobs.hulk.dev.yaml): `hulk plan`
+# planned 200,000 layers that `kubectl apply` refuses (a user trial)
+MAX_LAYERS = 100_000
 MAX_BATCH = 10**9  # sequences per step; 1e19 overflowed a C long in the cost model
 MAX_LATENCY_MS = 1e7  # one-way, about three hours
 MAX_GBPS = 1e7
@@ -361,7 +364,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         check_positive("spec.model.parameters", self.parameters, integer=True)
-        check_positive("spec.model.layers", self.layers, integer=True)
+        check_positive("spec.model.layers", self.layers, integer=True, at_most=MAX_LAYERS)
         check_positive("spec.model.hiddenSize", self.hidden_size, integer=True)
         check_positive("spec.model.sequenceLength", self.sequence_length, integer=True)
         if self.attention_heads is not None:

@@ -15,6 +15,7 @@ lower-case slug: ``new-delhi`` for ``New Delhi``).
 from __future__ import annotations
 
 import difflib
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -96,13 +97,17 @@ def resolve_regions(
 
 
 def _groups(
-    jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]], cluster: Cluster
+    jobs: Sequence[Job],
+    limits: Mapping[str, tuple[str, ...]],
+    cluster: Cluster,
+    priorities: bool = True,
 ) -> list[list[Job]]:
-    """Jobs of the same regions and priority together; the highest priority first."""
+    """Jobs of the same regions and priority together; the highest priority first
+    (``priorities`` False: of the same regions, whatever their priorities)."""
     by_key: dict[tuple[frozenset[str] | None, int], list[Job]] = {}
     for job in jobs:
         key = frozenset(limits[job.name]) if job.name in limits else None
-        by_key.setdefault((key, job.priority), []).append(job)
+        by_key.setdefault((key, job.priority if priorities else 0), []).append(job)
 
     def servers(key: frozenset[str] | None) -> int:
         return sum(1 for s in cluster.servers if key is None or s.region in key)
@@ -111,10 +116,20 @@ def _groups(
     return [by_key[k] for k in order]
 
 
-def tiered(jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]]) -> bool:
+def by_priority(planner: str) -> bool:
+    """Whether ``planner`` plans jobs of different priorities one after another: not the
+    baselines, which split the servers among all jobs (planned one priority after another,
+    the first took every server and the others got none: a user trial;
+    docs/cost-model.md, "The baselines' multi-job split")."""
+    return not planner.startswith("baseline-")
+
+
+def tiered(
+    jobs: Sequence[Job], limits: Mapping[str, tuple[str, ...]], priorities: bool = True
+) -> bool:
     """Whether the jobs are planned in groups (``plan_in_regions``), not all together:
-    some are limited to regions, or their priorities differ."""
-    return bool(limits) or len({j.priority for j in jobs}) > 1
+    some are limited to regions, or their priorities differ (where ``priorities``)."""
+    return bool(limits) or (priorities and len({j.priority for j in jobs}) > 1)
 
 
 def _held(u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: float) -> str:
@@ -145,36 +160,64 @@ def plan_in_regions(
     planner: str = "hulk",
     *,
     previous: Plan | None = None,
+    priorities: bool = True,
+    time_budget_s: float | None = None,
     **options: Any,
 ) -> Plan:
     """``api.plan`` for jobs some of which may use only ``limits[name]`` regions (see the
     module's docstring). A group that gets nothing lists its jobs under ``unplaced``;
-    ``NoFeasiblePlan`` only when no job is placed at all."""
+    ``NoFeasiblePlan`` only when no job is placed at all. ``priorities`` False: groups by
+    regions alone (the baselines split the servers among all jobs, as without priorities).
+
+    ``previous``: jobs of the running plan keep their servers from other groups' jobs (a
+    higher priority never takes a running job's servers, as in the operator; before, a new
+    job of a higher priority was planned on them: a user trial); their own group re-plans
+    them. The time budget (``time_budget_s``, else the planner's default) is the whole
+    run's, shared by the groups still to plan (before, each group had all of it: a user
+    trial saw ``--time-budget 3`` take 5.7 s)."""
     from hulk_planner.api import plan
 
+    groups = _groups(jobs, limits, cluster, priorities)
+    requested = {j.name for j in jobs}
+    running = {  # server -> the job of the running plan on it
+        n: jp.name
+        for jp in (previous.jobs if previous else ())
+        if jp.name in requested
+        for n in jp.nodes
+    }
+    deadline = _deadline(planner, cluster, time_budget_s, options.get("max_iterations"))
     taken: set[str] = set()
+    settled: set[str] = set()  # jobs whose group was planned: their old servers are free
     placed: list[Any] = []
     unplaced: list[Unplaced] = []
     notes: list[str] = []
-    for group in _groups(jobs, limits, cluster):
+    for k, group in enumerate(groups):
+        names = {j.name for j in group}
         regions = limits.get(group[0].name)
         where = f"in spec.allowedRegions {list(regions)}: " if regions else ""
+        kept = {n for n, j in running.items() if j not in names and j not in settled}
         out = [
             s.name
             for s in cluster.servers
-            if s.name in taken or (regions is not None and s.region not in regions)
+            if s.name in taken
+            or s.name in kept
+            or (regions is not None and s.region not in regions)
         ]
+        settled |= names
         if len(out) == len(cluster.servers):
+            held_by = (
+                "jobs planned before it, or running jobs, hold them"
+                if kept
+                else ("jobs planned before it hold them")
+            )
             unplaced += [
                 Unplaced(
                     j.name,
-                    f"{where}no server is left (jobs planned before it hold them; a higher "
-                    "spec.priority plans it first)",
+                    f"{where}no server is left ({held_by}; a higher spec.priority plans it first)",
                 )
                 for j in group
             ]
             continue
-        names = {j.name for j in group}
         before = (
             replace(previous, jobs=tuple(jp for jp in previous.jobs if jp.name in names))
             if previous
@@ -188,8 +231,18 @@ def plan_in_regions(
         left = set(out)  # (a set: a cluster's thousands of servers, each looked up)
         reach = sum(server_capacity(s) for s in cluster.servers if s.name not in left)
         reach += sum(server_capacity(s) for s in held)
+        budget = None
+        if deadline is not None:  # this group's share of what is left
+            budget = max(0.05, (deadline - time.monotonic()) / (len(groups) - k))
         try:
-            result = plan(cluster.without(out), group, planner, previous=before, **options)
+            result = plan(
+                cluster.without(out),
+                group,
+                planner,
+                previous=before,
+                time_budget_s=budget,
+                **options,
+            )
         except NoFeasiblePlan as exc:
             unplaced += [
                 Unplaced(u.name, where + u.reason + _held(u, group, held, reach))
@@ -212,6 +265,24 @@ def plan_in_regions(
         tuple(sorted(unplaced, key=lambda u: order[u.name])),
         tuple(dict.fromkeys(notes)),
     )
+
+
+def _deadline(
+    planner: str, cluster: Cluster, budget: float | None, iterations: int | None
+) -> float | None:
+    """When the whole run's time budget ends (``time.monotonic``): the budget given, else
+    the planner's default (search: ``api.SEARCH_BUDGET_S`` unless bounded by iterations;
+    hulk: its refinement's for the whole cluster); None for the baselines, which search
+    nothing, or a search bounded by iterations alone."""
+    from hulk_planner.api import SEARCH_BUDGET_S, USES_GNN
+    from hulk_planner.gnn.planner import refine_budget
+
+    if budget is None and iterations is None:
+        if planner == "search":
+            budget = SEARCH_BUDGET_S
+        elif planner in USES_GNN:
+            budget = refine_budget(len(cluster.servers))
+    return None if budget is None else time.monotonic() + budget
 
 
 def _held_before(notes: Sequence[str], before: Plan | None, taken: Collection[str]) -> list[str]:

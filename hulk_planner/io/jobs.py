@@ -15,6 +15,7 @@ from hulk_planner.io.documents import (
     mapping_field,
     number_field,
     required,
+    text_field,
 )
 from hulk_planner.model import (
     Job,
@@ -118,7 +119,8 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
     """A job from a ``HulkTrainingJob`` manifest (fields the planner does not need are ignored)."""
     check_kind(doc, "HulkTrainingJob", source)
     meta = required(doc, "metadata", "")
-    name = required(meta, "name", "metadata")
+    # (a number was taken as the name "5", which kubectl refuses: a user trial)
+    name = text_field(meta, "name", "metadata")
     spec = required(doc, "spec", "")
     model = required(spec, "model", "spec")
     if isinstance(model, str):  # (model: bert-large; a trial)

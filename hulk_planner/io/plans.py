@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from hulk_planner.cost import check_stages
-from hulk_planner.errors import InvalidRequest, shown
+from hulk_planner.errors import InvalidRequest, number_fix, shown
 from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
@@ -20,6 +20,7 @@ from hulk_planner.io.documents import (
     number_field,
     reads_back,
     required,
+    text_field,
 )
 from hulk_planner.model import (
     JobPlan,
@@ -76,63 +77,129 @@ def plan_from_dict(doc: Mapping[str, Any], source: str = "PlacementPlan") -> Pla
 def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     jobs: list[JobPlan] = []
     for i, j in enumerate(list_field(doc, "jobs", "")):
-        w = f"jobs[{i}]"
-        name = str(required(j, "name", w))
+        w = f"jobs[{i}]"  # (by index, as every error of the file: not jobs[<name>])
+        name = _name(j, w, "give the job's name, its HulkTrainingJob's metadata.name")
         if any(jp.name == name for jp in jobs):
             raise InvalidRequest(f"{w}.name", f"{name!r} is listed twice", "keep one")
         raw = required(j, "stages", w)
         if not isinstance(raw, list) or not raw:
-            raise InvalidRequest(f"{w}.stages", "must be a non-empty list of stages")
-        stages: list[Stage] = []
-        for k, s in enumerate(raw):
-            at = f"{w}.stages[{k}]"
-            layers = required(s, "layers", at)
-            if not (
-                isinstance(layers, list)
-                and len(layers) == 2
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
-            ):
-                raise InvalidRequest(
-                    f"{at}.layers",
-                    f"must be [start, end], got {shown(layers)}",
-                    "write the stage's first layer and the one after its last, e.g. [0, 12]",
-                )
-            nodes = required(s, "nodes", at)
-            if (
-                not isinstance(nodes, list)
-                or not nodes
-                or not all(isinstance(n, str) for n in nodes)
-            ):
-                raise InvalidRequest(
-                    f"{at}.nodes",
-                    f"must be a non-empty list of server names, got {shown(nodes)}",
-                    "list the stage's servers, e.g. [bj-0, bj-1]",
-                )
-            try:
-                stages.append(Stage(tuple(layers), tuple(nodes), s.get("parallelism", "data")))  # type: ignore[arg-type]
-            except InvalidRequest as exc:
-                raise InvalidRequest(
-                    f"{at}.{exc.field.split('.')[-1]}", exc.problem, exc.fix
-                ) from None
-        t = j.get("predictedIterationSeconds")
+            raise InvalidRequest(
+                f"{w}.stages",
+                f"must be a non-empty list of stages, got {_got(raw)}",
+                "write each stage on a line of its own starting with '- ', e.g. "
+                "- {layers: [0, 12], nodes: [bj-0], parallelism: data}",
+            )
+        stages = tuple(_stage(s, f"{w}.stages[{k}]") for k, s in enumerate(raw))
         micro = number_field(j, "microBatches", w)
         check_positive(f"{w}.microBatches", micro, integer=True)
-        jobs.append(
-            JobPlan(
-                name,
-                tuple(stages),
-                int(micro),
-                float(t) if t is not None else math.nan,
+        jobs.append(JobPlan(name, stages, int(micro), _seconds(j, w)))
+    unplaced: list[Unplaced] = []
+    for i, u in enumerate(list_field(doc, "unplaced", "")):
+        w = f"unplaced[{i}]"
+        name = _name(u, w, "give the name of the job that was not placed")
+        reason = u.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequest(
+                f"{w}.reason", f"must be text, got {shown(reason)}", "write why, as a string"
             )
+        unplaced.append(Unplaced(name, reason or ""))
+    notes = list_field(doc, "notes", "")
+    for i, n in enumerate(notes):
+        if not isinstance(n, str):
+            raise InvalidRequest(
+                f"notes[{i}]", f"must be text, got {shown(n)}", "write each note as a string"
+            )
+    planner = doc.get("planner")
+    if planner is not None and not isinstance(planner, str):
+        raise InvalidRequest(
+            "planner",
+            f"must be a string, got {shown(planner)}",
+            "name the planner that made the plan, e.g. hulk",
         )
-    unplaced = tuple(
-        Unplaced(str(required(u, "name", f"unplaced[{i}]")), str(u.get("reason") or ""))
-        for i, u in enumerate(list_field(doc, "unplaced", ""))
+    plan = Plan(
+        "unknown" if planner is None else planner, tuple(jobs), tuple(unplaced), tuple(notes)
     )
-    notes = tuple(str(n) for n in doc.get("notes") or ())
-    plan = Plan(str(doc.get("planner", "unknown")), tuple(jobs), unplaced, notes)
     check_stages(plan, lambda i, jp: f"jobs[{i}]")
     return plan
+
+
+def _got(value: object) -> str:
+    """A value an error names: a mapping shortly, anything else as written."""
+    return "a mapping" if isinstance(value, Mapping) else shown(value)
+
+
+def _name(doc: Mapping[str, Any], where: str, fix: str) -> str:
+    """The ``name`` of a job or unplaced entry: a string, not blank (``name: 5`` is refused,
+    as text_field refuses a number where a name belongs, not read as the job "5")."""
+    name = text_field(doc, "name", where)
+    if not name.strip():
+        raise InvalidRequest(f"{where}.name", f"must be a non-empty name, got {name!r}", fix)
+    return name
+
+
+def _stage(s: Any, at: str) -> Stage:
+    """One stage of a job: ``layers`` two whole numbers ``[start, end)``, ``nodes`` server
+    names, ``parallelism`` data or tensor (the format has no default: required)."""
+    layers = required(s, "layers", at)
+    if not (
+        isinstance(layers, list)
+        and len(layers) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
+    ):
+        raise InvalidRequest(
+            f"{at}.layers",
+            f"must be [start, end], two whole numbers, got {shown(layers)}",
+            "write the stage's first layer and the one after its last, e.g. [0, 12]",
+        )
+    nodes = required(s, "nodes", at)
+    if not isinstance(nodes, list) or not nodes:
+        raise InvalidRequest(
+            f"{at}.nodes",
+            f"must be a non-empty list of server names, got {_got(nodes)}",
+            "list the stage's servers, e.g. [bj-0, bj-1]",
+        )
+    for n, node in enumerate(nodes):
+        if not isinstance(node, str) or not node.strip():
+            raise InvalidRequest(
+                f"{at}.nodes[{n}]",
+                f"must be a server name, got {shown(node)}",
+                "write the name of a server of the cluster, as a string"
+                + ("" if isinstance(node, str) else ", quoted where YAML reads it otherwise"),
+            )
+    parallelism = required(s, "parallelism", at)
+    if not isinstance(parallelism, str) or parallelism not in ("data", "tensor"):
+        raise InvalidRequest(
+            f"{at}.parallelism",
+            f"must be data or tensor, got {shown(parallelism)}",
+            "write data (each node holds the stage's layers) or tensor (the nodes split "
+            "each layer)",
+        )
+    try:
+        return Stage((layers[0], layers[1]), tuple(nodes), parallelism)  # type: ignore[arg-type]
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{at}.{exc.field.split('.')[-1]}", exc.problem, exc.fix) from None
+
+
+def _seconds(job: Mapping[str, Any], where: str) -> float:
+    """A job's ``predictedIterationSeconds``: a finite number, zero or more; null or absent
+    is not predicted (NaN), as ``plan_to_dict`` writes an unknown or infinite time."""
+    key = "predictedIterationSeconds"
+    fix = "write the predicted step time in seconds, e.g. 2.31, or null where it is not predicted"
+    t = job.get(key)
+    if t is None:
+        return math.nan
+    if isinstance(t, bool) or not isinstance(t, int | float):
+        hint = number_fix(key, t)  # ('2.31' is unquoted; 'fast' is no number at all)
+        raise InvalidRequest(
+            f"{where}.{key}",
+            f"must be a number, got {shown(t)}",
+            hint if hint and hint != "write a number" else fix,
+        )
+    if not math.isfinite(t) or t < 0:
+        raise InvalidRequest(
+            f"{where}.{key}", f"must be a finite number zero or more, got {shown(t)}", fix
+        )
+    return float(t)
 
 
 @reads_back

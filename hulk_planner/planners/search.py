@@ -37,7 +37,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from hulk_planner.cost import CostModel, memory_need_bytes, server_capacity, stage_memory
+from hulk_planner.cost import (
+    CostModel,
+    gib_text,
+    memory_need_bytes,
+    server_capacity,
+    stage_memory,
+)
 from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
 from hulk_planner.planners.moves import GROWTH, Change, Moves, State
@@ -333,9 +339,8 @@ def _polish(
 
 
 def _gib(x: float) -> str:
-    if abs(x) < 1e-6:  # (a difference of equal float sums: 1.1e-13 GiB read as a leftover)
-        x = 0.0
-    return f"{x:.0f} GiB" if 10 <= x < 1e6 or x == 0 else f"{x:.2g} GiB"
+    """GiB (not bytes) as ``cost.gib_text`` writes them."""
+    return gib_text(x * 2**30)
 
 
 def _apart(cost: CostModel) -> str:

@@ -45,3 +45,11 @@ def test_the_paper_cluster_is_written_as_a_topology_file_that_reads_back_the_sam
     assert load_cluster(path) == paper_cluster()
     free = subprocess.run([*cmd, "--free"], capture_output=True, text=True, timeout=60)
     assert free.returncode == 2 and "--free" in free.stderr and not free.stdout
+    # the operator's estimates for a live cluster's links: they were ignored (a user trial)
+    flag = "--cross-region-latency-ms"
+    est = subprocess.run([*cmd, flag, "1"], capture_output=True, text=True, timeout=60)
+    assert est.returncode == 2 and not est.stdout
+    assert est.stderr.strip() == (
+        f"hulk topology: error: {flag}: sets a live cluster's estimates, not the paper's "
+        "measured links: drop it with --paper"
+    ), est.stderr

@@ -374,3 +374,19 @@ def test_communicating_pairs_are_the_pipeline_neighbours_and_the_rings() -> None
     tensor = JobPlan("j", (Stage((0, 2), ("a", "b"), "tensor"), Stage((2, 4), ("c",))), 1)
     assert set(cm.communicating_pairs(tensor)) == {("a", "b"), ("a", "c"), ("b", "c")}
     assert cm.communicating_pairs(JobPlan("j", (Stage((0, 4), ("a",)),), 1)) == []
+
+
+def test_too_big_writes_small_memories_with_two_figures_not_as_zero() -> None:
+    """A server of 0.001 GiB beside bert-large read "one layer needs 0 GiB ... and the
+    largest server has 0 GiB usable" (a user trial)."""
+    from dataclasses import replace
+
+    from hulk_planner.cost import gib_text, too_big
+    from hulk_planner.datasets import paper_cluster, paper_jobs
+
+    bert = next(j for j in paper_jobs() if j.name == "bert-large")
+    tiny = replace(paper_cluster().servers[0], gpu_memory_gib=0.001)
+    why = too_big(bert, [tiny])
+    assert why is not None and " 0 GiB" not in why, why
+    assert gib_text(0.0012 * 2**30) == "0.0012 GiB" and gib_text(2684.4 * 2**30) == "2684 GiB"
+    assert gib_text(1e-12) == "0 GiB"  # (a difference of equal float sums)

@@ -308,3 +308,22 @@ def test_numpy_integers_are_whole_numbers() -> None:
     assert job.priority == 2 and type(job.priority) is int
     with pytest.raises(InvalidRequest):
         Stage((np.int64(4), np.int64(4)), ("a",))  # type: ignore[arg-type]
+
+
+def test_layers_are_bounded_as_the_crd_bounds_them() -> None:
+    """``hulk plan`` planned 200,000 layers that ``kubectl apply`` refuses (a trial)."""
+    from pathlib import Path
+
+    import yaml
+
+    from hulk_planner.errors import InvalidRequest
+    from hulk_planner.model import MAX_LAYERS, ModelSpec
+
+    crd = Path(__file__).parents[2] / "crds" / "hulktrainingjobs.hulk.dev.yaml"
+    schema = yaml.safe_load(crd.read_text())["spec"]["versions"][0]["schema"]
+    model = schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["model"]
+    assert model["properties"]["layers"]["maximum"] == MAX_LAYERS
+    assert ModelSpec(10**9, MAX_LAYERS, 1024, 1024).layers == MAX_LAYERS
+    with pytest.raises(InvalidRequest) as exc:
+        ModelSpec(10**9, MAX_LAYERS * 2, 1024, 1024)
+    assert exc.value.field == "spec.model.layers" and "at most 100,000" in str(exc.value)

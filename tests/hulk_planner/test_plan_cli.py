@@ -558,6 +558,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
     assert list(tmp_path.iterdir()) == [png]  # (written beside it, then renamed)
+    assert f"hulk plan: note: --plot: wrote {png}" in out.stderr.splitlines()  # (a trial)
 
 
 def test_a_plot_that_cannot_be_written_costs_not_the_plan(tmp_path: Path) -> None:
@@ -912,6 +913,44 @@ def test_unreadable_files(tmp_path: Path, files: tuple[Path, Path]) -> None:
     garbage.write_text(json.dumps({"apiVersion": API, "kind": "PlacementPlan", "jobs": 5}))
     out = hulk("plan", "--cluster", files[0], "--jobs", files[1], "--previous", garbage)
     assert_one_line_error(out, str(garbage))
+
+
+def _bad_stage(doc: dict[str, Any]) -> None:
+    del doc["jobs"][0]["stages"][0]["parallelism"]
+
+
+# a user trial's edits of a plan given to --previous (before: "is not a valid PlacementPlan
+# (could not convert string to float: 'fast')", "jobs[gpt2-xl]...", "5" and "data" taken)
+PREVIOUS_ERRORS = [
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds="fast"),
+     "jobs[0].predictedIterationSeconds: must be a number, got 'fast' (write the predicted "
+     "step time in seconds"),
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds=[1]),
+     "jobs[0].predictedIterationSeconds: must be a number, got [1] (write the predicted"),
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds=-1),
+     "jobs[0].predictedIterationSeconds: must be a finite number zero or more, got -1 (write"),
+    (lambda d: d["jobs"][0].update(name=5),
+     "jobs[0].name: must be a string, got 5 (quote it"),
+    (_bad_stage, "jobs[0].stages[0].parallelism: is required but missing (add it"),
+    (lambda d: d["jobs"][0]["stages"][0].update(nodes=["bj-0", 7]),
+     "jobs[0].stages[0].nodes[1]: must be a server name, got 7 (write the name of a server"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("mutate", "line"), PREVIOUS_ERRORS)
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_bad_previous_plan_is_one_line_naming_the_field_and_fix(
+    tmp_path: Path, files: tuple[Path, Path], mutate: Any, line: str, fmt: str
+) -> None:
+    doc = {"apiVersion": API, "kind": "PlacementPlan", "planner": "hulk", "jobs": [
+        {"name": "gpt2-xl", "microBatches": 128, "predictedIterationSeconds": 2.5,
+         "stages": [{"layers": [0, 48], "nodes": ["bj-0"], "parallelism": "data"}]}
+    ], "unplaced": []}  # fmt: skip
+    mutate(doc)
+    previous = tmp_path / f"previous.{fmt}"
+    previous.write_text(json.dumps(doc) if fmt == "json" else yaml.safe_dump(doc))
+    out = hulk("plan", "--cluster", files[0], "--jobs", files[1], "--previous", previous)
+    assert_one_line_error(out, f"hulk plan: error: {previous}: {line}")
 
 
 def test_the_dispatcher() -> None:

@@ -204,3 +204,96 @@ def test_a_job_no_server_it_may_use_could_hold_is_not_told_of_held_ones() -> Non
     (waiting,) = result.unplaced
     assert waiting.name == "huge" and "GPU memory" in waiting.reason
     assert "jobs planned before it" not in waiting.reason, waiting.reason
+
+
+def test_a_running_job_keeps_its_servers_from_a_new_job_of_a_higher_priority() -> None:
+    """With ``previous``, a new job of a higher priority was planned first on every server,
+    the running job's too, and took them while others were free ("kept 0 of its 2
+    server(s)": a user trial); the operator never preempts a running job, nor does this."""
+    from hulk_planner.api import plan
+
+    # r1: a, b, fast, each 80% of a job (the running job's); r2: c, d, slow, free
+    servers = [server(n, "r1", memory_gib=usable_gib(NEED * 0.8), tflops=100.0) for n in "ab"]
+    servers += [server(n, "r2", memory_gib=usable_gib(NEED * 2), tflops=0.1) for n in "cd"]
+    c = cluster(servers, [(x, y, 1.0) for x in "abcd" for y in "abcd" if x < y])
+    running = tiny_job("running")
+    before = plan(c.without(["c", "d"]), [running], "search", max_iterations=200)
+    assert set(before.jobs[0].nodes) == {"a", "b"}
+    alone = plan(c, [tiny_job("urgent")], "search", max_iterations=200)
+    assert set(alone.jobs[0].nodes) == {"a", "b"}  # (alone, it would take them)
+    urgent = replace(tiny_job("urgent"), priority=10)
+    both = plan(c, [running, urgent], "search", max_iterations=200, previous=before)
+    assert_valid_plan(both, c, [running, urgent])
+    assert both.job("running") == before.jobs[0]  # kept as it was
+    job = both.job("urgent")
+    assert job is not None and set(job.nodes) <= {"c", "d"}
+    # its own group re-plans it: it is not kept where the new job may not go
+    assert [jp.name for jp in both.jobs] == ["running", "urgent"]  # as given
+
+
+def test_when_only_a_running_jobs_servers_are_left_a_new_job_says_so() -> None:
+    from hulk_planner.api import plan
+
+    c = two_regions(usable_gib(NEED * 2))
+    running = tiny_job("running")
+    before = plan(c.without(["c", "d"]), [running], "search", max_iterations=200)
+    urgent = replace(tiny_job("urgent"), priority=10)
+    out = plan(
+        c,
+        [running, urgent],
+        "search",
+        max_iterations=200,
+        previous=before,
+        allowed_regions={"urgent": ["r1"]},
+    )
+    assert out.job("running") == before.jobs[0]
+    (u,) = out.unplaced
+    assert u.name == "urgent" and u.reason == (
+        "in spec.allowedRegions ['r1']: no server is left (jobs planned before it, or "
+        "running jobs, hold them; a higher spec.priority plans it first)"
+    )
+
+
+def test_the_groups_share_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each group had the whole budget: ``--time-budget 3`` took 5.7 s over two
+    priorities, search's default 10 s took 40 s over six (a user trial)."""
+    import time
+
+    from hulk_planner import api
+
+    given: list[float] = []
+    real = api.plan
+
+    def timed(*args: object, time_budget_s: float | None = None, **kw: object) -> object:
+        assert time_budget_s is not None
+        given.append(time_budget_s)
+        if time_budget_s < 1:
+            time.sleep(time_budget_s)  # (a planner uses its whole budget)
+        return real(*args, max_iterations=50, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "plan", timed)
+    c = two_regions(usable_gib(NEED * 8))
+    jobs = [replace(tiny_job(f"j{p}"), priority=p) for p in range(3)]
+    plan_in_regions(c, jobs, {}, "search", time_budget_s=0.3)
+    assert len(given) == 3
+    assert given[0] == pytest.approx(0.1, abs=0.01)  # a third of it, then what is left
+    assert sum(given) <= 0.3 + 0.05 + 1e-9  # (a group's least is 0.05 s)
+    given.clear()
+    plan_in_regions(c, jobs, {}, "search")  # search's default, 10 s, for the whole run
+    assert given[0] == pytest.approx(api.SEARCH_BUDGET_S / 3, abs=0.05)
+
+
+def test_the_baselines_split_the_servers_among_jobs_of_every_priority() -> None:
+    """A baseline planned one priority after another gave the first job every server and
+    the others "no server is left" (a user trial): it splits them as without priorities."""
+    from hulk_planner.api import plan
+
+    paper = paper_cluster()
+    jobs = paper_jobs()
+    ranked = [replace(j, priority=p) for j, p in zip(jobs, (40, 30, 20, 10), strict=True)]
+    assert tiered(ranked, {}) and not tiered(ranked, {}, priorities=False)
+    for name in ("baseline-a", "baseline-b", "baseline-c"):
+        same = plan(paper, jobs, name)
+        got = plan(paper, ranked, name)
+        assert got.jobs == same.jobs and got.unplaced == same.unplaced, name
+    assert len(plan(paper, ranked, "baseline-b").jobs) == 4
