@@ -102,6 +102,8 @@ class Placer:
         # how many times faster the last look's plan was than the job's (None: no plan,
         # or not scored): hulk_job_free_speedup, set by the job's own reconciliation
         self.speedups: dict[Key, float | None] = {}
+        # the servers the job's plan was planned on (None: not known, as after a restart)
+        self.offered: dict[Key, frozenset[str] | None] = {}
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
         # builds a snapshot and the job's free servers under the planning lock; a job
         # without spec.regrow once per advise_every_s (it is only told).
@@ -165,6 +167,7 @@ class Placer:
             self.regrow_declined,
             self.regrow_told,
             self.speedups,
+            self.offered,
         )
         for memo in looks:
             for k in [k for k in memo if k not in jobs]:
@@ -372,7 +375,7 @@ class Placer:
         }
         for k, d in decisions.items():
             if d.job_plan is not None:
-                self.reserved[k] = d
+                self._reserve(k, d)
                 self.unplaced.pop(k, None)
                 for n in d.nodes:
                     after.held[n] = k  # type: ignore[index]
@@ -431,7 +434,7 @@ class Placer:
                 decisions[entry.key], base=current, generation=entry.generation, uid=entry.uid
             )
             if d.job_plan is not None:
-                self.reserved[entry.key] = d
+                self._reserve(entry.key, d)
             return d
         finally:
             self.lock.release()
@@ -481,6 +484,9 @@ class Placer:
             if self.regrow_checked.get(entry.key) == seen:
                 return None
             self.regrow_checked[entry.key] = seen
+            known = self.offered.get(entry.key)
+            if advising and known is not None and {i.name for i in free} <= known:
+                return None  # (no server is free that its plan was not planned on)
 
             def judge() -> tuple[Decision | None, str | None, float | None]:
                 plan = self._planning(snap.free(entry, also=current.nodes), snap)
@@ -518,8 +524,14 @@ class Placer:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:
                 d = replace(d, generation=entry.generation, uid=entry.uid)
-                self.reserved[entry.key] = d
+                self._reserve(entry.key, d)
             return d
+
+    def _reserve(self, key: Key, d: Decision) -> None:
+        """``d`` (a plan) is ``key``'s, and the servers it was planned on are noted: a job
+        without spec.regrow is looked at again only once others are free."""
+        self.reserved[key] = d
+        self.offered[key] = frozenset(d.cluster.index) if d.cluster is not None else None
 
     def _planning(
         self, servers: Sequence[NodeInfo], snap: Snapshot, previous: JobPlan | None = None

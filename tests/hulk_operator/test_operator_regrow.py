@@ -162,6 +162,40 @@ def test_looks_for_advice_plan_at_most_their_share_of_the_time(
     assert len(calls) > planned
 
 
+def test_advice_plans_only_once_a_server_its_plan_was_not_planned_on_is_free() -> None:
+    """A job just placed was planned on the free servers: planning it again on the same
+    ones is wasted (50 jobs on 1,000 servers would each plan once more after a minute)."""
+    e = entry(GPT)
+    others = {s.name: ("x", "y") for s in paper_cluster().servers if s.region != "Berlin"}
+    held = dict(others)
+    calls: list[int] = []
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return plan(*args, **kw)  # type: ignore[arg-type]
+
+    state = {e.key: e}
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), dict(state), dict(held))
+
+    placer = Placer(counting, batch_window_s=0.0, advise_every_s=0, advise_share=1.0)
+    d = asyncio.run(placer.decide(e.key, snapshot))
+    assert d is not None and d.job_plan is not None
+    current = d.job_plan
+    running = replace(e, plan_nodes=frozenset(current.nodes), phase=st.RUNNING)
+    state[e.key] = running
+    held.update(dict.fromkeys(current.nodes, e.key))
+    placer.pending_write(e.key, current)  # (its status shows the plan: reservation gone)
+    planned = len(calls)
+    assert asyncio.run(placer.regrow(running, current, snapshot, advise=1.25)) is None
+    assert len(calls) == planned  # the servers it was planned on: not planned again
+    for name in [n for n in others if paper_cluster().server(n).region == "London"]:
+        del held[name]  # another job's servers in London are free now
+    assert asyncio.run(placer.regrow(running, current, snapshot, advise=1.25)) is None
+    assert len(calls) > planned
+
+
 def test_advice_is_due_for_a_job_without_regrow_that_has_run_a_minute() -> None:
     e = entry(GPT)
     ready = st.set_condition(
