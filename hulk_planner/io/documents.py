@@ -124,10 +124,10 @@ def found_in(doc: Mapping[str, Any], key: str) -> str:
     return f"is {doc[key]!r}" if doc.get(key) is not None else "is missing"
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1's safe loader, with numbers as JSON and YAML 1.2 write them: YAML 1.1 reads
-    ``7e9``, ``1e-05`` or ``1.0e308`` (an exponent without a dot or a sign) as strings; and a
-    key given twice in one mapping is an error, as in kubectl (PyYAML keeps the last)."""
+class _Constructor(yaml.constructor.SafeConstructor):
+    """YAML 1.1's safe constructor, with numbers as JSON and YAML 1.2 write them: YAML 1.1
+    reads ``7e9``, ``1e-05`` or ``1.0e308`` (an exponent without a dot or a sign) as strings;
+    and a key given twice in one mapping is an error, as in kubectl (PyYAML keeps the last)."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
@@ -146,9 +146,68 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
+class _Loader(_Constructor, yaml.SafeLoader):
+    """PyYAML's pure-Python safe loader with the constructor above: each YAML error is told
+    in its words, lines and columns (libyaml's differ: its tab is "found character that
+    cannot start any token", without the character)."""
+
+
+def _fast_loader() -> type[Any] | None:
+    """The loader above with libyaml's scanner and parser, where PyYAML has libyaml: a
+    topology of 300 servers with every pair linked (44,850 links, as ``hulk topology``
+    writes it) took 10 s to read, 2.5 s so (bench/yaml_load.py). PyYAML's composer makes
+    the nodes, not libyaml's (as in ``yaml.CSafeLoader``): that one recurses in C, and
+    200,000 nested lists ended the process (a segmentation fault) where Python's ends in
+    a RecursionError, told as nesting too deep."""
+    if not yaml.__with_libyaml__:
+        return None
+    from yaml._yaml import CParser
+    from yaml.composer import Composer
+    from yaml.resolver import Resolver
+
+    class FastLoader(Composer, CParser, _Constructor, Resolver):  # (Composer's nodes first)
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            _Constructor.__init__(self)
+            Resolver.__init__(self)
+
+    return FastLoader
+
+
+_FastLoader = _fast_loader()
+
 # ``1e3`` is a float here (YAML 1.2, JSON), not a string as PyYAML's YAML 1.1 reads it.
 EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
+for _loader in (_Loader, _FastLoader):
+    if _loader is not None:
+        _loader.add_implicit_resolver(
+            "tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789.")
+        )
+
+
+# What libyaml reads where PyYAML refused it, or reads otherwise (found comparing the two
+# on 50,000 altered documents): a tab as a space ("a:\tb", a tab ending a line), "?" in a
+# plain scalar within [] or {} ("{a?}"), tags ("!" alone, before "," or in "!.!x"), "#"
+# right after a block scalar's ">" or "|" or in a directive, a byte-order mark after a
+# lone "\r". A text holding one, or what looks like one, is read by PyYAML's own loader
+# alone, as before; no file hulk topology writes holds one.
+_PYYAML_ALONE = re.compile(r"[\t\ufeff?!]|[>|][-+0-9]*#|^%", re.MULTILINE)
+
+
+def _yaml_documents(text: str) -> list[Any]:
+    """The YAML documents of ``text`` but empty ones, read with libyaml where PyYAML has it
+    and the text holds none of ``_PYYAML_ALONE``. A text libyaml does not read to the end
+    (a YAML error, a RecursionError, a timestamp with no such day) is read again by
+    PyYAML's own loader, whose outcome stands: its errors' words, lines and columns are
+    the ones told before (libyaml's differ), and it reads what PyYAML reads and libyaml
+    refuses (``"\\ud83d"``: told as an unpaired surrogate after, as before)."""
+    if _FastLoader is not None and not _PYYAML_ALONE.search(text):
+        try:
+            return [d for d in yaml.load_all(text, Loader=_FastLoader) if d is not None]
+        except Exception:  # (PyYAML's outcome, below, is the one that stands)
+            pass
+    return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
 
 
 def reads_back(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
@@ -178,11 +237,7 @@ def load_documents(path: str | Path) -> list[Any]:
     # (cat a.yaml b.yaml): YAML allows one only at the start of the stream
     text = re.sub("(?m)^\ufeff", "", text)
     try:
-        docs = _json(p, text)
-        if docs is None:
-            docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(*_yaml_error(p, exc)) from None
+        docs: list[Any] | None = _documents(p, text)
     except RecursionError:  # (a traceback before: 2,000 nested lists; a user trial)
         docs = None
     if docs is None or any(_deeper_than(d, MAX_DEPTH) for d in docs):
@@ -218,11 +273,37 @@ def _deeper_than(value: Any, most: int) -> bool:
     return False
 
 
+def _documents(p: Path, text: str) -> list[Any]:
+    """The documents of ``text``: one JSON value is read as JSON, any other text as YAML
+    (docs/formats.md). Where YAML refuses a ``.json`` file that JSON refused too, JSON's
+    error is told, not YAML's: ``{"nodes": [}`` was "expected the node content, but found
+    '}'", the YAML parser's words for a file written as JSON (a user trial)."""
+    try:
+        docs, not_json = _json(p, text), None
+    except json.JSONDecodeError as exc:
+        docs, not_json = None, exc
+    if docs is not None:
+        return docs
+    try:
+        return _yaml_documents(text)
+    except yaml.YAMLError as exc:
+        if not_json is not None and p.suffix.lower() == ".json":
+            raise InvalidRequest(*_json_error(p, not_json)) from None
+        raise InvalidRequest(*_yaml_error(p, exc)) from None
+    except (ValueError, OverflowError) as exc:  # a date with no such day: "2020-13-45"
+        raise InvalidRequest(
+            str(p),
+            f"holds a value YAML reads as a date that does not exist ({exc})",
+            "quote it to keep it as text, e.g. name: '2020-13-45'",
+        ) from None
+
+
 def _json(p: Path, text: str) -> list[Any] | None:
     """The document of a JSON file, read as JSON: PyYAML reads JSON only as far as it is
     YAML, and refused a tab-indented file (``jq --tab``) and read ``"\ud83d\uddfc"`` as two
-    halves of a character, not one (a review). None where the text is not one JSON value
-    (YAML, or JSON that YAML reads with its line numbers in errors)."""
+    halves of a character, not one (a review). None where the text does not start as JSON
+    does, or holds NaN or Infinity; JSONDecodeError where it does and is not one JSON value
+    (YAML then, or JSON that YAML reads with its line numbers in errors)."""
     if not text.lstrip().startswith(("{", "[")):
         return None
 
@@ -240,9 +321,9 @@ def _json(p: Path, text: str) -> list[Any] | None:
 
     try:
         doc = json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant)
-    except InvalidRequest:
+    except (InvalidRequest, json.JSONDecodeError):
         raise
-    except ValueError:
+    except ValueError:  # (from _no_constant)
         return None
     return [] if doc is None else [doc]
 
@@ -250,6 +331,21 @@ def _json(p: Path, text: str) -> list[Any] | None:
 def _no_constant(name: str) -> Any:
     """NaN and Infinity are not JSON: read the text as YAML instead, as before."""
     raise ValueError(name)
+
+
+def _json_error(p: Path, exc: json.JSONDecodeError) -> tuple[str, str, str]:
+    """Where (file:line:column), what and what JSON expected there, and what it found."""
+    at = exc.doc[exc.pos] if exc.pos < len(exc.doc) else None
+    found = "the end of the file" if at is None else repr(at)
+    if exc.msg.startswith("Expecting "):  # "Expecting value", "Expecting ',' delimiter"
+        what = f"expected {exc.msg.removeprefix('Expecting ')}, but found {found}"
+    elif exc.msg.startswith("Unterminated string"):
+        what = "found a string with no closing '\"'"
+    elif exc.msg == "Extra data":
+        what = f"found {found} after the end of the JSON value"
+    else:  # "Invalid control character at", "Invalid \\escape"
+        what = f"found {found}: {exc.msg.removesuffix(' at').lower()}"
+    return f"{p}:{exc.lineno}:{exc.colno}", "is not valid YAML or JSON", what
 
 
 def _yaml_error(p: Path, exc: yaml.YAMLError) -> tuple[str, str, str]:

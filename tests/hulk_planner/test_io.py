@@ -384,6 +384,7 @@ def test_preset_only_job_takes_the_preset_sizes_and_default_batch() -> None:
         (lambda d: d["spec"].update(training="lots"), "spec.training"),
         (lambda d: d["spec"].pop("model"), "spec.model"),
         (lambda d: d["metadata"].update(name="Big_Job"), "metadata.name"),
+        (lambda d: d["metadata"].update(name=5), "metadata.name"),  # (was the job "5")
         (lambda d: d.pop("metadata"), "metadata"),
         (lambda d: d["spec"].update(priority="high"), "spec.priority"),
         (lambda d: d["spec"].update(model="bert-large"), "spec.model"),
@@ -595,6 +596,66 @@ PLAN_ERRORS = [
     (lambda d: d["unplaced"][0].pop("name"), "unplaced[0].name", "missing"),
     (lambda d: d["jobs"][0].update(microBatches=2.7), "jobs[0].microBatches", "whole number"),
     (lambda d: d["jobs"][0].update(microBatches=-3), "jobs[0].microBatches", "greater than zero"),
+    # every field read, each wrong type or value: the field by index and a fix (a user trial)
+    (lambda d: d["jobs"][0].update(microBatches="64"), "jobs[0].microBatches",
+     "must be a number, got '64' (write it unquoted: 64)"),
+    (lambda d: d["jobs"][0].update(microBatches=[1]), "jobs[0].microBatches", "got [1] (write"),
+    (lambda d: d["jobs"][0].update(microBatches=math.inf), "jobs[0].microBatches", "finite"),
+    (lambda d: d["jobs"][0].update(microBatches=None), "jobs[0].microBatches", "missing (add it"),
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds=math.nan),
+     "jobs[0].predictedIterationSeconds", "got nan (write the predicted step time"),
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds=math.inf),
+     "jobs[0].predictedIterationSeconds", "must be a finite number zero or more, got inf ("),
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds=True),
+     "jobs[0].predictedIterationSeconds", "must be a number, got true (write the predicted"),
+    (lambda d: d["jobs"][0].update(predictedIterationSeconds="2.31"),
+     "jobs[0].predictedIterationSeconds", "got '2.31' (write it unquoted: 2.31)"),
+    (lambda d: d["jobs"][1].update(name=""), "jobs[1].name",
+     "must be a non-empty name, got '' (give the job's name"),
+    (lambda d: d["jobs"][1].update(name=["t5"]), "jobs[1].name", "must be a string, got ['t5']"),
+    (lambda d: d["jobs"][1].update(name=True), "jobs[1].name", "got true (quote it"),
+    (lambda d: d["jobs"].__setitem__(1, "t5"), "jobs[1]", "must be a mapping, got str"),
+    (lambda d: d["jobs"][0].update(stages={"layers": [0, 48]}), "jobs[0].stages",
+     "non-empty list of stages, got a mapping (write each stage on a line of its own"),
+    (lambda d: d["jobs"][0].update(stages="x"), "jobs[0].stages", "got 'x' (write each stage"),
+    (lambda d: d["jobs"][0].pop("stages"), "jobs[0].stages", "is required but missing"),
+    (lambda d: d["jobs"][0]["stages"].__setitem__(0, [0, 20]), "jobs[0].stages[0]",
+     "must be a mapping, got list (write its fields as key: value lines"),
+    (lambda d: _stages(d)[0].update(layers=[0, 10, 20]), "jobs[0].stages[0].layers",
+     "must be [start, end], two whole numbers, got [0, 10, 20] (write the stage's first"),
+    (lambda d: _stages(d)[0].update(layers="0-20"), "jobs[0].stages[0].layers", "got '0-20'"),
+    (lambda d: _stages(d)[0].update(layers=[0, True]), "jobs[0].stages[0].layers",
+     "two whole numbers, got [0, True]"),
+    (lambda d: _stages(d)[0].update(layers={"start": 0}), "jobs[0].stages[0].layers", "[start"),
+    (lambda d: _stages(d)[0].update(layers=[-1, 20]), "jobs[0].stages[0].layers",
+     "[-1, 20] is not a range [start, end) (write the stage's first layer (0 or more)"),
+    (lambda d: _stages(d)[0].pop("layers"), "jobs[0].stages[0].layers", "missing"),
+    (lambda d: _stages(d)[0].update(nodes=["bj-0", 5]), "jobs[0].stages[0].nodes[1]",
+     "must be a server name, got 5 (write the name of a server of the cluster, as a string"),
+    (lambda d: _stages(d)[0].update(nodes=[""]), "jobs[0].stages[0].nodes[0]", "got '' (write"),
+    (lambda d: _stages(d)[0].update(nodes=[None]), "jobs[0].stages[0].nodes[0]", "got null ("),
+    (lambda d: _stages(d)[0].update(nodes={"bj-0": 1}), "jobs[0].stages[0].nodes",
+     "got a mapping (list the stage's servers"),
+    (lambda d: _stages(d)[0].update(nodes=["bj-0", "bj-0"]), "jobs[0].stages[0].nodes",
+     "names a server twice"),
+    (lambda d: _stages(d)[0].update(parallelism=5), "jobs[0].stages[0].parallelism",
+     "must be data or tensor, got 5 (write data (each node holds the stage's layers) or "
+     "tensor (the nodes split each layer))"),
+    (lambda d: _stages(d)[0].update(parallelism=["data"]), "jobs[0].stages[0].parallelism",
+     "got ['data'] (write data"),
+    (lambda d: _stages(d)[0].update(parallelism=None), "jobs[0].stages[0].parallelism",
+     "is required but missing"),
+    (lambda d: d.update(planner=5), "planner", "must be a string, got 5 (name the planner"),
+    (lambda d: d.update(planner=""), "planner", "must be a non-empty name"),
+    (lambda d: d.update(unplaced={"name": "x"}), "unplaced", "must be a list, got dict"),
+    (lambda d: d["unplaced"].append(5), "unplaced[1]", "must be a mapping, got int"),
+    (lambda d: d["unplaced"][0].update(name=5), "unplaced[0].name", "got 5 (quote it"),
+    (lambda d: d["unplaced"][0].update(name=" "), "unplaced[0].name",
+     "must be a non-empty name, got ' ' (give the name of the job that was not placed)"),
+    (lambda d: d["unplaced"][0].update(reason=["full"]), "unplaced[0].reason",
+     "must be text, got ['full'] (write why, as a string)"),
+    (lambda d: d.update(notes="replanned"), "notes", "must be a list, got str"),
+    (lambda d: d.update(notes=["ok", 3]), "notes[1]", "must be text, got 3 (write each note"),
 ]  # fmt: skip
 
 
@@ -608,6 +669,72 @@ def test_a_previous_plan_is_checked_when_read_naming_the_file_and_field(
         io.plan_from_dict(doc, "old.json")
     assert exc.value.field == f"old.json: {field}"
     assert problem in f"{exc.value.problem} ({exc.value.fix})"
+
+
+# A user trial's plan files for `hulk plan --previous`: each error the whole line, the
+# field by its index (jobs[0], as every other error of the file) and a fix.
+PLAN_TRIAL_ERRORS = [
+    ("fast", "jobs[0].predictedIterationSeconds: must be a number, got 'fast' (write the "
+     "predicted step time in seconds, e.g. 2.31, or null where it is not predicted)"),
+    ([1], "jobs[0].predictedIterationSeconds: must be a number, got [1] (write the predicted "
+     "step time in seconds, e.g. 2.31, or null where it is not predicted)"),
+    (-1, "jobs[0].predictedIterationSeconds: must be a finite number zero or more, got -1 "
+     "(write the predicted step time in seconds, e.g. 2.31, or null where it is not "
+     "predicted)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("seconds", "line"), PLAN_TRIAL_ERRORS)
+def test_a_bad_predicted_step_time_names_the_field_by_index_and_the_fix(
+    seconds: Any, line: str
+) -> None:
+    """Before: ``is not a valid PlacementPlan (could not convert string to float: 'fast')``,
+    no field and no fix; -1 named the job ``jobs[gpt2-xl]``, where the others name jobs[0]."""
+    doc = json.loads(PLAN_JSON)
+    doc["jobs"][0]["predictedIterationSeconds"] = seconds
+    with pytest.raises(InvalidRequest) as exc:
+        io.plan_from_dict(doc, "old.json")
+    assert str(exc.value) == f"old.json: {line}"
+
+
+def test_a_plan_job_name_must_be_text_as_a_server_name_is() -> None:
+    """``"name": 5`` was read as the job "5": refused, with the fix text_field gives a
+    ClusterTopology's names."""
+    doc = json.loads(PLAN_JSON)
+    doc["jobs"][0]["name"] = 5
+    with pytest.raises(InvalidRequest) as exc:
+        io.plan_from_dict(doc, "old.json")
+    assert str(exc.value) == (
+        "old.json: jobs[0].name: must be a string, got 5 (quote it: YAML reads on, off, yes, "
+        "no, true, false and numbers unquoted as other types)"
+    )
+
+
+def test_a_stage_without_parallelism_is_refused_the_format_has_no_default() -> None:
+    """The planning interface lists ``parallelism`` in every stage and gives it no default:
+    a stage without it was taken as ``data`` with nothing said."""
+    doc = json.loads(PLAN_JSON)
+    del doc["jobs"][1]["stages"][0]["parallelism"]  # (a tensor stage, read as data before)
+    with pytest.raises(InvalidRequest) as exc:
+        io.plan_from_dict(doc, "old.json")
+    assert str(exc.value) == (
+        "old.json: jobs[1].stages[0].parallelism: is required but missing (add it; "
+        "docs/formats.md lists each field)"
+    )
+
+
+def test_a_plan_without_optional_fields_reads() -> None:
+    """What the format leaves optional stays so: a null or absent step time (not
+    predicted), planner, unplaced reason and notes."""
+    doc = json.loads(PLAN_JSON)
+    del doc["jobs"][0]["predictedIterationSeconds"], doc["planner"]
+    del doc["unplaced"][0]["reason"]
+    doc["notes"] = None
+    plan = io.plan_from_dict(doc)
+    assert math.isnan(plan.jobs[0].predicted_iteration_seconds)
+    assert plan.planner == "unknown" and plan.unplaced[0].reason == "" and plan.notes == ()
+    doc["jobs"][0]["predictedIterationSeconds"] = 0
+    assert io.plan_from_dict(doc).jobs[0].predicted_iteration_seconds == 0.0
 
 
 def test_plan_object_dict_object_round_trip_keeps_notes() -> None:
@@ -1022,3 +1149,15 @@ def test_a_document_nesting_64_levels_is_read_and_65_is_refused(tmp_path: Path) 
         f"{deep}: nests more than 64 levels deep (no cluster, job or plan nests so: check that "
         "it is the file meant)"
     )
+
+
+def test_a_date_with_no_such_day_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """YAML reads ``2020-13-45`` unquoted as a date, and a ValueError ended ``hulk plan``
+    in a traceback (found while making the YAML reading faster)."""
+    path = tmp_path / "topology.yaml"
+    path.write_text("apiVersion: hulk.dev/v1alpha1\nkind: ClusterTopology\nname: 2020-13-45\n")
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(path)
+    assert exc.value.field == str(path)
+    assert "a date that does not exist (month must be in 1..12)" in str(exc.value)
+    assert "quote it to keep it as text" in str(exc.value)
