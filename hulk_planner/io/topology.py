@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hulk_planner.datasets import slug
-from hulk_planner.errors import InvalidRequest
+from hulk_planner.errors import InvalidRequest, each_error, one_or_all
 from hulk_planner.io.documents import (
     API_VERSION,
     check_kind,
@@ -34,21 +34,52 @@ from hulk_planner.model import (
 L = TypeVar("L", Link, RegionLink)
 
 
-def _links(spec: Mapping[str, Any], key: str, kind: type[L]) -> list[L]:
-    """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields)."""
-    out = []
-    for i, lk in enumerate(list_field(spec, key, "spec")):
+def _server(n: Any, w: str) -> Server:
+    """The server of ``spec.nodes[i]`` (``w``)."""
+    if text_field(n, "name", w) == "":  # (told as "name", no path: a user trial)
+        raise InvalidRequest(
+            f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
+        )
+    name = text_field(n, "name", w)
+    with _at(f"server {name!r}", w):
+        return Server(
+            name=name,
+            region=text_field(n, "region", w).strip(),
+            gpus=number_field(n, "gpus", w),
+            gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
+            gpu_tflops=number_field(n, "gpuTFLOPS", w),
+            gpu_product=_informational(n.get("gpuProduct")),
+            compute_capability=_informational(n.get("computeCapability")),
+            zone=_informational(n.get("zone")),
+        )
+
+
+def _links(
+    spec: Mapping[str, Any], key: str, kind: type[L], errors: list[InvalidRequest]
+) -> list[L]:
+    """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields); a wrong
+    entry's error goes to ``errors`` and the others are read on."""
+    out: list[L] = []
+    try:
+        listed = list_field(spec, key, "spec")
+    except InvalidRequest as exc:  # (not a list: nothing more to tell of it)
+        errors.append(exc)
+        return out
+    for i, lk in enumerate(listed):
         w = f"spec.{key}[{i}]"
-        a, b = text_field(lk, "a", w), text_field(lk, "b", w)
-        with _at(f"{'regionLink' if kind is RegionLink else 'link'} {a}-{b}", w):
-            out.append(
-                kind(
-                    a,
-                    b,
-                    number_field(lk, "latencyMs", w),
-                    number_field(lk, "bandwidthGbps", w, None),
+        try:
+            a, b = text_field(lk, "a", w), text_field(lk, "b", w)
+            with _at(f"{'regionLink' if kind is RegionLink else 'link'} {a}-{b}", w):
+                out.append(
+                    kind(
+                        a,
+                        b,
+                        number_field(lk, "latencyMs", w),
+                        number_field(lk, "bandwidthGbps", w, None),
+                    )
                 )
-            )
+        except InvalidRequest as exc:
+            errors.append(exc)
     return out
 
 
@@ -91,26 +122,18 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
             "write each server on a line of its own starting with '- '",
         )
     servers = []
+    # every server's and link's error told at once, a line each, as a jobs file's are
+    # (before, the first alone: a file with two broken links told one; a user trial)
+    errors: list[InvalidRequest] = []
     for i, n in enumerate(nodes):
-        w = f"spec.nodes[{i}]"
-        if text_field(n, "name", w) == "":  # (told as "name", no path: a user trial)
-            raise InvalidRequest(
-                f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
-            )
-        name = text_field(n, "name", w)
-        with _at(f"server {name!r}", w):
-            servers.append(
-                Server(
-                    name=name,
-                    region=text_field(n, "region", w).strip(),
-                    gpus=number_field(n, "gpus", w),
-                    gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
-                    gpu_tflops=number_field(n, "gpuTFLOPS", w),
-                    gpu_product=_informational(n.get("gpuProduct")),
-                    compute_capability=_informational(n.get("computeCapability")),
-                    zone=_informational(n.get("zone")),
-                )
-            )
+        try:
+            servers.append(_server(n, f"spec.nodes[{i}]"))
+        except InvalidRequest as exc:
+            errors.append(exc)
+    links = tuple(_links(spec, "links", Link, errors))
+    region_links = tuple(_links(spec, "regionLinks", RegionLink, errors))
+    if errors:
+        raise one_or_all(errors)
     # one region, one spelling: node labels write Tokyo and tokyo alike (tokyo), and
     # spec.allowedRegions matches either (before, they were two regions, unlinked: a trial)
     spelled: dict[str, tuple[str, int]] = {}
@@ -123,10 +146,8 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
                 f"label writes it ({slug(first)}), and would be planned as two",
                 f"write it {first!r} in both",
             )
-    links = tuple(_links(spec, "links", Link))
     region_links = tuple(
-        replace(rl, a=_region(rl.a, spelled), b=_region(rl.b, spelled))
-        for rl in _links(spec, "regionLinks", RegionLink)
+        replace(rl, a=_region(rl.a, spelled), b=_region(rl.b, spelled)) for rl in region_links
     )
     regions = {s.region for s in servers}
     pairs: set[frozenset[str]] = set()
@@ -233,7 +254,9 @@ def load_cluster(path: str | Path, notes: list[str] | None = None) -> Cluster:
     except InvalidRequest as exc:
         if exc.field.startswith(str(path)):
             raise
-        raise InvalidRequest(f"{path}: {exc.field}", exc.problem, exc.fix) from None
+        raise one_or_all(
+            [InvalidRequest(f"{path}: {e.field}", e.problem, e.fix) for e in each_error(exc)]
+        ) from None
 
 
 # The ClusterTopology fields (docs/formats.md); "[]" marks each entry of a list.

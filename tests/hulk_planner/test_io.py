@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hulk_planner import io
 from hulk_planner.datasets import paper_cluster
-from hulk_planner.errors import InvalidRequest, InvalidRequests
+from hulk_planner.errors import InvalidRequest, InvalidRequests, each_error
 from hulk_planner.generate import random_cluster
 from hulk_planner.io.jobs import NO_PRESET_TRAINING_FIX
 from hulk_planner.model import Job, JobPlan, ModelSpec, Plan, Stage, Unplaced
@@ -803,8 +803,9 @@ def test_malformed_documents_raise_only_invalid_request(data: st.DataObject, whi
         _set(doc, path, copy.deepcopy(data.draw(ODD_VALUES)))
     try:
         read(doc)
-    except InvalidRequest as exc:
-        assert str(exc).strip() and "\n" not in str(exc)
+    except InvalidRequest as exc:  # (several of a topology's: one line each)
+        for each in each_error(exc):
+            assert str(each).strip() and "\n" not in str(each)
 
 
 def test_job_fields_are_the_crds() -> None:
@@ -1161,3 +1162,34 @@ def test_a_date_with_no_such_day_is_one_line_not_a_traceback(tmp_path: Path) -> 
     assert exc.value.field == str(path)
     assert "a date that does not exist (month must be in 1..12)" in str(exc.value)
     assert "quote it to keep it as text" in str(exc.value)
+
+
+def test_every_broken_server_and_link_of_a_topology_is_told_at_once(tmp_path: Path) -> None:
+    """A file with two broken links told the first alone (a user trial); a jobs file tells
+    each job's error, a line each, and so does a topology now."""
+    doc = {"apiVersion": API, "kind": "ClusterTopology", "metadata": {"name": "bad"}, "spec": {
+        "nodes": [
+            {"name": "a", "region": "r1", "gpus": 8, "gpuMemoryGiB": 80, "gpuTFLOPS": 312},
+            {"name": "b", "region": "r1", "gpus": -8, "gpuMemoryGiB": 80, "gpuTFLOPS": 312},
+        ],
+        "links": [{"a": "a", "b": "b", "latencyMs": "fast"}, {"a": "a", "b": "b", "latencyMs": -1}],
+        "regionLinks": [{"a": "r1", "b": 7, "latencyMs": 5}],
+    }}  # fmt: skip
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(path)
+    fields = [e.field for e in each_error(exc.value)]
+    assert fields == [
+        f"{path}: spec.nodes[1].gpus",
+        f"{path}: spec.links[0].latencyMs",
+        f"{path}: spec.links[1].latencyMs",
+        f"{path}: spec.regionLinks[0].b",
+    ]
+    path.write_text(yaml.safe_dump({**doc, "spec": {**doc["spec"], "links": "none"}}))
+    with pytest.raises(InvalidRequest) as exc:  # (a list that is none: told with the rest)
+        io.load_cluster(path)
+    assert [e.field for e in each_error(exc.value)][1:] == [
+        f"{path}: spec.links",
+        f"{path}: spec.regionLinks[0].b",
+    ]
