@@ -85,7 +85,9 @@ def resolve_regions(
                 + (f" (did you mean {by_slug[close[0]][0]}?)" if close else ""),
                 f"use one of {', '.join(cluster.regions)}",
             )
-        if region != name and notes is not None:
+        # (not for the node label's own spelling, "new-delhi" for "New Delhi": it is the
+        # documented form, and the note came at every run of a correct file: a user trial)
+        if region != name and name != slug(region) and notes is not None:
             notes.append(
                 f"job {job}: spec.allowedRegions[{k}] {name!r} is taken as region "
                 f"{region!r} (regions are matched without regard to case, spaces or "

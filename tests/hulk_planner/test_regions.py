@@ -297,3 +297,20 @@ def test_the_baselines_split_the_servers_among_jobs_of_every_priority() -> None:
         got = plan(paper, ranked, name)
         assert got.jobs == same.jobs and got.unplaced == same.unplaced, name
     assert len(plan(paper, ranked, "baseline-b").jobs) == 4
+
+
+def test_a_region_named_as_its_node_label_is_taken_without_a_note() -> None:
+    """The label's spelling is the documented one: a note on it came at every run of a
+    correct file (a user trial); another spelling is still noted."""
+    from hulk_planner.regions import resolve_regions
+
+    paper = paper_cluster()
+    notes: list[str] = []
+    assert resolve_regions("f", ["beijing"], paper, "j", notes) == ("Beijing",)
+    assert notes == []
+    assert resolve_regions("f", ["BEIJING"], paper, "j", notes) == ("Beijing",)
+    assert notes == [
+        "job j: spec.allowedRegions[0] 'BEIJING' is taken as region 'Beijing' (regions are "
+        "matched without regard to case, spaces or punctuation; the operator matches the node "
+        "label topology.kubernetes.io/region the same way)"
+    ]
