@@ -11,6 +11,7 @@ from urllib3.exceptions import HTTPError
 
 from hulk_operator import recovery
 from hulk_operator.context import Context
+from hulk_operator.latencies import INFERRED_WORDS
 from hulk_planner.model import JobPlan
 
 DISRUPTED = "Disrupted"  # the Event of a job not moved off NotReady servers (a disruption)
@@ -60,11 +61,20 @@ async def tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> N
     if cut:
         told[key] = frozenset(cut)
         shown = ", ".join(f"{a} and {b}" for a, b in cut[:5]) + (" ..." if len(cut) > 5 else "")
+        # pairs no probe reported, taken as cut with their regions, said as such (before,
+        # "the probes report" them too: a user trial)
+        inferred = sum(1 for p in cut if frozenset(p) in latencies.inferred_unreachable)
+        said = (
+            f"{len(cut)} server pair(s) this job's stages send over are unreachable ("
+            f"{len(cut) - inferred} reported by the probes, {inferred} {INFERRED_WORDS})"
+            if inferred
+            else f"the probes report {len(cut)} server pair(s) this job's stages send over "
+            "unreachable"
+        )
         ctx.event(
             "Warning",
             LINK_UNREACHABLE,
-            f"the probes report {len(cut)} server pair(s) this job's stages send over "
-            f"unreachable: {shown} (NodeLatency). Its pods are not moved (only lost servers "
+            f"{said}: {shown} (NodeLatency). Its pods are not moved (only lost servers "
             "move a job); if its training stalls, suspend and resume it (spec.suspend) to "
             "plan it again around them",
         )

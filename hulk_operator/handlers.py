@@ -424,6 +424,13 @@ def _plan_stands(
             conds, st.PLANNED, True, "Planned", message, gen
         )
         return True
+    if planned.get("status") == "True" and planned.get("observedGeneration") != gen:
+        # the plan stands for this generation too: said (before, Planned kept the last
+        # one's, and a tool reading conditions by observedGeneration took it as stale; a
+        # user trial edited spec.priority)
+        conds = list(status.get("conditions") or [])
+        reason, message = str(planned.get("reason")), str(planned.get("message") or "")
+        patch.status["conditions"] = st.set_condition(conds, st.PLANNED, True, reason, message, gen)
     return False
 
 

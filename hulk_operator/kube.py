@@ -196,6 +196,27 @@ def service_uid(api: client.ApiClient, namespace: str, name: str) -> str | None:
     return str(there.metadata.uid or "")
 
 
+def orphaned_stage_pods(api: client.ApiClient, namespace: str, label: str, uid: str) -> list[str]:
+    """Stage pods (``hulk.dev/job=label`` and a stage label) no HulkTrainingJob owns and not
+    ending: an earlier job of this name deleted with ``--cascade=orphan`` left them running.
+    They are not the job's (it does not adopt a running pipeline of another spec), but they
+    hold their GPUs and answer its stages' DNS names."""
+    from hulk_operator import LABEL_JOB, LABEL_STAGE
+
+    pods: Any = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_JOB}={label},{LABEL_STAGE}", _request_timeout=10
+    )
+    return sorted(
+        p.metadata.name
+        for p in pods.items
+        if p.metadata.deletion_timestamp is None
+        and p.status.phase not in ("Succeeded", "Failed")
+        and not any(
+            o.kind == "HulkTrainingJob" or o.uid == uid for o in p.metadata.owner_references or []
+        )
+    )
+
+
 def ensure_service(api: client.ApiClient, service: Mapping[str, Any]) -> bool:
     """Creates the job's Service, or sets the ports of the one there (``masterPort`` may
     have been edited since), and adopts it when no other controller owns it (left by a job

@@ -148,10 +148,13 @@ async def place(
     new["phase"] = st.PLACING
     new.update(counts(status))  # (0 shown, not a blank column)
     conds = planned_conditions(conds, decision, entry, ctx.config, gen)
-    if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason") == "NoPlan":
-        conds = st.set_condition(
-            conds, st.REPLANNING, False, "PlacedAgain", "placed again after no plan fit", gen
-        )
+    again = {  # what the last re-plan's condition said, now past (before, "the job is
+        # suspended" stayed on a job resumed and running: a user trial)
+        "NoPlan": "placed again after no plan fit",
+        "SpecChanged": "planned afresh after its spec changed",
+    }.get(str((st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason")))
+    if again is not None:
+        conds = st.set_condition(conds, st.REPLANNING, False, "PlacedAgain", again, gen)
     step = Step(decision.job_plan, plan_gpus(decision), conds)
     if ctx.placer.first_use(decision):
         ctx.metrics.plans.labels(result="placed").inc()

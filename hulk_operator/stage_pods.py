@@ -151,6 +151,8 @@ async def sync_pods(
         if made_svc and (live or entry.phase == st.RUNNING):
             # deleted with a stage pod, or all of them (before, made again without a word)
             ctx.event("Warning", "ServiceRecreated", _service_again(svc))
+        if not live:
+            await _tell_orphans(ctx, entry)
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
         made = await asyncio.to_thread(
@@ -253,6 +255,39 @@ def _service_again(svc: Mapping[str, Any]) -> str:
         f"the job's headless Service {svc['metadata']['name']} was deleted; made again (its "
         "stage pods find one another by name through it)"
     )
+
+
+ORPHANED = "OrphanedStagePods"
+
+
+async def _tell_orphans(ctx: Context, entry: JobEntry) -> None:
+    """A Warning, once per job object, when stage pods of an earlier job of its name still
+    run unowned (``kubectl delete --cascade=orphan``): they hold their GPUs and answer the
+    stages' DNS names beside the new pods (before, nothing said so: a user trial found
+    MASTER_ADDR resolving to two pods)."""
+    from hulk_operator import kube
+
+    ns, name = entry.key
+    told = f"{ORPHANED}/{entry.uid}"
+    if told in ctx.recent:
+        return
+    ctx.recent[told] = time.monotonic()
+    try:
+        names = await asyncio.to_thread(
+            kube.orphaned_stage_pods, ctx.api, ns, manifests.job_label(name), entry.uid
+        )
+    except Exception:  # (it only tells: the pods are made all the same)
+        return
+    if names:
+        shown = " ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+        ctx.event(
+            "Warning",
+            ORPHANED,
+            f"{len(names)} stage pod(s) of an earlier job of this name run unowned (deleted "
+            "with --cascade=orphan): they hold their GPUs, and their hostnames answer this "
+            "job's stage names beside its own pods (MASTER_ADDR may reach the old run); "
+            f"delete them: kubectl delete pod -n {ns} {shown}",
+        )
 
 
 STAGE_POD_TAKEN = "StagePodTaken"

@@ -57,10 +57,13 @@ def preset(name: str) -> Preset:
         close = bare.get(re.sub(r"[^a-z0-9]", "", key)) or next(
             iter(difflib.get_close_matches(key, list(PRESETS), n=1, cutoff=0.8)), None
         )
+        # (the guess in the fix: "(did you mean t5-11b?) (use one of ...)" read as two
+        # asides; a user trial)
         raise InvalidRequest(
             "spec.model.preset",
-            f"unknown preset {name!r}" + (f" (did you mean {close}?)" if close else ""),
-            f"use one of {', '.join(sorted(PRESETS))}, or give parameters, layers, "
+            f"unknown preset {name!r}",
+            (f"did you mean {close}? Else use" if close else "use")
+            + f" one of {', '.join(sorted(PRESETS))}, or give parameters, layers, "
             "hiddenSize and sequenceLength",
         )
     return PRESETS[key]

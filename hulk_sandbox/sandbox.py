@@ -215,6 +215,16 @@ class Sandbox:
 
         return config.new_client_from_config(config_file=self.kubeconfig)
 
+    def _live_nodes(self) -> int | None:
+        """How many nodes the API server lists now; None where it does not answer."""
+        from kubernetes import client
+
+        try:
+            with self.api_client() as api:
+                return len(client.CoreV1Api(api).list_node(_request_timeout=5).items)
+        except Exception:  # (a status must print whatever the API server does)
+            return None
+
     def add_node(self, server: Server, *, wait: bool = True, timeout: float = 60.0) -> None:
         """Creates the node of ``server`` and (by default) waits until it is Ready."""
         with self.api_client() as api:
@@ -268,6 +278,11 @@ class Sandbox:
         running = sum(1 for p in procs if p["running"])
         state = "degraded" if running < len(procs) else "running"
         state = state if running else "stopped"
+        nodes = self.state.get("nodes")
+        if state == "running":  # (the count at ``up`` stayed after nodes were added or
+            # deleted: 47 said where 44 or 48 were, a user trial)
+            live = self._live_nodes()
+            nodes = live if live is not None else nodes
         return {
             "dir": str(self.dir),
             "state": state,
@@ -275,7 +290,7 @@ class Sandbox:
             "kubeconfig": self.kubeconfig,
             "versions": self.state.get("versions", {}),
             "ports": self.state.get("ports", {}),
-            "nodes": self.state.get("nodes"),
+            "nodes": nodes,
             "logs": str(self.logs),
             "processes": procs,
         }

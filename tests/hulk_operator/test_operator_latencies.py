@@ -260,3 +260,40 @@ def test_a_pair_no_link_can_take_leaves_the_other_pairs_planned() -> None:
     cluster = latencies.build_cluster(servers("ac"), lat, **kw)
     assert [(lk.a, lk.b, lk.latency_ms) for lk in cluster.links] == [("a", "c", 2.0)]
     assert list(latencies.measured_links(lat).invalid) == [frozenset(("a", " "))]
+
+
+def test_cut_pairs_no_probe_reported_are_not_told_as_the_probes_report() -> None:
+    """One report of beijing-1 and beijing-3 cut made every Beijing pair unreachable
+    (``with_regions``), and the Event said "the probes report" the pairs they never
+    named (a user trial)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from hulk_operator.disruptions import tell_cut_links
+    from hulk_operator.latencies import INFERRED_WORDS, Latencies
+    from hulk_planner.model import JobPlan, Stage
+
+    told: list[tuple[str, str, str]] = []
+    plan = JobPlan("j", (Stage((0, 2), ("a",), "data"), Stage((2, 4), ("b",), "data"),
+                         Stage((4, 6), ("c",), "data")), 4, 1.0)  # fmt: skip
+    ab, bc = frozenset({"a", "b"}), frozenset({"b", "c"})
+
+    def ctx(latencies: Latencies) -> SimpleNamespace:
+        async def read() -> Latencies:
+            return latencies
+
+        return SimpleNamespace(latencies=read, disruption={}, event=lambda *e: told.append(e))
+
+    both = Latencies(unreachable=frozenset({ab, bc}), inferred_unreachable=frozenset({bc}))
+    asyncio.run(tell_cut_links(ctx(both), ("ml", "j"), plan))  # type: ignore[arg-type]
+    (event,) = told
+    assert event[1] == "LinkUnreachable" and event[2].startswith(
+        "2 server pair(s) this job's stages send over are unreachable (1 reported by the "
+        f"probes, 1 {INFERRED_WORDS}): a and b, b and c (NodeLatency)."
+    ), event
+    told.clear()
+    reported = Latencies(unreachable=frozenset({ab}))
+    asyncio.run(tell_cut_links(ctx(reported), ("ml", "j"), plan))  # type: ignore[arg-type]
+    assert told[0][2].startswith(
+        "the probes report 1 server pair(s) this job's stages send over unreachable: a and b"
+    )

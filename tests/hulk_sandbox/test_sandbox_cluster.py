@@ -159,6 +159,8 @@ def test_add_and_delete_node(sandbox: Sandbox, core: Any) -> None:
     name = f"extra-{uuid.uuid4().hex[:6]}"
     sandbox.add_node(Server(name, "Paris", gpus=2, gpu_memory_gib=24, gpu_tflops=100))
     assert is_ready(core.read_node(name))
+    # the nodes there are now, not the count at up (it said 47 with 48: a user trial)
+    assert sandbox.status()["nodes"] == len(core.list_node().items) > sandbox.state["nodes"]
     sandbox.delete_node(name)
     eventually(
         lambda: name not in {n.metadata.name for n in core.list_node().items}, what="node gone"

@@ -131,3 +131,25 @@ def test_is_ready_needs_condition_and_no_not_ready_taint() -> None:
     assert not is_ready({"status": {"conditions": [ready]}, "spec": {"taints": [taint]}})
     assert not is_ready({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
     assert not is_ready({"status": {}})
+
+
+def test_a_speed_the_gpu_labels_do_not_give_is_the_operators_annotation() -> None:
+    """``add-node --gpu-tflops 5`` printed 5 TFLOPS and the operator planned with the
+    product's 312 (a user trial): the node now says it as the operator reads it."""
+    from hulk_operator.inventory import node_info
+
+    def tflops(s: Server) -> float | None:
+        body = node_manifest(s)
+        body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        info = node_info(body)
+        return info.server.gpu_tflops if info.server is not None else None
+
+    assert "hulk.dev/gpu-tflops" not in node_manifest(server())["metadata"]["annotations"]
+    assert tflops(server()) == 312.0  # from the product label, as with GFD alone
+    slow = server(gpu_tflops=5.0)
+    assert node_manifest(slow)["metadata"]["annotations"]["hulk.dev/gpu-tflops"] == "5"
+    assert tflops(slow) == 5.0
+    unknown = server(gpu_product="FOO-9000", compute_capability=None, gpu_tflops=100.0)
+    assert tflops(unknown) == 100.0  # (it was "unknown GPU speed": not offered)
+    for s in paper_cluster().servers:  # (the paper's: every speed from the labels)
+        assert "hulk.dev/gpu-tflops" not in node_manifest(s)["metadata"]["annotations"]
