@@ -325,6 +325,10 @@ def hulktrainingjob_update(
         conds = st.set_condition(
             conds, st.FAILED, False, "SpecChanged", "the spec changed: planning the job again", gen
         )
+    if (st.condition(status, st.COMPLETE) or {}).get("status") == "True":  # a run again
+        conds = st.set_condition(
+            conds, st.COMPLETE, False, "SpecChanged", "the spec changed: the job runs again", gen
+        )
     if plan is not None and st.condition(status, st.REPLANNING) is not None:
         # (it told of the old plan's last re-plan, which the new plan replaces)
         fields = _fields(changed)

@@ -330,6 +330,12 @@ def pods_phase(
     if want and done == want:
         out["phase"] = st.SUCCEEDED
         conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
+        # (before, nothing a tool waits on: no condition, no Event; a user trial)
+        conds = st.set_condition(conds, st.COMPLETE, True, "Succeeded", "every stage finished", gen)
+        told = f"{st.SUCCEEDED}/{entry.uid}/{gen}"
+        if entry.phase != st.SUCCEEDED and told not in ctx.recent:
+            ctx.recent[told] = time.monotonic()
+            ctx.event("Normal", st.SUCCEEDED, f"every stage finished ({want} stage pod(s))")
     elif running + done == want and len(live) == want:  # finishing: stages exit one by one
         out["phase"] = st.RUNNING
         msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")

@@ -23,7 +23,9 @@ PLANNED, READY, REPLANNING, FAILED, ESTIMATED, SUSPENDED_COND = (
     "LatencyEstimated",
     "Suspended",
 )
-CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, ESTIMATED, SUSPENDED_COND)
+# True once every stage finished, as batch/v1 Job's: `kubectl wait --for=condition=Complete`
+COMPLETE = "Complete"
+CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, COMPLETE, ESTIMATED, SUSPENDED_COND)
 
 PENDING, PLACING, RUNNING, SUCCEEDED = "Pending", "Placing", "Running", "Succeeded"
 PHASE_FAILED, SUSPENDED = "Failed", "Suspended"

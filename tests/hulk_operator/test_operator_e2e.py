@@ -3399,6 +3399,14 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
             )
             assert kube.phase("done") == "Running"
     wait("Succeeded", lambda: kube.phase("done") == "Succeeded", 30)
+    # what `kubectl wait --for=condition=Complete` and an Event watcher read (before,
+    # neither: a user trial)
+    complete = condition(kube.job("done"), "Complete")
+    assert (complete["status"], complete["reason"]) == ("True", "Succeeded"), complete
+    (succeeded,) = kube.told("Succeeded")
+    assert succeeded.type == "Normal" and succeeded.message == (
+        f"every stage finished ({len(pods)} stage pod(s))"
+    )
     # a job that may only use one of the finished job's servers gets it
     kube.apply(manifest("next", nodeSelector={"kubernetes.io/hostname": nodes[0]}))
     wait("the next job Running", lambda: kube.phase("next") == "Running", 60)
@@ -3447,6 +3455,8 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     wait("Running again", lambda: kube.phase("done") == "Running", 60)
     again = kube.pods("done")
     assert all(p.status.phase == "Running" for p in again) and len(again) == len(pods)
+    complete = condition(kube.job("done"), "Complete")
+    assert (complete["status"], complete["reason"]) == ("False", "SpecChanged"), complete
 
 
 def test_a_finished_job_run_again_on_the_same_server_runs(kube: Kube, operator: Any) -> None:
