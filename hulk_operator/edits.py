@@ -173,6 +173,10 @@ async def recheck(
     conds = st.set_condition(conds, st.PLANNED, False, "SpecChanged", msg, gen)
     if st.condition({"conditions": conds}, st.REPLANNING) is not None:
         conds = st.set_condition(conds, st.REPLANNING, False, "SpecChanged", msg, gen)
+    # Pending with no plan is not Ready, as for an edit allowed at once (before, Ready=True
+    # AllStagesRunning stood beside Pending until the new plan: a user trial)
+    ready = "the refused edit is allowed now: the new plan's stage pods replace those it changes"
+    conds = st.set_condition(conds, st.READY, False, "NotPlanned", ready, gen)
     return {"plan": None, "phase": st.PENDING, "stageRestarts": 0, "conditions": conds}
 
 

@@ -291,6 +291,7 @@ async def _tell_orphans(ctx: Context, entry: JobEntry) -> None:
 
 
 STAGE_POD_TAKEN = "StagePodTaken"
+UNSCHEDULABLE_STAGE = "StageUnschedulable"  # Ready's reason and the Event's
 
 
 def _first_move(ctx: Context, down: Sequence[NodeInfo | None]) -> str:
@@ -363,7 +364,14 @@ def pods_phase(
             name, why = stuck[0]
             more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
             msg += f"; the scheduler cannot place {name}{more}: {why}"
-            conds = st.set_condition(conds, st.READY, False, "StageUnschedulable", msg, gen)
+            if ready.get("reason") != UNSCHEDULABLE_STAGE:  # told on the job once a spell
+                # (before, the condition alone, the scheduler's Event on the pod: a trial)
+                ctx.event(
+                    "Warning",
+                    UNSCHEDULABLE_STAGE,
+                    f"the scheduler cannot place {name}{more}: {why}",
+                )
+            conds = st.set_condition(conds, st.READY, False, UNSCHEDULABLE_STAGE, msg, gen)
         elif taken:  # (before: StagesStarting, and only the Event said why; a user trial)
             label = f"{manifests.LABEL_JOB}={manifests.job_label(entry.key[1])}"
             msg += (

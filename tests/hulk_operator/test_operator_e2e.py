@@ -3633,6 +3633,12 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_shown_in_the_job(
     assert c["status"] == "False" and "didn't match pod affinity rules" in c["message"], c
     assert "the scheduler cannot place huge-" in c["message"]
     assert kube.phase("huge") == "Placing"
+    # on the job too, once (before, the condition alone: a user trial)
+    (event,) = kube.told("StageUnschedulable")
+    assert event.type == "Warning" and event.involved_object.name == "huge"
+    assert event.message.startswith("the scheduler cannot place huge-"), event.message
+    time.sleep(3)  # (ticks later, the same spell: not told again)
+    assert len(kube.events("StageUnschedulable")) == 1
 
 
 def test_cpu_and_memory_requests_limit_the_servers_planned(kube: Kube, operator: Any) -> None:

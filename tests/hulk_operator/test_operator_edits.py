@@ -222,3 +222,43 @@ def test_an_edit_that_changes_nothing_is_stamped_all_the_same(
     )  # fmt: skip
     assert dict(patch) == {"status": {"observedGeneration": 5}}
     assert not handlers._edit_unseen(("ns", "j"), body, {**status, **patch["status"]}, kopf.Memo())
+
+
+def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planned again once the cluster allows the edit: Pending, no plan, and Ready=False
+    (before, Ready=True AllStagesRunning stood beside Pending until the new plan: a user
+    trial), as for an edit allowed at once."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from placement_helpers import entry
+
+    from hulk_operator import edits
+    from hulk_operator import status as st
+    from hulk_operator.latencies import Latencies
+    from hulk_planner.datasets import paper_jobs
+
+    monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)  # the cluster allows it now
+    told: list[tuple[str, ...]] = []
+
+    async def latencies() -> Latencies:
+        return Latencies()
+
+    ctx = SimpleNamespace(
+        placer=SimpleNamespace(edit_checked={}, forget=lambda key: None),
+        latencies=latencies,
+        limit_defaults=(),
+        api=None,
+        nodes={},
+        event=lambda *e: told.append(e),
+    )
+    conds = st.set_condition([], st.READY, True, "AllStagesRunning", "4/4 stage pods running", 1)
+    conds = st.set_condition(conds, st.PLANNED, False, "EditRefused", "refused", 2)
+    new = asyncio.run(edits.recheck(ctx, entry(paper_jobs()[2]), {}, conds, 2))  # type: ignore[arg-type]
+    assert new["phase"] == st.PENDING and new["plan"] is None
+    ready = st.condition(new, st.READY)
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "NotPlanned")
+    assert ready["observedGeneration"] == 2
+    assert [e[1] for e in told] == ["SpecChanged"]
