@@ -145,6 +145,8 @@ class NodeInfo:
     def barred(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
         """Why no new stage pod of the job may go here though running ones stay (a
         NoSchedule taint it does not tolerate: ``Tainted key=value:NoSchedule``), or None."""
+        if self.unschedulable:  # (as its taint says, which the controller adds later)
+            return "Cordoned"
         tol = [*ALWAYS_TOLERATED, *tolerations]
         for t in self.taints:
             if t.effect == "NoSchedule" and not tolerates(tol, t):

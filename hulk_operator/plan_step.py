@@ -192,6 +192,7 @@ async def check_plan(
         not_ready_grace_s=ctx.config.not_ready_grace_s,
         disrupted=ctx.disrupted is not None,
         settled_at=ctx.settled_at,
+        cordon_moves=ctx.config.cordon_moves,
     )
     if ctx.disrupted is not None:
         tell_disruption(ctx, entry.key, plan)

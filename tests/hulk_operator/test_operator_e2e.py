@@ -2439,6 +2439,45 @@ def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> 
     assert (c["status"], c["reason"], c["message"]) == ("False", "PlacedAgain", said[c["reason"]])
 
 
+def test_with_cordon_moves_off_a_cordoned_stage_runs_on_until_drained(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """``cordon_moves=False``: ``kubectl cordon`` leaves the running stage where it is (as
+    Kubernetes leaves a cordoned node's pods; a user trial expected it), and once its pod
+    is evicted (what ``kubectl drain`` does) the stage moves."""
+    config = replace(CONFIG, cordon_moves=False)
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    name = PAPER[3]  # bert-large
+    try:
+        with cleanup_jobs(kube):
+            kube.apply(paper_manifests()[3])
+            wait("bert Running", lambda: kube.phase(name) == "Running", 60)
+            before = {p.metadata.name: p for p in kube.live_pods(name)}
+            victim = plan_nodes(kube.job(name))[-1]
+            kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
+            try:
+                time.sleep(4 * CONFIG.reconcile_interval_s)  # ticks with the node cordoned
+                job = kube.job(name)
+                assert job["status"]["replans"] == 0 and kube.phase(name) == "Running"
+                now = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
+                assert now == {n: p.metadata.uid for n, p in before.items()}
+                # drained: its pod evicted (kubectl drain), so the stage moves off
+                (pod,) = [p for p in before.values() if p.spec.node_name == victim]
+                eviction = client.V1Eviction(
+                    metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=kube.ns)
+                )
+                kube.core.create_namespaced_pod_eviction(pod.metadata.name, kube.ns, eviction)
+                wait("re-planned off it", lambda: kube.job(name)["status"]["replans"] == 1, 30)
+                assert victim not in plan_nodes(kube.job(name))
+                (event,) = kube.told("Replanned")
+                assert f"{victim} cordoned" in event.message, event.message
+                wait("Running again", lambda: kube.all_running([name]), 60)
+            finally:
+                kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
+    finally:
+        op.stop()
+
+
 def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
     kube: Kube, operator: Any
 ) -> None:
