@@ -2401,12 +2401,18 @@ def check_one_stage_replaced(
     assert condition(job, "Replanning")["status"] == "False"  # all pods run again
 
 
-def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> None:
-    kube.apply(paper_manifests()[3])  # bert-large
+def bert_running(kube: Kube, at: int = -1) -> tuple[str, dict[str, Any], str]:
+    """The paper's bert-large applied and Running: its name, its stage pods by name, and
+    its plan's server ``at`` (the last by default)."""
+    kube.apply(paper_manifests()[3])
     name = PAPER[3]
     wait("bert Running", lambda: kube.phase(name) == "Running", 60)
     before = {p.metadata.name: p for p in kube.live_pods(name)}
-    victim = plan_nodes(kube.job(name))[-1]
+    return name, before, plan_nodes(kube.job(name))[at]
+
+
+def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> None:
+    name, before, victim = bert_running(kube)
     kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
     try:
         check_one_stage_replaced(kube, name, victim, before, "Cordoned")
@@ -2447,13 +2453,9 @@ def test_with_cordon_moves_off_a_cordoned_stage_runs_on_until_drained(
     is evicted (what ``kubectl drain`` does) the stage moves."""
     config = replace(CONFIG, cordon_moves=False)
     op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
-    name = PAPER[3]  # bert-large
     try:
         with cleanup_jobs(kube):
-            kube.apply(paper_manifests()[3])
-            wait("bert Running", lambda: kube.phase(name) == "Running", 60)
-            before = {p.metadata.name: p for p in kube.live_pods(name)}
-            victim = plan_nodes(kube.job(name))[-1]
+            name, before, victim = bert_running(kube)
             kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
             try:
                 time.sleep(4 * CONFIG.reconcile_interval_s)  # ticks with the node cordoned
@@ -2485,11 +2487,7 @@ def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
     was still Terminating (a checkpointing step's grace): the headless Service published
     both under <hostname>.<job>, and the kept pods could find the old master (a user
     trial). It is gated until the old pod is gone."""
-    kube.apply(paper_manifests()[3])  # bert-large
-    name = PAPER[3]
-    wait("bert Running", lambda: kube.phase(name) == "Running", 60)
-    before = {p.metadata.name: p for p in kube.live_pods(name)}
-    victim = plan_nodes(kube.job(name))[0]
+    name, before, victim = bert_running(kube, at=0)
     (old,) = [p for p in before.values() if p.spec.node_name == victim]
     hold = {"metadata": {"finalizers": ["hulk.dev/test-hold"]}}  # Terminating until lifted
     held = kube.core.patch_namespaced_pod(
@@ -3266,15 +3264,11 @@ def test_a_node_going_not_ready_replaces_only_its_stage(
     config = replace(CONFIG, not_ready_grace_s=grace)
     op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
     started = time.time()
-    name = PAPER[3]
     server: Server | None = None
     victim = ""
     try:
         with cleanup_jobs(kube):
-            kube.apply(paper_manifests()[3])
-            wait("bert Running", lambda: kube.phase(name) == "Running", 60)
-            before = {p.metadata.name: p for p in kube.live_pods(name)}
-            victim = plan_nodes(kube.job(name))[-1]
+            name, before, victim = bert_running(kube)
             server = paper_cluster().server(victim)
             kube.core.patch_node(victim, {"metadata": {"annotations": {FAKE_ANNOTATION: None}}})
             now = datetime.now(UTC)

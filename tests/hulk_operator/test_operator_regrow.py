@@ -31,6 +31,17 @@ from hulk_planner.model import Job, JobPlan, ModelSpec, Stage
 GPT = paper_jobs()[2]
 
 
+def counted_plan() -> tuple[Callable[..., Any], list[int]]:
+    """The real planner, and a list that grows by one at each call of it."""
+    calls: list[int] = []
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return plan(*args, **kw)  # type: ignore[arg-type]
+
+    return counting, calls
+
+
 def squeezed(job: Job, regions: tuple[str, ...], **kw: object) -> tuple[JobEntry, JobPlan]:
     """The job running on the servers of ``regions`` alone (the rest were held when it was
     planned), with ``spec.regrow`` as ``kw`` gives it."""
@@ -128,11 +139,7 @@ def test_looks_for_advice_plan_at_most_their_share_of_the_time(
     monkeypatch.setattr(decision, "clock", lambda: now[0])
     running, current = squeezed(GPT, ("Berlin", "London"))
     free = nodes()
-    calls: list[int] = []
-
-    def counting(*args: object, **kw: object) -> object:
-        calls.append(1)
-        return plan(*args, **kw)  # type: ignore[arg-type]
+    counting, calls = counted_plan()
 
     async def snapshot() -> Snapshot:
         held = dict.fromkeys(current.nodes, running.key)
@@ -168,11 +175,7 @@ def test_advice_plans_only_once_a_server_its_plan_was_not_planned_on_is_free() -
     e = entry(GPT)
     others = {s.name: ("x", "y") for s in paper_cluster().servers if s.region != "Berlin"}
     held = dict(others)
-    calls: list[int] = []
-
-    def counting(*args: object, **kw: object) -> object:
-        calls.append(1)
-        return plan(*args, **kw)  # type: ignore[arg-type]
+    counting, calls = counted_plan()
 
     state = {e.key: e}
 
@@ -235,11 +238,7 @@ def counted(
     take one free server away, or relabel it with ``True``; the rounds)."""
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
     free = nodes()
-    calls: list[int] = []
-
-    def counting(*args: object, **kw: object) -> object:
-        calls.append(1)
-        return plan(*args, **kw)  # type: ignore[arg-type]
+    counting, calls = counted_plan()
 
     async def snapshot() -> Snapshot:
         held = {n: running.key for n in current.nodes}

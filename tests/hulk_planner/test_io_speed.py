@@ -44,6 +44,14 @@ class NoPurePyYAML(yaml.SafeLoader):
         raise AssertionError("read with PyYAML's pure-Python loader")
 
 
+def refused(path: Path, text: str) -> str:
+    """``text`` written to ``path`` and read: the error it is refused with, as told."""
+    path.write_text(text)
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    return str(exc.value)
+
+
 @needs_libyaml
 def test_a_topology_as_hulk_writes_it_is_read_with_libyaml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -132,22 +140,14 @@ def test_a_refusal_is_told_in_pyyaml_words_where_and_as_before(tmp_path: Path) -
     """libyaml says "found character that cannot start any token" and "did not find
     expected ',' or ']'"; the errors told stay PyYAML's, with its lines and columns."""
     path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n- {name: a,\n   name: b}\n")
-    with pytest.raises(InvalidRequest) as exc:
-        io.load_documents(path)
-    assert str(exc.value) == (
+    assert refused(path, "nodes:\n- {name: a,\n   name: b}\n") == (
         f"{path}:3:4: is not valid YAML or JSON (found the key 'name' twice in one mapping)"
     )
-    path.write_text("spec:\n  nodes: [a, b\n")
-    with pytest.raises(InvalidRequest) as exc:
-        io.load_documents(path)
-    assert str(exc.value) == (
+    assert refused(path, "spec:\n  nodes: [a, b\n") == (
         f"{path}:3:1: is not valid YAML or JSON (expected ',' or ']', but got '<stream end>')"
     )
-    path.write_text("kind: ClusterTopology\nspec:\n  nodes: {a?}\n")  # (libyaml reads it)
-    with pytest.raises(InvalidRequest) as exc:
-        io.load_documents(path)
-    assert str(exc.value) == (
+    # (libyaml reads it)
+    assert refused(path, "kind: ClusterTopology\nspec:\n  nodes: {a?}\n") == (
         f"{path}:3:12: is not valid YAML or JSON (expected ',' or '}}', but got '?')"
     )
 
@@ -209,16 +209,10 @@ def test_a_json_file_that_is_not_json_is_told_in_json_terms(tmp_path: Path) -> N
             "the file)",
         ),
     ]:
-        path.write_text(text)
-        with pytest.raises(InvalidRequest) as exc:
-            io.load_documents(path)
-        assert str(exc.value) == f"{path}:{told}"
+        assert refused(path, text) == f"{path}:{told}"
     # the same text in a .yaml file: YAML's words, as before
     yaml_path = tmp_path / "c.yaml"
-    yaml_path.write_text('{"nodes": [}')
-    with pytest.raises(InvalidRequest) as exc:
-        io.load_documents(yaml_path)
-    assert str(exc.value) == (
+    assert refused(yaml_path, '{"nodes": [}') == (
         f"{yaml_path}:1:12: is not valid YAML or JSON (expected the node content, but found '}}')"
     )
     # a .json file YAML reads is still read, as before: a trailing comma, a bare word
