@@ -147,7 +147,10 @@ class Metrics:
         drops its ``hulk_job_free_speedup``, which was measured against the old one."""
         if self.paused.is_set():
             return
-        if self._predicted.get((namespace, job)) != seconds:
+        known = self._predicted.get((namespace, job))
+        if seconds is None or (known is not None and known != seconds):
+            # (not where none was known: after a restart the first figure set is the plan
+            # the speedup was just measured against; before, it was dropped: a review)
             self.set_free_speedup(namespace, job, None)
         if seconds is None:
             self._predicted.pop((namespace, job), None)

@@ -27,7 +27,7 @@ from hulk_operator.inventory import NodeInfo
 from hulk_operator.quota_fit import add_use, quotas_seen, within_quota
 from hulk_operator.rounds import PlanFn, plan_group, plan_pending
 from hulk_operator.snapshot import Snapshot, Taken, amount_text
-from hulk_planner.model import JobPlan, Plan
+from hulk_planner.model import JobPlan, Plan, Server
 
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
 BATCH_MAX_S = 5.0  # the longest a round waits for more jobs applied with the first
@@ -103,7 +103,8 @@ class Placer:
         # or not scored): hulk_job_free_speedup, set by the job's own reconciliation
         self.speedups: dict[Key, float | None] = {}
         # the servers the job's plan was planned on (None: not known, as after a restart)
-        self.offered: dict[Key, frozenset[str] | None] = {}
+        self.offered: dict[Key, frozenset[Server] | None] = {}
+        self.orphans_told: dict[Key, str] = {}  # job -> its uid once told OrphanedStagePods
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
         # builds a snapshot and the job's free servers under the planning lock; a job
         # without spec.regrow once per advise_every_s (it is only told).
@@ -168,6 +169,7 @@ class Placer:
             self.regrow_told,
             self.speedups,
             self.offered,
+            self.orphans_told,
         )
         for memo in looks:
             for k in [k for k in memo if k not in jobs]:
@@ -375,7 +377,10 @@ class Placer:
         }
         for k, d in decisions.items():
             if d.job_plan is not None:
-                self._reserve(k, d)
+                # (the servers the round gave the others were not this job's to take: when
+                # they free up, a look is worth it; a review)
+                others = {n for o, od in decisions.items() if o != k for n in od.nodes}
+                self._reserve(k, d, others)
                 self.unplaced.pop(k, None)
                 for n in d.nodes:
                     after.held[n] = k  # type: ignore[index]
@@ -458,8 +463,15 @@ class Placer:
             return None
         if advising and now < self._advise_next:
             return None  # (not counted as looked at: its turn comes once the share allows)
+        looked = self._regrow_looked.get(entry.key)
         self._regrow_looked[entry.key] = now
         async with self.lock:
+            if advising and decision.clock() < self._advise_next:  # (jobs that queued for
+                # the lock together would plan back to back: looked at again in the lock)
+                self._regrow_looked.pop(entry.key, None)
+                if looked is not None:
+                    self._regrow_looked[entry.key] = looked
+                return None
             snap = await snapshot()
             self.prune(snap.jobs)
             if entry.key in self.reserved or self.replans_waiting:  # (they come first)
@@ -485,8 +497,11 @@ class Placer:
                 return None
             self.regrow_checked[entry.key] = seen
             known = self.offered.get(entry.key)
-            if advising and known is not None and {i.name for i in free} <= known:
-                return None  # (no server is free that its plan was not planned on)
+            if advising and known is not None and {i.server for i in free} <= known:
+                # no server is free, or offers more, than when its plan was made: none
+                # faster (its figure goes: a faster plan seen before may be taken since)
+                self.speedups[entry.key] = None
+                return None
 
             def judge() -> tuple[Decision | None, str | None, float | None]:
                 plan = self._planning(snap.free(entry, also=current.nodes), snap)
@@ -527,11 +542,17 @@ class Placer:
                 self._reserve(entry.key, d)
             return d
 
-    def _reserve(self, key: Key, d: Decision) -> None:
-        """``d`` (a plan) is ``key``'s, and the servers it was planned on are noted: a job
-        without spec.regrow is looked at again only once others are free."""
+    def _reserve(self, key: Key, d: Decision, others: Collection[str] = ()) -> None:
+        """``d`` (a plan) is ``key``'s, and the servers it could have had are noted (those
+        it was planned on, as offered then: their GPUs and labels, less those ``others``
+        of its round got): a job without spec.regrow is looked at again only once another
+        server is free, or one of these offers more."""
         self.reserved[key] = d
-        self.offered[key] = frozenset(d.cluster.index) if d.cluster is not None else None
+        self.offered[key] = (
+            frozenset(s for s in d.cluster.servers if s.name not in others)
+            if d.cluster is not None
+            else None
+        )
 
     def _planning(
         self, servers: Sequence[NodeInfo], snap: Snapshot, previous: JobPlan | None = None

@@ -268,10 +268,10 @@ async def _tell_orphans(ctx: Context, entry: JobEntry) -> None:
     from hulk_operator import kube
 
     ns, name = entry.key
-    told = f"{ORPHANED}/{entry.uid}"
-    if told in ctx.recent:
+    if ctx.placer.orphans_told.get(entry.key) == entry.uid:  # (kept while the job is:
+        # ``recent`` forgets in a minute, and pods refused meanwhile were told again)
         return
-    ctx.recent[told] = time.monotonic()
+    ctx.placer.orphans_told[entry.key] = entry.uid
     try:
         names = await asyncio.to_thread(
             kube.orphaned_stage_pods, ctx.api, ns, manifests.job_label(name), entry.uid
@@ -333,6 +333,7 @@ def pods_phase(
         conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
         # (before, nothing a tool waits on: no condition, no Event; a user trial)
         conds = st.set_condition(conds, st.COMPLETE, True, "Succeeded", "every stage finished", gen)
+        ctx.metrics.set_free_speedup(*entry.key, None)  # (done: no faster plan to alert of)
         told = f"{st.SUCCEEDED}/{entry.uid}/{gen}"
         if entry.phase != st.SUCCEEDED and told not in ctx.recent:
             ctx.recent[told] = time.monotonic()

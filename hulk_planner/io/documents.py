@@ -290,10 +290,11 @@ def _documents(p: Path, text: str) -> list[Any]:
         if not_json is not None and p.suffix.lower() == ".json":
             raise InvalidRequest(*_json_error(p, not_json)) from None
         raise InvalidRequest(*_yaml_error(p, exc)) from None
-    except (ValueError, OverflowError) as exc:  # a date with no such day: "2020-13-45"
+    except (ValueError, OverflowError) as exc:  # "2020-13-45": a date with no such day
+        # ("0b_": a number with no digit; before, both a traceback)
         raise InvalidRequest(
             str(p),
-            f"holds a value YAML reads as a date that does not exist ({exc})",
+            f"holds an unquoted value YAML reads as a date or number but cannot ({exc})",
             "quote it to keep it as text, e.g. name: '2020-13-45'",
         ) from None
 

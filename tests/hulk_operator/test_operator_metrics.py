@@ -73,3 +73,8 @@ def test_a_jobs_free_speedup_is_a_series_while_faster_and_goes_with_its_plan() -
     m.set_free_speedup("ml", "b", 3.0)
     m.clear_jobs()
     assert "hulk_job_free_speedup{" not in m.text()
+    # a restarted operator's first figure of a job is the plan the speedup was measured
+    # against: kept (before, the look's figure was dropped at once: a review)
+    m.set_free_speedup("ml", "c", 1.5)
+    m.set_predicted("ml", "c", 9.0)
+    assert 'hulk_job_free_speedup{job="c",namespace="ml"} 1.5' in m.text()

@@ -199,6 +199,33 @@ def test_advice_plans_only_once_a_server_its_plan_was_not_planned_on_is_free() -
     assert len(calls) > planned
 
 
+def test_advice_plans_once_servers_a_job_of_its_round_got_are_free() -> None:
+    """Jobs planned in one round: the servers the others got were not this job's to take,
+    so when they free up (the other job finished) it is looked at (before, they counted as
+    planned on, and it never was: a review)."""
+    a, b = entry(GPT), entry(replace(GPT, name="other"))
+    others = {s.name: ("x", "y") for s in paper_cluster().servers if s.region != "Berlin"}
+    held = dict(others)
+    counting, calls = counted_plan()
+    state = {a.key: a, b.key: b}
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), dict(state), dict(held))
+
+    placer = Placer(counting, batch_window_s=0.0, advise_every_s=0, advise_share=1.0)
+    d = asyncio.run(placer.decide(a.key, snapshot))
+    theirs = placer.reserved[b.key]
+    assert d is not None and d.job_plan is not None and theirs.job_plan is not None
+    current = d.job_plan
+    running = replace(a, plan_nodes=frozenset(current.nodes), phase=st.RUNNING)
+    state = {a.key: running}  # the other job is gone, its servers free
+    held.update(dict.fromkeys(current.nodes, a.key))
+    placer.pending_write(a.key, current)
+    planned = len(calls)
+    asyncio.run(placer.regrow(running, current, snapshot, advise=1.25))
+    assert len(calls) > planned  # looked at: the other's servers may make it faster
+
+
 def test_advice_is_due_for_a_job_without_regrow_that_has_run_a_minute() -> None:
     e = entry(GPT)
     ready = st.set_condition(

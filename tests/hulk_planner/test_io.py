@@ -1160,8 +1160,12 @@ def test_a_date_with_no_such_day_is_one_line_not_a_traceback(tmp_path: Path) -> 
     with pytest.raises(InvalidRequest) as exc:
         io.load_cluster(path)
     assert exc.value.field == str(path)
-    assert "a date that does not exist (month must be in 1..12)" in str(exc.value)
+    assert "YAML reads as a date or number but cannot (month must be in 1..12)" in str(exc.value)
     assert "quote it to keep it as text" in str(exc.value)
+    path.write_text("apiVersion: hulk.dev/v1alpha1\nkind: ClusterTopology\nname: 0b_\n")
+    with pytest.raises(InvalidRequest) as exc:  # (a number with no digit: not a date)
+        io.load_cluster(path)
+    assert "as a date or number but cannot" in str(exc.value)
 
 
 def test_every_broken_server_and_link_of_a_topology_is_told_at_once(tmp_path: Path) -> None:

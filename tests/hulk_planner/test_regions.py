@@ -254,31 +254,32 @@ def test_when_only_a_running_jobs_servers_are_left_a_new_job_says_so() -> None:
 
 def test_the_groups_share_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each group had the whole budget: ``--time-budget 3`` took 5.7 s over two
-    priorities, search's default 10 s took 40 s over six (a user trial)."""
-    import time
-
+    priorities, search's default 10 s took 40 s over six (a user trial). Now an even share
+    each, of the budget given or of the planner's default for the whole cluster."""
     from hulk_planner import api
+    from hulk_planner.gnn.planner import refine_budget
 
-    given: list[float] = []
+    given: list[float | None] = []
     real = api.plan
 
-    def timed(*args: object, time_budget_s: float | None = None, **kw: object) -> object:
-        assert time_budget_s is not None
+    def recorded(*args: object, time_budget_s: float | None = None, **kw: object) -> object:
         given.append(time_budget_s)
-        if time_budget_s < 1:
-            time.sleep(time_budget_s)  # (a planner uses its whole budget)
-        return real(*args, max_iterations=50, **kw)  # type: ignore[arg-type]
+        return real(*args, **{**kw, "max_iterations": 50})  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api, "plan", timed)
+    monkeypatch.setattr(api, "plan", recorded)
     c = two_regions(usable_gib(NEED * 8))
     jobs = [replace(tiny_job(f"j{p}"), priority=p) for p in range(3)]
     plan_in_regions(c, jobs, {}, "search", time_budget_s=0.3)
-    assert len(given) == 3
-    assert given[0] == pytest.approx(0.1, abs=0.01)  # a third of it, then what is left
-    assert sum(given) <= 0.3 + 0.05 + 1e-9  # (a group's least is 0.05 s)
+    assert given == pytest.approx([0.1, 0.1, 0.1])
     given.clear()
     plan_in_regions(c, jobs, {}, "search")  # search's default, 10 s, for the whole run
-    assert given[0] == pytest.approx(api.SEARCH_BUDGET_S / 3, abs=0.05)
+    assert given == pytest.approx([api.SEARCH_BUDGET_S / 3] * 3)
+    given.clear()
+    plan_in_regions(c, jobs, {}, "hulk")  # hulk's refinement's, for the whole cluster
+    assert given == pytest.approx([refine_budget(len(c.servers)) / 3] * 3)
+    given.clear()
+    plan_in_regions(c, jobs, {}, "search", max_iterations=50)  # moves bound it: no time
+    assert given == [None, None, None]
 
 
 def test_the_baselines_split_the_servers_among_jobs_of_every_priority() -> None:
