@@ -196,6 +196,21 @@ def service_uid(api: client.ApiClient, namespace: str, name: str) -> str | None:
     return str(there.metadata.uid or "")
 
 
+def last_event_message(api: client.ApiClient, namespace: str, uid: str, reason: str) -> str | None:
+    """The message of the newest Event of ``reason`` about the object ``uid`` (None: none)."""
+    events: Any = client.CoreV1Api(api).list_namespaced_event(
+        namespace,
+        field_selector=f"involvedObject.uid={uid},reason={reason}",
+        _request_timeout=10,
+    )
+    newest = max(
+        events.items,
+        key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
+        default=None,
+    )
+    return None if newest is None else str(newest.message or "")
+
+
 def orphaned_stage_pods(api: client.ApiClient, namespace: str, label: str, uid: str) -> list[str]:
     """Stage pods (``hulk.dev/job=label`` and a stage label) no HulkTrainingJob owns and not
     ending: an earlier job of this name deleted with ``--cascade=orphan`` left them running.

@@ -105,6 +105,8 @@ class Placer:
         # the servers the job's plan was planned on (None: not known, as after a restart)
         self.offered: dict[Key, frozenset[Server] | None] = {}
         self.orphans_told: dict[Key, str] = {}  # job -> its uid once told OrphanedStagePods
+        # (namespace, job, reason) whose newest Event was read from the API server once
+        self.events_read: set[tuple[str, str, str]] = set()
         # A job's growth is looked at once per regrow_every_s, not at every tick: each look
         # builds a snapshot and the job's free servers under the planning lock; a job
         # without spec.regrow once per advise_every_s (it is only told).
@@ -174,6 +176,7 @@ class Placer:
         for memo in looks:
             for k in [k for k in memo if k not in jobs]:
                 del memo[k]
+        self.events_read = {k for k in self.events_read if (k[0], k[1]) in jobs}
         for k in [k for k in self.refused if k not in jobs]:
             del self.refused[k]
         for k in [k for k in self.template_checked if k not in jobs]:

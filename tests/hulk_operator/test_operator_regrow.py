@@ -17,6 +17,7 @@ from hulk_operator import GROUP, PLURAL, VERSION, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, object_entry
+from hulk_operator.kube import last_event_message
 from hulk_operator.latencies import Latencies
 from hulk_operator.placement import Placer
 from hulk_operator.quotas import QUOTA_GPU
@@ -224,6 +225,35 @@ def test_advice_plans_once_servers_a_job_of_its_round_got_are_free() -> None:
     planned = len(calls)
     asyncio.run(placer.regrow(running, current, snapshot, advise=1.25))
     assert len(calls) > planned  # looked at: the other's servers may make it faster
+
+
+def test_a_restarted_operator_does_not_tell_the_same_words_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its memory of what it told starts empty: the newest Event of the reason is read once
+    per job (before, every restart posted each RegrowDeclined again: a user trial)."""
+    from types import SimpleNamespace
+
+    from hulk_operator import kube, plan_step
+
+    newest: dict[str, str | None] = {regrow.ADVISED: "free servers would ...", "x": None}
+    reads: list[str] = []
+
+    def last(api: object, ns: str, uid: str, reason: str) -> str | None:
+        reads.append(reason)
+        return newest.get(reason)
+
+    monkeypatch.setattr(kube, "last_event_message", last)
+    ctx = SimpleNamespace(placer=Placer(plan), api=None)
+    e = entry(GPT)
+
+    def told_before(reason: str, words: str) -> bool:
+        return asyncio.run(plan_step._told_before(ctx, e, reason, words))  # type: ignore[arg-type]
+
+    assert told_before(regrow.ADVISED, "free servers would ...")  # posted before the restart
+    assert not told_before(regrow.ADVISED, "other words")  # read once: memory from then on
+    assert reads == [regrow.ADVISED]
+    assert not told_before("x", "anything") and reads == [regrow.ADVISED, "x"]
 
 
 def test_advice_is_due_for_a_job_without_regrow_that_has_run_a_minute() -> None:
@@ -569,6 +599,11 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
     ), told.message
     speedup = float(told.message.removeprefix("free servers would make its step ").split("x ")[0])
     assert speedup >= 1.25, told.message
+    # what a restarted operator reads before telling it again (the API server's own
+    # field selectors; before, every restart told it again: a user trial)
+    uid = kube.job("grows")["metadata"]["uid"]
+    assert last_event_message(kube.api, kube.ns, uid, regrow.ADVISED) == told.message
+    assert last_event_message(kube.api, kube.ns, uid, regrow.DECLINED) is None
     series = f'hulk_job_free_speedup{{job="grows",namespace="{kube.ns}"}} '
     (line,) = [x for x in operator.memo.metrics.text().splitlines() if x.startswith(series)]
     assert f"{float(line.split()[-1]):.3g}" == f"{speedup:.3g}", line  # the alert's figure
