@@ -42,7 +42,8 @@ OPERATOR_RULES = {
     # list/watch: which jobs have theirs (a quota on services); patch: an edited masterPort;
     # get: whose is the Service of the name, when a stage pod is made again
     ("", "services"): {"get", "list", "watch", "create", "patch"},
-    ("", "events"): {"create"},
+    # list: a restarted operator reads a job's newest advice Event before telling it again
+    ("", "events"): {"create", "list"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "resourcequotas"): {"list", "watch"},  # GPU quotas: planned within
     ("", "limitranges"): {"list", "watch"},  # GPU maximums per pod: planned within

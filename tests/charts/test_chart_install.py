@@ -315,6 +315,7 @@ OPERATOR_CALLS = [
     ("create", "", "services", ""),
     ("patch", "", "services", ""),  # an edited masterPort
     ("create", "", "events", ""),
+    ("list", "", "events", ""),  # a job's newest advice Event (kube.last_event_message)
     ("list", "", "resourcequotas", ""),  # jobs planned within them
     ("list", "", "limitranges", ""),
     ("list", "", "namespaces", ""),  # -n 'team-*' globs
