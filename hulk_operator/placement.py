@@ -466,15 +466,11 @@ class Placer:
             return None
         if advising and now < self._advise_next:
             return None  # (not counted as looked at: its turn comes once the share allows)
-        looked = self._regrow_looked.get(entry.key)
-        self._regrow_looked[entry.key] = now
         async with self.lock:
             if advising and decision.clock() < self._advise_next:  # (jobs that queued for
                 # the lock together would plan back to back: looked at again in the lock)
-                self._regrow_looked.pop(entry.key, None)
-                if looked is not None:
-                    self._regrow_looked[entry.key] = looked
                 return None
+            self._regrow_looked[entry.key] = now  # (a job's timer does not overlap itself)
             snap = await snapshot()
             self.prune(snap.jobs)
             if entry.key in self.reserved or self.replans_waiting:  # (they come first)
@@ -513,8 +509,8 @@ class Placer:
                 # the namespace's quotas: the fastest plan within them is judged instead
                 taken = self.reserved_use(snap, but=entry.key)
                 within = within_quota(entry, d, snap, taken, plan, keep=current.nodes)
-                grown, declined = regrow.faster(within, entry, current, d.cluster, advise)
-                scored = regrow.steps(within, entry, current, d.cluster)
+                scored = regrow.steps(within, entry, current, d.cluster)  # (scored once)
+                grown, declined = regrow.faster(within, entry, current, scored, advise)
                 speedup = scored[0] / scored[1] if scored is not None else None
                 if entry.regrow is None:
                     return None, declined, speedup  # (told of a plan within its quotas only)

@@ -106,17 +106,17 @@ def faster(
     decision: Decision,
     entry: JobEntry,
     current: JobPlan,
-    scored_on: Cluster | None = None,
+    scored: tuple[float, float] | None,
     advise: float = 0.0,
 ) -> tuple[Decision | None, str | None]:
-    """``decision`` as a re-plan of ``current`` (its ``base``, predicted as ``steps``
-    scores it) when its step is at least ``minSpeedup`` times faster; else None and, when
-    the new plan is faster but not by ``minSpeedup``, the words of a ``RegrowDeclined``
-    Event (with no plan, or none faster, there is nothing to tell). A job without
-    ``spec.regrow`` is never re-planned: the words of a ``FasterPlanAvailable`` Event where
-    the new plan is ``advise`` times faster or more, else None."""
+    """``decision`` as a re-plan of ``current`` (its ``base``, predicted as ``scored``:
+    ``steps``' figures, which the caller keeps for the metric too) when its step is at
+    least ``minSpeedup`` times faster; else None and, when the new plan is faster but not by
+    ``minSpeedup``, the words of a ``RegrowDeclined`` Event (with no plan, or none faster,
+    there is nothing to tell). A job without ``spec.regrow`` is never re-planned: the words
+    of a ``FasterPlanAvailable`` Event where the new plan is ``advise`` times faster or
+    more, else None."""
     need = entry.regrow[0] if entry.regrow is not None else advise
-    scored = steps(decision, entry, current, scored_on)
     if scored is None or decision.job_plan is None or not need > 1:
         return None, None
     (was, now), new = scored, decision.job_plan

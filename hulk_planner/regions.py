@@ -174,8 +174,8 @@ def plan_in_regions(
     higher priority never takes a running job's servers, as in the operator; before, a new
     job of a higher priority was planned on them: a user trial); their own group re-plans
     them. The time budget (``time_budget_s``, else the planner's default) is the whole
-    run's, shared by the groups still to plan (before, each group had all of it: a user
-    trial saw ``--time-budget 3`` take 5.7 s): an even share each."""
+    run's, an even share to each group (before, each group had all of it: a user trial saw
+    ``--time-budget 3`` take 5.7 s)."""
     from hulk_planner.api import plan
 
     groups = _groups(jobs, limits, cluster, priorities)

@@ -36,11 +36,11 @@ L = TypeVar("L", Link, RegionLink)
 
 def _server(n: Any, w: str) -> Server:
     """The server of ``spec.nodes[i]`` (``w``)."""
-    if text_field(n, "name", w) == "":  # (told as "name", no path: a user trial)
+    name = text_field(n, "name", w)
+    if name == "":  # (told as "name", no path: a user trial)
         raise InvalidRequest(
             f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
         )
-    name = text_field(n, "name", w)
     with _at(f"server {name!r}", w):
         return Server(
             name=name,
