@@ -53,10 +53,11 @@ class OperatorConfig:
     # its servers plus the free ones would make its step this many times faster; it is
     # never moved (0: not looked at, which saves the planning that costs).
     advise_speedup: float = 1.25
-    # A running stage on a node cordoned (kubectl cordon) is moved at once, its pipeline
-    # restarted from its checkpoint (true), or runs on, as Kubernetes keeps a cordoned
-    # node's pods, and moves once its pod is gone: kubectl drain evicts it (false).
-    cordon_moves: bool = True
+    # A running stage on a node cordoned (kubectl cordon) runs on, as Kubernetes keeps a
+    # cordoned node's pods, and moves once its pod is gone: kubectl drain evicts it
+    # (false); or is moved at once, its pipeline restarted from its checkpoint (true).
+    # Either way a cordoned node takes no new stage.
+    cordon_moves: bool = False
 
     def __post_init__(self) -> None:
         """Every setting checked once, at start-up: a bad one names its flag and variable."""

@@ -36,12 +36,12 @@ def lost_servers(
     not_ready_grace_s: float = 0.0,
     disrupted: bool = False,
     settled_at: float = 0.0,
-    cordon_moves: bool = True,
+    cordon_moves: bool = False,
 ) -> dict[str, str]:
     """Server -> why the job must leave it (``Deleted``, ``NotReady``, ``Cordoned``...).
-    With ``cordon_moves`` False a cordoned server keeps its running stage, as Kubernetes
-    keeps a cordoned node's pods (``kubectl drain`` evicts it: then ``barred_servers``
-    moves it).
+    A cordoned server keeps its running stage, as Kubernetes keeps a cordoned node's pods
+    (``kubectl drain`` evicts it: then ``barred_servers`` moves it), unless
+    ``cordon_moves``: then the stage moves at once.
     A NotReady node counts once it has been NotReady for ``not_ready_grace_s`` (a kubelet
     restart, a short partition: its stages may come back), and not at all while the
     cluster is ``disrupted`` (see :func:`disrupted`); after a disruption the grace runs

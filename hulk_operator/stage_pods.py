@@ -351,6 +351,13 @@ def pods_phase(
                 else f"their stages move once NotReady for {ctx.config.not_ready_grace_s:g} s"
                 + _first_move(ctx, [nodes[n] for n in down])
             )
+        cordoned = sorted(n for n, i in nodes.items() if i is not None and i.unschedulable)
+        if cordoned and not ctx.config.cordon_moves:  # (kept there, as Kubernetes keeps a
+            # cordoned node's pods: said, so that a drain's effect is no surprise)
+            msg += (
+                f"; node(s) {', '.join(cordoned)} cordoned: their stages run on, and move once "
+                "drained (their pods evicted)"
+            )
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)
         if old and old["status"] == "True":

@@ -52,6 +52,15 @@ def test_defaults_and_an_unset_budget_are_valid() -> None:
     assert OperatorConfig(advise_speedup=0.0).advise_speedup == 0.0  # off
 
 
+def test_a_cordon_keeps_running_stages_unless_told_otherwise() -> None:
+    """As Kubernetes keeps a cordoned node's pods (two user trials expected it), a cordon
+    moves no running stage by default; ``HULK_OPERATOR_CORDON_MOVES=true`` moves them."""
+    assert OperatorConfig().cordon_moves is False
+    assert OperatorConfig.from_env({}).cordon_moves is False
+    assert OperatorConfig.from_env({"HULK_OPERATOR_CORDON_MOVES": "true"}).cordon_moves is True
+    assert OperatorConfig.from_env({"HULK_OPERATOR_CORDON_MOVES": "false"}).cordon_moves is False
+
+
 def test_the_cli_latency_flags_default_to_the_operators_settings() -> None:
     """``hulk plan --kubeconfig`` and ``hulk topology`` plan on the links the operator plans
     on when their latency flags are not given: one table of defaults, the operator's."""

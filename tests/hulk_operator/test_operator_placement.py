@@ -1101,9 +1101,9 @@ def test_a_node_made_after_its_stage_pod_was_bound_is_lost() -> None:
     assert recovery.remade_servers([pod], {}) == {}  # deleted: lost_servers' case
 
 
-def test_with_cordon_moves_off_a_cordoned_server_keeps_its_stage_until_drained() -> None:
+def test_a_cordoned_server_keeps_its_stage_until_drained() -> None:
     """Kubernetes keeps a cordoned node's pods (a user trial expected that of Hulk's stages
-    too): with ``cordon_moves=False`` the stage runs on, and once its pod is gone (``kubectl
+    too): by default (``cordon_moves`` off) the stage runs on, and once its pod is gone (``kubectl
     drain`` evicts it) the server bars a new one, so the stage moves."""
     from dataclasses import replace as with_
 
@@ -1111,7 +1111,7 @@ def test_with_cordon_moves_off_a_cordoned_server_keeps_its_stage_until_drained()
     jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
     victim = jp.nodes[0]
     cluster[victim] = with_(cluster[victim], unschedulable=True)
-    assert recovery.lost_servers(jp, cluster) == {victim: "Cordoned"}  # the default: moves
-    assert recovery.lost_servers(jp, cluster, cordon_moves=False) == {}
+    assert recovery.lost_servers(jp, cluster, cordon_moves=True) == {victim: "Cordoned"}
+    assert recovery.lost_servers(jp, cluster) == {}  # the default: it runs on
     assert recovery.barred_servers(jp, cluster) == {victim: "Cordoned"}  # no new pod there
     assert not cluster[victim].offers()

@@ -130,12 +130,12 @@ def test_a_replan_that_gives_the_plan_back_unchanged_is_no_replan(
 
 @pytest.mark.sandbox
 def test_only_a_deleted_servers_stage_pods_are_deleted_without_their_grace(
-    sandbox: Any, kube: Kube, operator: Any
+    sandbox: Any, kube: Kube, cordon_operator: Any
 ) -> None:
-    """A re-plan for a cordoned server and a deleted one: the deleted server's pod goes
-    with grace period 0 (its kubelet is gone), the cordoned one's with its grace, so the
-    trainer there may checkpoint. Before, every lost server's pods were deleted with grace
-    0 (a review: a cordon killed healthy trainers at once)."""
+    """A re-plan for a cordoned server (``cordon_moves`` on) and a deleted one: the deleted
+    server's pod goes with grace period 0 (its kubelet is gone), the cordoned one's with
+    its grace, so the trainer there may checkpoint. Before, every lost server's pods were
+    deleted with grace 0 (a review: a cordon killed healthy trainers at once)."""
     name = "wide"
     kube.apply(manifest(name, model={"preset": "gpt2-xl"}))  # a stage on each of 4 servers
     wait("Running", lambda: kube.phase(name) == "Running", 60)
@@ -234,7 +234,9 @@ def test_cut_links_are_told_once_not_restored_when_moved_off_and_read_errors_pas
                 return False
 
         wait("its rights in force", may_list, 30)
-        op = OperatorThread(str(path), namespaces=[namespace], config=CONFIG).start()
+        # (cordon_moves: the job is moved off the cut pair below by a cordon)
+        config = replace(CONFIG, cordon_moves=True)
+        op = OperatorThread(str(path), namespaces=[namespace], config=config).start()
         with cleanup_jobs(kube):
             publish_latencies(kube.api, near)
             kube.apply(manifest("linked", allowedRegions=["tokyo"]))
