@@ -12,8 +12,9 @@ running pods alone when, after it, the spec:
 
 Anything else is planned again from scratch, unless :func:`refusal` refuses it: then the
 pods of the last valid spec run on (a typo must not stop a training run). An edit refused
-for the cluster's sake (a policy, a LimitRange, no node to hold it), not its own, is
-checked again (:func:`recheck`) and planned once the cluster allows it.
+for the cluster's sake (a policy, a LimitRange, no node to hold it, no room on the servers
+free for it now), not its own, is checked again (:func:`recheck`) and planned once the
+cluster allows it.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from hulk_operator.context import Context
 from hulk_operator.entries import (
     CONSTRAINTS,
     JobEntry,
+    Key,
     normalized,
     planned_pod_spec,
     spec_hashes,
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
-from hulk_operator.fit import fits_nowhere, matching_nodes
+from hulk_operator.fit import fits_nowhere, matching_nodes, no_room_now
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import Pair
 from hulk_operator.snapshot import filled_requests
@@ -112,12 +114,16 @@ def refusal(
     entry: JobEntry,
     nodes: Mapping[str, NodeInfo],
     unreachable: Collection[Pair] = (),
+    held: Mapping[str, Key] | None = None,
 ) -> Refusal | None:
     """Why an edit of a running job is refused (its pods run on), or None: a pod template
     the API server rejects (a server-side dry run of one stage pod: invalid) or forbids
     (out of a LimitRange's bounds, refused by a policy: the cluster's rule, which may
     change), constraints no node matches, a model no set of the servers it may use could
-    hold, stage pod requests no node could hold (the cluster's nodes, which may change)."""
+    hold, stage pod requests no node could hold (the cluster's nodes, which may change),
+    and, given who ``held`` the servers, a model the servers free for it now could not
+    hold (:func:`hulk_operator.fit.no_room_now`: it waits for room, as a Deployment's
+    new pods wait while its old ones run)."""
     pod = manifests.template_check_pod(
         job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
     )
@@ -130,6 +136,8 @@ def refusal(
     if not nodes:
         return None
     why = fits_nowhere(entry, nodes, unreachable)
+    if why is None and held is not None:
+        why = no_room_now(entry, nodes, held)
     return None if why is None else Refusal(why, waits=True)
 
 
@@ -154,7 +162,10 @@ async def recheck(
     # planning reads them: before, the template's alone, and an edit no node could hold was
     # taken as allowed, and the running job lost its pods; a review)
     filled = replace(entry, requests=filled_requests(entry, ctx.limit_defaults))
-    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
+    held = (await ctx.snapshot()).held
+    refused = await asyncio.to_thread(
+        refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut, held
+    )
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:
         if refused.message == told:

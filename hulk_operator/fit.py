@@ -12,10 +12,17 @@ import difflib
 from collections.abc import Collection, Mapping, Sequence
 
 from hulk_operator import GPU
-from hulk_operator.entries import JobEntry
+from hulk_operator.entries import JobEntry, Key
 from hulk_operator.inventory import NO_GPUS, NodeInfo, Resources, fits, node_region, selected
 from hulk_operator.latencies import Pair
-from hulk_planner.cost import too_big
+from hulk_planner.cost import (
+    MEMORY_USABLE,
+    gib_text,
+    memory_need_bytes,
+    server_capacity,
+    stage_memory,
+    too_big,
+)
 from hulk_planner.datasets import slug
 from hulk_planner.topology import components
 
@@ -214,6 +221,51 @@ def fits_nowhere(
         or too_big_for(entry, nodes, unreachable)
         or requests_fit_nowhere(entry, nodes)
     )
+
+
+def no_room_now(
+    entry: JobEntry, nodes: Mapping[str, NodeInfo], held: Mapping[str, Key]
+) -> str | None:
+    """Why an edit of a running job cannot be planned now, though the cluster could hold
+    it (:func:`fits_nowhere` said None): the GPU memory of the servers free for it (its
+    own and those no other job holds, ``held``, that match its constraints, take new
+    stages, and hold one stage pod's requests) is less than its model needs. None when it
+    is not (a plan may still fail for other reasons: then it is told as before). Counted
+    with each server's whole memory, as no other pod's GPUs are taken off, so this never
+    refuses an edit the planner could place. Before, such an edit removed the running
+    job's pods and left it Pending, where a Deployment keeps its old pods while the new
+    ones cannot be placed."""
+    if entry.job is None:
+        return None
+    want = entry.init_gpus[1]
+    usable = [i for i in matching_nodes(entry, nodes) if holds(i, entry.requests, want)]
+    mine = [i for i in usable if held.get(i.name, entry.key) == entry.key]
+    free = [i.server for i in mine if i.server is not None and i.offers(entry.tolerations)]
+    need = memory_need_bytes(entry.job)
+    have = sum(s.memory_bytes for s in free) * MEMORY_USABLE
+    layer, room = stage_memory(entry.job, 1, 1), max(map(server_capacity, free), default=0.0)
+    if need <= have and layer <= room:
+        return None
+    own = sum(1 for s in free if held.get(s.name) == entry.key)
+    taken = len(usable) - len(mine)
+    barred = len(mine) - len(free)
+    rest = ", ".join(
+        part
+        for part in (
+            f"{taken} held by other jobs" if taken else "",
+            f"{barred} cordoned, tainted or not Ready" if barred else "",
+        )
+        if part
+    )
+    short = (
+        f"it needs {gib_text(need)} of GPU memory, the {len(free)} server(s) free for it "
+        f"({own} its own) have {gib_text(have)} usable"
+        if need > have
+        else f"one layer needs {gib_text(layer)} of GPU memory, the largest of the "
+        f"{len(free)} server(s) free for it ({own} its own) has {gib_text(room)} usable"
+    )
+    rest = f" (of the servers it may use, {rest})" if rest else ""
+    return f"the servers free now cannot hold the edited job: {short}{rest}"
 
 
 def matching_nodes(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> list[NodeInfo]:

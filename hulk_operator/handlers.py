@@ -47,6 +47,7 @@ from hulk_operator.errors import EDIT_REFUSED, ENV_REPLACED, INVALID_SPEC, class
 from hulk_operator.fit import unknown_regions
 from hulk_operator.indexes import (
     build_snapshot,
+    held_now,
     latencies_now,
     one,
     outside_pods,
@@ -85,6 +86,8 @@ def hulktrainingjob_create(
     reason: str = "",
     hulk_nodes: Any = None,
     hulk_limit_defaults: Any = None,
+    hulk_jobs: Any = None,
+    hulk_pods: Any = None,
     **_: Any,
 ) -> None:
     """Validates the spec; an invalid one is the user's to fix, not an operator error: a
@@ -97,7 +100,7 @@ def hulktrainingjob_create(
         spec = dict(body.get("spec") or {})
         hulktrainingjob_update(
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
-            hulk_limit_defaults,
+            hulk_limit_defaults, hulk_jobs, hulk_pods,
         )  # fmt: skip
         return
     if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
@@ -206,6 +209,8 @@ def hulktrainingjob_update(
     new: Any,
     hulk_nodes: Any = None,  # kopf.Index[str, NodeInfo]; kopf passes every index
     hulk_limit_defaults: Any = None,  # kopf.Index[str, (LimitRange, requests, limits)]
+    hulk_jobs: Any = None,  # kopf.Index[Key, JobEntry]
+    hulk_pods: Any = None,  # kopf.Index[Key, PodEntry]
     **_: Any,
 ) -> None:
     """A changed spec is planned again from scratch (the old pods go when the new plan's
@@ -281,7 +286,8 @@ def hulktrainingjob_update(
         # before, the template's alone, and an edit no node could hold was taken; a review)
         defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
         filled = dc_replace(entry, requests=filled_requests(entry, defaults))
-        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
+        held = held_now(hulk_jobs, hulk_pods)[1]  # (who holds which server now)
+        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut, held)
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, refused, gen)
@@ -537,7 +543,7 @@ async def hulktrainingjob_reconcile(
         await asyncio.to_thread(
             hulktrainingjob_update,
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
-            hulk_limit_defaults,
+            hulk_limit_defaults, hulk_jobs, hulk_pods,
         )  # fmt: skip
         _edit_taken(key, entry.generation, memo)
         return

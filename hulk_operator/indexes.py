@@ -69,6 +69,19 @@ LATENCY_CACHE_S = 10.0  # NodeLatency objects, and other namespaces' pods, liste
 LATENCY_LISTING_SHARE = 0.05
 
 
+def held_now(hulk_jobs: Any, hulk_pods: Any) -> tuple[dict[Key, JobEntry], dict[str, Key]]:
+    """The jobs of the index, and server -> the job that holds it (its plan, then its live
+    stage pods: ``held_servers``)."""
+    jobs = {k: e for k, s in (hulk_jobs or {}).items() if (e := one(s)) is not None}
+    pods = (
+        (k, p.node)
+        for k, store in (hulk_pods or {}).items()
+        for p in store
+        if p.node and p.phase not in ("Succeeded", "Failed")
+    )
+    return jobs, held_servers(jobs, pods)
+
+
 def listing_interval(cost_s: float, max_age_s: float = math.inf) -> float:
     """Seconds until the NodeLatency objects are listed again, after a listing whose
     reading took ``cost_s`` of CPU: ``LATENCY_CACHE_S``, or longer where reading them would
@@ -483,16 +496,7 @@ async def build_snapshot(
     """The cluster now: servers, measured latencies, jobs, who holds which server, and the
     GPUs other pods hold."""
     nodes = {n: one(s) for n, s in hulk_nodes.items() if one(s) is not None}
-    jobs = {k: one(s) for k, s in hulk_jobs.items() if one(s) is not None}
-    held = held_servers(
-        jobs,
-        (
-            (k, p.node)
-            for k, store in hulk_pods.items()
-            for p in store
-            if p.node and p.phase not in ("Succeeded", "Failed")
-        ),
-    )
+    jobs, held = held_now(hulk_jobs, hulk_pods)
     latencies = await shared_latencies(memo)
     now = time.time()
     counted = {

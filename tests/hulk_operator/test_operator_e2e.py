@@ -2411,7 +2411,9 @@ def bert_running(kube: Kube, at: int = -1) -> tuple[str, dict[str, Any], str]:
     return name, before, plan_nodes(kube.job(name))[at]
 
 
-def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> None:
+def test_with_cordon_moves_on_cordoning_a_node_replaces_only_its_stage(
+    kube: Kube, cordon_operator: Any
+) -> None:
     name, before, victim = bert_running(kube)
     kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
     try:
@@ -2445,43 +2447,42 @@ def test_cordoning_a_node_replaces_only_its_stage(kube: Kube, operator: Any) -> 
     assert (c["status"], c["reason"], c["message"]) == ("False", "PlacedAgain", said[c["reason"]])
 
 
-def test_with_cordon_moves_off_a_cordoned_stage_runs_on_until_drained(
-    sandbox: Any, namespace: str, kube: Kube
-) -> None:
-    """``cordon_moves=False``: ``kubectl cordon`` leaves the running stage where it is (as
-    Kubernetes leaves a cordoned node's pods; a user trial expected it), and once its pod
-    is evicted (what ``kubectl drain`` does) the stage moves."""
-    config = replace(CONFIG, cordon_moves=False)
-    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+def test_a_cordoned_stage_runs_on_until_drained(kube: Kube, operator: Any) -> None:
+    """By default (``cordon_moves`` off) ``kubectl cordon`` leaves the running stage where
+    it is, as Kubernetes leaves a cordoned node's pods (two user trials expected it; the
+    stage moved at once before), and once its pod is evicted (what ``kubectl drain`` does)
+    the stage moves."""
+    name, before, victim = bert_running(kube)
+    kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
     try:
-        with cleanup_jobs(kube):
-            name, before, victim = bert_running(kube)
-            kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
-            try:
-                time.sleep(4 * CONFIG.reconcile_interval_s)  # ticks with the node cordoned
-                job = kube.job(name)
-                assert job["status"]["replans"] == 0 and kube.phase(name) == "Running"
-                now = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
-                assert now == {n: p.metadata.uid for n, p in before.items()}
-                # drained: its pod evicted (kubectl drain), so the stage moves off
-                (pod,) = [p for p in before.values() if p.spec.node_name == victim]
-                eviction = client.V1Eviction(
-                    metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=kube.ns)
-                )
-                kube.core.create_namespaced_pod_eviction(pod.metadata.name, kube.ns, eviction)
-                wait("re-planned off it", lambda: kube.job(name)["status"]["replans"] == 1, 30)
-                assert victim not in plan_nodes(kube.job(name))
-                (event,) = kube.told("Replanned")
-                assert f"{victim} cordoned" in event.message, event.message
-                wait("Running again", lambda: kube.all_running([name]), 60)
-            finally:
-                kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
+        time.sleep(4 * CONFIG.reconcile_interval_s)  # ticks with the node cordoned
+        job = kube.job(name)
+        assert job["status"]["replans"] == 0 and kube.phase(name) == "Running"
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
+        assert now == {n: p.metadata.uid for n, p in before.items()}
+        ready = condition(job, "Ready")  # (said, so that a drain moving it is no surprise)
+        assert (ready["status"], ready["reason"]) == ("True", "AllStagesRunning"), ready
+        assert ready["message"].endswith(
+            f"; node(s) {victim} cordoned: their stages run on, and move once drained (their "
+            "pods evicted)"
+        ), ready
+        # drained: its pod evicted (kubectl drain), so the stage moves off
+        (pod,) = [p for p in before.values() if p.spec.node_name == victim]
+        eviction = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=kube.ns)
+        )
+        kube.core.create_namespaced_pod_eviction(pod.metadata.name, kube.ns, eviction)
+        wait("re-planned off it", lambda: kube.job(name)["status"]["replans"] == 1, 30)
+        assert victim not in plan_nodes(kube.job(name))
+        (event,) = kube.told("Replanned")
+        assert f"{victim} cordoned" in event.message, event.message
+        wait("Running again", lambda: kube.all_running([name]), 60)
     finally:
-        op.stop()
+        kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
 
 
 def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
-    kube: Kube, operator: Any
+    kube: Kube, cordon_operator: Any
 ) -> None:
     """Before, the new pod of a moved stage ran while the old one, of the same hostname,
     was still Terminating (a checkpointing step's grace): the headless Service published
@@ -2534,7 +2535,9 @@ def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
         kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
 
 
-def test_an_edit_while_a_lost_server_is_replanned_is_not_lost(kube: Kube, operator: Any) -> None:
+def test_an_edit_while_a_lost_server_is_replanned_is_not_lost(
+    kube: Kube, cordon_operator: Any
+) -> None:
     """Before, the re-plan for the cordoned server, made for the old spec, was written over
     the edit's reset: the job ran GPT-2 XL's 48 layers as BERT-large for good (a user
     trial, 3 times in 3)."""
@@ -2571,7 +2574,7 @@ def test_an_edit_while_a_lost_server_is_replanned_is_not_lost(kube: Kube, operat
         kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
 
 
-def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, operator: Any) -> None:
+def test_two_servers_lost_at_once_are_both_replaced(kube: Kube, cordon_operator: Any) -> None:
     kube.apply(paper_manifests()[1])
     name = PAPER[1]
     wait("Running", lambda: kube.phase(name) == "Running", 60)
@@ -2612,22 +2615,85 @@ def memory_need(parameters: int) -> float:
     return memory_need_bytes(Job("m", ModelSpec(parameters, 96, 12288, 2048), 256, 1))
 
 
-def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
-    """An edit the cluster could hold, but not while its other servers are taken (here:
-    cordoned), is planned again: the old spec's stages go, the job waits for room."""
-    kube.apply(manifest("moved", model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.phase("moved") == "Running", 60)
-    running = len(kube.live_pods("moved"))
-    own = plan_nodes(kube.job("moved"))
+def _bigger_than_its_own(kube: Kube, name: str) -> tuple[int, list[str], list[str]]:
+    """``name`` running gpt2-xl: a model size more than its own servers hold and less than
+    the cluster does, its servers, and the others."""
+    kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase(name) == "Running", 60)
+    own = plan_nodes(kube.job(name))
     cluster = paper_cluster()
     have = sum(cluster.server(n).memory_bytes for n in own) * MEMORY_USABLE
     total = sum(s.memory_bytes for s in cluster.servers) * MEMORY_USABLE
     parameters = int((have + total) / 2 / BYTES_PER_PARAM)  # more than its own, less than all
     assert have < memory_need(parameters) < total
-    others = [s.name for s in cluster.servers if s.name not in own]
+    return parameters, own, [s.name for s in cluster.servers if s.name not in own]
+
+
+def test_an_edit_the_free_servers_cannot_hold_waits_while_the_job_runs(
+    kube: Kube, operator: Any
+) -> None:
+    """An edit the cluster could hold, but not while its other servers are taken (here:
+    cordoned), waits as a refused edit does: the running pods stay, as a Deployment keeps
+    its old pods while the new ones cannot be placed, and the edit is planned once there
+    is room. Before, the old pods were removed and the job waited Pending (a trial)."""
+    parameters, own, others = _bigger_than_its_own(kube, "waits")
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("waits")}
     try:
         for n in others:
             kube.core.patch_node(n, {"spec": {"unschedulable": True}})
+        time.sleep(1.0)  # (the node index sees them)
+        patch = big_model(parameters)
+        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "waits", patch)
+        planned = edit_refused(kube, "waits")
+        assert planned["reason"] == "EditRefused", planned
+        assert planned["message"].startswith(
+            "the servers free now cannot hold the edited job: it needs "
+        ), planned["message"]
+        assert f"the {len(own)} server(s) free for it ({len(own)} its own)" in planned["message"]
+        assert f"{len(others)} cordoned, tainted or not Ready" in planned["message"]
+        assert planned["message"].endswith("planned once the cluster allows it (or fix the spec)")
+        (event,) = wait("EditRefused Event", lambda: kube.events("EditRefused"), 10)
+        assert event.type == "Warning" and event.message == planned["message"]
+        time.sleep(3 * CONFIG.reconcile_interval_s)
+        assert kube.phase("waits") == "Running"
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("waits")} == before
+        assert not kube.events("Unschedulable")
+    finally:
+        for n in others:
+            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
+    # room again: the edit is planned (checked every 15 s), its pods replace the old ones
+    said = "the cluster allows the refused edit now"
+    wait("SpecChanged", lambda: any(said in e.message for e in kube.events("SpecChanged")), 40)
+
+    def replaced() -> bool:
+        job = kube.job("waits")
+        return (
+            job["status"].get("phase") == "Running"
+            and condition(job, "Planned").get("observedGeneration") == 2
+            and kube.all_running(["waits"])
+        )
+
+    wait("Running the edited spec", replaced, 90)
+    job = kube.job("waits")
+    assert job["status"]["plan"]["stages"][-1]["layers"]["end"] == 96  # the edit's layers
+    assert len(plan_nodes(job)) > len(own)
+    check_pods_match_plans(kube, ["waits"])
+
+
+def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
+    """An edit whose model the servers free for it could hold by their memory, but that no
+    plan fits (here: other pods hold the other servers' GPUs, which that count does not
+    take off), is planned again: the old spec's stages go, the job waits for room, and
+    nothing of the old plan is left in its status."""
+    parameters, _, others = _bigger_than_its_own(kube, "moved")
+    running = len(kube.live_pods("moved"))
+    gpus = {
+        n.metadata.name: int(n.status.allocatable["nvidia.com/gpu"])
+        for n in kube.core.list_node().items
+    }
+    try:
+        for n in others:
+            _gpu_pod(kube, f"notebook-{n}", n, gpus[n])
         patch = big_model(parameters)
         kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
 
@@ -2651,8 +2717,8 @@ def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operat
         assert event.message.endswith(f"; its {running} stage pod(s) removed"), event.message
     finally:
         for n in others:
-            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
-    # the nodes back, it is placed again
+            kube.core.delete_namespaced_pod(f"notebook-{n}", kube.ns, grace_period_seconds=0)
+    # the GPUs back, it is placed again
     wait("Running again", lambda: kube.phase("moved") == "Running", 90)
 
 

@@ -246,9 +246,13 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     async def latencies() -> Latencies:
         return Latencies()
 
+    async def snapshot() -> SimpleNamespace:
+        return SimpleNamespace(held={})
+
     ctx = SimpleNamespace(
         placer=SimpleNamespace(edit_checked={}, forget=lambda key: None),
         latencies=latencies,
+        snapshot=snapshot,
         limit_defaults=(),
         api=None,
         nodes={},

@@ -85,6 +85,33 @@ def test_a_template_with_no_container_is_told_to_give_one(template: Any) -> None
     ), entry.error
 
 
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [
+        ({"hulk.dev/job": "other"}, "spec.template.metadata.labels.hulk.dev/job: is 'other', "
+         "but Hulk sets it on each stage pod to the job's name, j (remove it; the stage pods "
+         "carry hulk.dev/job=j to select them by)"),
+        ({"hulk.dev/stage": "0"}, "spec.template.metadata.labels.hulk.dev/stage: is '0', but "
+         "Hulk sets it on each stage pod to the pod's pipeline stage (remove it; "),
+        ({"hulk.dev/replica": "1"}, "spec.template.metadata.labels.hulk.dev/replica: is '1', "
+         "but Hulk sets it on each stage pod to the pod's data-parallel replica"),
+        ({"hulk.dev/job": "j", "team": "ml"}, None),  # what the operator sets: harmless
+    ],
+)  # fmt: skip
+def test_a_template_label_the_operator_sets_is_refused_not_overwritten(
+    labels: dict[str, str], said: str | None
+) -> None:
+    """Before, the operator's value replaced the template's without a word (a user trial:
+    a selector on the template's value matched no stage pod)."""
+    spec = {"model": {"preset": "bert-large"}, "template": {"metadata": {"labels": labels}, **BASE}}
+    entry = object_entry({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
+                          "metadata": {"name": "j"}, "spec": spec})  # fmt: skip
+    if said is None:
+        assert entry.error is None and entry.job is not None
+    else:
+        assert entry.job is None and entry.error is not None and entry.error.startswith(said)
+
+
 def test_a_valid_template_passes() -> None:
     assert template_shape_error(with_container(env=[{"name": "A", "value": "1"}])) is None
 

@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 from placement_helpers import entry, nodes
 
-from hulk_operator.fit import reachable_groups, requests_fit_nowhere, too_big_for, unmatched
+from hulk_operator.fit import (
+    no_room_now,
+    reachable_groups,
+    requests_fit_nowhere,
+    too_big_for,
+    unmatched,
+)
 from hulk_operator.inventory import Resources
 from hulk_operator.latencies import Latencies
 from hulk_operator.rounds import plan_pending
@@ -234,3 +240,37 @@ def test_an_allowed_region_no_node_has_is_told_with_the_plan_or_the_reason() -> 
     }
     d = plan_pending(Snapshot(nodes(), Latencies(), {typo.key: typo}, held), plan)[typo.key]
     assert d.job_plan is None and d.reason.endswith(f"; {why}"), d.reason
+
+
+def test_an_edit_the_servers_free_now_cannot_hold_waits_for_room() -> None:
+    """An edit of a running job that the cluster could hold, but not on its own servers
+    plus the ones no other job holds: refused for now (its pods run on, as a Deployment's
+    old pods do while its new ones cannot be placed), and allowed once the room is there.
+    Before, it was taken: the running job's pods were removed and it waited Pending."""
+    cluster = nodes()
+    region = "rome"
+    mine = sorted(n for n, i in cluster.items() if i.server and i.server.region == region)
+    own, others = frozenset(mine[:2]), mine[2:]
+    have = sum(cluster[n].server.memory_bytes for n in own) * MEMORY_USABLE  # type: ignore[union-attr]
+    total = sum(cluster[n].server.memory_bytes for n in mine) * MEMORY_USABLE  # type: ignore[union-attr]
+    parameters = int((have + total) / 2 / BYTES_PER_PARAM)  # more than its own, less than all
+    big = Job("big", ModelSpec(parameters, 96, 12288, 2048), 256, 1)
+    assert have < memory_need_bytes(big) < total
+    e = entry(big, allowed_regions=(region,), plan_nodes=own)
+    held = {n: e.key for n in own} | {n: ("ml", "other") for n in others}
+    assert too_big_for(e, cluster) is None  # the cluster could hold it: not refused for good
+    why = no_room_now(e, cluster, held)
+    assert why is not None and why.startswith(
+        "the servers free now cannot hold the edited job: it needs "
+    ), why
+    assert f"the 2 server(s) free for it (2 its own) have {have / 2**30:.0f} GiB usable" in why
+    assert why.endswith(f"(of the servers it may use, {len(others)} held by other jobs)"), why
+    # the other job gone: room for it
+    assert no_room_now(e, cluster, {n: e.key for n in own}) is None
+    # the others free but cordoned: no room, and said so
+    cordoned = {n: replace(i, unschedulable=True) if n in others else i for n, i in cluster.items()}
+    why = no_room_now(e, cordoned, {n: e.key for n in own})
+    assert why is not None and why.endswith(f"{len(others)} cordoned, tainted or not Ready)")
+    # a job its own servers hold already: never refused here
+    small = entry(paper_jobs()[3], allowed_regions=(region,), plan_nodes=own)
+    assert no_room_now(small, cluster, held | {n: small.key for n in own}) is None
