@@ -10,7 +10,8 @@
 #      the PrometheusRule against @kubernetes-models/prometheus-operator (npm), kubeconform
 #      having no schema, and every PromQL expression (alert rules, dashboard) with
 #      Prometheus' own grammar (@prometheus-io/lezer-promql); the alert rules with
-#      promtool (check rules, and the unit tests of charts/alerts-test.yaml)
+#      promtool (check rules, and the unit tests of charts/alerts-test.yaml), and the
+#      dashboard's job counts with promtool (the unit tests of charts/dashboard-test.yaml)
 #   5. hadolint on the Dockerfile (docker/check.sh)
 #
 # Tools are built or installed once into $HULK_CACHE (default ~/.cache/hulk); a warm run
@@ -54,10 +55,12 @@ done
 step "Grafana dashboard equals charts/make_dashboard.py's output"
 python charts/make_dashboard.py --check || fail=1
 
-# name=values-file ("" for the chart's defaults).
+# name=values-files ("" for the chart's defaults; several: comma-separated, in order).
 sets=(
   "default="
   "three-regions=examples/values-three-regions.yaml"
+  "kind=examples/values-kind.yaml"
+  "kind-monitoring=examples/values-kind.yaml,examples/values-monitoring.yaml"
   "all-features=charts/hulk/ci/all-features-values.yaml"
   "minimal=charts/hulk/ci/minimal-values.yaml"
   "namespaced=charts/hulk/ci/namespaced-values.yaml"
@@ -66,7 +69,8 @@ for entry in "${sets[@]}"; do
   name=${entry%%=*}
   values=${entry#*=}
   args=()
-  [ -n "$values" ] && args=(-f "$values")
+  IFS=, read -ra files <<<"$values"
+  for f in "${files[@]}"; do args+=(-f "$f"); done
   step "helm lint --strict ($name)"
   "$HELM" lint --strict charts/hulk --kube-version "$K8S_VERSION" "${args[@]}" || fail=1
   step "helm template ($name)"
@@ -151,6 +155,11 @@ print(yaml.safe_dump(rule["spec"], sort_keys=False))
 else
   fail=1
 fi
+
+step "the dashboard's job counts with Prometheus' promtool: the tests in charts/dashboard-test.yaml"
+python charts/make_dashboard.py --promtool-tests charts/dashboard-test.yaml \
+  "$work/alerts/dashboard-test.yaml" || fail=1
+"$PROMTOOL" test rules "$work/alerts/dashboard-test.yaml" || fail=1
 
 step "Dockerfile (hadolint)"
 bash docker/check.sh || fail=1

@@ -4,6 +4,9 @@ The JSON is generated so that its panels stay consistent (ids, grid, datasource)
 script, then run ``python charts/make_dashboard.py``. tests/charts/test_chart.py checks
 that the file matches this script's output and that every metric a query names is one the
 operator (hulk_operator/metrics.py) or the probe (hulk_probe/metrics.py) exports.
+``python charts/make_dashboard.py --promtool-tests charts/dashboard-test.yaml OUT`` writes
+the promtool tests of some panels' queries with those queries filled in (charts/check.sh
+runs them with ``promtool test rules``).
 
 Panels: jobs by phase, plans made, planning time (p50/p95/p99 from the histogram),
 predicted step time per job, replans by reason, link latency as a source x target matrix
@@ -20,6 +23,14 @@ from typing import Any
 OUT = Path(__file__).resolve().parent / "hulk" / "files" / "dashboards" / "hulk.json"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 NS = 'namespace=~"$namespace"'
+# One figure per operator: an operator is its metrics Service, the scrape target's `job` and
+# `namespace` labels (hulk_jobs has neither of its own, so honorLabels keeps the target's).
+# Its replicas' figures are not added (a paused standby clears its hulk_jobs, but both may
+# report for a scrape across a handover): the largest is taken, then the operators (two
+# releases, say) are added up. Before, max() over every series showed 3 where two releases
+# ran 3 and 2 (a user trial); charts/dashboard-test.yaml checks the sums with promtool.
+PER_OPERATOR = "max by (namespace, job)"
+PER_OPERATOR_PHASE = "max by (namespace, job, phase)"
 
 Panel = dict[str, Any]
 
@@ -96,14 +107,15 @@ def panels() -> list[Panel]:
     row1 = [
         stat(
             "Jobs running",
-            'max(hulk_jobs{phase="Running"})',
-            "HulkTrainingJobs whose stage pods all run (hulk_jobs gauge; the largest of the "
-            "replicas' figures, as the alerts read it: a hot standby exports its own).",
+            f'sum({PER_OPERATOR} (hulk_jobs{{phase="Running"}}))',
+            "HulkTrainingJobs whose stage pods all run (hulk_jobs gauge), added up over the "
+            "operators (releases) Prometheus scrapes; of one operator's replicas, the largest "
+            "figure (a paused standby exports none, the leader its own).",
         ),
         stat(
             "Jobs pending",
-            'max(sum without (phase) (hulk_jobs{phase=~"Pending|Placing"}))',
-            "Jobs waiting for servers or being placed.",
+            f'sum({PER_OPERATOR} (sum without (phase) (hulk_jobs{{phase=~"Pending|Placing"}})))',
+            "Jobs waiting for servers or being placed, added up over the operators.",
         ),
         stat(
             "Plans made",
@@ -133,8 +145,8 @@ def panels() -> list[Panel]:
         (
             timeseries(
                 "Jobs by phase",
-                [target("max by (phase) (hulk_jobs)", "{{phase}}")],
-                "HulkTrainingJobs by phase (hulk_jobs).",
+                [target(f"sum by (phase) ({PER_OPERATOR_PHASE} (hulk_jobs))", "{{phase}}")],
+                "HulkTrainingJobs by phase (hulk_jobs), added up over the operators.",
                 stack=True,
             ),
             12,
@@ -408,7 +420,43 @@ def render() -> str:
     return json.dumps(dashboard(), indent=2, ensure_ascii=False) + "\n"
 
 
+# Grafana's variables in the queries, as the promtool tests evaluate them.
+GRAFANA_VARIABLES = {"$__range": "1h", "$__rate_interval": "5m", "$namespace": ".*"}
+
+
+def panel_expr(title: str) -> str:
+    """The query of the panel titled ``title`` (``Title/B``: its target B), with Grafana's
+    variables replaced as GRAFANA_VARIABLES says."""
+    name, _, ref = title.partition("/")
+    found = [p for p in panels() if p["title"] == name]
+    if len(found) != 1:
+        raise SystemExit(f"dashboard: {len(found)} panels titled {name!r}")
+    targets = [t for t in found[0]["targets"] if not ref or t["refId"] == ref]
+    if len(targets) != 1:
+        raise SystemExit(f"dashboard: panel {name!r} has {len(targets)} targets {ref or ''}")
+    expr = str(targets[0]["expr"])
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def promtool_tests(text: str) -> str:
+    """A promtool test file whose ``expr: "panel: <title>"`` entries (charts/dashboard-test.yaml)
+    are replaced by that panel's query, for ``promtool test rules``."""
+    import yaml
+
+    doc = yaml.safe_load(text)
+    for test in doc.get("tests") or []:
+        for case in test.get("promql_expr_test") or []:
+            if str(case.get("expr", "")).startswith("panel: "):
+                case["expr"] = panel_expr(case["expr"].removeprefix("panel: "))
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--promtool-tests"] and len(argv) == 3:
+        Path(argv[2]).write_text(promtool_tests(Path(argv[1]).read_text()))
+        return 0
     text = render()
     if argv[:1] == ["--check"]:
         same = OUT.is_file() and OUT.read_text() == text

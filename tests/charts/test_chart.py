@@ -799,3 +799,208 @@ def test_a_long_release_name_still_gives_valid_names(render: Render) -> None:
     assert names and max(len(n) for n in names) <= 63, max(names, key=len)
     labels = [v for o in objs for v in (o["metadata"].get("labels") or {}).values()]
     assert max(len(str(v)) for v in labels) <= 63
+
+
+# ---- monitoring settings, operator replicas, image tags, NOTES ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("sets", "said"),
+    [
+        (["scrapeTimeout=31s"], "scrapeTimeout (31s) is longer than {sm}.interval (30s)"),
+        (["scrapeTimeout=45s", "interval=1m"],
+         "scrapeTimeout (45s) is longer than {sm}.probeInterval (30s)"),
+        (["scrapeTimeout=1500ms", "interval=1s"], "is longer than {sm}.interval (1s)"),
+    ],
+)  # fmt: skip
+def test_a_scrape_timeout_longer_than_an_interval_is_refused(
+    chart_tools: dict[str, str], sets: list[str], said: str
+) -> None:
+    """Before, one scrapeTimeout was given to both ServiceMonitors unchecked, and
+    Prometheus refuses a scrape_timeout above the scrape_interval (a user trial)."""
+    sm = "metrics.serviceMonitor"
+    cmd = [chart_tools["HELM"], "template", "hulk", str(CHART), "--set", f"{sm}.enabled=true"]
+    for s in sets:
+        cmd += ["--set", f"{sm}.{s}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and said.format(sm=sm) in proc.stderr, proc.stderr
+
+
+def test_a_scrape_timeout_up_to_each_interval_renders(render: Render) -> None:
+    objs = render(set_values=["metrics.serviceMonitor.enabled=true",
+                              "metrics.serviceMonitor.scrapeTimeout=1m",
+                              "metrics.serviceMonitor.interval=1m30s",
+                              "metrics.serviceMonitor.probeInterval=60s"])  # fmt: skip
+    ends = {
+        m["metadata"]["name"]: m["spec"]["endpoints"][0] for m in by_kind(objs, "ServiceMonitor")
+    }
+    assert ends["hulk-operator"]["interval"] == "1m30s"
+    assert ends["hulk-probe"]["interval"] == "60s"
+    assert {e["scrapeTimeout"] for e in ends.values()} == {"1m"}
+    # a disabled component's interval is not checked
+    objs = render(set_values=["metrics.serviceMonitor.enabled=true", "probe.enabled=false",
+                              "metrics.serviceMonitor.scrapeTimeout=1m",
+                              "metrics.serviceMonitor.interval=1m"])  # fmt: skip
+    assert [m["metadata"]["name"] for m in by_kind(objs, "ServiceMonitor")] == ["hulk-operator"]
+
+
+def test_no_prometheus_rule_without_operator_and_probe(render: Render) -> None:
+    """Before, it rendered `groups: null` (a user trial)."""
+    objs = render(set_values=["metrics.serviceMonitor.enabled=true",
+                              "metrics.prometheusRule.enabled=true",
+                              "operator.enabled=false", "probe.enabled=false"])  # fmt: skip
+    assert not by_kind(objs, "PrometheusRule") and not by_kind(objs, "ServiceMonitor")
+    for component, group in (("operator", "hulk.probe"), ("probe", "hulk.operator")):
+        objs = render(set_values=["metrics.serviceMonitor.enabled=true",
+                                  "metrics.prometheusRule.enabled=true",
+                                  f"{component}.enabled=false"])  # fmt: skip
+        (rule,) = by_kind(objs, "PrometheusRule")
+        assert [g["name"] for g in rule["spec"]["groups"]] == [group]
+
+
+def test_job_counts_add_up_operators_and_take_one_replica_each(
+    render: Render,
+) -> None:
+    """HulkJobFailed and the dashboard's job counts: one figure per operator (its metrics
+    Service: the target's namespace and job), the largest of its replicas', added up over
+    the operators; before, max() over them all (charts/alerts-test.yaml and
+    charts/dashboard-test.yaml check the values with promtool)."""
+    objs = render(values=[EXAMPLE_VALUES])
+    (rule,) = by_kind(objs, "PrometheusRule")
+    (failed,) = [r for g in rule["spec"]["groups"] for r in g["rules"]
+                 if r.get("alert") == "HulkJobFailed"]  # fmt: skip
+    assert failed["expr"] == 'sum(max by (namespace, job) (hulk_jobs{phase="Failed"})) > 0'
+    exprs = [t["expr"] for p in dashboard()["panels"] for t in p["targets"]]
+    counts = [e for e in exprs if "hulk_jobs" in e]
+    assert len(counts) == 3
+    for e in counts:
+        assert e.startswith("sum") and "max by (namespace, job" in e, e
+    cases = (ROOT / "charts" / "dashboard-test.yaml").read_text()
+    tested = re.findall(r'^ *- expr: "panel: ([^"/]+)', cases, re.M)
+    titles = {
+        p["title"]
+        for p in dashboard()["panels"]
+        if any("hulk_jobs" in t["expr"] for t in p["targets"])
+    }
+    assert set(tested) == titles
+
+
+def test_replicas_are_spread_over_nodes_and_given_a_disruption_budget(
+    render: Render, chart_tools: dict[str, str]
+) -> None:
+    one = render()
+    assert not by_kind(one, "PodDisruptionBudget")
+    assert "affinity" not in named(one, "Deployment", "hulk-operator")["spec"]["template"]["spec"]
+    two = render(set_values=["operator.replicas=2"])
+    deployment = named(two, "Deployment", "hulk-operator")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    pdb = named(two, "PodDisruptionBudget", "hulk-operator")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert "app.kubernetes.io/instance" in term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    # the user's affinity is kept; a podAntiAffinity of theirs replaces the chart's
+    zone = "topology.kubernetes.io/zone"
+    own = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"team": "ml"}}, "topologyKey": zone}]}  # fmt: skip
+    node = {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [
+            {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]}}]}  # fmt: skip
+
+    def affinity(given: dict[str, Any]) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "values.yaml"
+            path.write_text(yaml.safe_dump({"operator": {"replicas": 2, "affinity": given}}))
+            deployment = named(render(values=[path]), "Deployment", "hulk-operator")
+        return dict(deployment["spec"]["template"]["spec"]["affinity"])
+
+    kept = affinity({"nodeAffinity": node})
+    assert kept["nodeAffinity"] == node and kept["podAntiAffinity"] == anti
+    assert affinity({"podAntiAffinity": own}) == {"podAntiAffinity": own}
+    off = render(set_values=["operator.replicas=2", "operator.spreadReplicas=false",
+                             "operator.podDisruptionBudget.enabled=false"])  # fmt: skip
+    assert not by_kind(off, "PodDisruptionBudget")
+    assert "affinity" not in named(off, "Deployment", "hulk-operator")["spec"]["template"]["spec"]
+    pct = render(
+        set_values=["operator.replicas=3", "operator.podDisruptionBudget.minAvailable=50%"]
+    )
+    assert named(pct, "PodDisruptionBudget", "hulk-operator")["spec"]["minAvailable"] == "50%"
+    cmd = [chart_tools["HELM"], "template", "hulk", str(CHART), "--set", "operator.replicas=2",
+           "--set", "operator.podDisruptionBudget.minAvailable=2"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "operator.podDisruptionBudget.minAvailable (2) must be below operator.replicas (2)" in (
+        proc.stderr
+    )
+
+
+def test_a_numeric_image_tag_takes_set_string(render: Render, chart_tools: dict[str, str]) -> None:
+    """What values.yaml and the chart README say of a tag of digits only."""
+    cmd = [chart_tools["HELM"], "template", "hulk", str(CHART), "--set", "operator.image.tag=2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert (
+        proc.returncode != 0 and "at '/operator/image/tag': got number, want string" in proc.stderr
+    )
+    assert "at '/operator/image/tag': got number, want string" in (CHART / "README.md").read_text()
+    with tempfile.TemporaryDirectory() as d:
+        # (the render fixture passes --set only: the same string from a values file)
+        path = Path(d) / "v.yaml"
+        path.write_text('operator:\n  image:\n    tag: "2"\n')
+        assert container(render(values=[path]), "Deployment", "hulk-operator")["image"] == "hulk:2"
+    cmd = [
+        chart_tools["HELM"],
+        "template",
+        "hulk",
+        str(CHART),
+        "--set-string",
+        "operator.image.tag=2",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and 'image: "hulk:2"' in proc.stdout
+
+
+def notes(helm: str, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it (helm template leaves it out: rendered here
+    through `tpl` in a copy of the chart)."""
+    import shutil
+
+    with tempfile.TemporaryDirectory() as d:
+        chart = Path(d) / "hulk"
+        shutil.copytree(CHART, chart)
+        shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "notes.txt")
+        (chart / "templates" / "notes-out.yaml").write_text(
+            'notes: {{ tpl (.Files.Get "files/notes.txt") . | toJson }}\n'
+        )
+        cmd = [helm, "template", "hulk", str(chart), "-n", "hulk-system",
+               "--show-only", "templates/notes-out.yaml", *args]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return str(yaml.safe_load(proc.stdout)["notes"])
+
+
+def test_notes_create_the_jobs_configmap_and_say_where_metrics_go(
+    chart_tools: dict[str, str],
+) -> None:
+    """Before, they said `kubectl apply -f examples/paper-jobs.yaml` without the ConfigMap
+    those jobs mount (a user trial)."""
+    jobs = (ROOT / "examples" / "paper-jobs.yaml").read_text()
+    assert "configMap: {name: hulk-train-stage}" in jobs
+    text = notes(chart_tools["HELM"])
+    create = text.index(
+        "kubectl create configmap hulk-train-stage --from-file=examples/train_stage.py"
+    )
+    assert create < text.index("kubectl apply -f examples/paper-jobs.yaml")
+    assert "no ServiceMonitor" in text
+    board = dashboard()
+    assert f'"{board["title"]}" (/d/{board["uid"]})' in " ".join(text.split())
+    text = notes(chart_tools["HELM"], "-f", str(CHART / "ci" / "namespaced-values.yaml"))
+    assert "kubectl create configmap hulk-train-stage -n team-a" in text
+    assert "kubectl apply -n team-a -f examples/paper-jobs.yaml" in text
+    text = " ".join(notes(chart_tools["HELM"], "-f", str(EXAMPLE_VALUES)).split())
+    assert "ServiceMonitor(s) hulk-operator, hulk-probe in namespace hulk-system" in text
+    assert "release=kps" in text
+    assert 'up{job="hulk-operator-metrics"} and up{job="hulk-probe-metrics"}' in text
+    assert "ConfigMap hulk-dashboard in namespace monitoring" in text

@@ -85,3 +85,16 @@ Name of the kopf peering object.
 {{- define "hulk.peeringName" -}}
 {{- default (include "hulk.fullname" .) .Values.operator.peering.name }}
 {{- end }}
+
+{{/*
+Milliseconds of a Prometheus duration of the units values.schema.json allows for scrape
+settings (ms, s, m, h; "1m30s"), as a decimal string: `include "hulk.durationMs" "30s" | atoi`.
+*/}}
+{{- define "hulk.durationMs" -}}
+{{- $ms := 0 }}
+{{- $per := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" . -1 }}
+{{- $ms = add $ms (mul (atoi (regexFind "^[0-9]+" .)) (get $per (regexReplaceAll "^[0-9]+" . ""))) }}
+{{- end }}
+{{- $ms }}
+{{- end }}
