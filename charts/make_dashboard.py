@@ -9,7 +9,8 @@ the promtool tests of some panels' queries with those queries filled in (charts/
 runs them with ``promtool test rules``).
 
 Panels: jobs by phase, plans made, planning time (p50/p95/p99 from the histogram),
-predicted step time per job, replans by reason, link latency as a source x target matrix
+predicted step time per job, jobs waiting, faster plans on free servers, the operator's
+replicas (which acts, their memory), replans by reason, link latency as a source x target matrix
 (now) and as a heat map over time (one row per link), unreachable links, probe errors.
 """
 
@@ -194,6 +195,58 @@ def panels() -> list[Panel]:
                 "The planner's predicted seconds per training iteration for each placed job "
                 "(hulk_predicted_iteration_seconds).",
                 unit="s",
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Jobs waiting",
+                [
+                    target(
+                        f"max by (namespace, job) (hulk_job_waiting{{{NS}}})",
+                        "{{namespace}}/{{job}}",
+                    )
+                ],
+                "Each job while it is Pending or Placing (hulk_job_waiting, 1; no series "
+                "otherwise): the alert HulkJobPending fires once one waited pendingFor.",
+                bars=True,
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Faster plan on free servers",
+                [
+                    target(
+                        f"max by (namespace, job) (hulk_job_free_speedup{{{NS}}})",
+                        "{{namespace}}/{{job}}",
+                    )
+                ],
+                "How many times faster a running job's step would be planned afresh on its "
+                "servers plus the free ones (hulk_job_free_speedup; a series only while above "
+                "1). Jobs without spec.regrow keep their servers (a FasterPlanAvailable Event "
+                "says so); the alert HulkJobSlowerThanFreeServers fires past freeSpeedup.",
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Operator replicas",
+                [
+                    target('hulk_operator_active{job=~".+-operator-metrics"}', "active: {{pod}}"),
+                    target(
+                        'process_resident_memory_bytes{job=~".+-operator-metrics"} / 2^20',
+                        "MiB: {{pod}}",
+                        ref="B",
+                    ),
+                ],
+                "Which operator replica acts (hulk_operator_active: 1 on the leader, 0 on a "
+                "standby its peer pauses) and each one's resident memory in MiB "
+                "(process_resident_memory_bytes; raise operator.resources' memory limit "
+                "before it is reached).",
             ),
             12,
             8,

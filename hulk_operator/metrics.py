@@ -25,7 +25,14 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 
 from hulk_operator.recovery import LOSS_REASONS
 from hulk_operator.regrow import REASON as REGROWN
@@ -52,7 +59,8 @@ class Metrics:
             "hulk_planning_seconds",
             "Seconds per planning round",
             registry=r,
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            # (up to 10 min: a planning budget of minutes read as 60 s in quantiles before)
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
         )
         self.replans = Counter(
             "hulk_replans_total", "Re-plans of running jobs", ["reason"], registry=r
@@ -96,6 +104,15 @@ class Metrics:
             registry=r,
         )
         self._predicted: dict[tuple[str, str], float] = {}  # the last figure set, per job
+        # which replica acts: 1 while this one is not paused by a peer (its standby says 0)
+        Gauge(
+            "hulk_operator_active",
+            "1 while this operator replica acts, 0 while a peer of higher priority pauses it",
+            registry=r,
+        ).set_function(lambda: 0.0 if self.paused.is_set() else 1.0)
+        # its own memory and CPU, as the probe exports them (process_resident_memory_bytes:
+        # the chart's memory limit is to be raised at scale; before, nothing to watch it by)
+        ProcessCollector(registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serves the figures on ``port`` (once: kopf run again keeps serving them)."""

@@ -78,3 +78,19 @@ def test_a_jobs_free_speedup_is_a_series_while_faster_and_goes_with_its_plan() -
     m.set_free_speedup("ml", "c", 1.5)
     m.set_predicted("ml", "c", 9.0)
     assert 'hulk_job_free_speedup{job="c",namespace="ml"} 1.5' in m.text()
+
+
+def test_the_acting_replica_and_its_process_are_exported() -> None:
+    """Which replica acts (its standby, paused by a peer, says 0), its own memory and CPU
+    (before, the operator exported no process_* series, though the chart asks to raise its
+    memory limit at scale: a user trial), and planning rounds of minutes in their buckets."""
+    import threading
+
+    m = Metrics()
+    text = m.text()
+    assert "hulk_operator_active 1.0" in text
+    assert "process_resident_memory_bytes " in text
+    assert 'hulk_planning_seconds_bucket{le="600.0"} 0.0' in text
+    m.paused = threading.Event()  # (as lifecycle hands it the peering's Event)
+    m.paused.set()
+    assert "hulk_operator_active 0.0" in m.text()
