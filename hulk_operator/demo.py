@@ -220,8 +220,8 @@ def run(args: argparse.Namespace) -> int:
     from hulk_planner import io
     from hulk_planner.datasets import paper_cluster
     from hulk_planner.errors import HulkError, InvalidRequest, each_error
-    from hulk_probe.replay import publish_latencies
     from hulk_sandbox.errors import SandboxError
+    from hulk_sandbox.latencies import publish_paper
     from hulk_sandbox.sandbox import Sandbox
 
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
@@ -277,29 +277,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         with box.api_client() as api:
             crd.install(api, peering=False)
+
             # No probe agents here (every sandbox node is this machine): replay the paper's
             # measured latencies as NodeLatency objects, the shape the probe publishes, and
             # its pairs without a link (they cannot communicate) as unreachable reports.
-            servers = [s.name for s in paper.servers]
-            rows: dict[str, dict[str, float | None]] = {
-                a: {b: None for b in servers if b != a} for a in servers
-            }
-            for link in paper.links:
-                rows[link.a][link.b] = link.latency_ms
-                rows[link.b][link.a] = link.latency_ms
-
             def replay() -> None:  # for the nodes there (a deleted one's goes with it)
-                nodes = client.CoreV1Api(api).list_node(_request_timeout=10).items
-                here = {str(n.metadata.name): str(n.metadata.uid) for n in nodes if n.metadata}
-                kept = {a: {b: v for b, v in row.items() if b in here}
-                        for a, row in rows.items() if a in here}  # fmt: skip
-                publish_latencies(api, kept, owners=here, timeout_s=10)
+                publish_paper(api)
 
-            replay()
-            cut = len(servers) * (len(servers) - 1) // 2 - len(paper.links)
+            first = publish_paper(api)
             print(
-                f"published the paper's {len(paper.links)} measured links, and its {cut} pairs "
-                "without one as unreachable, as NodeLatency"
+                f"published the paper's {first.links} measured links, and its {first.cut} "
+                "pairs without one as unreachable, as NodeLatency"
             )
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             core.create_namespace({"metadata": {"name": args.namespace}})  # type: ignore[arg-type]

@@ -40,7 +40,9 @@ from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rej
 from hulk_operator.fit import fits_nowhere, matching_nodes, no_room_now
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import Pair
-from hulk_operator.snapshot import filled_requests
+from hulk_operator.placement import Placer
+from hulk_operator.plan_fields import unplanned
+from hulk_operator.snapshot import Snapshot, filled_requests
 from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
@@ -141,6 +143,29 @@ def refusal(
     return None if why is None else Refusal(why, waits=True)
 
 
+def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | None:
+    """Why an edit of a running job waits (a :class:`Refusal` the cluster makes), or None:
+    the edited job planned alone on the servers free for it now (its own, and those no
+    other job holds: ``Snapshot.free``) as a round would plan it, and no plan fits. Before,
+    only GPU memory was counted before the running pods were removed, and an edit whose
+    servers could not form a pipeline over their links removed them, the job left Pending
+    for good (a user trial). Planned again only when what it was tried on changed."""
+    seen = (placer.fingerprint(snap, entry), entry.generation)
+    tried = placer.edit_tried.get(entry.key)
+    if tried is None or tried[0] != seen:
+        free = snap.free(entry, also=entry.plan_nodes)
+        d = placer.try_plan(entry, free, snap)
+        own = sum(1 for i in free if i.name in entry.plan_nodes)
+        why = (
+            None
+            if d.job_plan is not None
+            else f"no plan fits the edited job on the {len(free)} server(s) free for it now "
+            f"({own} its own): {d.reason}"
+        )
+        tried = placer.edit_tried[entry.key] = (seen, why)
+    return None if tried[1] is None else Refusal(tried[1], waits=True)
+
+
 async def recheck(
     ctx: Context,
     entry: JobEntry,
@@ -162,10 +187,12 @@ async def recheck(
     # planning reads them: before, the template's alone, and an edit no node could hold was
     # taken as allowed, and the running job lost its pods; a review)
     filled = replace(entry, requests=filled_requests(entry, ctx.limit_defaults))
-    held = (await ctx.snapshot()).held
+    snap = await ctx.snapshot()
     refused = await asyncio.to_thread(
-        refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut, held
+        refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut, snap.held
     )
+    if refused is None:  # (a plan tried: its pods go only where one fits)
+        refused = await asyncio.to_thread(unplannable, ctx.placer, filled, snap)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:
         if refused.message == told:
@@ -188,7 +215,9 @@ async def recheck(
     # AllStagesRunning stood beside Pending until the new plan: a user trial)
     ready = "the refused edit is allowed now: the new plan's stage pods replace those it changes"
     conds = st.set_condition(conds, st.READY, False, "NotPlanned", ready, gen)
-    return {"plan": None, "phase": st.PENDING, "stageRestarts": 0, "conditions": conds}
+    # (every field of the old plan cleared, as for an edit allowed at once: before, kubectl
+    # get showed its stages, regions and step time beside Pending; a user trial)
+    return unplanned(st.PENDING) | {"stageRestarts": 0, "conditions": conds}
 
 
 STAGES_MISSING = "StagesMissing"  # Ready's reason: a refused job's pods are not all running

@@ -52,6 +52,7 @@ from hulk_operator.indexes import (
     one,
     outside_pods,
     shared_latencies,
+    snapshot_now,
 )
 from hulk_operator.inventory import (
     NodeInfo,
@@ -101,6 +102,7 @@ def hulktrainingjob_create(
         hulktrainingjob_update(
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
             hulk_limit_defaults, hulk_jobs, hulk_pods,
+            **{k: v for k, v in _.items() if k.startswith("hulk_")},
         )  # fmt: skip
         return
     if reason == kopf.Reason.CREATE.value:  # (not again at each operator restart)
@@ -288,6 +290,11 @@ def hulktrainingjob_update(
         filled = dc_replace(entry, requests=filled_requests(entry, defaults))
         held = held_now(hulk_jobs, hulk_pods)[1]  # (who holds which server now)
         refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut, held)
+        if refused is None:  # planned on the servers free for it: its pods go only then
+            indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
+            indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
+                        "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
+            refused = edits.unplannable(memo.placer, filled, snapshot_now(memo, indexes))
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, refused, gen)
@@ -544,6 +551,7 @@ async def hulktrainingjob_reconcile(
             hulktrainingjob_update,
             body, name, namespace, status, patch, memo, logger, None, spec, hulk_nodes,
             hulk_limit_defaults, hulk_jobs, hulk_pods,
+            **{k: v for k, v in _.items() if k.startswith("hulk_")},
         )  # fmt: skip
         _edit_taken(key, entry.generation, memo)
         return

@@ -30,6 +30,7 @@ from hulk_operator.inventory import (
     NO_GPUS,
     NodeInfo,
     Resources,
+    Usage,
     epoch,
     named,
     node_info,
@@ -481,6 +482,39 @@ async def build_snapshot(
     hulk_jobs: Any,
     hulk_pods: Any,
     used: Mapping[str, Resources] | None = None,
+    **indexes: Any,
+) -> Snapshot:
+    """The cluster now: servers, measured latencies, jobs, who holds which server, and the
+    GPUs other pods hold (``snapshot_with`` the latencies listed once for every job)."""
+    latencies = await shared_latencies(memo)
+    return snapshot_with(latencies, hulk_nodes, hulk_jobs, hulk_pods, used, **indexes)
+
+
+def snapshot_now(memo: kopf.Memo, indexes: Mapping[str, Any]) -> Snapshot:
+    """``build_snapshot`` from a thread (a sync handler: the update handler's edit check),
+    from kopf's indexes by name (``hulk_nodes``, ``hulk_jobs``...); the GPUs of pods in the
+    namespaces it does not serve as the timers last listed them (``outside_pods``)."""
+    cached = memo.listings.outside if memo.get("namespaces") else None
+    names = ("hulk_quotas", "hulk_gpu_limits", "hulk_gpu_minimums", "hulk_limit_defaults",
+             "hulk_limit_bounds", "hulk_scoped_quotas", "hulk_default_priority",
+             "hulk_service_quotas", "hulk_services")  # fmt: skip
+    return snapshot_with(
+        latencies_now(memo),
+        indexes.get("hulk_nodes") or {},
+        indexes.get("hulk_jobs") or {},
+        indexes.get("hulk_pods") or {},
+        Usage(indexes.get("hulk_other_pods") or {}, *([cached[1]] if cached else [])),
+        policy_specs=(indexes.get("hulk_quota_specs"), indexes.get("hulk_limit_specs")),
+        **{n: indexes.get(n) for n in names},
+    )
+
+
+def snapshot_with(
+    latencies: Latencies,
+    hulk_nodes: Any,
+    hulk_jobs: Any,
+    hulk_pods: Any,
+    used: Mapping[str, Resources] | None = None,
     *,
     hulk_quotas: Any = None,
     hulk_gpu_limits: Any = None,
@@ -493,11 +527,9 @@ async def build_snapshot(
     hulk_service_quotas: Any = None,
     hulk_services: Any = None,
 ) -> Snapshot:
-    """The cluster now: servers, measured latencies, jobs, who holds which server, and the
-    GPUs other pods hold."""
+    """The snapshot of these indexes, with ``latencies`` (as listed)."""
     nodes = {n: one(s) for n, s in hulk_nodes.items() if one(s) is not None}
     jobs, held = held_now(hulk_jobs, hulk_pods)
-    latencies = await shared_latencies(memo)
     now = time.time()
     counted = {
         k: summed(dict(p.quota) for p in store if p.counts(now)) for k, store in hulk_pods.items()

@@ -121,6 +121,9 @@ class Placer:
         self._used: set[int] = set()  # serials of decisions applied
         self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
         self.edit_checked: dict[Key, float] = {}  # when a refused edit was last checked
+        # an edit tried on the free servers (``edits.unplannable``): what it was tried on
+        # (``fingerprint``, generation) and why no plan fit (None: one did)
+        self.edit_tried: dict[Key, tuple[Any, str | None]] = {}
         # (uid, generation) of a waiting job whose pod template a dry run took
         self.template_checked: dict[Key, tuple[str, int]] = {}
         # job -> the causes it was told it waits for (figures aside) and when: each is
@@ -553,6 +556,12 @@ class Placer:
             else None
         )
 
+    def try_plan(self, entry: JobEntry, servers: Sequence[NodeInfo], snap: Snapshot) -> Decision:
+        """The job alone planned on ``servers``, as a round would plan it there (blocking,
+        outside the planning lock: nothing is reserved): whether an edit of a running job
+        can be placed before its pods are removed (``edits.unplannable``)."""
+        return self._planning(servers, snap)([entry])[entry.key]
+
     def _planning(
         self, servers: Sequence[NodeInfo], snap: Snapshot, previous: JobPlan | None = None
     ) -> Callable[..., dict[Key, Decision]]:
@@ -609,3 +618,4 @@ class Placer:
         self.reserved.pop(key, None)
         self.unplaced.pop(key, None)
         self.edit_checked.pop(key, None)
+        self.edit_tried.pop(key, None)

@@ -90,6 +90,10 @@ class Step:
     regrows: bool = True  # the job has spec.regrow (``recovery.event_message``'s hint)
 
 
+DRAINED = "(drained: its stage pod gone)"  # a barred server whose pod was evicted
+LEFT_TOO = "(left with this re-plan: a stage pod made again there would not start)"
+
+
 async def place(
     ctx: Context,
     entry: JobEntry,
@@ -217,10 +221,12 @@ async def check_plan(
     # a stage pod to make again (deleted, evicted) where a NoSchedule taint bars it: moved
     # at once (before: made again, told StageRecreated, then re-planned once it waited)
     unmade = set(plan.nodes) - {p.node for p in pods if not p.deleting}
-    lost.update((n, why) for n, why in barred.items() if n in unmade)
-    causes = sorted(set(lost.values()))
-    if lost:  # the re-plan leaves NoSchedule-tainted servers too (snapshot.free): say so
-        lost.update(barred)
+    lost.update((n, f"{why} {DRAINED}") for n, why in barred.items() if n in unmade)
+    causes = sorted({why.split(" (")[0] for why in lost.values()})
+    if lost:  # the re-plan leaves NoSchedule-tainted servers too (snapshot.free): say so,
+        # and why, beside the server that made it (a trial: "beijing-0 cordoned, rome-44
+        # cordoned" where rome-44 alone was drained read as both drained)
+        lost.update((n, f"{why} {LEFT_TOO}") for n, why in barred.items() if n not in lost)
     # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
     decision = None
     if lost:

@@ -248,7 +248,8 @@ def moves(
         servers += f", released {', '.join(released)}"
         cut = unlinked(cluster, released, new)  # (``cluster``: the re-plan's, its links)
         apart = [n for n in released if n in cut]
-        if apart:
+        if apart and len(new.nodes) > 1:  # (a plan of one server uses no link: before,
+            # a job regrown onto one faster server was told its old one had no link)
             servers += f" ({', '.join(apart)}: no link to the new plan's servers)"
     # one the re-plan could not use, and why (a label gone bad; before, a "healthy" server
     # released without a word: a user trial)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from hulk_operator import status as st
 from hulk_operator.entries import JobEntry
+from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC
 from hulk_operator.inventory import epoch
 from hulk_planner.cost import CostModel
 from hulk_planner.model import Cluster, JobPlan
@@ -76,7 +77,11 @@ def advice_due(
     entry: JobEntry, status: Mapping[str, Any], speedup: float, now: float | None = None
 ) -> bool:
     """Whether a job without ``spec.regrow`` is looked at for a faster plan now
-    (``speedup`` 0: never)."""
+    (``speedup`` 0: never); not while its latest edit is refused or waits (``Planned``
+    says so): the advice would be of the spec the edit replaces (a user trial saw
+    ``FasterPlanAvailable`` a second after ``EditRefused``)."""
+    if (st.condition(status, st.PLANNED) or {}).get("reason") in (INVALID_SPEC, EDIT_REFUSED):
+        return False
     ran = running_for(status, now)
     return entry.regrow is None and speedup > 1 and ran is not None and ran >= ADVISE_AFTER_S
 

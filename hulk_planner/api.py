@@ -366,7 +366,14 @@ def _not_repaired(
     lost = [n for n in old.nodes if n not in alive]
     pool = [n for n in free if n not in old.nodes]
     if fixed is not None:
-        how = "keeping its other stages" if lost else "as it is"
+        # (a job of one server has no other stage: "keeping its other stages" read
+        # oddly there; a user trial)
+        others = len(set(old.nodes)) > len(lost)
+        how = (
+            ("keeping its other stages" if others else "moved whole to a free server")
+            if lost
+            else "as it is"
+        )
         if held:
             return f"{how}, it needs servers other jobs' new plans hold"
         now, was = fixed.predicted_iteration_seconds, old.predicted_iteration_seconds

@@ -1,5 +1,5 @@
-"""``hulk sandbox build|up|down|status|add-node``: a local Kubernetes control plane with kwok
-GPU nodes.
+"""``hulk sandbox build|up|down|status|add-node|latencies``: a local Kubernetes control
+plane with kwok GPU nodes.
 
 Errors are one line on stderr (``hulk sandbox: <problem> (<fix>)``) and exit code 2.
 """
@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from hulk_sandbox.errors import SandboxError
@@ -71,6 +72,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "(default: from the product, else 80)")  # fmt: skip
     add.add_argument("--gpu-tflops", type=float, default=None, help="TFLOPS per GPU "
                      "(default: from the product)")  # fmt: skip
+
+    lat = sub.add_parser(
+        "latencies",
+        help="publish the Hulk paper's measured link latencies for its nodes in the running "
+        "sandbox (NodeLatency objects, as the probe writes them; a sandbox runs no probe)",
+    )
+    _add_dir(lat)
+    lat.add_argument(
+        "--every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="publish them again this often until Ctrl-C (default 0: once; the operator "
+        "uses reports younger than its --latency-max-age-s, 600 s by default)",
+    )
 
     _add_dir(sub.add_parser("down", help="stop every process of the sandbox, remove its state"))
     status = sub.add_parser("status", help="say what runs (exit code 0 only if all of it runs)")
@@ -164,6 +180,54 @@ def _add_node(args: argparse.Namespace) -> int:
     return 0
 
 
+def _latencies(args: argparse.Namespace) -> int:
+    """Publishes the paper's latencies into the running sandbox (before, a sandbox started
+    by hand had none, and only ``hulk demo`` replayed them: a user trial)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from hulk_operator import crd
+    from hulk_probe.kube import said as api_said
+    from hulk_sandbox.latencies import publish_paper
+    from hulk_sandbox.sandbox import Sandbox
+
+    if not 0 <= args.every < math.inf:
+        raise SandboxError(f"--every: must be 0 (once) or seconds above 0, got {args.every:g}")
+    box = Sandbox(args.dir)
+    if not box.load() or box.status()["state"] != "running":
+        raise SandboxError(f"no running sandbox in {box.dir} (start one: hulk sandbox up "
+                           f"--dir {args.dir})")  # fmt: skip
+    try:
+        with box.api_client() as api:
+            crd.install(api, peering=False)  # (what the operator installs at its start)
+            while True:
+                done = publish_paper(api)
+                if not done.nodes:
+                    raise SandboxError(
+                        "none of the sandbox's nodes is one of the paper's servers, so there "
+                        "is no measurement to publish (start it with hulk sandbox up --nodes "
+                        "paper; the operator estimates the links of other nodes)"
+                    )
+                others = (
+                    f"; {len(done.others)} node(s) not the paper's ({', '.join(done.others[:3])}"
+                    + (", ..." if len(done.others) > 3 else "")
+                    + "): no measurement, the operator estimates their links"
+                    if done.others
+                    else ""
+                )
+                print(
+                    f"published the paper's latencies for its {done.nodes} node(s) here: "
+                    f"{done.links} measured link(s), {done.cut} pair(s) without one as "
+                    f"unreachable{others}",
+                    flush=True,
+                )
+                if not args.every:
+                    return 0
+                time.sleep(args.every)
+    except ApiException as exc:
+        said = api_said(exc) or str(exc.reason)
+        raise SandboxError(f"the API server refused the latencies: {said}") from None
+
+
 def _down(args: argparse.Namespace) -> int:
     from hulk_sandbox.sandbox import Sandbox
 
@@ -203,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         "down": _down,
         "status": _status,
         "add-node": _add_node,
+        "latencies": _latencies,
     }
     try:
         if getattr(args, "dir", None) is not None and not str(args.dir).strip():

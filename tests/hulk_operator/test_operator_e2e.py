@@ -2451,11 +2451,15 @@ def test_a_cordoned_stage_runs_on_until_drained(kube: Kube, operator: Any) -> No
     """By default (``cordon_moves`` off) ``kubectl cordon`` leaves the running stage where
     it is, as Kubernetes leaves a cordoned node's pods (two user trials expected it; the
     stage moved at once before), and once its pod is evicted (what ``kubectl drain`` does)
-    the stage moves."""
+    the stage moves. Another cordoned server of the job is left by that re-plan too (a pod
+    made again there would not start), and the Event says which was drained."""
     name, before, victim = bert_running(kube)
-    kube.core.patch_node(victim, {"spec": {"unschedulable": True}})
+    others = [n for n in plan_nodes(kube.job(name)) if n != victim]
+    cordoned = [victim, *others[:1]]
+    for n in cordoned:
+        kube.core.patch_node(n, {"spec": {"unschedulable": True}})
     try:
-        time.sleep(4 * CONFIG.reconcile_interval_s)  # ticks with the node cordoned
+        time.sleep(4 * CONFIG.reconcile_interval_s)  # ticks with the nodes cordoned
         job = kube.job(name)
         assert job["status"]["replans"] == 0 and kube.phase(name) == "Running"
         now = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
@@ -2463,8 +2467,8 @@ def test_a_cordoned_stage_runs_on_until_drained(kube: Kube, operator: Any) -> No
         ready = condition(job, "Ready")  # (said, so that a drain moving it is no surprise)
         assert (ready["status"], ready["reason"]) == ("True", "AllStagesRunning"), ready
         assert ready["message"].endswith(
-            f"; node(s) {victim} cordoned: their stages run on, and move once drained (their "
-            "pods evicted)"
+            f"; node(s) {', '.join(sorted(cordoned))} cordoned: their stages run on, and move "
+            "once drained (their pods evicted)"
         ), ready
         # drained: its pod evicted (kubectl drain), so the stage moves off
         (pod,) = [p for p in before.values() if p.spec.node_name == victim]
@@ -2475,10 +2479,16 @@ def test_a_cordoned_stage_runs_on_until_drained(kube: Kube, operator: Any) -> No
         wait("re-planned off it", lambda: kube.job(name)["status"]["replans"] == 1, 30)
         assert victim not in plan_nodes(kube.job(name))
         (event,) = kube.told("Replanned")
-        assert f"{victim} cordoned" in event.message, event.message
+        assert f"{victim} cordoned (drained: its stage pod gone)" in event.message, event.message
+        for other in others[:1]:  # (before: "X cordoned, Y cordoned", as if both drained)
+            assert (
+                f"{other} cordoned (left with this re-plan: a stage pod made again there "
+                "would not start)" in event.message
+            ), event.message
         wait("Running again", lambda: kube.all_running([name]), 60)
     finally:
-        kube.core.patch_node(victim, {"spec": {"unschedulable": None}})
+        for n in cordoned:
+            kube.core.patch_node(n, {"spec": {"unschedulable": None}})
 
 
 def test_a_moved_stage_pod_waits_gated_while_its_old_pod_terminates(
@@ -2615,6 +2625,18 @@ def memory_need(parameters: int) -> float:
     return memory_need_bytes(Job("m", ModelSpec(parameters, 96, 12288, 2048), 256, 1))
 
 
+def edit_placed(kube: Kube, name: str, generation: int = 2) -> bool:
+    """Whether the job runs a plan made for the spec of ``generation`` (not its refusal,
+    whose Planned condition observes that generation too)."""
+    job = kube.job(name)
+    planned = condition(job, "Planned")
+    return (
+        job["status"].get("phase") == "Running"
+        and (planned.get("status"), planned.get("observedGeneration")) == ("True", generation)
+        and kube.all_running([name])
+    )
+
+
 def _bigger_than_its_own(kube: Kube, name: str) -> tuple[int, list[str], list[str]]:
     """``name`` running gpt2-xl: a model size more than its own servers hold and less than
     the cluster does, its servers, and the others."""
@@ -2665,28 +2687,24 @@ def test_an_edit_the_free_servers_cannot_hold_waits_while_the_job_runs(
     said = "the cluster allows the refused edit now"
     wait("SpecChanged", lambda: any(said in e.message for e in kube.events("SpecChanged")), 40)
 
-    def replaced() -> bool:
-        job = kube.job("waits")
-        return (
-            job["status"].get("phase") == "Running"
-            and condition(job, "Planned").get("observedGeneration") == 2
-            and kube.all_running(["waits"])
-        )
-
-    wait("Running the edited spec", replaced, 90)
+    wait("Running the edited spec", lambda: edit_placed(kube, "waits"), 90)
     job = kube.job("waits")
     assert job["status"]["plan"]["stages"][-1]["layers"]["end"] == 96  # the edit's layers
     assert len(plan_nodes(job)) > len(own)
     check_pods_match_plans(kube, ["waits"])
 
 
-def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operator: Any) -> None:
-    """An edit whose model the servers free for it could hold by their memory, but that no
-    plan fits (here: other pods hold the other servers' GPUs, which that count does not
-    take off), is planned again: the old spec's stages go, the job waits for room, and
-    nothing of the old plan is left in its status."""
-    parameters, _, others = _bigger_than_its_own(kube, "moved")
-    running = len(kube.live_pods("moved"))
+def test_an_edit_no_plan_fits_on_the_free_servers_waits_while_the_job_runs(
+    kube: Kube, operator: Any
+) -> None:
+    """An edit whose model the free servers' GPU memory would hold, but that no plan fits
+    (here: other pods hold their GPUs, which that count does not take off): the edited job
+    is planned on its own and the free servers before its pods go, so the edit waits and
+    the job runs on. Before, it was applied, and the running job's pods were removed and
+    it waited Pending (a user trial: an edit whose servers could form no pipeline over their
+    links removed a 20-stage job's pods)."""
+    parameters, own, others = _bigger_than_its_own(kube, "moved")
+    before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("moved")}
     gpus = {
         n.metadata.name: int(n.status.allocatable["nvidia.com/gpu"])
         for n in kube.core.list_node().items
@@ -2694,32 +2712,28 @@ def test_an_edit_that_no_plan_fits_now_leaves_no_stale_status(kube: Kube, operat
     try:
         for n in others:
             _gpu_pod(kube, f"notebook-{n}", n, gpus[n])
+        time.sleep(1.0)  # (the pod index sees them)
         patch = big_model(parameters)
         kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
-
-        def pending() -> bool:
-            unplanned = condition(kube.job("moved"), "Planned").get("reason") == "Unschedulable"
-            return unplanned and kube.phase("moved") == "Pending" and not kube.live_pods("moved")
-
-        wait("Pending without pods", pending, 60)
-        job = kube.job("moved")
-        s = job["status"]
-        assert (s["numStages"], s["numNodes"], s["regions"]) == (0, 0, "")
-        assert s.get("plan") is None and s.get("predictedIterationSeconds") is None
-        assert "baselines" not in s
-        assert condition(job, "Ready")["status"] == "False"
-        assert condition(job, "Ready")["reason"] == "NotPlanned"
-        assert condition(job, "Planned")["reason"] == "Unschedulable"
-        assert not condition(job, "LatencyEstimated"), "it spoke of the plan gone"
-        # `kubectl describe` says so, and that the running stages were removed
-        (event,) = wait("Unschedulable Event", lambda: kube.events("Unschedulable"), 10)
-        assert event.type == "Warning" and event.message.startswith("no plan fits: ")
-        assert event.message.endswith(f"; its {running} stage pod(s) removed"), event.message
+        planned = edit_refused(kube, "moved")
+        assert planned["reason"] == "EditRefused", planned
+        assert planned["message"].startswith(
+            f"no plan fits the edited job on the {len(own)} server(s) free for it now "
+            f"({len(own)} its own): "
+        ), planned["message"]
+        time.sleep(3 * CONFIG.reconcile_interval_s)
+        assert kube.phase("moved") == "Running"
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("moved")} == before
+        assert not kube.events("Unschedulable")
     finally:
         for n in others:
             kube.core.delete_namespaced_pod(f"notebook-{n}", kube.ns, grace_period_seconds=0)
-    # the GPUs back, it is placed again
-    wait("Running again", lambda: kube.phase("moved") == "Running", 90)
+
+    # the GPUs back: the edit is planned (checked every 15 s), its pods replace the old ones
+    wait("Running the edited spec", lambda: edit_placed(kube, "moved"), 90)
+    job = kube.job("moved")
+    assert job["status"]["plan"]["stages"][-1]["layers"]["end"] == 96
+    check_pods_match_plans(kube, ["moved"])
 
 
 def test_a_job_no_plan_fits_is_told_once_while_other_jobs_come_and_go(

@@ -241,6 +241,7 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     from hulk_planner.datasets import paper_jobs
 
     monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)  # the cluster allows it now
+    monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: None)  # and a plan fits
     told: list[tuple[str, ...]] = []
 
     async def latencies() -> Latencies:
@@ -262,7 +263,58 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     conds = st.set_condition(conds, st.PLANNED, False, "EditRefused", "refused", 2)
     new = asyncio.run(edits.recheck(ctx, entry(paper_jobs()[2]), {}, conds, 2))  # type: ignore[arg-type]
     assert new["phase"] == st.PENDING and new["plan"] is None
+    # nothing of the old plan is shown beside Pending (kubectl get's columns; a user trial)
+    assert (new["numStages"], new["numNodes"], new["regions"]) == (0, 0, "")
+    assert new["predictedIterationSeconds"] is None
     ready = st.condition(new, st.READY)
     assert ready is not None and (ready["status"], ready["reason"]) == ("False", "NotPlanned")
     assert ready["observedGeneration"] == 2
     assert [e[1] for e in told] == ["SpecChanged"]
+
+
+def test_an_edit_no_plan_fits_on_the_free_servers_waits_and_is_tried_once_a_change() -> None:
+    """The edited job is planned on its own servers and the free ones before its pods go:
+    where their links make no pipeline (here, every pair reported unreachable), the edit
+    waits (a Refusal of the cluster's) though their GPU memory would hold it. Before, only
+    the memory was counted, and such an edit removed the running job's pods (a user
+    trial). It is planned again only when what it was tried on changed."""
+    from dataclasses import replace
+    from itertools import combinations
+
+    from placement_helpers import entry, nodes
+
+    from hulk_operator.edits import unplannable
+    from hulk_operator.fit import no_room_now
+    from hulk_operator.latencies import Latencies
+    from hulk_operator.placement import Placer
+    from hulk_operator.snapshot import Snapshot
+    from hulk_planner.api import plan
+    from hulk_planner.cost import BYTES_PER_PARAM, MEMORY_USABLE, memory_need_bytes
+    from hulk_planner.model import Job, ModelSpec
+
+    cluster = nodes()
+    rome = sorted(n for n, i in cluster.items() if i.server and i.server.region == "rome")
+    memory = [cluster[n].server.memory_bytes * MEMORY_USABLE for n in rome]  # type: ignore[union-attr]
+    parameters = int((max(memory) + sum(memory)) / 2 / BYTES_PER_PARAM)  # several servers'
+    big = Job("big", ModelSpec(parameters, 96, 12288, 2048), 256, 1)
+    assert max(memory) < memory_need_bytes(big) < sum(memory)
+    e = entry(big, allowed_regions=("rome",), plan_nodes=frozenset(rome[:2]))
+    held = {n: e.key for n in rome[:2]}
+    assert no_room_now(e, cluster, held) is None  # the memory alone would let it through
+    calls: list[int] = []
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return plan(*args, **kw)
+
+    placer = Placer(counting, batch_window_s=0.0)
+    cut = frozenset(frozenset(p) for p in combinations(rome, 2))
+    apart = Snapshot(cluster, Latencies(unreachable=cut), {e.key: e}, held)
+    refused = unplannable(placer, e, apart)
+    assert refused is not None and refused.waits, refused
+    assert refused.why.startswith(
+        f"no plan fits the edited job on the {len(rome)} server(s) free for it now (2 its own): "
+    ), refused.why
+    assert unplannable(placer, e, apart) == refused and len(calls) == 1  # (not tried again)
+    linked = replace(apart, latencies=Latencies())  # the links back: a plan fits
+    assert unplannable(placer, e, linked) is None and len(calls) == 2

@@ -271,6 +271,13 @@ def test_advice_is_due_for_a_job_without_regrow_that_has_run_a_minute() -> None:
     assert not regrow.advice_due(e, {**status, "phase": st.PLACING}, 1.25, now=t0 + after)
     ending = st.set_condition(ready, st.READY, True, "StagesFinishing", "3/4, 1 finished", 1)
     assert not regrow.advice_due(e, {**status, "conditions": ending}, 1.25, now=t0 + after)
+    # an edit refused or waiting: no advice on the spec it replaces (a user trial saw
+    # FasterPlanAvailable a second after EditRefused)
+    for reason in ("EditRefused", "InvalidSpec"):
+        refused = st.set_condition(ready, st.PLANNED, False, reason, "the edit waits", 2)
+        assert not regrow.advice_due(e, {**status, "conditions": refused}, 1.25, now=t0 + after)
+    planned = st.set_condition(ready, st.PLANNED, True, "Placed", "4 stage(s)", 1)
+    assert regrow.advice_due(e, {**status, "conditions": planned}, 1.25, now=t0 + after)
 
 
 def test_a_plan_whose_link_was_cut_is_not_regrown() -> None:

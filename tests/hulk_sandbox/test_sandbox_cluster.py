@@ -214,3 +214,45 @@ def test_hulk_sandbox_add_node_adds_a_new_regions_node(sandbox: Sandbox, core: A
         bad = add(*args, "--region", "Singapore")
         assert bad.returncode == 2 and bad.stderr.startswith(said), (args, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_hulk_sandbox_latencies_publishes_the_papers_measurements(sandbox: Sandbox) -> None:
+    """A sandbox started by hand runs no probe: ``hulk sandbox latencies`` writes the paper's
+    measured latencies as the probe would (before, only ``hulk demo`` replayed them, and
+    the operator planned a hand-started sandbox on estimates alone: a user trial)."""
+    import subprocess
+    import sys
+
+    from hulk_probe.replay import GROUP, PLURAL, VERSION, forget_latencies
+
+    paper = paper_cluster()
+    cmd = [sys.executable, "-m", "hulk", "sandbox", "latencies", "--dir", str(sandbox.dir)]
+    with sandbox.api_client() as api:
+        names = [n.metadata.name for n in client.CoreV1Api(api).list_node().items]
+        ours = [s.name for s in paper.servers if s.name in names]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            links = [lk for lk in paper.links if lk.a in ours and lk.b in ours]
+            pairs = len(ours) * (len(ours) - 1) // 2
+            assert out.stdout.startswith(
+                f"published the paper's latencies for its {len(ours)} node(s) here: "
+                f"{len(links)} measured link(s), {pairs - len(links)} pair(s) without one as "
+                "unreachable"
+            ), out.stdout
+            link = links[0]
+            custom = client.CustomObjectsApi(api)
+            obj = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, link.a)
+            peers = {e["node"]: e for e in obj["status"]["peers"]}
+            assert peers[link.b]["reachable"] and peers[link.b]["latencyMs"] == link.latency_ms
+            linked = {frozenset((lk.a, lk.b)) for lk in paper.links}
+            cut = next(b for b in ours if b != link.a and frozenset((link.a, b)) not in linked)
+            assert peers[cut]["reachable"] is False
+        finally:
+            forget_latencies(api, ours)  # (the other tests publish their own)
+    bad = subprocess.run([*cmd, "--every", "-1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("hulk sandbox: --every: must be ")
+    none = subprocess.run(
+        [*cmd[:-1], str(sandbox.dir / "absent")], capture_output=True, text=True, timeout=60
+    )
+    assert none.returncode == 2 and "no running sandbox in " in none.stderr, none.stderr
