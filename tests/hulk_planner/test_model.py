@@ -327,3 +327,35 @@ def test_layers_are_bounded_as_the_crd_bounds_them() -> None:
     with pytest.raises(InvalidRequest) as exc:
         ModelSpec(10**9, MAX_LAYERS * 2, 1024, 1024)
     assert exc.value.field == "spec.model.layers" and "at most 100,000" in str(exc.value)
+
+
+def test_the_crd_describes_every_field_a_user_writes_and_names_every_preset() -> None:
+    """``kubectl explain hulktrainingjob.spec.model`` said ``<no description>`` for the
+    model's sizes, the batch sizes and the template's parts (a user trial); the presets it
+    names are the planner's."""
+    from pathlib import Path
+
+    import yaml
+
+    from hulk_planner.presets import PRESETS
+
+    crd = Path(__file__).parents[2] / "crds" / "hulktrainingjobs.hulk.dev.yaml"
+    schema = yaml.safe_load(crd.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    def undescribed(node: dict[str, Any], where: str) -> list[str]:
+        out = [] if node.get("description") else [where]
+        for name, child in (node.get("properties") or {}).items():
+            if where.endswith("template.spec") or where.endswith("conditions"):
+                continue  # (a PodSpec's fields are Kubernetes'; a condition's, metav1's)
+            out += undescribed(child, f"{where}.{name}")
+        return out
+
+    spec = schema["properties"]["spec"]
+    assert undescribed(spec, "spec") == []
+    status = schema["properties"]["status"]["properties"]
+    assert status["observedGeneration"].get("description")
+    preset = spec["properties"]["model"]["properties"]["preset"]["description"]
+    for name in PRESETS:
+        assert name in preset, name
+    conds = schema["properties"]["status"]["properties"]["conditions"]["description"]
+    assert "Complete" in conds
