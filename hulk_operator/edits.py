@@ -174,20 +174,25 @@ async def recheck(
     gen: int,
 ) -> dict[str, Any]:
     """A running job whose latest edit the cluster refused (``Planned`` reason
-    ``EditRefused``), checked again at most every ``RECHECK_S``: the status fields that
-    plan it again from scratch once the edit is allowed (as an edit accepted at once
-    would), the refusal's new words if they changed, else nothing."""
+    ``EditRefused``), checked again every ``RECHECK_S``, and at once when the servers free
+    for it change (a waiting edit is in no planning round: seen late, the servers others
+    freed went to pending jobs first; a review): the status fields that plan it again from
+    scratch once the edit is allowed (as an edit accepted at once would), the refusal's
+    new words if they changed, else nothing."""
     now = time.monotonic()
-    if now - ctx.placer.edit_checked.get(entry.key, float("-inf")) < RECHECK_S:
-        return {}
-    ctx.placer.edit_checked[entry.key] = now
-    ns, name = entry.key
-    cut = (await ctx.latencies()).unreachable
     # (its stage pods' requests as the namespace's LimitRange defaults fill them in, as
     # planning reads them: before, the template's alone, and an edit no node could hold was
     # taken as allowed, and the running job lost its pods; a review)
     filled = replace(entry, requests=filled_requests(entry, ctx.limit_defaults))
     snap = await ctx.snapshot()
+    snap.held = ctx.placer.held(snap.held)  # (servers just reserved for others too)
+    free = tuple(snap.free(filled, also=entry.plan_nodes))
+    last = ctx.placer.edit_checked.get(entry.key)
+    if last is not None and now - last[0] < RECHECK_S and last[1] == free:
+        return {}
+    ctx.placer.edit_checked[entry.key] = (now, free)
+    ns, name = entry.key
+    cut = (await ctx.latencies()).unreachable
     refused = await asyncio.to_thread(
         refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut, snap.held
     )

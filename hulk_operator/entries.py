@@ -17,13 +17,11 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from hulk_operator import LABEL_JOB, LABEL_REPLICA, LABEL_STAGE
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
 from hulk_operator.manifests import (
     DEFAULT_MASTER_PORT,
     asks_gpus,
-    job_label,
     quantities_as_text,
     running_containers,
 )
@@ -164,8 +162,6 @@ def job_entry(
         or _no_containers(tmpl_spec)
     ):
         job, error = None, why
-    if error is None and shape is None and (why := _owned_labels(spec, name)) is not None:
-        job, error = None, why
     if tmpl_spec.get("nodeName") and error is None:
         job, error = (
             None,
@@ -252,31 +248,6 @@ def _not_a_mapping(field: str, value: object) -> InvalidRequest:
         f"must be a mapping of node label: value, got {shown(value)}",
         "write it as key: value pairs, e.g. nodeSelector: {pool: a100}",
     )
-
-
-def _owned_labels(spec: Mapping[str, Any], name: str) -> str | None:
-    """The error for a template label the operator sets on each stage pod (``hulk.dev/job``
-    with another value than the job's, ``hulk.dev/stage``, ``hulk.dev/replica``), or None.
-    Before, the operator's value replaced it without a word, and a selector written for the
-    template's value matched no pod (a user trial)."""
-    labels = _at(spec, "template", "metadata").get("labels") or {}
-    if not isinstance(labels, Mapping):
-        return None
-    own = job_label(name)
-    for key, what in (
-        (LABEL_JOB, f"the job's name, {own}"),
-        (LABEL_STAGE, "the pod's pipeline stage"),
-        (LABEL_REPLICA, "the pod's data-parallel replica"),
-    ):
-        if key in labels and not (key == LABEL_JOB and labels[key] == own):
-            return str(
-                InvalidRequest(
-                    f"spec.template.metadata.labels.{key}",
-                    f"is {shown(labels[key])}, but Hulk sets it on each stage pod to {what}",
-                    f"remove it; the stage pods carry {LABEL_JOB}={own} to select them by",
-                )
-            )
-    return None
 
 
 def _no_containers(tmpl_spec: Mapping[str, Any]) -> str | None:

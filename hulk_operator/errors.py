@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 
 ENV_REPLACED = "EnvReplaced"  # a Warning: the template sets variables Hulk sets itself
+LABELS_REPLACED = "LabelsReplaced"  # a Warning: the template sets labels Hulk sets itself
 INVALID_SPEC = "InvalidSpec"
 EDIT_REFUSED = "EditRefused"  # an edit the cluster does not allow now (checked again)
 UNSCHEDULABLE = "Unschedulable"

@@ -43,11 +43,17 @@ from hulk_operator.entries import (
     pod_source,
     spec_hashes,
 )
-from hulk_operator.errors import EDIT_REFUSED, ENV_REPLACED, INVALID_SPEC, classify, to_kopf
+from hulk_operator.errors import (
+    EDIT_REFUSED,
+    ENV_REPLACED,
+    INVALID_SPEC,
+    LABELS_REPLACED,
+    classify,
+    to_kopf,
+)
 from hulk_operator.fit import unknown_regions
 from hulk_operator.indexes import (
     build_snapshot,
-    held_now,
     latencies_now,
     one,
     outside_pods,
@@ -62,7 +68,7 @@ from hulk_operator.inventory import (
 
 # (the operator's login, start, stop and probes: registered by this import)
 from hulk_operator.lifecycle import DIFFBASE, INTERVAL_S
-from hulk_operator.manifests import replaced_env, replaced_names
+from hulk_operator.manifests import replaced_env, replaced_labels, replaced_names
 from hulk_operator.pauses import RESTARTING
 from hulk_operator.quotas import (
     Bound,
@@ -141,6 +147,13 @@ def _tell_replaced_env(
     told[key] = names
     if names and names != before:
         _warn(body, logger, ENV_REPLACED, str(replaced_env((new or {}).get("template"))))
+    # the labels Hulk sets (LabelsReplaced), told the same way
+    labels: dict[Key, str | None] = memo.setdefault("labels_told", {})
+    said = replaced_labels((new or {}).get("template"), key[1])
+    was = labels[key] if key in labels else replaced_labels((old or {}).get("template"), key[1])
+    labels[key] = said
+    if said and said != was:
+        _warn(body, logger, LABELS_REPLACED, said)
 
 
 REPLACED = "(replaced)"  # the changed fields of a spec replaced whole, with no record of them
@@ -288,13 +301,14 @@ def hulktrainingjob_update(
         # before, the template's alone, and an edit no node could hold was taken; a review)
         defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
         filled = dc_replace(entry, requests=filled_requests(entry, defaults))
-        held = held_now(hulk_jobs, hulk_pods)[1]  # (who holds which server now)
-        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut, held)
+        indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
+        indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
+                    "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
+        snap = snapshot_now(memo, indexes)  # (who holds which server now, reservations too)
+        snap.held = memo.placer.held(snap.held)
+        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut, snap.held)
         if refused is None:  # planned on the servers free for it: its pods go only then
-            indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
-            indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
-                        "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
-            refused = edits.unplannable(memo.placer, filled, snapshot_now(memo, indexes))
+            refused = edits.unplannable(memo.placer, filled, snap)
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])
             patch.status["conditions"] = refused_edit(conds, refused, gen)

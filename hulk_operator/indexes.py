@@ -493,7 +493,18 @@ async def build_snapshot(
 def snapshot_now(memo: kopf.Memo, indexes: Mapping[str, Any]) -> Snapshot:
     """``build_snapshot`` from a thread (a sync handler: the update handler's edit check),
     from kopf's indexes by name (``hulk_nodes``, ``hulk_jobs``...); the GPUs of pods in the
-    namespaces it does not serve as the timers last listed them (``outside_pods``)."""
+    namespaces it does not serve as the timers last listed them (``outside_pods``). Read
+    again where kopf changed an index meanwhile (a sync handler runs beside the event loop
+    that updates them: a review)."""
+    for _ in range(4):
+        try:
+            return _snapshot_now(memo, indexes)
+        except RuntimeError:  # dictionary changed size during iteration: read again
+            time.sleep(0.01)
+    return _snapshot_now(memo, indexes)
+
+
+def _snapshot_now(memo: kopf.Memo, indexes: Mapping[str, Any]) -> Snapshot:
     cached = memo.listings.outside if memo.get("namespaces") else None
     names = ("hulk_quotas", "hulk_gpu_limits", "hulk_gpu_minimums", "hulk_limit_defaults",
              "hulk_limit_bounds", "hulk_scoped_quotas", "hulk_default_priority",

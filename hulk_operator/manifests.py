@@ -195,6 +195,31 @@ def replaced_env(template: object) -> str | None:
     )
 
 
+def replaced_labels(template: object, job: str) -> str | None:
+    """What a Warning says where the template's labels set one that Hulk sets on every
+    stage pod (``hulk.dev/job`` other than the job's, ``hulk.dev/stage``,
+    ``hulk.dev/replica``: Hulk's value replaces it), or None. Before, it was replaced with
+    nothing said, and a selector on the template's value matched no stage pod (a user
+    trial). A Warning, not a refusal: a job made before it was told runs on as it did."""
+    meta = template.get("metadata") if isinstance(template, Mapping) else None
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return None
+    own = job_label(job)
+    given = [
+        f"{k}={labels[k]}"
+        for k in (LABEL_JOB, LABEL_STAGE, LABEL_REPLICA)
+        if k in labels and not (k == LABEL_JOB and labels[k] == own)
+    ]
+    if not given:
+        return None
+    return (
+        f"spec.template.metadata.labels sets {', '.join(given)}: Hulk sets {LABEL_JOB}={own}, "
+        f"{LABEL_STAGE} and {LABEL_REPLICA} on every stage pod, in place of the template's "
+        f"values (select the stage pods by {LABEL_JOB}={own}, or give a label of your own)"
+    )
+
+
 def owner_reference(job: str, uid: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,

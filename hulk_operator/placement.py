@@ -24,10 +24,12 @@ from hulk_operator import decision, regrow
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.inventory import NodeInfo
+from hulk_operator.latencies import build_cluster
 from hulk_operator.quota_fit import add_use, quotas_seen, within_quota
 from hulk_operator.rounds import PlanFn, plan_group, plan_pending
 from hulk_operator.snapshot import Snapshot, Taken, amount_text
-from hulk_planner.model import JobPlan, Plan, Server
+from hulk_planner.errors import HulkError
+from hulk_planner.model import Cluster, JobPlan, Plan, Server
 
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
 BATCH_MAX_S = 5.0  # the longest a round waits for more jobs applied with the first
@@ -120,7 +122,8 @@ class Placer:
         self._regrow_looked: dict[Key, float] = {}
         self._used: set[int] = set()  # serials of decisions applied
         self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
-        self.edit_checked: dict[Key, float] = {}  # when a refused edit was last checked
+        # when a refused edit was last checked, and the servers free for it then
+        self.edit_checked: dict[Key, tuple[float, tuple[NodeInfo, ...]]] = {}
         # an edit tried on the free servers (``edits.unplannable``): what it was tried on
         # (``fingerprint``, generation) and why no plan fit (None: one did)
         self.edit_tried: dict[Key, tuple[Any, str | None]] = {}
@@ -512,7 +515,8 @@ class Placer:
                 # the namespace's quotas: the fastest plan within them is judged instead
                 taken = self.reserved_use(snap, but=entry.key)
                 within = within_quota(entry, d, snap, taken, plan, keep=current.nodes)
-                scored = regrow.steps(within, entry, current, d.cluster)  # (scored once)
+                on = self._with_own(snap, current, d.cluster)  # (its cordoned ones too)
+                scored = regrow.steps(within, entry, current, on)  # (scored once)
                 grown, declined = regrow.faster(within, entry, current, scored, advise)
                 speedup = scored[0] / scored[1] if scored is not None else None
                 if entry.regrow is None:
@@ -555,6 +559,30 @@ class Placer:
             if d.cluster is not None
             else None
         )
+
+    def _with_own(
+        self, snap: Snapshot, current: JobPlan, planned: Cluster | None
+    ) -> Cluster | None:
+        """``planned`` (a look's cluster) with the servers of the job's ``current`` plan it
+        left out, to score that plan on: a cordoned one keeps its running stage but takes
+        no new one (before, a job with a stage on a cordoned server was never grown nor
+        told of a faster plan, as its plan could not be scored: a review). ``planned``
+        where nothing is left out, or a server of the plan is gone (recovery's case)."""
+        if planned is None or set(current.nodes) <= set(planned.index):
+            return planned
+        infos = [snap.nodes.get(n) for n in current.nodes]
+        servers = [i.server for i in infos if i is not None and i.server is not None]
+        if len(servers) < len(infos):
+            return planned
+        try:
+            return build_cluster(
+                [*planned.servers, *(s for s in servers if s.name not in planned.index)],
+                snap.latencies,
+                same_region_ms=float(self.opts["same_region_ms"] or 0.0),
+                cross_region_ms=float(self.opts["cross_region_ms"] or 0.0),
+            )
+        except HulkError:
+            return planned
 
     def try_plan(self, entry: JobEntry, servers: Sequence[NodeInfo], snap: Snapshot) -> Decision:
         """The job alone planned on ``servers``, as a round would plan it there (blocking,

@@ -44,6 +44,9 @@ async def reconcile(
         new["phase"] = st.PENDING  # planned at the next round, once this status is written
         new["conditions"] = st.set_condition(conds, st.SUSPENDED_COND, False, "Resumed", msg, gen)
         return new
+    if entry.job is None and status.get("phase") == st.SUCCEEDED:
+        return {}  # finished: an invalid edit is told (InvalidSpec), its pods not made again
+        # (before, a deleted one was made again from the plan kept for the record: a review)
     if entry.job is None:
         error = entry.error or "invalid spec"
         if status.get("plan") is not None:  # an edit broke a planned job's spec

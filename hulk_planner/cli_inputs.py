@@ -248,12 +248,15 @@ def _operator_notes(doc: Mapping[str, Any]) -> list[str]:
         return []
     try:
         from hulk_operator.entries import object_entry
-        from hulk_operator.manifests import replaced_env
+        from hulk_operator.manifests import replaced_env, replaced_labels
     except ImportError:
         return []
     error = object_entry(doc).error
     replaced = replaced_env(template)  # (posted whether the spec is refused or not)
     notes = [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]
+    name = str((doc.get("metadata") or {}).get("name") or "")
+    if (labels := replaced_labels(template, name)) is not None:
+        notes.append(f"the operator would warn (LabelsReplaced): {labels}")
     if error is not None:
         notes.append(f"the operator would refuse this manifest (InvalidSpec): {error}")
     return notes

@@ -632,6 +632,23 @@ def test_a_template_setting_hulks_variables_is_warned_when_created_or_edited_so(
     ]
 
 
+def test_a_template_setting_hulks_labels_is_warned_and_runs(kube: Kube, operator: Any) -> None:
+    """``hulk.dev/job: other`` in the template is replaced by the job's name on every stage
+    pod (before, with nothing said: a user trial): a Warning ``LabelsReplaced`` says so, and
+    the job runs (not refused: a job made before the operator told it would fail)."""
+    body = manifest("labelled")
+    body["spec"]["template"]["metadata"] = {"labels": {"hulk.dev/job": "other", "team": "ml"}}
+    kube.apply(body)
+    wait("Running", lambda: kube.phase("labelled") == "Running", 60)
+    (told,) = wait("told", lambda: kube.events("LabelsReplaced"), 20)
+    assert told.type == "Warning" and told.message.startswith(
+        "spec.template.metadata.labels sets hulk.dev/job=other: Hulk sets hulk.dev/job=labelled"
+    ), told.message
+    for p in kube.live_pods("labelled"):
+        assert p.metadata.labels["hulk.dev/job"] == "labelled"
+        assert p.metadata.labels["team"] == "ml"
+
+
 def test_an_invalid_edit_leaves_a_running_job_running(kube: Kube, operator: Any) -> None:
     kube.apply(manifest("steady"))
     wait("Running", lambda: kube.phase("steady") == "Running", 60)
@@ -3570,6 +3587,28 @@ def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, oper
     assert all(p.status.phase == "Running" for p in again) and len(again) == len(pods)
     complete = condition(kube.job("done"), "Complete")
     assert (complete["status"], complete["reason"]) == ("False", "SpecChanged"), complete
+
+
+def test_an_invalid_edit_of_a_finished_job_makes_no_pod_again(kube: Kube, operator: Any) -> None:
+    """Before, the refused spec of a Succeeded job was taken as a running job's: its
+    deleted stage pods were made again from the plan kept for the record, and the training
+    ran again (a review)."""
+    kube.apply(manifest("over", model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.phase("over") == "Running", 60)
+    pods = kube.live_pods("over")
+    for p in pods:
+        kube.core.patch_namespaced_pod_status(
+            p.metadata.name, kube.ns, {"status": {"phase": "Succeeded"}}
+        )
+    wait("Succeeded", lambda: kube.phase("over") == "Succeeded", 30)
+    kube.core.delete_namespaced_pod(pods[0].metadata.name, kube.ns, grace_period_seconds=0)
+    wait("the pod gone", lambda: len(kube.pods("over")) == len(pods) - 1, 30)
+    _edit_preset(kube, "over", "gpt-17")
+    (told,) = wait("told", lambda: kube.events("InvalidSpec"), 20)
+    assert "gpt-17" in told.message, told.message
+    time.sleep(3 * CONFIG.reconcile_interval_s)
+    assert kube.phase("over") == "Succeeded"
+    assert len(kube.pods("over")) == len(pods) - 1 and not kube.events("StageRecreated")
 
 
 def test_a_finished_job_run_again_on_the_same_server_runs(kube: Kube, operator: Any) -> None:

@@ -248,10 +248,10 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
         return Latencies()
 
     async def snapshot() -> SimpleNamespace:
-        return SimpleNamespace(held={})
+        return SimpleNamespace(held={}, free=lambda e, also=(): [])
 
     ctx = SimpleNamespace(
-        placer=SimpleNamespace(edit_checked={}, forget=lambda key: None),
+        placer=SimpleNamespace(edit_checked={}, forget=lambda key: None, held=dict),
         latencies=latencies,
         snapshot=snapshot,
         limit_defaults=(),

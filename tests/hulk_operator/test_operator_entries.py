@@ -88,28 +88,37 @@ def test_a_template_with_no_container_is_told_to_give_one(template: Any) -> None
 @pytest.mark.parametrize(
     ("labels", "said"),
     [
-        ({"hulk.dev/job": "other"}, "spec.template.metadata.labels.hulk.dev/job: is 'other', "
-         "but Hulk sets it on each stage pod to the job's name, j (remove it; the stage pods "
-         "carry hulk.dev/job=j to select them by)"),
-        ({"hulk.dev/stage": "0"}, "spec.template.metadata.labels.hulk.dev/stage: is '0', but "
-         "Hulk sets it on each stage pod to the pod's pipeline stage (remove it; "),
-        ({"hulk.dev/replica": "1"}, "spec.template.metadata.labels.hulk.dev/replica: is '1', "
-         "but Hulk sets it on each stage pod to the pod's data-parallel replica"),
+        ({"hulk.dev/job": "other"}, "spec.template.metadata.labels sets hulk.dev/job=other: "
+         "Hulk sets hulk.dev/job=j, hulk.dev/stage and hulk.dev/replica on every stage pod, "
+         "in place of the template's values (select the stage pods by hulk.dev/job=j, or "
+         "give a label of your own)"),
+        ({"hulk.dev/stage": "0", "hulk.dev/replica": "1"}, "spec.template.metadata.labels "
+         "sets hulk.dev/stage=0, hulk.dev/replica=1: Hulk sets "),
         ({"hulk.dev/job": "j", "team": "ml"}, None),  # what the operator sets: harmless
     ],
 )  # fmt: skip
-def test_a_template_label_the_operator_sets_is_refused_not_overwritten(
+def test_a_template_label_the_operator_sets_is_warned_of_not_refused(
     labels: dict[str, str], said: str | None
 ) -> None:
     """Before, the operator's value replaced the template's without a word (a user trial:
-    a selector on the template's value matched no stage pod)."""
-    spec = {"model": {"preset": "bert-large"}, "template": {"metadata": {"labels": labels}, **BASE}}
-    entry = object_entry({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
-                          "metadata": {"name": "j"}, "spec": spec})  # fmt: skip
+    a selector on the template's value matched no stage pod); a Warning, not a refusal,
+    so that a job made before it was told is not failed (a review). ``hulk plan`` notes
+    it."""
+    from hulk_operator.manifests import replaced_labels
+    from hulk_planner.cli_inputs import _operator_notes
+
+    template = {"metadata": {"labels": labels}, **BASE}
+    spec = {"model": {"preset": "bert-large"}, "template": template}
+    doc = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
+           "metadata": {"name": "j"}, "spec": spec}  # fmt: skip
+    assert object_entry(doc).error is None  # (not refused)
+    told = replaced_labels(template, "j")
+    notes = _operator_notes(doc)
     if said is None:
-        assert entry.error is None and entry.job is not None
+        assert told is None and notes == []
     else:
-        assert entry.job is None and entry.error is not None and entry.error.startswith(said)
+        assert told is not None and told.startswith(said), told
+        assert notes == [f"the operator would warn (LabelsReplaced): {told}"]
 
 
 def test_a_valid_template_passes() -> None:

@@ -80,6 +80,28 @@ def test_a_squeezed_job_regrows_onto_free_servers_once() -> None:
     assert msg.endswith(f"predicted step {now:.3g} s (was {was:.3g} s)")
 
 
+def test_a_job_with_a_stage_on_a_cordoned_server_still_regrows() -> None:
+    """A cordon keeps the running stage (the default): the job's plan is scored with the
+    cordoned server, and the new plan leaves it. Before, the plan could not be scored (its
+    server left out of the look's cluster), so such a job was never grown nor told of a
+    faster plan, and its free-speedup figure went (a review)."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    cordoned = current.nodes[0]
+    state = {running.key: running}
+    cluster = nodes()
+    cluster[cordoned] = replace(cluster[cordoned], unschedulable=True)
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(cluster, Latencies(), state, {n: running.key for n in current.nodes})
+
+    placer = Placer(plan, regrow_every_s=0)
+    grown = asyncio.run(placer.regrow(running, current, snapshot))
+    assert grown is not None and grown.job_plan is not None, placer.regrow_declined
+    assert cordoned not in grown.job_plan.nodes
+    speedup = placer.speedups[running.key]
+    assert speedup is not None and speedup >= 1.25
+
+
 def test_a_job_without_regrow_is_told_of_a_faster_plan_and_never_moved() -> None:
     """Before, a job left on a slow plan (a re-plan after a loss, or placed while the fast
     servers were taken) stayed there with nothing saying free servers would do better."""
