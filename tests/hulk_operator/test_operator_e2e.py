@@ -2654,6 +2654,26 @@ def edit_placed(kube: Kube, name: str, generation: int = 2) -> bool:
     )
 
 
+def grown_and_refused(kube: Kube, name: str, parameters: int) -> dict[str, Any]:
+    """``name`` edited to a model of ``parameters``: its Planned condition once the edit
+    is refused (waits, reason EditRefused)."""
+    time.sleep(1.0)  # (the indexes see what the test changed)
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, kube.ns, PLURAL, name, big_model(parameters)
+    )
+    planned = edit_refused(kube, name)
+    assert planned["reason"] == "EditRefused", planned
+    return planned
+
+
+def runs_on(kube: Kube, name: str, before: dict[str, str]) -> None:
+    """A few ticks on, the job still runs the pods ``before`` (name: uid), none removed."""
+    time.sleep(3 * CONFIG.reconcile_interval_s)
+    assert kube.phase(name) == "Running"
+    assert {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)} == before
+    assert not kube.events("Unschedulable")
+
+
 def _bigger_than_its_own(kube: Kube, name: str) -> tuple[int, list[str], list[str]]:
     """``name`` running gpt2-xl: a model size more than its own servers hold and less than
     the cluster does, its servers, and the others."""
@@ -2680,11 +2700,7 @@ def test_an_edit_the_free_servers_cannot_hold_waits_while_the_job_runs(
     try:
         for n in others:
             kube.core.patch_node(n, {"spec": {"unschedulable": True}})
-        time.sleep(1.0)  # (the node index sees them)
-        patch = big_model(parameters)
-        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "waits", patch)
-        planned = edit_refused(kube, "waits")
-        assert planned["reason"] == "EditRefused", planned
+        planned = grown_and_refused(kube, "waits", parameters)
         assert planned["message"].startswith(
             "the servers free now cannot hold the edited job: it needs "
         ), planned["message"]
@@ -2693,10 +2709,7 @@ def test_an_edit_the_free_servers_cannot_hold_waits_while_the_job_runs(
         assert planned["message"].endswith("planned once the cluster allows it (or fix the spec)")
         (event,) = wait("EditRefused Event", lambda: kube.events("EditRefused"), 10)
         assert event.type == "Warning" and event.message == planned["message"]
-        time.sleep(3 * CONFIG.reconcile_interval_s)
-        assert kube.phase("waits") == "Running"
-        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("waits")} == before
-        assert not kube.events("Unschedulable")
+        runs_on(kube, "waits", before)
     finally:
         for n in others:
             kube.core.patch_node(n, {"spec": {"unschedulable": None}})
@@ -2729,19 +2742,12 @@ def test_an_edit_no_plan_fits_on_the_free_servers_waits_while_the_job_runs(
     try:
         for n in others:
             _gpu_pod(kube, f"notebook-{n}", n, gpus[n])
-        time.sleep(1.0)  # (the pod index sees them)
-        patch = big_model(parameters)
-        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "moved", patch)
-        planned = edit_refused(kube, "moved")
-        assert planned["reason"] == "EditRefused", planned
+        planned = grown_and_refused(kube, "moved", parameters)
         assert planned["message"].startswith(
             f"no plan fits the edited job on the {len(own)} server(s) free for it now "
             f"({len(own)} its own): "
         ), planned["message"]
-        time.sleep(3 * CONFIG.reconcile_interval_s)
-        assert kube.phase("moved") == "Running"
-        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("moved")} == before
-        assert not kube.events("Unschedulable")
+        runs_on(kube, "moved", before)
     finally:
         for n in others:
             kube.core.delete_namespaced_pod(f"notebook-{n}", kube.ns, grace_period_seconds=0)
