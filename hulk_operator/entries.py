@@ -128,6 +128,12 @@ def job_entry(
     shape = template_shape_error(spec.get("template"))
     if shape is not None and error is None:
         job, error = None, shape
+        # its quantities told with it (before, a second round: "cpu: lots" only once the
+        # shape was fixed; a user trial)
+        raw = spec.get("template")
+        raw = raw.get("spec") if isinstance(raw, Mapping) else None
+        if isinstance(raw, Mapping) and (bad := _bad_quantity(raw)) is not None:
+            error = f"{shape}; {bad}"
     # (a template of the wrong shape is read as none: its requests, tolerations... were
     # read from it, and a string where a mapping goes failed every tick and the preview)
     tmpl_spec = _at(spec, "template", "spec") if shape is None else {}

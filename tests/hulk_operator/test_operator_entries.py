@@ -187,3 +187,20 @@ def test_a_divisor_or_size_limit_that_is_no_quantity_is_named() -> None:
     ), error
     template = with_(volumes=[{"name": "shm", "emptyDir": {"sizeLimit": "1Gi"}}])
     assert object_entry({**body, "spec": {**spec, "template": template}}).error is None
+
+
+def test_a_template_of_the_wrong_shape_tells_its_bad_quantities_too() -> None:
+    """Before, ``cpu: lots`` was told only once the template's shape was fixed: a second
+    round of fixes (a user trial)."""
+    template = with_container(
+        comand=["train"], resources={"requests": {"cpu": "lots"}}
+    )  # (a typo and a bad quantity in one container)
+    spec = {"model": {"preset": "bert-large"}, "template": template}
+    entry = object_entry({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
+                          "metadata": {"name": "j"}, "spec": spec})  # fmt: skip
+    assert entry.error is not None and entry.job is None
+    assert "comand: Extra inputs are not permitted" in entry.error
+    assert entry.error.endswith(
+        "spec.template.spec.containers[0] (trainer).resources.requests.cpu: 'lots' is not a "
+        "quantity (write it as Kubernetes does: 500m or 2 (CPUs), 4Gi (bytes), 1 (GPUs))"
+    ), entry.error
