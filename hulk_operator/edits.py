@@ -31,13 +31,12 @@ from hulk_operator.context import Context
 from hulk_operator.entries import (
     CONSTRAINTS,
     JobEntry,
-    Key,
     normalized,
     planned_pod_spec,
     spec_hashes,
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
-from hulk_operator.fit import fits_nowhere, matching_nodes, no_room_now
+from hulk_operator.fit import fits_nowhere, holds, matching_nodes, no_room_now
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import Pair
 from hulk_operator.placement import Placer
@@ -116,16 +115,13 @@ def refusal(
     entry: JobEntry,
     nodes: Mapping[str, NodeInfo],
     unreachable: Collection[Pair] = (),
-    held: Mapping[str, Key] | None = None,
 ) -> Refusal | None:
     """Why an edit of a running job is refused (its pods run on), or None: a pod template
     the API server rejects (a server-side dry run of one stage pod: invalid) or forbids
     (out of a LimitRange's bounds, refused by a policy: the cluster's rule, which may
     change), constraints no node matches, a model no set of the servers it may use could
-    hold, stage pod requests no node could hold (the cluster's nodes, which may change),
-    and, given who ``held`` the servers, a model the servers free for it now could not
-    hold (:func:`hulk_operator.fit.no_room_now`: it waits for room, as a Deployment's
-    new pods wait while its old ones run)."""
+    hold, stage pod requests no node could hold (the cluster's nodes, which may change).
+    What other jobs hold is :func:`unplannable`'s to judge."""
     pod = manifests.template_check_pod(
         job=name, namespace=namespace or "", uid=entry.uid, template=spec.get("template") or {}
     )
@@ -138,30 +134,46 @@ def refusal(
     if not nodes:
         return None
     why = fits_nowhere(entry, nodes, unreachable)
-    if why is None and held is not None:
-        why = no_room_now(entry, nodes, held)
     return None if why is None else Refusal(why, waits=True)
 
 
 def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | None:
     """Why an edit of a running job waits (a :class:`Refusal` the cluster makes), or None:
-    the edited job planned alone on the servers free for it now (its own, and those no
-    other job holds: ``Snapshot.free``) as a round would plan it, and no plan fits. Before,
-    only GPU memory was counted before the running pods were removed, and an edit whose
-    servers could not form a pipeline over their links removed them, the job left Pending
-    for good (a user trial). Planned again only when what it was tried on changed."""
+    the servers free for it now (its own, and those no other job holds: ``Snapshot.free``)
+    have too little GPU memory for it (:func:`hulk_operator.fit.no_room_now`, a quick
+    count), or the edited job planned alone on them, as a round would plan it, fits no
+    plan. Where they cannot, it is planned on every server it may use, as if all were free:
+    where none fits there either, waiting does not help, and the words say "fits nowhere"
+    (before, "cannot hold the edited job now" sent a trial to free servers for nothing).
+    Before any of this, only GPU memory was counted before the running pods were removed,
+    and an edit whose servers could not form a pipeline over their links removed them, the
+    job left Pending for good (a user trial). Planned again only when what it was tried
+    on changed."""
     seen = (placer.fingerprint(snap, entry), entry.generation)
     tried = placer.edit_tried.get(entry.key)
     if tried is None or tried[0] != seen:
         free = snap.free(entry, also=entry.plan_nodes)
-        d = placer.try_plan(entry, free, snap)
         own = sum(1 for i in free if i.name in entry.plan_nodes)
-        why = (
-            None
-            if d.job_plan is not None
-            else f"no plan fits the edited job on the {len(free)} server(s) free for it now "
-            f"({own} its own): {d.reason}"
-        )
+        why = no_room_now(entry, snap.nodes, snap.held)
+        if why is None and (d := placer.try_plan(entry, free, snap)).job_plan is None:
+            why = (
+                f"no plan fits the edited job on the {len(free)} server(s) free for it now "
+                f"({own} its own): {d.reason}"
+            )
+        if why is not None:  # would it fit were every server it may use free (held,
+            # cordoned, NotReady or not)? (``fits_nowhere`` counted their memory alone)
+            every = [
+                i
+                for i in matching_nodes(entry, snap.nodes)
+                if i.server is not None and holds(i, entry.requests, entry.init_gpus[1])
+            ]
+            d = placer.try_plan(entry, every, replace(snap, held={}, used={}))
+            if d.job_plan is None:
+                why = (
+                    f"fits nowhere: no plan fits the edited job on the {len(every)} server(s) "
+                    f"it may use, even were all of them free: {d.reason}; waiting for other "
+                    "jobs to end does not help (fix the spec, or add servers)"
+                )
         tried = placer.edit_tried[entry.key] = (seen, why)
     return None if tried[1] is None else Refusal(tried[1], waits=True)
 
@@ -193,15 +205,16 @@ async def recheck(
     ctx.placer.edit_checked[entry.key] = (now, free)
     ns, name = entry.key
     cut = (await ctx.latencies()).unreachable
-    refused = await asyncio.to_thread(
-        refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut, snap.held
-    )
+    refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
     if refused is None:  # (a plan tried: its pods go only where one fits)
         refused = await asyncio.to_thread(unplannable, ctx.placer, filled, snap)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:
         if refused.message == told:
             return {}
+        # (the Event too: before, kubectl describe kept the first words, "cannot hold the
+        # edited job now", after the condition said "fits nowhere"; a user trial)
+        ctx.event("Warning", refused.reason, refused.message)
         return {
             "conditions": st.set_condition(
                 conds, st.PLANNED, False, refused.reason, refused.message, gen

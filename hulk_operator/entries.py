@@ -130,9 +130,9 @@ def job_entry(
         job, error = None, shape
         # its quantities told with it (before, a second round: "cpu: lots" only once the
         # shape was fixed; a user trial)
-        raw = spec.get("template")
-        raw = raw.get("spec") if isinstance(raw, Mapping) else None
-        if isinstance(raw, Mapping) and (bad := _bad_quantity(raw)) is not None:
+        given: object = spec.get("template")
+        pod = given.get("spec") if isinstance(given, Mapping) else None
+        if isinstance(pod, Mapping) and (bad := _bad_quantity(pod)) is not None:
             error = f"{shape}; {bad}"
     # (a template of the wrong shape is read as none: its requests, tolerations... were
     # read from it, and a string where a mapping goes failed every tick and the preview)

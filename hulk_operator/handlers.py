@@ -306,7 +306,7 @@ def hulktrainingjob_update(
                     "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
         snap = snapshot_now(memo, indexes)  # (who holds which server now, reservations too)
         snap.held = memo.placer.held(snap.held)
-        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut, snap.held)
+        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
         if refused is None:  # planned on the servers free for it: its pods go only then
             refused = edits.unplannable(memo.placer, filled, snap)
         if refused is not None:  # keep the running plan and its pods; say why

@@ -58,6 +58,9 @@ class Refused:
     # gave its servers back for (``ServiceTaken``); its pause ends when that is gone
 
 
+ADVICE_ALIKE = 0.1  # a faster plan's speedup within this share of the one told: not told
+
+
 def same_plan(a: JobPlan, b: JobPlan) -> bool:
     """The same stages (layers, servers) and micro-batches."""
     return (a.stages, a.micro_batches) == (b.stages, b.micro_batches)
@@ -101,6 +104,10 @@ class Placer:
         # RegrowDeclined (FasterPlanAvailable) Event's words, until posted
         self.regrow_declined: dict[Key, str] = {}
         self.regrow_told: dict[Key, str] = {}  # the last of them posted: not twice
+        # the speedup a FasterPlanAvailable posted said: one within ADVICE_ALIKE of it is
+        # not posted again in other words (a time-budgeted planner's figures vary from look
+        # to look: a trial saw 2.09x, then 1.98x 30 s later, nothing changed)
+        self.told_speedup: dict[Key, float] = {}
         # how many times faster the last look's plan was than the job's (None: no plan,
         # or not scored): hulk_job_free_speedup, set by the job's own reconciliation
         self.speedups: dict[Key, float | None] = {}
@@ -175,6 +182,7 @@ class Placer:
             self._regrow_looked,
             self.regrow_declined,
             self.regrow_told,
+            self.told_speedup,
             self.speedups,
             self.offered,
             self.orphans_told,
@@ -538,9 +546,18 @@ class Placer:
             if advising:
                 took = time.perf_counter() - started
                 self._advise_next = decision.clock() + took * (1 / self.advise_share - 1)
-            if declined is not None and self.regrow_told.get(entry.key) != declined:
+            was = self.told_speedup.get(entry.key)
+            alike = (
+                advising
+                and was is not None
+                and speedup is not None
+                and abs(speedup / was - 1) < ADVICE_ALIKE
+            )
+            if declined is not None and self.regrow_told.get(entry.key) != declined and not alike:
                 self.regrow_declined[entry.key] = declined  # (the same words: told once)
                 self.regrow_told[entry.key] = declined
+                if advising and speedup is not None:
+                    self.told_speedup[entry.key] = speedup
             if self.on_round:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:

@@ -37,7 +37,13 @@ from hulk_operator.latencies import (
     used_words,
     with_regions,
 )
-from hulk_operator.manifests import owner_job, replaced_env, replaced_names, stage_job
+from hulk_operator.manifests import (
+    owner_job,
+    replaced_env,
+    replaced_labels,
+    replaced_names,
+    stage_job,
+)
 from hulk_operator.quotas import (
     Bound,
     Scope,
@@ -258,6 +264,18 @@ def env_replaced(manifest: Mapping[str, Any], applied: Mapping[str, Any] | None)
     return replaced_env(template)
 
 
+def labels_replaced(manifest: Mapping[str, Any], applied: Mapping[str, Any] | None) -> str | None:
+    """What the operator's Warning ``LabelsReplaced`` would say on applying ``manifest``, or
+    None: none of the labels Hulk sets, or the same as the job applied (told on a change)
+    (before, the offline preview noted it and the live one did not: a user trial)."""
+    name = str((manifest.get("metadata") or {}).get("name") or "")
+    said = replaced_labels((manifest.get("spec") or {}).get("template"), name)
+    before = ((applied or {}).get("spec") or {}).get("template")
+    if said is None or (applied is not None and said == replaced_labels(before, name)):
+        return None
+    return said
+
+
 def preview_plan(
     path: str,
     manifests: Sequence[Mapping[str, Any]] | None = None,
@@ -313,6 +331,8 @@ def preview_plan(
                 continue
             if (env := env_replaced(m, objects.get(e.key))) is not None:
                 notes.append(f"job {e.key[1]}: the operator would warn (EnvReplaced): {env}")
+            if (labels := labels_replaced(m, objects.get(e.key))) is not None:
+                notes.append(f"job {e.key[1]}: the operator would warn (LabelsReplaced): {labels}")
             running = snap.jobs.get(e.key)
             kept = _stands(objects.get(e.key), running, m, e, snap)
             if running is not None and kept is not None:

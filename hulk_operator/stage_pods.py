@@ -353,10 +353,12 @@ def pods_phase(
             )
         cordoned = sorted(n for n, i in nodes.items() if i is not None and i.unschedulable)
         if cordoned and not ctx.config.cordon_moves:  # (kept there, as Kubernetes keeps a
-            # cordoned node's pods: said, so that a drain's effect is no surprise)
+            # cordoned node's pods: said, so that a drain's effect is no surprise; a re-plan
+            # leaves every cordoned server, where "move once drained" read as one by one: a
+            # trial drained one and saw both move)
             msg += (
-                f"; node(s) {', '.join(cordoned)} cordoned: their stages run on, and move once "
-                "drained (their pods evicted)"
+                f"; node(s) {', '.join(cordoned)} cordoned: their stages run on until one of "
+                "them is drained or the job is re-planned for another cause, which moves them all"
             )
         conds = st.set_condition(conds, st.READY, True, why, msg, gen)
         old = st.condition({"conditions": conds}, st.REPLANNING)

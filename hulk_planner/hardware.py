@@ -59,6 +59,17 @@ def normalize_capability(capability: str | float) -> str:
     return text if "." in text else f"{text}.0"
 
 
+def known_class(product: str) -> tuple[str, GpuClass] | None:
+    """(compute capability, class) of a product this table names exactly (``BY_CAPABILITY``,
+    case and spaces aside), or None: its memory per GPU and capability where the name
+    says neither (``NVIDIA-RTX-A5000``: 24 GiB, 8.6)."""
+    want = product.upper().replace(" ", "-")
+    for capability, cls in BY_CAPABILITY.items():
+        if cls.product.upper() == want:
+            return capability, cls
+    return None
+
+
 def tflops_for(product: str | None, capability: str | None) -> float | None:
     """Peak dense 16-bit TFLOPS per GPU from the product name, else the capability."""
     if product:

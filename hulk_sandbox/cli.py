@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-product",
         default="A100-SXM4-80GB",
         help="GPU product label (default %(default)s): its TFLOPS follow from it where Hulk "
-        "knows it, its memory from a name ending in <N>GB",
+        "knows it, its memory from a name ending in <N>GB or a GPU Hulk knows "
+        "(NVIDIA-RTX-A5000: 24)",
     )
     add.add_argument("--gpu-memory-gib", type=float, default=None, help="GiB per GPU "
                      "(default: from the product, else 80)")  # fmt: skip
@@ -136,7 +137,7 @@ def _add_node(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
 
     from hulk_planner.errors import InvalidRequest
-    from hulk_planner.hardware import tflops_for
+    from hulk_planner.hardware import known_class, tflops_for
     from hulk_planner.model import Server
     from hulk_probe.kube import said as api_said
     from hulk_sandbox.sandbox import Sandbox
@@ -151,11 +152,15 @@ def _add_node(args: argparse.Namespace) -> int:
     if tflops is None:
         raise SandboxError(f"--gpu-product {product}: its TFLOPS are unknown (give --gpu-tflops)")
     sized = re.search(r"(\d+)GB", product.upper())  # A100-SXM4-80GB: 80
+    known = known_class(product)  # (NVIDIA-RTX-A5000: 24 GiB, 8.6; before, 80 GiB: a trial)
     memory = args.gpu_memory_gib
     if memory is None:
-        memory = float(sized.group(1)) if sized else 80.0
+        memory = float(sized.group(1)) if sized else known[1].memory_gib if known else 80.0
     try:
-        server = Server(args.name, args.region, args.gpus, memory, tflops, gpu_product=product)
+        server = Server(
+            args.name, args.region, args.gpus, memory, tflops, gpu_product=product,
+            compute_capability=known[0] if known else None,
+        )  # fmt: skip
     except InvalidRequest as exc:
         flag = {
             "name": "name",

@@ -2484,8 +2484,8 @@ def test_a_cordoned_stage_runs_on_until_drained(kube: Kube, operator: Any) -> No
         ready = condition(job, "Ready")  # (said, so that a drain moving it is no surprise)
         assert (ready["status"], ready["reason"]) == ("True", "AllStagesRunning"), ready
         assert ready["message"].endswith(
-            f"; node(s) {', '.join(sorted(cordoned))} cordoned: their stages run on, and move "
-            "once drained (their pods evicted)"
+            f"; node(s) {', '.join(sorted(cordoned))} cordoned: their stages run on until one "
+            "of them is drained or the job is re-planned for another cause, which moves them all"
         ), ready
         # drained: its pod evicted (kubectl drain), so the stage moves off
         (pod,) = [p for p in before.values() if p.spec.node_name == victim]

@@ -310,11 +310,21 @@ def test_an_edit_no_plan_fits_on_the_free_servers_waits_and_is_tried_once_a_chan
     placer = Placer(counting, batch_window_s=0.0)
     cut = frozenset(frozenset(p) for p in combinations(rome, 2))
     apart = Snapshot(cluster, Latencies(unreachable=cut), {e.key: e}, held)
-    refused = unplannable(placer, e, apart)
+    refused = unplannable(placer, e, apart)  # no pipeline, were every server free: said so
     assert refused is not None and refused.waits, refused
     assert refused.why.startswith(
-        f"no plan fits the edited job on the {len(rome)} server(s) free for it now (2 its own): "
+        f"fits nowhere: no plan fits the edited job on the {len(rome)} server(s) it may use, "
+        "even were all of them free: "
     ), refused.why
-    assert unplannable(placer, e, apart) == refused and len(calls) == 1  # (not tried again)
-    linked = replace(apart, latencies=Latencies())  # the links back: a plan fits
-    assert unplannable(placer, e, linked) is None and len(calls) == 2
+    assert refused.why.endswith("waiting for other jobs to end does not help (fix the spec, or "
+                                "add servers)")  # fmt: skip
+    assert len(calls) == 2  # (on the free servers, then on all)
+    assert unplannable(placer, e, apart) == refused and len(calls) == 2  # (not tried again)
+    # linked, but another job holds the rest: it waits for room (a plan on all would fit)
+    taken = replace(apart, latencies=Latencies(), held=held | {n: ("ml", "x") for n in rome[2:]})
+    refused = unplannable(placer, e, taken)
+    assert refused is not None and refused.why.startswith(
+        "the servers free now cannot hold the edited job: it needs "
+    ), refused.why
+    linked = replace(apart, latencies=Latencies())  # the links back, the servers free: it fits
+    assert unplannable(placer, e, linked) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hulk_operator.preview import UNSERVED_AFTER_S, env_replaced, unserved_note
+from hulk_operator.preview import UNSERVED_AFTER_S, env_replaced, labels_replaced, unserved_note
 
 
 def test_a_job_no_operator_has_seen_is_noted() -> None:
@@ -104,3 +104,18 @@ def test_replaced_variables_are_noted_only_where_applying_changes_them() -> None
     assert env_replaced(job("RANK", "WORLD_SIZE"), job("RANK")) is not None  # one more
     assert env_replaced(job("RANK"), {"spec": {}}) is not None  # a template given now
     assert env_replaced(job("LR"), None) is None and env_replaced({"spec": {}}, None) is None
+
+
+def test_replaced_labels_are_noted_by_the_live_preview_where_applying_changes_them() -> None:
+    """``hulk plan --kubeconfig`` noted EnvReplaced and not LabelsReplaced, which the offline
+    preview noted (a user trial)."""
+
+    def job(labels: dict[str, str]) -> dict[str, Any]:
+        template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c"}]}}
+        return {"metadata": {"name": "j"}, "spec": {"template": template}}
+
+    said = labels_replaced(job({"hulk.dev/job": "other"}), None)
+    assert said is not None and said.startswith("spec.template.metadata.labels sets hulk.dev/job=")
+    assert labels_replaced(job({"hulk.dev/job": "other"}), job({"hulk.dev/job": "other"})) is None
+    assert labels_replaced(job({"hulk.dev/stage": "1"}), job({"hulk.dev/job": "other"}))
+    assert labels_replaced(job({"hulk.dev/job": "j"}), None) is None  # the job's own: harmless

@@ -27,7 +27,7 @@ from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.io import check_operator_fields, job_from_dict, regrow_settings
-from hulk_planner.model import Job, JobPlan, ModelSpec, Stage
+from hulk_planner.model import Job, JobPlan, ModelSpec, Plan, Stage
 
 GPT = paper_jobs()[2]
 
@@ -148,6 +148,42 @@ def test_a_job_without_regrow_is_told_of_a_faster_plan_and_never_moved() -> None
     assert asyncio.run(taken.regrow(running, current, full, advise=1.25)) is None
     assert (taken.speedups[running.key] or 0.0) <= 1.0
     assert running.key not in taken.regrow_declined
+
+
+def test_a_faster_plan_whose_figure_barely_moved_is_not_told_again() -> None:
+    """A time-budgeted planner's figures vary from look to look: a trial was told 2.09x,
+    then 1.98x 30 s later with nothing changed. Within ``ADVICE_ALIKE`` of the speedup
+    told, the new words are not posted; a plan far faster is."""
+    from hulk_operator.placement import ADVICE_ALIKE
+
+    running, current = squeezed(GPT, ("Berlin", "London"))
+    held = dict.fromkeys(current.nodes, running.key)
+    factor = [1.0]
+
+    def varying(*args: Any, **kw: Any) -> Plan:
+        out = plan(*args, **kw)
+        jobs = tuple(
+            replace(jp, predicted_iteration_seconds=jp.predicted_iteration_seconds * factor[0])
+            for jp in out.jobs
+        )
+        return replace(out, jobs=jobs)
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), {running.key: running}, held)
+
+    placer = Placer(varying, regrow_every_s=0, advise_every_s=0, advise_share=1.0)
+
+    def look(f: float) -> str | None:
+        factor[0] = f
+        placer.regrow_checked.clear()  # (looked at again, as if the free servers changed)
+        asyncio.run(placer.regrow(running, current, snapshot, advise=1.25))
+        return placer.regrow_declined.pop(running.key, None)
+
+    first = look(1.0)
+    assert first is not None and first.startswith("free servers would make its step ")
+    assert look(1 + ADVICE_ALIKE / 2) is None  # (other words, nearly the same figure)
+    again = look(0.6)  # far faster: told
+    assert again is not None and again != first
 
 
 def test_looks_for_advice_plan_at_most_their_share_of_the_time(

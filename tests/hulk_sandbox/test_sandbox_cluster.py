@@ -196,6 +196,22 @@ def test_hulk_sandbox_add_node_adds_a_new_regions_node(sandbox: Sandbox, core: A
         )
     finally:
         sandbox.delete_node(name)
+    # a GPU of the paper's cluster by its product name: its memory and capability follow
+    # (before, 80 GiB, and no capability: a lost paper server added back was not itself)
+    known = add(
+        f"{name}-b", "--region", "Tokyo", "--gpus", "4", "--gpu-product", "NVIDIA-RTX-A5000"
+    )
+    try:
+        assert known.returncode == 0, known.stderr
+        assert "4 x NVIDIA-RTX-A5000 (24 GiB, 111.1 TFLOPS)" in known.stdout, known.stdout
+        labels = core.read_node(f"{name}-b").metadata.labels
+        assert labels["nvidia.com/gpu.memory"] == str(24 * 1024)
+        assert (labels["nvidia.com/gpu.compute.major"], labels["nvidia.com/gpu.compute.minor"]) == (
+            "8",
+            "6",
+        )
+    finally:
+        sandbox.delete_node(f"{name}-b")
     bad = add("x-1", "--region", "Singapore", "--gpus", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("hulk sandbox: --gpus: "), bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
