@@ -32,6 +32,7 @@ from hulk_operator.entries import (
     CONSTRAINTS,
     JobEntry,
     normalized,
+    object_entry,
     planned_pod_spec,
     spec_hashes,
 )
@@ -98,7 +99,35 @@ def plan_stands(
             f"{', '.join(sorted(differ))} changed and every server of its plan still matches: "
             "its plan stands"
         )
+    made = planned_pod_spec(plan)
+    if differ == {"template"} and made is not None and placed_alike(made, after or {}):
+        return TEMPLATE_STANDS
     return None
+
+
+# A template edit that changes nothing its stage pods ask of their servers (an image, a
+# command, variables, labels): the plan stands and the pods are made again from the new
+# template on the same servers, as a Deployment's rollout keeps the pods' shape (before,
+# the job was planned afresh, and a trial's image edit went from 24 stages and 74.6 s a
+# step to 16 and 79.4 s with nothing lost)
+TEMPLATE_STANDS = (
+    "spec.template changed, and its stage pods ask the same of their servers: its plan "
+    "stands, and its stage pods are made again from the new template"
+)
+PLACEMENT = ("requests", "init_gpus", "tolerations", "node_selector", "affinity", "pod_quota",
+             "pod_resources", "pod_facts")  # fmt: skip  # (what a template gives the planner)
+
+
+def placed_alike(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether two specs' templates ask the same of the servers (``PLACEMENT``: requests,
+    GPUs, tolerations, node selectors, affinity, what quotas count): an edit between them
+    leaves the plan as it is."""
+    head = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob"}
+    entries = [object_entry({**head, "metadata": {"name": "job"}, "spec": spec})
+               for spec in (before, after)]  # fmt: skip
+    if any(e.error is not None for e in entries):
+        return False
+    return all(getattr(entries[0], f) == getattr(entries[1], f) for f in PLACEMENT)
 
 
 def servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:

@@ -283,6 +283,16 @@ def hulktrainingjob_update(
     if plan is not None and not ended and not suspending:
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
+        cut = latencies_now(memo).unreachable
+        # (the stage pods' requests as the namespace's LimitRange defaults fill them in:
+        # before, the template's alone, and an edit no node could hold was taken; a review)
+        defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
+        filled = dc_replace(entry, requests=filled_requests(entry, defaults))
+        refused = None
+        if stands == edits.TEMPLATE_STANDS:  # its pods made again from it: checked first
+            # (the API server's dry run, a policy, a LimitRange: as any template edit)
+            refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
+            stands = None if refused is not None else stands
         if stands is not None:
             typo = unknown_regions(entry, nodes) if "allowedRegions" in changed else None
             if typo is not None:  # (before, said in the log alone: the typo surfaced when a
@@ -293,21 +303,20 @@ def hulktrainingjob_update(
                 lifted = f"{stands}; the refusal of the earlier edit is lifted"
                 kopf.info(body, reason="SpecChanged", message=lifted)
                 logger.info(f"SpecChanged: {lifted}")
+            elif stands == edits.TEMPLATE_STANDS:  # (its pods replaced: said, as a re-plan is)
+                kopf.info(body, reason="SpecChanged", message=stands)
+                logger.info(f"SpecChanged: {stands}")
             else:
                 logger.info(f"{name}: {stands}")
             return
-        cut = latencies_now(memo).unreachable
-        # (the stage pods' requests as the namespace's LimitRange defaults fill them in:
-        # before, the template's alone, and an edit no node could hold was taken; a review)
-        defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
-        filled = dc_replace(entry, requests=filled_requests(entry, defaults))
-        indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
-        indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
-                    "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
-        snap = snapshot_now(memo, indexes)  # (who holds which server now, reservations too)
-        snap.held = memo.placer.held(snap.held)
-        refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
+        if refused is None:
+            refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
         if refused is None:  # planned on the servers free for it: its pods go only then
+            indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
+            indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
+                        "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
+            snap = snapshot_now(memo, indexes)  # (who holds which server, reservations too)
+            snap.held = memo.placer.held(snap.held)
             refused = edits.unplannable(memo.placer, filled, snap)
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])

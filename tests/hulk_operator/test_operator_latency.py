@@ -703,8 +703,19 @@ def test_a_preview_of_a_running_jobs_manifest_shows_what_applying_it_would_do(
     nodes, said = preview({**job, "spec": {**job["spec"], "regrow": {"afterSeconds": 0}}})
     assert nodes == running and "regrow changed: its plan stands" in said, said
     assert "spec.regrow: once it has run 0 s, the operator plans it afresh" in said, said
-    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "LR", "value": "0.0003"}]
-    _, said = preview(job)  # the pods are made again: a plan from scratch (its servers free)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "LR", "value": "0.0003"}]
+    nodes, said = preview(job)  # asks nothing more of the servers: the plan stands
+    assert (
+        nodes == running
+        and (
+            "spec.template changed, and its stage pods ask the same of their servers: its plan "
+            "stands, and its stage pods are made again from the new template"
+        )
+        in said
+    ), said
+    trainer["resources"] = {"requests": {"cpu": "2"}}
+    _, said = preview(job)  # asks more of them: a plan from scratch (its servers free)
     first, *rest = said.strip().splitlines()
     assert first == (
         f"hulk plan: note: job steady: runs on {len(running)} server(s); applying this "
