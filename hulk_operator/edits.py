@@ -130,6 +130,16 @@ def placed_alike(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return all(getattr(entries[0], f) == getattr(entries[1], f) for f in PLACEMENT)
 
 
+def pods_fit_again(entry: JobEntry, snap: Snapshot) -> bool:
+    """Whether every server of the job's plan would take a new stage pod of ``entry``
+    (its requests as the namespace's LimitRange defaults fill them in): not cordoned,
+    tainted, NotReady, nor too full beside other pods. A template edit that keeps the plan
+    makes every pod again; on a server that takes none, the new pod would wait, be taken
+    as stuck and the job re-planned after all (a review)."""
+    offered = {i.name for i in snap.free(entry, also=entry.plan_nodes)}
+    return bool(entry.plan_nodes) and entry.plan_nodes <= offered
+
+
 def servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:
     """Whether every server of the job's plan meets its (new) constraints."""
     allowed = {i.name for i in matching_nodes(entry, nodes)}
@@ -242,8 +252,12 @@ async def recheck(
         if refused.message == told:
             return {}
         # (the Event too: before, kubectl describe kept the first words, "cannot hold the
-        # edited job now", after the condition said "fits nowhere"; a user trial)
-        ctx.event("Warning", refused.reason, refused.message)
+        # edited job now", after the condition said "fits nowhere"; a user trial; not for
+        # figures alone, which move as other jobs come and go: a review)
+        from hulk_operator.plan_step import same_cause  # (it imports this module's users)
+
+        if not same_cause(str(told or ""), refused.message):
+            ctx.event("Warning", refused.reason, refused.message)
         return {
             "conditions": st.set_condition(
                 conds, st.PLANNED, False, refused.reason, refused.message, gen

@@ -288,11 +288,17 @@ def hulktrainingjob_update(
         # before, the template's alone, and an edit no node could hold was taken; a review)
         defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
         filled = dc_replace(entry, requests=filled_requests(entry, defaults))
-        refused = None
+        refused, snap = None, None
+        indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
+        indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
+                    "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
         if stands == edits.TEMPLATE_STANDS:  # its pods made again from it: checked first
-            # (the API server's dry run, a policy, a LimitRange: as any template edit)
+            # (the API server's dry run, a policy, a LimitRange: as any template edit; and
+            # every server of the plan must take a new pod: else planned as any edit)
             refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
-            stands = None if refused is not None else stands
+            snap = snapshot_now(memo, indexes)
+            if refused is not None or not edits.pods_fit_again(filled, snap):
+                stands = None
         if stands is not None:
             typo = unknown_regions(entry, nodes) if "allowedRegions" in changed else None
             if typo is not None:  # (before, said in the log alone: the typo surfaced when a
@@ -312,11 +318,8 @@ def hulktrainingjob_update(
         if refused is None:
             refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
         if refused is None:  # planned on the servers free for it: its pods go only then
-            indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
-            indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
-                        "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
-            snap = snapshot_now(memo, indexes)  # (who holds which server, reservations too)
-            snap.held = memo.placer.held(snap.held)
+            snap = snap or snapshot_now(memo, indexes)  # (who holds which server)
+            snap.held = memo.placer.held(snap.held)  # (reservations too)
             refused = edits.unplannable(memo.placer, filled, snap)
         if refused is not None:  # keep the running plan and its pods; say why
             conds = list(status.get("conditions") or [])

@@ -107,7 +107,7 @@ class Placer:
         # the speedup a FasterPlanAvailable posted said: one within ADVICE_ALIKE of it is
         # not posted again in other words (a time-budgeted planner's figures vary from look
         # to look: a trial saw 2.09x, then 1.98x 30 s later, nothing changed)
-        self.told_speedup: dict[Key, float] = {}
+        self.told_speedup: dict[Key, tuple[Any, float]] = {}
         # how many times faster the last look's plan was than the job's (None: no plan,
         # or not scored): hulk_job_free_speedup, set by the job's own reconciliation
         self.speedups: dict[Key, float | None] = {}
@@ -546,18 +546,20 @@ class Placer:
             if advising:
                 took = time.perf_counter() - started
                 self._advise_next = decision.clock() + took * (1 / self.advise_share - 1)
-            was = self.told_speedup.get(entry.key)
+            was = self.told_speedup.get(entry.key)  # (of this very plan: a re-plan or
+            # an edit since makes it another's figure; a review)
             alike = (
                 advising
                 and was is not None
                 and speedup is not None
-                and abs(speedup / was - 1) < ADVICE_ALIKE
+                and was[0] == (current.stages, entry.generation)
+                and abs(speedup / was[1] - 1) < ADVICE_ALIKE
             )
             if declined is not None and self.regrow_told.get(entry.key) != declined and not alike:
                 self.regrow_declined[entry.key] = declined  # (the same words: told once)
                 self.regrow_told[entry.key] = declined
                 if advising and speedup is not None:
-                    self.told_speedup[entry.key] = speedup
+                    self.told_speedup[entry.key] = ((current.stages, entry.generation), speedup)
             if self.on_round:
                 self.on_round(time.perf_counter() - started, {entry.key: d} if d else {})
             if d is not None:
@@ -604,8 +606,13 @@ class Placer:
     def try_plan(self, entry: JobEntry, servers: Sequence[NodeInfo], snap: Snapshot) -> Decision:
         """The job alone planned on ``servers``, as a round would plan it there (blocking,
         outside the planning lock: nothing is reserved): whether an edit of a running job
-        can be placed before its pods are removed (``edits.unplannable``)."""
-        return self._planning(servers, snap)([entry])[entry.key]
+        can be placed before its pods are removed (``edits.unplannable``); no baselines
+        (nothing reads them here, and they ran unbounded: a review)."""
+        opts = {**self.opts}
+        return plan_group(
+            [entry], servers, snap, self.plan_fn, planner=self.planner, baselines=False,
+            **opts,  # type: ignore[arg-type]
+        )[entry.key]  # fmt: skip
 
     def _planning(
         self, servers: Sequence[NodeInfo], snap: Snapshot, previous: JobPlan | None = None

@@ -114,7 +114,9 @@ async def make_pods(
     if told is not None:
         ctx.event("Normal", "Planned", told)
     remade = diff.recreated()
-    if replanned is None and remade and status.get("phase") == st.RUNNING:
+    # (not where pods of another template go: a template edit's rollout, not a deletion;
+    # before, every image edit that kept its plan posted this Warning: a review)
+    if replanned is None and remade and not diff.delete and status.get("phase") == st.RUNNING:
         msg = (
             f"stage pod(s) {', '.join(sorted(remade))} of a running job were deleted; "
             "created again on the same server(s)"

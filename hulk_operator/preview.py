@@ -528,6 +528,8 @@ def _stands(
         plan,
         lambda: edits.servers_match(mine, snap.nodes),
     )
+    if why == edits.TEMPLATE_STANDS and not edits.pods_fit_again(mine, snap):
+        return None  # (a server of the plan takes no new pod: planned as any edit)
     jp = st.job_plan_from_status(entry.key[1], status)
     if why is None or jp is None:
         return None

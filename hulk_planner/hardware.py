@@ -63,9 +63,12 @@ def known_class(product: str) -> tuple[str, GpuClass] | None:
     """(compute capability, class) of a product this table names exactly (``BY_CAPABILITY``,
     case and spaces aside), or None: its memory per GPU and capability where the name
     says neither (``NVIDIA-RTX-A5000``: 24 GiB, 8.6)."""
-    want = product.upper().replace(" ", "-")
+
+    def bare(name: str) -> str:  # ("RTX A5000" is NVIDIA-RTX-A5000, as GFD may name it)
+        return name.upper().replace(" ", "-").removeprefix("NVIDIA-")
+
     for capability, cls in BY_CAPABILITY.items():
-        if cls.product.upper() == want:
+        if bare(cls.product) == bare(product):
             return capability, cls
     return None
 

@@ -188,6 +188,7 @@ def _add_node(args: argparse.Namespace) -> int:
 def _latencies(args: argparse.Namespace) -> int:
     """Publishes the paper's latencies into the running sandbox (before, a sandbox started
     by hand had none, and only ``hulk demo`` replayed them: a user trial)."""
+    import urllib3
     from kubernetes.client.exceptions import ApiException
 
     from hulk_operator import crd
@@ -205,7 +206,18 @@ def _latencies(args: argparse.Namespace) -> int:
         with box.api_client() as api:
             crd.install(api, peering=False)  # (what the operator installs at its start)
             while True:
-                done = publish_paper(api)
+                try:
+                    done = publish_paper(api)
+                except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
+                    if not args.every:
+                        raise
+                    # (kept publishing: a refresher in the background that died on one
+                    # refused write left the operator's reports to age out; a review)
+                    said = api_said(exc) if isinstance(exc, ApiException) else None
+                    print(f"hulk sandbox: not published now ({said or exc}); again in "
+                          f"{args.every:g} s", file=sys.stderr, flush=True)  # fmt: skip
+                    time.sleep(args.every)
+                    continue
                 if not done.nodes:
                     raise SandboxError(
                         "none of the sandbox's nodes is one of the paper's servers, so there "

@@ -2506,6 +2506,7 @@ def test_an_image_edit_keeps_the_plan_and_makes_the_stage_pods_again(
     assert job["status"]["plan"]["stages"] == stages  # the same servers, layers, order
     assert not before & {p.metadata.uid for p in kube.live_pods("imaged")}
     assert job["status"]["phase"] == "Running" and job["status"].get("replans", 0) == 0
+    assert not kube.events("StageRecreated")  # (a rollout, not pods deleted: a review)
     check_pods_match_plans(kube, ["imaged"])
 
 

@@ -369,3 +369,28 @@ def test_a_template_edit_that_asks_the_same_of_the_servers_leaves_the_plan_stand
     # a plan that keeps no record of its spec (an older operator's): planned again
     assert plan_stands(SPEC, with_container(image="x"), {"specHashes": plan["specHashes"]},
                        lambda: True) is None  # fmt: skip
+
+
+def test_a_template_edit_keeps_its_plan_only_where_every_server_takes_a_new_pod() -> None:
+    """Its pods are all made again: a server of the plan that is cordoned (its stage runs
+    on: the default) or too full takes none, and the new pod would wait, be taken as stuck
+    and the job re-planned after all (a review): such an edit is planned as any other."""
+    from dataclasses import replace
+
+    from placement_helpers import entry, nodes
+
+    from hulk_operator.edits import pods_fit_again
+    from hulk_operator.latencies import Latencies
+    from hulk_operator.snapshot import Snapshot
+    from hulk_planner.datasets import paper_jobs
+
+    cluster = nodes()
+    own = frozenset(sorted(cluster)[:2])
+    e = entry(paper_jobs()[2], plan_nodes=own)
+    held = dict.fromkeys(own, e.key)
+    assert pods_fit_again(e, Snapshot(cluster, Latencies(), {e.key: e}, held))
+    first = sorted(own)[0]
+    cordoned = {**cluster, first: replace(cluster[first], unschedulable=True)}
+    assert not pods_fit_again(e, Snapshot(cordoned, Latencies(), {e.key: e}, held))
+    assert not pods_fit_again(replace(e, plan_nodes=frozenset()), Snapshot(cluster, Latencies(),
+                              {e.key: e}, held))  # fmt: skip
