@@ -1137,20 +1137,21 @@ def test_replacing_a_job_is_handled_as_an_edit_from_what_its_pods_run(
     time.sleep(2)
     assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("swapped")} == before
     assert not kube.events("StageRecreated")
-    # another template: planned again as an edit (the old pods replaced by the new plan's)
+    # another template: taken as an edit (a label asks nothing more of the servers: the
+    # plan stands and the pods are made again from the new template)
     spec["template"]["metadata"] = {"labels": {"team": "nlp"}}
     replace_with(spec)
 
-    def replanned() -> bool:
+    def relabelled() -> bool:
         pods = kube.live_pods("swapped")
         ok = pods and all((p.metadata.labels or {}).get("team") == "nlp" for p in pods)
         return kube.phase("swapped") == "Running" and bool(ok)
 
-    wait("planned again", replanned, 60)
+    wait("made again", relabelled, 60)
     said = sorted(e.message for e in kube.events("SpecChanged"))
     assert said == [
-        "spec.template changed: planning it again; the new plan's stage pods replace those it "
-        "changes",
+        "spec.template changed, and its stage pods ask the same of their servers: its plan "
+        "stands, and its stage pods are made again from the new template",
         "the spec is back to the one its pods run: its plan stands; the refusal of the "
         "earlier edit is lifted",  # (the first replace)
     ], said
