@@ -249,7 +249,7 @@ def no_room_now(
     own = sum(1 for s in free if held.get(s.name) == entry.key)
     taken = len(usable) - len(mine)
     barred = len(mine) - len(free)
-    rest = ", ".join(
+    others = ", ".join(
         part
         for part in (
             f"{taken} held by other jobs" if taken else "",
@@ -264,7 +264,7 @@ def no_room_now(
         else f"one layer needs {gib_text(layer)} of GPU memory, the largest of the "
         f"{len(free)} server(s) free for it ({own} its own) has {gib_text(room)} usable"
     )
-    rest = f" (of the servers it may use, {rest})" if rest else ""
+    rest = f" (of the servers it may use, {others})" if others else ""
     return f"the servers free now cannot hold the edited job: {short}{rest}"
 
 

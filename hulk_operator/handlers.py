@@ -283,21 +283,26 @@ def hulktrainingjob_update(
     if plan is not None and not ended and not suspending:
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
-        cut = latencies_now(memo).unreachable
-        # (the stage pods' requests as the namespace's LimitRange defaults fill them in:
-        # before, the template's alone, and an edit no node could hold was taken; a review)
-        defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
-        filled = dc_replace(entry, requests=filled_requests(entry, defaults))
         refused, snap = None, None
-        indexes = {k: v for k, v in _.items() if k.startswith("hulk_")}
-        indexes |= {"hulk_nodes": hulk_nodes, "hulk_jobs": hulk_jobs, "hulk_pods": hulk_pods,
-                    "hulk_limit_defaults": hulk_limit_defaults}  # fmt: skip
-        if stands == edits.TEMPLATE_STANDS:  # its pods made again from it: checked first
-            # (the API server's dry run, a policy, a LimitRange: as any template edit; and
-            # every server of the plan must take a new pod: else planned as any edit)
+        if stands is None or stands == edits.TEMPLATE_STANDS:  # new pods: checked first
+            # (the API server's dry run, a policy, a LimitRange, as for any template edit; a
+            # template edit that keeps its plan needs every server of it to take a new pod.
+            # The stage pods' requests as the namespace's LimitRange defaults fill them in:
+            # before, the template's alone, and an edit no node could hold was taken; a review)
+            defaults = list((hulk_limit_defaults or {}).get(namespace or "", ()))
+            filled = dc_replace(entry, requests=filled_requests(entry, defaults))
+            cut = latencies_now(memo).unreachable
             refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
-            snap = snapshot_now(memo, indexes)
-            if refused is not None or not edits.pods_fit_again(filled, snap):
+            if refused is None:  # (who holds which server now)
+                indexes = {
+                    **_,
+                    "hulk_nodes": hulk_nodes,
+                    "hulk_jobs": hulk_jobs,
+                    "hulk_pods": hulk_pods,
+                    "hulk_limit_defaults": hulk_limit_defaults,
+                }
+                snap = snapshot_now(memo, indexes)
+            if stands is not None and (snap is None or not edits.pods_fit_again(filled, snap)):
                 stands = None
         if stands is not None:
             typo = unknown_regions(entry, nodes) if "allowedRegions" in changed else None
@@ -315,10 +320,8 @@ def hulktrainingjob_update(
             else:
                 logger.info(f"{name}: {stands}")
             return
-        if refused is None:
-            refused = edits.refusal(memo.api, name, namespace, after, filled, nodes, cut)
-        if refused is None:  # planned on the servers free for it: its pods go only then
-            snap = snap or snapshot_now(memo, indexes)  # (who holds which server)
+        if snap is not None and refused is None:  # planned on the servers free for it:
+            # its pods go only where a plan fits
             snap.held = memo.placer.held(snap.held)  # (reservations too)
             refused = edits.unplannable(memo.placer, filled, snap)
         if refused is not None:  # keep the running plan and its pods; say why

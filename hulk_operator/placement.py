@@ -608,17 +608,19 @@ class Placer:
         outside the planning lock: nothing is reserved): whether an edit of a running job
         can be placed before its pods are removed (``edits.unplannable``); no baselines
         (nothing reads them here, and they ran unbounded: a review)."""
-        opts = {**self.opts}
-        return plan_group(
-            [entry], servers, snap, self.plan_fn, planner=self.planner, baselines=False,
-            **opts,  # type: ignore[arg-type]
-        )[entry.key]  # fmt: skip
+        return self._planning(servers, snap, baselines=False)([entry])[entry.key]
 
     def _planning(
-        self, servers: Sequence[NodeInfo], snap: Snapshot, previous: JobPlan | None = None
+        self,
+        servers: Sequence[NodeInfo],
+        snap: Snapshot,
+        previous: JobPlan | None = None,
+        baselines: bool | None = None,
     ) -> Callable[..., dict[Key, Decision]]:
         """A job group planned on ``servers`` (or the ``only`` ones of them), a re-plan of
-        ``previous`` where given: for ``within_quota``'s tries."""
+        ``previous`` where given: for ``within_quota``'s tries. ``baselines``: whether the
+        baselines are planned too (the operator's setting by default)."""
+        with_baselines = self.baselines if baselines is None else baselines
 
         def plan(members: list[JobEntry], only: Collection[str] | None = None) -> Any:
             return plan_group(
@@ -628,7 +630,7 @@ class Placer:
                 self.plan_fn,
                 planner=self.planner,
                 previous=Plan(self.planner, (previous,)) if previous else None,
-                baselines=self.baselines,
+                baselines=with_baselines,
                 **self.opts,  # type: ignore[arg-type]
             )
 

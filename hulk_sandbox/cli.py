@@ -14,8 +14,12 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hulk_sandbox.errors import SandboxError
+
+if TYPE_CHECKING:
+    from hulk_sandbox.sandbox import Sandbox
 
 DEFAULT_DIR = ".sandbox"
 
@@ -131,6 +135,17 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _running(folder: str) -> Sandbox:
+    """The sandbox running in ``folder``, or a SandboxError that says how to start one."""
+    from hulk_sandbox.sandbox import Sandbox
+
+    box = Sandbox(folder)
+    if not box.load() or box.status()["state"] != "running":
+        raise SandboxError(f"no running sandbox in {box.dir} (start one: hulk sandbox up "
+                           f"--dir {folder}, or hulk demo --keep)")  # fmt: skip
+    return box
+
+
 def _add_node(args: argparse.Namespace) -> int:
     """Creates a kwok GPU node in the running sandbox and waits until it is Ready (before, a
     user found no command for it, only the Python API; a trial)."""
@@ -140,12 +155,8 @@ def _add_node(args: argparse.Namespace) -> int:
     from hulk_planner.hardware import known_class, tflops_for
     from hulk_planner.model import Server
     from hulk_probe.kube import said as api_said
-    from hulk_sandbox.sandbox import Sandbox
 
-    box = Sandbox(args.dir)
-    if not box.load() or box.status()["state"] != "running":
-        raise SandboxError(f"no running sandbox in {box.dir} (start one: hulk sandbox up "
-                           f"--dir {args.dir}, or hulk demo --keep)")  # fmt: skip
+    box = _running(args.dir)
     product = args.gpu_product
     # (0 given is refused below, not taken for "not given": a review)
     tflops = args.gpu_tflops if args.gpu_tflops is not None else tflops_for(product, None)
@@ -194,14 +205,10 @@ def _latencies(args: argparse.Namespace) -> int:
     from hulk_operator import crd
     from hulk_probe.kube import said as api_said
     from hulk_sandbox.latencies import publish_paper
-    from hulk_sandbox.sandbox import Sandbox
 
     if not 0 <= args.every < math.inf:
         raise SandboxError(f"--every: must be 0 (once) or seconds above 0, got {args.every:g}")
-    box = Sandbox(args.dir)
-    if not box.load() or box.status()["state"] != "running":
-        raise SandboxError(f"no running sandbox in {box.dir} (start one: hulk sandbox up "
-                           f"--dir {args.dir})")  # fmt: skip
+    box = _running(args.dir)
     try:
         with box.api_client() as api:
             crd.install(api, peering=False)  # (what the operator installs at its start)
