@@ -2500,6 +2500,7 @@ def test_an_image_edit_keeps_the_plan_and_makes_the_stage_pods_again(
             bool(pods)
             and all(p.spec.containers[0].image == "trainer:2" for p in pods)
             and kube.all_running(["imaged"])
+            and kube.phase("imaged") == "Running"  # (its status written after the pods run)
         )
 
     wait("the pods made again from the new template", rolled, 60)
