@@ -11,7 +11,9 @@ runs them with ``promtool test rules``).
 Panels: jobs by phase, plans made, planning time (p50/p95/p99 from the histogram),
 predicted step time per job, jobs waiting, faster plans on free servers, the operator's
 replicas (which acts, their memory), replans by reason, link latency as a source x target matrix
-(now) and as a heat map over time (one row per link), unreachable links, probe errors.
+(now) and as a heat map over time (one row per link), the median latency of each region pair,
+unreachable links, probe errors. The link panels show the links from the regions the
+``region`` variable selects (the probe's ``source_region`` label).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ NS = 'namespace=~"$namespace"'
 # releases, say) are added up. Before, max() over every series showed 3 where two releases
 # ran 3 and 2 (a user trial); charts/dashboard-test.yaml checks the sums with promtool.
 PER_OPERATOR = "max by (namespace, job)"
+# The link panels: the links from the selected regions (the source node's; "All" is .*,
+# which matches the links of nodes without a region label too)
+REGION = 'source_region=~"$region"'
 PER_OPERATOR_PHASE = "max by (namespace, job, phase)"
 
 Panel = dict[str, Any]
@@ -130,13 +135,15 @@ def panels() -> list[Panel]:
         ),
         stat(
             "Links measured",
-            "count(hulk_probe_one_way_latency_seconds) or vector(0)",
-            "Ordered node pairs with a latency estimate (hulk_probe_one_way_latency_seconds).",
+            f"count(hulk_probe_one_way_latency_seconds{{{REGION}}}) or vector(0)",
+            "Ordered node pairs with a latency estimate (hulk_probe_one_way_latency_seconds), "
+            "from the selected regions.",
         ),
         stat(
             "Links unreachable",
-            "count(hulk_probe_peer_reachable == 0) or vector(0)",
-            "Ordered node pairs whose target stopped answering the probe.",
+            f"count(hulk_probe_peer_reachable{{{REGION}}} == 0) or vector(0)",
+            "Ordered node pairs whose target stopped answering the probe, from the selected "
+            "regions.",
         ),
     ]
     for i, p in enumerate(row1):
@@ -277,12 +284,13 @@ def panels() -> list[Panel]:
                 "Probe errors",
                 [
                     target(
-                        "sum by (reason) (rate(hulk_probe_errors_total[$__rate_interval]))",
+                        f"sum by (reason) (rate(hulk_probe_errors_total{{{REGION}}}"
+                        "[$__rate_interval]))",
                         "{{reason}}",
                     )
                 ],
                 "Failed probes per second by reason: connect, timeout, io, garbled "
-                "(hulk_probe_errors_total).",
+                "(hulk_probe_errors_total), from the selected regions.",
                 unit="ops",
             ),
             12,
@@ -324,6 +332,7 @@ def panels() -> list[Panel]:
         ),
         (matrix(), 12, 12),
         (heatmap(), 12, 12),
+        (region_matrix(), 12, 12),
     ]
     out, x, y = row1, 0, 4
     for panel, w, h in rest:
@@ -345,11 +354,12 @@ def matrix() -> Panel:
         "title": "Link latency heat map: source x target (ms, now)",
         "description": "Latest one-way latency (median round trip / 2 of a 64-byte message) "
         "from each source node (row) to each target node (column), measured "
-        "by the probes (hulk_probe_one_way_latency_seconds).",
+        "by the probes (hulk_probe_one_way_latency_seconds); the sources in the selected "
+        "regions.",
         "datasource": DS,
         "targets": [
             target(
-                "max by (source, target) (hulk_probe_one_way_latency_seconds) * 1000",
+                f"max by (source, target) (hulk_probe_one_way_latency_seconds{{{REGION}}}) * 1000",
                 format="table",
                 instant=True,
             )
@@ -379,18 +389,68 @@ def matrix() -> Panel:
     }
 
 
+def region_matrix() -> Panel:
+    """The median latency of the links from each region to each other region (and within
+    each), now: what a multi-region cluster's planner chooses between."""
+    median = (
+        "quantile by (source_region, target_region) "
+        f"(0.5, hulk_probe_one_way_latency_seconds{{{REGION}}}) * 1000"
+    )
+    # (Prometheus drops an empty label: a node without a region label would make a row and
+    # column without a name; "unlabelled", as the operator's inventory calls its region)
+    for label in ("source_region", "target_region"):
+        median = f'label_replace({median}, "{label}", "unlabelled", "{label}", "")'
+    return {
+        "type": "table",
+        "title": "Median one-way latency by region pair",
+        "description": "Median of the latest one-way latencies of the links from each source "
+        "region (row) to each target region (column; the diagonal: within a region), of the "
+        "probes' hulk_probe_one_way_latency_seconds by its labels source_region and "
+        "target_region (the nodes' topology.kubernetes.io/region; unlabelled where a node "
+        "has none); the source regions selected.",
+        "datasource": DS,
+        "targets": [target(median, format="table", instant=True)],
+        "transformations": [
+            {
+                "id": "groupingToMatrix",
+                "options": {
+                    "columnField": "target_region",
+                    "rowField": "source_region",
+                    "valueField": "Value",
+                },
+            }
+        ],
+        "fieldConfig": {
+            "defaults": {
+                "unit": "ms",
+                "decimals": 1,
+                "noValue": "-",
+                "color": {"mode": "continuous-GrYlRd"},
+                "custom": {"align": "center", "cellOptions": {"type": "color-background"}},
+            },
+            "overrides": [
+                {
+                    "matcher": {"id": "byName", "options": "source_region\\target_region"},
+                    "properties": [{"id": "custom.cellOptions", "value": {"type": "auto"}}],
+                }
+            ],
+        },
+        "options": {"showHeader": True, "cellHeight": "sm"},
+    }
+
+
 def heatmap() -> Panel:
     """One row per link, time on the x axis, colour = latency."""
     return {
         "type": "heatmap",
         "title": "Link latency over time (ms, one row per link)",
         "description": "One-way latency of each source -> target link over time "
-        "(hulk_probe_one_way_latency_seconds); a row turning red is a link "
-        "slowing down.",
+        "(hulk_probe_one_way_latency_seconds), from the selected regions; a row turning "
+        "red is a link slowing down.",
         "datasource": DS,
         "targets": [
             target(
-                "max by (source, target) (hulk_probe_one_way_latency_seconds) * 1000",
+                f"max by (source, target) (hulk_probe_one_way_latency_seconds{{{REGION}}}) * 1000",
                 "{{source}} -> {{target}}",
             )
         ],
@@ -463,6 +523,25 @@ def dashboard() -> dict[str, Any]:
                     "sort": 1,
                     "hide": 0,
                 },
+                {
+                    "name": "region",
+                    "label": "Source region (link panels)",
+                    "type": "query",
+                    "datasource": DS,
+                    "query": {
+                        "query": "label_values(hulk_probe_one_way_latency_seconds, source_region)",
+                        "refId": "region",
+                    },
+                    "definition": "label_values(hulk_probe_one_way_latency_seconds, source_region)",
+                    "includeAll": True,
+                    "multi": True,
+                    # (.*, not the values joined: it matches the links of unlabelled nodes)
+                    "allValue": ".*",
+                    "current": {},
+                    "refresh": 2,
+                    "sort": 1,
+                    "hide": 0,
+                },
             ]
         },
         "panels": panels(),
@@ -474,7 +553,12 @@ def render() -> str:
 
 
 # Grafana's variables in the queries, as the promtool tests evaluate them.
-GRAFANA_VARIABLES = {"$__range": "1h", "$__rate_interval": "5m", "$namespace": ".*"}
+GRAFANA_VARIABLES = {
+    "$__range": "1h",
+    "$__rate_interval": "5m",
+    "$namespace": ".*",
+    "$region": ".*",
+}
 
 
 def panel_expr(title: str) -> str:

@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from hulk_operator.applied import FIELD_MANAGER, as_applied
 from hulk_operator.inventory import named, served
 from hulk_planner.errors import InvalidRequest
 
@@ -34,8 +35,11 @@ def documents(path: Path) -> list[dict[str, Any]]:
 def apply_crd(api: client.ApiClient, crd: dict[str, Any]) -> None:
     ext = client.ApiextensionsV1Api(api)
     name = crd["metadata"]["name"]
+    # as `kubectl apply` makes it: a later `kubectl apply -f crds/` (examples/paper-jobs.yaml
+    # says to) patches it from this base, without kubectl's warning (a review)
+    crd = as_applied(crd)
     try:
-        ext.create_custom_resource_definition(crd)  # type: ignore[arg-type]
+        ext.create_custom_resource_definition(crd, field_manager=FIELD_MANAGER)  # type: ignore[arg-type]
     except ApiException as exc:
         if exc.status != 409:
             raise

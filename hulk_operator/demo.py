@@ -1,7 +1,9 @@
 """``hulk demo``: the operator on the sandbox with the Hulk paper's cluster.
 
 Brings up the sandbox (47 kwok nodes named after the paper's servers), runs the operator in
-this process, applies the paper's four jobs (``examples/paper-jobs.yaml``), prints where
+this process, applies the paper's four jobs (``examples/paper-jobs.yaml``: created as
+``kubectl apply`` creates them, its last-applied-configuration annotation and field manager
+included, so ``kubectl apply -f`` of the edited file updates them), prints where
 their stages landed, deletes a node that hosts a stage and shows the re-placement, writes a
 PNG of the plan, and tears everything down (``--keep``: the operator serves on until
 Ctrl-C, then the sandbox and its jobs stay).
@@ -55,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 60; as probes would, else they age past the operator's "
         "--latency-max-age-s; NodeLatency objects you delete come back)",
     )
+
+
+def job_documents(path: str | Path) -> list[dict[str, Any]]:
+    """The HulkTrainingJobs of a manifest file, checked as the operator checks them (a
+    ``HulkError`` if one is wrong), as the demo creates them (``applied.as_applied``): the
+    jobs alone, another API's objects skipped, a List's items each (before, a List was
+    created as a job: a review)."""
+    from hulk_planner import io
+
+    placed = [(str(path), io.without_other_apis(io.load_documents(path)))]
+    io.jobs_from_documents(placed, operator=True)
+    return [doc for _, doc in io.placed_documents(placed)]
 
 
 def _wait(what: str, fn: Any, timeout: float = 120.0) -> None:
@@ -214,10 +228,10 @@ def run(args: argparse.Namespace) -> int:
 
     from hulk_operator import crd
     from hulk_operator import status as st
+    from hulk_operator.applied import create_applied
     from hulk_operator.cli import serve_metrics
     from hulk_operator.config import OperatorConfig
     from hulk_operator.runner import OperatorThread
-    from hulk_planner import io
     from hulk_planner.datasets import paper_cluster
     from hulk_planner.errors import HulkError, InvalidRequest, each_error
     from hulk_sandbox.errors import SandboxError
@@ -225,10 +239,7 @@ def run(args: argparse.Namespace) -> int:
     from hulk_sandbox.sandbox import Sandbox
 
     try:  # the manifests checked before anything starts: a bad file costs no sandbox
-        placed = [(args.jobs, io.without_other_apis(io.load_documents(args.jobs)))]
-        io.jobs_from_documents(placed, operator=True)
-        # the jobs alone, a List's items each (before, a List was created as a job: a review)
-        docs = [doc for _, doc in io.placed_documents(placed)]
+        docs = job_documents(args.jobs)
         config = OperatorConfig.from_env()
         if args.metrics_port is not None:
             config = replace(config, metrics_port=args.metrics_port)  # (checked by it)
@@ -317,9 +328,11 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             try:
                 start = time.monotonic()
-                for d in docs:
-                    custom.create_namespaced_custom_object(
-                        "hulk.dev", "v1alpha1", args.namespace, "hulktrainingjobs", d
+                for d in docs:  # as `kubectl apply` creates them, so that a later one
+                    # patches them from the file (without kubectl's annotation it warned and
+                    # kept fields removed from the file; a user trial)
+                    create_applied(
+                        custom, "hulk.dev", "v1alpha1", args.namespace, "hulktrainingjobs", d
                     )
 
                 def phases() -> set[Any]:

@@ -34,6 +34,7 @@ from hulk_operator.entries import (
     normalized,
     object_entry,
     planned_pod_spec,
+    pod_source,
     spec_hashes,
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
@@ -187,12 +188,14 @@ def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | No
     Before any of this, only GPU memory was counted before the running pods were removed,
     and an edit whose servers could not form a pipeline over their links removed them, the
     job left Pending for good (a user trial). Planned again only when what it was tried
-    on changed."""
+    on changed. Meanwhile the planning rounds keep the servers the edited job would use
+    from pending jobs ranked below it (``Placer.edits_waiting``), unless it fits nowhere."""
     seen = (placer.fingerprint(snap, entry), entry.generation)
     tried = placer.edit_tried.get(entry.key)
     if tried is None or tried[0] != seen:
         free = snap.free(entry, also=entry.plan_nodes)
         own = sum(1 for i in free if i.name in entry.plan_nodes)
+        nowhere = False
         why = no_room_now(entry, snap.nodes, snap.held)
         if why is None and (d := placer.try_plan(entry, free, snap)).job_plan is None:
             why = (
@@ -207,13 +210,13 @@ def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | No
                 if i.server is not None and holds(i, entry.requests, entry.init_gpus[1])
             ]
             d = placer.try_plan(entry, every, replace(snap, held={}, used={}))
-            if d.job_plan is None:
+            if nowhere := d.job_plan is None:
                 why = (
                     f"fits nowhere: no plan fits the edited job on the {len(every)} server(s) "
                     f"it may use, even were all of them free: {d.reason}; waiting for other "
                     "jobs to end does not help (fix the spec, or add servers)"
                 )
-        tried = placer.edit_tried[entry.key] = (seen, why)
+        tried = placer.edit_tried[entry.key] = (seen, why, nowhere)
     return None if tried[1] is None else Refusal(tried[1], waits=True)
 
 
@@ -223,13 +226,16 @@ async def recheck(
     spec: Mapping[str, Any],
     conds: list[dict[str, Any]],
     gen: int,
+    status: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A running job whose latest edit the cluster refused (``Planned`` reason
     ``EditRefused``), checked again every ``RECHECK_S``, and at once when the servers free
     for it change (a waiting edit is in no planning round: seen late, the servers others
     freed went to pending jobs first; a review): the status fields that plan it again from
-    scratch once the edit is allowed (as an edit accepted at once would), the refusal's
-    new words if they changed, else nothing."""
+    scratch once the edit is allowed (as an edit accepted at once would), or, for a
+    template edit that asks nothing more of the servers (``TEMPLATE_STANDS``), those that
+    keep its plan and make its pods again from the new template (before, planned from
+    scratch: a review), the refusal's new words if they changed, else nothing."""
     now = time.monotonic()
     # (its stage pods' requests as the namespace's LimitRange defaults fill them in, as
     # planning reads them: before, the template's alone, and an edit no node could hold was
@@ -245,6 +251,9 @@ async def recheck(
     ns, name = entry.key
     cut = (await ctx.latencies()).unreachable
     refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
+    if refused is None and status is not None and _template_stands(filled, spec, status, snap):
+        ctx.placer.forget(entry.key)
+        return _stands_now(ctx, spec, status, conds, gen)
     if refused is None:  # (a plan tried: its pods go only where one fits)
         refused = await asyncio.to_thread(unplannable, ctx.placer, filled, snap)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
@@ -279,6 +288,37 @@ async def recheck(
     # (every field of the old plan cleared, as for an edit allowed at once: before, kubectl
     # get showed its stages, regions and step time beside Pending; a user trial)
     return unplanned(st.PENDING) | {"stageRestarts": 0, "conditions": conds}
+
+
+def _template_stands(
+    entry: JobEntry, spec: Mapping[str, Any], status: Mapping[str, Any], snap: Snapshot
+) -> bool:
+    """Whether an edit allowed now leaves the plan standing, its pods made again from the
+    new template (``TEMPLATE_STANDS``, every server of the plan taking a new pod), as the
+    update handler judges an edit allowed at once."""
+    plan = status.get("plan") or {}
+    stands = plan_stands(None, spec, plan, lambda: servers_match(entry, snap.nodes))
+    return stands == TEMPLATE_STANDS and pods_fit_again(entry, snap)
+
+
+def _stands_now(
+    ctx: Context,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    gen: int,
+) -> dict[str, Any]:
+    """The status fields of a refused template edit allowed now that keeps its plan: the
+    plan's record of its spec follows the edit (a merge patch: the stages stay), Planned
+    says so, and a SpecChanged Event."""
+    msg = f"the cluster allows the refused edit now: {TEMPLATE_STANDS}"
+    ctx.event("Normal", "SpecChanged", msg)
+    line = st.plan_line_from_status(status)
+    conds = st.set_condition(
+        conds, st.PLANNED, True, "Planned", f"{line} ({msg})" if line else msg, gen
+    )
+    return {"plan": {"specHashes": spec_hashes(spec), "podTemplate": pod_source(spec)},
+            "conditions": conds}  # fmt: skip
 
 
 STAGES_MISSING = "StagesMissing"  # Ready's reason: a refused job's pods are not all running

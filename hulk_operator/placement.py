@@ -132,8 +132,9 @@ class Placer:
         # when a refused edit was last checked, and the servers free for it then
         self.edit_checked: dict[Key, tuple[float, tuple[NodeInfo, ...]]] = {}
         # an edit tried on the free servers (``edits.unplannable``): what it was tried on
-        # (``fingerprint``, generation) and why no plan fit (None: one did)
-        self.edit_tried: dict[Key, tuple[Any, str | None]] = {}
+        # (``fingerprint``, generation), why no plan fit (None: one did), and whether none
+        # would fit even were every server it may use free
+        self.edit_tried: dict[Key, tuple[Any, str | None, bool]] = {}
         # (uid, generation) of a waiting job whose pod template a dry run took
         self.template_checked: dict[Key, tuple[str, int]] = {}
         # job -> the causes it was told it waits for (figures aside) and when: each is
@@ -298,8 +299,11 @@ class Placer:
         return out
 
     @staticmethod
-    def fingerprint(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
-        """What a job's last failed round saw; the quota figures come last."""
+    def fingerprint(
+        snap: Snapshot, entry: JobEntry, edits: Collection[Key] = ()
+    ) -> tuple[Any, ...]:
+        """What a job's last failed round saw (``edits``: the waiting edits it planned,
+        ``edits_waiting``); the quota figures come last."""
         return (
             # the free servers as offered, with the GPUs other pods leave (before, by name:
             # a notebook's GPUs freed on a free server left the job on its old failure)
@@ -317,6 +321,9 @@ class Placer:
             snap.gpu_min(entry.key[0]),
             tuple(sorted(snap.limit_bounds.get(entry.key[0], ()))),
             repr(snap.pod_resources(entry)),  # a LimitRange default added: counted anew
+            # (an edit that kept servers from it undone, allowed or edited again: planned
+            # again, as it may get them now)
+            tuple(sorted((k, snap.jobs[k].generation) for k in edits if k in snap.jobs)),
             *quotas_seen(snap, entry),
         )
 
@@ -327,7 +334,7 @@ class Placer:
         last = self.unplaced.get(entry.key)
         if last is None:
             return None
-        seen, now = last[0], self.fingerprint(snap, entry)
+        seen, now = last[0], self.fingerprint(snap, entry, self.edits_waiting(snap))
         if seen == now:
             return last[1]
         if seen[:-1] == now[:-1] and decision.clock() - last[1].made < QUOTA_RECHECK_S:
@@ -364,6 +371,7 @@ class Placer:
                 self.prune(snap.jobs)
                 snap.held = self.held(snap.held)
                 started = time.perf_counter()
+                edits = self.edits_waiting(snap)  # (as the round planned them)
                 decisions = await asyncio.to_thread(
                     plan_pending,
                     snap,
@@ -372,6 +380,7 @@ class Placer:
                     baselines=self.baselines,
                     decided=set(self.reserved) | self._pausing(snap),
                     taken=self.reserved_use(snap),
+                    edits=edits,
                     **self.opts,  # type: ignore[arg-type]
                 )
                 placed = any(d.job_plan is not None for d in decisions.values())
@@ -379,12 +388,15 @@ class Placer:
                     continue  # (the lock is let go: the waiting re-plans hold it first)
                 if self.on_round:
                     self.on_round(time.perf_counter() - started, decisions)
-                return self._commit(snap, decisions, key)
+                return self._commit(snap, decisions, key, edits)
         raise AssertionError("unreachable")  # (the second attempt always returns)
 
-    def _commit(self, snap: Snapshot, decisions: dict[Key, Decision], key: Key) -> Decision | None:
+    def _commit(
+        self, snap: Snapshot, decisions: dict[Key, Decision], key: Key, edits: Collection[Key]
+    ) -> Decision | None:
         """Keeps a round's decisions (placed: reserved; unplaced: with what the round saw,
-        not planned again until that changes) and returns ``key``'s."""
+        ``edits`` the waiting edits it planned, not planned again until that changes) and
+        returns ``key``'s."""
         after = replace(snap, held=dict(snap.held))
         decisions = {  # (the spec each was made for: an edit since drops it, ``prune``)
             k: replace(d, generation=snap.jobs[k].generation, uid=snap.jobs[k].uid)
@@ -403,7 +415,7 @@ class Placer:
                     after.held[n] = k  # type: ignore[index]
         for k, d in decisions.items():
             if d.job_plan is None and k in snap.jobs:
-                self.unplaced[k] = (self.fingerprint(after, snap.jobs[k]), d)
+                self.unplaced[k] = (self.fingerprint(after, snap.jobs[k], edits), d)
         return decisions.get(key)
 
     async def _batch(self, snap: Snapshot, snapshot: Callable[[], Awaitable[Snapshot]]) -> Snapshot:
@@ -643,7 +655,20 @@ class Placer:
         if self.waiting_out(e, snap) is not None:
             return False
         last = self.unplaced.get(e.key)  # (a quota's figures moved: it may fit now)
-        return e.pending and (last is None or last[0] != self.fingerprint(snap, e))
+        if not e.pending:
+            return False
+        return last is None or last[0] != self.fingerprint(snap, e, self.edits_waiting(snap))
+
+    def edits_waiting(self, snap: Snapshot) -> set[Key]:
+        """Running jobs whose latest edit waits for servers to free up (``edits.
+        unplannable`` refused it at their generation, and it would fit were they free): a
+        round keeps the servers each would use from the jobs ranked below it."""
+        out = set()
+        for k, (seen, why, nowhere) in self.edit_tried.items():
+            e = snap.jobs.get(k)
+            if e is not None and why is not None and not nowhere and seen[1] == e.generation:
+                out.add(k)
+        return out
 
     def _pausing(self, snap: Snapshot) -> set[Key]:
         """Jobs that gave their servers back and wait: not planned in this round."""

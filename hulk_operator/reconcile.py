@@ -69,8 +69,8 @@ async def reconcile(
         return new | kept if kept else {}
     if (planned.get("reason"), planned.get("observedGeneration")) == (EDIT_REFUSED, gen):
         # refused by the cluster: the last valid spec's pods run on until it allows the edit
-        again = await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen)
-        if "plan" in again:  # allowed now: planned afresh
+        again = await edits.recheck(ctx, entry, body.get("spec") or {}, conds, gen, status)
+        if "plan" in again:  # allowed now: planned afresh, or its plan kept
             return new | again
         conds = again.get("conditions", conds)
         return new | again | await run_on(ctx, entry, body, status, conds, gen)

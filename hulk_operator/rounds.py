@@ -156,6 +156,7 @@ def plan_pending(
     decided: Collection[Key] = (),
     seed: int = 0,
     taken: Mapping[str, Mapping[Taken, float]] | None = None,
+    edits: Collection[Key] = (),
 ) -> dict[Key, Decision]:
     """Decisions for every pending job of the snapshot, planned together per group of
     equal constraints and priority (highest priority first); placed servers are taken out
@@ -169,8 +170,23 @@ def plan_pending(
     (``_overtaken_across``). Jobs in ``decided`` already have a
     decision that their status does not show yet: they are not planned again (their
     servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
-    toward its quotas and do not yet, by (quota, resource))."""
+    toward its quotas and do not yet, by (quota, resource)). Jobs in ``edits`` run while
+    an edit of theirs waits for room (``edits.unplannable``): each is planned, edited, in
+    its turn (its priority; it holds servers) and the servers its plan would use are kept
+    from the jobs ranked below it, but it gets no decision: its own reconciliation plans
+    the edit once it sees them free (before, a waiting edit took no part in the rounds,
+    and a pending job of lower priority got the servers another job freed first)."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
+    claims = {  # (running: its servers are held by its pods, so it ranks as holding)
+        k
+        for k in edits
+        if k in snap.jobs
+        and k not in decided
+        and not snap.jobs[k].pending
+        and not snap.jobs[k].deleting
+        and snap.jobs[k].job is not None
+    }
+    pending += [snap.jobs[k] for k in sorted(claims)]
     out: dict[Key, Decision] = {}
     # a template out of its namespace's LimitRange bounds gets no server: told here, as the
     # bounds read the template's limits, which do not group jobs (one such member made
@@ -310,6 +326,7 @@ def plan_pending(
         if _overtaken_across(by_age, groups.values(), standing, snap) < passed:
             got = by_age
     out.update(got)
+    _tell_kept(out, claims, standing, snap)
     for k, d in out.items():  # a typo among the regions: said with the plan or the reason
         note = unknown_regions(snap.jobs[k], snap.nodes)
         if note is not None and d.job_plan is not None:
@@ -317,6 +334,38 @@ def plan_pending(
         elif note is not None:
             out[k] = replace(d, reason=f"{d.reason}; {note}")
     return out
+
+
+def _tell_kept(
+    out: dict[Key, Decision],
+    claims: Collection[Key],
+    standing: Callable[[JobEntry], tuple[int, bool]],
+    snap: Snapshot,
+) -> None:
+    """Takes the waiting edits' plans out of ``out``; a job ranked below one of them and
+    left waiting is told how many servers it may use were kept for that edit (before it
+    read "other jobs or pods hold the rest" of free servers)."""
+    kept: dict[Key, set[str]] = {}
+    for k in claims:
+        d = out.pop(k, None)
+        if d is not None and d.job_plan is not None:
+            kept[k] = set(d.nodes) - snap.jobs[k].plan_nodes  # (beyond its own)
+    for k, d in list(out.items()):
+        e = snap.jobs.get(k)
+        if d.job_plan is not None or e is None:
+            continue
+        usable: set[str] | None = None
+        told = []
+        for c, servers in sorted(kept.items()):
+            if not servers or standing(snap.jobs[c]) < standing(e):
+                continue
+            if usable is None:
+                usable = {i.name for i in matching_nodes(e, snap.nodes)}
+            if n := len(servers & usable):
+                told.append(f"{n} free server(s) are kept for the edit of job {c[0]}/{c[1]}")
+        if told:
+            why = "; ".join(told) + ", which waits for servers and ranks above it"
+            out[k] = replace(d, reason=f"{d.reason}; {why}")
 
 
 def _overtaken_across(

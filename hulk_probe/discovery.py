@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
 
+#: A Node's region (kubelets set it where the provider knows it; admins on premises): the
+#: probe's per-pair series carry it as ``source_region`` and ``target_region``.
+REGION_LABEL = "topology.kubernetes.io/region"
+
 
 def peers_from_nodes(
     nodes: Iterable[Mapping[str, Any]],
@@ -50,6 +54,18 @@ def peers_from_nodes(
     return peers
 
 
+def regions_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Node name -> its ``topology.kubernetes.io/region`` label, "" where it has none
+    (every Node, annotated or not, ours included)."""
+    regions: dict[str, str] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if name:
+            regions[name] = str((meta.get("labels") or {}).get(REGION_LABEL) or "")
+    return regions
+
+
 READVERTISE_EVERY_S = 30.0  # the annotation written back at most this often
 
 # Nodes as their metadata alone (PartialObjectMetadata), else whole (an API server that
@@ -59,13 +75,16 @@ METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 
 
 def _slim(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Only what discovery reads: a Node's name and our annotation (Nodes are big)."""
+    """Only what discovery reads: a Node's name, our annotation and its region label
+    (Nodes are big)."""
     meta = node.get("metadata") or {}
     address = (meta.get("annotations") or {}).get(ADDRESS_ANNOTATION)
+    region = (meta.get("labels") or {}).get(REGION_LABEL)
     return {
         "metadata": {
             "name": meta.get("name"),
             "annotations": {ADDRESS_ANNOTATION: address} if address else {},
+            "labels": {REGION_LABEL: region} if region else {},
         }
     }
 
@@ -90,6 +109,7 @@ class NodeDirectory:
         self.watch_timeout_s = watch_timeout_s
         self._nodes: dict[str, dict[str, Any]] = {}
         self._peers: dict[str, Address] | None = None
+        self._regions: dict[str, str] | None = None
         self._stop = threading.Event()
         self.writes = 0
         self._advertised: str | None = None  # our annotation's value, once written
@@ -150,6 +170,13 @@ class NodeDirectory:
             self.metrics.api_writes.labels(self.node_name, "annotation").inc()
 
     def _emit(self) -> None:
+        # the regions first: the peers' series are made with theirs (``set_peers`` runs
+        # after this, on the event loop), and a relabelled Node's are exported again
+        regions = regions_from_nodes(self._nodes.values())
+        if regions != self._regions:
+            self._regions = regions
+            if self.metrics is not None:
+                self.metrics.set_regions(regions)
         peers = peers_from_nodes(self._nodes.values(), self.node_name, self.overrides)
         if peers != self._peers:
             self._peers = peers

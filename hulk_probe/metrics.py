@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -29,14 +29,26 @@ from hulk_probe.estimator import Estimate
 # grow as the square of the nodes (a review); Prometheus needs none of them.
 disable_created_metrics()
 
-PAIR = ("source", "target")
+# Per-pair series: the two nodes, and their regions (the Nodes' label
+# ``topology.kubernetes.io/region``; "" where a node has none), so that dashboards can
+# filter and group links by region. A region is a function of its node: no more series.
+PAIR = ("source", "target", "source_region", "target_region")
 # the operations hulk_probe_api_errors_total counts (agent.py, discovery.py)
 API_OPERATIONS = ("startup", "status", "watch-nodes")
 
 
 class ProbeMetrics:
+    """The agent's series. The per-pair ones carry both nodes' regions, which discovery
+    tells (:meth:`set_regions`, from its own thread: a lock keeps each pair's series
+    consistent with the measurer's updates on the event loop)."""
+
     def __init__(self, source: str, registry: CollectorRegistry | None = None) -> None:
         self.source = source
+        self._lock = threading.Lock()
+        self._regions: dict[str, str] = {}  # node -> region, as discovery last told
+        # target -> (source_region, target_region): the labels its series are exported under
+        self._pairs: dict[str, tuple[str, str]] = {}
+        self._last: dict[str, Estimate] = {}  # target -> its last estimate (re-exported)
         self.registry = registry if registry is not None else CollectorRegistry()
         ProcessCollector(registry=self.registry)
         r = self.registry
@@ -99,8 +111,20 @@ class ProbeMetrics:
         for operation in API_OPERATIONS:
             self.api_errors.labels(source, operation)
 
+    def _labels(self, target: str) -> tuple[str, str, str, str]:
+        """The labels of ``target``'s series, as exported (a new target: its region now)."""
+        regions = self._pairs.get(target)
+        if regions is None:
+            regions = (self._regions.get(self.source, ""), self._regions.get(target, ""))
+            self._pairs[target] = regions
+        return (self.source, target, *regions)
+
     def observe(self, target: str, estimate: Estimate) -> None:
-        labels = (self.source, target)
+        with self._lock:
+            self._last[target] = estimate
+            self._observe(self._labels(target), estimate)
+
+    def _observe(self, labels: tuple[str, ...], estimate: Estimate) -> None:
         if estimate.one_way_ms is not None:
             self.latency.labels(*labels).set(estimate.one_way_ms / 1000.0)
         else:  # no estimate (unreachable, samples dropped): no stale figure (before: the
@@ -117,24 +141,64 @@ class ProbeMetrics:
 
     def add(self, target: str) -> None:
         """A new peer: its error counters start at 0."""
+        with self._lock:
+            self._add(self._labels(target))
+
+    def _add(self, labels: tuple[str, ...]) -> None:
         for reason in PROBE_ERROR_REASONS:
-            self.errors.labels(self.source, target, reason)
+            self.errors.labels(*labels, reason)
 
     def error(self, target: str, reason: str) -> None:
-        self.errors.labels(self.source, target, reason).inc()
+        with self._lock:
+            self.errors.labels(*self._labels(target), reason).inc()
 
     def forget(self, target: str) -> None:
         """Drop a peer that left, so its series stop being exported."""
+        with self._lock:
+            self._forget(target)
+            self._last.pop(target, None)
+
+    def _forget(self, target: str) -> None:
+        regions = self._pairs.pop(target, None)
+        if regions is None:
+            return  # (never exported)
+        labels = (self.source, target, *regions)
         for gauge in (self.latency, self.samples, self.reachable, self.last_success):
             try:
-                gauge.remove(self.source, target)
+                gauge.remove(*labels)
             except KeyError:
                 pass
         for reason in PROBE_ERROR_REASONS:
             try:
-                self.errors.remove(self.source, target, reason)
+                self.errors.remove(*labels, reason)
             except KeyError:
                 pass
+
+    def set_regions(self, regions: Mapping[str, str]) -> None:
+        """The nodes' regions (node -> its ``topology.kubernetes.io/region``, "" where it
+        has none), as discovery sees them. A pair whose source's or target's region
+        changed is exported again under its new labels, and its old series are removed
+        (never left stale beside the new ones): its gauges from its last estimate, its
+        error counters from 0 (a new series; ``increase()`` over the old one ends there).
+        A node missing from ``regions`` keeps its label (a Node deleted: the measurer
+        forgets the peer next)."""
+        with self._lock:
+            self._regions = dict(regions)
+            source = self._regions.get(self.source)
+            for target, old in list(self._pairs.items()):
+                new = (
+                    old[0] if source is None else source,
+                    self._regions.get(target, old[1]),
+                )
+                if new == old:
+                    continue
+                self._forget(target)
+                self._pairs[target] = new
+                labels = (self.source, target, *new)
+                self._add(labels)
+                last = self._last.get(target)
+                if last is not None:
+                    self._observe(labels, last)
 
 
 Health = Callable[[], tuple[bool, str]]

@@ -191,6 +191,24 @@ def test_demo_keep_serves_until_sigterm_then_leaves_the_sandbox_and_jobs(tmp_pat
         # the ConfigMap the paper's jobs mount is there, as a real cluster needs it
         mounted = client.CoreV1Api(api).read_namespaced_config_map("hulk-train-stage", "kept")
         assert "def main(" in mounted.data["train_stage.py"]
+        # the paper's jobs and the CRDs are made as `kubectl apply` makes them: a later
+        # `kubectl apply -f` of the edited files patches them from that base (before, kubectl
+        # warned that the annotation was missing; a user trial)
+        from hulk_operator import crd
+        from hulk_operator.applied import LAST_APPLIED, last_applied_configuration
+        from hulk_operator.demo import EXAMPLES, job_documents
+
+        for doc in job_documents(EXAMPLES):  # (the demo's default)
+            name = doc["metadata"]["name"]
+            made = custom.get_namespaced_custom_object(GROUP, VERSION, "kept", PLURAL, name)
+            assert made["metadata"]["annotations"][LAST_APPLIED] == last_applied_configuration(
+                doc, "kept"
+            ), name
+        for doc in crd.documents(crd.JOB_CRD):
+            made_crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(
+                doc["metadata"]["name"]
+            )
+            assert made_crd.metadata.annotations[LAST_APPLIED] == last_applied_configuration(doc)
         job = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "HulkTrainingJob",

@@ -2772,6 +2772,62 @@ def test_an_edit_the_free_servers_cannot_hold_waits_while_the_job_runs(
     check_pods_match_plans(kube, ["waits"])
 
 
+def test_a_waiting_edit_gets_the_servers_freed_before_a_lower_priority_job(
+    kube: Kube, operator: Any
+) -> None:
+    """A running job of priority 10 limited to Berlin (three servers, one cordoned) whose
+    edit needs all three, and a pending job of priority 0 that needs one of them: once the
+    third is uncordoned, the edit is planned on it and the pending job waits. Before, a
+    waiting edit took no part in the planning rounds: the pending job's round took the
+    server while the edit was being allowed, and the edited job then found no room and
+    lost its pods (a known limit of the last release)."""
+    berlin = sorted(
+        (s for s in paper_cluster().servers if s.region == "Berlin"), key=lambda s: s.name
+    )
+    assert len(berlin) == 3
+    one = berlin[0].memory_bytes * MEMORY_USABLE  # (all three alike)
+
+    def sized(servers: float) -> dict[str, Any]:  # a model that needs that many servers
+        model = big_model(int(servers * one / BYTES_PER_PARAM))["spec"]
+        return {**model, "model": {k: v for k, v in model["model"].items() if v is not None}}
+
+    assert (
+        memory_need_bytes(  # (the model's memory need, as the planner counts it)
+            Job("m", ModelSpec(int(2.5 * one / BYTES_PER_PARAM), 96, 12288, 2048), 256, 1)
+        )
+        > 2 * one
+    )
+    last = berlin[-1].name
+    kube.core.patch_node(last, {"spec": {"unschedulable": True}})
+    try:
+        kube.apply(manifest("first", priority=10, allowedRegions=["berlin"], **sized(1.5)))
+        wait("Running", lambda: kube.phase("first") == "Running", 60)
+        assert set(plan_nodes(kube.job("first"))) == {s.name for s in berlin[:2]}
+        before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("first")}
+        time.sleep(1.0)  # (the indexes see the job running)
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "first", {"spec": sized(2.5)}
+        )
+        assert edit_refused(kube, "first")["reason"] == "EditRefused"
+        kube.apply(manifest("second", allowedRegions=["berlin"]))  # bert-large: one server
+        wait("second waits", lambda: condition(kube.job("second"), "Planned").get("reason"), 30)
+        assert kube.phase("second") == "Pending"
+        assert kube.phase("first") == "Running"  # (its pods as they were)
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("first")} == before
+    finally:
+        kube.core.patch_node(last, {"spec": {"unschedulable": None}})
+    wait("Running the edited spec", lambda: edit_placed(kube, "first"), 60)
+    assert set(plan_nodes(kube.job("first"))) == {s.name for s in berlin}
+    time.sleep(3 * CONFIG.reconcile_interval_s)
+    assert kube.phase("second") == "Pending"
+    c = condition(kube.job("second"), "Planned")
+    assert (c["status"], c["reason"]) == ("False", "Unschedulable"), c
+    # the edited job never waited Pending without its pods (its edit allowed, then no room)
+    lost = [e for e in kube.events("Unschedulable") if e.involved_object.name == "first"]
+    assert not lost, [e.message for e in lost]
+    check_pods_match_plans(kube, ["first"])
+
+
 def test_an_edit_no_plan_fits_on_the_free_servers_waits_while_the_job_runs(
     kube: Kube, operator: Any
 ) -> None:

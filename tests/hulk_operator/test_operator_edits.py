@@ -272,6 +272,69 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     assert [e[1] for e in told] == ["SpecChanged"]
 
 
+def test_a_refused_template_edit_allowed_later_keeps_its_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A template edit that asks nothing more of the servers (an image), refused by the
+    cluster (a policy) and allowed later, keeps its plan as one allowed at once does: the
+    plan's record of its spec follows the edit, Planned says so, and no new plan is made.
+    Before, it was planned from scratch (a review). Where a server of the plan would take
+    no new pod (cordoned), it is planned again as before."""
+    import asyncio
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from placement_helpers import entry, nodes
+
+    from hulk_operator import edits
+    from hulk_operator import status as st
+    from hulk_operator.entries import pod_source
+    from hulk_operator.latencies import Latencies
+    from hulk_operator.snapshot import Snapshot
+    from hulk_planner.datasets import paper_jobs
+
+    monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)  # the policy is gone
+    monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: None)
+    cluster = nodes()
+    own = frozenset(sorted(cluster)[:2])
+    e = entry(paper_jobs()[2], plan_nodes=own)
+    image = copy.deepcopy(SPEC)
+    image["template"]["spec"]["containers"][0]["image"] = "trainer:2"
+    status = {"plan": {"specHashes": spec_hashes(SPEC), "podTemplate": pod_source(SPEC)}}
+    told: list[tuple[str, ...]] = []
+
+    def run(nodes_now: dict[str, Any]) -> dict[str, Any]:
+        async def latencies() -> Latencies:
+            return Latencies()
+
+        async def snapshot() -> Snapshot:
+            return Snapshot(nodes_now, Latencies(), {e.key: e}, dict.fromkeys(own, e.key))
+
+        ctx = SimpleNamespace(
+            placer=SimpleNamespace(edit_checked={}, forget=lambda key: None, held=dict),
+            latencies=latencies,
+            snapshot=snapshot,
+            limit_defaults=(),
+            api=None,
+            nodes=nodes_now,
+            event=lambda *ev: told.append(ev),
+        )
+        conds = st.set_condition([], st.PLANNED, False, "EditRefused", "refused", 2)
+        return asyncio.run(edits.recheck(ctx, e, image, conds, 2, status))  # type: ignore[arg-type]
+
+    new = run(cluster)
+    assert new["plan"] == {"specHashes": spec_hashes(image), "podTemplate": pod_source(image)}
+    assert "phase" not in new  # (no Pending: its pods are made again on the same servers)
+    planned = st.condition(new, st.PLANNED)
+    assert planned is not None and (planned["status"], planned["reason"]) == ("True", "Planned")
+    assert edits.TEMPLATE_STANDS in planned["message"]
+    assert [ev[1] for ev in told] == ["SpecChanged"]
+    first = sorted(own)[0]
+    cordoned = {**cluster, first: replace(cluster[first], unschedulable=True)}
+    again = run(cordoned)  # a server of its plan takes no new pod: planned from scratch
+    assert again["phase"] == st.PENDING and again["plan"] is None
+
+
 def test_an_edit_no_plan_fits_on_the_free_servers_waits_and_is_tried_once_a_change() -> None:
     """The edited job is planned on its own servers and the free ones before its pods go:
     where their links make no pipeline (here, every pair reported unreachable), the edit
@@ -320,12 +383,14 @@ def test_an_edit_no_plan_fits_on_the_free_servers_waits_and_is_tried_once_a_chan
                                 "add servers)")  # fmt: skip
     assert len(calls) == 2  # (on the free servers, then on all)
     assert unplannable(placer, e, apart) == refused and len(calls) == 2  # (not tried again)
+    assert placer.edits_waiting(apart) == set()  # (no round keeps servers for it)
     # linked, but another job holds the rest: it waits for room (a plan on all would fit)
     taken = replace(apart, latencies=Latencies(), held=held | {n: ("ml", "x") for n in rome[2:]})
     refused = unplannable(placer, e, taken)
     assert refused is not None and refused.why.startswith(
         "the servers free now cannot hold the edited job: it needs "
     ), refused.why
+    assert placer.edits_waiting(taken) == {e.key}  # the rounds keep its servers from others
     linked = replace(apart, latencies=Latencies())  # the links back, the servers free: it fits
     assert unplannable(placer, e, linked) is None
 

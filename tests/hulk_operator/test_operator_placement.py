@@ -274,6 +274,32 @@ def test_a_cached_failure_is_planned_again_when_gpus_or_links_come_back() -> Non
     assert Placer.fingerprint(replace(state), opt) == Placer.fingerprint(state, opt)
 
 
+def test_an_edit_waiting_for_servers_joins_the_rounds_until_it_fits_nowhere_or_changes() -> None:
+    """``edits.unplannable``'s word on a running job's edit, at its generation, makes it a
+    waiting edit the rounds plan (``Placer.edits_waiting``), unless it would fit nowhere;
+    a job's cached failure is planned again once the waiting edits change."""
+    opt = paper_jobs()[0]
+    own = frozenset(sorted(nodes())[:3])
+    running = entry(replace(opt, name="w"), plan_nodes=own, phase="Running", generation=4)
+    pending = entry(replace(opt, name="p"))
+    state = snap([running, pending], held=dict.fromkeys(own, running.key))
+    placer = Placer(plan)
+    assert placer.edits_waiting(state) == set()
+    placer.edit_tried[running.key] = (("seen", 4), "no room now", False)
+    assert placer.edits_waiting(state) == {running.key}
+    placer.edit_tried[running.key] = (("seen", 3), "no room now", False)  # an older spec's
+    assert placer.edits_waiting(state) == set()
+    placer.edit_tried[running.key] = (("seen", 4), "fits nowhere: ...", True)
+    assert placer.edits_waiting(state) == set()
+    placer.edit_tried[running.key] = (("seen", 4), None, False)  # a plan fits: not waiting
+    assert placer.edits_waiting(state) == set()
+    bare = Placer.fingerprint(state, pending)
+    claimed = Placer.fingerprint(state, pending, {running.key})
+    assert claimed != bare
+    edited = replace(state, jobs={**state.jobs, running.key: replace(running, generation=5)})
+    assert Placer.fingerprint(edited, pending, {running.key}) != claimed
+
+
 def test_limitrange_default_requests_count_where_a_stage_pod_fits() -> None:
     """A template that sets no CPU or memory gets the namespace's LimitRange defaults when
     the API server admits its pods; before, the nodes were offered as if it asked nothing,

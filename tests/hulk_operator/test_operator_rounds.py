@@ -187,6 +187,42 @@ def test_a_job_re_planned_after_an_edit_keeps_first_claim_on_its_servers() -> No
     assert [k for k, d in fresh.items() if d.job_plan is not None] == [waiting.key]
 
 
+def test_a_running_jobs_waiting_edit_keeps_the_servers_it_needs_from_jobs_ranked_below() -> None:
+    """A running job whose edit waits for servers (``edits``) is planned, edited, in its
+    turn: jobs of lower priority, or of equal priority and holding no server, do not get
+    the servers its plan would use, and are told so; one of higher priority goes first.
+    Before, a waiting edit took no part in the rounds: the pending job planned first got
+    the servers another job freed (a known limit of the last release)."""
+    opt = paper_jobs()[0]  # two copies fit the paper's cluster, three do not
+    own = sorted(nodes())[:3]
+    waiting = [entry(replace(opt, name=f"p{i}"), created=1000.0 + i) for i in range(2)]
+    for priority, kept in ((10, True), (0, True), (-5, False)):
+        edited = entry(
+            replace(opt, name="w-edited", priority=priority),
+            plan_nodes=frozenset(own),
+            phase="Running",
+        )
+        s = snap([edited, *waiting], held=dict.fromkeys(own, edited.key))
+        before = plan_pending(s, plan)
+        assert all(before[e.key].job_plan is not None for e in waiting)  # (the old way)
+        d = plan_pending(s, plan, edits={edited.key})
+        assert set(d) == {e.key for e in waiting}  # no decision of its own: it runs
+        placed = [k for k, v in d.items() if v.job_plan is not None]
+        if kept:
+            assert placed == [waiting[0].key], (priority, placed)
+            told = d[waiting[1].key].reason
+            assert told.endswith(
+                "free server(s) are kept for the edit of job ml/w-edited, which waits for "
+                "servers and ranks above it"
+            ), told
+        else:
+            assert len(placed) == 2, priority  # (ranked above it: planned first)
+    # a job that is pending (its edit allowed) is planned as any: ``edits`` ignores it
+    fresh = entry(replace(opt, name="w-edited", priority=10))
+    d = plan_pending(snap([fresh, *waiting]), plan, edits={fresh.key})
+    assert d[fresh.key].job_plan is not None
+
+
 def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
     """Two OPT-175B copies fit the paper's cluster, four do not: the high-priority one
     must be among those placed, whatever the names' order (planned jointly, the first

@@ -13,6 +13,8 @@ from hulk_probe.echo import PROBE_ERROR_REASONS, EchoServer
 from hulk_probe.measurer import Measurer
 from hulk_probe.metrics import ProbeMetrics
 
+# the per-pair series' region labels where no Node told its region (no discovery here)
+NO_REGION = {"source_region": "", "target_region": ""}
 FAST = ProbeSettings(interval_s=0.1, timeout_s=0.1, window=10, failures=2, jitter=0.1)
 
 
@@ -91,15 +93,23 @@ def test_measures_live_peers_and_marks_dead_ones() -> None:
         return value
 
     assert (
-        get("hulk_probe_errors_total", {"source": "me", "target": "dead", "reason": "connect"}) >= 2
+        get(
+            "hulk_probe_errors_total",
+            {"source": "me", "target": "dead", **NO_REGION, "reason": "connect"},
+        )
+        >= 2
     )
-    assert get("hulk_probe_peer_reachable", {"source": "me", "target": "dead"}) == 0
-    assert get("hulk_probe_peer_reachable", {"source": "me", "target": "fast"}) == 1
+    assert get("hulk_probe_peer_reachable", {"source": "me", "target": "dead", **NO_REGION}) == 0
+    assert get("hulk_probe_peer_reachable", {"source": "me", "target": "fast", **NO_REGION}) == 1
     assert get(
-        "hulk_probe_one_way_latency_seconds", {"source": "me", "target": "slow"}
+        "hulk_probe_one_way_latency_seconds", {"source": "me", "target": "slow", **NO_REGION}
     ) == pytest.approx(0.010, abs=0.0015)
     assert (
-        get("hulk_probe_last_success_timestamp_seconds", {"source": "me", "target": "fast"}) > 1.7e9
+        get(
+            "hulk_probe_last_success_timestamp_seconds",
+            {"source": "me", "target": "fast", **NO_REGION},
+        )
+        > 1.7e9
     )
     assert get("hulk_probe_peers", {"source": "me"}) == 3
 
@@ -133,7 +143,7 @@ def test_a_new_peer_s_error_counters_start_at_zero() -> None:
     measurer = Measurer("me", FAST, metrics)
     measurer.set_peers({"x": ("127.0.0.1", 1)})
     for reason in PROBE_ERROR_REASONS:
-        labels = {"source": "me", "target": "x", "reason": reason}
+        labels = {"source": "me", "target": "x", **NO_REGION, "reason": reason}
         assert metrics.registry.get_sample_value("hulk_probe_errors_total", labels) == 0.0
 
 
@@ -146,14 +156,18 @@ def test_peers_that_leave_or_move_are_forgotten() -> None:
         measurer.set_peers({"x": addr_a, "y": addr_b})
         await run_for(measurer, 0.4)
         assert measurer.estimates()["x"].samples > 0
+        y_samples = {"source": "me", "target": "y", **NO_REGION}
+        assert metrics.registry.get_sample_value("hulk_probe_samples", y_samples)  # (exported)
         measurer.set_peers({"x": addr_b})  # x moved, y left
         assert set(measurer.estimates()) == {"x"}
         assert measurer.estimates()["x"].samples == 0  # measured afresh at its new address
         assert (
-            metrics.registry.get_sample_value("hulk_probe_samples", {"source": "me", "target": "y"})
+            metrics.registry.get_sample_value(
+                "hulk_probe_samples", {"source": "me", "target": "y", **NO_REGION}
+            )
             is None
         )
-        errors = {"source": "me", "target": "y", "reason": "timeout"}
+        errors = {"source": "me", "target": "y", **NO_REGION, "reason": "timeout"}
         assert metrics.registry.get_sample_value("hulk_probe_errors_total", errors) is None
         await a.close()
         await b.close()

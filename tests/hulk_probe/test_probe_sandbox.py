@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from hulk_probe import ADDRESS_ANNOTATION, GROUP, PLURAL, VERSION, harness
+from hulk_probe.discovery import REGION_LABEL
 from hulk_probe.links import links_from_node_latencies
 
 pytestmark = pytest.mark.sandbox
@@ -113,7 +114,14 @@ def test_agents_measure_injected_delays_and_publish(mesh: Any, node_names: list[
     # Prometheus and health
     code, text = agents[0].get("/metrics")
     assert code == 200
-    sample = f'hulk_probe_one_way_latency_seconds{{source="{n0}",target="{n1}"}} '
+    # (the pair's series carry its nodes' topology.kubernetes.io/region labels)
+    read: Any = core.read_node
+    region = {n: (read(n).metadata.labels or {}).get(REGION_LABEL, "") for n in (n0, n1)}
+    assert all(region.values()), region  # (the sandbox labels every node)
+    sample = (
+        f'hulk_probe_one_way_latency_seconds{{source="{n0}",source_region="{region[n0]}",'
+        f'target="{n1}",target_region="{region[n1]}"}} '
+    )
     (line,) = [row for row in text.splitlines() if row.startswith(sample)]
     assert within_goal(float(line.split()[-1]) * 1000, 20.0)
     code, text = agents[0].get("/healthz")
