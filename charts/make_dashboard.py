@@ -364,10 +364,18 @@ def matrix() -> Panel:
                 instant=True,
             )
         ],
+        **_matrix("source", "target"),
+    }
+
+
+def _matrix(row: str, column: str) -> Panel:
+    """A table panel's parts that lay an instant query's values out as a ``row`` x
+    ``column`` matrix of milliseconds, coloured by value."""
+    return {
         "transformations": [
             {
                 "id": "groupingToMatrix",
-                "options": {"columnField": "target", "rowField": "source", "valueField": "Value"},
+                "options": {"columnField": column, "rowField": row, "valueField": "Value"},
             }
         ],
         "fieldConfig": {
@@ -380,7 +388,7 @@ def matrix() -> Panel:
             },
             "overrides": [
                 {
-                    "matcher": {"id": "byName", "options": "source\\target"},
+                    "matcher": {"id": "byName", "options": f"{row}\\{column}"},
                     "properties": [{"id": "custom.cellOptions", "value": {"type": "auto"}}],
                 }
             ],
@@ -410,32 +418,7 @@ def region_matrix() -> Panel:
         "has none); the source regions selected.",
         "datasource": DS,
         "targets": [target(median, format="table", instant=True)],
-        "transformations": [
-            {
-                "id": "groupingToMatrix",
-                "options": {
-                    "columnField": "target_region",
-                    "rowField": "source_region",
-                    "valueField": "Value",
-                },
-            }
-        ],
-        "fieldConfig": {
-            "defaults": {
-                "unit": "ms",
-                "decimals": 1,
-                "noValue": "-",
-                "color": {"mode": "continuous-GrYlRd"},
-                "custom": {"align": "center", "cellOptions": {"type": "color-background"}},
-            },
-            "overrides": [
-                {
-                    "matcher": {"id": "byName", "options": "source_region\\target_region"},
-                    "properties": [{"id": "custom.cellOptions", "value": {"type": "auto"}}],
-                }
-            ],
-        },
-        "options": {"showHeader": True, "cellHeight": "sm"},
+        **_matrix("source_region", "target_region"),
     }
 
 
@@ -478,6 +461,26 @@ def heatmap() -> Panel:
     }
 
 
+def _label_variable(name: str, label: str, query: str) -> Panel:
+    """A dashboard variable of a label's values (``query``: ``label_values(...)``), any
+    number of them selected, All matching every value (``.*``)."""
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DS,
+        "query": {"query": query, "refId": name},
+        "definition": query,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {},
+        "refresh": 2,
+        "sort": 1,
+        "hide": 0,
+    }
+
+
 def dashboard() -> dict[str, Any]:
     return {
         "uid": "hulk-overview",
@@ -505,43 +508,17 @@ def dashboard() -> dict[str, Any]:
                     "hide": 0,
                     "refresh": 1,
                 },
-                {
-                    "name": "namespace",
-                    "label": "Job namespace (step time panel)",
-                    "type": "query",
-                    "datasource": DS,
-                    "query": {
-                        "query": "label_values(hulk_predicted_iteration_seconds, namespace)",
-                        "refId": "ns",
-                    },
-                    "definition": "label_values(hulk_predicted_iteration_seconds, namespace)",
-                    "includeAll": True,
-                    "multi": True,
-                    "allValue": ".*",
-                    "current": {},
-                    "refresh": 2,
-                    "sort": 1,
-                    "hide": 0,
-                },
-                {
-                    "name": "region",
-                    "label": "Source region (link panels)",
-                    "type": "query",
-                    "datasource": DS,
-                    "query": {
-                        "query": "label_values(hulk_probe_one_way_latency_seconds, source_region)",
-                        "refId": "region",
-                    },
-                    "definition": "label_values(hulk_probe_one_way_latency_seconds, source_region)",
-                    "includeAll": True,
-                    "multi": True,
-                    # (.*, not the values joined: it matches the links of unlabelled nodes)
-                    "allValue": ".*",
-                    "current": {},
-                    "refresh": 2,
-                    "sort": 1,
-                    "hide": 0,
-                },
+                _label_variable(
+                    "namespace",
+                    "Job namespace (step time panel)",
+                    "label_values(hulk_predicted_iteration_seconds, namespace)",
+                ),
+                # (.*, not the values joined: it matches the links of unlabelled nodes)
+                _label_variable(
+                    "region",
+                    "Source region (link panels)",
+                    "label_values(hulk_probe_one_way_latency_seconds, source_region)",
+                ),
             ]
         },
         "panels": panels(),

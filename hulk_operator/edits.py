@@ -230,8 +230,9 @@ async def recheck(
 ) -> dict[str, Any]:
     """A running job whose latest edit the cluster refused (``Planned`` reason
     ``EditRefused``), checked again every ``RECHECK_S``, and at once when the servers free
-    for it change (a waiting edit is in no planning round: seen late, the servers others
-    freed went to pending jobs first; a review): the status fields that plan it again from
+    for it change (seen late, the servers others freed went to pending jobs first; a
+    review; meanwhile the rounds keep them from jobs ranked below it: ``Placer.
+    edits_waiting``): the status fields that plan it again from
     scratch once the edit is allowed (as an edit accepted at once would), or, for a
     template edit that asks nothing more of the servers (``TEMPLATE_STANDS``), those that
     keep its plan and make its pods again from the new template (before, planned from
@@ -256,6 +257,8 @@ async def recheck(
         return _stands_now(ctx, spec, status, conds, gen)
     if refused is None:  # (a plan tried: its pods go only where one fits)
         refused = await asyncio.to_thread(unplannable, ctx.placer, filled, snap)
+    else:  # refused by a rule, not for room: no round keeps servers for it meanwhile
+        ctx.placer.edit_tried.pop(entry.key, None)
     told = (st.condition({"conditions": conds}, st.PLANNED) or {}).get("message")
     if refused is not None:
         if refused.message == told:
@@ -272,7 +275,7 @@ async def recheck(
                 conds, st.PLANNED, False, refused.reason, refused.message, gen
             )
         }
-    ctx.placer.forget(entry.key)
+    ctx.placer.edit_allowed(entry.key, gen)  # (a waiting edit until seen pending)
     msg = (
         "the cluster allows the refused edit now: planning the job again; the new plan's "
         "stage pods replace those it changes"
@@ -312,6 +315,8 @@ def _stands_now(
     plan's record of its spec follows the edit (a merge patch: the stages stay), Planned
     says so, and a SpecChanged Event."""
     msg = f"the cluster allows the refused edit now: {TEMPLATE_STANDS}"
+    if (st.condition(status, st.READY) or {}).get("reason") == STAGES_MISSING:
+        msg += "; its missing stage pods are made again"  # (as the update handler says)
     ctx.event("Normal", "SpecChanged", msg)
     line = st.plan_line_from_status(status)
     conds = st.set_condition(

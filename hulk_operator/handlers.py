@@ -329,7 +329,11 @@ def hulktrainingjob_update(
             patch.status["conditions"] = refused_edit(conds, refused, gen)
             _warn(body, logger, refused.reason, refused.message)
             return
-    memo.placer.forget((namespace or "", name))
+    if plan is not None and not ended and not suspending:  # (a running job planned again:
+        # a waiting edit for the rounds until the index shows it pending)
+        memo.placer.edit_allowed((namespace or "", name), gen)
+    else:
+        memo.placer.forget((namespace or "", name))
     failed = phase == st.PHASE_FAILED
     if plan is not None or failed:
         # no plan, none of the old one's summary (before, Ready=True "8/8 stage pods

@@ -135,6 +135,10 @@ class Placer:
         # (``fingerprint``, generation), why no plan fit (None: one did), and whether none
         # would fit even were every server it may use free
         self.edit_tried: dict[Key, tuple[Any, str | None, bool]] = {}
+        # a running job's edit allowed (planned afresh), by generation: still planned as a
+        # waiting edit until the jobs' index shows it pending (``edits_waiting``: before,
+        # between the two a round gave the servers its plan needed to lower-ranked jobs)
+        self.edit_claimed: dict[Key, int] = {}
         # (uid, generation) of a waiting job whose pod template a dry run took
         self.template_checked: dict[Key, tuple[str, int]] = {}
         # job -> the causes it was told it waits for (figures aside) and when: each is
@@ -411,6 +415,8 @@ class Placer:
                 others = {n for o, od in decisions.items() if o != k for n in od.nodes}
                 self._reserve(k, d, others)
                 self.unplaced.pop(k, None)
+                self.edit_claimed.pop(k, None)  # (placed: its edit waits no more)
+                self.edit_tried.pop(k, None)
                 for n in d.nodes:
                     after.held[n] = k  # type: ignore[index]
         for k, d in decisions.items():
@@ -661,12 +667,25 @@ class Placer:
 
     def edits_waiting(self, snap: Snapshot) -> set[Key]:
         """Running jobs whose latest edit waits for servers to free up (``edits.
-        unplannable`` refused it at their generation, and it would fit were they free): a
-        round keeps the servers each would use from the jobs ranked below it."""
+        unplannable`` tried it at their generation, and it would fit were they free), or
+        was just allowed (``edit_claimed``) and is not yet seen pending: a round keeps the
+        servers each would use from the jobs ranked below it. Records of jobs gone,
+        edited again or seen pending are dropped."""
         out = set()
-        for k, (seen, why, nowhere) in self.edit_tried.items():
+        # (copies: ``unplannable`` and the update handler write them from other threads)
+        for k, tried in list(self.edit_tried.items()):
             e = snap.jobs.get(k)
-            if e is not None and why is not None and not nowhere and seen[1] == e.generation:
+            if e is None or e.pending or tried[0][1] != e.generation:
+                if self.edit_tried.get(k) is tried:
+                    del self.edit_tried[k]
+            elif not tried[2]:  # (one that fits nowhere keeps nothing from anyone)
+                out.add(k)
+        for k, gen in list(self.edit_claimed.items()):
+            e = snap.jobs.get(k)
+            if e is None or e.pending or gen != e.generation:
+                if self.edit_claimed.get(k) == gen:
+                    del self.edit_claimed[k]
+            else:
                 out.add(k)
         return out
 
@@ -698,3 +717,10 @@ class Placer:
         self.unplaced.pop(key, None)
         self.edit_checked.pop(key, None)
         self.edit_tried.pop(key, None)
+        self.edit_claimed.pop(key, None)
+
+    def edit_allowed(self, key: Key, generation: int) -> None:
+        """A running job's edit is allowed and planned afresh: the job's records go
+        (``forget``), and it is planned as a waiting edit until seen pending."""
+        self.forget(key)
+        self.edit_claimed[key] = generation

@@ -18,6 +18,7 @@ from hulk_operator.entries import JobEntry, Key
 from hulk_operator.errors import classify
 from hulk_operator.fit import (
     matching_nodes,
+    no_room_now,
     planned_within,
     too_big_for,
     unknown_regions,
@@ -222,8 +223,10 @@ def plan_pending(
     # different priorities shared the servers, and a higher one could get the slower plan
     # (a user trial: priority 100 on 1 server at 796 s, priority 0 on 2 at 658 s)
     groups: dict[tuple[Any, ...], list[JobEntry]] = {}
-    for e in sorted(pending, key=lambda e: e.key):
-        groups.setdefault((e.constraints, _priority(e)), []).append(e)
+    for e in sorted(pending, key=lambda e: e.key):  # (a waiting edit alone: planned with
+        # others, its own running servers could go to them)
+        alone = e.key if e.key in claims else None
+        groups.setdefault((e.constraints, _priority(e), alone), []).append(e)
 
     def scope(g: list[JobEntry]) -> tuple[tuple[int, bool], int, float]:
         # of equal standing, the group its constraints allow fewer servers first: a job
@@ -264,6 +267,9 @@ def plan_pending(
         given = {ns: dict(use) for ns, use in (taken or {}).items()}
         got: dict[Key, Decision] = {}
         for group in order:
+            if group[0].key in claims:
+                _claim(group[0], plan, held, got, snap)
+                continue
             todo = []
             for e in group:  # no Service to be had: no server held (its pods would wait on it)
                 why = snap.service_short(e, snap.waiting_services(e.key[0], held, e.key))
@@ -313,7 +319,8 @@ def plan_pending(
         return got
 
     got = run(sorted(groups.values(), key=scope, reverse=True))
-    passed = _overtaken_across(got, groups.values(), standing, snap)
+    queued = [g for g in groups.values() if g[0].key not in claims]  # (the jobs to place)
+    passed = _overtaken_across(got, queued, standing, snap)
     if passed:
         # an older job waits while a newer one of its standing, of a group planned before
         # its own, holds a server it may use: the groups planned again oldest first, and
@@ -323,10 +330,10 @@ def plan_pending(
             return (max(standing(e) for e in g), max(-e.created for e in g), scope(g)[1])
 
         by_age = run(sorted(groups.values(), key=age, reverse=True))
-        if _overtaken_across(by_age, groups.values(), standing, snap) < passed:
+        if _overtaken_across(by_age, queued, standing, snap) < passed:
             got = by_age
     out.update(got)
-    _tell_kept(out, claims, standing, snap)
+    _tell_kept(out, claims, standing, snap, got)
     for k, d in out.items():  # a typo among the regions: said with the plan or the reason
         note = unknown_regions(snap.jobs[k], snap.nodes)
         if note is not None and d.job_plan is not None:
@@ -336,15 +343,39 @@ def plan_pending(
     return out
 
 
+def _claim(
+    e: JobEntry,
+    plan: Callable[[list[JobEntry]], dict[Key, Decision]],
+    held: dict[str, Key],
+    got: dict[Key, Decision],
+    snap: Snapshot,
+) -> None:
+    """A running job whose edit waits for servers (``plan_pending``'s ``edits``), in its
+    turn: planned alone, edited, on its own servers and those the groups before it left,
+    unless their GPU memory alone cannot hold it (``no_room_now``: not planned, as its own
+    check would refuse it too); the servers of its plan held for the rest of the round
+    (its running ones stay held by its pods whatever it gets). No quotas: what they would
+    take off its plan stays kept, for this round."""
+    need = replace(e, requests=snap.stage_requests(e))
+    if no_room_now(need, snap.nodes, held) is not None:
+        return
+    d = plan([e])[e.key]
+    for n in d.nodes:
+        held[n] = e.key
+    got[e.key] = d
+
+
 def _tell_kept(
     out: dict[Key, Decision],
     claims: Collection[Key],
     standing: Callable[[JobEntry], tuple[int, bool]],
     snap: Snapshot,
+    planned: Collection[Key],
 ) -> None:
-    """Takes the waiting edits' plans out of ``out``; a job ranked below one of them and
-    left waiting is told how many servers it may use were kept for that edit (before it
-    read "other jobs or pods hold the rest" of free servers)."""
+    """Takes the waiting edits' plans out of ``out``; a job ranked below one of them,
+    ``planned`` in the round and left waiting, is told how many servers it may use were
+    kept for that edit (before it read "other jobs or pods hold the rest" of free
+    servers)."""
     kept: dict[Key, set[str]] = {}
     for k in claims:
         d = out.pop(k, None)
@@ -352,12 +383,12 @@ def _tell_kept(
             kept[k] = set(d.nodes) - snap.jobs[k].plan_nodes  # (beyond its own)
     for k, d in list(out.items()):
         e = snap.jobs.get(k)
-        if d.job_plan is not None or e is None:
+        if d.job_plan is not None or e is None or k not in planned:
             continue
         usable: set[str] | None = None
         told = []
         for c, servers in sorted(kept.items()):
-            if not servers or standing(snap.jobs[c]) < standing(e):
+            if not servers or standing(snap.jobs[c]) <= standing(e):
                 continue
             if usable is None:
                 usable = {i.name for i in matching_nodes(e, snap.nodes)}

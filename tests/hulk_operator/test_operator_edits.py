@@ -224,6 +224,36 @@ def test_an_edit_that_changes_nothing_is_stamped_all_the_same(
     assert not handlers._edit_unseen(("ns", "j"), body, {**status, **patch["status"]}, kopf.Memo())
 
 
+def recheck_context(snap: Any, nodes: dict[str, Any], told: list[tuple[str, ...]]) -> Any:
+    """What ``edits.recheck`` reads of the operator's context: ``snap`` its snapshot, the
+    Events it posts appended to ``told``."""
+    from types import SimpleNamespace
+
+    from hulk_operator.latencies import Latencies
+
+    async def latencies() -> Latencies:
+        return Latencies()
+
+    async def snapshot() -> Any:
+        return snap
+
+    def ignore(*_: Any) -> None:
+        return None
+
+    placer = SimpleNamespace(
+        edit_checked={}, edit_tried={}, forget=ignore, edit_allowed=ignore, held=dict
+    )
+    return SimpleNamespace(
+        placer=placer,
+        latencies=latencies,
+        snapshot=snapshot,
+        limit_defaults=(),
+        api=None,
+        nodes=nodes,
+        event=lambda *ev: told.append(ev),
+    )
+
+
 def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -237,28 +267,13 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
 
     from hulk_operator import edits
     from hulk_operator import status as st
-    from hulk_operator.latencies import Latencies
     from hulk_planner.datasets import paper_jobs
 
     monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)  # the cluster allows it now
     monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: None)  # and a plan fits
     told: list[tuple[str, ...]] = []
 
-    async def latencies() -> Latencies:
-        return Latencies()
-
-    async def snapshot() -> SimpleNamespace:
-        return SimpleNamespace(held={}, free=lambda e, also=(): [])
-
-    ctx = SimpleNamespace(
-        placer=SimpleNamespace(edit_checked={}, forget=lambda key: None, held=dict),
-        latencies=latencies,
-        snapshot=snapshot,
-        limit_defaults=(),
-        api=None,
-        nodes={},
-        event=lambda *e: told.append(e),
-    )
+    ctx = recheck_context(SimpleNamespace(held={}, free=lambda e, also=(): []), {}, told)
     conds = st.set_condition([], st.READY, True, "AllStagesRunning", "4/4 stage pods running", 1)
     conds = st.set_condition(conds, st.PLANNED, False, "EditRefused", "refused", 2)
     new = asyncio.run(edits.recheck(ctx, entry(paper_jobs()[2]), {}, conds, 2))  # type: ignore[arg-type]
@@ -282,7 +297,6 @@ def test_a_refused_template_edit_allowed_later_keeps_its_plan(
     no new pod (cordoned), it is planned again as before."""
     import asyncio
     from dataclasses import replace
-    from types import SimpleNamespace
 
     from placement_helpers import entry, nodes
 
@@ -304,21 +318,8 @@ def test_a_refused_template_edit_allowed_later_keeps_its_plan(
     told: list[tuple[str, ...]] = []
 
     def run(nodes_now: dict[str, Any]) -> dict[str, Any]:
-        async def latencies() -> Latencies:
-            return Latencies()
-
-        async def snapshot() -> Snapshot:
-            return Snapshot(nodes_now, Latencies(), {e.key: e}, dict.fromkeys(own, e.key))
-
-        ctx = SimpleNamespace(
-            placer=SimpleNamespace(edit_checked={}, forget=lambda key: None, held=dict),
-            latencies=latencies,
-            snapshot=snapshot,
-            limit_defaults=(),
-            api=None,
-            nodes=nodes_now,
-            event=lambda *ev: told.append(ev),
-        )
+        snap = Snapshot(nodes_now, Latencies(), {e.key: e}, dict.fromkeys(own, e.key))
+        ctx = recheck_context(snap, nodes_now, told)
         conds = st.set_condition([], st.PLANNED, False, "EditRefused", "refused", 2)
         return asyncio.run(edits.recheck(ctx, e, image, conds, 2, status))  # type: ignore[arg-type]
 

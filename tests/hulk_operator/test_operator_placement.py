@@ -274,30 +274,48 @@ def test_a_cached_failure_is_planned_again_when_gpus_or_links_come_back() -> Non
     assert Placer.fingerprint(replace(state), opt) == Placer.fingerprint(state, opt)
 
 
-def test_an_edit_waiting_for_servers_joins_the_rounds_until_it_fits_nowhere_or_changes() -> None:
+def test_an_edit_waiting_for_servers_joins_the_rounds_until_it_is_placed_or_changes() -> None:
     """``edits.unplannable``'s word on a running job's edit, at its generation, makes it a
     waiting edit the rounds plan (``Placer.edits_waiting``), unless it would fit nowhere;
-    a job's cached failure is planned again once the waiting edits change."""
-    opt = paper_jobs()[0]
+    an edit allowed stays one until the job is seen pending (before, a round between the
+    two gave its servers away: a review); records of another generation or of a pending
+    job go. A job a waiting edit kept from servers is planned again once it goes."""
+    opt = paper_jobs()[0]  # two copies fit the paper's cluster, three do not
     own = frozenset(sorted(nodes())[:3])
-    running = entry(replace(opt, name="w"), plan_nodes=own, phase="Running", generation=4)
-    pending = entry(replace(opt, name="p"))
-    state = snap([running, pending], held=dict.fromkeys(own, running.key))
-    placer = Placer(plan)
-    assert placer.edits_waiting(state) == set()
-    placer.edit_tried[running.key] = (("seen", 4), "no room now", False)
-    assert placer.edits_waiting(state) == {running.key}
-    placer.edit_tried[running.key] = (("seen", 3), "no room now", False)  # an older spec's
+    running = entry(
+        replace(opt, name="w", priority=10), plan_nodes=own, phase="Running", generation=4
+    )
+    low = [entry(replace(opt, name=f"p{i}"), created=1000.0 + i) for i in range(2)]
+    jobs = {e.key: e for e in (running, *low)}
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(nodes(), Latencies(), dict(jobs), dict.fromkeys(own, running.key))
+
+    state = asyncio.run(snapshot())
+    placer = Placer(plan, batch_window_s=0.0)
     assert placer.edits_waiting(state) == set()
     placer.edit_tried[running.key] = (("seen", 4), "fits nowhere: ...", True)
-    assert placer.edits_waiting(state) == set()
-    placer.edit_tried[running.key] = (("seen", 4), None, False)  # a plan fits: not waiting
-    assert placer.edits_waiting(state) == set()
-    bare = Placer.fingerprint(state, pending)
-    claimed = Placer.fingerprint(state, pending, {running.key})
-    assert claimed != bare
-    edited = replace(state, jobs={**state.jobs, running.key: replace(running, generation=5)})
-    assert Placer.fingerprint(edited, pending, {running.key}) != claimed
+    assert placer.edits_waiting(state) == set() and running.key in placer.edit_tried
+    placer.edit_tried[running.key] = (("seen", 3), "no room now", False)  # an older spec's
+    assert placer.edits_waiting(state) == set() and running.key not in placer.edit_tried
+    placer.edit_allowed(running.key, 4)  # allowed, not yet seen pending: still kept
+    assert placer.edits_waiting(state) == {running.key}
+    pending = replace(
+        state, jobs={**state.jobs, running.key: replace(running, plan_nodes=frozenset())}
+    )
+    assert placer.edits_waiting(pending) == set() and not placer.edit_claimed
+    placer.edit_tried[running.key] = (("seen", 4), "no room now", False)
+    assert placer.edits_waiting(state) == {running.key}
+    first = asyncio.run(placer.decide(low[0].key, snapshot))
+    assert first is not None and first.job_plan is not None, first.reason
+    second = asyncio.run(placer.decide(low[1].key, snapshot))
+    assert second is not None and second.job_plan is None
+    assert "kept for the edit of job ml/w" in second.reason, second.reason
+    assert asyncio.run(placer.decide(low[1].key, snapshot)) is second  # (cached)
+    placer.edit_tried.pop(running.key)  # its edit undone, say: planned again, and placed
+    again = asyncio.run(placer.decide(low[1].key, snapshot))
+    assert again is not None and again.job_plan is not None, again.reason
+    assert not again.nodes & own
 
 
 def test_limitrange_default_requests_count_where_a_stage_pod_fits() -> None:

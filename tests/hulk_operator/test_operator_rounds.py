@@ -208,6 +208,8 @@ def test_a_running_jobs_waiting_edit_keeps_the_servers_it_needs_from_jobs_ranked
         d = plan_pending(s, plan, edits={edited.key})
         assert set(d) == {e.key for e in waiting}  # no decision of its own: it runs
         placed = [k for k, v in d.items() if v.job_plan is not None]
+        for k in placed:  # never on the servers its pods run on (a review: planned in one
+            assert not d[k].nodes & set(own), (priority, k)  # group with it, they were)
         if kept:
             assert placed == [waiting[0].key], (priority, placed)
             told = d[waiting[1].key].reason
