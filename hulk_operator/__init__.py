@@ -25,7 +25,8 @@ Modules, one concern each:
 - ``metrics``: Prometheus metrics. ``kube``: the few API calls the operator makes.
   ``crd``: installs the CRDs. ``config``: the operator's settings.
 - ``indexes``: the kopf indexes that keep the cluster in memory, and the round's
-  ``Snapshot`` built from them. ``handlers``: the kopf handlers.
+  ``Snapshot`` built from them. ``handlers``: the kopf handlers; ``updates``: the update
+  handler (edits of a job's spec).
 - ``cli``: ``hulk operator``; ``runner``: the operator in a background thread (tests, the
   demo). ``demo``: ``hulk demo``.
 - ``preview``: the live cluster as a planner ``Cluster`` for ``hulk plan --kubeconfig``.

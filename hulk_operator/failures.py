@@ -70,7 +70,7 @@ async def stage_failed(
         others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
         await delete_pods(ctx, entry.key[0], others)
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
-        # the spec it failed with: an edit kopf never saw (``_edit_unseen``) is told from it
+        # the spec it failed with: an edit kopf never saw (``edit_unseen``) is told from it
         # as a seen one is (a suspend alone does not run it again: a trial)
         new["failedSpec"] = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
         if policy == "Never":

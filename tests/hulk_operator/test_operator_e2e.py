@@ -44,8 +44,8 @@ from kubernetes import client, watch
 from hulk_operator import GPU, GROUP, PLURAL, VERSION
 from hulk_operator import kube as kube_api
 from hulk_operator.edits import TEMPLATE_STANDS
-from hulk_operator.handlers import EDIT_UNSEEN_S
 from hulk_operator.runner import OperatorThread
+from hulk_operator.updates import EDIT_UNSEEN_S
 from hulk_planner.api import plan
 from hulk_planner.cost import BYTES_PER_PARAM, MEMORY_USABLE, memory_need_bytes
 from hulk_planner.datasets import paper_cluster

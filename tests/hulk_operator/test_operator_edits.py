@@ -114,7 +114,8 @@ def test_an_edit_is_unhandled_while_kopfs_record_holds_another_spec() -> None:
 
     import kopf
 
-    from hulk_operator.handlers import DIFFBASE, _edit_unhandled
+    from hulk_operator.lifecycle import DIFFBASE
+    from hulk_operator.updates import edit_unhandled
 
     def job(spec: dict[str, Any], handled: dict[str, Any] | None, plan: bool) -> kopf.Body:
         notes = {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"}
@@ -132,10 +133,10 @@ def test_an_edit_is_unhandled_while_kopfs_record_holds_another_spec() -> None:
 
     for spec in (SPEC, edited(allowedRegions=None), {"model": {}, "template": {}}):
         assert DIFFBASE.build(body=job(spec, None, False)).get("spec") == spec
-        assert not _edit_unhandled(job(spec, copy.deepcopy(spec), True))
-        assert _edit_unhandled(job(spec, edited(model={"preset": "gpt3-xl"}), True))
-        assert _edit_unhandled(job(spec, None, True))  # replaced with its plan kept
-        assert not _edit_unhandled(job(spec, None, False))  # being created
+        assert not edit_unhandled(job(spec, copy.deepcopy(spec), True))
+        assert edit_unhandled(job(spec, edited(model={"preset": "gpt3-xl"}), True))
+        assert edit_unhandled(job(spec, None, True))  # replaced with its plan kept
+        assert not edit_unhandled(job(spec, None, False))  # being created
 
 
 def test_the_spec_a_plan_was_made_for_is_read_back_only_where_it_matches_the_plan() -> None:
@@ -171,29 +172,29 @@ def test_a_generation_nothing_stamps_is_taken_as_an_edit_once(
     runs, and nothing stamps the generation; after EDIT_UNSEEN_S it is taken, once."""
     import kopf
 
-    from hulk_operator import handlers
+    from hulk_operator import updates
 
     clock = [100.0]
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(updates.time, "monotonic", lambda: clock[0])
     memo = kopf.Memo()
     body = kopf.Body({"metadata": {"generation": 3}})
     stale = {"observedGeneration": 2, "conditions": [{"type": "Failed", "observedGeneration": 2}]}
     key = ("ns", "j")
-    assert not handlers._edit_unseen(key, body, stale, memo)  # first seen now
-    clock[0] += handlers.EDIT_UNSEEN_S - 1
-    assert not handlers._edit_unseen(key, body, stale, memo)
+    assert not updates.edit_unseen(key, body, stale, memo)  # first seen now
+    clock[0] += updates.EDIT_UNSEEN_S - 1
+    assert not updates.edit_unseen(key, body, stale, memo)
     clock[0] += 2
-    assert handlers._edit_unseen(key, body, stale, memo)
-    assert handlers._edit_unseen(key, body, stale, memo)  # not yet taken (its taking failed)
-    handlers._edit_taken(key, 3, memo)
+    assert updates.edit_unseen(key, body, stale, memo)
+    assert updates.edit_unseen(key, body, stale, memo)  # not yet taken (its taking failed)
+    updates.edit_taken(key, 3, memo)
     clock[0] += 60
-    assert not handlers._edit_unseen(key, body, stale, memo)  # once
+    assert not updates.edit_unseen(key, body, stale, memo)  # once
     stamped = {"observedGeneration": 3}
-    assert not handlers._edit_unseen(key, body, stamped, memo)
+    assert not updates.edit_unseen(key, body, stamped, memo)
     by_condition = {"conditions": [{"type": "Planned", "observedGeneration": 3}]}
-    assert not handlers._edit_unseen(("ns", "k"), body, by_condition, memo)
+    assert not updates.edit_unseen(("ns", "k"), body, by_condition, memo)
     clock[0] += 60
-    assert not handlers._edit_unseen(("ns", "k"), body, by_condition, memo)
+    assert not updates.edit_unseen(("ns", "k"), body, by_condition, memo)
 
 
 @pytest.mark.parametrize(
@@ -210,18 +211,18 @@ def test_an_edit_that_changes_nothing_is_stamped_all_the_same(
 
     import kopf
 
-    from hulk_operator import handlers
+    from hulk_operator import updates
 
     status = {"phase": phase, "observedGeneration": 4}
     body = kopf.Body({"metadata": {"name": "j", "generation": 5}, "spec": edited(**edit),
                       "status": status})  # fmt: skip
     patch = kopf.Patch()
-    handlers.hulktrainingjob_update(
+    updates.hulktrainingjob_update(
         body, "j", "ns", body.status, patch, kopf.Memo(), logging.getLogger("t"),
         SPEC, edited(**edit),
     )  # fmt: skip
     assert dict(patch) == {"status": {"observedGeneration": 5}}
-    assert not handlers._edit_unseen(("ns", "j"), body, {**status, **patch["status"]}, kopf.Memo())
+    assert not updates.edit_unseen(("ns", "j"), body, {**status, **patch["status"]}, kopf.Memo())
 
 
 def recheck_context(snap: Any, nodes: dict[str, Any], told: list[tuple[str, ...]]) -> Any:
