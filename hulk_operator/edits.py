@@ -49,6 +49,12 @@ from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 BOOKKEEPING = frozenset({"priority", "backoffLimit", "suspend", "regrow"})  # Succeeded ignores
 RECHECK_S = 15.0  # how often an edit the cluster refused is checked again
 KEPT_RUNNING = "the pods of the last valid spec keep running; fix the spec to plan it again"
+# (for an edit that fits nowhere, "planned once the cluster allows it" read as if waiting
+# would do: a user trial; nodes added or relabelled are still looked at)
+KEPT_NOWHERE = (
+    "the pods of the last valid spec keep running; fix the spec (the edit is checked again "
+    "as nodes are added or relabelled)"
+)
 KEPT_WAITING = (
     f"the pods of the last valid spec keep running; the edit is checked again every "
     f"{RECHECK_S:g} s and planned once the cluster allows it (or fix the spec)"
@@ -69,7 +75,10 @@ class Refusal:
 
     @property
     def message(self) -> str:
-        return f"{self.why}; {KEPT_WAITING if self.waits else KEPT_RUNNING}"
+        if not self.waits:
+            return f"{self.why}; {KEPT_RUNNING}"
+        nowhere = self.why.startswith("fits nowhere")
+        return f"{self.why}; {KEPT_NOWHERE if nowhere else KEPT_WAITING}"
 
 
 def changed_fields(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> set[str]:
@@ -266,9 +275,12 @@ async def recheck(
         # (the Event too: before, kubectl describe kept the first words, "cannot hold the
         # edited job now", after the condition said "fits nowhere"; a user trial; not for
         # figures alone, which move as other jobs come and go: a review)
-        from hulk_operator.plan_step import same_cause  # (it imports this module's users)
+        from hulk_operator.plan_step import cause_of  # (it imports this module's users)
 
-        if not same_cause(str(told or ""), refused.message):
+        # (once per cause in TELL_AGAIN_S, as a waiting job's: as other jobs came and went,
+        # "no plan fits ... on 16 servers" then "cannot hold ... 9 servers" were posted at
+        # each free; a user trial)
+        if ctx.placer.newly_told(entry.key, cause_of(refused.message), now, edit=True):
             ctx.event("Warning", refused.reason, refused.message)
         return {
             "conditions": st.set_condition(

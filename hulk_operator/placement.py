@@ -144,13 +144,15 @@ class Placer:
         # job -> the causes it was told it waits for (figures aside) and when: each is
         # posted as an Event once per TELL_AGAIN_S (``newly_told``)
         self.told: dict[Key, dict[str, float]] = {}
+        self.edits_told: dict[Key, dict[str, float]] = {}  # the same, of a waiting edit
 
-    def newly_told(self, key: Key, cause: str, now: float) -> bool:
+    def newly_told(self, key: Key, cause: str, now: float, edit: bool = False) -> bool:
         """Whether an unplaced job's ``cause`` (its reason, figures aside) was not told in
-        the last TELL_AGAIN_S, noting it told now. Before, a job whose reason went back and
-        forth between two causes as other jobs came and went had an Event at each change
-        (17 in 5 minutes: a user trial)."""
-        seen = self.told.setdefault(key, {})
+        the last TELL_AGAIN_S, noting it told now (``edit``: a running job's waiting edit's
+        refusal). Before, a job whose reason went back and forth between two causes as
+        other jobs came and went had an Event at each change (17 in 5 minutes: a user
+        trial)."""
+        seen = (self.edits_told if edit else self.told).setdefault(key, {})
         for c in [c for c, t in seen.items() if now - t > TELL_AGAIN_S]:
             del seen[c]
         if cause in seen:
@@ -202,6 +204,8 @@ class Placer:
             del self.template_checked[k]
         for k in [k for k in self.told if k not in jobs or not jobs[k].pending]:
             del self.told[k]  # (placed, or gone: a later wait tells its causes afresh)
+        for k in [k for k in self.edits_told if k not in jobs or jobs[k].pending]:
+            del self.edits_told[k]  # (its edit allowed, or gone)
 
     def pods_refused(self, entry: JobEntry, servers: Collection[str]) -> float:
         """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns
@@ -718,6 +722,7 @@ class Placer:
         self.edit_checked.pop(key, None)
         self.edit_tried.pop(key, None)
         self.edit_claimed.pop(key, None)
+        self.edits_told.pop(key, None)
 
     def edit_allowed(self, key: Key, generation: int) -> None:
         """A running job's edit is allowed and planned afresh: the job's records go

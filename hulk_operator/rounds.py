@@ -9,7 +9,7 @@ semantics: a job gets a server for every stage or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,9 +29,10 @@ from hulk_operator.latencies import build_cluster, cut_pairs, estimated_pairs, e
 from hulk_operator.quota_fit import Round, make_room, quota_too_small, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
 from hulk_planner.api import repair_declined
+from hulk_planner.cost import MEMORY_USABLE, memory_need_bytes
 from hulk_planner.errors import HulkError
 from hulk_planner.io import seconds
-from hulk_planner.model import Job, Plan, Unplaced
+from hulk_planner.model import Job, Plan, Server, Unplaced
 
 PlanFn = Callable[..., Plan]
 
@@ -365,6 +366,11 @@ def _claim(
     got[e.key] = d
 
 
+def _memory(servers: Iterable[Server | None]) -> float:
+    """The usable GPU memory of ``servers``, in bytes."""
+    return sum(s.memory_bytes for s in servers if s is not None) * MEMORY_USABLE
+
+
 def _tell_kept(
     out: dict[Key, Decision],
     claims: Collection[Key],
@@ -387,12 +393,17 @@ def _tell_kept(
             continue
         usable: set[str] | None = None
         told = []
+        had = _memory(d.cluster.servers) if d.cluster is not None else 0.0  # (planned on)
         for c, servers in sorted(kept.items()):
             if not servers or standing(snap.jobs[c]) <= standing(e):
                 continue
             if usable is None:
                 usable = {i.name for i in matching_nodes(e, snap.nodes)}
-            if n := len(servers & usable):
+            mine = [i.server for n in servers & usable if (i := snap.nodes.get(n)) is not None]
+            # (not where even they would leave it short of GPU memory: a job that could never
+            # fit was told of them, and not one they kept from its only region; a user trial)
+            if mine and e.job is not None and memory_need_bytes(e.job) <= had + _memory(mine):
+                n = len(mine)
                 told.append(f"{n} free server(s) are kept for the edit of job {c[0]}/{c[1]}")
         if told:
             why = "; ".join(told) + ", which waits for servers and ranks above it"

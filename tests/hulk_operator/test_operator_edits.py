@@ -288,6 +288,46 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     assert [e[1] for e in told] == ["SpecChanged"]
 
 
+def test_a_refusal_says_what_would_let_the_edit_through() -> None:
+    """An edit that fits nowhere is not told it is planned "once the cluster allows it"
+    (a user trial read that as waiting would do); one that waits for room is; an invalid
+    one is told to fix the spec."""
+    from hulk_operator.edits import KEPT_NOWHERE, KEPT_RUNNING, KEPT_WAITING, Refusal
+
+    nowhere = Refusal("fits nowhere: needs 9 TiB of GPU memory, ...", waits=True)
+    assert nowhere.message.endswith(KEPT_NOWHERE) and "allows it" not in nowhere.message
+    room = Refusal("the servers free now cannot hold the edited job: ...", waits=True)
+    assert room.message.endswith(KEPT_WAITING)
+    assert Refusal("spec.model.layers: ...", waits=False).message.endswith(KEPT_RUNNING)
+
+
+def test_a_waiting_edits_refusal_is_posted_once_per_cause_in_ten_minutes() -> None:
+    """As other jobs came and went, a waiting edit's refusal flipped between two causes
+    ("no plan fits" and "cannot hold") and each flip was a Warning Event (a user trial):
+    each cause is posted once per ``TELL_AGAIN_S``, and afresh once the job is pending."""
+    from dataclasses import replace
+
+    from placement_helpers import entry, snap
+
+    from hulk_operator.placement import TELL_AGAIN_S, Placer
+    from hulk_planner.api import plan
+    from hulk_planner.datasets import paper_jobs
+
+    placer = Placer(plan)
+    e = entry(paper_jobs()[2], plan_nodes=frozenset({"rome-41"}))
+    key = e.key
+    assert placer.newly_told(key, "no plan fits", 0.0, edit=True)
+    assert placer.newly_told(key, "cannot hold", 2.0, edit=True)
+    assert not placer.newly_told(key, "no plan fits", 5.0, edit=True)
+    placer.prune(snap([e]).jobs)  # (running: kept)
+    assert not placer.newly_told(key, "cannot hold", 10.0, edit=True)
+    placer.prune(snap([replace(e, plan_nodes=frozenset())]).jobs)  # pending: told afresh
+    assert placer.newly_told(key, "cannot hold", 11.0, edit=True)
+    assert placer.newly_told(key, "no plan fits", 12.0, edit=True)
+    assert not placer.newly_told(key, "no plan fits", 13.0, edit=True)
+    assert placer.newly_told(key, "no plan fits", 13.0 + TELL_AGAIN_S, edit=True)
+
+
 def test_a_refused_template_edit_allowed_later_keeps_its_plan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
