@@ -135,13 +135,16 @@ def panels() -> list[Panel]:
         ),
         stat(
             "Links measured",
-            f"count(hulk_probe_one_way_latency_seconds{{{REGION}}}) or vector(0)",
+            # (a pair once, though an old probe pod's series is scraped during a rollout)
+            f"count(max by (source, target) (hulk_probe_one_way_latency_seconds{{{REGION}}})) "
+            "or vector(0)",
             "Ordered node pairs with a latency estimate (hulk_probe_one_way_latency_seconds), "
             "from the selected regions.",
         ),
         stat(
             "Links unreachable",
-            f"count(hulk_probe_peer_reachable{{{REGION}}} == 0) or vector(0)",
+            f"count(max by (source, target) (hulk_probe_peer_reachable{{{REGION}}}) == 0) "
+            "or vector(0)",
             "Ordered node pairs whose target stopped answering the probe, from the selected "
             "regions.",
         ),
@@ -400,10 +403,13 @@ def _matrix(row: str, column: str) -> Panel:
 def region_matrix() -> Panel:
     """The median latency of the links from each region to each other region (and within
     each), now: what a multi-region cluster's planner chooses between."""
-    median = (
-        "quantile by (source_region, target_region) "
-        f"(0.5, hulk_probe_one_way_latency_seconds{{{REGION}}}) * 1000"
+    # (a pair's series from two scrapes, an old probe pod's during a rollout, counted once,
+    # as the link panels do with max by (source, target))
+    links = (
+        "max by (source, target, source_region, target_region) "
+        f"(hulk_probe_one_way_latency_seconds{{{REGION}}})"
     )
+    median = f"quantile by (source_region, target_region) (0.5, {links}) * 1000"
     # (Prometheus drops an empty label: a node without a region label would make a row and
     # column without a name; "unlabelled", as the operator's inventory calls its region)
     for label in ("source_region", "target_region"):

@@ -275,12 +275,16 @@ async def recheck(
         # (the Event too: before, kubectl describe kept the first words, "cannot hold the
         # edited job now", after the condition said "fits nowhere"; a user trial; not for
         # figures alone, which move as other jobs come and go: a review)
-        from hulk_operator.plan_step import cause_of  # (it imports this module's users)
+        from hulk_operator.plan_step import cause_of, same_cause  # (it imports this module's
+        # users)
 
-        # (once per cause in TELL_AGAIN_S, as a waiting job's: as other jobs came and went,
-        # "no plan fits ... on 16 servers" then "cannot hold ... 9 servers" were posted at
-        # each free; a user trial)
-        if ctx.placer.newly_told(entry.key, cause_of(refused.message), now, edit=True):
+        # (a new cause, once per TELL_AGAIN_S, as a waiting job's: as other jobs came and
+        # went, "no plan fits ... on 16 servers" then "cannot hold ... 9 servers" were
+        # posted at each free; a user trial)
+        cause = cause_of(refused.message)
+        if not same_cause(str(told or ""), refused.message) and ctx.placer.newly_told(
+            entry.key, cause, now, edit=True
+        ):
             ctx.event("Warning", refused.reason, refused.message)
         return {
             "conditions": st.set_condition(

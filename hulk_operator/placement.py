@@ -204,7 +204,7 @@ class Placer:
             del self.template_checked[k]
         for k in [k for k in self.told if k not in jobs or not jobs[k].pending]:
             del self.told[k]  # (placed, or gone: a later wait tells its causes afresh)
-        for k in [k for k in self.edits_told if k not in jobs or jobs[k].pending]:
+        for k in [k for k in list(self.edits_told) if k not in jobs or jobs[k].pending]:
             del self.edits_told[k]  # (its edit allowed, or gone)
 
     def pods_refused(self, entry: JobEntry, servers: Collection[str]) -> float:
@@ -419,8 +419,6 @@ class Placer:
                 others = {n for o, od in decisions.items() if o != k for n in od.nodes}
                 self._reserve(k, d, others)
                 self.unplaced.pop(k, None)
-                self.edit_claimed.pop(k, None)  # (placed: its edit waits no more)
-                self.edit_tried.pop(k, None)
                 for n in d.nodes:
                     after.held[n] = k  # type: ignore[index]
         for k, d in decisions.items():
@@ -676,20 +674,32 @@ class Placer:
         servers each would use from the jobs ranked below it. Records of jobs gone,
         edited again or seen pending are dropped."""
         out = set()
+
+        def over(e: JobEntry | None, gen: int) -> bool:  # (a record of an older spec, or of a
+            # job gone, pending, finished or suspended: a Succeeded job kept servers from
+            # others for good; a review. One of a newer spec than the snapshot's is kept)
+            return (
+                e is None
+                or e.pending
+                or e.suspended
+                or e.phase in ("Succeeded", "Failed")
+                or gen < e.generation
+            )
+
         # (copies: ``unplannable`` and the update handler write them from other threads)
         for k, tried in list(self.edit_tried.items()):
             e = snap.jobs.get(k)
-            if e is None or e.pending or tried[0][1] != e.generation:
+            if over(e, tried[0][1]):
                 if self.edit_tried.get(k) is tried:
                     del self.edit_tried[k]
-            elif not tried[2]:  # (one that fits nowhere keeps nothing from anyone)
-                out.add(k)
+            elif e is not None and tried[0][1] == e.generation and not tried[2]:
+                out.add(k)  # (one that fits nowhere keeps nothing from anyone)
         for k, gen in list(self.edit_claimed.items()):
             e = snap.jobs.get(k)
-            if e is None or e.pending or gen != e.generation:
+            if over(e, gen):
                 if self.edit_claimed.get(k) == gen:
                     del self.edit_claimed[k]
-            else:
+            elif e is not None and gen == e.generation:
                 out.add(k)
         return out
 

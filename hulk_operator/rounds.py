@@ -186,6 +186,8 @@ def plan_pending(
         and k not in decided
         and not snap.jobs[k].pending
         and not snap.jobs[k].deleting
+        and not snap.jobs[k].suspended
+        and snap.jobs[k].phase not in ("Succeeded", "Failed")
         and snap.jobs[k].job is not None
     }
     pending += [snap.jobs[k] for k in sorted(claims)]
@@ -242,7 +244,9 @@ def plan_pending(
     held: dict[str, Key]
     given: dict[str, dict[Taken, float]]
 
-    def plan(members: list[JobEntry], only: Collection[str] | None = None) -> dict[Key, Decision]:
+    def plan(
+        members: list[JobEntry], only: Collection[str] | None = None, compare: bool = True
+    ) -> dict[Key, Decision]:  # (``compare``: the baselines too, where ``baselines``)
         view = replace(snap, held=held)
         keys = {e.key for e in members}
         # Servers that the group's own leftover pods sit on (after a crash) are theirs.
@@ -257,7 +261,7 @@ def plan_pending(
             same_region_ms=same_region_ms,
             cross_region_ms=cross_region_ms,
             budget_s=budget_s,
-            baselines=baselines,
+            baselines=baselines and compare,
             seed=seed,
         )
 
@@ -346,7 +350,7 @@ def plan_pending(
 
 def _claim(
     e: JobEntry,
-    plan: Callable[[list[JobEntry]], dict[Key, Decision]],
+    plan: Callable[..., dict[Key, Decision]],
     held: dict[str, Key],
     got: dict[Key, Decision],
     snap: Snapshot,
@@ -360,7 +364,7 @@ def _claim(
     need = replace(e, requests=snap.stage_requests(e))
     if no_room_now(need, snap.nodes, held) is not None:
         return
-    d = plan([e])[e.key]
+    d = plan([e], compare=False)[e.key]  # (no baselines: nothing reads them)
     for n in d.nodes:
         held[n] = e.key
     got[e.key] = d

@@ -242,7 +242,12 @@ def recheck_context(snap: Any, nodes: dict[str, Any], told: list[tuple[str, ...]
         return None
 
     placer = SimpleNamespace(
-        edit_checked={}, edit_tried={}, forget=ignore, edit_allowed=ignore, held=dict
+        edit_checked={},
+        edit_tried={},
+        forget=ignore,
+        edit_allowed=ignore,
+        held=dict,
+        newly_told=lambda *a, **kw: True,
     )
     return SimpleNamespace(
         placer=placer,
@@ -326,6 +331,40 @@ def test_a_waiting_edits_refusal_is_posted_once_per_cause_in_ten_minutes() -> No
     assert placer.newly_told(key, "no plan fits", 12.0, edit=True)
     assert not placer.newly_told(key, "no plan fits", 13.0, edit=True)
     assert placer.newly_told(key, "no plan fits", 13.0 + TELL_AGAIN_S, edit=True)
+
+
+def test_a_waiting_edits_new_figures_alone_change_its_condition_and_post_no_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As other jobs come and go, the figures of a waiting edit's refusal move: its Planned
+    condition says the new ones, and no Event is posted for them (a review: a first
+    version posted the cause again at the first new figures); a new cause is."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from placement_helpers import entry
+
+    from hulk_operator import edits
+    from hulk_operator import status as st
+    from hulk_operator.edits import Refusal
+    from hulk_planner.datasets import paper_jobs
+
+    said = "the servers free now cannot hold the edited job: it needs 2022 GiB, the 9 server(s)"
+    now = {"why": said.replace("9 server", "8 server")}
+    monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)
+    monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: Refusal(now["why"], True))
+    told: list[tuple[str, ...]] = []
+    ctx = recheck_context(SimpleNamespace(held={}, free=lambda e, also=(): []), {}, told)
+    e = entry(paper_jobs()[2], plan_nodes=frozenset({"rome-41"}))
+    conds = st.set_condition([], st.PLANNED, False, "EditRefused", Refusal(said, True).message, 2)
+    new = asyncio.run(edits.recheck(ctx, e, {}, conds, 2))
+    planned = st.condition(new, st.PLANNED)
+    assert planned is not None and "the 8 server(s)" in planned["message"]
+    assert told == []  # (its figures alone)
+    now["why"] = "no plan fits the edited job on the 16 server(s) free for it now: ..."
+    ctx.placer.edit_checked.clear()
+    asyncio.run(edits.recheck(ctx, e, {}, new["conditions"], 2))
+    assert [t[1] for t in told] == ["EditRefused"]  # a new cause
 
 
 def test_a_refused_template_edit_allowed_later_keeps_its_plan(

@@ -231,15 +231,13 @@ def test_a_job_the_kept_servers_could_not_have_placed_is_not_told_of_them() -> N
     that one server was kept from it)."""
     cluster = nodes()
     own = sorted(cluster)[:3]
-    free = sorted(cluster)[3:6]
-    held = {n: ("ml", "x") for n in sorted(cluster)[6:]}
+    held = {n: ("ml", "x") for n in sorted(cluster)[6:]}  # (three free between)
     gpt = next(j for j in paper_jobs() if j.name == "gpt2-xl")
     edited = entry(replace(gpt, name="w", priority=10), plan_nodes=frozenset(own), phase="Running")
     big = entry(paper_jobs()[0])  # OPT-175B
     s = snap([edited, big], held=held | dict.fromkeys(own, edited.key))
     d = plan_pending(s, plan, edits={edited.key})[big.key]
     assert d.job_plan is None and "kept for the edit" not in d.reason, d.reason
-    assert free  # (the servers the edit may take)
 
 
 def test_a_higher_priority_job_is_placed_before_lower_ones() -> None:
