@@ -56,7 +56,11 @@ def snapshot(cluster: Cluster, entries: list[JobEntry]) -> Snapshot:
     return Snapshot(nodes, Latencies(), {e.key: e for e in entries}, {})
 
 
-def timed(snap: Snapshot, planner: str, repeat: int) -> tuple[float, int, dict[Key, Decision]]:
+def timed(
+    snap: Snapshot, planner: str, repeat: int, **kw: Any
+) -> tuple[float, int, dict[Key, Decision]]:
+    """The median seconds of ``repeat`` rounds, the planner calls of one and its decisions
+    (``kw``: more of ``plan_pending``'s arguments)."""
     times, out = [], {}
     counted: list[int] = []
 
@@ -67,7 +71,7 @@ def timed(snap: Snapshot, planner: str, repeat: int) -> tuple[float, int, dict[K
     for _ in range(repeat):
         counted.clear()
         start = time.perf_counter()
-        out = plan_pending(snap, counting, planner=planner)
+        out = plan_pending(snap, counting, planner=planner, **kw)
         times.append(time.perf_counter() - start)
     return statistics.median(times), len(counted), out
 

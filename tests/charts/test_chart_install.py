@@ -1022,6 +1022,10 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
             job = yaml_docs(EXAMPLES / "paper-jobs.yaml")[0]
             job["metadata"] = {"name": "bert"}
             job["spec"]["model"] = {"preset": "bert-large"}
+            # made in a namespace it does not watch: created, with a warning that says so
+            # (operator.unwatchedWarning; before, such a job got no word at all: a trial)
+            said = f"plans HulkTrainingJobs only in namespace(s) {team} (operator.watchNamespaces)"
+            _warned_unwatched(custom, home, job, said)
             op = OperatorThread(
                 kubeconfig,
                 namespaces=[team],
@@ -1085,6 +1089,27 @@ def test_a_namespaced_operator_runs_a_job_with_the_charts_rbac_alone(
             assert refused == []
         finally:
             applier.clean_up(home, keep_crds=preexisting)
+
+
+def _warned_unwatched(custom: Any, namespace: str, job: dict[str, Any], said: str) -> None:
+    """Creates ``job`` in ``namespace`` until the API server's answer warns ``said`` (the
+    policy is in force a moment after it is made), deleting it each time."""
+    from hulk_operator import GROUP, PLURAL, VERSION
+
+    deadline = time.monotonic() + 30
+    warnings = ""
+    while time.monotonic() < deadline:
+        _, _, headers = custom.create_namespaced_custom_object_with_http_info(
+            GROUP, VERSION, namespace, PLURAL, job
+        )
+        custom.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"]
+        )
+        warnings = str(headers.get("Warning") or "")
+        if said in warnings:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no warning {said!r}: {warnings!r}")
 
 
 def test_a_teams_edit_and_view_roles_reach_its_jobs(installed: dict[str, Any]) -> None:
