@@ -38,7 +38,7 @@ from hulk_operator.entries import (
     spec_hashes,
 )
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC, policy_refusal, rejected_template
-from hulk_operator.fit import fits_nowhere, holds, matching_nodes, no_room_now
+from hulk_operator.fit import fits_nowhere, holds, matching_nodes, no_room_now, says_fits_nowhere
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import Pair
 from hulk_operator.placement import Placer
@@ -77,7 +77,7 @@ class Refusal:
     def message(self) -> str:
         if not self.waits:
             return f"{self.why}; {KEPT_RUNNING}"
-        nowhere = self.why.startswith("fits nowhere")
+        nowhere = says_fits_nowhere(self.why)
         return f"{self.why}; {KEPT_NOWHERE if nowhere else KEPT_WAITING}"
 
 
@@ -204,7 +204,6 @@ def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | No
     if tried is None or tried[0] != seen:
         free = snap.free(entry, also=entry.plan_nodes)
         own = sum(1 for i in free if i.name in entry.plan_nodes)
-        nowhere = False
         why = no_room_now(entry, snap.nodes, snap.held)
         if why is None and (d := placer.try_plan(entry, free, snap)).job_plan is None:
             why = (
@@ -219,13 +218,13 @@ def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | No
                 if i.server is not None and holds(i, entry.requests, entry.init_gpus[1])
             ]
             d = placer.try_plan(entry, every, replace(snap, held={}, used={}))
-            if nowhere := d.job_plan is None:
+            if d.job_plan is None:
                 why = (
                     f"fits nowhere: no plan fits the edited job on the {len(every)} server(s) "
                     f"it may use, even were all of them free: {d.reason}; waiting for other "
                     "jobs to end does not help (fix the spec, or add servers)"
                 )
-        tried = placer.edit_tried[entry.key] = (seen, why, nowhere)
+        tried = placer.edit_tried[entry.key] = (seen, why)
     return None if tried[1] is None else Refusal(tried[1], waits=True)
 
 

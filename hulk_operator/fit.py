@@ -211,6 +211,16 @@ def holds(info: NodeInfo, need: Resources, init_gpus: int = 0) -> bool:
     return gpus >= init_gpus and fits(info.allocatable, Resources(), need, gpus)
 
 
+FITS_NOWHERE = "fits nowhere"  # how a reason starts where no set of servers could hold it
+
+
+def says_fits_nowhere(reason: str) -> bool:
+    """Whether ``reason`` says no set of the servers the job may use could hold it, even
+    all free (``hulk_planner.cost``'s words, and ``edits.unplannable``'s): waiting for
+    other jobs does not help."""
+    return reason.startswith(FITS_NOWHERE)
+
+
 def fits_nowhere(
     entry: JobEntry, nodes: Mapping[str, NodeInfo], unreachable: Collection[Pair] = ()
 ) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 from hulk_operator import decision, regrow
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
+from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import build_cluster
 from hulk_operator.quota_fit import add_use, quotas_seen, within_quota
@@ -132,9 +133,8 @@ class Placer:
         # when a refused edit was last checked, and the servers free for it then
         self.edit_checked: dict[Key, tuple[float, tuple[NodeInfo, ...]]] = {}
         # an edit tried on the free servers (``edits.unplannable``): what it was tried on
-        # (``fingerprint``, generation), why no plan fit (None: one did), and whether none
-        # would fit even were every server it may use free
-        self.edit_tried: dict[Key, tuple[Any, str | None, bool]] = {}
+        # (``fingerprint``, generation) and why no plan fit (None: one did)
+        self.edit_tried: dict[Key, tuple[Any, str | None]] = {}
         # a running job's edit allowed (planned afresh), by generation: still planned as a
         # waiting edit until the jobs' index shows it pending (``edits_waiting``: before,
         # between the two a round gave the servers its plan needed to lower-ranked jobs)
@@ -510,7 +510,8 @@ class Placer:
             if entry.key in self.reserved or self.replans_waiting:  # (they come first)
                 return None
             snap.held = self.held(snap.held)
-            if any(self._waiting(snap, e) for e in snap.jobs.values()):
+            edits = self.edits_waiting(snap)  # (once, not per job)
+            if any(self._waiting(snap, e, edits) for e in snap.jobs.values()):
                 return None
             free = snap.free(entry)
             seen = (
@@ -656,7 +657,7 @@ class Placer:
 
         return plan
 
-    def _waiting(self, snap: Snapshot, e: JobEntry) -> bool:
+    def _waiting(self, snap: Snapshot, e: JobEntry, edits: Collection[Key]) -> bool:
         """A pending job that may yet be placed on the free servers: not tried on them, or
         its round is not over (one tried on these very servers and left unplaced waits
         for a change, and does not hold regrowth back)."""
@@ -665,7 +666,7 @@ class Placer:
         last = self.unplaced.get(e.key)  # (a quota's figures moved: it may fit now)
         if not e.pending:
             return False
-        return last is None or last[0] != self.fingerprint(snap, e, self.edits_waiting(snap))
+        return last is None or last[0] != self.fingerprint(snap, e, edits)
 
     def edits_waiting(self, snap: Snapshot) -> set[Key]:
         """Running jobs whose latest edit waits for servers to free up (``edits.
@@ -692,8 +693,9 @@ class Placer:
             if over(e, tried[0][1]):
                 if self.edit_tried.get(k) is tried:
                     del self.edit_tried[k]
-            elif e is not None and tried[0][1] == e.generation and not tried[2]:
-                out.add(k)  # (one that fits nowhere keeps nothing from anyone)
+            elif e is not None and tried[0][1] == e.generation:
+                if tried[1] is None or not says_fits_nowhere(tried[1]):
+                    out.add(k)  # (one that fits nowhere keeps nothing from anyone)
         for k, gen in list(self.edit_claimed.items()):
             e = snap.jobs.get(k)
             if over(e, gen):

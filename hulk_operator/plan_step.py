@@ -20,6 +20,7 @@ from hulk_operator.disruptions import tell_cut_links, tell_disruption
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import INVALID_SPEC, PODS_FORBIDDEN, UNSCHEDULABLE, rejected_template
 from hulk_operator.failures import fail
+from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.placement import same_plan
 from hulk_operator.plan_fields import (
     counts,
@@ -138,7 +139,7 @@ async def place(
                 said = True
             if removed or not said:
                 text = decision.reason  # ("fits nowhere: ..." says it already)
-                if not text.startswith("fits nowhere"):
+                if not says_fits_nowhere(text):
                     text = f"no plan fits: {text}"
                 ctx.event("Warning", "Unschedulable", f"{text}{gone}")
         new.update(unplanned(st.PENDING))  # an edit's old plan may have left its fields

@@ -294,9 +294,9 @@ def test_an_edit_waiting_for_servers_joins_the_rounds_until_it_is_placed_or_chan
     state = asyncio.run(snapshot())
     placer = Placer(plan, batch_window_s=0.0)
     assert placer.edits_waiting(state) == set()
-    placer.edit_tried[running.key] = (("seen", 4), "fits nowhere: ...", True)
+    placer.edit_tried[running.key] = (("seen", 4), "fits nowhere: ...")
     assert placer.edits_waiting(state) == set() and running.key in placer.edit_tried
-    placer.edit_tried[running.key] = (("seen", 3), "no room now", False)  # an older spec's
+    placer.edit_tried[running.key] = (("seen", 3), "no room now")  # an older spec's
     assert placer.edits_waiting(state) == set() and running.key not in placer.edit_tried
     placer.edit_allowed(running.key, 4)  # allowed, not yet seen pending: still kept
     assert placer.edits_waiting(state) == {running.key}
@@ -304,14 +304,14 @@ def test_an_edit_waiting_for_servers_joins_the_rounds_until_it_is_placed_or_chan
         state, jobs={**state.jobs, running.key: replace(running, plan_nodes=frozenset())}
     )
     assert placer.edits_waiting(pending) == set() and not placer.edit_claimed
-    placer.edit_tried[running.key] = (("seen", 4), "no room now", False)
+    placer.edit_tried[running.key] = (("seen", 4), "no room now")
     assert placer.edits_waiting(state) == {running.key}
     done = replace(state, jobs={**state.jobs, running.key: replace(running, phase="Succeeded")})
     assert placer.edits_waiting(done) == set()  # (finished: it kept servers for good; a review)
     assert running.key not in placer.edit_tried
-    placer.edit_tried[running.key] = (("seen", 5), "no room now", False)  # a newer spec's
+    placer.edit_tried[running.key] = (("seen", 5), "no room now")  # a newer spec's
     assert placer.edits_waiting(state) == set() and running.key in placer.edit_tried
-    placer.edit_tried[running.key] = (("seen", 4), "no room now", False)
+    placer.edit_tried[running.key] = (("seen", 4), "no room now")
     first = asyncio.run(placer.decide(low[0].key, snapshot))
     assert first is not None and first.job_plan is not None, first.reason
     second = asyncio.run(placer.decide(low[1].key, snapshot))
