@@ -8,6 +8,7 @@ A subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 from __future__ import annotations
 
 import argparse
+import codecs
 import errno
 import importlib
 import io
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         sub_parser = _Parser(prog=f"hulk {name}", description=SUBCOMMANDS[name][1])
         module.add_arguments(sub_parser)
         args = sub_parser.parse_args(argv[1:])
+        if name in DOCUMENT_OUTPUT:
+            _stdout_for(getattr(args, "output", None))
         code = int(module.run(args) or 0)
         sys.stdout.flush()  # here, where a closed pipe can still be handled
         return code
@@ -105,6 +108,26 @@ def main(argv: list[str] | None = None) -> int:
         _drop_stdout()
         print(f"hulk {name}: interrupted", file=sys.stderr)
         return 130
+
+
+# The commands whose -o json / -o yaml is a document of docs/formats.md, read back with
+# --previous or --cluster: as UTF-8 always, whatever the locale (with PYTHONIOENCODING=ascii
+# a server named 北京-0 ended hulk plan in a traceback; with latin-1 its plan was written so
+# that --previous refused it: a review).
+DOCUMENT_OUTPUT = ("plan", "topology")
+
+
+def _stdout_for(output: str | None) -> None:
+    """Standard output as UTF-8 for a document (``output`` json or yaml); for text (a
+    table), in the locale's encoding still, a character it lacks written as an escape
+    (``\\u5317``), not a traceback."""
+    stream = sys.stdout
+    if not isinstance(stream, io.TextIOWrapper) or codecs.lookup(stream.encoding).name == "utf-8":
+        return
+    if output in ("json", "yaml"):
+        stream.reconfigure(encoding="utf-8", errors="strict")
+    else:
+        stream.reconfigure(errors="backslashreplace")
 
 
 class _Closed(io.TextIOBase):

@@ -38,6 +38,7 @@ class PodEntry:
     counted_until: float | None = None
     # what it requests of its node as the API server admitted it (LimitRange defaults in)
     requests: Resources | None = None
+    uid: str = ""  # (two pods of a name: the one deleted and the one made again after it)
 
     def counts(self, now: float) -> bool:
         """Whether a ResourceQuota still counts the pod at ``now``."""

@@ -286,6 +286,7 @@ def hulk_pods(
             bound_at=_bound_at(spec, status),
             counted_until=_counted_until(meta),
             requests=pod_requests(spec),
+            uid=str(meta.get("uid") or ""),
         )
     }
 

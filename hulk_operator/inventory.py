@@ -319,12 +319,16 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         since = min(added, default=None)
     alloc = status.get("allocatable") or {}
     others = {k: parse_amount(v) for k, v in alloc.items() if k not in NOT_EXTRA}
+    created = epoch(meta.get("creationTimestamp"))
     info = dict(
         name=name,
         labels=labels,
         ready=ready,
-        not_ready_since=None if ready else since,
-        created=epoch(meta.get("creationTimestamp")),
+        # a node without a Ready condition yet (just registered): NotReady since it was
+        # made (before, since ever: a node made again under its name was lost at once, its
+        # stage moved before its kubelet had said a word)
+        not_ready_since=None if ready else (since if since is not None else created),
+        created=created,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         allocatable=Resources(

@@ -168,18 +168,27 @@ def delete_pods(
     namespace: str,
     names: Iterable[str],
     force: Iterable[str] = (),
+    uids: Mapping[str, str] | None = None,
 ) -> None:
-    """Deletes the pods; those in ``force`` (their node is gone) with grace period 0."""
+    """Deletes the pods; those in ``force`` (their node is gone) with grace period 0; those
+    in ``uids`` only where the pod of the name is still the one of that uid (another of its
+    name made since is not deleted)."""
     core = client.CoreV1Api(api)
     forced = set(force)
+    only = uids or {}
 
     def one(name: str) -> None:
+        body = (
+            client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=only[name]))
+            if only.get(name)
+            else None
+        )
         try:
             core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0 if name in forced else None
+                name, namespace, grace_period_seconds=0 if name in forced else None, body=body
             )
         except ApiException as exc:
-            if not _ok(exc, 404):
+            if not _ok(exc, 404) and not (body is not None and _ok(exc, 409)):
                 raise
 
     list(_fan_out.map(one, names))

@@ -32,7 +32,7 @@ from hulk_operator.plan_fields import (
     unplanned,
 )
 from hulk_operator.snapshot import filled_requests
-from hulk_operator.stage_pods import remove_all
+from hulk_operator.stage_pods import gone, remove_all
 from hulk_planner.model import Cluster, JobPlan
 
 
@@ -204,11 +204,9 @@ async def check_plan(
     elif not lost:
         await tell_cut_links(ctx, entry.key, plan)
     pods = ctx.pods.get(entry.key, [])
-    # (over NotReady: it is new; not by a pod made within 10 s, the one made again there
-    # while the index still has the old one: a review)
-    now_m = time.monotonic()
-    older = [p for p in pods if now_m - ctx.recent.get(p.name, -1e9) > 10.0]
-    lost.update(recovery.remade_servers(older, ctx.nodes))
+    # (over NotReady: it is new; not by a pod this operator deleted, which the index may
+    # hold beside the one made again there: a review)
+    lost.update(recovery.remade_servers([p for p in pods if not gone(ctx, p)], ctx.nodes))
     # (each waiting pod's requests as the API server admitted it, LimitRange defaults in;
     # these filled-in ones for a pod the index has not read yet: before, the template's
     # alone, and a pod the defaults overfill waited, not taken as stuck; a review)
@@ -258,6 +256,8 @@ async def check_plan(
         # Replanned, "0 pod(s) replaced", counted as a re-plan: a user trial)
         ctx.placer.reserved.pop(entry.key, None)
         return Step(plan, gpus, conds)
+    if decision.job_plan is not None:  # a node deleted and back by the re-plan's look
+        lost = recovery.came_back(lost, decision.job_plan.nodes)
     ctx.metrics.replans.labels(reason=cause).inc()
     new["replans"] = int(status.get("replans") or 0) + 1
     if decision.job_plan is None:  # (only a recovery's: a regrowth is None instead)

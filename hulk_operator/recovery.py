@@ -87,15 +87,41 @@ def remade_servers(pods: Iterable[Any], nodes: Mapping[str, NodeInfo]) -> dict[s
     pod was bound: the node was deleted and one of its name made again (a machine replaced
     under the same name, a kubelet registering anew). Its pod was never on this node, and
     may not fit it (fewer GPUs); before, a re-creation faster than a reconciliation went
-    unnoticed, its pod's GPUs counted on a node that had fewer (a user trial)."""
+    unnoticed, its pod's GPUs counted on a node that had fewer (a user trial).
+
+    Both times are whole seconds: a node made in the second its pod was bound may be the
+    pod's or a new one. It is a new one where the job's pods bound there ask more GPUs than
+    it has (the scheduler bound none so; before, such a pod's 16 GPUs counted on a node of
+    1, the job Ready: a user trial); else the pod stays (a kubelet of that name runs it)."""
     out: dict[str, str] = {}
+    same_second: set[str] = set()
+    gpus: dict[str, int] = {}
     for p in pods:
         info = nodes.get(p.node) if p.node else None
-        if info is None or p.bound_at is None or info.created is None or p.deleting:
+        if info is None or p.deleting:
+            continue
+        gpus[p.node] = gpus.get(p.node, 0) + (p.requests.gpus if p.requests else 0)
+        if p.bound_at is None or info.created is None:
             continue
         if info.created > p.bound_at:
             out[p.node] = REMADE
+        elif int(info.created) == int(p.bound_at):
+            same_second.add(p.node)
+    for n in same_second - set(out):
+        server = nodes[n].server
+        if gpus[n] > (server.gpus if server is not None else 0):
+            out[n] = REMADE
     return out
+
+
+def came_back(lost: Mapping[str, str], planned: Iterable[str]) -> dict[str, str]:
+    """``lost`` with the servers lost as deleted that the re-plan placed again as ``REMADE``:
+    the node was made again between the reconciliation's look at the nodes and the
+    re-plan's (a node deleted and made again at once). Its pod was on the old node: it is
+    made again, and the job told so (before, the pod was kept as if on the new node, and
+    the next reconciliation re-planned the job a second time for it: a user trial)."""
+    again = set(planned)
+    return {n: REMADE if why == "Deleted" and n in again else why for n, why in lost.items()}
 
 
 def disrupted(nodes: Mapping[str, NodeInfo], threshold: float) -> str | None:

@@ -131,17 +131,28 @@ def faster(
             return None, None
         return None, (
             f"a new plan ({gained} free server(s) added) would make its step {was / now:.3g}x "
-            f"faster (predicted {now:.3g} s, now {was:.3g} s), below spec.regrow.minSpeedup "
+            f"faster (predicted {now:.3g} s, {_now(was, current)}), below spec.regrow.minSpeedup "
             f"{need:g}: it keeps its servers (checked again when the free servers change)"
         )
     if entry.regrow is None:
         return None, (
             f"free servers would make its step {was / now:.3g}x faster (a new plan with "
-            f"{gained} free server(s) added: predicted {now:.3g} s, now {was:.3g} s); it "
+            f"{gained} free server(s) added: predicted {now:.3g} s, {_now(was, current)}); it "
             "keeps its servers, as it has no spec.regrow, which would plan it afresh "
             "(a restart from its checkpoint)"
         )
     return replace(decision, base=replace(current, predicted_iteration_seconds=was)), None
+
+
+def _now(was: float, current: JobPlan) -> str:
+    """The running plan's step as scored on the cluster now and, where it is not what the
+    plan predicted (``status.predictedIterationSeconds``), that too: its servers were
+    relabelled or its links measured again since (before, the Event said "now 5.12 s" where
+    the job's status said 1.72, without a word of why: a user trial)."""
+    planned = current.predicted_iteration_seconds
+    if math.isfinite(planned) and planned > 0 and abs(was - planned) > 0.01 * planned:
+        return f"now {was:.3g} s on its servers as they are now, planned at {planned:.3g} s"
+    return f"now {was:.3g} s"
 
 
 def cause(old: JobPlan, new: JobPlan) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hulk_operator import manifests, recovery, regrow
 from hulk_operator import status as st
-from hulk_operator.context import Context
+from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
 from hulk_planner.model import JobPlan
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 TAKEN_TOLD = "taken/"  # Context.recent key prefix: when a StagePodTaken Event was posted
 SERVICE_TRIED = "service/"  # Context.recent key prefix: when a job's Service was made again
 HELD = "held/"  # Context.recent key prefix: since when a job's gang gate waits on old pods
+# Context.recent key prefix: a stage pod (by uid) this operator deleted, which the pod index
+# may still hold beside the one made again under its name (``gone``)
+GONE = "gone/"
 # At most this long the new pods wait for a Terminating pod of their hostname (the 30 s
 # grace of a checkpointing step): one on a node that stopped answering would never go
 # (below the 60 s after which Context.recent forgets the start).
@@ -109,27 +112,27 @@ async def sync_pods(
     # a pod the plan keeps on a node deleted and made again since it was bound
     # (``recovery.REMADE``): it was never on the new node, so it is deleted with grace 0
     # and made again there (before, kept: the job was re-planned to the same plan every
-    # tick, and its pod never replaced; a review)
+    # tick, and its pod never replaced; a review). (Whether this reconciliation's look at
+    # the nodes has the new node or not: the re-plan's later one did.)
     now = time.monotonic()
     remade = sorted(
         n
         for n, p in pods.items()
-        if n in desired
-        and not p.deleting
-        and p.node in force
-        and p.node in ctx.nodes
-        # (one this operator made within 10 s is the new one, seen before the index had
-        # the old one's deletion: it is not deleted again; a review)
-        and now - ctx.recent.get(n, -1e9) > 10.0
+        if n in desired and not p.deleting and p.node in force and not gone(ctx, p)
     )
     live = [n for n, p in pods.items() if not p.deleting and n not in remade]
     diff = recovery.pod_diff(live, list(desired))
-    create = [n for n in diff.create if now - ctx.recent.get(n, -1e9) > 10.0]
+    # (a pod deleted here as its node was made again: made again at once, whenever the
+    # last one of its name was made)
+    create = [n for n in diff.create if n in remade or now - ctx.recent.get(n, -1e9) > 10.0]
     doomed = [*diff.delete, *remade]
     if doomed:  # first: a quota counts them until they go
-        gone = force | {p.node for p in pods.values() if p.node and p.node not in ctx.nodes}
-        forced = [n for n in doomed if pods[n].node in gone]
-        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, doomed, forced)
+        left = force | {p.node for p in pods.values() if p.node and p.node not in ctx.nodes}
+        forced = [n for n in doomed if pods[n].node in left]
+        uids = {n: pods[n].uid for n in doomed if pods[n].uid}
+        # (by uid: a pod of the name made since is not deleted in its place)
+        await asyncio.to_thread(kube.delete_pods, ctx.api, ns, doomed, forced, uids)
+        ctx.recent.update((f"{GONE}{u}", now) for u in uids.values())
     if remade:  # going from here on: the job's phase does not count them as running
         ctx.pods = {
             **ctx.pods,
@@ -194,6 +197,15 @@ async def sync_pods(
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
     return diff
+
+
+def gone(ctx: Context, pod: PodEntry) -> bool:
+    """Whether ``pod`` is one this operator deleted within the minute, which the pod index
+    may still hold beside the pod made again under its name: bound to the node before it
+    was made again, it would be taken as on a node made again a second time (before, any
+    pod made within 10 s was passed over instead, and one whose node was made again in
+    those 10 s was left on it: a flaky test)."""
+    return bool(pod.uid) and f"{GONE}{pod.uid}" in ctx.recent
 
 
 def waits_on_old(gated: Sequence[str], leaving: Collection[str], since: float, now: float) -> bool:

@@ -104,7 +104,10 @@ def check_optional_text(where: str, value: object) -> None:
     """Raise ``InvalidRequest`` unless ``value`` is None or a string."""
     if value is not None and not isinstance(value, str):
         raise InvalidRequest(
-            where, f"must be text, got {shown(value)}", f"write it as a string: {str(value)!r}"
+            # ('true' as the file writes it, not Python's 'True': a review)
+            where,
+            f"must be text, got {shown(value)}",
+            f"write it as a string: {shown(value)!r}",
         )
 
 

@@ -9,8 +9,9 @@ Latency of a server pair, in order of precedence:
    servers) is infeasible. Nothing is relayed through a third server: stage pods connect
    to each other directly, and a missing pair is often a network policy.
 
-Bandwidth where a link gives none: 10 Gb/s inside a region and 2 Gb/s between regions,
-from public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across regions
+Bandwidth where a link gives none: its region link's (``spec.regionLinks``, where it gives
+one), else 10 Gb/s inside a region and 2 Gb/s between regions (docs/formats.md), from
+public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across regions
 (CrossPipe, ATC'25, citing Strati et al. 2024); see docs/cost-model.md.
 """
 

@@ -7,6 +7,7 @@ import json
 import re
 import sys
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +93,17 @@ def text_field(doc: Mapping[str, Any], key: str, where: str) -> str:
 
 def check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
-        fix = (
-            "start each document with a '---' line instead of '- ', or give them as a "
-            "kind: List with items:"
-            if isinstance(doc, list)
-            else f"give a {kind} manifest (docs/formats.md)"
-        )
+        fix = f"give a {kind} manifest (docs/formats.md)"
+        if isinstance(doc, list) and kind in _LISTED:
+            fix = (
+                "start each document with a '---' line instead of '- ', or give them as a "
+                "kind: List with items:"
+            )
+        elif isinstance(doc, list):  # (a List of them suggested: a review)
+            fix = (
+                f"a {kind} file holds one mapping of apiVersion, kind, "
+                f"{_BODY.get(kind, 'spec')}, as docs/formats.md shows, not a list"
+            )
         raise InvalidRequest(source, f"expected a {kind} document, got {type(doc).__name__}", fix)
     if doc.get("kind") != kind:
         flag = _FLAGS.get(str(doc.get("kind")))  # (one of ours, in the wrong place: a trial)
@@ -111,6 +117,9 @@ def check_kind(doc: Any, kind: str, source: str) -> Mapping[str, Any]:
         )
     return doc
 
+
+_LISTED = ("HulkTrainingJob",)  # the kinds read from a kind: List too
+_BODY = {"ClusterTopology": "metadata and spec", "PlacementPlan": "planner, jobs and unplaced"}
 
 _FLAGS = {
     "ClusterTopology": "--cluster",
@@ -144,6 +153,38 @@ class _Constructor(yaml.constructor.SafeConstructor):
                 if isinstance(key, Hashable):
                     seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        """An integer, or ``LongInt`` where it has more digits than Python reads (it was
+        told as "a date or number" with Python's advice on sys.set_int_max_str_digits)."""
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            digits = sum(c.isdigit() for c in str(node.value))
+            if not 0 < sys.get_int_max_str_digits() < digits:
+                raise
+            return LongInt(digits)
+
+
+# (the stubs take a loader's constructor alone: this is both loaders' own, by inheritance)
+_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class LongInt:
+    """An integer written with more digits than Python reads (4,300: ``int`` refuses more,
+    ``sys.get_int_max_str_digits``), kept as such until ``load_documents`` finds its place
+    in the document and refuses it there."""
+
+    digits: int
+
+
+def _json_int(text: str) -> int | LongInt:
+    """A JSON integer (as ``json.loads`` reads it), or ``LongInt`` where it is too long."""
+    try:
+        return int(text)
+    except ValueError:
+        return LongInt(len(text.lstrip("-")))
 
 
 class _Loader(_Constructor, yaml.SafeLoader):
@@ -210,10 +251,24 @@ def _yaml_documents(text: str) -> list[Any]:
     return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
 
 
+# What other YAML readers take for no string where PyYAML's YAML 1.1 rules read a string:
+# YAML 1.2's core schema (go-yaml v3, as the operator's Go tools use) and Go's own number
+# syntax (0o17, 0O17, 08, +.5, underscores anywhere), and YAML 1.1's y and n (go-yaml v2).
+_NOT_STRINGS = (
+    ("int", r"^[-+]?(?:[0-9][0-9_]*|0[bBoOxX][0-9a-fA-F_]*)$", "-+0123456789"),
+    ("float", r"^[-+]?(?:\.[0-9_]+|[0-9][0-9_]*(?:\.[0-9_]*)?)$", "-+0123456789."),
+    ("bool", r"^(?:y|Y|n|N)$", "yYnN"),
+)
+
+
 def reads_back(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     """``dumper`` quoting the strings this loader reads as numbers (a server named
-    ``1e3`` was written bare, then read back as the float 1000.0: a review)."""
+    ``1e3`` was written bare, then read back as the float 1000.0: a review), and those a
+    YAML 1.2 or Go reader does (``0o17`` was written bare, which go-yaml v3 reads as the
+    integer 15: a review)."""
     dumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
+    for tag, pattern, first in _NOT_STRINGS:
+        dumper.add_implicit_resolver(f"tag:yaml.org,2002:{tag}", re.compile(pattern), list(first))
     return dumper
 
 
@@ -240,11 +295,31 @@ def load_documents(path: str | Path) -> list[Any]:
         docs: list[Any] | None = _documents(p, text)
     except RecursionError:  # (a traceback before: 2,000 nested lists; a user trial)
         docs = None
-    if docs is None or any(_deeper_than(d, MAX_DEPTH) for d in docs):
+    sizes = [] if docs is None else [_survey(d) for d in docs]
+    if docs is None or any(s.deep for s in sizes):
         raise InvalidRequest(
             str(p),
             f"nests more than {MAX_DEPTH} levels deep",
             "no cluster, job or plan nests so: check that it is the file meant",
+        )
+    for k, size in enumerate(sizes):
+        if size.long_int is not None:
+            where, digits = size.long_int
+            doc = f"{p} (document {k + 1})" if len(docs) > 1 else str(p)
+            raise InvalidRequest(
+                f"{doc}: {where}" if where else doc,
+                f"is a number too large to read ({digits:,} digits)",
+                "no cluster, job or plan holds one so large: check the value, or quote it "
+                "if it is text",
+            )
+    written, expanded = sum(s.written for s in sizes), sum(s.expanded for s in sizes)
+    if expanded > max(MAX_EXPANDED, ALIAS_GROWTH * written):  # (a "billion laughs": a review)
+        raise InvalidRequest(
+            str(p),
+            f"holds {expanded:,} values once its aliases (*name) are expanded, from "
+            f"{written:,} written",
+            "no cluster, job or plan grows so: write the values out, or check the file's "
+            "anchors (&name) and aliases",
         )
     try:  # "\ud83d" alone, in JSON or a double-quoted YAML string: no character
         json.dumps(docs, ensure_ascii=False, default=str).encode("utf-8")
@@ -258,19 +333,75 @@ def load_documents(path: str | Path) -> list[Any]:
 
 
 MAX_DEPTH = 64  # lists and mappings within one another (a pod template: about 12)
+# Values a file may hold once its aliases (``*name``) are expanded: ALIAS_GROWTH times the
+# values it writes, or MAX_EXPANDED where that is more. A file without aliases holds what
+# it writes, however large (a topology of 5,000 servers with every pair linked: over 100
+# million values); with aliases, 500 bytes held a billion values (a "billion laughs"), and
+# reading them took hours (go-yaml refuses "excessive aliasing" so).
+MAX_EXPANDED = 1_000_000
+ALIAS_GROWTH = 10
 
 
-def _deeper_than(value: Any, most: int) -> bool:
-    """Whether lists and mappings nest more than ``most`` deep in ``value`` (without
-    recursion: what reads the documents after this recurses)."""
-    todo = [(value, 0)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, dict | list):
-            if depth >= most:
-                return True
-            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return False
+@dataclass
+class _Size:
+    """What ``_survey`` finds of a document: ``deep`` where lists and mappings nest more
+    than ``MAX_DEPTH`` (or hold themselves); the values it writes (``written``: an alias
+    one) and holds once its aliases are expanded (``expanded``), each list, mapping, key and
+    scalar counted; the place (``spec.nodes[1].gpus``) and digits of its first ``LongInt``."""
+
+    deep: bool = False
+    written: int = 1
+    expanded: int = 1
+    long_int: tuple[str, int] | None = None
+
+
+def _survey(doc: Any) -> _Size:
+    """``doc``'s ``_Size``, without recursion (what reads the documents after this
+    recurses), and walking each list or mapping once however many aliases name it: its
+    expanded size is counted once and added at each place (walking each place took hours
+    for a billion values)."""
+    size = _Size()
+    done: dict[int, tuple[int, int]] = {}  # id of a list or mapping -> (expanded, height)
+    # the lists and mappings being walked, outermost first: each [itself, its entries, its
+    # key or index in the one before, expanded size so far, height (1: it holds no list or
+    # mapping)], under one holding ``doc``
+    top: list[Any] = [None, iter([("", doc)]), "", 0, 0]
+    frames = [top]
+    while frames:
+        frame = frames[-1]
+        entry = next(frame[1], None)
+        if entry is None:
+            frames.pop()
+            if frames:
+                done[id(frame[0])] = (frame[3], frame[4])
+                frames[-1][3] += frame[3]
+                frames[-1][4] = max(frames[-1][4], frame[4] + 1)
+            continue
+        key, value = entry
+        if isinstance(value, dict | list):
+            known = done.get(id(value))
+            if known is not None:  # (an alias of one walked)
+                if len(frames) - 1 + known[1] > MAX_DEPTH:
+                    size.deep = True
+                    return size
+                frame[3] += known[0]
+                frame[4] = max(frame[4], known[1] + 1)
+                continue
+            if len(frames) > MAX_DEPTH:  # (or one within itself, ``&a [*a]``)
+                size.deep = True
+                return size
+            many = len(value) * (2 if isinstance(value, dict) else 1)
+            size.written += many
+            entries = iter(value.items()) if isinstance(value, dict) else enumerate(value)
+            frames.append([value, entries, key, 1 + many - len(value), 1])
+        else:
+            frame[3] += 1
+            if isinstance(value, LongInt) and size.long_int is None:
+                keys = [f[2] for f in frames[2:]] + [key]
+                place = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys)
+                size.long_int = (place.removeprefix("."), value.digits)
+    size.expanded = top[3]
+    return size
 
 
 def _documents(p: Path, text: str) -> list[Any]:
@@ -321,7 +452,9 @@ def _json(p: Path, text: str) -> list[Any] | None:
         return seen
 
     try:
-        doc = json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant)
+        doc = json.loads(
+            text, object_pairs_hook=pairs, parse_constant=_no_constant, parse_int=_json_int
+        )
     except (InvalidRequest, json.JSONDecodeError):
         raise
     except ValueError:  # (from _no_constant)

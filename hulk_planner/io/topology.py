@@ -37,9 +37,11 @@ L = TypeVar("L", Link, RegionLink)
 def _server(n: Any, w: str) -> Server:
     """The server of ``spec.nodes[i]`` (``w``)."""
     name = text_field(n, "name", w)
-    if name == "":  # (told as "name", no path: a user trial)
+    if not name.strip():  # (told as "name", no path: a user trial; spaces alone too, a review)
         raise InvalidRequest(
-            f"{w}.name", "is empty", "give each server a name (on a cluster, its node name)"
+            f"{w}.name",
+            "is empty" if name == "" else f"is blank, got {name!r}",
+            "give each server a name (on a cluster, its node name)",
         )
     with _at(f"server {name!r}", w):
         return Server(

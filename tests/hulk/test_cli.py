@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -59,3 +60,30 @@ def test_a_subcommand_gets_its_own_help(capsys: pytest.CaptureFixture[str]) -> N
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: hulk plan") and "--planner" in out
+
+
+def test_the_commands_writing_documents_write_utf8_whatever_the_locale() -> None:
+    """``hulk plan`` and ``hulk topology`` -o json/yaml write what --previous and --cluster
+    read back: UTF-8, not the locale's encoding (a UnicodeEncodeError traceback with
+    PYTHONIOENCODING=ascii, latin-1 bytes with latin-1: a review)."""
+    import subprocess
+
+    code = (
+        "import sys, hulk.cli, importlib\n"
+        "module = importlib.import_module(hulk.cli.SUBCOMMANDS[sys.argv[1]][0])\n"
+        "module.run = lambda args: print('北京-0', args.output) or 0\n"
+        "sys.exit(hulk.cli.main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    runs = (("topology", "--paper", "-o", "yaml"), ("topology", "--paper", "-o", "json"),
+            ("plan", "-o", "json"), ("plan", "-o", "yaml"))  # fmt: skip
+    for args in runs:
+        out = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, env=env, timeout=60
+        )
+        assert out.returncode == 0, out.stderr.decode()
+        assert out.stdout.decode("utf-8") == f"北京-0 {args[-1]}\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code, "plan", "-o", "table"], capture_output=True, env=env
+    )
+    assert out.stdout == b"\\u5317\\u4eac-0 table\n"  # (text: the locale's, escaped)

@@ -1052,6 +1052,24 @@ def test_a_node_not_ready_for_less_than_the_grace_keeps_its_stages() -> None:
     assert lost(jp, cluster, now=t, disrupted=True) == {victim: "Deleted"}
 
 
+def test_a_node_with_no_ready_condition_yet_has_the_grace_from_its_making() -> None:
+    """A node just made (its kubelet has not yet said a word): NotReady since it was made
+    (before, since ever: a node made again under its name lost its stage at once)."""
+    from datetime import UTC, datetime
+
+    jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
+    victim = jp.nodes[0]
+    body = node_manifest(paper_cluster().server(victim))
+    body["metadata"]["creationTimestamp"] = "2026-11-23T00:33:41Z"
+    assert not body["status"].get("conditions")
+    cluster = {**nodes(), victim: node_info(body)}
+    t = datetime(2026, 11, 23, 0, 33, 41, tzinfo=UTC).timestamp()
+    assert cluster[victim].not_ready_since == t and not cluster[victim].ready
+    lost = recovery.lost_servers
+    assert lost(jp, cluster, now=t + 30, not_ready_grace_s=60) == {}
+    assert lost(jp, cluster, now=t + 61, not_ready_grace_s=60) == {victim: "NotReady"}
+
+
 def test_most_nodes_not_ready_at_once_is_a_disruption_not_a_loss() -> None:
     """Before: pausing every kubelet for 90 s (a control-plane hiccup) removed every
     job's pods and re-planned them onto the few nodes left."""
@@ -1149,6 +1167,50 @@ def test_a_node_made_after_its_stage_pod_was_bound_is_lost() -> None:
     for p in (replace(pod, bound_at=t), replace(pod, bound_at=None), replace(pod, deleting=True)):
         assert recovery.remade_servers([p], {info.name: info}) == {}
     assert recovery.remade_servers([pod], {}) == {}  # deleted: lost_servers' case
+
+
+def test_a_node_made_in_the_second_its_pod_was_bound_is_lost_where_the_pod_cannot_fit() -> None:
+    """Made in the second the pod was bound (timestamps are whole seconds): the same node
+    or a new one. A new one where the job's pods there ask more GPUs than it has (before,
+    kept: a 16-GPU pod counted on a node of 1, the job Ready; a user trial); else kept."""
+    from datetime import UTC, datetime
+
+    from hulk_operator.context import PodEntry
+    from hulk_operator.inventory import Resources
+
+    server = paper_cluster().servers[0]
+    body = node_manifest(replace(server, gpus=1))
+    body["metadata"]["creationTimestamp"] = "2026-11-24T10:00:05Z"
+    info = node_info(body)
+    assert info.server is not None and info.server.gpus == 1
+    t = datetime(2026, 11, 24, 10, 0, 5, tzinfo=UTC).timestamp()
+    ask = Resources(gpus=8, cpu=1.0, memory=1e9)
+    pod = PodEntry("p", info.name, "Running", False, False, bound_at=t + 0.0, requests=ask)
+    assert recovery.remade_servers([pod], {info.name: info}) == {info.name: recovery.REMADE}
+    # it fits: kept (bound to this node, or its kubelet runs it)
+    small = replace(pod, requests=Resources(gpus=1))
+    assert recovery.remade_servers([small], {info.name: info}) == {}
+    # two pods of the job there, each fitting alone, not together
+    assert recovery.remade_servers([small, replace(small, name="q")], {info.name: info}) == {
+        info.name: recovery.REMADE
+    }
+    # bound a second later: the node was there first, whatever it has now (a device
+    # plugin's count falling under a running pod is no re-creation)
+    assert recovery.remade_servers([replace(pod, bound_at=t + 1)], {info.name: info}) == {}
+
+
+def test_a_server_lost_as_deleted_that_the_replan_places_again_was_made_again() -> None:
+    """Deleted at the reconciliation's look, back at the re-plan's (made again at once): its
+    pod is made again (before, kept as if on the new node, and the job re-planned a second
+    time for it: a user trial)."""
+    lost = {"a": "Deleted", "b": "Deleted", "c": "NotReady", "d": recovery.REMADE}
+    assert recovery.came_back(lost, ["a", "c", "e"]) == {
+        "a": recovery.REMADE,
+        "b": "Deleted",
+        "c": "NotReady",
+        "d": recovery.REMADE,
+    }
+    assert recovery.forced(recovery.came_back(lost, ["a"])) == {"a", "b", "d"}
 
 
 def test_a_cordoned_server_keeps_its_stage_until_drained() -> None:

@@ -714,3 +714,23 @@ def test_growth_is_looked_at_once_per_interval() -> None:
     free_one()  # a change, but too soon
     assert look() is None
     assert len(calls) == 1
+
+
+def test_advice_says_where_the_running_plan_is_slower_now_than_it_predicted() -> None:
+    """Its servers relabelled since it was planned: the advice's "now" is the plan scored
+    on the cluster as it is, and says so beside what the status says (before, "now 5.12
+    s" beside a status of 1.72 s, without a word of why: a user trial)."""
+    from hulk_operator.decision import Decision
+
+    running, current = squeezed(GPT, ("Berlin", "London"))
+    planned = current.predicted_iteration_seconds
+    faster = replace(current, predicted_iteration_seconds=planned / 4)
+    d = Decision(running.key, faster, None, "", "hulk")
+    _, told = regrow.faster(d, running, current, (planned * 3, planned / 4), advise=1.25)
+    assert (
+        told is not None
+        and (f"now {planned * 3:.3g} s on its servers as they are now, planned at {planned:.3g} s)")
+        in told
+    ), told
+    _, told = regrow.faster(d, running, current, (planned, planned / 4), advise=1.25)
+    assert told is not None and f"now {planned:.3g} s)" in told, told

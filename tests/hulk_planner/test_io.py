@@ -1197,3 +1197,98 @@ def test_every_broken_server_and_link_of_a_topology_is_told_at_once(tmp_path: Pa
         f"{path}: spec.links",
         f"{path}: spec.regionLinks[0].b",
     ]
+
+
+def test_a_server_name_of_spaces_alone_is_named_where_it_is(tmp_path: Path) -> None:
+    """An empty name was told at spec.nodes[2].name, one of spaces as "name" alone (a
+    review)."""
+    for name, problem in (("", "is empty"), (" ", "is blank, got ' '"), ("\t", "is blank")):
+        doc = cluster_doc()
+        doc["spec"]["nodes"][2]["name"] = name
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(doc))
+        with pytest.raises(InvalidRequest) as exc:
+            io.load_cluster(path)
+        assert exc.value.field == f"{path}: spec.nodes[2].name"
+        assert exc.value.problem.startswith(problem)
+        assert exc.value.fix == "give each server a name (on a cluster, its node name)"
+
+
+@pytest.mark.parametrize("suffix", ["json", "yaml"])
+def test_a_number_too_long_to_read_is_named_where_it_is(tmp_path: Path, suffix: str) -> None:
+    """5,000 digits were told with Python's advice ("use sys.set_int_max_str_digits()") and
+    a fix about dates, naming no field (a review); digits in a text are text still."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0]["gpuProduct"] = "A100-" + "1" * 5000
+    doc["spec"]["nodes"][1]["gpus"] = 12345
+    path = tmp_path / f"c.{suffix}"
+    text = json.dumps(doc) if suffix == "json" else yaml.safe_dump(doc, width=10000)
+    path.write_text(text.replace("12345", "1" * 5000))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(path)
+    assert str(exc.value) == (
+        f"{path}: spec.nodes[1].gpus: is a number too large to read (5,000 digits) (no "
+        "cluster, job or plan holds one so large: check the value, or quote it if it is text)"
+    )
+    path.write_text(f"a: 1\n---\nb: [1, -{'9' * 4301}]\n")  # (the second document's)
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_documents(path)
+    assert exc.value.field == f"{path} (document 2): b[1]"
+    path.write_text("9" * 4300)  # (as many digits as Python reads: a number)
+    assert io.load_documents(path) == [int("9" * 4300)]
+
+
+def test_a_topology_or_plan_file_holding_a_list_says_what_it_must_hold(tmp_path: Path) -> None:
+    """A topology file that was a list was told to be "a kind: List with items:", which no
+    topology can be (a review); a jobs file can."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([cluster_doc()]))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(path)
+    assert str(exc.value) == (
+        f"{path}: expected a ClusterTopology document, got list (a ClusterTopology file "
+        "holds one mapping of apiVersion, kind, metadata and spec, as docs/formats.md shows, "
+        "not a list)"
+    )
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_plan(path)
+    assert "holds one mapping of apiVersion, kind, planner, jobs and unplaced" in str(exc.value)
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_jobs([path])
+    assert "or give them as a kind: List with items:" in str(exc.value)
+
+
+# Strings YAML 1.1 (PyYAML, go-yaml v2) or 1.2's core schema (go-yaml v3) reads as no string.
+NUMBER_LIKE_NAMES = [
+    "0o17", "0O17", "-0o17", "0x1F", "0X1f", "+0x1F", "0x_1F", "0b101", "017", "08", "0009",
+    "+08", "-8", "1_000", "0o1_7", "1_0.5", "1:20", "-1:20", "190:20:30.15", "1e3", "1E3",
+    "5e-3", "1.", ".5", "-.5", "+.5", ".inf", "-.inf", "+.Inf", ".INF", ".nan", ".NaN",
+    ".NAN", "~", "null", "Null", "NULL", "", "true", "True", "TRUE", "false", "FALSE", "yes",
+    "No", "on", "OFF", "y", "Y", "n", "N", "2001-12-14", "=", "<<",
+]  # fmt: skip
+
+
+def test_yaml_output_quotes_every_name_a_yaml_reader_takes_for_no_string() -> None:
+    """A node named 0o17 (a valid Kubernetes node name) was written bare, which go-yaml v3
+    reads as the integer 15 (a review)."""
+    stage = Stage((0, 1), tuple(n for n in NUMBER_LIKE_NAMES if n), "data")
+    text = io.dump_plan(Plan("hulk", (JobPlan("j", (stage,), 1, 1.0),)), "yaml")
+    assert quoted(text) == set(stage.nodes)  # each quoted
+    assert yaml.safe_load(text)["jobs"][0]["stages"][0]["nodes"] == list(stage.nodes)
+    servers = tuple(
+        replace(paper_cluster().servers[0], name=n, region=f"r{n}") for n in stage.nodes
+    )
+    written = io.dump_cluster(replace(paper_cluster(), servers=servers, links=()), "yaml")
+    assert set(stage.nodes) <= quoted(written)
+    read = yaml.safe_load(written)["spec"]["nodes"]
+    assert [s["name"] for s in read] == list(stage.nodes)
+    assert [type(s["gpus"]) for s in read] == [int] * len(servers)  # numbers are numbers still
+
+
+def quoted(text: str) -> set[str]:
+    """The scalars of a YAML text written in quotes."""
+    return {
+        t.value
+        for t in yaml.scan(text)
+        if isinstance(t, yaml.ScalarToken) and t.style in ("'", '"')
+    }

@@ -5,7 +5,9 @@ error of a .json file that is not JSON, told in JSON's terms."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from hulk_planner.errors import InvalidRequest
 from hulk_planner.generate import random_cluster
 from hulk_planner.io import documents
 
+API = "hulk.dev/v1alpha1"
 needs_libyaml = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml")
 
 
@@ -218,3 +221,65 @@ def test_a_json_file_that_is_not_json_is_told_in_json_terms(tmp_path: Path) -> N
     # a .json file YAML reads is still read, as before: a trailing comma, a bare word
     path.write_text('{"a": [1, 2,], b: c}')
     assert io.load_documents(path) == [{"a": [1, 2], "b": "c"}]
+
+
+def billion_laughs(levels: int) -> str:
+    """A topology with ``levels`` lists of ten aliases of the one before (10**levels x's)."""
+    lines = ["a0: &a0 [" + ",".join("x" * 10) + "]"]
+    lines += [f"a{k}: &a{k} [" + ",".join([f"*a{k - 1}"] * 10) + "]" for k in range(1, levels)]
+    return (
+        "apiVersion: hulk.dev/v1alpha1\nkind: ClusterTopology\nmetadata: {name: x}\n"
+        + "\n".join(lines)
+        + "\nspec: {nodes: [{name: a, region: R, gpus: 8, gpuMemoryGiB: 80, gpuTFLOPS: 312}]}\n"
+    )
+
+
+@pytest.mark.parametrize("levels", [7, 9])
+def test_a_billion_laughs_is_refused_at_once(tmp_path: Path, levels: int) -> None:
+    """583 bytes standing for a billion values (aliases of aliases) ran at 100% CPU for
+    hours, walking each (a review): refused, as go-yaml refuses "excessive aliasing"."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(billion_laughs(levels))
+    start = time.perf_counter()
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(path)
+    assert time.perf_counter() - start < 0.5
+    told = re.match(rf"{re.escape(str(path))}: holds ([0-9,]+) values once its aliases "
+                    r"\(\*name\) are expanded, from ([0-9,]+) written", str(exc.value))  # fmt: skip
+    assert told is not None, str(exc.value)
+    assert int(told[1].replace(",", "")) > 10**levels and int(told[2]) < 200
+    assert str(exc.value).endswith(
+        "(no cluster, job or plan grows so: write the values out, or check the file's "
+        "anchors (&name) and aliases)"
+    )
+
+
+def test_aliases_of_a_real_file_and_a_big_topology_are_read(tmp_path: Path) -> None:
+    """The limit is far from any real file: one without aliases is read however large (a
+    topology of 5,000 servers, each linked to its 20 next ones: 110,000 links), and one
+    whose aliases repeat its servers' figures (``<<: *a100``) or a list is read too."""
+    servers = [
+        {"name": f"s{i}", "region": f"r{i % 7}", "gpus": 8, "gpuMemoryGiB": 80, "gpuTFLOPS": 312}
+        for i in range(5000)
+    ]
+    links = [
+        {"a": f"s{i}", "b": f"s{(i + k) % 5000}", "latencyMs": 1.0 + k, "bandwidthGbps": 10}
+        for i in range(5000)
+        for k in range(1, 23)
+    ]
+    doc = {"apiVersion": API, "kind": "ClusterTopology", "metadata": {"name": "big"},
+           "spec": {"nodes": servers, "links": links}}  # fmt: skip
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(doc))
+    assert len(io.load_cluster(path).links) == 110_000
+    nodes = "\n".join(
+        f"  - {{<<: *a100, name: s{i}, region: r{i % 3}, zones: *zones}}" for i in range(5000)
+    )
+    path = tmp_path / "aliased.yaml"
+    path.write_text(
+        "apiVersion: hulk.dev/v1alpha1\nkind: ClusterTopology\nmetadata: {name: a}\n"
+        "x-a100: &a100 {gpus: 8, gpuMemoryGiB: 80, gpuTFLOPS: 312}\n"
+        f"x-zones: &zones [{', '.join(f'z{k}' for k in range(50))}]\n"
+        f"spec:\n  nodes:\n{nodes}\n"
+    )
+    assert len(io.load_cluster(path).servers) == 5000

@@ -359,3 +359,12 @@ def test_the_crd_describes_every_field_a_user_writes_and_names_every_preset() ->
         assert name in preset, name
     conds = schema["properties"]["status"]["properties"]["conditions"]["description"]
     assert "Complete" in conds
+
+
+def test_informational_text_of_another_type_is_told_how_the_file_writes_it() -> None:
+    """``gpuProduct: true`` was told to be written 'True', Python's spelling (a review)."""
+    with pytest.raises(InvalidRequest) as exc:
+        Server("a", "r", 1, 1, 1, gpu_product=True)  # type: ignore[arg-type]
+    assert str(exc.value) == (
+        "server 'a'.gpuProduct: must be text, got true (write it as a string: 'true')"
+    )

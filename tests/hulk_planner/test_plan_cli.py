@@ -199,6 +199,39 @@ def test_standard_input_read_by_both_or_not_utf8_is_told(tmp_path: Path) -> None
     )
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_plans_are_written_as_utf8_whatever_the_locale(tmp_path: Path, encoding: str) -> None:
+    """A server named 北京-0 ended -o json, -o yaml and the table in a UnicodeEncodeError
+    traceback with PYTHONIOENCODING=ascii; with latin-1 the plan was written in latin-1,
+    which --previous then refused as "not UTF-8 text" (a review)."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0]["name"] = "北京-0"
+    for link in doc["spec"]["links"]:
+        link["a"] = "北京-0" if link["a"] == "bj-0" else link["a"]
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    flags = ["--cluster", str(cluster), "--moves", "100"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        cmd = [sys.executable, "-m", "hulk", "plan", *flags, *args]
+        out = subprocess.run(cmd, capture_output=True, env=env, timeout=120)
+        assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr.decode()
+        return out
+
+    for fmt in ("json", "yaml"):
+        out = run("-o", fmt)
+        assert "北京-0" in out.stdout.decode("utf-8")  # (UTF-8, whatever the locale's)
+        previous = tmp_path / f"plan.{fmt}"
+        previous.write_bytes(out.stdout)
+        assert io.load_plan(previous).jobs  # (read back)
+        again = run("-o", fmt, "--previous", str(previous))
+        assert b"--previous: job" in again.stderr and b"kept" in again.stderr
+    # the table, text for a terminal: in the locale's encoding, an escape for what it lacks
+    table = run("-o", "table", "--no-compare").stdout.decode(encoding)
+    assert "stage  0 layers" in table and "\\u5317\\u4eac-0" in table
+
+
 def test_a_closed_output_and_ctrl_c_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """``hulk plan -o json >&-`` raised AttributeError ('NoneType' ... 'flush'); Ctrl-C
     printed a traceback of the search (a review)."""

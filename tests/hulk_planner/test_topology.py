@@ -8,6 +8,7 @@ server. Default bandwidth where none is given: 10 Gb/s inside a region, 2 Gb/s a
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
@@ -131,3 +132,27 @@ def test_network_is_symmetric_and_holds_exactly_the_given_links(
         for i, j in zip(*np.nonzero(~np.eye(len(c.servers), dtype=bool)), strict=True):
             pair = frozenset((net.names[i], net.names[j]))
             assert bool(net.direct[i, j]) == (pair in listed)
+
+
+def test_a_link_without_bandwidth_takes_its_region_links_as_docs_formats_says() -> None:
+    """docs/formats.md said such a link got 10 or 2 Gb/s; it gets its region link's where
+    that gives one (a review): a-c and a-b name no bandwidth; r1-r2 gives 1 Gb/s, r1-r1
+    none."""
+    regions = [RegionLink("r1", "r1", 1.0), RegionLink("r1", "r2", 50.0, 1.0)]
+    links: list[LinkTuple] = [("a", "c", 30.0), ("a", "b", 9.0), ("c", "d", 1.0)]
+    net = Network(cluster(FOUR, links=links, region_links=regions))
+    assert lat(net, "a", "c") == 30.0 and bw(net, "a", "c") == 1.0  # r1-r2's bandwidth
+    assert lat(net, "b", "d") == 50.0 and bw(net, "b", "d") == 1.0  # (no link: the same)
+    assert bw(net, "a", "b") == topology.DEFAULT_INTRA_REGION_GBPS  # r1-r1 gives none
+    assert bw(net, "c", "d") == topology.DEFAULT_INTRA_REGION_GBPS  # no r2-r2 region link
+    net = Network(cluster(FOUR, links=links, region_links=regions[1:2]))
+    assert bw(net, "a", "c") == 1.0
+    net = Network(cluster(FOUR, links=links))
+    assert bw(net, "a", "c") == topology.DEFAULT_CROSS_REGION_GBPS
+    text = " ".join((Path(__file__).parents[2] / "docs" / "formats.md").read_text().split())
+    assert (
+        "Where `bandwidthGbps` is absent, a pair's bandwidth is that of the `regionLinks` "
+        "entry for its two servers' regions (the same region twice inside one), where that "
+        "entry gives one: for a `links` entry without it as for a pair no link lists. Where "
+        "neither gives one: 10 Gb/s inside a region, 2 Gb/s between regions." in text
+    )
