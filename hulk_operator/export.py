@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Collection
 
-from hulk_operator.inventory import NO_GPUS
+from hulk_operator.inventory import COUNT, GPU, NO_GPUS
 from hulk_operator.latencies import INFERRED_WORDS, cut_pairs, estimated_pairs, fallback_words
 from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
 from hulk_operator.snapshot import Snapshot
@@ -102,6 +102,20 @@ def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: floa
     if left:
         more = f"; and {len(left) - 5} more" if len(left) > 5 else ""
         out.append(f"left out {len(left)} node(s) with GPUs: {'; '.join(left[:5])}{more}")
+    counted = sorted(
+        f"{n} ({info.labels[COUNT]} by its label, {info.server.gpus} allocatable)"
+        for n in names
+        if (info := snap.nodes.get(n)) is not None
+        and info.server is not None
+        and info.labels.get(COUNT, str(info.server.gpus)).strip() != str(info.server.gpus)
+    )
+    if counted:  # (before, a relabel to 2 GPUs went without a word: a user trial)
+        more = f"; and {len(counted) - 5} more" if len(counted) > 5 else ""
+        out.append(
+            f"{len(counted)} node(s) have another GPU count in label {COUNT} than their "
+            f"allocatable {GPU}, which the file gives (as the operator plans and the "
+            f"scheduler places): {'; '.join(counted[:5])}{more}"
+        )
     ordered = sorted(names)
     guessed = estimated_pairs(ordered, snap.latencies)
     if guessed:

@@ -41,6 +41,7 @@ REGION = "topology.kubernetes.io/region"
 ZONE = "topology.kubernetes.io/zone"
 PRODUCT = "nvidia.com/gpu.product"
 MEMORY = "nvidia.com/gpu.memory"
+COUNT = "nvidia.com/gpu.count"  # (GPU Feature Discovery's; the GPUs are allocatable's)
 MAJOR = "nvidia.com/gpu.compute.major"
 MINOR = "nvidia.com/gpu.compute.minor"
 MIG = "nvidia.com/mig.strategy"

@@ -178,15 +178,21 @@ def delete_pods(
     only = uids or {}
 
     def one(name: str) -> None:
+        grace = 0 if name in forced else None
+        # (the API server reads a request's body alone where it has one: the grace goes in
+        # it too, not as a query parameter)
         body = (
-            client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=only[name]))
+            client.V1DeleteOptions(
+                grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=only[name])
+            )
             if only.get(name)
             else None
         )
         try:
-            core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0 if name in forced else None, body=body
-            )
+            if body is None:
+                core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
+            else:
+                core.delete_namespaced_pod(name, namespace, body=body)
         except ApiException as exc:
             if not _ok(exc, 404) and not (body is not None and _ok(exc, 409)):
                 raise

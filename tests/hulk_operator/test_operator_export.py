@@ -8,6 +8,7 @@ from pathlib import Path
 from placement_helpers import nodes, not_ready
 
 from hulk_operator.export import notes
+from hulk_operator.inventory import COUNT
 from hulk_operator.latencies import Latencies
 from hulk_operator.snapshot import Snapshot
 
@@ -53,3 +54,30 @@ def test_the_paper_cluster_is_written_as_a_topology_file_that_reads_back_the_sam
         f"hulk topology: error: {flag}: sets a live cluster's estimates, not the paper's "
         "measured links: drop it with --paper"
     ), est.stderr
+
+
+def test_nodes_whose_gpu_count_label_is_not_their_allocatable_are_noted() -> None:
+    """The file gives allocatable GPUs, as the operator plans; a node relabelled to 2 GPUs
+    with 8 allocatable went without a word (a user trial)."""
+    from dataclasses import replace
+
+    view = nodes()
+    names = sorted(view)
+    view[names[0]] = replace(view[names[0]], labels={**view[names[0]].labels, COUNT: "2"})
+    view[names[1]] = replace(view[names[1]], labels={**view[names[1]].labels, COUNT: "x"})
+    view[names[2]] = replace(
+        view[names[2]], labels={k: v for k, v in view[names[2]].labels.items() if k != COUNT}
+    )
+    told = notes(Snapshot(view, Latencies(), {}, {}), names, 1.0, 100.0)
+    (counted,) = [n for n in told if COUNT in n]
+    a, b = (view[names[0]].server, view[names[1]].server)
+    assert a is not None and b is not None
+    assert counted == (
+        f"2 node(s) have another GPU count in label {COUNT} than their allocatable "
+        f"nvidia.com/gpu, which the file gives (as the operator plans and the scheduler "
+        f"places): {names[0]} (2 by its label, {a.gpus} allocatable); {names[1]} (x by its "
+        f"label, {b.gpus} allocatable)"
+    ), counted
+    assert not [
+        n for n in notes(Snapshot(nodes(), Latencies(), {}, {}), names, 1.0, 100.0) if COUNT in n
+    ]
