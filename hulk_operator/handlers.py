@@ -47,6 +47,7 @@ from hulk_operator.quotas import (
 )
 from hulk_operator.reconcile import edited_since, reconcile
 from hulk_operator.snapshot import Snapshot
+from hulk_operator.stage_pods import gone
 
 # (the update handler: registered by this import)
 from hulk_operator.updates import (
@@ -214,7 +215,9 @@ async def hulktrainingjob_reconcile(
         edit_taken(key, entry.generation, memo)
         return
     nodes = memo.node_view.nodes(hulk_nodes)  # (rebuilt only when a node changed)
-    pods = {key: list(hulk_pods.get(key, []))}
+    # (not a stage pod this operator deleted with grace 0 that the index still holds: it
+    # is gone, and one of its name may be made again)
+    pods = {key: [p for p in hulk_pods.get(key, []) if not gone(memo.recent, p)]}
     disrupted = memo.node_view.disrupted(hulk_nodes, memo.config.disruption_threshold)
     settled_at = recovery.say_disruption(memo.disruption, disrupted, logger, time.time())
 

@@ -32,7 +32,7 @@ from hulk_operator.plan_fields import (
     unplanned,
 )
 from hulk_operator.snapshot import filled_requests
-from hulk_operator.stage_pods import gone, remove_all
+from hulk_operator.stage_pods import remove_all
 from hulk_planner.model import Cluster, JobPlan
 
 
@@ -204,9 +204,8 @@ async def check_plan(
     elif not lost:
         await tell_cut_links(ctx, entry.key, plan)
     pods = ctx.pods.get(entry.key, [])
-    # (over NotReady: it is new; not by a pod this operator deleted, which the index may
-    # hold beside the one made again there: a review)
-    lost.update(recovery.remade_servers([p for p in pods if not gone(ctx, p)], ctx.nodes))
+    # (over NotReady: it is new)
+    lost.update(recovery.remade_servers(pods, ctx.nodes, time.time()))
     # (each waiting pod's requests as the API server admitted it, LimitRange defaults in;
     # these filled-in ones for a pod the index has not read yet: before, the template's
     # alone, and a pod the defaults overfill waited, not taken as stuck; a review)

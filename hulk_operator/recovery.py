@@ -82,7 +82,12 @@ def forced(lost: Mapping[str, str]) -> set[str]:
     return {n for n, why in lost.items() if why == "Deleted" or why == REMADE}
 
 
-def remade_servers(pods: Iterable[Any], nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
+SAME_SECOND_S = 120.0  # how long after its making a node made in its pod's second is judged
+
+
+def remade_servers(
+    pods: Iterable[Any], nodes: Mapping[str, NodeInfo], now: float | None = None
+) -> dict[str, str]:
     """Server -> ``REMADE`` where the Node a stage pod is bound to was created after the
     pod was bound: the node was deleted and one of its name made again (a machine replaced
     under the same name, a kubelet registering anew). Its pod was never on this node, and
@@ -92,7 +97,10 @@ def remade_servers(pods: Iterable[Any], nodes: Mapping[str, NodeInfo]) -> dict[s
     Both times are whole seconds: a node made in the second its pod was bound may be the
     pod's or a new one. It is a new one where the job's pods bound there ask more GPUs than
     it has (the scheduler bound none so; before, such a pod's 16 GPUs counted on a node of
-    1, the job Ready: a user trial); else the pod stays (a kubelet of that name runs it)."""
+    1, the job Ready: a user trial); else the pod stays (a kubelet of that name runs it).
+    Only within ``SAME_SECOND_S`` of its making (at ``now``), and while it is a server:
+    later, fewer GPUs are a GPU failed or a device plugin restarting, which leave a running
+    pod alone (a review)."""
     out: dict[str, str] = {}
     same_second: set[str] = set()
     gpus: dict[str, int] = {}
@@ -108,8 +116,9 @@ def remade_servers(pods: Iterable[Any], nodes: Mapping[str, NodeInfo]) -> dict[s
         elif int(info.created) == int(p.bound_at):
             same_second.add(p.node)
     for n in same_second - set(out):
-        server = nodes[n].server
-        if gpus[n] > (server.gpus if server is not None else 0):
+        info = nodes[n]
+        young = now is None or (info.created is not None and now - info.created < SAME_SECOND_S)
+        if young and info.server is not None and gpus[n] > info.server.gpus:
             out[n] = REMADE
     return out
 

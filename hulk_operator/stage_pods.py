@@ -116,9 +116,7 @@ async def sync_pods(
     # the nodes has the new node or not: the re-plan's later one did.)
     now = time.monotonic()
     remade = sorted(
-        n
-        for n, p in pods.items()
-        if n in desired and not p.deleting and p.node in force and not gone(ctx, p)
+        n for n, p in pods.items() if n in desired and not p.deleting and p.node in force
     )
     live = [n for n, p in pods.items() if not p.deleting and n not in remade]
     diff = recovery.pod_diff(live, list(desired))
@@ -132,7 +130,8 @@ async def sync_pods(
         uids = {n: pods[n].uid for n in doomed if pods[n].uid}
         # (by uid: a pod of the name made since is not deleted in its place)
         await asyncio.to_thread(kube.delete_pods, ctx.api, ns, doomed, forced, uids)
-        ctx.recent.update((f"{GONE}{u}", now) for u in uids.values())
+        # (those deleted with grace 0 are gone at once; the others stay, Terminating)
+        ctx.recent.update((f"{GONE}{uids[n]}", now) for n in forced if n in uids)
     if remade:  # going from here on: the job's phase does not count them as running
         ctx.pods = {
             **ctx.pods,
@@ -199,13 +198,14 @@ async def sync_pods(
     return diff
 
 
-def gone(ctx: Context, pod: PodEntry) -> bool:
-    """Whether ``pod`` is one this operator deleted within the minute, which the pod index
-    may still hold beside the pod made again under its name: bound to the node before it
-    was made again, it would be taken as on a node made again a second time (before, any
-    pod made within 10 s was passed over instead, and one whose node was made again in
-    those 10 s was left on it: a flaky test)."""
-    return bool(pod.uid) and f"{GONE}{pod.uid}" in ctx.recent
+def gone(recent: Mapping[str, float], pod: PodEntry) -> bool:
+    """Whether ``pod`` is one this operator deleted with grace period 0 within the minute
+    (``recent``: ``Context.recent``), which the pod index may still hold beside the pod made
+    again under its name: bound to the node before it was made again, it was taken as on a
+    node made again a second time (before, any pod made within 10 s was passed over
+    instead, and one whose node was made again in those 10 s was left on it: a flaky
+    test). A reconciliation does not see it (``handlers``)."""
+    return bool(pod.uid) and f"{GONE}{pod.uid}" in recent
 
 
 def waits_on_old(gated: Sequence[str], leaving: Collection[str], since: float, now: float) -> bool:

@@ -171,9 +171,22 @@ def create_nodes(api: ApiClient, servers: Iterable[Server], *, taint: bool = Fal
 
 
 def delete_node(api: ApiClient, name: str) -> None:
+    """Deletes the node and its lease (``kube-node-lease``), which the garbage collector
+    would delete a moment later: a node made again under the name before that found the
+    old lease, kwok v0.8.0 took it over, lost it to the collector, made a new one 10 s
+    later, and never ran the node's pods after (a flaky test; docs/sandbox.md)."""
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     client.CoreV1Api(api).delete_node(name)
+    try:
+        client.CoordinationV1Api(api).delete_namespaced_lease(name, LEASE_NAMESPACE)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+LEASE_NAMESPACE = "kube-node-lease"
 
 
 def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 120.0) -> None:

@@ -1197,6 +1197,14 @@ def test_a_node_made_in_the_second_its_pod_was_bound_is_lost_where_the_pod_canno
     # bound a second later: the node was there first, whatever it has now (a device
     # plugin's count falling under a running pod is no re-creation)
     assert recovery.remade_servers([replace(pod, bound_at=t + 1)], {info.name: info}) == {}
+    # judged within SAME_SECOND_S of the node's making, while it is a server: later, or
+    # with no GPUs offered (a device plugin restarting), fewer GPUs are no re-creation (a
+    # review: a stage bound in its node's second was lost at a GPU failure, at any time)
+    late = t + recovery.SAME_SECOND_S
+    remade = recovery.remade_servers
+    assert remade([pod], {info.name: info}, t + 5) == {info.name: recovery.REMADE}
+    assert remade([pod], {info.name: info}, late) == {}
+    assert remade([pod], {info.name: replace(info, server=None)}, t + 5) == {}
 
 
 def test_a_server_lost_as_deleted_that_the_replan_places_again_was_made_again() -> None:

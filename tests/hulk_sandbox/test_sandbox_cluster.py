@@ -167,6 +167,34 @@ def test_add_and_delete_node(sandbox: Sandbox, core: Any) -> None:
     )
 
 
+def test_a_node_made_again_at_once_under_its_name_runs_its_pods(
+    sandbox: Sandbox, core: Any, namespace: str
+) -> None:
+    """Deleted and made again at once: before, kwok took over the old node's lease, lost it
+    to the garbage collector, made another 10 s later, and never ran a pod on the node
+    after (a flaky operator test: its job never Running again). The sandbox deletes the
+    lease with the node."""
+    name = f"again-{uuid.uuid4().hex[:6]}"
+    server = Server(name, "Testland", gpus=2, gpu_memory_gib=80, gpu_tflops=989)
+    sandbox.add_node(server)
+    try:
+        for i in range(4):  # (four times: the old lease's end raced kwok's renewal)
+            time.sleep(1.5)  # (kwok holds the node's lease by now)
+            sandbox.delete_node(name)
+            sandbox.add_node(server)
+            core.create_namespaced_pod(namespace, pod(f"after-{i}", gpus=2, node=name))
+            eventually(
+                lambda i=i: (
+                    core.read_namespaced_pod(f"after-{i}", namespace).status.phase == "Running"
+                ),
+                timeout=30,
+                what=f"the pod on the node made again ({i + 1} time(s)) Running",
+            )
+            core.delete_namespaced_pod(f"after-{i}", namespace, grace_period_seconds=0)
+    finally:
+        sandbox.delete_node(name)
+
+
 def test_hulk_sandbox_add_node_adds_a_new_regions_node(sandbox: Sandbox, core: Any) -> None:
     """Before, adding a node to a running sandbox took the Python API (a user trial)."""
     import subprocess
