@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.plot is not None:
         _check_plot_path(args.plot)
-    _use_weights(args)
+    weights, chosen = _use_weights(args)
     given = _inputs(args)
     cluster, jobs, result, limits = given.cluster, given.jobs, given.plan, given.limits
 
@@ -235,15 +235,29 @@ def _run(args: argparse.Namespace) -> int:
             previous = io.load_plan(args.previous, "--previous")
             asked = {j.name: j for j in jobs}
             nowhere = {u.name for u in too_big}
+            used = {n for jp in previous.jobs for n in jp.nodes}
+            gone = sorted(used - set(cluster.index))
+            # sharing no job and no server: another cluster's plan, said once (before, a
+            # note per job, then "91 server(s) ... taken as lost and replaced": a trial)
+            unrelated = bool(previous.jobs) and len(gone) == len(used)
+            unrelated = unrelated and not asked.keys() & {jp.name for jp in previous.jobs}
+            if unrelated:
+                print(
+                    f"hulk plan: note: --previous: {args.previous} shares no job and no "
+                    "server with these jobs and this cluster (is it the plan meant?): "
+                    "planned afresh",
+                    file=sys.stderr,
+                )
             for old in previous.jobs:
                 lost = unkept(old, asked.get(old.name))
                 if old.name in nowhere:  # (asked for: "not among the jobs planned" misled)
                     lost = "fits nowhere on this cluster: its servers are free for the others"
                 if lost is not None:
-                    print(f"hulk plan: note: --previous: job {old.name} {lost}", file=sys.stderr)
+                    if not unrelated:
+                        print(f"hulk plan: note: --previous: job {old.name} {lost}",
+                              file=sys.stderr)  # fmt: skip
                     afresh.add(old.name)
-            gone = sorted({n for jp in previous.jobs for n in jp.nodes} - set(cluster.index))
-            if gone:
+            if gone and not unrelated:
                 print(
                     f"hulk plan: note: --previous: {len(gone)} server(s) of the previous plan "
                     f"are not in this cluster ({', '.join(gone[:3])}"
@@ -277,6 +291,8 @@ def _run(args: argparse.Namespace) -> int:
     if not result.jobs:
         print(f"hulk plan: no job placed ({len(result.unplaced)} unplaced)", file=sys.stderr)
     if args.output in ("json", "yaml"):
+        if chosen:  # (the plan file has no place for them)
+            print(f"hulk plan: note: {weights}", file=sys.stderr)
         _print_plan(result, args.output)
         return _plot(args.plot, cluster, result) or code
     compare: dict[str, dict[str, float] | str] | None = None
@@ -297,27 +313,42 @@ def _run(args: argparse.Namespace) -> int:
                 compare[name] = str(exc)
     # a live cluster is shown by the servers the jobs may get: free, or in their plans
     label = f"{cluster.name}: servers free or in these jobs' plans" if args.kubeconfig else None
-    print(render_table(cluster, result, compare, unlinked_pairs(cluster), label, why_not))
+    print(
+        render_table(
+            cluster, result, compare, unlinked_pairs(cluster), label, why_not, weights=weights
+        )
+    )
     return _plot(args.plot, cluster, result) or code
 
 
-def _use_weights(args: argparse.Namespace) -> None:
+def _use_weights(args: argparse.Namespace) -> tuple[str | None, bool]:
     """``--weights`` (or ``$HULK_GNN_WEIGHTS``) and ``$HULK_GNN_DEVICE`` checked before
-    planning; the weights then used."""
+    planning; the weights then used. Returns which, as the table's header says it
+    ("weights: shipped (sha256 ...)"; before, shipped and one's own looked the same: a user
+    trial), None for a planner without weights; and whether they were given (not the
+    shipped ones)."""
+    import hashlib
+
     from hulk_planner.api import USES_GNN
-    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights, resolve_device
+    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights, resolve_device, shipped_weights
 
     if args.planner not in USES_GNN:
         if args.weights is not None:
             raise InvalidRequest(
                 "--weights", f"applies to the hulk planner, not {args.planner}", "drop it"
             )
-        return
+        return None, False
     resolve_device(None)  # a bad HULK_GNN_DEVICE: one line now, not after the inputs
     path = args.weights if args.weights is not None else os.environ.get(WEIGHTS_ENV) or None
     if path is not None:
         check_weights(path, "--weights" if args.weights is not None else WEIGHTS_ENV)
         os.environ[WEIGHTS_ENV] = str(Path(path).resolve())
+    used = Path(path) if path is not None else shipped_weights()
+    try:
+        digest = f" (sha256 {hashlib.sha256(used.read_bytes()).hexdigest()[:12]})"
+    except OSError:  # (the shipped weights missing: the planner says so)
+        digest = ""
+    return f"weights: {'shipped' if path is None else path}{digest}", path is not None
 
 
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")

@@ -36,6 +36,7 @@ def render_table(
     unlinked: int = 0,
     label: str | None = None,
     why_not: Mapping[str, Mapping[str, str]] | None = None,
+    weights: str | None = None,
 ) -> str:
     """The plan as text; ``compare``: each baseline's predicted step time per job it
     places (or why it places none); ``unlinked``: server pairs that cannot communicate;
@@ -45,7 +46,8 @@ def render_table(
     if unlinked:
         verb = "has" if unlinked == 1 else "have"
         shape += f"; {unlinked:,} of its {n * (n - 1) // 2:,} server pairs {verb} no link"
-    lines = [f"planner: {plan.planner}    cluster: {label or cluster.name} ({shape})", ""]
+    used = f"    {weights}" if weights else ""  # (which GNN weights planned it)
+    lines = [f"planner: {plan.planner}{used}    cluster: {label or cluster.name} ({shape})", ""]
     for jp in plan.jobs:
         shape = f"{_count(len(jp.stages), 'stage')} x {_count(jp.replicas, 'replica')}"
         lines.append(

@@ -133,7 +133,18 @@ def tiered(
     return bool(limits) or (priorities and len({j.priority for j in jobs}) > 1)
 
 
-def _held(u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: float) -> str:
+# How a job comes to be planned before another: by priority, or (the baselines, which
+# split the servers among jobs whatever their priorities: ``priorities`` False) by regions
+# (before, a baseline's note told a job of the highest priority to raise it: a user trial)
+_FIRST = {
+    True: "a higher spec.priority plans it first",
+    False: "jobs limited to regions of fewer servers are planned first, whatever their priorities",
+}
+
+
+def _held(
+    u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: float, priorities: bool
+) -> str:
     """What jobs planned before ``u``'s group hold of the servers it may use, where they
     would make room for it: ``reach``, the usable bytes of its servers, held or not
     (before: "the 1 server(s) planned on have 144 GiB usable" of a cluster with 2,203, the
@@ -150,7 +161,7 @@ def _held(u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: floa
     usable = _gib(sum(server_capacity(s) for s in held) / 2**30)
     return (
         f"; jobs planned before it hold {len(held)} more server(s) it may use, {usable} "
-        "usable (a higher spec.priority plans it first)"
+        f"usable ({_FIRST[priorities]})"
     )
 
 
@@ -214,7 +225,7 @@ def plan_in_regions(
             unplaced += [
                 Unplaced(
                     j.name,
-                    f"{where}no server is left ({held_by}; a higher spec.priority plans it first)",
+                    f"{where}no server is left ({held_by}; {_FIRST[priorities]})",
                 )
                 for j in group
             ]
@@ -246,13 +257,13 @@ def plan_in_regions(
             )
         except NoFeasiblePlan as exc:
             unplaced += [
-                Unplaced(u.name, where + u.reason + _held(u, group, held, reach))
+                Unplaced(u.name, where + u.reason + _held(u, group, held, reach, priorities))
                 for u in exc.unplaced or [Unplaced(j.name, exc.reason) for j in group]
             ]
             continue
         placed += result.jobs
         unplaced += [
-            Unplaced(u.name, where + u.reason + _held(u, group, held, reach))
+            Unplaced(u.name, where + u.reason + _held(u, group, held, reach, priorities))
             for u in result.unplaced
         ]
         notes += _held_before(result.notes, before, taken)

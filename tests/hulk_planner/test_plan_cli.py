@@ -154,6 +154,25 @@ def test_previous_plan_keeps_jobs_in_place(tmp_path: Path, files: tuple[Path, Pa
     assert {j["name"]: j["stages"] for j in json.loads(again.stdout)["jobs"]} == stages
 
 
+def test_a_previous_plan_of_another_cluster_is_said_once(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """A plan that shares no job and no server with the input: one note (before, a note
+    per job, then "N server(s) ... taken as lost and replaced": a user trial)."""
+    cluster, _ = files
+    jobs = write(tmp_path / "mine.yaml", job_doc("mine", preset="gpt2-xl"))
+    first = hulk("plan", "--cluster", cluster, "--jobs", jobs, "-o", "json", "--time-budget", "0.1")
+    previous = tmp_path / "other.json"
+    previous.write_text(first.stdout)
+    paper = hulk("plan", "-o", "json", "--time-budget", "0.1", "--previous", previous)
+    assert paper.returncode == 0, paper.stderr
+    assert paper.stderr == (
+        f"hulk plan: note: --previous: {previous} shares no job and no server with these "
+        "jobs and this cluster (is it the plan meant?): planned afresh\n"
+    ), paper.stderr
+    assert len(json.loads(paper.stdout)["jobs"]) == 4
+
+
 def test_a_yaml_plan_of_servers_named_like_numbers_reads_back(tmp_path: Path) -> None:
     """``-o yaml`` wrote a server named ``1e3`` bare, which ``--previous`` (YAML 1.2, as
     JSON) read back as the float 1000.0 (a review). The topology's writer too."""
@@ -1070,6 +1089,7 @@ def test_a_preview_of_applying_a_job_with_an_unknown_field_refuses_it(tmp_path: 
 
 
 def test_weights_of_hulk_train_plan_and_anything_else_is_one_line(tmp_path: Path) -> None:
+    import hashlib
     import shutil
 
     from hulk_planner.gnn.planner import shipped_weights
@@ -1077,8 +1097,22 @@ def test_weights_of_hulk_train_plan_and_anything_else_is_one_line(tmp_path: Path
     mine = tmp_path / "mine.pt"
     shutil.copy(shipped_weights(), mine)  # a weights file outside the package
     out = hulk("plan", "--weights", mine, "-o", "json", "--time-budget", "0.1")
-    assert out.returncode == 0 and out.stderr == "", out.stderr
+    # which weights planned it, where a plan file has no place for them (before, nowhere:
+    # shipped and one's own looked the same; a user trial)
+    digest = hashlib.sha256(mine.read_bytes()).hexdigest()[:12]
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == f"hulk plan: note: weights: {mine} (sha256 {digest})\n", out.stderr
     assert len(json.loads(out.stdout)["jobs"]) == 4
+    table = hulk("plan", "--weights", mine, "--time-budget", "0.1", "--no-compare")
+    assert table.stdout.startswith(f"planner: hulk    weights: {mine} (sha256 {digest})    "), (
+        table.stdout[:200]
+    )
+    shipped = hashlib.sha256(shipped_weights().read_bytes()).hexdigest()[:12]
+    table = hulk("plan", "--time-budget", "0.1", "--no-compare")
+    assert table.stdout.startswith(f"planner: hulk    weights: shipped (sha256 {shipped})    ")
+    assert table.stderr == "" and not hulk(
+        "plan", "--planner", "search", "--moves", "20", "--no-compare"
+    ).stdout.count("weights")
     junk = write(tmp_path / "junk.pt", job_doc())
     assert_one_line_error(
         hulk("plan", "--weights", junk), f"--weights: '{junk}' is not a weights file"

@@ -71,6 +71,23 @@ def test_the_group_with_the_higher_priority_is_planned_first(
         ), waiting.reason
 
 
+def test_a_baseline_tells_no_job_to_raise_its_priority() -> None:
+    """The baselines split the servers whatever the priorities: a job they leave out is
+    told how they order jobs, not to raise a priority it may have highest already (a user
+    trial)."""
+    c = two_regions(usable_gib(NEED * 0.01))  # r2 holds nothing: both jobs need r1 whole
+    jobs = [replace(tiny_job("limited"), priority=0), replace(tiny_job("free"), priority=9)]
+    result = plan_in_regions(
+        c, jobs, {"limited": ("r1",)}, "baseline-b", time_budget_s=0.2, priorities=False
+    )
+    assert [jp.name for jp in result.jobs] == ["limited"]
+    (waiting,) = result.unplaced
+    assert waiting.name == "free" and "spec.priority" not in waiting.reason, waiting.reason
+    assert waiting.reason.endswith(
+        "(jobs limited to regions of fewer servers are planned first, whatever their priorities)"
+    ), waiting.reason
+
+
 @pytest.mark.parametrize("planner", ["hulk", "search", "baseline-b"])
 def test_of_equal_priority_the_group_with_fewer_servers_is_planned_first(planner: str) -> None:
     """A job free to go anywhere, given first, took the fast region a job of the same
