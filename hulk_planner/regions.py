@@ -21,7 +21,7 @@ from typing import Any
 
 from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import slug
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, shown
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, each_error, one_or_all, shown
 from hulk_planner.io import placed_documents
 from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
 from hulk_planner.planners.search import _gib
@@ -34,15 +34,22 @@ def region_limits(
     that have the field (documents as ``io.jobs_from_documents`` reads them: those are
     valid jobs). An entry that is not a region of the cluster is an error naming the
     file, the document and the regions there are; one that names a region only by its
-    slug adds a line to ``notes``."""
+    slug adds a line to ``notes``. Every job's errors are told at once, a line each, in
+    file order, as the jobs' own are (before, the first job's alone: a user trial)."""
     out: dict[str, tuple[str, ...]] = {}
+    errors: list[InvalidRequest] = []
     for source, doc in placed_documents(files):
         allowed = (doc.get("spec") or {}).get("allowedRegions")
         if allowed is None:
             continue
         name = str(doc["metadata"]["name"])
         field = f"{source}: spec.allowedRegions"
-        out[name] = resolve_regions(field, allowed, cluster, name, notes)
+        try:
+            out[name] = resolve_regions(field, allowed, cluster, name, notes)
+        except InvalidRequest as exc:
+            errors.extend(each_error(exc))
+    if errors:
+        raise one_or_all(errors)
     return out
 
 
@@ -50,7 +57,8 @@ def resolve_regions(
     field: str, allowed: object, cluster: Cluster, job: str, notes: list[str] | None = None
 ) -> tuple[str, ...]:
     """The cluster's regions that ``allowed`` (a job's list of region names) names; an
-    error names ``field`` and the regions there are."""
+    error names ``field`` and the regions there are, each wrong entry's on a line of its
+    own (``InvalidRequests``; before, the first alone: a user trial)."""
     by_slug: dict[str, list[str]] = {}
     for r in cluster.regions:
         by_slug.setdefault(slug(r), []).append(r)  # an exact name is looked up first (below)
@@ -65,25 +73,13 @@ def resolve_regions(
     if not allowed:
         raise InvalidRequest(field, "is empty", "list one region or more, or drop it")
     regions: list[str] = []
+    errors: list[InvalidRequest] = []
     for k, name in enumerate(allowed):
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest(f"{field}[{k}]", f"must be a region name, got {name!r}")
-        alike = by_slug.get(slug(name), [])
-        if name not in cluster.regions and len(alike) > 1:  # (the first was taken)
-            raise InvalidRequest(
-                f"{field}[{k}]",
-                f"{name!r} names regions {' and '.join(map(repr, alike))} alike",
-                "name one exactly as the topology file writes it",
-            )
-        region = name if name in cluster.regions else next(iter(alike), None)
-        if region is None:
-            close = difflib.get_close_matches(slug(name), list(by_slug), n=1, cutoff=0.75)
-            raise InvalidRequest(
-                f"{field}[{k}]",
-                f"{name!r} is not a region of cluster {cluster.name}"
-                + (f" (did you mean {by_slug[close[0]][0]}?)" if close else ""),
-                f"use one of {', '.join(cluster.regions)}",
-            )
+        try:
+            region = _region_of(f"{field}[{k}]", name, cluster, by_slug)
+        except InvalidRequest as exc:
+            errors.append(exc)
+            continue
         # (not for the node label's own spelling, "new-delhi" for "New Delhi": it is the
         # documented form, and the note came at every run of a correct file: a user trial)
         if region != name and name != slug(region) and notes is not None:
@@ -94,7 +90,32 @@ def resolve_regions(
                 "topology.kubernetes.io/region the same way)"
             )
         regions.append(region)
+    if errors:
+        raise one_or_all(errors)
     return tuple(dict.fromkeys(regions))
+
+
+def _region_of(field: str, name: object, cluster: Cluster, by_slug: Mapping[str, list[str]]) -> str:
+    """The cluster's region that ``name`` (an entry of allowedRegions, at ``field``) names."""
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(field, f"must be a region name, got {name!r}")
+    alike = by_slug.get(slug(name), [])
+    if name not in cluster.regions and len(alike) > 1:  # (the first was taken)
+        raise InvalidRequest(
+            field,
+            f"{name!r} names regions {' and '.join(map(repr, alike))} alike",
+            "name one exactly as the topology file writes it",
+        )
+    region = name if name in cluster.regions else next(iter(alike), None)
+    if region is None:
+        close = difflib.get_close_matches(slug(name), list(by_slug), n=1, cutoff=0.75)
+        raise InvalidRequest(
+            field,
+            f"{name!r} is not a region of cluster {cluster.name}"
+            + (f" (did you mean {by_slug[close[0]][0]}?)" if close else ""),
+            f"use one of {', '.join(cluster.regions)}",
+        )
+    return region
 
 
 def _groups(

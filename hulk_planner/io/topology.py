@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -29,13 +29,14 @@ from hulk_planner.model import (
     Link,
     RegionLink,
     Server,
+    check_name,
 )
 
 L = TypeVar("L", Link, RegionLink)
 
 
-def _server(n: Any, w: str) -> Server:
-    """The server of ``spec.nodes[i]`` (``w``)."""
+def _name(n: Any, w: str) -> str:
+    """The name of server ``spec.nodes[i]`` (``w``)."""
     name = text_field(n, "name", w)
     if not name.strip():  # (told as "name", no path: a user trial; spaces alone too, a review)
         raise InvalidRequest(
@@ -43,10 +44,16 @@ def _server(n: Any, w: str) -> Server:
             "is empty" if name == "" else f"is blank, got {name!r}",
             "give each server a name (on a cluster, its node name)",
         )
+    return name
+
+
+def _server(n: Any, w: str) -> Server:
+    """The server of ``spec.nodes[i]`` (``w``)."""
+    name = _name(n, w)
     with _at(f"server {name!r}", w):
         return Server(
             name=name,
-            region=text_field(n, "region", w).strip(),
+            region=_region_text(n, w),
             gpus=number_field(n, "gpus", w),
             gpu_memory_gib=number_field(n, "gpuMemoryGiB", w),
             gpu_tflops=number_field(n, "gpuTFLOPS", w),
@@ -56,32 +63,54 @@ def _server(n: Any, w: str) -> Server:
         )
 
 
+def _region_text(n: Any, w: str) -> str:
+    """The region of server ``spec.nodes[i]`` (``w``), as its ``Server`` takes it."""
+    return text_field(n, "region", w).strip()
+
+
+def _read(read: Callable[[Any, str], str], n: Any, w: str) -> str | None:
+    """What ``read`` reads of entry ``n`` (at ``w``), None where it fails its checks (the
+    error is told by the entry's own)."""
+    try:
+        return read(n, w)
+    except InvalidRequest:
+        return None
+
+
 def _links(
-    spec: Mapping[str, Any], key: str, kind: type[L], errors: list[InvalidRequest]
-) -> list[L]:
-    """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields); a wrong
-    entry's error goes to ``errors`` and the others are read on."""
-    out: list[L] = []
+    spec: Mapping[str, Any], key: str, kind: type[L], errors: list[_Told]
+) -> list[tuple[int, str, str, L | None]]:
+    """The entries of ``spec.links`` or ``spec.regionLinks`` (same four fields), as (its
+    index, its ends, the link): a wrong entry's error goes to ``errors`` and the others
+    are read on; a wrong entry whose ends read is kept, as None, for the checks that
+    need only its ends (a name listed twice, an unknown server), its ends as none (an
+    empty name, a server linked to itself) left out of them."""
+    out: list[tuple[int, str, str, L | None]] = []
+    section = _SECTIONS[key]
     try:
         listed = list_field(spec, key, "spec")
     except InvalidRequest as exc:  # (not a list: nothing more to tell of it)
-        errors.append(exc)
+        errors.append(((section, -1), exc))
         return out
     for i, lk in enumerate(listed):
         w = f"spec.{key}[{i}]"
+        ends: tuple[str, str] | None = None
         try:
             a, b = text_field(lk, "a", w), text_field(lk, "b", w)
+            if a.strip() and b.strip() and (a != b or kind is RegionLink):
+                ends = (a, b)
             with _at(f"{'regionLink' if kind is RegionLink else 'link'} {a}-{b}", w):
-                out.append(
-                    kind(
-                        a,
-                        b,
-                        number_field(lk, "latencyMs", w),
-                        number_field(lk, "bandwidthGbps", w, None),
-                    )
+                link = kind(
+                    a,
+                    b,
+                    number_field(lk, "latencyMs", w),
+                    number_field(lk, "bandwidthGbps", w, None),
                 )
+            out.append((i, a, b, link))
         except InvalidRequest as exc:
-            errors.append(exc)
+            errors.append(((section, i), exc))
+            if ends is not None:
+                out.append((i, ends[0], ends[1], None))
     return out
 
 
@@ -113,6 +142,12 @@ def _informational(value: Any) -> Any:
     return value
 
 
+# (where an error is in the file, to tell them in its order: metadata, spec.nodes, spec.links,
+# spec.regionLinks, by entry; -1 for the section itself)
+_Told = tuple[tuple[int, int], InvalidRequest]
+_SECTIONS = {"metadata": 0, "nodes": 1, "links": 2, "regionLinks": 3}
+
+
 def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -> Cluster:
     check_kind(doc, "ClusterTopology", source)
     spec = required(doc, "spec", "")
@@ -123,62 +158,128 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
             f"must be a list of servers, got {type(nodes).__name__}",
             "write each server on a line of its own starting with '- '",
         )
+    # every server's and link's error told at once, a line each, in file order, as a jobs
+    # file's are (before, the first alone: a file with two broken links told one; then the
+    # checks across entries, a name used twice or a link to an unknown server, came only
+    # once every entry was right: a user trial). An entry that failed its own checks is
+    # left out of those it cannot be checked by (a link to a server whose name failed).
+    errors: list[_Told] = []
+    name = "cluster"
+    try:
+        name = str(mapping_field(doc, "metadata", "").get("name") or name)
+        check_name("metadata.name", name, "name the cluster")
+    except InvalidRequest as exc:
+        errors.append(((_SECTIONS["metadata"], 0), exc))
     servers = []
-    # every server's and link's error told at once, a line each, as a jobs file's are
-    # (before, the first alone: a file with two broken links told one; a user trial)
-    errors: list[InvalidRequest] = []
+    names: list[str | None] = []  # each node's, None where it failed (also regions)
+    regions: list[str | None] = []
     for i, n in enumerate(nodes):
+        w = f"spec.nodes[{i}]"
         try:
-            servers.append(_server(n, f"spec.nodes[{i}]"))
+            servers.append(_server(n, w))
         except InvalidRequest as exc:
-            errors.append(exc)
-    links = tuple(_links(spec, "links", Link, errors))
-    region_links = tuple(_links(spec, "regionLinks", RegionLink, errors))
-    if errors:
-        raise one_or_all(errors)
+            errors.append(((_SECTIONS["nodes"], i), exc))
+        names.append(_read(_name, n, w))
+        regions.append(_read(_region_text, n, w) or None)
+    links = _links(spec, "links", Link, errors)
+    region_links = _links(spec, "regionLinks", RegionLink, errors)
+    seen: dict[str, int] = {}
+    for i, srv_name in enumerate(names):
+        if srv_name is None:
+            continue
+        if srv_name in seen:  # (at its second place, as kubectl names the duplicate)
+            errors.append(
+                (
+                    (_SECTIONS["nodes"], i),
+                    InvalidRequest(
+                        f"spec.nodes[{i}].name",
+                        f"name {srv_name!r} is used twice",
+                        "make names unique",
+                    ),
+                )
+            )
+        seen.setdefault(srv_name, i)
     # one region, one spelling: node labels write Tokyo and tokyo alike (tokyo), and
     # spec.allowedRegions matches either (before, they were two regions, unlinked: a trial)
     spelled: dict[str, tuple[str, int]] = {}
-    for i, srv in enumerate(servers):
-        first, j = spelled.setdefault(slug(srv.region), (srv.region, i))
-        if first != srv.region:
-            raise InvalidRequest(
-                f"spec.nodes[{i}].region",
-                f"{srv.region!r} and {first!r} (spec.nodes[{j}]) are one region as a node "
-                f"label writes it ({slug(first)}), and would be planned as two",
-                f"write it {first!r} in both",
-            )
-    region_links = tuple(
-        replace(rl, a=_region(rl.a, spelled), b=_region(rl.b, spelled)) for rl in region_links
-    )
-    regions = {s.region for s in servers}
-    pairs: set[frozenset[str]] = set()
-    for i, rl in enumerate(region_links):
-        for end in (rl.a, rl.b):
-            if end not in regions:
-                raise InvalidRequest(
-                    f"spec.regionLinks[{i}]",
-                    f"names unknown region {end!r}",
-                    f"use a region of spec.nodes: {', '.join(sorted(regions))}",
+    for i, region in enumerate(regions):
+        if region is None:
+            continue
+        first, j = spelled.setdefault(slug(region), (region, i))
+        if first != region:
+            errors.append(
+                (
+                    (_SECTIONS["nodes"], i),
+                    InvalidRequest(
+                        f"spec.nodes[{i}].region",
+                        f"{region!r} and {first!r} (spec.nodes[{j}]) are one region as a "
+                        f"node label writes it ({slug(first)}), and would be planned as two",
+                        f"write it {first!r} in both",
+                    ),
                 )
-        if frozenset((rl.a, rl.b)) in pairs:
-            raise InvalidRequest(
-                f"spec.regionLinks[{i}]", f"{rl.a}-{rl.b} is listed twice", "keep one"
             )
-        pairs.add(frozenset((rl.a, rl.b)))
-    name = mapping_field(doc, "metadata", "").get("name") or "cluster"
-    try:
-        return Cluster(str(name), tuple(servers), links, region_links)
-    except InvalidRequest as exc:  # a name used twice, a link listed twice: its last place
-        for i, srv in reversed(list(enumerate(servers))):
-            if exc.field == f"server {srv.name!r}":
-                raise InvalidRequest(f"spec.nodes[{i}].name", exc.problem, exc.fix) from None
-        for i, lk in reversed(list(enumerate(links))):
-            if exc.field == f"link {lk.a}-{lk.b}":
-                raise InvalidRequest(
-                    f"spec.links[{i}] ({lk.a} - {lk.b})", exc.problem, exc.fix
-                ) from None
-        raise
+    # (a name that failed, or is used twice, may be the one a link names: its links to
+    # servers not listed are told once the names are right, not before)
+    every_name = None not in names and len(seen) == len(names)
+    pairs: set[frozenset[str]] = set()
+    for i, a, b, _ in links:
+        where = f"spec.links[{i}] ({a} - {b})"
+        unknown = [end for end in (a, b) if end not in seen] if every_name else []
+        for end in unknown:
+            errors.append(
+                (
+                    (_SECTIONS["links"], i),
+                    InvalidRequest(
+                        where,
+                        f"names unknown server {end!r}",
+                        "every link end must be listed in spec.nodes",
+                    ),
+                )
+            )
+        if not unknown and frozenset((a, b)) in pairs:
+            errors.append(
+                ((_SECTIONS["links"], i), InvalidRequest(where, "is listed twice", "keep one"))
+            )
+        pairs.add(frozenset((a, b)))
+    every_region = None not in regions
+    known = {first for first, _ in spelled.values()}  # (one spelling each)
+    region_pairs: set[frozenset[str]] = set()
+    for i, a, b, _ in region_links:
+        a, b = _region(a, spelled), _region(b, spelled)
+        unknown = [end for end in (a, b) if end not in known] if every_region else []
+        for end in unknown:
+            errors.append(
+                (
+                    (_SECTIONS["regionLinks"], i),
+                    InvalidRequest(
+                        f"spec.regionLinks[{i}]",
+                        f"names unknown region {end!r}",
+                        f"use a region of spec.nodes: {', '.join(sorted(known))}",
+                    ),
+                )
+            )
+        if not unknown and frozenset((a, b)) in region_pairs:
+            errors.append(
+                (
+                    (_SECTIONS["regionLinks"], i),
+                    InvalidRequest(
+                        f"spec.regionLinks[{i}]", f"{a}-{b} is listed twice", "keep one"
+                    ),
+                )
+            )
+        region_pairs.add(frozenset((a, b)))
+    if errors:  # (sorted is stable: an entry's own error before the checks across entries)
+        raise one_or_all([exc for _, exc in sorted(errors, key=lambda told: told[0])])
+    return Cluster(
+        name,
+        tuple(servers),
+        tuple(lk for _, _, _, lk in links if lk is not None),
+        tuple(
+            replace(rl, a=_region(rl.a, spelled), b=_region(rl.b, spelled))
+            for _, _, _, rl in region_links
+            if rl is not None
+        ),
+    )
 
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:

@@ -1188,6 +1188,7 @@ def test_every_broken_server_and_link_of_a_topology_is_told_at_once(tmp_path: Pa
         f"{path}: spec.nodes[1].gpus",
         f"{path}: spec.links[0].latencyMs",
         f"{path}: spec.links[1].latencyMs",
+        f"{path}: spec.links[1] (a - b)",  # (listed twice: told with the rest, a user trial)
         f"{path}: spec.regionLinks[0].b",
     ]
     path.write_text(yaml.safe_dump({**doc, "spec": {**doc["spec"], "links": "none"}}))
@@ -1292,3 +1293,116 @@ def quoted(text: str) -> set[str]:
         for t in yaml.scan(text)
         if isinstance(t, yaml.ScalarToken) and t.style in ("'", '"')
     }
+
+
+def _topology(nodes: list[Any], links: list[Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "ClusterTopology", "metadata": {"name": "bad"},
+            "spec": {"nodes": nodes, "links": links, **spec}}  # fmt: skip
+
+
+def _node(name: Any, region: Any = "A", **fields: Any) -> dict[str, Any]:
+    return {"name": name, "region": region, "gpus": 4, "gpuMemoryGiB": 24, "gpuTFLOPS": 125,
+            **fields}  # fmt: skip
+
+
+def _told(path: Path, doc: dict[str, Any]) -> list[str]:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster(path)
+    return [str(e).removeprefix(f"{path}: ") for e in each_error(exc.value)]
+
+
+def test_a_topology_s_names_used_twice_and_unknown_ends_are_told_with_its_fields(
+    tmp_path: Path,
+) -> None:
+    """A negative gpus, a misspelled gpuMemoryGiB, a quoted "8", a negative latency were told
+    first, and a name used twice and a link to an unknown server only once they were fixed:
+    the checks across entries ran when the Cluster was built (a user trial). All are told
+    at once, each on its own line, in file order."""
+    gpu_memory = _node("a-1")
+    gpu_memory["gpuMemory"] = gpu_memory.pop("gpuMemoryGiB")
+    doc = _topology(
+        [_node("a-0", gpus=-4), gpu_memory, _node("a-2", gpus="8"), _node("a-0"), _node("a-3")],
+        [
+            {"a": "a-0", "b": "a-1", "latencyMs": -1},
+            {"a": "a-2", "b": "a-3", "latencyMs": 1},
+            {"a": "a-1", "b": "a-2", "latencyMs": 1},
+            {"a": "a-2", "b": "a-3", "latencyMs": 2},
+        ],
+    )
+    assert _told(tmp_path / "bad.yaml", doc) == [
+        "spec.nodes[0].gpus: must be greater than zero, got -4 (write a number greater than zero)",
+        "spec.nodes[1].gpuMemoryGiB: is required but missing (the field is spelled "
+        "gpuMemoryGiB: rename gpuMemory to it)",
+        "spec.nodes[2].gpus: must be a number, got '8' (write it unquoted: 8)",
+        "spec.nodes[3].name: name 'a-0' is used twice (make names unique)",
+        "spec.links[0].latencyMs: must be zero or more, got -1 (write a number zero or more, "
+        "in ms)",
+        "spec.links[3] (a-2 - a-3): is listed twice (keep one)",
+    ]
+    doc["spec"]["nodes"][3]["name"] = "a-4"
+    doc["spec"]["links"][2]["b"] = "zz"
+    doc["spec"]["links"].append({"a": "yy", "b": "a-0", "latencyMs": 1})
+    assert _told(tmp_path / "bad.yaml", doc)[3:] == [
+        "spec.links[0].latencyMs: must be zero or more, got -1 (write a number zero or more, "
+        "in ms)",
+        "spec.links[2] (a-1 - zz): names unknown server 'zz' (every link end must be listed "
+        "in spec.nodes)",
+        "spec.links[3] (a-2 - a-3): is listed twice (keep one)",
+        "spec.links[4] (yy - a-0): names unknown server 'yy' (every link end must be listed "
+        "in spec.nodes)",
+    ]
+
+
+def test_a_topology_s_regions_are_checked_with_its_fields(tmp_path: Path) -> None:
+    """A region spelt two ways and a regionLink to an unknown region or listed twice are told
+    with the entries' own errors (each came alone, once the rest was right)."""
+    doc = _topology(
+        [_node("a-0", "Tokyo", gpus=0), _node("a-1", "tokyo"), _node("b-0", "Rome")],
+        [],
+        regionLinks=[
+            {"a": "Tokyo", "b": "Mars", "latencyMs": 5},
+            {"a": "Tokyo", "b": "Rome", "latencyMs": 90},
+            {"a": "rome", "b": "Tokyo", "latencyMs": 90},
+        ],
+    )
+    assert _told(tmp_path / "bad.yaml", doc) == [
+        "spec.nodes[0].gpus: is 0 (a server with no GPU trains nothing: leave it out)",
+        "spec.nodes[1].region: 'tokyo' and 'Tokyo' (spec.nodes[0]) are one region as a node "
+        "label writes it (tokyo), and would be planned as two (write it 'Tokyo' in both)",
+        "spec.regionLinks[0]: names unknown region 'Mars' (use a region of spec.nodes: Rome, "
+        "Tokyo)",
+        "spec.regionLinks[2]: Rome-Tokyo is listed twice (keep one)",
+    ]
+
+
+def test_an_entry_that_failed_its_own_checks_is_left_out_of_those_across_entries(
+    tmp_path: Path,
+) -> None:
+    """Where a server's name failed (or is used twice), a link to a server not listed may
+    name it: not told as unknown until the names are right; a link that failed on its ends
+    (empty, a server linked to itself) is not checked for them either."""
+    doc = _topology(
+        [_node("a-0"), _node(""), _node("a-2")],
+        [
+            {"a": "a-0", "b": "a-1", "latencyMs": 1},
+            {"a": "a-0", "b": "", "latencyMs": 1},
+            {"a": "a-2", "b": "a-2", "latencyMs": 1},
+        ],
+    )
+    assert [line.partition(":")[0] for line in _told(tmp_path / "bad.yaml", doc)] == [
+        "spec.nodes[1].name",
+        "spec.links[1].b",
+        "spec.links[2]",
+    ]
+    doc["spec"]["nodes"][1]["name"] = "a-0"  # (used twice: the link to a-1 still waits)
+    assert [line.partition(":")[0] for line in _told(tmp_path / "bad.yaml", doc)] == [
+        "spec.nodes[1].name",
+        "spec.links[1].b",
+        "spec.links[2]",
+    ]
+    doc["spec"]["nodes"][1]["name"] = "a-1"
+    assert [line.partition(":")[0] for line in _told(tmp_path / "bad.yaml", doc)] == [
+        "spec.links[1].b",
+        "spec.links[2]",
+    ]

@@ -767,6 +767,67 @@ def test_allowed_regions_naming_no_region_of_the_cluster_is_refused(
     )
 
 
+def test_every_job_s_wrong_allowed_regions_are_told_at_once(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """Several jobs naming regions the cluster does not have told the first job's first
+    wrong region alone (a user trial): each is told, a line each, in file order."""
+    first, second, third = job_doc("bert-large"), job_doc("gpt2-xl"), job_doc("t5-11b")
+    first["spec"]["allowedRegions"] = ["Tokyo", "California", "Paris"]
+    third["spec"]["allowedRegions"] = ["Mars"]
+    jobs = write(tmp_path / "jobs.yaml", first, second, third)
+    more = write(tmp_path / "more.yaml", {**job_doc("gpt3-xl"), "spec": {
+        "model": {"preset": "gpt3-xl"}, "allowedRegions": ["Beijing", "Venus"]}})  # fmt: skip
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs, more)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert "Traceback" not in out.stderr
+    use = "(use one of Beijing, California)"
+    assert out.stderr.strip().splitlines() == [
+        f"hulk plan: error: {jobs} (document 1): spec.allowedRegions[0]: 'Tokyo' is not a "
+        f"region of cluster two-cities {use}",
+        f"hulk plan: error: {jobs} (document 1): spec.allowedRegions[2]: 'Paris' is not a "
+        f"region of cluster two-cities {use}",
+        f"hulk plan: error: {jobs} (document 3): spec.allowedRegions[0]: 'Mars' is not a "
+        f"region of cluster two-cities {use}",
+        f"hulk plan: error: {more} (document 1): spec.allowedRegions[1]: 'Venus' is not a "
+        f"region of cluster two-cities {use}",
+    ]
+
+
+def test_a_topology_s_wrong_servers_and_links_are_told_at_once(tmp_path: Path) -> None:
+    """A name used twice and a link to an unknown server came only once the fields of the
+    servers and links were right (a user trial): all are told in one run, in file order."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0]["gpus"] = -4
+    del doc["spec"]["nodes"][1]["gpuMemoryGiB"]
+    doc["spec"]["nodes"][1]["gpuMemory"] = 40
+    doc["spec"]["nodes"][3]["gpus"] = "8"
+    doc["spec"]["nodes"].append({**doc["spec"]["nodes"][2]})  # bj-2 again
+    doc["spec"]["links"][0]["latencyMs"] = -1
+    bad = write(tmp_path / "bad.yaml", doc)
+    out = hulk("plan", "--cluster", bad)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert "Traceback" not in out.stderr
+    fields = [line.removeprefix(f"hulk plan: error: {bad}: ").partition(":")[0]
+              for line in out.stderr.strip().splitlines()]  # fmt: skip
+    assert fields == [
+        "spec.nodes[0].gpus",
+        "spec.nodes[1].gpuMemoryGiB",
+        "spec.nodes[3].gpus",
+        "spec.nodes[4].name",
+        "spec.links[0].latencyMs",
+    ]
+    doc["spec"]["nodes"][4]["name"] = "bj-3"
+    doc["spec"]["links"][3]["b"] = "zz-9"
+    out = hulk("plan", "--cluster", write(tmp_path / "bad.yaml", doc))
+    assert out.stderr.strip().splitlines()[-2:] == [
+        f"hulk plan: error: {bad}: spec.links[0].latencyMs: must be zero or more, got -1 "
+        "(write a number zero or more, in ms)",
+        f"hulk plan: error: {bad}: spec.links[3] (bj-0 - zz-9): names unknown server 'zz-9' "
+        "(every link end must be listed in spec.nodes)",
+    ]
+
+
 def test_the_topology_files_notes_are_told_before_an_error_that_stops_the_plan(
     tmp_path: Path,
 ) -> None:

@@ -10,7 +10,7 @@ from planner_helpers import assert_valid_plan, cluster, server, tiny_job, usable
 
 from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import paper_cluster, paper_jobs
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.errors import InvalidRequest, InvalidRequests, NoFeasiblePlan
 from hulk_planner.model import Cluster, Job
 from hulk_planner.regions import plan_in_regions, region_limits, tiered
 
@@ -329,4 +329,27 @@ def test_a_region_named_as_its_node_label_is_taken_without_a_note() -> None:
         "job j: spec.allowedRegions[0] 'BEIJING' is taken as region 'Beijing' (regions are "
         "matched without regard to case, spaces or punctuation; the operator matches the node "
         "label topology.kubernetes.io/region the same way)"
+    ]
+
+
+def test_every_wrong_region_of_every_job_is_told_at_once() -> None:
+    """Only the first job's first wrong region was told (a user trial): each is, a line each,
+    in file order; the right ones still give their notes."""
+    docs = [
+        _doc("x", ["mars", "r1", "venus"]),
+        _doc("y", ["r2"]),
+        _doc("z", ["R1", 7]),
+    ]
+    notes: list[str] = []
+    with pytest.raises(InvalidRequests) as info:
+        region_limits([("jobs.yaml", docs)], two_regions(1.0), notes)
+    assert [str(e) for e in info.value.errors] == [
+        "jobs.yaml (document 1): spec.allowedRegions[0]: 'mars' is not a region of cluster "
+        "hand-built (use one of r1, r2)",
+        "jobs.yaml (document 1): spec.allowedRegions[2]: 'venus' is not a region of cluster "
+        "hand-built (use one of r1, r2)",
+        "jobs.yaml (document 3): spec.allowedRegions[1]: must be a region name, got 7",
+    ]
+    assert [n.partition(" (")[0] for n in notes] == [
+        "job z: spec.allowedRegions[0] 'R1' is taken as region 'r1'"
     ]
