@@ -178,23 +178,17 @@ def delete_pods(
     only = uids or {}
 
     def one(name: str) -> None:
-        grace = 0 if name in forced else None
-        # (the API server reads a request's body alone where it has one: the grace goes in
-        # it too, not as a query parameter)
-        body = (
-            client.V1DeleteOptions(
-                grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=only[name])
-            )
-            if only.get(name)
-            else None
+        uid = only.get(name)
+        # (the grace in the body, with the precondition: the API server reads a request's
+        # body alone where it has one, not its query parameters)
+        body = client.V1DeleteOptions(
+            grace_period_seconds=0 if name in forced else None,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
         )
         try:
-            if body is None:
-                core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
-            else:
-                core.delete_namespaced_pod(name, namespace, body=body)
+            core.delete_namespaced_pod(name, namespace, body=body)
         except ApiException as exc:
-            if not _ok(exc, 404) and not (body is not None and _ok(exc, 409)):
+            if not _ok(exc, 404) and not (uid and _ok(exc, 409)):
                 raise
 
     list(_fan_out.map(one, names))

@@ -327,10 +327,14 @@ def _use_weights(args: argparse.Namespace) -> tuple[str | None, bool]:
     ("weights: shipped (sha256 ...)"; before, shipped and one's own looked the same: a user
     trial), None for a planner without weights; and whether they were given (not the
     shipped ones)."""
-    import hashlib
-
     from hulk_planner.api import USES_GNN
-    from hulk_planner.gnn.planner import WEIGHTS_ENV, check_weights, resolve_device, shipped_weights
+    from hulk_planner.gnn.planner import (
+        WEIGHTS_ENV,
+        check_weights,
+        file_sha256,
+        resolve_device,
+        shipped_weights,
+    )
 
     if args.planner not in USES_GNN:
         if args.weights is not None:
@@ -345,7 +349,7 @@ def _use_weights(args: argparse.Namespace) -> tuple[str | None, bool]:
         os.environ[WEIGHTS_ENV] = str(Path(path).resolve())
     used = Path(path) if path is not None else shipped_weights()
     try:
-        digest = f" (sha256 {hashlib.sha256(used.read_bytes()).hexdigest()[:12]})"
+        digest = f" (sha256 {file_sha256(used)[:12]})"
     except OSError:  # (the shipped weights missing: the planner says so)
         digest = ""
     return f"weights: {'shipped' if path is None else path}{digest}", path is not None

@@ -11,6 +11,7 @@ the decoding and the refinement prefer to keep servers where they were.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -40,6 +41,12 @@ WEIGHTS_ENV = "HULK_GNN_WEIGHTS"
 
 def shipped_weights() -> Path:
     return Path(str(resources.files("hulk_planner.gnn") / "weights" / WEIGHTS_NAME))
+
+
+def file_sha256(path: str | Path) -> str:
+    """A weights (or data) file's sha256, as ``hulk train`` records it and ``hulk plan``
+    names the weights it plans with (here, beside the weights: no torch to import)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def default_weights() -> Path:

@@ -14,7 +14,6 @@ the generation and training settings, the per-epoch metrics and the software ver
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -37,7 +36,7 @@ from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.data import Example
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features, to_data
 from hulk_planner.gnn.model import HulkGNN
-from hulk_planner.gnn.planner import cuda_problem
+from hulk_planner.gnn.planner import cuda_problem, file_sha256
 from hulk_planner.model import check_positive
 
 WEIGHTS_FORMAT = 1
@@ -218,10 +217,6 @@ def train(
         if on_epoch:
             on_epoch(log)
     return model.cpu().eval(), logs
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _finite(value: Any) -> Any:
