@@ -20,6 +20,7 @@ from hulk_planner.cost import (
     gib_text,
     memory_need_bytes,
     server_capacity,
+    smaller,
     stage_memory,
     too_big,
 )
@@ -123,10 +124,9 @@ def too_big_for(
         )
     where = f"the {len(servers)} server(s) it may use have" if limits else "the whole cluster has"
     fix = (
-        f"allow more servers ({', '.join(limits)}), add servers, or use a smaller "
-        "model or microBatchSize"
+        f"allow more servers ({', '.join(limits)}), add servers, or use {smaller(entry.job)}"
         if limits
-        else "add servers, or use a smaller model or microBatchSize"
+        else f"add servers, or use {smaller(entry.job)}"
     )
     if small:
         fix = f"lower the template's requests, {fix}"

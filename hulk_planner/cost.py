@@ -98,11 +98,20 @@ def gib_text(nbytes: float) -> str:
     return f"{x:.0f} GiB" if 10 <= x < 1e6 or x == 0 else f"{x:.2g} GiB"
 
 
+def smaller(job: Job) -> str:
+    """What to make smaller to need less GPU memory: the model, or its micro-batches while
+    they hold more than one sequence ("lower microBatchSize" where it is 1 already sent
+    users to a field with nothing left to give: a user trial)."""
+    if job.micro_batch_size > 1:
+        return "a smaller model or microBatchSize"
+    return "a smaller model (microBatchSize is 1 already)"
+
+
 def too_big(
     job: Job,
     servers: Sequence[Server],
     where: str = "the whole cluster has",
-    fix: str = "add servers, or use a smaller model or microBatchSize",
+    fix: str | None = None,
     largest: str = "the largest server has",
     per_layer: bool = True,
 ) -> str | None:
@@ -110,7 +119,10 @@ def too_big(
     could hold it: it needs more GPU memory than they have in all, or no server can hold
     one of its layers (a pipeline stage holds whole layers on each of its servers; with
     ``per_layer``, as every planner's but Megatron baseline C's stages do). ``where``
-    and ``largest`` say which servers these are."""
+    and ``largest`` say which servers these are; ``fix`` what to do when they have too
+    little memory in all (by default: add servers, or ``smaller(job)``)."""
+    if fix is None:
+        fix = f"add servers, or use {smaller(job)}"
     need = memory_need_bytes(job)
     total = sum(s.memory_bytes for s in servers) * MEMORY_USABLE
     one = stage_memory(job, 1, 1)  # the last stage's in-flight micro-batches: one
@@ -133,10 +145,12 @@ def too_big(
             f"{gib_text(total)} usable ({fix})"
         )
     if wide:
+        lower = (
+            "microBatchSize or sequenceLength" if job.micro_batch_size > 1 else "sequenceLength"
+        )
         return (
             f"fits nowhere: {layer}; waiting does not help (split the model into more layers, "
-            "spec.model.layers; or lower microBatchSize or sequenceLength; or add servers with "
-            "more GPU memory)"
+            f"spec.model.layers; or lower {lower}; or add servers with more GPU memory)"
         )
     return None
 

@@ -53,7 +53,11 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     assert too_big_for(thin, nodes()) == (
         f"fits nowhere: needs {memory_need_bytes(thin.job) / 2**30:.0f} GiB of GPU memory, "  # type: ignore[arg-type]
         f"the whole cluster has {usable / 2**30:.0f} GiB usable (add servers, or use a "
-        "smaller model or microBatchSize)"
+        "smaller model (microBatchSize is 1 already))"
+    )  # (before, "or microBatchSize" where it was 1: a user trial)
+    wider = entry(Job("wider", ModelSpec(10**13, 4096, 12288, 2048), 256, 4))
+    assert str(too_big_for(wider, nodes())).endswith(
+        "(add servers, or use a smaller model or microBatchSize)"
     )
     # a job the cluster could hold, every server held by others or cordoned: not refused
     opt = paper_jobs()[0]
@@ -64,7 +68,7 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     why = too_big_for(entry(opt, allowed_regions=("paris",)), nodes())
     assert why is not None and f"the {len(paris)} server(s) it may use have " in why, why
     assert why.endswith("GiB usable (allow more servers (spec.allowedRegions ['paris']), add "
-                        "servers, or use a smaller model or microBatchSize)"), why  # fmt: skip
+                        "servers, or use a smaller model (microBatchSize is 1 already))"), why  # fmt: skip
     # a GPU node it matches whose labels are unreadable: named (before, "the 0 server(s) it
     # may use have 0 GiB" for a job matching that node alone; a user trial)
     bad = "label nvidia.com/gpu.memory='lots' is not a finite number of MiB above zero"
@@ -171,7 +175,7 @@ def test_servers_too_small_for_the_stage_pods_requests_are_not_counted() -> None
     assert why is not None and f"the {len(few)} server(s) it may use have " in why, why
     assert why.endswith(
         f"(lower the template's requests, allow more servers (the stage pods' requests (cpu "
-        f"{most:g})), add servers, or use a smaller model or microBatchSize)"
+        f"{most:g})), add servers, or use a smaller model (microBatchSize is 1 already))"
     ), why
     # requests every server holds limit nothing; those none holds are requests_fit_nowhere's
     assert too_big_for(entry(opt, requests=Resources(cpu=cpus[0])), nodes()) is None
@@ -192,9 +196,11 @@ def test_a_job_one_of_whose_layers_no_server_holds_is_told_so() -> None:
         f"fits nowhere: one layer needs {stage_memory(one_layer, 1, 1) / 2**30:.0f} GiB of GPU "
         f"memory (its parameters, with one micro-batch's activations) and the largest server "
         f"has {room / 2**30:.0f} GiB usable; waiting does not help (split the model into more "
-        "layers, spec.model.layers; or lower microBatchSize or sequenceLength; or add servers "
-        "with more GPU memory)"
-    )
+        "layers, spec.model.layers; or lower sequenceLength; or add servers with more GPU "
+        "memory)"
+    )  # (microBatchSize is 1: not named)
+    four = replace(one_layer, micro_batch_size=4)
+    assert "; or lower microBatchSize or sequenceLength; " in str(too_big_for(entry(four), nodes()))
     # split into 16 layers, it fits (the same parameters)
     split = replace(one_layer, model=replace(one_layer.model, layers=16))
     assert too_big_for(entry(split), nodes()) is None

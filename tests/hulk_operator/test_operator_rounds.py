@@ -165,7 +165,7 @@ def test_a_job_that_fits_no_set_of_the_servers_it_may_use_is_told_so() -> None:
     assert d.reason == (
         "fits nowhere: needs 2684 GiB of GPU memory, the 4 server(s) it may use have 940 GiB "
         "usable (allow more servers (spec.allowedRegions ['paris']), add servers, or use a "
-        "smaller model or microBatchSize)"
+        "smaller model (microBatchSize is 1 already))"
     ), d.reason
 
 
