@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
@@ -221,6 +222,7 @@ def _run(args: argparse.Namespace) -> int:
         return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 
     previous: Plan | None = None
+    seconds: float | None = None  # planning time (none for a --kubeconfig preview's plan)
     afresh: set[str] = set()  # previous jobs a re-plan does not keep (noted)
     if result is None:
         too_big = _too_big(cluster, jobs, args.planner)
@@ -264,6 +266,7 @@ def _run(args: argparse.Namespace) -> int:
                     f"{', ...' if len(gone) > 3 else ''}): taken as lost and replaced",
                     file=sys.stderr,
                 )
+        started = time.perf_counter()
         try:
             result = (
                 planned(
@@ -280,6 +283,7 @@ def _run(args: argparse.Namespace) -> int:
             why = exc.unplaced or tuple(Unplaced(j.name, exc.reason) for j in jobs)
             result = Plan(args.planner, (), tuple(why))
         result = replace(result, unplaced=result.unplaced + tuple(too_big))
+        seconds = time.perf_counter() - started
     for line in _kept_notes(previous, result, set(cluster.index), afresh):
         print(f"hulk plan: note: --previous: {line}", file=sys.stderr)
     by_name = {j.name: j for j in jobs}
@@ -315,7 +319,14 @@ def _run(args: argparse.Namespace) -> int:
     label = f"{cluster.name}: servers free or in these jobs' plans" if args.kubeconfig else None
     print(
         render_table(
-            cluster, result, compare, unlinked_pairs(cluster), label, why_not, weights=weights
+            cluster,
+            result,
+            compare,
+            unlinked_pairs(cluster),
+            label,
+            why_not,
+            weights=weights,
+            seconds=seconds,
         )
     )
     return _plot(args.plot, cluster, result) or code

@@ -145,9 +145,7 @@ def too_big(
             f"{gib_text(total)} usable ({fix})"
         )
     if wide:
-        lower = (
-            "microBatchSize or sequenceLength" if job.micro_batch_size > 1 else "sequenceLength"
-        )
+        lower = "microBatchSize or sequenceLength" if job.micro_batch_size > 1 else "sequenceLength"
         return (
             f"fits nowhere: {layer}; waiting does not help (split the model into more layers, "
             f"spec.model.layers; or lower {lower}; or add servers with more GPU memory)"

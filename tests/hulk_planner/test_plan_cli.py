@@ -89,6 +89,9 @@ def test_no_arguments_plans_the_papers_jobs_and_compares_with_the_baselines() ->
         assert re.search(rf"^{name}: \d+ stages? x \d+ replicas?, .*predicted step", text, re.M)
     assert text.count("  servers: ") == 4
     assert re.search(r"^  stage +0 layers \[ +0,", text, re.M)
+    # how long planning took (the table did not say: a laptop trial); not the baselines'
+    took = re.search(r"^planned in (\d+\.\d\d) s \(the baselines below not counted\)$", text, re.M)
+    assert took and 0 < float(took.group(1)) < 600, text
     header = next(line for line in text.splitlines() if line.startswith("job "))
     assert header.split() == ["job", "hulk", "baseline-a", "baseline-b", "baseline-c"]
     gm = next(line for line in text.splitlines() if line.startswith("geometric mean"))
@@ -611,6 +614,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert len(data) > 10_000
     assert list(tmp_path.iterdir()) == [png]  # (written beside it, then renamed)
     assert f"hulk plan: note: --plot: wrote {png}" in out.stderr.splitlines()  # (a trial)
+    assert re.search(r"^planned in \d+\.\d\d s$", out.stdout, re.M), out.stdout  # no baselines
 
 
 def test_a_plot_that_cannot_be_written_costs_not_the_plan(tmp_path: Path) -> None:
