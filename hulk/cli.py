@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "topology": (
         "hulk_operator.export",
         "write a live cluster's GPU servers and links as a ClusterTopology (for hulk plan "
-        "--cluster)",
+        "--cluster); or the paper's cluster, or a random one",
     ),
     "operator": ("hulk_operator.cli", "run the HulkTrainingJob operator"),
     "probe": ("hulk_probe.cli", "run the latency probe agent"),

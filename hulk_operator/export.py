@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Collection
+from dataclasses import replace
 
 from hulk_operator.inventory import COUNT, GPU, NO_GPUS
 from hulk_operator.latencies import INFERRED_WORDS, cut_pairs, estimated_pairs, fallback_words
@@ -21,9 +22,13 @@ from hulk_operator.preview import cluster_from_kubeconfig, read_cluster
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.cli import add_latency_arguments, latency_settings
 from hulk_planner.cli_latency import LATENCY_FLAGS, _option
-from hulk_planner.errors import HulkError, NoFeasiblePlan
+from hulk_planner.datasets import paper_cluster
+from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
+from hulk_planner.generate import CITY_NAMES, random_cluster
+from hulk_planner.model import Cluster, check_positive
 
 NOTHING_USABLE = 3  # exit code: the cluster was read, but no server is usable
+MAX_RANDOM = 100_000  # --random's most servers (5,000 write in seconds; more is a typo)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +39,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the Hulk paper's 47-server cluster, the built-in example hulk plan uses without "
         "--cluster, as a file to edit and plan with",
+    )
+    source.add_argument(
+        "--random",
+        type=int,
+        metavar="SERVERS",
+        help="a reproducible random multi-region cluster of SERVERS servers (mixed GPUs, "
+        "latencies from the regions' distances), as hulk train generates: to try the "
+        "planner at a scale of one's own",
+    )
+    parser.add_argument("--seed", type=int, help="with --random: which random cluster (default 0)")
+    parser.add_argument(
+        "--regions",
+        type=int,
+        help=f"with --random: how many regions, 1 to {len(CITY_NAMES)} (default: about "
+        "sqrt(SERVERS) / 1.5)",
     )
     parser.add_argument(
         "--output",
@@ -54,22 +74,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hulk_planner import io
 
-    if args.paper:  # (before, only from Python: hulk_planner.io.dump_cluster; a user trial)
-        from hulk_planner.datasets import paper_cluster
-
+    if args.random is None:  # (they would be ignored)
+        for flag in ("seed", "regions"):
+            if getattr(args, flag) is not None:
+                print(f"hulk topology: error: --{flag}: applies to --random alone: drop it",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+    if args.paper or args.random is not None:
+        source = "--paper" if args.paper else "--random"
         if args.free:
             print("hulk topology: error: --free reads a live cluster's use: drop it with "
-                  "--paper", file=sys.stderr)  # fmt: skip
+                  f"{source}", file=sys.stderr)  # fmt: skip
             return 2
         # (they were ignored: the paper's links are its own measurements; a user trial)
         for flag in (f for f in LATENCY_FLAGS if getattr(args, f) is not None):
-            said = "sets a live cluster's estimates, not the paper's measured links"
-            print(f"hulk topology: error: {_option(flag)}: {said}: drop it with --paper",
+            said = "sets a live cluster's estimates, not the " + (
+                "paper's measured links" if args.paper else "random cluster's latencies"
+            )
+            print(f"hulk topology: error: {_option(flag)}: {said}: drop it with {source}",
                   file=sys.stderr)  # fmt: skip
             return 2
-        print(
-            io.dump_cluster(paper_cluster(), args.output), end="" if args.output == "yaml" else "\n"
-        )
+        try:
+            cluster = _random(args) if args.random is not None else paper_cluster()
+        except InvalidRequest as exc:
+            print(f"hulk topology: error: {exc}", file=sys.stderr)
+            return 2
+        print(io.dump_cluster(cluster, args.output), end="" if args.output == "yaml" else "\n")
         return 0
     try:
         settings = latency_settings(args)
@@ -90,6 +120,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"hulk topology: note: {note}", file=sys.stderr)
     print(io.dump_cluster(cluster, args.output), end="" if args.output == "yaml" else "\n")
     return 0
+
+
+def _random(args: argparse.Namespace) -> Cluster:
+    """``--random SERVERS`` with its ``--seed`` and ``--regions``, checked (before, a
+    generated cluster came only from Python: a laptop trial)."""
+    check_positive("--random", args.random, integer=True, at_most=MAX_RANDOM)
+    seed = 0 if args.seed is None else args.seed
+    if not 0 <= seed < 2**32:  # (as hulk plan's and hulk train's)
+        raise InvalidRequest(
+            "--seed", f"must be 0 to 2**32 - 1, got {seed}", "give a whole number in it"
+        )
+    most = min(len(CITY_NAMES), args.random)
+    if args.regions is not None and not 1 <= args.regions <= most:
+        raise InvalidRequest(
+            "--regions",
+            f"must be 1 to {most} for {args.random} server(s), got {args.regions}",
+            f"give 1 to {most} (no more regions than servers; the generator names regions "
+            f"after {len(CITY_NAMES)} cities)",
+        )
+    cluster = random_cluster(args.random, seed, args.regions)
+    if args.regions is None:
+        return cluster
+    # (the generator's name says servers and seed: another --regions is another cluster)
+    return replace(cluster, name=f"{cluster.name}-{args.regions}-regions")
 
 
 def notes(snap: Snapshot, names: Collection[str], same_ms: float, cross_ms: float) -> list[str]:

@@ -3,6 +3,7 @@ itself runs on the sandbox in test_operator_latency."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from placement_helpers import nodes, not_ready
@@ -54,6 +55,48 @@ def test_the_paper_cluster_is_written_as_a_topology_file_that_reads_back_the_sam
         f"hulk topology: error: {flag}: sets a live cluster's estimates, not the paper's "
         "measured links: drop it with --paper"
     ), est.stderr
+
+
+def test_a_random_cluster_is_written_as_a_topology_file_to_plan_on(tmp_path: Path) -> None:
+    """``hulk topology --random N``: the generator hulk train uses, from the command line
+    (before, from Python alone: a laptop trial); checked flags, a file hulk plan reads."""
+    import subprocess
+    import sys
+
+    from hulk_planner.generate import random_cluster
+    from hulk_planner.io import load_cluster
+
+    def topology(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "hulk", "topology", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    done = topology("--random", "30", "--seed", "5")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    path = tmp_path / "random.yaml"
+    path.write_text(done.stdout)
+    assert load_cluster(path) == random_cluster(30, 5)
+    assert load_cluster(path) != random_cluster(30, 6)
+    three = topology("--random", "30", "--regions", "3", "-o", "json")
+    assert three.returncode == 0, three.stderr
+    (tmp_path / "three.json").write_text(three.stdout)
+    cluster = load_cluster(tmp_path / "three.json")
+    assert len(cluster.regions) == 3 and len(cluster.servers) == 30
+    assert cluster.name == "random-30-0-3-regions"  # (not the default's random-30-0)
+    cmd = [sys.executable, "-m", "hulk", "plan", "--cluster", str(path), "--moves", "200",
+           "--no-compare", "-o", "json"]  # fmt: skip
+    planned = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout)["jobs"], planned.stdout
+    for args, said in (
+        (("--random", "0"), "--random: must be greater than zero, got 0"),
+        (("--random", "4", "--regions", "5"), "--regions: must be 1 to 4 for 4 server(s), got 5"),
+        (("--random", "4", "--seed", "-1"), "--seed: must be 0 to 2**32 - 1, got -1"),
+        (("--paper", "--seed", "1"), "--seed: applies to --random alone: drop it"),
+        (("--random", "4", "--free"), "--free reads a live cluster's use: drop it with --random"),
+    ):
+        bad = topology(*args)
+        assert bad.returncode == 2 and not bad.stdout, args
+        assert bad.stderr.startswith(f"hulk topology: error: {said}"), bad.stderr
 
 
 def test_nodes_whose_gpu_count_label_is_not_their_allocatable_are_noted() -> None:
