@@ -24,7 +24,7 @@ from hulk_operator.metrics import Metrics
 from hulk_operator.pauses import PAUSED_NOW
 from hulk_operator.placement import Placer
 from hulk_planner.api import USES_GNN
-from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights
+from hulk_planner.gnn.planner import WEIGHTS_ENV, default_weights, untrained
 
 INTERVAL_S = float(os.environ.get("HULK_OPERATOR_RECONCILE_INTERVAL_S") or 1.0)
 # kopf's record of the spec its handlers last took (an annotation), read by the timer too
@@ -73,6 +73,13 @@ async def operator_startup(
     memo.config = cfg
     if cfg.gnn_weights:  # what the GNN planner loads (checked in OperatorConfig)
         os.environ[WEIGHTS_ENV] = os.path.abspath(cfg.gnn_weights)
+    given = os.environ.get(WEIGHTS_ENV) if cfg.planner in USES_GNN else None
+    try:
+        weak = untrained(given) if given else None
+    except Exception:  # (not weights: checked at start by the command, else each plan says)
+        weak = None
+    if weak:  # (the plans' Events would not show it: a laptop trial of hulk plan)
+        logger.warning(f"GNN weights {given}: {weak}")
     # Keep kopf's bookkeeping in annotations under our own prefix and out of .status,
     # which belongs to the job's users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hulk.dev")

@@ -345,6 +345,7 @@ def _use_weights(args: argparse.Namespace) -> tuple[str | None, bool]:
         file_sha256,
         resolve_device,
         shipped_weights,
+        untrained,
     )
 
     if args.planner not in USES_GNN:
@@ -356,8 +357,12 @@ def _use_weights(args: argparse.Namespace) -> tuple[str | None, bool]:
     resolve_device(None)  # a bad HULK_GNN_DEVICE: one line now, not after the inputs
     path = args.weights if args.weights is not None else os.environ.get(WEIGHTS_ENV) or None
     if path is not None:
-        check_weights(path, "--weights" if args.weights is not None else WEIGHTS_ENV)
+        field = "--weights" if args.weights is not None else WEIGHTS_ENV
+        check_weights(path, field)
         os.environ[WEIGHTS_ENV] = str(Path(path).resolve())
+        weak = untrained(path)
+        if weak:
+            print(f"hulk plan: note: {field} {path}: {weak}", file=sys.stderr)
     used = Path(path) if path is not None else shipped_weights()
     try:
         digest = f" (sha256 {file_sha256(used)[:12]})"

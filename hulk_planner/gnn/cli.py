@@ -32,7 +32,7 @@ from hulk_planner.gnn.data import (
     data_header,
     generate_to_file,
 )
-from hulk_planner.gnn.planner import cuda_problem
+from hulk_planner.gnn.planner import cuda_problem, untrained
 from hulk_planner.model import check_positive
 
 
@@ -331,4 +331,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     size = weights.stat().st_size
     print(f"wrote {weights} ({size / 1024:.0f} KiB) and {meta}")
+    weak = untrained(weights)
+    if weak:
+        print(f"hulk train: note: {weak}", file=sys.stderr)
     return 0

@@ -85,6 +85,27 @@ def check_weights(path: str | Path, field: str) -> None:
         raise InvalidRequest(field, f"{str(path)!r} is not Hulk GNN weights ({why})", fix) from None
 
 
+UNTRAINED = (
+    "the network calls every server of the paper's cluster idle for the paper's four jobs, "
+    "as weights trained on too little do: plans with them rest on the decoding's shares and "
+    "the refinement alone (train with more --examples and --epochs, docs/gnn.md; or plan "
+    "with the shipped weights)"
+)
+
+
+def untrained(path: str | Path) -> str | None:
+    """``UNTRAINED`` where weights (checked by ``check_weights``) score no server of the
+    paper's cluster above idle for any of its four jobs, else None (before, such weights
+    planned without a word, the refinement hiding them: a laptop trial)."""
+    from hulk_planner.datasets import paper_cluster, paper_jobs
+
+    w = load_weights(path)
+    cluster = paper_cluster()
+    model = NumpyHulkGNN(w["state_dict"], w["config"])
+    out = model.scores(graph_arrays(build_graph(cluster)), job_features(paper_jobs(), cluster))
+    return UNTRAINED if not (out.argmax(axis=1) > 0).any() else None
+
+
 DEVICES = ("numpy", "torch", "cpu", "cuda")
 
 

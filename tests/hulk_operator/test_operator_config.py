@@ -286,3 +286,46 @@ def test_the_start_says_its_latency_settings_and_warns_of_swapped_estimates(
         "measured median, else 500 / 5 ms within / across regions)"
     ), said
     assert [level for level, _ in start(base)] == ["INFO"]  # (the defaults: no warning)
+
+
+def test_the_start_warns_of_weights_that_call_every_server_idle(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """GNN weights trained on too little plan without a word, the refinement hiding them
+    (a laptop trial of hulk plan): the operator's start warns of them."""
+    import asyncio
+    import logging
+    from dataclasses import replace
+
+    import kopf
+    import torch
+
+    from hulk_operator import lifecycle
+    from hulk_planner.gnn.model import HulkGNN
+    from hulk_planner.gnn.planner import UNTRAINED, WEIGHTS_ENV
+    from hulk_planner.gnn.train import TrainSettings, save
+
+    idle = HulkGNN(hidden=8, gcn_layers=1)
+    with torch.no_grad():
+        idle.idle.bias.fill_(1000.0)  # idle above every job on every server
+    path, _ = save(idle, tmp_path / "idle.pt", generation={}, training=TrainSettings(), logs=[])
+    monkeypatch.setenv(WEIGHTS_ENV, "")  # (the start sets it: restored after)
+
+    def start(cfg: OperatorConfig) -> list[tuple[str, str]]:
+        caplog.clear()
+        memo = kopf.Memo(config=cfg, api=object(), plan_fn=lambda *a, **k: None)
+        log = logging.getLogger("test-weights")
+        with caplog.at_level(logging.INFO, logger="test-weights"):
+            asyncio.run(
+                lifecycle.operator_startup(settings=kopf.OperatorSettings(), memo=memo, logger=log)
+            )
+        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "test-weights"]
+
+    base = replace(OperatorConfig(), metrics_port=0)
+    said = start(replace(base, gnn_weights=str(path)))
+    assert said[0] == ("WARNING", f"GNN weights {path.resolve()}: {UNTRAINED}"), said
+    monkeypatch.setenv(WEIGHTS_ENV, "")
+    assert [level for level, _ in start(base)] == ["INFO"]  # the shipped weights: no warning
+    monkeypatch.setenv(WEIGHTS_ENV, "")
+    quiet = start(replace(base, planner="search", gnn_weights=str(path)))  # (no GNN)
+    assert [level for level, _ in quiet] == ["INFO"], quiet

@@ -17,12 +17,14 @@ from hulk_planner.gnn.decode import assign
 from hulk_planner.gnn.graph import EDGE_FEATURES, JOB_FEATURES, NODE_FEATURES
 from hulk_planner.gnn.infer import load_weights
 from hulk_planner.gnn.planner import (
+    UNTRAINED,
     WEIGHTS_ENV,
     check_weights,
     default_weights,
     plan_gnn,
     resolve_device,
     scores,
+    untrained,
 )
 from hulk_planner.model import Server
 
@@ -163,6 +165,35 @@ def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) 
             check_weights(path, "--weights")
         assert info.value.field == "--weights" and words in info.value.problem, info.value
         assert "\n" not in str(info.value)
+
+
+def test_weights_that_call_every_server_idle_are_told_of(tmp_path: Path) -> None:
+    """Weights trained on too little score every server idle; the decoding and refinement
+    still plan, which hid them (a laptop trial): hulk plan and hulk train now say so."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from hulk_planner.gnn.model import HulkGNN
+    from hulk_planner.gnn.train import TrainSettings, save
+
+    assert untrained(default_weights()) is None  # the shipped ones give servers jobs
+    idle = HulkGNN(hidden=8, gcn_layers=1)
+    with torch.no_grad():
+        idle.idle.bias.fill_(1000.0)  # idle above every job on every server
+    path, _ = save(idle, tmp_path / "idle.pt", generation={}, training=TrainSettings(), logs=[])
+    check_weights(path, "--weights")  # weights the planner can run: not refused
+    assert untrained(path) == UNTRAINED
+    cmd = [sys.executable, "-m", "hulk", "plan", "--weights", str(path), "--moves", "200",
+           "--no-compare"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "planned in " in out.stdout, out.stderr
+    assert f"hulk plan: note: --weights {path}: {UNTRAINED}" in out.stderr.splitlines()
+    with torch.no_grad():
+        idle.idle.bias.fill_(-1000.0)  # every server given a job
+    busy, _ = save(idle, tmp_path / "busy.pt", generation={}, training=TrainSettings(), logs=[])
+    assert untrained(busy) is None
 
 
 def test_cuda_devices_are_checked_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:

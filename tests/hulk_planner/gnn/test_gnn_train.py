@@ -145,6 +145,11 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "wrote" in run.stdout
     assert "Warning" not in run.stderr, run.stderr
+    # weights that call every server idle are told of (before, not at all: a laptop trial)
+    from hulk_planner.gnn.planner import UNTRAINED, untrained
+
+    weak = untrained(tmp_path / "w.pt") is not None
+    assert (f"hulk train: note: {UNTRAINED}" in run.stderr.splitlines()) == weak, run.stderr
 
 
 @pytest.mark.parametrize(
