@@ -67,8 +67,10 @@ def test_a_job_no_allowed_servers_could_hold_even_all_free_is_told_so() -> None:
     paris = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
     why = too_big_for(entry(opt, allowed_regions=("paris",)), nodes())
     assert why is not None and f"the {len(paris)} server(s) it may use have " in why, why
-    assert why.endswith("GiB usable (allow more servers (spec.allowedRegions ['paris']), add "
-                        "servers, or use a smaller model (microBatchSize is 1 already))"), why  # fmt: skip
+    assert why.endswith(
+        "GiB usable (allow more servers (spec.allowedRegions ['paris']), add servers, or use a "
+        "smaller model (microBatchSize is 1 already))"
+    ), why
     # a GPU node it matches whose labels are unreadable: named (before, "the 0 server(s) it
     # may use have 0 GiB" for a job matching that node alone; a user trial)
     bad = "label nvidia.com/gpu.memory='lots' is not a finite number of MiB above zero"
