@@ -24,7 +24,7 @@ from os import PathLike
 from pathlib import Path
 
 from hulk_planner.cost import CostModel, validate_plan
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan
+from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, each_error, one_or_all
 from hulk_planner.gnn import gnn_planner
 from hulk_planner.layout import repair_job
 from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced, check_positive
@@ -228,12 +228,18 @@ def _region_limits(
         )
     names = {j.name for j in jobs}
     out = {}
+    errors: list[InvalidRequest] = []  # every entry's, a line each (the first alone: a trial)
     for name, regions in allowed.items():
         field = f"allowed_regions[{name!r}]"
-        if name not in names:
-            raise InvalidRequest(field, "names no job given", f"use one of {sorted(names)}")
-        regions = list(regions) if isinstance(regions, tuple) else regions
-        out[name] = resolve_regions(field, regions, cluster, name)
+        try:
+            if name not in names:
+                raise InvalidRequest(field, "names no job given", f"use one of {sorted(names)}")
+            regions = list(regions) if isinstance(regions, tuple) else regions
+            out[name] = resolve_regions(field, regions, cluster, name)
+        except InvalidRequest as exc:
+            errors.extend(each_error(exc))
+    if errors:
+        raise one_or_all(errors)
     return out
 
 

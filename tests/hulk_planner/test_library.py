@@ -13,7 +13,7 @@ from planner_helpers import cluster, server, tiny_job
 import hulk_planner
 from hulk_planner.api import plan
 from hulk_planner.cost import CostModel
-from hulk_planner.errors import HulkError, InvalidRequest
+from hulk_planner.errors import HulkError, InvalidRequest, InvalidRequests
 from hulk_planner.gnn.planner import shipped_weights
 from hulk_planner.io import dump_plan, load_plan
 from hulk_planner.model import Job, Plan
@@ -62,6 +62,13 @@ def test_allowed_regions_limit_a_job() -> None:
     with pytest.raises(InvalidRequest) as exc:
         plan(c, [tiny_job("j")], allowed_regions={"k": ["west"]})
     assert exc.value.field == "allowed_regions['k']"
+    # every entry's errors at once, in order (before, the first entry's alone: a trial)
+    with pytest.raises(InvalidRequests) as every:
+        plan(c, [tiny_job("j"), tiny_job("m")],
+             allowed_regions={"j": ["wset", "east"], "k": ["west"], "m": ["est"]})  # fmt: skip
+    assert [e.field for e in every.value.errors] == [
+        "allowed_regions['j'][0]", "allowed_regions['k']", "allowed_regions['m'][0]"
+    ], str(every.value)  # fmt: skip
 
 
 def test_jobs_given_as_a_generator_are_all_planned() -> None:
