@@ -4,6 +4,7 @@ cluster with ``--kubeconfig``), and the notes on stderr of what the plan does no
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,10 +32,13 @@ def _in_file_order(errors: Sequence[InvalidRequest], paths: Sequence[str]) -> In
     in the files' order, each file's own (``FILE``, ``FILE:LINE:COLUMN``) before its
     documents' (``FILE (document N)``); an unreadable file given twice told once."""
 
-    def order(e: InvalidRequest) -> int:
-        head = e.field.partition(" (")[0]
+    def order(e: InvalidRequest) -> tuple[int, int, int]:
+        head, _, rest = e.field.partition(" (")
         mine = (i for i, p in enumerate(paths) if head == p or head.startswith(p + ":"))
-        return next(mine, -1)
+        # then by document and List item: a job's own errors and its allowedRegions' meet
+        found = re.match(r"document (\d+)(?:, items\[(\d+)\])?", rest)
+        at = (int(found[1]), int(found[2] or -1)) if found else (-1, -1)
+        return next(mine, -1), *at
 
     return one_or_all(sorted({str(e): e for e in errors}.values(), key=order))
 
@@ -79,6 +83,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         jobs = io.jobs_from_documents(documents) if documents else []
     except InvalidRequest as exc:
         errors.extend(each_error(exc))
+        errors.extend(_cluster_errors(args, documents))  # (they came in a second round)
     if errors:
         raise _in_file_order(errors, [str(path) for path in args.jobs])
     if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)
@@ -208,6 +213,25 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     finally:
         _tell(notes)
     return _Inputs(cluster, jobs, limits=limits)
+
+
+def _cluster_errors(
+    args: argparse.Namespace, documents: Sequence[tuple[str, Any]]
+) -> list[InvalidRequest]:
+    """Beside jobs' own errors, those the cluster tells: its file's, else the jobs'
+    ``spec.allowedRegions`` entries it has no region for (before, told in a second run,
+    once the jobs were fixed: a laptop trial). None with ``--kubeconfig`` (the preview
+    reads the cluster once the jobs are valid)."""
+    from hulk_planner import datasets, io
+
+    if args.kubeconfig:
+        return []
+    try:
+        cluster = io.load_cluster(args.cluster, []) if args.cluster else datasets.paper_cluster()
+        region_limits(documents, cluster, [])
+    except InvalidRequest as exc:
+        return list(each_error(exc))
+    return []
 
 
 def _tell(notes: Sequence[str]) -> None:

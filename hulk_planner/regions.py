@@ -35,14 +35,18 @@ def region_limits(
     valid jobs). An entry that is not a region of the cluster is an error naming the
     file, the document and the regions there are; one that names a region only by its
     slug adds a line to ``notes``. Every job's errors are told at once, a line each, in
-    file order, as the jobs' own are (before, the first job's alone: a user trial)."""
+    file order, as the jobs' own are (before, the first job's alone: a user trial); a
+    document that is no valid job is checked too (its own errors are told beside these)."""
     out: dict[str, tuple[str, ...]] = {}
     errors: list[InvalidRequest] = []
     for source, doc in placed_documents(files):
-        allowed = (doc.get("spec") or {}).get("allowedRegions")
+        spec = doc.get("spec") if isinstance(doc, Mapping) else None
+        allowed = spec.get("allowedRegions") if isinstance(spec, Mapping) else None
         if allowed is None:
             continue
-        name = str(doc["metadata"]["name"])
+        # (a job of its own errors is checked too, told with them: ``hulk plan``)
+        meta = doc.get("metadata")
+        name = str(meta.get("name") if isinstance(meta, Mapping) else None)
         field = f"{source}: spec.allowedRegions"
         try:
             out[name] = resolve_regions(field, allowed, cluster, name, notes)

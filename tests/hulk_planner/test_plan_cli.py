@@ -798,6 +798,38 @@ def test_every_job_s_wrong_allowed_regions_are_told_at_once(
     ]
 
 
+def test_jobs_own_errors_and_their_allowed_regions_are_told_at_once(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """A job with a bad field hid every job's wrong allowedRegions, and a bad cluster file
+    them all, until a second run (a laptop trial): told in one run, by document."""
+    first, second, third = job_doc("bert-large"), job_doc("gpt2-xl"), job_doc("t5-11b")
+    first["spec"]["allowedRegions"] = ["Mars"]
+    second["spec"]["model"]["layers"] = -3
+    second["spec"]["allowedRegions"] = ["Venus", "Beijing"]
+    third["spec"]["model"] = {"preset": "nope"}
+    jobs = write(tmp_path / "jobs.yaml", first, second, third)
+    out = hulk("plan", "--cluster", files[0], "--jobs", jobs)
+    assert out.returncode == 2 and out.stdout == "", out
+    lines = out.stderr.strip().splitlines()
+    assert [line.split(": ")[3] for line in lines] == [
+        "spec.allowedRegions[0]", "spec.model.layers", "spec.allowedRegions[0]",
+        "spec.model.preset",
+    ], lines  # fmt: skip
+    assert lines[0] == (
+        f"hulk plan: error: {jobs} (document 1): spec.allowedRegions[0]: 'Mars' is not a "
+        "region of cluster two-cities (use one of Beijing, California)"
+    )
+    # a bad cluster file: its error first, then the jobs' own (their regions need a cluster)
+    bad = write(tmp_path / "bad.yaml", {**cluster_doc(), "kind": "Cluster"})
+    out = hulk("plan", "--cluster", bad, "--jobs", jobs)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 3, lines
+    assert lines[0].startswith(f"hulk plan: error: {bad}: kind: "), lines
+    assert [line.split(": ")[3] for line in lines[1:]] == ["spec.model.layers",
+                                                           "spec.model.preset"]  # fmt: skip
+
+
 def test_a_topology_s_wrong_servers_and_links_are_told_at_once(tmp_path: Path) -> None:
     """A name used twice and a link to an unknown server came only once the fields of the
     servers and links were right (a user trial): all are told in one run, in file order."""
