@@ -251,28 +251,34 @@ def test_the_metrics_port_is_held_from_the_check_on() -> None:
     check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")  # (free again)
 
 
-def test_the_start_says_its_latency_settings_and_warns_of_swapped_estimates(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """An operator started with --same-region-latency-ms above --cross-region-latency-ms
-    (taken silently before: a user trial) warns; its start-up line names the settings."""
+def started(caplog: pytest.LogCaptureFixture, cfg: OperatorConfig) -> list[tuple[str, str]]:
+    """What ``lifecycle.operator_startup`` logs with ``cfg``: (level, message) pairs."""
     import asyncio
     import logging
-    from dataclasses import replace
 
     import kopf
 
     from hulk_operator import lifecycle
 
+    caplog.clear()
+    memo = kopf.Memo(config=cfg, api=object(), plan_fn=lambda *a, **k: None)
+    log = logging.getLogger("test-start")
+    with caplog.at_level(logging.INFO, logger="test-start"):
+        asyncio.run(
+            lifecycle.operator_startup(settings=kopf.OperatorSettings(), memo=memo, logger=log)
+        )
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "test-start"]
+
+
+def test_the_start_says_its_latency_settings_and_warns_of_swapped_estimates(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator started with --same-region-latency-ms above --cross-region-latency-ms
+    (taken silently before: a user trial) warns; its start-up line names the settings."""
+    from dataclasses import replace
+
     def start(cfg: OperatorConfig) -> list[tuple[str, str]]:
-        caplog.clear()
-        memo = kopf.Memo(config=cfg, api=object(), plan_fn=lambda *a, **k: None)
-        log = logging.getLogger("test-start")
-        with caplog.at_level(logging.INFO, logger="test-start"):
-            asyncio.run(
-                lifecycle.operator_startup(settings=kopf.OperatorSettings(), memo=memo, logger=log)
-            )
-        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "test-start"]
+        return started(caplog, cfg)
 
     base = replace(OperatorConfig(), metrics_port=0)
     said = start(replace(base, same_region_latency_ms=500.0, cross_region_latency_ms=5.0))
@@ -293,14 +299,10 @@ def test_the_start_warns_of_weights_that_call_every_server_idle(
 ) -> None:
     """GNN weights trained on too little plan without a word, the refinement hiding them
     (a laptop trial of hulk plan): the operator's start warns of them."""
-    import asyncio
-    import logging
     from dataclasses import replace
 
-    import kopf
     import torch
 
-    from hulk_operator import lifecycle
     from hulk_planner.gnn.model import HulkGNN
     from hulk_planner.gnn.planner import UNTRAINED, WEIGHTS_ENV
     from hulk_planner.gnn.train import TrainSettings, save
@@ -312,14 +314,7 @@ def test_the_start_warns_of_weights_that_call_every_server_idle(
     monkeypatch.setenv(WEIGHTS_ENV, "")  # (the start sets it: restored after)
 
     def start(cfg: OperatorConfig) -> list[tuple[str, str]]:
-        caplog.clear()
-        memo = kopf.Memo(config=cfg, api=object(), plan_fn=lambda *a, **k: None)
-        log = logging.getLogger("test-weights")
-        with caplog.at_level(logging.INFO, logger="test-weights"):
-            asyncio.run(
-                lifecycle.operator_startup(settings=kopf.OperatorSettings(), memo=memo, logger=log)
-            )
-        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "test-weights"]
+        return started(caplog, cfg)
 
     base = replace(OperatorConfig(), metrics_port=0)
     said = start(replace(base, gnn_weights=str(path)))
