@@ -164,9 +164,25 @@ def run(args: argparse.Namespace) -> int:
             _print_plan(Plan(args.planner), args.output)
         return 0
     except HulkError as exc:
-        for each in each_error(exc):  # (a line per job of the files given that is wrong)
+        errors = each_error(exc)  # (a line per job of the files given that is wrong)
+        for each in errors[:MAX_SHOWN]:
             print(f"hulk plan: error: {each}", file=sys.stderr)
+        if len(errors) > MAX_SHOWN:  # (a region's servers deleted from a topology file
+            # left 8,201 lines of links to them: a trial)
+            print(f"hulk plan: error: and {len(errors) - MAX_SHOWN:,} more ({len(errors):,} in "
+                  f"all; the first {MAX_SHOWN} shown)", file=sys.stderr)  # fmt: skip
         return 2
+    except MemoryError:  # (100,000 servers: numpy's traceback, exit 1; a trial)
+        print(
+            "hulk plan: error: out of memory: the planner keeps tables of every pair of servers, "
+            "which grow with the square of their number (plan fewer servers, e.g. the regions "
+            "a job may use, or on a machine with more memory)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+MAX_SHOWN = 50  # error lines told at most; then how many more
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -246,7 +246,8 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
     region_pairs: set[frozenset[str]] = set()
     for i, a, b, _ in region_links:
         a, b = _region(a, spelled), _region(b, spelled)
-        unknown = [end for end in (a, b) if end not in known] if every_region else []
+        # (a region's own link, a == b, told once: it was told twice, a trial)
+        unknown = [end for end in dict.fromkeys((a, b)) if end not in known] if every_region else []
         for end in unknown:
             errors.append(
                 (

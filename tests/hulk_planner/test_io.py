@@ -1364,6 +1364,7 @@ def test_a_topology_s_regions_are_checked_with_its_fields(tmp_path: Path) -> Non
             {"a": "Tokyo", "b": "Mars", "latencyMs": 5},
             {"a": "Tokyo", "b": "Rome", "latencyMs": 90},
             {"a": "rome", "b": "Tokyo", "latencyMs": 90},
+            {"a": "Gone", "b": "Gone", "latencyMs": 0.5},  # (a region's own: told once)
         ],
     )
     assert _told(tmp_path / "bad.yaml", doc) == [
@@ -1373,6 +1374,8 @@ def test_a_topology_s_regions_are_checked_with_its_fields(tmp_path: Path) -> Non
         "spec.regionLinks[0]: names unknown region 'Mars' (use a region of spec.nodes: Rome, "
         "Tokyo)",
         "spec.regionLinks[2]: Rome-Tokyo is listed twice (keep one)",
+        "spec.regionLinks[3]: names unknown region 'Gone' (use a region of spec.nodes: Rome, "
+        "Tokyo)",
     ]
 
 

@@ -279,6 +279,36 @@ def test_a_closed_output_and_ctrl_c_are_one_line(monkeypatch: pytest.MonkeyPatch
     assert told.getvalue() == "hulk plan: interrupted\n"
 
 
+def test_many_errors_are_told_up_to_fifty_and_memory_running_out_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A region's servers deleted from a 300-server file left 8,201 error lines, and a
+    100,000-server cluster ended in numpy's MemoryError traceback (a trial)."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"] += [
+        {"name": f"x-{i}", "region": "X", "gpus": -1, "gpuMemoryGiB": 40, "gpuTFLOPS": 312}
+        for i in range(60)
+    ]
+    out = hulk("plan", "--cluster", write(tmp_path / "bad.yaml", doc))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 51, lines
+    assert lines[49].startswith(f"hulk plan: error: {tmp_path / 'bad.yaml'}: spec.nodes[53].gpus")
+    assert lines[50] == "hulk plan: error: and 10 more (60 in all; the first 50 shown)"
+    import hulk_planner.cli
+    from hulk.cli import main
+
+    def too_big(*_: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(hulk_planner.cli, "_inputs", too_big)
+    told = StringIO()
+    monkeypatch.setattr(sys, "stdout", StringIO())
+    monkeypatch.setattr(sys, "stderr", told)
+    assert main(["plan", "--no-compare"]) == 1
+    assert told.getvalue().startswith("hulk plan: error: out of memory: the planner keeps ")
+    assert told.getvalue().count("\n") == 1
+
+
 def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
     tmp_path: Path, files: tuple[Path, Path]
 ) -> None:
