@@ -282,7 +282,7 @@ async def hulktrainingjob_reconcile(
     if edited_since(body, entry):  # an edit came meanwhile: what was worked out is stale,
         return  # and would write over the update handler's conditions (a user trial)
     if new:
-        new = st.no_failure_seen(new, status, entry.generation)
+        new = st.conditions_seen(new, status, entry.generation)
     changed = st.diff(status, new)
     if changed:
         patch.status.update(changed)

@@ -42,6 +42,10 @@ async def reconcile(
         msg = "spec.suspend is false: the job is planned again"
         ctx.event("Normal", "Resumed", msg)
         new["phase"] = st.PENDING  # planned at the next round, once this status is written
+        # (Planned and Ready said "Suspended" beside phase Pending until then: a trial)
+        waits = "spec.suspend is false: planned at the next round"
+        conds = st.set_condition(conds, st.PLANNED, False, "Resumed", waits, gen)
+        conds = st.set_condition(conds, st.READY, False, "Resumed", f"{waits}: no stage pods", gen)
         new["conditions"] = st.set_condition(conds, st.SUSPENDED_COND, False, "Resumed", msg, gen)
         return new
     if entry.job is None and status.get("phase") == st.SUCCEEDED:

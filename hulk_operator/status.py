@@ -36,16 +36,25 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def no_failure_seen(new: dict[str, Any], status: Mapping[str, Any], gen: int) -> dict[str, Any]:
-    """``new`` with a ``Failed=False`` condition of an older generation brought up to
-    ``gen``: a job reconciled at ``gen`` has not failed at it either (after an edit whose
-    plan stood, or a refused one, it lagged one behind the others; a user trial)."""
-    conds = new.get("conditions", status.get("conditions"))
-    failed = condition({"conditions": conds}, FAILED)
-    if not failed or failed.get("status") != "False" or failed.get("observedGeneration") == gen:
+def conditions_seen(new: dict[str, Any], status: Mapping[str, Any], gen: int) -> dict[str, Any]:
+    """``new`` with the conditions a reconciliation at ``gen`` holds to brought up to
+    ``gen``: every one but ``Planned`` (its generation says which spec a plan or a refusal
+    was made for) and a ``Failed=True`` (it tells of the run that failed). After an edit
+    that changed none of them (``spec.priority``: its plan stands, or it waits as it did),
+    they kept the generation before it, and a tool comparing a condition's
+    ``observedGeneration`` with the job's read them as stale (``Failed=False`` first, then
+    ``Ready``, ``LatencyEstimated``, ``Suspended``: user trials)."""
+    conds = new.get("conditions", status.get("conditions")) or []
+
+    def lags(c: Mapping[str, Any]) -> bool:
+        if c.get("observedGeneration") == gen or c.get("type") == PLANNED:
+            return False
+        return c.get("type") != FAILED or c.get("status") == "False"
+
+    if not any(lags(c) for c in conds):
         return new
-    reason, message = str(failed.get("reason")), str(failed.get("message"))
-    return new | {"conditions": set_condition(conds, FAILED, False, reason, message, gen)}
+    return new | {"conditions": [{**c, "observedGeneration": gen} if lags(c) else c
+                                 for c in conds]}  # fmt: skip
 
 
 # metav1.Condition's limits, which the CRD's schema holds conditions to

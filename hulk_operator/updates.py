@@ -259,7 +259,9 @@ def hulktrainingjob_update(
     if plan is not None or failed:
         # no plan, none of the old one's summary (before, Ready=True "8/8 stage pods
         # running" and the old stages stood while the job was planned again; a trial)
-        patch.status.update(plan_fields.unplanned(st.PENDING))
+        # (suspending: Suspended at once, as its timer makes it; before, Pending beside
+        # Ready "AllStagesRunning" a moment, a waiting blip in hulk_job_waiting: a trial)
+        patch.status.update(plan_fields.unplanned(st.SUSPENDED if suspending else st.PENDING))
         patch.status["stageRestarts"] = 0  # a new run: spec.backoffLimit counts afresh
         if status.get("failedSpec") is not None:
             patch.status["failedSpec"] = None
@@ -304,6 +306,12 @@ def hulktrainingjob_update(
             f"{fields} changed: " + ("the job is suspended" if suspending
             else "the job is planned again from scratch"), gen,
         )  # fmt: skip
+    if plan is not None and suspending:  # as ``suspension.suspend`` writes them
+        conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of the plan
+        conds = st.set_condition(
+            conds, st.READY, False, "Suspended", "suspended: its stage pods are removed", gen
+        )
+        conds = st.set_condition(conds, st.PLANNED, False, "Suspended", "spec.suspend is true", gen)
     if plan is not None and not suspending:  # (a suspended job's are the Suspended ones)
         fields = _fields(changed)
         conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of the plan

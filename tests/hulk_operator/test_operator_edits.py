@@ -540,3 +540,52 @@ def test_a_template_edit_keeps_its_plan_only_where_every_server_takes_a_new_pod(
     assert not pods_fit_again(e, Snapshot(cordoned, Latencies(), {e.key: e}, held))
     assert not pods_fit_again(replace(e, plan_nodes=frozenset()), Snapshot(cluster, Latencies(),
                               {e.key: e}, held))  # fmt: skip
+
+
+def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> None:
+    """Suspending a running job showed phase Pending beside Ready AllStagesRunning for a
+    moment (a waiting blip in hulk_job_waiting), and a resumed job Pending beside Planned
+    and Ready "Suspended" (a trial): Suspended at once; Resumed until planned."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    import kopf
+    from placement_helpers import entry
+
+    from hulk_operator import status as st
+    from hulk_operator import updates
+    from hulk_operator.reconcile import reconcile
+    from hulk_planner.datasets import paper_jobs
+
+    conds = st.set_condition([], st.READY, True, "AllStagesRunning", "4/4 stage pods running", 4)
+    conds = st.set_condition(conds, st.PLANNED, True, "Planned", "4 stage(s)", 4)
+    status = {"phase": "Running", "observedGeneration": 4, "conditions": conds,
+              "plan": {"specHashes": spec_hashes(SPEC)}}  # fmt: skip
+    body = kopf.Body({"metadata": {"name": "j", "namespace": "ns", "generation": 5},
+                      "spec": edited(suspend=True), "status": status})  # fmt: skip
+    patch = kopf.Patch()
+    memo = kopf.Memo(placer=SimpleNamespace(forget=lambda *_: None))
+    updates.hulktrainingjob_update(
+        body, "j", "ns", body.status, patch, memo, logging.getLogger("t"), SPEC,
+        edited(suspend=True),
+    )  # fmt: skip
+    new = patch["status"]
+    assert new["phase"] == st.SUSPENDED and new["plan"] is None and new["numStages"] == 0
+    for kind in (st.READY, st.PLANNED):
+        c = st.condition(new, kind)
+        assert c is not None and (c["status"], c["reason"], c["observedGeneration"]) == (
+            "False", "Suspended", 5
+        ), c  # fmt: skip
+    # resumed: Pending, and Planned and Ready say it waits for the round
+    told: list[tuple[str, ...]] = []
+    ctx = SimpleNamespace(event=lambda *ev: told.append(ev))
+    suspended = st.set_condition(new["conditions"], st.SUSPENDED_COND, True, "JobSuspended",
+                                 "spec.suspend is true", 5)  # fmt: skip
+    resumed = {"phase": st.SUSPENDED, "conditions": suspended}
+    job = entry(paper_jobs()[2])
+    out = asyncio.run(reconcile(ctx, job, {"spec": {}}, resumed))  # type: ignore[arg-type]
+    assert out["phase"] == st.PENDING and [e[1] for e in told] == ["Resumed"]
+    for kind in (st.READY, st.PLANNED, st.SUSPENDED_COND):
+        c = st.condition(out, kind)
+        assert c is not None and (c["status"], c["reason"]) == ("False", "Resumed"), c

@@ -729,20 +729,30 @@ def test_a_condition_keeps_within_the_crds_limits() -> None:
     assert len(c["message"]) == fields["message"]["maxLength"] and c["message"].endswith("...")
 
 
-def test_a_failed_false_condition_is_brought_up_to_the_generation_reconciled() -> None:
-    """Before, Failed=False kept the generation before an edit whose plan stood (a user
-    trial); a Failed=True keeps its own (it tells of the run that failed)."""
+def test_conditions_are_brought_up_to_the_generation_reconciled() -> None:
+    """Before, Failed=False kept the generation before an edit whose plan stood, and Ready,
+    LatencyEstimated and Suspended one a priority edit left as they were (user trials); a
+    Failed=True keeps its own (it tells of the run that failed), Planned its own (the spec a
+    plan or a refusal was made for)."""
     c = st.set_condition([], st.FAILED, False, "NoFailure", "no stage failed", 4, now="t1")
-    c = st.set_condition(c, st.PLANNED, True, "Planned", "ok", 5, now="t1")
-    new = st.no_failure_seen({"phase": "Running"}, {"conditions": c}, 5)
-    failed = st.condition(new, st.FAILED)
-    assert failed is not None and failed["observedGeneration"] == 5
-    assert failed["lastTransitionTime"] == "t1" and failed["reason"] == "NoFailure"
+    c = st.set_condition(c, st.PLANNED, True, "Planned", "ok", 4, now="t1")
+    c = st.set_condition(c, st.READY, True, "AllStagesRunning", "4/4", 3, now="t1")
+    c = st.set_condition(c, st.ESTIMATED, False, "Measured", "m", 3, now="t1")
+    c = st.set_condition(c, st.SUSPENDED_COND, False, "Resumed", "r", 2, now="t1")
+    new = st.conditions_seen({"phase": "Running"}, {"conditions": c}, 5)
+    seen = {x["type"]: x["observedGeneration"] for x in new["conditions"]}
+    assert seen == {st.FAILED: 5, st.PLANNED: 4, st.READY: 5, st.ESTIMATED: 5,
+                    st.SUSPENDED_COND: 5}, seen  # fmt: skip
+    assert all(x["lastTransitionTime"] == "t1" for x in new["conditions"])
+    assert [(x["status"], x["reason"]) for x in new["conditions"]] == [
+        (x["status"], x["reason"]) for x in c
+    ]
     assert new["phase"] == "Running"
-    same = {"conditions": st.set_condition(c, st.FAILED, False, "NoFailure", "x", 5)}
-    assert st.no_failure_seen(same, {}, 5) is same
-    down = st.set_condition(c, st.FAILED, True, "StageFailed", "x", 4)
-    assert st.no_failure_seen({}, {"conditions": down}, 5) == {}
+    same = {"conditions": new["conditions"]}
+    assert st.conditions_seen(same, {}, 5) is same
+    down = st.set_condition([], st.FAILED, True, "StageFailed", "x", 4)
+    down = st.set_condition(down, st.PLANNED, False, "StageFailed", "x", 4)
+    assert st.conditions_seen({}, {"conditions": down}, 5) == {}
 
 
 def test_plan_status_round_trip() -> None:
