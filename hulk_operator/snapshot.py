@@ -5,6 +5,7 @@ is free)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -443,6 +444,9 @@ class Snapshot:
         server = replace(info.server, gpus=left) if left > 0 else None
         return replace(info, server=server)
 
+    def _holders(self, infos: Iterable[NodeInfo]) -> str:
+        return _holders_text(self.held, (i.name for i in infos))
+
     def server_count(self) -> int:
         """The cluster's usable GPU servers, free or not."""
         return sum(1 for i in self.nodes.values() if i.server is not None and i.offers())
@@ -537,10 +541,15 @@ class Snapshot:
                 "starts): lower its ask, or allow servers with more GPUs"
             )
         if not full and not unfit and not few and not short:
-            return f"all {len(usable)} usable node(s) matching the job are held by other jobs"
-        held = len(usable) - len(full) - len(unfit) - len(few) - len(short)  # the rest: held
+            return (
+                f"all {len(usable)} usable node(s) matching the job are held by other jobs"
+                + self._holders(usable)
+            )
+        other = {i.name for i in (*full, *unfit, *few, *short)}
+        rest = [i for i in usable if i.name not in other]  # the rest: held
+        held = len(rest)
         parts = [
-            f"{held} held by other jobs" if held else "",
+            f"{held} held by other jobs{self._holders(rest)}" if held else "",
             f"{len(full)} with every GPU requested by other pods" if full else "",
             f"{len(unfit)} without room for the stage pods' requests ({describe(need)})"
             if unfit
@@ -555,6 +564,25 @@ class Snapshot:
         return f"none of the {len(usable)} usable node(s) matching the job is free: " + ", ".join(
             p for p in parts if p
         )
+
+
+HOLDERS_NAMED = 3  # jobs a waiting job's reason names as holding its servers, at most
+
+
+def _holders_text(held: Mapping[str, Key], names: Iterable[str]) -> str:
+    """`` (hulk-demo/l13-4 holds 3, hulk-demo/opt 2)``: which jobs hold these servers,
+    most first (before, "held by other jobs" named none, and a user looked them up with
+    hulk topology --free: a trial); empty where none is held."""
+    jobs = Counter(held[n] for n in names if n in held)
+    if not jobs:
+        return ""
+    ranked = sorted(jobs.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = [
+        f"{ns}/{name} {'holds ' if k == 0 else ''}{n}"
+        for k, ((ns, name), n) in enumerate(ranked[:HOLDERS_NAMED])
+    ]
+    more = len(ranked) - HOLDERS_NAMED
+    return f" ({', '.join(named)}{f', and {more} more job(s)' if more > 0 else ''})"
 
 
 def held_servers(

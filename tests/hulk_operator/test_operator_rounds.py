@@ -81,10 +81,16 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     paris = entry(bert, allowed_regions=("paris",))
     paris_nodes = [n for n, i in nodes().items() if i.server and i.server.region == "paris"]
     held = snap([paris], {n: ("other", "job") for n in paris_nodes})
-    assert (
-        reason(paris, held)
-        == f"all {len(paris_nodes)} usable node(s) matching the job are held by other jobs"
-    )
+    assert reason(paris, held) == (
+        f"all {len(paris_nodes)} usable node(s) matching the job are held by other jobs "
+        f"(other/job holds {len(paris_nodes)})"
+    )  # (before, no job named: a user trial looked them up with hulk topology --free)
+    for holders, said in (  # most first, three named
+        ("acba", "(ml/a holds 2, ml/b 1, ml/c 1)"),
+        ("dcba", "(ml/a holds 1, ml/b 1, ml/c 1, and 1 more job(s))"),
+    ):
+        many = snap([paris], {n: ("ml", h) for n, h in zip(paris_nodes, holders, strict=True)})
+        assert reason(paris, many).endswith(f"are held by other jobs {said}"), reason(paris, many)
     # the matching nodes that take no new stage are counted too (before, left unsaid: a
     # node with an unreadable GPU label dropped out of the count; a user trial)
     unlabelled, *others = paris_nodes
@@ -93,7 +99,8 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     broken[unlabelled] = replace(broken[unlabelled], server=None, problem=problem)
     held_rest = Snapshot(broken, Latencies(), {paris.key: paris}, {n: ("o", "j") for n in others})
     assert reason(paris, held_rest) == (
-        f"all {len(others)} usable node(s) matching the job are held by other jobs; 1 other "
+        f"all {len(others)} usable node(s) matching the job are held by other jobs (o/j holds "
+        f"{len(others)}); 1 other "
         "matching node(s) take no new stage: 1 not offered (label nvidia.com/gpu.memory="
         "'lots' is not a finite number of MiB above zero)"
     )
