@@ -104,7 +104,9 @@ class Placer:
         # a faster plan below minSpeedup, or one a job without spec.regrow is told of: the
         # RegrowDeclined (FasterPlanAvailable) Event's words, until posted
         self.regrow_declined: dict[Key, str] = {}
-        self.regrow_told: dict[Key, str] = {}  # the last of them posted: not twice
+        # those posted, and when: the same words not again within TELL_AGAIN_S (before,
+        # only the last: words that came back after others were posted again; a trial)
+        self.regrow_told: dict[Key, dict[str, float]] = {}
         # the speedup a FasterPlanAvailable posted said: one within ADVICE_ALIKE of it is
         # not posted again in other words (a time-budgeted planner's figures vary from look
         # to look: a trial saw 2.09x, then 1.98x 30 s later, nothing changed)
@@ -576,9 +578,12 @@ class Placer:
                 and was[0] == (current.stages, entry.generation)
                 and abs(speedup / was[1] - 1) < ADVICE_ALIKE
             )
-            if declined is not None and self.regrow_told.get(entry.key) != declined and not alike:
+            told = self.regrow_told.setdefault(entry.key, {})
+            for words in [w for w, t in told.items() if now - t > TELL_AGAIN_S]:
+                del told[words]
+            if declined is not None and declined not in told and not alike:
                 self.regrow_declined[entry.key] = declined  # (the same words: told once)
-                self.regrow_told[entry.key] = declined
+                told[declined] = now
                 if advising and speedup is not None:
                     self.told_speedup[entry.key] = ((current.stages, entry.generation), speedup)
             if self.on_round:

@@ -15,7 +15,8 @@ A job without ``spec.regrow`` is looked at the same way (every 30 s, once every 
 run for a minute, where a server its plan was not planned on is free; these looks together
 plan at most a tenth of the time) and never moved: where the new plan would be
 ``OperatorConfig.advise_speedup`` times faster (1.25), a ``FasterPlanAvailable`` Event
-says so, once per change of its words.
+says so, once per change of its words (the same words not again within
+``placement.TELL_AGAIN_S``).
 
 Pure functions; the planning round is ``Placer.regrow`` and the pods are reconciled as for
 any re-plan.

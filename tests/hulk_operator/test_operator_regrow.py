@@ -396,7 +396,14 @@ def test_a_regrowth_below_min_speedup_is_not_made_and_checked_again_only_on_chan
     assert len(calls) == 3
 
 
-def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
+def test_a_faster_plan_below_min_speedup_is_told_once_per_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hulk_operator import decision
+    from hulk_operator.placement import TELL_AGAIN_S
+
+    clock = [1000.0]
+    monkeypatch.setattr(decision, "clock", lambda: clock[0])
     running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
     free = nodes()
 
@@ -430,6 +437,19 @@ def test_a_faster_plan_below_min_speedup_is_told_once_per_change() -> None:
             told.append(placer.regrow_declined.pop(running.key))
             break
     assert told and told[0] != msg, told
+    # the servers back: the first words again, not told within TELL_AGAIN_S (before, words
+    # that came back after others were posted again: a queue trial)
+    free.update(nodes())
+    clock[0] += 60
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert running.key not in placer.regrow_declined
+    clock[0] += TELL_AGAIN_S
+    free.pop(fastest[0])  # (a change, to be looked at again)
+    asyncio.run(placer.regrow(running, current, snapshot))
+    free.update(nodes())
+    clock[0] += 1
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert placer.regrow_declined.pop(running.key) == msg  # told again, 10 minutes on
 
 
 def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
