@@ -104,8 +104,9 @@ class Placer:
         # a faster plan below minSpeedup, or one a job without spec.regrow is told of: the
         # RegrowDeclined (FasterPlanAvailable) Event's words, until posted
         self.regrow_declined: dict[Key, str] = {}
-        # those posted, and when: the same words not again within TELL_AGAIN_S (before,
-        # only the last: words that came back after others were posted again; a trial)
+        # those posted, and when, the last posted last: the same words not again within
+        # TELL_AGAIN_S, nor twice running ever (before, only the last was kept: words that
+        # came back after others were posted again; a trial)
         self.regrow_told: dict[Key, dict[str, float]] = {}
         # the speedup a FasterPlanAvailable posted said: one within ADVICE_ALIKE of it is
         # not posted again in other words (a time-budgeted planner's figures vary from look
@@ -155,7 +156,7 @@ class Placer:
         other jobs came and went had an Event at each change (17 in 5 minutes: a user
         trial)."""
         seen = (self.edits_told if edit else self.told).setdefault(key, {})
-        for c in [c for c, t in seen.items() if now - t > TELL_AGAIN_S]:
+        for c in [c for c, t in seen.items() if now - t > TELL_AGAIN_S and w != last]:
             del seen[c]
         if cause in seen:
             return False
@@ -579,7 +580,8 @@ class Placer:
                 and abs(speedup / was[1] - 1) < ADVICE_ALIKE
             )
             told = self.regrow_told.setdefault(entry.key, {})
-            for words in [w for w, t in told.items() if now - t > TELL_AGAIN_S]:
+            last = next(reversed(told), None)  # (the words told last: never twice running)
+            for words in [w for w, t in told.items() if now - t > TELL_AGAIN_S and w != last]:
                 del told[words]
             if declined is not None and declined not in told and not alike:
                 self.regrow_declined[entry.key] = declined  # (the same words: told once)

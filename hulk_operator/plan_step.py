@@ -31,7 +31,7 @@ from hulk_operator.plan_fields import (
     planned_message,
     unplanned,
 )
-from hulk_operator.snapshot import filled_requests
+from hulk_operator.snapshot import HOLDERS, filled_requests
 from hulk_operator.stage_pods import remove_all
 from hulk_planner.model import Cluster, JobPlan
 
@@ -44,8 +44,9 @@ def same_cause(told: str, reason: str) -> bool:
 
 
 def cause_of(reason: str) -> str:
-    """A reason with its figures taken out (``same_cause``)."""
-    return FIGURE.sub("#", reason)
+    """A reason with its figures and the jobs holding its servers taken out
+    (``same_cause``; other jobs coming and going would post an Event each: a review)."""
+    return FIGURE.sub("#", HOLDERS.sub(" (held)", reason))
 
 
 FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:[A-Za-z]+)?(?![\w-])")

@@ -38,7 +38,9 @@ async def reconcile(
     finished = status.get("phase") in (st.SUCCEEDED, st.PHASE_FAILED)
     if entry.suspended and not finished:  # (a finished job ignores it, as a batch/v1 Job)
         return await suspend(ctx, entry, status, conds, new)
-    if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") == "True":
+    suspended = (st.condition(status, st.SUSPENDED_COND) or {}).get("status") == "True"
+    if suspended or status.get("phase") == st.SUSPENDED:  # (the phase alone: the update
+        # handler's, resumed before this timer made it Suspended; a review)
         msg = "spec.suspend is false: the job is planned again"
         ctx.event("Normal", "Resumed", msg)
         new["phase"] = st.PENDING  # planned at the next round, once this status is written

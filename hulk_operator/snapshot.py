@@ -5,6 +5,7 @@ is free)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -444,8 +445,8 @@ class Snapshot:
         server = replace(info.server, gpus=left) if left > 0 else None
         return replace(info, server=server)
 
-    def _holders(self, infos: Iterable[NodeInfo]) -> str:
-        return _holders_text(self.held, (i.name for i in infos))
+    def _holders(self, infos: Iterable[NodeInfo], namespace: str) -> str:
+        return _holders_text(self.held, (i.name for i in infos), namespace)
 
     def server_count(self) -> int:
         """The cluster's usable GPU servers, free or not."""
@@ -543,13 +544,13 @@ class Snapshot:
         if not full and not unfit and not few and not short:
             return (
                 f"all {len(usable)} usable node(s) matching the job are held by other jobs"
-                + self._holders(usable)
+                + self._holders(usable, entry.key[0])
             )
         other = {i.name for i in (*full, *unfit, *few, *short)}
         rest = [i for i in usable if i.name not in other]  # the rest: held
         held = len(rest)
         parts = [
-            f"{held} held by other jobs{self._holders(rest)}" if held else "",
+            f"{held} held by other jobs{self._holders(rest, entry.key[0])}" if held else "",
             f"{len(full)} with every GPU requested by other pods" if full else "",
             f"{len(unfit)} without room for the stage pods' requests ({describe(need)})"
             if unfit
@@ -566,23 +567,30 @@ class Snapshot:
         )
 
 
-HOLDERS_NAMED = 3  # jobs a waiting job's reason names as holding its servers, at most
+HOLDERS_NAMED = 3  # jobs of its namespace a waiting job's reason names as holders, at most
+# the holders' part of a reason: left out where reasons are compared (``plan_step.cause_of``)
+HOLDERS = re.compile(r" \([^()]* holds? [^()]*\)")
 
 
-def _holders_text(held: Mapping[str, Key], names: Iterable[str]) -> str:
-    """`` (hulk-demo/l13-4 holds 3, hulk-demo/opt 2)``: which jobs hold these servers,
-    most first (before, "held by other jobs" named none, and a user looked them up with
-    hulk topology --free: a trial); empty where none is held."""
+def _holders_text(held: Mapping[str, Key], names: Iterable[str], namespace: str) -> str:
+    """`` (l13-4 holds 3, opt 1, other jobs 2)``: which jobs of ``namespace`` hold these
+    servers, most first, the rest counted (jobs of other namespaces are not named: their
+    names are not this namespace's users' to read); empty where none is held. Before,
+    "held by other jobs" named none, and a user looked them up with hulk topology --free (a
+    trial)."""
     jobs = Counter(held[n] for n in names if n in held)
     if not jobs:
         return ""
-    ranked = sorted(jobs.items(), key=lambda kv: (-kv[1], kv[0]))
-    named = [
-        f"{ns}/{name} {'holds ' if k == 0 else ''}{n}"
-        for k, ((ns, name), n) in enumerate(ranked[:HOLDERS_NAMED])
-    ]
-    more = len(ranked) - HOLDERS_NAMED
-    return f" ({', '.join(named)}{f', and {more} more job(s)' if more > 0 else ''})"
+    ranked = sorted(
+        ((key, n) for key, n in jobs.items() if key[0] == namespace), key=lambda kv: (-kv[1], kv[0])
+    )[:HOLDERS_NAMED]
+    named = [f"{key[1]} {'holds ' if k == 0 else ''}{n}" for k, (key, n) in enumerate(ranked)]
+    rest = sum(jobs.values()) - sum(n for _, n in ranked)
+    if rest and named:
+        named.append(f"other jobs {rest}")
+    elif rest:
+        named.append(f"jobs of other namespaces hold {rest}")
+    return f" ({', '.join(named)})"
 
 
 def held_servers(

@@ -174,9 +174,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except MemoryError:  # (100,000 servers: numpy's traceback, exit 1; a trial)
         print(
-            "hulk plan: error: out of memory: the planner keeps tables of every pair of servers, "
-            "which grow with the square of their number (plan fewer servers, e.g. the regions "
-            "a job may use, or on a machine with more memory)",
+            "hulk plan: error: out of memory (on a large cluster: the planner keeps tables of "
+            "every pair of servers, which grow with the square of their number; plan fewer "
+            "servers, e.g. the regions a job may use, or on a machine with more memory)",
             file=sys.stderr,
         )
         return 1

@@ -83,8 +83,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         jobs = io.jobs_from_documents(documents) if documents else []
     except InvalidRequest as exc:
         errors.extend(each_error(exc))
-        errors.extend(_cluster_errors(args, documents))  # (they came in a second round)
-    if errors:
+    if errors:  # (the cluster's came in a second run, once these were fixed)
+        errors.extend(_cluster_errors(args, documents))
         raise _in_file_order(errors, [str(path) for path in args.jobs])
     if args.jobs and not jobs and skipped:  # (one line: it was a note, then the error)
         raise InvalidRequest(

@@ -304,7 +304,7 @@ def test_the_start_warns_of_weights_that_call_every_server_idle(
     import torch
 
     from hulk_planner.gnn.model import HulkGNN
-    from hulk_planner.gnn.planner import UNTRAINED, WEIGHTS_ENV
+    from hulk_planner.gnn.planner import UNTRAINED, WEIGHTS_ENV, shipped_weights
     from hulk_planner.gnn.train import TrainSettings, save
 
     idle = HulkGNN(hidden=8, gcn_layers=1)
@@ -319,7 +319,7 @@ def test_the_start_warns_of_weights_that_call_every_server_idle(
     base = replace(OperatorConfig(), metrics_port=0)
     said = start(replace(base, gnn_weights=str(path)))
     assert said[0] == ("WARNING", f"GNN weights {path.resolve()}: {UNTRAINED}"), said
-    monkeypatch.setenv(WEIGHTS_ENV, "")
+    monkeypatch.setenv(WEIGHTS_ENV, str(shipped_weights()))  # (checked, as given)
     assert [level for level, _ in start(base)] == ["INFO"]  # the shipped weights: no warning
     monkeypatch.setenv(WEIGHTS_ENV, "")
     quiet = start(replace(base, planner="search", gnn_weights=str(path)))  # (no GNN)

@@ -589,3 +589,8 @@ def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> No
     for kind in (st.READY, st.PLANNED, st.SUSPENDED_COND):
         c = st.condition(out, kind)
         assert c is not None and (c["status"], c["reason"]) == ("False", "Resumed"), c
+    # resumed before the timer saw it suspended: the update handler's phase alone says it
+    quick = {"phase": st.SUSPENDED, "conditions": new["conditions"]}
+    again = asyncio.run(reconcile(ctx, job, {"spec": {}}, quick))  # type: ignore[arg-type]
+    assert again["phase"] == st.PENDING and [e[1] for e in told] == ["Resumed", "Resumed"]
+    assert (st.condition(again, st.PLANNED) or {}).get("reason") == "Resumed"

@@ -52,6 +52,11 @@ def test_a_reason_whose_figures_alone_moved_is_the_same_cause() -> None:
     assert not same_cause(LEFT.format(q="gpu-q1", n=3), LEFT.format(q="gpu-q2", n=3))
     assert same_cause("leaves 1.5Gi (limits.memory)", "leaves -0.5Gi (limits.memory)")
     assert not same_cause("held by rome-44", "held by rome-45")
+    # the jobs holding the servers: other jobs coming and going are no other cause (a review)
+    held = "all 4 usable node(s) matching the job are held by other jobs ({})"
+    assert same_cause(held.format("a holds 3, b 1"), held.format("b holds 2, c 1, other jobs 1"))
+    assert same_cause(held.format("a holds 3"), held.format("jobs of other namespaces hold 4"))
+    assert not same_cause(held.format("a holds 3"), "fits nowhere: (a holds 3)")
 
 
 def _set_ready(kube: Kube, node: str, ready: bool, since: datetime) -> None:

@@ -450,6 +450,10 @@ def test_a_faster_plan_below_min_speedup_is_told_once_per_change(
     clock[0] += 1
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
     assert placer.regrow_declined.pop(running.key) == msg  # told again, 10 minutes on
+    clock[0] += 2 * TELL_AGAIN_S  # looked at again, nothing else told since: never twice
+    placer.regrow_checked.pop(running.key)
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    assert running.key not in placer.regrow_declined
 
 
 def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:

@@ -83,11 +83,11 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     held = snap([paris], {n: ("other", "job") for n in paris_nodes})
     assert reason(paris, held) == (
         f"all {len(paris_nodes)} usable node(s) matching the job are held by other jobs "
-        f"(other/job holds {len(paris_nodes)})"
+        f"(jobs of other namespaces hold {len(paris_nodes)})"
     )  # (before, no job named: a user trial looked them up with hulk topology --free)
-    for holders, said in (  # most first, three named
-        ("acba", "(ml/a holds 2, ml/b 1, ml/c 1)"),
-        ("dcba", "(ml/a holds 1, ml/b 1, ml/c 1, and 1 more job(s))"),
+    for holders, said in (  # most first, three named; other namespaces' jobs counted
+        ("acba", "(a holds 2, b 1, c 1)"),  # (jobs of its namespace named: ml)
+        ("dcba", "(a holds 1, b 1, c 1, other jobs 1)"),
     ):
         many = snap([paris], {n: ("ml", h) for n, h in zip(paris_nodes, holders, strict=True)})
         assert reason(paris, many).endswith(f"are held by other jobs {said}"), reason(paris, many)
@@ -99,8 +99,8 @@ def test_a_job_with_no_free_server_is_told_which_constraint_to_change() -> None:
     broken[unlabelled] = replace(broken[unlabelled], server=None, problem=problem)
     held_rest = Snapshot(broken, Latencies(), {paris.key: paris}, {n: ("o", "j") for n in others})
     assert reason(paris, held_rest) == (
-        f"all {len(others)} usable node(s) matching the job are held by other jobs (o/j holds "
-        f"{len(others)}); 1 other "
+        f"all {len(others)} usable node(s) matching the job are held by other jobs (jobs of other "
+        f"namespaces hold {len(others)}); 1 other "
         "matching node(s) take no new stage: 1 not offered (label nvidia.com/gpu.memory="
         "'lots' is not a finite number of MiB above zero)"
     )

@@ -188,8 +188,8 @@ def test_a_job_told_why_no_server_is_free_when_the_causes_are_mixed() -> None:
     s.used = {a: Resources(nodes()[a].server.gpus), b: Resources(0, cpu, 0.0)}  # type: ignore[union-attr]
     assert refusal(s, bert) == (
         f"none of the {len(paris)} usable node(s) matching the job is free: {len(rest)} held "
-        f"by other jobs (other/job holds {len(rest)}), 1 with every GPU requested by other "
-        "pods, 1 without room for the stage pods' requests (cpu 1)"
+        f"by other jobs (jobs of other namespaces hold {len(rest)}), 1 with every GPU "
+        "requested by other pods, 1 without room for the stage pods' requests (cpu 1)"
     )
     # a stage pod that asks for no CPU fits however much other pods ask for
     calm = entry(paper_jobs()[3], allowed_regions=("paris",))
@@ -312,6 +312,6 @@ def test_an_init_containers_gpus_must_be_free_on_the_servers_offered() -> None:
     mixed = snap([twelve], {n: ("other", "job") for n in paris if paris[n] == 12})
     assert refusal(mixed, twelve) == (
         "none of the 4 usable node(s) matching the job is free: 2 held by other jobs "
-        "(other/job holds 2), 2 with fewer than the 12 nvidia.com/gpu init container warm "
-        "asks free"
+        "(jobs of other namespaces hold 2), 2 with fewer than the 12 nvidia.com/gpu init "
+        "container warm asks free"
     )

@@ -305,7 +305,7 @@ def test_many_errors_are_told_up_to_fifty_and_memory_running_out_in_one_line(
     monkeypatch.setattr(sys, "stdout", StringIO())
     monkeypatch.setattr(sys, "stderr", told)
     assert main(["plan", "--no-compare"]) == 1
-    assert told.getvalue().startswith("hulk plan: error: out of memory: the planner keeps ")
+    assert told.getvalue().startswith("hulk plan: error: out of memory (on a large cluster: ")
     assert told.getvalue().count("\n") == 1
 
 
@@ -858,6 +858,16 @@ def test_jobs_own_errors_and_their_allowed_regions_are_told_at_once(
     assert lines[0].startswith(f"hulk plan: error: {bad}: kind: "), lines
     assert [line.split(": ")[3] for line in lines[1:]] == ["spec.model.layers",
                                                            "spec.model.preset"]  # fmt: skip
+    # an unreadable jobs file beside a readable one: the cluster's errors and the other
+    # file's regions told with it (a review)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [b\n")
+    mars = write(tmp_path / "mars.yaml", first)
+    out = hulk("plan", "--cluster", files[0], "--jobs", broken, mars)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 2, lines
+    assert lines[0].startswith(f"hulk plan: error: {broken}"), lines
+    assert lines[1].startswith(f"hulk plan: error: {mars} (document 1): spec.allowedRegions[0]")
 
 
 def test_a_topology_s_wrong_servers_and_links_are_told_at_once(tmp_path: Path) -> None:
