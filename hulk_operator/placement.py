@@ -156,7 +156,7 @@ class Placer:
         other jobs came and went had an Event at each change (17 in 5 minutes: a user
         trial)."""
         seen = (self.edits_told if edit else self.told).setdefault(key, {})
-        for c in [c for c, t in seen.items() if now - t > TELL_AGAIN_S and w != last]:
+        for c in [c for c, t in seen.items() if now - t > TELL_AGAIN_S]:
             del seen[c]
         if cause in seen:
             return False

@@ -265,18 +265,22 @@ def test_a_closed_output_and_ctrl_c_are_one_line(monkeypatch: pytest.MonkeyPatch
     assert out.stderr.strip().splitlines() == [
         "hulk plan: error: cannot write its output: standard output is closed"
     ]
+    assert raising(monkeypatch, KeyboardInterrupt) == (130, "hulk plan: interrupted\n")
+
+
+def raising(monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> tuple[int, str]:
+    """``hulk plan``'s exit code and stderr where reading its inputs raises ``error``."""
     import hulk_planner.cli
     from hulk.cli import main
 
-    def interrupted(*_: Any) -> Any:
-        raise KeyboardInterrupt
+    def raises(*_: Any) -> Any:
+        raise error
 
-    monkeypatch.setattr(hulk_planner.cli, "_inputs", interrupted)
+    monkeypatch.setattr(hulk_planner.cli, "_inputs", raises)
     told = StringIO()
     monkeypatch.setattr(sys, "stdout", StringIO())
     monkeypatch.setattr(sys, "stderr", told)
-    assert main(["plan", "--no-compare"]) == 130
-    assert told.getvalue() == "hulk plan: interrupted\n"
+    return main(["plan", "--no-compare"]), told.getvalue()
 
 
 def test_many_errors_are_told_up_to_fifty_and_memory_running_out_in_one_line(
@@ -294,19 +298,9 @@ def test_many_errors_are_told_up_to_fifty_and_memory_running_out_in_one_line(
     assert out.returncode == 2 and len(lines) == 51, lines
     assert lines[49].startswith(f"hulk plan: error: {tmp_path / 'bad.yaml'}: spec.nodes[53].gpus")
     assert lines[50] == "hulk plan: error: and 10 more (60 in all; the first 50 shown)"
-    import hulk_planner.cli
-    from hulk.cli import main
-
-    def too_big(*_: Any) -> Any:
-        raise MemoryError
-
-    monkeypatch.setattr(hulk_planner.cli, "_inputs", too_big)
-    told = StringIO()
-    monkeypatch.setattr(sys, "stdout", StringIO())
-    monkeypatch.setattr(sys, "stderr", told)
-    assert main(["plan", "--no-compare"]) == 1
-    assert told.getvalue().startswith("hulk plan: error: out of memory (on a large cluster: ")
-    assert told.getvalue().count("\n") == 1
+    code, said = raising(monkeypatch, MemoryError)
+    assert code == 1 and said.count("\n") == 1, said
+    assert said.startswith("hulk plan: error: out of memory (on a large cluster: "), said
 
 
 def test_previous_jobs_a_re_plan_does_not_keep_are_noted(
