@@ -30,6 +30,9 @@ LABELS_REPLACED = "LabelsReplaced"  # a Warning: the template sets labels Hulk s
 INVALID_SPEC = "InvalidSpec"
 EDIT_REFUSED = "EditRefused"  # an edit the cluster does not allow now (checked again)
 UNSCHEDULABLE = "Unschedulable"
+# Planned's reason for a job no set of the servers it may use could hold, even all free:
+# waiting does not help (``kubectl get hjob -o wide`` told it from one that waits: a trial)
+NOWHERE = "FitsNowhere"
 PLANNER_ERROR = "PlannerError"
 PODS_FORBIDDEN = "PodsForbidden"
 

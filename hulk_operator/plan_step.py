@@ -18,7 +18,13 @@ from hulk_operator.context import Context
 from hulk_operator.decision import Decision
 from hulk_operator.disruptions import tell_cut_links, tell_disruption
 from hulk_operator.entries import JobEntry
-from hulk_operator.errors import INVALID_SPEC, PODS_FORBIDDEN, UNSCHEDULABLE, rejected_template
+from hulk_operator.errors import (
+    INVALID_SPEC,
+    NOWHERE,
+    PODS_FORBIDDEN,
+    UNSCHEDULABLE,
+    rejected_template,
+)
 from hulk_operator.failures import fail
 from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.placement import same_plan
@@ -41,6 +47,12 @@ def same_cause(told: str, reason: str) -> bool:
     what a quota leaves, with their units: ``1.5Gi``): the same cause, not worth another
     Event. Digits within a name (quota ``gpu-q1``, server ``rome-44``) are not figures."""
     return cause_of(told) == cause_of(reason)
+
+
+def unplaced_reason(reason: str) -> str:
+    """Planned's reason for a job no plan places: ``FitsNowhere`` where no set of the
+    servers it may use could hold it (change the job), else ``Unschedulable`` (it waits)."""
+    return NOWHERE if says_fits_nowhere(reason) else UNSCHEDULABLE
 
 
 def cause_of(reason: str) -> str:
@@ -129,7 +141,7 @@ async def place(
         # the reason's figures moved), or for one told in the last 10 minutes: the Event
         # was posted; the condition keeps the latest reason. Another cause is posted.
         said = (
-            planned.get("reason") == UNSCHEDULABLE
+            planned.get("reason") in (UNSCHEDULABLE, NOWHERE)
             and planned.get("status") == "False"
             and same_cause(str(planned.get("message") or ""), decision.reason)
         )
@@ -146,7 +158,7 @@ async def place(
         new.update(unplanned(st.PENDING))  # an edit's old plan may have left its fields
         new.update(counts(status))  # (0 shown before its first plan, not a blank column)
         conds = not_ready(conds, gen)
-        cause = PODS_FORBIDDEN if decision.refused else UNSCHEDULABLE
+        cause = PODS_FORBIDDEN if decision.refused else unplaced_reason(decision.reason)
         new["conditions"] = st.set_condition(conds, st.PLANNED, False, cause, decision.reason, gen)
         ctx.metrics.set_predicted(ns, name, None)
         return None
@@ -268,7 +280,7 @@ async def check_plan(
         conds = not_ready(conds, gen)
         conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", msg, gen)
         new["conditions"] = st.set_condition(
-            conds, st.PLANNED, False, UNSCHEDULABLE, decision.reason, gen
+            conds, st.PLANNED, False, unplaced_reason(decision.reason), decision.reason, gen
         )
         ctx.placer.forget(entry.key)
         ctx.metrics.set_predicted(ns, name, None)

@@ -59,6 +59,23 @@ def test_a_reason_whose_figures_alone_moved_is_the_same_cause() -> None:
     assert not same_cause(held.format("a holds 3"), "fits nowhere: (a holds 3)")
 
 
+def test_a_job_no_servers_could_ever_hold_is_told_apart_from_one_that_waits() -> None:
+    """Planned's reason, which ``kubectl get hjob -o wide`` shows: ``FitsNowhere`` where no
+    set of the servers it may use could hold it, ``Unschedulable`` where it waits (both
+    read Unschedulable: a queue trial could not tell them apart)."""
+    from placement_helpers import entry, nodes
+
+    from hulk_operator.fit import too_big_for
+    from hulk_operator.plan_step import unplaced_reason
+    from hulk_planner.datasets import paper_jobs
+
+    opt = entry(paper_jobs()[0], allowed_regions=("paris",))
+    why = too_big_for(opt, nodes())
+    assert why is not None and unplaced_reason(why) == "FitsNowhere", why
+    waits = "all 4 usable node(s) matching the job are held by other jobs (a holds 4)"
+    assert unplaced_reason(waits) == "Unschedulable"
+
+
 def _set_ready(kube: Kube, node: str, ready: bool, since: datetime) -> None:
     """kwok keeps a node it manages Ready: without its annotation it lets the node go, and
     the Ready condition written here stays."""
