@@ -25,7 +25,7 @@ from hulk_planner.cli_latency import LATENCY_FLAGS, _option
 from hulk_planner.datasets import paper_cluster
 from hulk_planner.errors import HulkError, InvalidRequest, NoFeasiblePlan
 from hulk_planner.generate import CITY_NAMES, random_cluster
-from hulk_planner.model import Cluster, check_positive
+from hulk_planner.model import Cluster, check_positive, check_seed
 
 NOTHING_USABLE = 3  # exit code: the cluster was read, but no server is usable
 # --random's most servers: the planner's tables grow with the square of the servers (a
@@ -129,10 +129,7 @@ def _random(args: argparse.Namespace) -> Cluster:
     generated cluster came only from Python: a laptop trial)."""
     check_positive("--random", args.random, integer=True, at_most=MAX_RANDOM)
     seed = 0 if args.seed is None else args.seed
-    if not 0 <= seed < 2**32:  # (as hulk plan's and hulk train's)
-        raise InvalidRequest(
-            "--seed", f"must be 0 to 2**32 - 1, got {seed}", "give a whole number in it"
-        )
+    check_seed("--seed", seed)  # (as hulk plan's and hulk train's)
     most = min(len(CITY_NAMES), args.random)
     if args.regions is not None and not 1 <= args.regions <= most:
         raise InvalidRequest(

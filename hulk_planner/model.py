@@ -38,6 +38,15 @@ MAX_GBPS = 1e7
 MIN_GBPS = 1e-3
 
 
+def check_seed(where: str, seed: int) -> None:
+    """Raise ``InvalidRequest`` naming ``where`` unless ``seed`` is 0 to 2**32 - 1 (numpy's
+    range), as ``hulk plan``, ``hulk train`` and ``hulk topology --random`` take it."""
+    if not 0 <= seed < 2**32:
+        raise InvalidRequest(
+            where, f"must be 0 to 2**32 - 1, got {seed}", "give a whole number in it"
+        )
+
+
 def check_positive(
     where: str,
     value: object,

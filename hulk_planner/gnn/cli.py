@@ -33,7 +33,7 @@ from hulk_planner.gnn.data import (
     generate_to_file,
 )
 from hulk_planner.gnn.planner import cuda_problem, untrained
-from hulk_planner.model import check_positive
+from hulk_planner.model import check_positive, check_seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,10 +192,7 @@ def check(args: argparse.Namespace) -> None:
             f"{args.max_servers} is below --min-servers {args.min_servers}",
             f"give {args.min_servers} or more, or lower --min-servers",
         )
-    if not 0 <= args.seed < 2**32:
-        raise InvalidRequest(
-            "--seed", f"must be 0 to 2**32 - 1, got {args.seed}", "give a whole number in it"
-        )
+    check_seed("--seed", args.seed)
     check_positive("--lr", args.lr)
     if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
         raise InvalidRequest(

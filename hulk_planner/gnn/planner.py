@@ -56,7 +56,7 @@ def default_weights() -> Path:
 
 def check_weights(path: str | Path, field: str) -> None:
     """Raise ``InvalidRequest`` naming ``field`` unless ``path`` holds weights the planner
-    can run (read, and a forward pass on the paper's cluster with one job)."""
+    can run (read, and a forward pass on the paper's cluster with its jobs)."""
     from hulk_planner.datasets import paper_cluster, paper_jobs
 
     fix = "give a .pt file that `hulk train --output FILE` wrote"
@@ -67,12 +67,8 @@ def check_weights(path: str | Path, field: str) -> None:
             field, f"{str(path)!r} is not a weights file (not a zip, as torch.save writes)", fix
         )
     try:
-        w = load_weights(path)
-        model = NumpyHulkGNN(w["state_dict"], w["config"])
-        cluster = paper_cluster()
-        jobs = paper_jobs()[:1]
-        out = model.scores(graph_arrays(build_graph(cluster)), job_features(jobs, cluster))
-        if out.shape != (len(cluster.servers), 1 + len(jobs)):
+        out = _paper_scores(str(path), _stamp(str(path)))
+        if out.shape != (len(paper_cluster().servers), 1 + len(paper_jobs())):
             raise ValueError(f"scores of shape {out.shape}")
         if not np.isfinite(out).all():
             raise ValueError("its scores are not finite (NaN or infinite weights)")
@@ -97,12 +93,7 @@ def untrained(path: str | Path) -> str | None:
     """``UNTRAINED`` where weights (checked by ``check_weights``) score no server of the
     paper's cluster above idle for any of its four jobs, else None (before, such weights
     planned without a word, the refinement hiding them: a laptop trial)."""
-    from hulk_planner.datasets import paper_cluster, paper_jobs
-
-    w = load_weights(path)
-    cluster = paper_cluster()
-    model = NumpyHulkGNN(w["state_dict"], w["config"])
-    out = model.scores(graph_arrays(build_graph(cluster)), job_features(paper_jobs(), cluster))
+    out = _paper_scores(str(path), _stamp(str(path)))
     return UNTRAINED if not (out.argmax(axis=1) > 0).any() else None
 
 
@@ -180,6 +171,20 @@ def _checked(path: str, stamp: tuple[int, int], field: str) -> None:
 def _numpy_model(path: str, stamp: tuple[int, int]) -> NumpyHulkGNN:
     w = load_weights(path)
     return NumpyHulkGNN(w["state_dict"], w["config"])
+
+
+@lru_cache(maxsize=4)
+def _paper_scores(path: str, stamp: tuple[int, int]) -> np.ndarray:
+    """The network's scores on the paper's cluster for its four jobs, once per file version:
+    ``check_weights`` checks them, ``untrained`` reads them (each ran the network anew,
+    and ``hulk plan --weights`` ran both)."""
+    from hulk_planner.datasets import paper_cluster, paper_jobs
+
+    cluster = paper_cluster()
+    arrays, jobs = graph_arrays(build_graph(cluster)), job_features(paper_jobs(), cluster)
+    out = _numpy_model(path, stamp).scores(arrays, jobs)
+    out.setflags(write=False)  # (shared by the callers)
+    return out
 
 
 @lru_cache(maxsize=4)
