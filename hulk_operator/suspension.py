@@ -28,9 +28,7 @@ async def suspend(
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(ns, name, None)
     new.update(unplanned(st.SUSPENDED))
-    conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of a plan
-    conds = st.set_condition(conds, st.READY, False, "Suspended", "suspended: no stage pods", gen)
-    conds = st.set_condition(conds, st.PLANNED, False, "Suspended", "spec.suspend is true", gen)
+    conds = suspended_conditions(conds, gen)
     if (st.condition(status, st.SUSPENDED_COND) or {}).get("status") != "True":
         gone = f"; its {removed} stage pod(s) removed, their servers released" if removed else ""
         msg = f"spec.suspend is true: not planned until it is false{gone}"
@@ -38,3 +36,14 @@ async def suspend(
         conds = st.set_condition(conds, st.SUSPENDED_COND, True, "JobSuspended", msg, gen)
     new["conditions"] = conds
     return new
+
+
+def suspended_conditions(
+    conds: list[dict[str, Any]], gen: int, pods: str = "no stage pods"
+) -> list[dict[str, Any]]:
+    """``Planned`` and ``Ready`` False, reason ``Suspended`` (``Ready`` saying ``pods``), as
+    a suspended job has them, here and in the update handler that suspends it;
+    ``LatencyEstimated``, which spoke of its plan, dropped."""
+    conds = [c for c in conds if c.get("type") != st.ESTIMATED]
+    conds = st.set_condition(conds, st.READY, False, "Suspended", f"suspended: {pods}", gen)
+    return st.set_condition(conds, st.PLANNED, False, "Suspended", "spec.suspend is true", gen)
