@@ -5,11 +5,11 @@ servers); then ``hulk plan`` on the paper's cluster, wall time including start-u
     python bench/plan_time.py [--quick] [--repeat N]
 
 Each planner is timed through ``hulk_planner.api.plan`` including the cost model's set-up
-(the dense latency and bandwidth matrices), which is also shown on its own. The hulk planner
-(the GNN) refines its decoded plan for a wall-clock budget (``gnn.planner.refine_budget``:
-1 s plus 1 s per 1,000 servers, at most 2 s), which dominates its time, so its exponent
-says little about the algorithm; the ``search x200`` row (a fixed 200 moves) shows how the
-search's work grows instead.
+(the latency and bandwidth tables: dense up to 2,000 servers), which is also shown on its
+own. The hulk planner (the GNN) refines its decoded plan for a wall-clock budget
+(``gnn.planner.refine_budget``: 1 s plus 1 s per 1,000 servers, at most 2 s), which
+dominates its time, so its exponent says little about the algorithm; the ``search x200``
+row (a fixed 200 moves) shows how the search's work grows instead.
 --quick: 50 and 500 servers, 3 command runs.
 """
 

@@ -173,10 +173,14 @@ def run(args: argparse.Namespace) -> int:
                   f"all; the first {MAX_SHOWN} shown)", file=sys.stderr)  # fmt: skip
         return 2
     except MemoryError:  # (100,000 servers: numpy's traceback, exit 1; a trial)
+        from hulk_planner.topology import DENSE_MAX_SERVERS
+
         print(
-            "hulk plan: error: out of memory (on a large cluster: the planner keeps tables of "
-            "every pair of servers, which grow with the square of their number; plan fewer "
-            "servers, e.g. the regions a job may use, or on a machine with more memory)",
+            "hulk plan: error: out of memory (on a large cluster: the planner keeps a table "
+            f"of every pair of servers up to {DENSE_MAX_SERVERS:,} servers, and of every listed "
+            "link, which grow with the square of their number; plan fewer servers, e.g. the "
+            "regions a job may use, give regionLinks in place of links, or plan on a machine "
+            "with more memory)",
             file=sys.stderr,
         )
         return 1

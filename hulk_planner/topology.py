@@ -18,10 +18,10 @@ public cloud measurements of about 11 Gb/s within and 1.4-5 Gb/s across regions
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,12 +30,65 @@ from hulk_planner.model import Cluster
 DEFAULT_INTRA_REGION_GBPS = 10.0
 DEFAULT_CROSS_REGION_GBPS = 2.0
 ROWS_MAX_SERVERS = 500  # two 500 x 500 lists of floats: about 16 MB
+DENSE_MAX_SERVERS = 2_000  # dense n x n arrays up to here: 32 MB each
+
+
+class PairTable:
+    """An n x n table of server pairs kept as its regions' k x k table plus the pairs that
+    differ from it (server-level links), for clusters too large for dense matrices (a
+    5,000-server cluster's latency and bandwidth tables were 200 MB each, built in 2.4 s,
+    and again for each priority group's servers: a trial). Indexed as the dense array is,
+    with ``[i, j]`` of ints or arrays that broadcast (``np.ix_`` included); ``np.asarray``
+    gives the dense table (the same numbers: tested)."""
+
+    def __init__(
+        self,
+        region: np.ndarray,
+        base: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray,
+        diagonal: float | bool,
+    ) -> None:
+        self.region = region  # server -> row of ``base``
+        self.base = base  # region x region
+        self.keys = keys  # i * n + j of the pairs that differ, sorted (both orders)
+        self.values = values  # their values, in ``keys``' order
+        self.diagonal = diagonal  # a server with itself
+        self.n = len(region)
+        self.shape = (self.n, self.n)
+        self.dtype = base.dtype
+
+    def __getitem__(self, key: tuple[Any, ...]) -> Any:
+        i, j = np.asarray(key[0]), np.asarray(key[1])
+        out = self.base[self.region[i], self.region[j]]
+        if self.keys.size:
+            at = i.astype(np.int64) * self.n + j
+            pos = np.minimum(np.searchsorted(self.keys, at), self.keys.size - 1)
+            out = np.where(self.keys[pos] == at, self.values[pos], out)
+        same = i == j
+        if same.any():
+            out = np.where(same, self.diagonal, out)
+        return out[()] if out.ndim == 0 else out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.base[self.region][:, self.region]
+        rows, cols = np.divmod(self.keys, self.n)
+        out[rows, cols] = self.values
+        np.fill_diagonal(out, self.diagonal)
+        return out if dtype is None else out.astype(dtype)
+
+    def map(self, f: Callable[[np.ndarray], np.ndarray]) -> PairTable:
+        """The table of ``f`` of each entry (``f`` elementwise)."""
+        diagonal = f(np.array([self.diagonal]))[0].item()
+        return PairTable(self.region, f(self.base), self.keys, f(self.values), diagonal)
 
 
 class Network:
-    """Latency (ms) and bandwidth (Gb/s) between every pair of a cluster's servers."""
+    """Latency (ms) and bandwidth (Gb/s) between every pair of a cluster's servers: dense
+    n x n arrays up to ``DENSE_MAX_SERVERS`` servers (``dense``: either way), above it
+    ``PairTable``s, indexed alike."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, dense: bool | None = None) -> None:
         self.cluster = cluster
         self.names = [s.name for s in cluster.servers]
         self.index = dict(cluster.index)
@@ -43,32 +96,36 @@ class Network:
         regions = sorted(set(cluster.regions))
         region_id = {r: i for i, r in enumerate(regions)}
         self.region = np.array([region_id[s.region] for s in cluster.servers], dtype=np.int32)
-        same = self.region[:, None] == self.region[None, :]
-        lat = np.full((n, n), np.inf)
-        bw = np.where(same, DEFAULT_INTRA_REGION_GBPS, DEFAULT_CROSS_REGION_GBPS).astype(float)
-        if cluster.region_links:
-            k = len(regions)
-            rlat = np.full((k, k), np.inf)
-            rbw = np.full((k, k), np.nan)
-            for rl in cluster.region_links:
-                if rl.a in region_id and rl.b in region_id:
-                    i, j = region_id[rl.a], region_id[rl.b]
-                    rlat[i, j] = rlat[j, i] = rl.latency_ms
-                    if rl.bandwidth_gbps:
-                        rbw[i, j] = rbw[j, i] = rl.bandwidth_gbps
-            lat = rlat[self.region][:, self.region]
-            given = rbw[self.region][:, self.region]
-            bw = np.where(np.isnan(given), bw, given)
-        for link in cluster.links:
-            i, j = self.index[link.a], self.index[link.b]
-            lat[i, j] = lat[j, i] = link.latency_ms
-            if link.bandwidth_gbps:
-                bw[i, j] = bw[j, i] = link.bandwidth_gbps
-        np.fill_diagonal(lat, 0.0)
-        self.direct = np.isfinite(lat)  # the pairs that can communicate
-        np.fill_diagonal(bw, np.inf)
-        self.latency_ms = lat
-        self.bandwidth_gbps = bw
+        k = len(regions)
+        rlat = np.full((k, k), np.inf)
+        rbw = np.full((k, k), DEFAULT_CROSS_REGION_GBPS)
+        np.fill_diagonal(rbw, DEFAULT_INTRA_REGION_GBPS)
+        for rl in cluster.region_links:
+            if rl.a in region_id and rl.b in region_id:
+                i, j = region_id[rl.a], region_id[rl.b]
+                rlat[i, j] = rlat[j, i] = rl.latency_ms
+                if rl.bandwidth_gbps:
+                    rbw[i, j] = rbw[j, i] = rl.bandwidth_gbps
+        # server links, both orders (``Cluster`` lists a pair once): index i * n + j
+        a = np.array([self.index[lk.a] for lk in cluster.links], dtype=np.int64)
+        b = np.array([self.index[lk.b] for lk in cluster.links], dtype=np.int64)
+        ms = np.array([lk.latency_ms for lk in cluster.links], dtype=float)
+        given = np.array([lk.bandwidth_gbps or np.nan for lk in cluster.links], dtype=float)
+        gbps = np.where(np.isnan(given), rbw[self.region[a], self.region[b]], given)
+        keys = np.concatenate([a * n + b, b * n + a])
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        ms_both, gbps_both = np.tile(ms, 2)[order], np.tile(gbps, 2)[order]
+        lat = PairTable(self.region, rlat, keys, ms_both, 0.0)
+        bw = PairTable(self.region, rbw, keys, gbps_both, np.inf)
+        self.dense = n <= DENSE_MAX_SERVERS if dense is None else dense
+        # the pairs that can communicate
+        self.direct: np.ndarray | PairTable = lat.map(np.isfinite)
+        self.latency_ms: np.ndarray | PairTable = lat
+        self.bandwidth_gbps: np.ndarray | PairTable = bw
+        if self.dense:
+            self.latency_ms, self.bandwidth_gbps = np.asarray(lat), np.asarray(bw)
+            self.direct = np.isfinite(self.latency_ms)
         self.region_names = regions
         self.representative = {
             int(r): int(np.flatnonzero(self.region == r)[0]) for r in np.unique(self.region)
@@ -84,7 +141,7 @@ class Network:
         Built on first use: only the search's scoring needs them."""
         if len(self.names) > ROWS_MAX_SERVERS:
             return None
-        return self.latency_ms.tolist(), self.bandwidth_gbps.tolist()
+        return np.asarray(self.latency_ms).tolist(), np.asarray(self.bandwidth_gbps).tolist()
 
     def region_path(self, regions: frozenset[int]) -> list[int]:
         """Regions in a short visiting order (nearest neighbour from every start, the
@@ -115,18 +172,25 @@ class Network:
     @cached_property
     def fully_linked(self) -> bool:
         """Whether every pair of servers can communicate."""
-        return bool(self.direct.all())
+        if isinstance(self.direct, np.ndarray):
+            return bool(self.direct.all())
+        return unlinked_pairs(self.cluster) == 0
 
     @cached_property
-    def linked(self) -> list[frozenset[int]]:
-        """For each server, the servers it can communicate with."""
-        return [frozenset(np.flatnonzero(row).tolist()) - {i} for i, row in enumerate(self.direct)]
+    def linked(self) -> Sequence[frozenset[int]]:
+        """For each server, the servers it can communicate with (above
+        ``DENSE_MAX_SERVERS``, each worked out when first asked for)."""
+        if isinstance(self.direct, np.ndarray):
+            return [
+                frozenset(np.flatnonzero(row).tolist()) - {i} for i, row in enumerate(self.direct)
+            ]
+        return _Rows(self.direct)
 
     @cached_property
     def groups(self) -> list[list[int]]:
         """The servers split into groups that a chain of links joins, largest first (one
         group where the cluster is connected): no pipeline spans two of them."""
-        n = len(self.direct)
+        n = len(self.names)
         if self.fully_linked:  # (``linked`` is n sets of n: not built for nothing)
             return [list(range(n))]
         groups = components(range(n), lambda i, left: self.linked[i] & left)
@@ -140,6 +204,25 @@ class Network:
 
     def reachable(self, a: str, b: str) -> bool:
         return bool(np.isfinite(self.latency_ms[self.index[a], self.index[b]]))
+
+
+class _Rows(Sequence[frozenset[int]]):
+    """``Network.linked`` of a ``PairTable``: a server's row when first asked for."""
+
+    def __init__(self, direct: PairTable) -> None:
+        self.direct = direct
+        self.all = np.arange(direct.n)
+        self.rows: dict[int, frozenset[int]] = {}
+
+    def __len__(self) -> int:
+        return self.direct.n
+
+    def __getitem__(self, i: int) -> frozenset[int]:  # type: ignore[override]
+        row = self.rows.get(i)
+        if row is None:
+            row = frozenset(np.flatnonzero(self.direct[i, self.all]).tolist()) - {i}
+            self.rows[i] = row
+        return row
 
 
 T = TypeVar("T", int, str)  # (sortable: the groups are sorted)

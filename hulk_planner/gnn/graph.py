@@ -330,9 +330,11 @@ def build_graph(
         g.add_node(i, name=s.name, region=s.region, x=x[i])
     max_ms = lat_scale
     log_max = math.log1p(max_ms)
-    for a, b in sparse_neighbours(net, k_intra, k_cross, region_lat):
-        ms = float(net.latency_ms[a, b])
-        bw = float(net.bandwidth_gbps[a, b])
+    pairs = sparse_neighbours(net, k_intra, k_cross, region_lat)
+    ends = np.array(pairs, dtype=np.int64).reshape(-1, 2).T  # (one lookup for all edges)
+    latency = np.asarray(net.latency_ms[ends[0], ends[1]], dtype=float).tolist()
+    bandwidth = np.asarray(net.bandwidth_gbps[ends[0], ends[1]], dtype=float).tolist()
+    for (a, b), ms, bw in zip(pairs, latency, bandwidth, strict=True):
         attr = np.array(
             [
                 math.log1p(ms) / log_max,

@@ -8,6 +8,7 @@ server. Default bandwidth where none is given: 10 Gb/s inside a region, 2 Gb/s a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,12 @@ from hypothesis import strategies as st
 from planner_helpers import LinkTuple, cluster, server
 
 from hulk_planner import topology
+from hulk_planner.cost import CostModel
+from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
-from hulk_planner.model import RegionLink
+from hulk_planner.gnn.planner import plan_gnn
+from hulk_planner.model import Cluster, RegionLink
+from hulk_planner.planners.search import search_plan
 from hulk_planner.topology import Network
 
 # a, b in region r1; c, d in region r2
@@ -156,3 +161,64 @@ def test_a_link_without_bandwidth_takes_its_region_links_as_docs_formats_says() 
         "entry gives one: for a `links` entry without it as for a pair no link lists. Where "
         "neither gives one: 10 Gb/s inside a region, 2 Gb/s between regions." in text
     )
+
+
+def _mixed(n: int, seed: int, regions: int) -> Cluster:
+    """A random cluster with region links for some region pairs (some with a bandwidth)
+    and server links for some pairs, others cut: every precedence rule at once."""
+    base = random_cluster(n, seed=seed, regions=regions)
+    rng = np.random.default_rng(seed)
+    names = sorted(set(base.regions))
+    region_links = [
+        RegionLink(a, b, float(rng.uniform(1, 90)), float(rng.uniform(1, 20)) if k % 2 else None)
+        for k, (a, b) in enumerate((a, b) for i, a in enumerate(names) for b in names[i:])
+        if rng.random() < 0.6
+    ]
+    links = [lk for lk in base.links if rng.random() < 0.5]
+    return replace(base, links=tuple(links), region_links=tuple(region_links))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 40), seed=st.integers(0, 10**6), regions=st.integers(1, 5))
+def test_pair_tables_hold_the_dense_matrices_numbers(n: int, seed: int, regions: int) -> None:
+    """Above DENSE_MAX_SERVERS the network keeps region tables plus the server links
+    (``PairTable``); every way the planner indexes them gives the dense arrays' numbers."""
+    c = _mixed(n, seed, regions)
+    dense, lazy = Network(c, dense=True), Network(c, dense=False)
+    assert isinstance(lazy.latency_ms, topology.PairTable) and not lazy.dense
+    rng = np.random.default_rng(seed)
+    i, j = rng.integers(0, n, 60), rng.integers(0, n, 60)
+    grid = rng.integers(0, n, (4, 3))
+    for name in ("latency_ms", "bandwidth_gbps", "direct"):
+        full, table = getattr(dense, name), getattr(lazy, name)
+        assert np.array_equal(full, np.asarray(table))
+        assert np.array_equal(full[i, j], table[i, j])  # pairs, the diagonal among them
+        assert np.array_equal(full[np.ix_(i[:7], j[:5])], table[np.ix_(i[:7], j[:5])])
+        assert np.array_equal(full[grid[:-1], grid[1:]], table[grid[:-1], grid[1:]])
+        for a, b in [(0, n - 1), (n - 1, n - 1), (int(i[0]), int(j[0]))]:
+            assert full[a, b] == table[a, b] and np.ndim(table[a, b]) == 0
+    assert dense.fully_linked == lazy.fully_linked
+    assert dense.groups == lazy.groups
+    assert [dense.linked[k] for k in range(n)] == [lazy.linked[k] for k in range(n)]
+    assert dense.rows == lazy.rows
+
+
+def test_large_clusters_keep_pair_tables_and_plan_as_with_dense_matrices() -> None:
+    """A 2,001-server cluster is not held as dense n x n arrays (a 5,000-server one took
+    2.4 s and 200 MB a table, once per priority group: a trial); on the paper's cluster
+    the search and hulk plan the same with either."""
+    big = Network(random_cluster(topology.DENSE_MAX_SERVERS + 1, seed=1))
+    assert isinstance(big.latency_ms, topology.PairTable) and big.fully_linked
+    assert isinstance(Network(random_cluster(50, seed=1)).latency_ms, np.ndarray)
+    paper, jobs = paper_cluster(), paper_jobs(4)
+    plans = []
+    for dense in (True, False):
+        cost = CostModel(paper, network=Network(paper, dense=dense))
+        plans.append(
+            (
+                search_plan(cost, jobs, seed=3, max_iterations=400, time_budget_s=math.inf),
+                plan_gnn(cost, jobs, seed=3, max_iterations=200),
+            )
+        )
+    assert plans[0] == plans[1]
+    assert plans[0][0].jobs and plans[0][1].jobs
