@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from os import PathLike
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hulk_planner.cost import CostModel, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, each_error, one_or_all
@@ -33,6 +34,9 @@ from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.search import search_plan
 from hulk_planner.regions import by_priority, plan_in_regions, resolve_regions, tiered
+
+if TYPE_CHECKING:
+    from hulk_planner.gnn.planner import SharedScores
 
 REPAIR_TOLERANCE = 0.10
 NOT_REPAIRED = "not repaired in place"  # a plan note's words: ``job X: not repaired ...: why``
@@ -48,6 +52,7 @@ class Options:
     initial: dict[str, str] | None = None
     sticky: dict[str, str] | None = None
     weights: str | None = None  # the GNN's (hulk, gnn); None: $HULK_GNN_WEIGHTS or the shipped
+    shared: SharedScores | None = None  # the GNN's scores of a larger cluster (hulk, gnn)
 
 
 def _search(cost: CostModel, jobs: Sequence[Job], o: Options) -> Plan:
@@ -89,6 +94,7 @@ def plan(
     cost: CostModel | None = None,
     allowed_regions: Mapping[str, Sequence[str]] | None = None,
     weights: str | PathLike[str] | None = None,
+    shared: SharedScores | None = None,
 ) -> Plan:
     """Place ``jobs`` on ``cluster`` with the named planner (``PLANNERS``).
 
@@ -102,9 +108,12 @@ def plan(
     ``time_budget_s`` or ``max_iterations`` bound the search (and hulk's refinement); with
     ``max_iterations`` alone a seed gives the same plan on any machine. ``weights``: a
     ``hulk train`` weights file for the hulk planner (default ``$HULK_GNN_WEIGHTS``, else
-    the shipped weights). ``cost``: a ``CostModel`` of ``cluster`` to reuse (it caches the
-    network; plans are the same without it), used where every job is planned on the whole
-    cluster: with priorities or ``allowed_regions`` each group's servers get their own.
+    the shipped weights). ``shared``: the hulk planner's scores of a cluster ``cluster``
+    is part of, with ``jobs`` among its (``plan_in_regions`` plans each group with one
+    inference on the whole cluster). ``cost``: a ``CostModel`` of ``cluster`` to reuse (it
+    caches the network; plans are the same without it), used where every job is planned on
+    the whole cluster: with priorities or ``allowed_regions`` each group's servers get their
+    own.
     Bad arguments raise ``InvalidRequest`` naming the argument; a
     plan that places no job raises ``NoFeasiblePlan``."""
     jobs = _check_args(cluster, jobs, planner, seed, max_iterations, previous, cost)
@@ -134,7 +143,7 @@ def plan(
     cost = cost or CostModel(cluster)
     if not jobs:
         return Plan(planner)
-    options = Options(seed, time_budget_s, max_iterations, weights=_path(weights))
+    options = Options(seed, time_budget_s, max_iterations, weights=_path(weights), shared=shared)
     if previous is None or planner not in ADAPTS_TO_PREVIOUS:
         result = PLANNERS[planner](cost, jobs, options)
     else:

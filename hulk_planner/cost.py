@@ -174,8 +174,9 @@ def ring_time(net: Network, ids: Sequence[int], nbytes: float) -> float:
         return 0.0
     a = np.asarray(ids)
     b = np.roll(a, -1)
-    lat = float(net.latency_ms[a, b].max()) / 1e3
-    bw = float(net.bandwidth_gbps[a, b].min()) * 1e9 / 8
+    lats, bws = net.pairs(a, b)
+    lat = float(lats.max()) / 1e3
+    bw = float(bws.min()) * 1e9 / 8
     return 2 * (p - 1) * lat + 2 * (p - 1) / p * nbytes / bw
 
 
@@ -294,8 +295,9 @@ class CostModel:
         )
         memory_ok = bool((need <= self.capacity[grid].min(axis=1)).all())
         if p > 1:
-            lat = net.latency_ms[grid[:-1], grid[1:]] / 1e3
-            transfer = msg / (net.bandwidth_gbps[grid[:-1], grid[1:]] * 1e9 / 8)
+            lats, bws = net.pairs(grid[:-1], grid[1:])
+            lat = lats / 1e3
+            transfer = msg / (bws * 1e9 / 8)
             link_t = (lat + transfer).max(axis=1)
             link_bw = transfer.max(axis=1)
         else:
@@ -303,8 +305,9 @@ class CostModel:
         dp = 0.0
         if r > 1:
             nxt = np.roll(grid, -1, axis=1)
-            hop_lat = net.latency_ms[grid, nxt].max(axis=1) / 1e3
-            hop_bw = net.bandwidth_gbps[grid, nxt].min(axis=1) * 1e9 / 8
+            lats, bws = net.pairs(grid, nxt)
+            hop_lat = lats.max(axis=1) / 1e3
+            hop_bw = bws.min(axis=1) * 1e9 / 8
             grads = params_per_layer(job) * layers * BYTES_PER_VALUE
             dp = float((2 * (r - 1) * hop_lat + 2 * (r - 1) / r * grads / hop_bw).max())
         return self._combine(list(stage_t), list(link_t), list(link_bw), dp, m, memory_ok)
@@ -370,8 +373,7 @@ class CostModel:
             if k + 1 < p:
                 nxt = ids_by_stage[k + 1]
                 if st.parallelism == "data" and jp.stages[k + 1].parallelism == "data":
-                    lat = net.latency_ms[ids, nxt]
-                    bw = net.bandwidth_gbps[ids, nxt]
+                    lat, bw = net.pairs(ids, nxt)
                 else:  # a tensor group's output is replicated: its best link carries it
                     sub = net.latency_ms[np.ix_(ids, nxt)]
                     i, j = divmod(int(np.argmin(sub)), len(nxt))

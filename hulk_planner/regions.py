@@ -212,7 +212,7 @@ def plan_in_regions(
     them. The time budget (``time_budget_s``, else the planner's default) is the whole
     run's, an even share to each group (before, each group had all of it: a user trial saw
     ``--time-budget 3`` take 5.7 s)."""
-    from hulk_planner.api import plan
+    from hulk_planner.api import USES_GNN, plan
 
     groups = _groups(jobs, limits, cluster, priorities)
     requested = {j.name for j in jobs}
@@ -223,6 +223,10 @@ def plan_in_regions(
         for n in jp.nodes
     }
     total = _budget(planner, cluster, time_budget_s, options.get("max_iterations"))
+    if len(groups) > 1 and planner in USES_GNN:  # one graph and inference for all groups
+        from hulk_planner.gnn.planner import shared_scores
+
+        options["shared"] = shared_scores(cluster, jobs, options.get("weights"))
     taken: set[str] = set()
     settled: set[str] = set()  # jobs whose group was planned: their old servers are free
     placed: list[Any] = []

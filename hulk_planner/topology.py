@@ -35,58 +35,63 @@ DENSE_MAX_SERVERS = 2_000  # dense n x n arrays up to here: 32 MB each
 
 class PairTable:
     """An n x n table of server pairs kept as its regions' k x k table plus the pairs that
-    differ from it (server-level links), for clusters too large for dense matrices (a
-    5,000-server cluster's latency and bandwidth tables were 200 MB each, built in 2.4 s,
-    and again for each priority group's servers: a trial). Indexed as the dense array is,
-    with ``[i, j]`` of ints or arrays that broadcast (``np.ix_`` included); ``np.asarray``
-    gives the dense table (the same numbers: tested)."""
+    differ from it (server-level links, and each server with itself), for clusters too large
+    for dense matrices (a 5,000-server cluster's latency and bandwidth tables were 200 MB
+    each, built in 2.4 s, and again for each priority group's servers: a trial). Indexed as
+    the dense array is, with ``[i, j]`` of ints or arrays that broadcast (``np.ix_``
+    included; indices from 0, none negative); ``np.asarray`` gives the dense table (the
+    same numbers: tested)."""
 
     def __init__(
-        self,
-        region: np.ndarray,
-        base: np.ndarray,
-        keys: np.ndarray,
-        values: np.ndarray,
-        diagonal: float | bool,
+        self, region: np.ndarray, base: np.ndarray, keys: np.ndarray, values: np.ndarray
     ) -> None:
         self.region = region  # server -> row of ``base``
         self.base = base  # region x region
-        self.keys = keys  # i * n + j of the pairs that differ, sorted (both orders)
-        self.values = values  # their values, in ``keys``' order
-        self.diagonal = diagonal  # a server with itself
         self.n = len(region)
+        self.k = len(base)
         self.shape = (self.n, self.n)
         self.dtype = base.dtype
+        # i * n + j of the pairs that differ, sorted (both orders), and a key above them all
+        # (``searchsorted`` then finds a place for any pair)
+        self.keys = np.append(keys, np.iinfo(np.int64).max)
+        self.values = values  # the pairs', in ``keys``' order
+        self.flat = np.concatenate([base.ravel(), values])  # (one lookup: ``locate``)
 
     def __getitem__(self, key: tuple[Any, ...]) -> Any:
-        i, j = np.asarray(key[0]), np.asarray(key[1])
-        out = self.base[self.region[i], self.region[j]]
-        if self.keys.size:
-            at = i.astype(np.int64) * self.n + j
-            pos = np.minimum(np.searchsorted(self.keys, at), self.keys.size - 1)
-            out = np.where(self.keys[pos] == at, self.values[pos], out)
-        same = i == j
-        if same.any():
-            out = np.where(same, self.diagonal, out)
+        return self.take(self.locate(key[0], key[1]))
+
+    def locate(self, i: Any, j: Any) -> np.ndarray:
+        """Where the pairs ``(i, j)`` are in ``flat``: the same for the tables of one network
+        (``Network.pairs``: latency and bandwidth in one search)."""
+        i, j = np.asarray(i, dtype=np.intp), np.asarray(j, dtype=np.intp)
+        at = i * self.n + j
+        pos = np.searchsorted(self.keys, at)
+        return np.where(
+            self.keys[pos] == at, self.k * self.k + pos, self.region[i] * self.k + self.region[j]
+        )
+
+    def take(self, where: np.ndarray) -> Any:
+        """The values at ``locate``'s pairs."""
+        out = self.flat[where]
         return out[()] if out.ndim == 0 else out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         out = self.base[self.region][:, self.region]
-        rows, cols = np.divmod(self.keys, self.n)
+        rows, cols = np.divmod(self.keys[:-1], self.n)
         out[rows, cols] = self.values
-        np.fill_diagonal(out, self.diagonal)
         return out if dtype is None else out.astype(dtype)
 
     def map(self, f: Callable[[np.ndarray], np.ndarray]) -> PairTable:
         """The table of ``f`` of each entry (``f`` elementwise)."""
-        diagonal = f(np.array([self.diagonal]))[0].item()
-        return PairTable(self.region, f(self.base), self.keys, f(self.values), diagonal)
+        return PairTable(self.region, f(self.base), self.keys[:-1], f(self.values))
 
 
 class Network:
     """Latency (ms) and bandwidth (Gb/s) between every pair of a cluster's servers: dense
-    n x n arrays up to ``DENSE_MAX_SERVERS`` servers (``dense``: either way), above it
-    ``PairTable``s, indexed alike."""
+    n x n arrays up to ``DENSE_MAX_SERVERS`` servers or where the links listed are an eighth
+    of n^2 or more (a measured cluster: lookups in the arrays are several times faster, and
+    a link costs more memory than a dense pair); else ``PairTable``s, indexed alike;
+    ``dense`` chooses."""
 
     def __init__(self, cluster: Cluster, dense: bool | None = None) -> None:
         self.cluster = cluster
@@ -106,19 +111,25 @@ class Network:
                 rlat[i, j] = rlat[j, i] = rl.latency_ms
                 if rl.bandwidth_gbps:
                     rbw[i, j] = rbw[j, i] = rl.bandwidth_gbps
-        # server links, both orders (``Cluster`` lists a pair once): index i * n + j
+        # server links, both orders (``Cluster`` lists a pair once), and each server with
+        # itself (0 ms, no limit): keys i * n + j
         a = np.array([self.index[lk.a] for lk in cluster.links], dtype=np.int64)
         b = np.array([self.index[lk.b] for lk in cluster.links], dtype=np.int64)
         ms = np.array([lk.latency_ms for lk in cluster.links], dtype=float)
         given = np.array([lk.bandwidth_gbps or np.nan for lk in cluster.links], dtype=float)
         gbps = np.where(np.isnan(given), rbw[self.region[a], self.region[b]], given)
-        keys = np.concatenate([a * n + b, b * n + a])
+        own = np.arange(n, dtype=np.int64)
+        keys = np.concatenate([a * n + b, b * n + a, own * (n + 1)])
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
-        ms_both, gbps_both = np.tile(ms, 2)[order], np.tile(gbps, 2)[order]
-        lat = PairTable(self.region, rlat, keys, ms_both, 0.0)
-        bw = PairTable(self.region, rbw, keys, gbps_both, np.inf)
-        self.dense = n <= DENSE_MAX_SERVERS if dense is None else dense
+        ms_all = np.concatenate([ms, ms, np.zeros(n)])[order]
+        gbps_all = np.concatenate([gbps, gbps, np.full(n, np.inf)])[order]
+        lat = PairTable(self.region, rlat, keys, ms_all)
+        bw = PairTable(self.region, rbw, keys, gbps_all)
+        if dense is None:
+            dense = n <= DENSE_MAX_SERVERS or len(cluster.links) >= n * n // 8
+        self.dense = dense
+        self._tables = None if dense else (lat, bw)
         # the pairs that can communicate
         self.direct: np.ndarray | PairTable = lat.map(np.isfinite)
         self.latency_ms: np.ndarray | PairTable = lat
@@ -133,6 +144,15 @@ class Network:
         self._paths: dict[frozenset[int], list[int]] = {}
         # ``layout.linked_order``'s results, by (server ids as given, ring)
         self.orders: dict[tuple[tuple[int, ...], bool], tuple[int, ...]] = {}
+
+    def pairs(self, a: Any, b: Any) -> tuple[Any, Any]:
+        """Latency and bandwidth of the pairs ``(a, b)`` (ints, or arrays that broadcast),
+        in one lookup (the cost model's hot path)."""
+        if self._tables is None:
+            return self.latency_ms[a, b], self.bandwidth_gbps[a, b]
+        lat, bw = self._tables
+        where = lat.locate(a, b)
+        return lat.take(where), bw.take(where)
 
     @cached_property
     def rows(self) -> tuple[list[list[float]], list[list[float]]] | None:
@@ -218,6 +238,7 @@ class _Rows(Sequence[frozenset[int]]):
         return self.direct.n
 
     def __getitem__(self, i: int) -> frozenset[int]:  # type: ignore[override]
+        i = i % self.direct.n  # (-1: the last, as a list's)
         row = self.rows.get(i)
         if row is None:
             row = frozenset(np.flatnonzero(self.direct[i, self.all]).tolist()) - {i}

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from planner_helpers import LinkTuple, cluster, server
@@ -197,19 +198,34 @@ def test_pair_tables_hold_the_dense_matrices_numbers(n: int, seed: int, regions:
         assert np.array_equal(full[grid[:-1], grid[1:]], table[grid[:-1], grid[1:]])
         for a, b in [(0, n - 1), (n - 1, n - 1), (int(i[0]), int(j[0]))]:
             assert full[a, b] == table[a, b] and np.ndim(table[a, b]) == 0
+        assert table[[], []].shape == (0,)
+    for x, y in [(i, j), (grid[:-1], grid[1:]), (i.astype(np.int32), j)]:  # both at once
+        for got, want in zip(lazy.pairs(x, y), dense.pairs(x, y), strict=True):
+            assert np.array_equal(got, want)
+        assert np.array_equal(dense.pairs(x, y)[1], dense.bandwidth_gbps[x, y])
     assert dense.fully_linked == lazy.fully_linked
     assert dense.groups == lazy.groups
     assert [dense.linked[k] for k in range(n)] == [lazy.linked[k] for k in range(n)]
+    assert dense.linked[-1] == lazy.linked[-1] == lazy.linked[n - 1]
     assert dense.rows == lazy.rows
 
 
-def test_large_clusters_keep_pair_tables_and_plan_as_with_dense_matrices() -> None:
+def test_large_clusters_keep_pair_tables_and_plan_as_with_dense_matrices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A 2,001-server cluster is not held as dense n x n arrays (a 5,000-server one took
     2.4 s and 200 MB a table, once per priority group: a trial); on the paper's cluster
     the search and hulk plan the same with either."""
     big = Network(random_cluster(topology.DENSE_MAX_SERVERS + 1, seed=1))
     assert isinstance(big.latency_ms, topology.PairTable) and big.fully_linked
     assert isinstance(Network(random_cluster(50, seed=1)).latency_ms, np.ndarray)
+    # above it too where the links listed are an eighth of n^2 or more (a measured
+    # cluster: dense lookups are faster there, and a link costs more memory than a pair)
+    with monkeypatch.context() as m:
+        m.setattr(topology, "DENSE_MAX_SERVERS", 10)
+        listed = random_cluster(40, seed=2)  # a link per server pair but a tenth across
+        assert len(listed.links) >= 40 * 40 // 8 and Network(listed).dense
+        assert not Network(replace(listed, links=listed.links[:100])).dense
     paper, jobs = paper_cluster(), paper_jobs(4)
     plans = []
     for dense in (True, False):

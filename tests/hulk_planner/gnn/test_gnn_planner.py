@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from hulk_planner.gnn.planner import (
     scores,
     untrained,
 )
-from hulk_planner.model import Server
+from hulk_planner.model import Job, Server
 
 
 def test_shipped_weights_and_settings() -> None:
@@ -241,3 +243,40 @@ def test_missing_shipped_weights_are_an_error_not_a_traceback(
     with pytest.raises(InvalidRequest) as exc:
         gnn_planner.scores(cost, paper_jobs()[:1])
     assert str(exc.value).startswith(f"HULK_GNN_WEIGHTS: {tmp_path / 'mine.pt'} is not a file")
+
+
+def test_priority_groups_share_one_inference_on_the_whole_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Jobs of 3 priorities are planned one priority after another on the servers left;
+    the network runs once, on the whole cluster with every job, and each group decodes its
+    jobs' columns on its servers' rows (before: a graph and an inference per group, most
+    of a plan of 10 priorities on 5,000 servers)."""
+    import hulk_planner.gnn.planner as gnn_planner
+
+    cluster = paper_cluster()
+    jobs = [replace(j, priority=k % 3) for k, j in enumerate(paper_jobs(6))]
+    real = gnn_planner.scores
+    calls: list[tuple[int, list[str]]] = []
+
+    def counted(cost: CostModel, some: list[Job], *args: Any, **kwargs: Any) -> np.ndarray:
+        calls.append((len(cost.cluster.servers), [j.name for j in some]))
+        return real(cost, some, *args, **kwargs)
+
+    monkeypatch.setattr(gnn_planner, "scores", counted)
+    result = plan(cluster, jobs, "hulk", max_iterations=50)
+    assert calls == [(len(cluster.servers), [j.name for j in jobs])]
+    assert len(result.jobs) + len(result.unplaced) == len(jobs) and result.jobs
+
+    whole = real(CostModel(cluster), jobs)
+    shared = gnn_planner.shared_scores(cluster, jobs)
+    assert np.array_equal(shared.logits, whole)
+    part = cluster.without([s.name for s in cluster.servers[::3]])
+    rows = [k for k, s in enumerate(cluster.servers) if s.name in part.index]
+    some = [jobs[4], jobs[1]]
+    assert np.array_equal(shared.of(CostModel(part), some), whole[np.ix_(rows, [0, 5, 2])])
+    assert shared.of(CostModel(part), [replace(jobs[0], name="another")]) is None
+    # the weights are checked before the one inference, naming the argument
+    with pytest.raises(InvalidRequest) as info:
+        plan(cluster, jobs, "hulk", weights=tmp_path / "none.pt")
+    assert info.value.field == "weights" and "is not a file" in info.value.problem
