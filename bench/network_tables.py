@@ -34,7 +34,7 @@ def nbytes(net: Network) -> int:
     total = 0
     for t in (net.latency_ms, net.bandwidth_gbps, net.direct):
         if isinstance(t, PairTable):
-            total += t.flat.nbytes + t.keys.nbytes + t.values.nbytes + t.base.nbytes
+            total += t.flat.nbytes + t.keys.nbytes  # (base and values: views of flat)
         else:
             total += t.nbytes
     return total

@@ -110,13 +110,23 @@ def plan(
     ``hulk train`` weights file for the hulk planner (default ``$HULK_GNN_WEIGHTS``, else
     the shipped weights). ``shared``: the hulk planner's scores of a cluster ``cluster``
     is part of, with ``jobs`` among its (``plan_in_regions`` plans each group with one
-    inference on the whole cluster). ``cost``: a ``CostModel`` of ``cluster`` to reuse (it
-    caches the network; plans are the same without it), used where every job is planned on
-    the whole cluster: with priorities or ``allowed_regions`` each group's servers get their
-    own.
+    inference on the whole cluster): used in place of an inference, with the weights they
+    were made with; jobs planned in groups share their own. ``cost``: a ``CostModel`` of
+    ``cluster`` to reuse (it caches the network; plans are the same without it), used where
+    every job is planned on the whole cluster: with priorities or ``allowed_regions`` each
+    group's servers get their own.
     Bad arguments raise ``InvalidRequest`` naming the argument; a
     plan that places no job raises ``NoFeasiblePlan``."""
     jobs = _check_args(cluster, jobs, planner, seed, max_iterations, previous, cost)
+    if shared is not None:
+        from hulk_planner.gnn.planner import SharedScores
+
+        if not isinstance(shared, SharedScores):
+            raise InvalidRequest(
+                "shared",
+                f"must be SharedScores, got {type(shared).__name__}",
+                "make them with hulk_planner.gnn.planner.shared_scores, or drop them",
+            )
     # the name asked for (hulk runs the GNN); "gnn" is another name for it, and one planner
     # under two names split a script's plans by planner (a user trial; and every path
     # writes it, those of priorities and allowedRegions too: a review)

@@ -46,7 +46,6 @@ class PairTable:
         self, region: np.ndarray, base: np.ndarray, keys: np.ndarray, values: np.ndarray
     ) -> None:
         self.region = region  # server -> row of ``base``
-        self.base = base  # region x region
         self.n = len(region)
         self.k = len(base)
         self.shape = (self.n, self.n)
@@ -54,8 +53,10 @@ class PairTable:
         # i * n + j of the pairs that differ, sorted (both orders), and a key above them all
         # (``searchsorted`` then finds a place for any pair)
         self.keys = np.append(keys, np.iinfo(np.int64).max)
-        self.values = values  # the pairs', in ``keys``' order
-        self.flat = np.concatenate([base.ravel(), values])  # (one lookup: ``locate``)
+        # the region table, then the pairs' values in ``keys``' order (one lookup: ``locate``)
+        self.flat = np.concatenate([base.ravel(), values])
+        self.base = self.flat[: self.k * self.k].reshape(self.k, self.k)  # (views of it)
+        self.values = self.flat[self.k * self.k :]
 
     def __getitem__(self, key: tuple[Any, ...]) -> Any:
         return self.take(self.locate(key[0], key[1]))
@@ -238,7 +239,10 @@ class _Rows(Sequence[frozenset[int]]):
         return self.direct.n
 
     def __getitem__(self, i: int) -> frozenset[int]:  # type: ignore[override]
-        i = i % self.direct.n  # (-1: the last, as a list's)
+        n = self.direct.n
+        if not -n <= i < n:  # (iteration ends on IndexError, as a list's: a review)
+            raise IndexError(i)
+        i = i + n if i < 0 else i  # (-1: the last)
         row = self.rows.get(i)
         if row is None:
             row = frozenset(np.flatnonzero(self.direct[i, self.all]).tolist()) - {i}

@@ -302,9 +302,10 @@ def plan_gnn(
 def _weights(weights: str | Path | None) -> Path:
     """The weights file to plan with, checked once per file version where it is not the
     shipped one (``InvalidRequest`` naming ``weights`` or ``$HULK_GNN_WEIGHTS``)."""
-    path = Path(weights) if weights else default_weights()
-    if weights or os.environ.get(WEIGHTS_ENV):  # (the shipped ones are the package's own)
-        field = "weights" if weights else WEIGHTS_ENV
+    # ("" is given, and refused: not the default, a review)
+    path = Path(weights) if weights is not None else default_weights()
+    if weights is not None or os.environ.get(WEIGHTS_ENV):  # (the shipped: the package's)
+        field = "weights" if weights is not None else WEIGHTS_ENV
         if not path.is_file():  # (checked each time: the file may go)
             check_weights(path, field)
         _checked(str(path), _stamp(str(path)), field)  # once per file version

@@ -207,6 +207,7 @@ def test_pair_tables_hold_the_dense_matrices_numbers(n: int, seed: int, regions:
     assert dense.groups == lazy.groups
     assert [dense.linked[k] for k in range(n)] == [lazy.linked[k] for k in range(n)]
     assert dense.linked[-1] == lazy.linked[-1] == lazy.linked[n - 1]
+    assert list(lazy.linked) == list(dense.linked)  # (iteration ends: IndexError past n)
     assert dense.rows == lazy.rows
 
 

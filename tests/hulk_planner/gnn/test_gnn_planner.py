@@ -274,9 +274,14 @@ def test_priority_groups_share_one_inference_on_the_whole_cluster(
     part = cluster.without([s.name for s in cluster.servers[::3]])
     rows = [k for k, s in enumerate(cluster.servers) if s.name in part.index]
     some = [jobs[4], jobs[1]]
-    assert np.array_equal(shared.of(CostModel(part), some), whole[np.ix_(rows, [0, 5, 2])])
+    got = shared.of(CostModel(part), some)
+    assert got is not None and np.array_equal(got, whole[np.ix_(rows, [0, 5, 2])])
     assert shared.of(CostModel(part), [replace(jobs[0], name="another")]) is None
     # the weights are checked before the one inference, naming the argument
+    for bad in (tmp_path / "none.pt", ""):  # ("": not the shipped weights, a review)
+        with pytest.raises(InvalidRequest) as info:
+            plan(cluster, jobs, "hulk", weights=bad)
+        assert info.value.field == "weights" and "is not a file" in info.value.problem
     with pytest.raises(InvalidRequest) as info:
-        plan(cluster, jobs, "hulk", weights=tmp_path / "none.pt")
-    assert info.value.field == "weights" and "is not a file" in info.value.problem
+        plan(cluster, jobs[:1], "hulk", shared={})  # type: ignore[arg-type]
+    assert info.value.field == "shared" and "shared_scores" in str(info.value.fix)
