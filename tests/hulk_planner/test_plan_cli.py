@@ -550,14 +550,15 @@ def test_every_wrong_job_of_the_files_is_told_at_once(tmp_path: Path) -> None:
     assert "cannot be read" in out.stderr and "items: must be a list of objects" in out.stderr
 
 
-def test_huge_ratios_are_written_in_scientific_notation_in_every_row() -> None:
+def test_huge_ratios_are_written_alike_in_every_row() -> None:
     c = paper_cluster()
     p = plan(c, paper_jobs()[3:], "search", max_iterations=20)
     t = p.jobs[0].predicted_iteration_seconds
-    text = render_table(c, p, {"baseline-c": {"bert-large": t * 3e5}})
-    (row,) = [line for line in text.splitlines() if line.startswith("bert-large ")]
-    (mean,) = [line for line in text.splitlines() if line.startswith("geometric mean")]
-    assert row.endswith("(3.0e+05x)") and mean.endswith("3.0e+05x"), text
+    for times, words in [(3e7, "3.0e+07x"), (3e5, "300,000x")]:
+        text = render_table(c, p, {"baseline-c": {"bert-large": t * times}})
+        (row,) = [line for line in text.splitlines() if line.startswith("bert-large ")]
+        (mean,) = [line for line in text.splitlines() if line.startswith("geometric mean")]
+        assert row.endswith(f"({words})") and mean.endswith(words), text
 
 
 def test_the_table_says_why_a_baseline_places_a_job_not() -> None:
@@ -1333,9 +1334,11 @@ def test_a_ratio_far_below_one_keeps_its_digits() -> None:
     trial)."""
     from hulk_planner.cli import _ratio
 
-    rs = (4.98e-05, 0.0014, 0.00073, 0.5, 1.0, 2.171, 5150.98, 12345.0)
+    rs = (4.98e-05, 0.0014, 0.00073, 0.5, 1.0, 2.171, 999.5, 5150.98, 12345.0, 2.5e6)
     assert [_ratio(r) for r in rs] == [
-        "5.0e-05x", "0.0014x", "7.3e-04x", "0.50x", "1.00x", "2.17x", "5,150.98x", "1.2e+04x",
+        "5.0e-05x", "0.0014x", "7.3e-04x", "0.50x", "1.00x", "2.17x", "999.50x",
+        # whole numbers from 1,000 (before: 4,285.14x beside 2.2e+04x in one column, a trial)
+        "5,151x", "12,345x", "2.5e+06x",
     ]  # fmt: skip
 
 
