@@ -129,15 +129,12 @@ class Network:
         bw = PairTable(self.region, rbw, keys, gbps_all)
         if dense is None:
             dense = n <= DENSE_MAX_SERVERS or len(cluster.links) >= n * n // 8
-        self.dense = dense
-        self._tables = None if dense else (lat, bw)
+        self.latency_ms: np.ndarray | PairTable = np.asarray(lat) if dense else lat
+        self.bandwidth_gbps: np.ndarray | PairTable = np.asarray(bw) if dense else bw
         # the pairs that can communicate
-        self.direct: np.ndarray | PairTable = lat.map(np.isfinite)
-        self.latency_ms: np.ndarray | PairTable = lat
-        self.bandwidth_gbps: np.ndarray | PairTable = bw
-        if self.dense:
-            self.latency_ms, self.bandwidth_gbps = np.asarray(lat), np.asarray(bw)
-            self.direct = np.isfinite(self.latency_ms)
+        self.direct: np.ndarray | PairTable = (
+            np.isfinite(self.latency_ms) if dense else lat.map(np.isfinite)
+        )
         self.region_names = regions
         self.representative = {
             int(r): int(np.flatnonzero(self.region == r)[0]) for r in np.unique(self.region)
@@ -146,14 +143,19 @@ class Network:
         # ``layout.linked_order``'s results, by (server ids as given, ring)
         self.orders: dict[tuple[tuple[int, ...], bool], tuple[int, ...]] = {}
 
+    @property
+    def dense(self) -> bool:
+        """Whether the tables are dense n x n arrays (else ``PairTable``s)."""
+        return isinstance(self.latency_ms, np.ndarray)
+
     def pairs(self, a: Any, b: Any) -> tuple[Any, Any]:
         """Latency and bandwidth of the pairs ``(a, b)`` (ints, or arrays that broadcast),
         in one lookup (the cost model's hot path)."""
-        if self._tables is None:
-            return self.latency_ms[a, b], self.bandwidth_gbps[a, b]
-        lat, bw = self._tables
-        where = lat.locate(a, b)
-        return lat.take(where), bw.take(where)
+        lat, bw = self.latency_ms, self.bandwidth_gbps
+        if isinstance(lat, PairTable) and isinstance(bw, PairTable):
+            where = lat.locate(a, b)
+            return lat.take(where), bw.take(where)
+        return lat[a, b], bw[a, b]
 
     @cached_property
     def rows(self) -> tuple[list[list[float]], list[list[float]]] | None:

@@ -332,8 +332,9 @@ def build_graph(
     log_max = math.log1p(max_ms)
     pairs = sparse_neighbours(net, k_intra, k_cross, region_lat)
     ends = np.array(pairs, dtype=np.int64).reshape(-1, 2).T  # (one lookup for all edges)
-    latency = np.asarray(net.latency_ms[ends[0], ends[1]], dtype=float).tolist()
-    bandwidth = np.asarray(net.bandwidth_gbps[ends[0], ends[1]], dtype=float).tolist()
+    lats, bws = net.pairs(ends[0], ends[1])
+    latency = np.asarray(lats, dtype=float).tolist()
+    bandwidth = np.asarray(bws, dtype=float).tolist()
     for (a, b), ms, bw in zip(pairs, latency, bandwidth, strict=True):
         attr = np.array(
             [
