@@ -44,7 +44,7 @@ from hulk_operator.lifecycle import DIFFBASE
 from hulk_operator.manifests import replaced_env, replaced_labels, replaced_names
 from hulk_operator.reconcile import refused_edit
 from hulk_operator.snapshot import filled_requests
-from hulk_operator.suspension import suspended_conditions
+from hulk_operator.suspension import suspending_conditions
 
 
 def tell_replaced_env(
@@ -308,7 +308,7 @@ def hulktrainingjob_update(
             else "the job is planned again from scratch"), gen,
         )  # fmt: skip
     if plan is not None and suspending:  # as ``suspension.suspend`` writes them
-        conds = suspended_conditions(conds, gen, "its stage pods are removed")
+        conds = suspending_conditions(conds, gen)
     if plan is not None and not suspending:  # (a suspended job's are the Suspended ones)
         fields = _fields(changed)
         conds = [c for c in conds if c.get("type") != st.ESTIMATED]  # it spoke of the plan

@@ -3373,8 +3373,15 @@ def test_suspending_a_job_frees_its_servers_and_resuming_plans_it_again(
     patch = {"spec": {"suspend": True}}
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "nap", patch)
 
+    # phase and condition together (the condition read False beside the phase for about
+    # 0.7 s, until the timer removed the pods: a trial)
+    job = wait("Suspended", lambda: (j := kube.job("nap"))["status"]["phase"] == "Suspended"
+               and j, 30)  # fmt: skip
+    assert condition(job, "Suspended")["status"] == "True", job["status"]
+
     def asleep() -> bool:
-        return kube.phase("nap") == "Suspended" and not kube.pods("nap")
+        removed = "removed," in condition(kube.job("nap"), "Suspended")["message"]
+        return removed and kube.phase("nap") == "Suspended" and not kube.pods("nap")
 
     wait("Suspended without pods", asleep, 60)
     job = kube.job("nap")

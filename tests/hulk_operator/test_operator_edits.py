@@ -548,6 +548,7 @@ def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> No
     and Ready "Suspended" (a trial): Suspended at once; Resumed until planned."""
     import asyncio
     import logging
+    from dataclasses import replace
     from types import SimpleNamespace
 
     import kopf
@@ -577,9 +578,27 @@ def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> No
         assert c is not None and (c["status"], c["reason"], c["observedGeneration"]) == (
             "False", "Suspended", 5
         ), c  # fmt: skip
-    # resumed: Pending, and Planned and Ready say it waits for the round
+    # Suspended True beside that phase at once (it read False until the timer ran: a trial)
+    c = st.condition(new, st.SUSPENDED_COND)
+    assert c is not None and (c["status"], c["reason"]) == ("True", "JobSuspended"), c
+    assert c["message"].endswith("its stage pods are being removed"), c
+    # the timer then removes them: its Event, and how many it removed, said once
     told: list[tuple[str, ...]] = []
-    ctx = SimpleNamespace(event=lambda *ev: told.append(ev))
+    gone: list[str] = []
+    ctx = SimpleNamespace(
+        event=lambda *ev: told.append(ev), pods={}, placer=SimpleNamespace(forget=gone.append),
+        metrics=SimpleNamespace(set_predicted=lambda *_: None),
+    )  # fmt: skip
+    asleep = replace(entry(paper_jobs()[2]), suspended=True)
+    timer = asyncio.run(reconcile(ctx, asleep, {"spec": {}}, new))  # type: ignore[arg-type]
+    assert [e[1] for e in told] == ["Suspended"] and gone == [asleep.key]
+    c = st.condition(timer, st.SUSPENDED_COND)
+    assert c is not None and c["status"] == "True" and "being removed" not in c["message"], c
+    assert c["lastTransitionTime"] == st.condition(new, st.SUSPENDED_COND)["lastTransitionTime"]
+    again = asyncio.run(reconcile(ctx, asleep, {"spec": {}}, timer))  # type: ignore[arg-type]
+    assert len(told) == 1 and st.condition(again, st.SUSPENDED_COND) == c  # said once
+    # resumed: Pending, and Planned and Ready say it waits for the round
+    told.clear()
     suspended = st.set_condition(new["conditions"], st.SUSPENDED_COND, True, "JobSuspended",
                                  "spec.suspend is true", 5)  # fmt: skip
     resumed = {"phase": st.SUSPENDED, "conditions": suspended}
@@ -590,7 +609,9 @@ def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> No
         c = st.condition(out, kind)
         assert c is not None and (c["status"], c["reason"]) == ("False", "Resumed"), c
     # resumed before the timer saw it suspended: the update handler's phase alone says it
-    quick = {"phase": st.SUSPENDED, "conditions": new["conditions"]}
+    # (as an older operator's update handler wrote it: no Suspended condition)
+    bare = [c for c in new["conditions"] if c["type"] != st.SUSPENDED_COND]
+    quick = {"phase": st.SUSPENDED, "conditions": bare}
     again = asyncio.run(reconcile(ctx, job, {"spec": {}}, quick))  # type: ignore[arg-type]
     assert again["phase"] == st.PENDING and [e[1] for e in told] == ["Resumed", "Resumed"]
     assert (st.condition(again, st.PLANNED) or {}).get("reason") == "Resumed"
