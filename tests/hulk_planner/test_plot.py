@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pytest
 from planner_helpers import cluster, server
 
 from hulk_planner.api import plan
@@ -13,10 +16,14 @@ from hulk_planner.generate import random_cluster
 from hulk_planner.model import Plan, Unplaced
 from hulk_planner.plot import (
     NAMED_UP_TO,
+    PT_PER_UNIT,
     UNUSED,
+    _centres,
     _positions,
     cluster_graph,
     legend,
+    marker_sizes,
+    numbered,
     plot_plan,
     server_texts,
 )
@@ -85,3 +92,31 @@ def test_each_server_is_named_and_each_stage_numbered() -> None:
     assert sorted(t for _, _, t, _ in texts if not t.isdigit()) == sorted(c.index)
     big = random_cluster(NAMED_UP_TO + 1, seed=1)  # too many to name
     assert server_texts(big, Plan("hulk"), _positions(big)) == []
+
+
+@pytest.mark.parametrize("n, seed", [(47, 0), (NAMED_UP_TO, 3), (1000, 1), (3000, 2)])
+def test_regions_and_servers_do_not_overlap(n: int, seed: int) -> None:
+    """A 1,000-server cluster's 20 regions drew as rings that overlapped one another, with a
+    stage number on each of its servers (a trial): every region keeps apart from the
+    others, every server's marker from its neighbours', and numbers only where they fit."""
+    c = paper_cluster() if n == 47 else random_cluster(n, seed=seed)
+    pos, area, centres = _positions(c), marker_sizes(c), _centres(c)
+    names = [s.name for s in c.servers]
+    xy = np.array([pos[m] for m in names]) * PT_PER_UNIT
+    width = np.sqrt([area[m] for m in names])  # (a marker's area: its width squared)
+    gap = np.hypot(*(xy[:, None, :] - xy[None, :, :]).transpose(2, 0, 1))
+    np.fill_diagonal(gap, np.inf)
+    assert (gap >= (width[:, None] + width[None, :]) / 2).all()
+    reach = {  # each region's servers lie within this of its centre
+        r: max(math.dist(pos[s.name], centres[r]) for s in c.servers if s.region == r)
+        for r in {s.region for s in c.servers}
+    }
+    for a in reach:
+        for b in reach:
+            if a < b:
+                assert math.dist(centres[a], centres[b]) > reach[a] + reach[b] + 0.3, (a, b)
+    assert len(set(pos.values())) == len(names)
+    assert numbered(c) == (n <= NAMED_UP_TO)  # (the random ones: 8-GPU servers among them)
+    result = plan(c, paper_jobs()[3:], max_iterations=1)
+    digits = [t for _, _, t, _ in server_texts(c, result, pos) if t.isdigit()]
+    assert bool(digits) == numbered(c)
