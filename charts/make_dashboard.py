@@ -33,6 +33,15 @@ NS = 'namespace=~"$namespace"'
 # releases, say) are added up. Before, max() over every series showed 3 where two releases
 # ran 3 and 2 (a user trial); charts/dashboard-test.yaml checks the sums with promtool.
 PER_OPERATOR = "max by (namespace, job)"
+# Bars of events (plans, replans): each bar the increase over its own interval, the panel's
+# step (before, over $__rate_interval, four scrapes at least and longer than the step: one
+# plan stood in three bars and the legend's figures; a review), at least two of the chart's
+# 30 s scrapes long
+BAR_MIN_INTERVAL = "1m"
+BAR_WINDOW_WORDS = (
+    "at least 1m, two of the chart's 30 s scrapes: raise the panel's min interval with a "
+    "longer scrape"
+)
 # The link panels: the links from the selected regions (the source node's; "All" is .*,
 # which matches the links of nodes without a region label too)
 REGION = 'source_region=~"$region"'
@@ -80,6 +89,7 @@ def timeseries(
     unit: str = "short",
     stack: bool = False,
     bars: bool = False,
+    min_interval: str | None = None,
 ) -> Panel:
     custom: dict[str, Any] = {
         "drawStyle": "bars" if bars else "line",
@@ -95,6 +105,7 @@ def timeseries(
         "title": title,
         "description": desc,
         "datasource": DS,
+        **({"interval": min_interval} if min_interval else {}),
         "targets": targets,
         "fieldConfig": {"defaults": {"unit": unit, "custom": custom}, "overrides": []},
         "options": {
@@ -165,15 +176,17 @@ def panels() -> list[Panel]:
         ),
         (
             timeseries(
-                "Plans made",
+                "Plans by result",
                 [
                     target(
-                        "sum by (result) (increase(hulk_plans_total[$__rate_interval]))",
+                        "sum by (result) (increase(hulk_plans_total[$__interval]))",
                         "{{result}}",
                     )
                 ],
-                "Planning results by result: placed, unplaced (hulk_plans_total).",
+                "Planning results by result: placed, unplaced (hulk_plans_total), each bar "
+                f"those of its interval ({BAR_WINDOW_WORDS}).",
                 bars=True,
+                min_interval=BAR_MIN_INTERVAL,
             ),
             12,
             8,
@@ -201,7 +214,12 @@ def panels() -> list[Panel]:
         (
             timeseries(
                 "Predicted step time per job",
-                [target(f"hulk_predicted_iteration_seconds{{{NS}}}", "{{namespace}}/{{job}}")],
+                [
+                    target(
+                        f"max by (namespace, job) (hulk_predicted_iteration_seconds{{{NS}}})",
+                        "{{namespace}}/{{job}}",
+                    )
+                ],
                 "The planner's predicted seconds per training iteration for each placed job "
                 "(hulk_predicted_iteration_seconds).",
                 unit="s",
@@ -266,18 +284,20 @@ def panels() -> list[Panel]:
                 "Replans",
                 [
                     target(
-                        "sum by (reason) (increase(hulk_replans_total[$__rate_interval]))",
+                        "sum by (reason) (increase(hulk_replans_total[$__interval]))",
                         "{{reason}}",
                     ),
                     target(
-                        "sum by (action) (increase(hulk_stage_failures_total[$__rate_interval]))",
+                        "sum by (action) (increase(hulk_stage_failures_total[$__interval]))",
                         "stage failed: {{action}}",
                     ),
                 ],
                 "Re-plans of running jobs by cause, e.g. node deleted, NotReady, cordoned "
                 "(hulk_replans_total), and stage pods the kubelet ended as Failed, created "
-                "again or failing their job (hulk_stage_failures_total).",
+                "again or failing their job (hulk_stage_failures_total); each bar those of "
+                f"its interval ({BAR_WINDOW_WORDS}).",
                 bars=True,
+                min_interval=BAR_MIN_INTERVAL,
             ),
             12,
             8,
@@ -514,10 +534,13 @@ def dashboard() -> dict[str, Any]:
                     "hide": 0,
                     "refresh": 1,
                 },
+                # (the jobs placed and those waiting: a namespace whose jobs all waited
+                # was missing, and so were its jobs from "Jobs waiting"; a review)
                 _label_variable(
                     "namespace",
-                    "Job namespace (step time panel)",
-                    "label_values(hulk_predicted_iteration_seconds, namespace)",
+                    "Job namespace (per-job panels)",
+                    'label_values({__name__=~"hulk_predicted_iteration_seconds|hulk_job_waiting"}'
+                    ", namespace)",
                 ),
                 # (.*, not the values joined: it matches the links of unlabelled nodes)
                 _label_variable(
@@ -539,6 +562,7 @@ def render() -> str:
 GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$__rate_interval": "5m",
+    "$__interval": "1m",
     "$namespace": ".*",
     "$region": ".*",
 }

@@ -14,9 +14,12 @@
 - ``hulk_job_free_speedup{namespace,job}``: how many times faster a running job's step
   would be planned afresh on its servers plus the free ones (the operator's last look,
   ``regrow``); a series only where that is faster, until the job's plan changes.
+- ``hulk_operator_active``: 1 while this replica acts, 0 while a peer pauses it; and the
+  ``process_*`` series (its memory and CPU).
 
-Every counter's label values are exported at 0 from the start (``increase()`` misses a
-series' first increment otherwise).
+No ``<counter>_created`` series (as the probe: Prometheus needs none). Every counter's
+label values are exported at 0 from the start (``increase()`` misses a series' first
+increment otherwise).
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
+    disable_created_metrics,
     start_http_server,
 )
 
 from hulk_operator.recovery import LOSS_REASONS
 from hulk_operator.regrow import REASON as REGROWN
 from hulk_operator.status import PENDING, PHASES, PLACING
+
+disable_created_metrics()  # (they were exported, and documented nowhere: a review)
 
 PLAN_RESULTS = ("placed", "unplaced")
 STAGE_FAILURE_ACTIONS = ("restarted", "job_failed")

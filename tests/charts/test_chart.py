@@ -610,6 +610,12 @@ def test_values_file_documents_every_field() -> None:
         ("metrics.service.type=Foo", "at '/metrics/service/type'"),
         ("operator.watchNamespaces={team-*}", "at '/operator/watchNamespaces/0'"),
         ("metrics.serviceMonitor.interval=30", "at '/metrics/serviceMonitor/interval'"),
+        # units out of order: promtool and prometheus-operator refuse them, and with the rule
+        # file every alert of the chart (they rendered: a review)
+        ("metrics.prometheusRule.pendingFor=30m1h", "at '/metrics/prometheusRule/pendingFor'"),
+        ("metrics.prometheusRule.slowerFor=5s1m", "at '/metrics/prometheusRule/slowerFor'"),
+        ("metrics.serviceMonitor.scrapeTimeout=10s1m", "/metrics/serviceMonitor/scrapeTimeout"),
+        ("metrics.serviceMonitor.probeInterval=s", "at '/metrics/serviceMonitor/probeInterval'"),
     ],
 )
 def test_a_bad_value_is_refused_naming_it(
