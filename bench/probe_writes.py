@@ -3,6 +3,7 @@ agent sends it and as the API server stores it, and the whole cluster's write vo
 fixed publish interval against within the probes' write budget (``--write-budget``).
 
     python bench/probe_writes.py [--nodes 100,300,1000,3000] [--kubeconfig PATH]
+                                 [--peers-per-region K --regions R]
 
 For each size N it writes, through the agent's own ``Publisher``, one NodeLatency object
 whose status reports N-1 peers (names like an EKS node's, every peer reachable), reads it
@@ -15,6 +16,9 @@ chart's default longest spacing (200 s, a third of the operator's 600 s max age)
 server compacts etcd every 5 minutes (``--etcd-compaction-interval``) to the revision it
 saw at the compaction before, so etcd holds 5 to 10 minutes of history: the figures give
 10 minutes (the worst), against etcd's default quota of 2 GiB (``--quota-backend-bytes``).
+With ``--peers-per-region K`` the agents probe K peers of each of R regions (``hulk probe
+--peers-per-region``): each status lists K x R peers (at most N-1), while all N agents
+still write.
 """
 
 from __future__ import annotations
@@ -51,22 +55,22 @@ def node_name(i: int) -> str:
     return f"ip-10-{i // 250}-{i % 250}-{7 + i % 3}.eu-west-1.compute.internal"
 
 
-def body_for(nodes: int) -> dict[str, Any]:
+def body_for(peers: int) -> dict[str, Any]:
     now = time.time()
     estimates = {
         node_name(i): Estimate(0.2 + (i * 37 % 900) / 7.0, 10, now - i % 10, True, 0)
-        for i in range(1, nodes)
+        for i in range(1, peers + 1)
     }
     return status_body(estimates, now, 10.0, FIXED_INTERVAL_S)
 
 
-def stored_bytes(api: Any, nodes: int) -> tuple[int, int, int]:
+def stored_bytes(api: Any, nodes: int, peers: int) -> tuple[int, int, int]:
     """(status as sent, object as stored, of which managedFields) for one object of
-    ``nodes`` - 1 peers."""
+    ``peers`` peers."""
     name = f"bench-writes-{nodes}"
     publisher = Publisher(api, name)
     publisher.ensure_object()
-    body = body_for(nodes)
+    body = body_for(peers)
     for _ in range(2):  # the second write as every later one: managedFields settled
         publisher.write_status(body)
     stored = Kube(api).request("GET", f"{NODE_LATENCIES}/{name}")
@@ -105,15 +109,18 @@ def report(rows: list[tuple[int, int, int]]) -> None:
         )
 
 
-def run(api: Any, sizes: list[int]) -> None:
+def run(api: Any, sizes: list[int], per_region: int = 0, regions: int = 20) -> None:
     install_crd(api)
     rows = []
+    if per_region:
+        print(f"sampling: {per_region} peers of each of {regions} regions (--peers-per-region)")
     for nodes in sizes:
-        sent, stored, managed = stored_bytes(api, nodes)
+        peers = nodes - 1 if not per_region else min(nodes - 1, per_region * regions)
+        sent, stored, managed = stored_bytes(api, nodes, peers)
         rows.append((nodes, sent, stored))
         print(
-            f"{nodes} nodes: status {sent} B as sent, {stored} B stored, of which "
-            f"{managed} B ({managed / stored:.0%}) managedFields",
+            f"{nodes} nodes: status of {peers} peers {sent} B as sent, {stored} B stored, of "
+            f"which {managed} B ({managed / stored:.0%}) managedFields",
             flush=True,
         )
     report(rows)
@@ -123,13 +130,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="100,300,1000,3000", help="cluster sizes, comma-separated")
     ap.add_argument("--kubeconfig", help="use this cluster instead of starting a sandbox")
+    ap.add_argument(
+        "--peers-per-region", type=int, default=0, help="the probes' sampling (0: every peer)"
+    )
+    ap.add_argument("--regions", type=int, default=20, help="regions, with --peers-per-region")
     args = ap.parse_args()
     sizes = [int(n) for n in args.nodes.split(",")]
     from kubernetes import config
 
     if args.kubeconfig:
         with config.new_client_from_config(config_file=args.kubeconfig) as api:
-            run(api, sizes)
+            run(api, sizes, args.peers_per_region, args.regions)
         return 0
     from hulk_sandbox.sandbox import Sandbox
 
@@ -137,7 +148,7 @@ def main() -> int:
     box.up([], die_with_parent=True, timeout=600)
     try:
         with box.api_client() as api:
-            run(api, sizes)
+            run(api, sizes, args.peers_per_region, args.regions)
     finally:
         box.down()
     return 0

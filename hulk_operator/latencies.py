@@ -7,7 +7,8 @@ measured, else ``same_region_latency_ms`` within a region and ``cross_region_lat
 across regions; the job's status says so. A pair with a fresh "unreachable" report gets
 neither a link nor an estimate: for the planner, as for any pair without a link, the two
 cannot communicate. So does an unmeasured pair of two regions whose every measured pair is
-freshly reported unreachable (:func:`with_regions`).
+freshly reported unreachable, or of a server that its peers report unreachable and none
+measures (:func:`with_regions`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ class Latencies:
     measured: Mapping[Pair, float] = field(default_factory=dict)
     unreachable: frozenset[Pair] = frozenset()
     stale_unreachable: frozenset[Pair] = frozenset()
-    # of ``unreachable``, pairs no report names, taken as unreachable: every measured pair
-    # of their two regions is reported unreachable (``with_regions``)
+    # of ``unreachable``, pairs taken as unreachable though no report says so: every
+    # measured pair of their two regions is reported unreachable, or one end is ``cut_off``
+    # (``with_regions``)
     inferred_unreachable: frozenset[Pair] = frozenset()
+    # the nodes another node's fresh report measures (None: those of ``measured``): a node's
+    # own last report, written before it was lost, does not make it heard
+    heard: frozenset[str] | None = field(default=None, compare=False)
     # region pair -> the median of its measured links, over every server (``with_regions``;
     # None: not applied, ``build_cluster`` takes those of the servers it is given)
     region_medians: Mapping[Pair, float] | None = field(default=None, compare=False)
@@ -135,7 +140,29 @@ def read_latencies(
     measured = links_from_node_latencies(items, when, max_age_s)
     cut, old = unreachable_pairs(items, max_age_s, when)
     stale = frozenset(p for p in old if p not in measured)
-    return Latencies(measured, cut | stale, stale)
+    return Latencies(measured, cut | stale, stale, heard=heard_nodes(items, max_age_s, when))
+
+
+def heard_nodes(
+    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
+) -> frozenset[str]:
+    """The nodes that another node's report measures, reachable, at most ``max_age_s``
+    ago (``cut_off``)."""
+    from hulk_probe.links import fresh
+
+    out: set[str] = set()
+    for obj in latency_objects:
+        source = (obj.get("metadata") or {}).get("name")
+        for entry in (obj.get("status") or {}).get("peers") or []:
+            peer = entry.get("node")
+            if (
+                entry.get("reachable") is True
+                and isinstance(peer, str)
+                and peer != source
+                and fresh(entry.get("lastUpdated"), now, max_age_s)
+            ):
+                out.add(peer)
+    return frozenset(out)
 
 
 def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
@@ -158,7 +185,8 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
       not yet probed beside a region cut off from its own is most likely cut off too
       (before, it had the region-level estimate, and a job was planned across the
       partition; a user trial). Reports past the max age alone do not count: where the
-      probes stopped, every measurement ages out and only their old partitions stay.
+      probes stopped, every measurement ages out and only their old partitions stay;
+    - likewise every unmeasured, unreported pair of a server ``cut_off`` from its peers.
 
     Applied to the latencies as read (an already applied one is read again from its
     source); the last result is kept: the listing is shared by every job."""
@@ -183,6 +211,15 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
         for b in by_region[y]
         if a != b and (p := frozenset((a, b))) not in known
     }
+    heard = base.heard
+    if heard is None:
+        heard = frozenset(a for pair in base.measured for a in pair)
+    dark |= {  # (its own last report's links too: written before it was lost)
+        p
+        for a in cut_off(reported, heard, region)
+        for b in region
+        if a != b and (p := frozenset((a, b))) not in base.unreachable
+    }
     out = replace(
         base,
         unreachable=base.unreachable | dark,
@@ -194,6 +231,29 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
     object.__setattr__(out, "built", base.built)  # (the same links: built once for both)
     _REGIONS_CACHE[:] = [(base, key, out)]
     return out
+
+
+def cut_off(
+    reported: Collection[Pair], heard: Collection[str], region: Mapping[str, str]
+) -> set[str]:
+    """The servers (of ``region``'s) that two peers or more freshly report unreachable, one
+    of their own region among them, and that no other node's fresh report measures
+    (``heard``): cut off from every peer. With probes that sample their peers
+    (``--peers-per-region``) most pairs of a node are never probed, and they had the
+    region pair's estimate: a job could be planned onto a node its probes had lost. (A
+    peer of its own region: where only other regions report it, a partition between the
+    regions explains the reports, which ``with_regions`` handles by region pair.)"""
+    told: dict[str, int] = {}
+    near: set[str] = set()
+    for pair in reported:
+        if len(pair) != 2:
+            continue
+        a, b = pair
+        for x in (a, b):
+            told[x] = told.get(x, 0) + 1
+        if a in region and region.get(a) == region.get(b):
+            near.update((a, b))
+    return {a for a, n in told.items() if n >= 2 and a in near and a not in heard}
 
 
 def build_cluster(
@@ -312,7 +372,10 @@ def used_words(
 
 
 # (a pair ``with_regions`` took as unreachable, among those counted as reported)
-INFERRED_WORDS = "not measured, in region pairs whose every measured pair is reported unreachable"
+INFERRED_WORDS = (
+    "not reported themselves: of a server its peers report unreachable, or of a region pair "
+    "whose every measured pair is reported so"
+)
 
 
 def _region_pair(region: Mapping[str, str], a: str, b: str) -> tuple[str, str] | None:

@@ -87,6 +87,7 @@ class Agent:
         self.ready = False
         self._beat = time.monotonic()
         self._publisher: Publisher | None = None
+        self._directory: NodeDirectory | None = None
         self._last_publish_error: str | None = None
         self._counts = (0, 0)  # (peers, reachable) as of the last publish; read by /healthz
         # (spacing, budget passed) as the log last told it
@@ -198,7 +199,9 @@ class Agent:
         now: float,
     ) -> None:
         cfg = self.config
-        before, nodes = pacer.spacing_s, len(estimates) + 1
+        # (of all the agents: with --peers-per-region an agent probes a few of them)
+        known = self._directory.agents if self._directory is not None else 0
+        before, nodes = pacer.spacing_s, max(len(estimates) + 1, known)
         body = status_body(estimates, time.time(), cfg.probe.interval_s, before)
         size = body_bytes(body)
         spacing = pacer.spacing_for(size, nodes)
@@ -281,8 +284,14 @@ class Agent:
 
         api_client = self.api_factory(cfg.kubeconfig)  # thread-safe: shared by both
         directory = NodeDirectory(
-            api_client, cfg.node_name, on_peers, overrides=cfg.peer_addresses, metrics=self.metrics
+            api_client,
+            cfg.node_name,
+            on_peers,
+            overrides=cfg.peer_addresses,
+            metrics=self.metrics,
+            per_region=cfg.peers_per_region,
         )
+        self._directory = directory
         self._publisher = Publisher(api_client, cfg.node_name, self.metrics)
         publisher = self._publisher
 

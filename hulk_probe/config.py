@@ -46,6 +46,7 @@ class ProbeConfig:
     publish_interval_s: float = 10.0
     write_budget_kb_s: float = DEFAULT_WRITE_BUDGET_KB_S
     max_publish_interval_s: float = MAX_BUDGET_SPACING_S
+    peers_per_region: int = 0  # 0: every peer
     kubeconfig: str | None = None
     peer_addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
     log_level: str = "INFO"
@@ -103,6 +104,14 @@ FLAGS: list[tuple[str, str, str]] = [
         "the longest time between two status writes the budget may set; keep it under a "
         f"third of the operator's --latency-max-age-s (default {MAX_BUDGET_SPACING_S:g}, "
         "or --publish-interval if longer)",
+    ),
+    (
+        "--peers-per-region",
+        "N",
+        "probe only N peers of each region, this node's own included, chosen by a hash of "
+        "the pair (the operator estimates the other pairs from their regions' measured "
+        "median): for thousands of nodes, where every pair is too many (default 0: every "
+        "peer)",
     ),
     (
         "--kubeconfig",
@@ -256,6 +265,12 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
             f"got {longest:g}"
         )
 
+    per_region = int(number("--peers-per-region", 0, integer=True))
+    if per_region < 0:
+        raise ConfigError(
+            f"{by('--peers-per-region')} must be at least 0 (0: every peer), got {per_region}"
+        )
+
     kubeconfig, _ = raw("--kubeconfig")
     peer_addresses = _peer_addresses(args, env)
 
@@ -290,6 +305,7 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
         publish_interval_s=publish,
         write_budget_kb_s=budget,
         max_publish_interval_s=longest,
+        peers_per_region=per_region,
         kubeconfig=kubeconfig,
         peer_addresses=peer_addresses,
         log_level=level,

@@ -9,6 +9,7 @@ every other agent's status at every interval (N² traffic).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -52,6 +53,52 @@ def peers_from_nodes(
         except ConfigError as exc:
             log.warning("ignoring peer with a bad %s annotation: %s", ADDRESS_ANNOTATION, exc)
     return peers
+
+
+def pair_rank(a: str, b: str) -> int:
+    """A stable, well-mixed number for the unordered pair {a, b}: the same from both ends
+    (apart from ``schedule.phase``'s, so that the pairs chosen do not share a time)."""
+    lo, hi = sorted((a, b))
+    digest = hashlib.blake2b(f"{lo}\0{hi}".encode(), digest_size=8, person=b"hulk-sample")
+    return int.from_bytes(digest.digest(), "big")
+
+
+def ring_rank(name: str) -> int:
+    """A stable, well-mixed number for one node: its place on its region's ring."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"hulk-ring")
+    return int.from_bytes(digest.digest(), "big")
+
+
+def sample_peers(
+    peers: Mapping[str, Address], regions: Mapping[str, str], self_name: str, per_region: int
+) -> dict[str, Address]:
+    """``--peers-per-region``: every peer where ``per_region`` is 0; else, of each region's
+    peers (no region label: one region ""), ``per_region``:
+
+    - of this node's own region, the next ones after it on the region's ring (its nodes
+      ordered by ``ring_rank``): each node is probed by exactly that many of its own region,
+      so that one whose peers lose it is reported by them (``hulk_operator.latencies.
+      cut_off``), and a node joining or leaving moves the choice of those before it alone;
+    - of every other region, those that rank first by ``pair_rank`` with this node
+      (rendezvous hashing: a node joining or leaving changes no choice but its own; the
+      rank is the pair's, so two nodes that choose each other probe both ways)."""
+    if per_region <= 0:
+        return dict(peers)
+    mine = regions.get(self_name, "")
+    by_region: dict[str, list[str]] = {}
+    for name in peers:
+        by_region.setdefault(regions.get(name, ""), []).append(name)
+    chosen: dict[str, Address] = {}
+    for region, names in by_region.items():
+        if region == mine:
+            ring = sorted([*names, self_name], key=lambda n: (ring_rank(n), n))
+            at = ring.index(self_name)
+            after = [ring[(at + k) % len(ring)] for k in range(1, len(ring))]
+            chosen.update((n, peers[n]) for n in after[:per_region])
+        else:
+            names.sort(key=lambda n: (pair_rank(self_name, n), n))
+            chosen.update((n, peers[n]) for n in names[:per_region])
+    return chosen
 
 
 def regions_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -100,6 +147,7 @@ class NodeDirectory:
         overrides: Mapping[str, Address] | None = None,
         metrics: ProbeMetrics | None = None,
         watch_timeout_s: int = 300,
+        per_region: int = 0,
     ) -> None:
         self.kube = Kube(api_client)
         self.node_name = node_name
@@ -107,6 +155,10 @@ class NodeDirectory:
         self.overrides = dict(overrides or {})
         self.metrics = metrics
         self.watch_timeout_s = watch_timeout_s
+        self.per_region = per_region  # ``--peers-per-region``: 0, every peer
+        # the agents in the cluster (annotated Nodes, ours included), sampled or not: the
+        # write budget's share is of all of them
+        self.agents = 1
         self._nodes: dict[str, dict[str, Any]] = {}
         self._peers: dict[str, Address] | None = None
         self._regions: dict[str, str] | None = None
@@ -177,7 +229,9 @@ class NodeDirectory:
             self._regions = regions
             if self.metrics is not None:
                 self.metrics.set_regions(regions)
-        peers = peers_from_nodes(self._nodes.values(), self.node_name, self.overrides)
+        everyone = peers_from_nodes(self._nodes.values(), self.node_name, self.overrides)
+        self.agents = len(everyone) + 1
+        peers = sample_peers(everyone, regions, self.node_name, self.per_region)
         if peers != self._peers:
             self._peers = peers
             self.on_peers(dict(peers))

@@ -446,6 +446,7 @@ def test_probe_settings_are_probe_flags(render: Render) -> None:
         assert cfg.listen == ("0.0.0.0", 7471) and cfg.advertise == ("10.1.2.3", 7471)
         assert cfg.metrics == ("0.0.0.0", 7472)
         assert cfg.write_budget_kb_s == 500.0 and cfg.max_publish_interval_s == 200.0
+        assert cfg.peers_per_region == (3 if values else 0)  # (all-features: 3)
 
 
 def test_the_probes_write_at_least_as_often_as_the_operators_reports_stay_fresh(

@@ -10,6 +10,7 @@ from typing import Any
 
 from hulk_operator import latencies
 from hulk_planner.model import Server
+from hulk_planner.topology import Network
 
 
 def latency_object(name: str, stamp: str, **peers: float | None) -> dict[str, Any]:
@@ -112,6 +113,39 @@ def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -
     # Nothing is relayed: without a link the pair is unusable, with or without other servers.
     alone = latencies.build_cluster(servers("ab"), lat, same_region_ms=1, cross_region_ms=80)
     assert not Network(alone).reachable("a", "b")
+
+
+def test_a_node_its_sampling_peers_lost_is_cut_off_from_every_peer() -> None:
+    """Probes that sample their peers (--peers-per-region) never probe most pairs of a
+    node: one that its probers, one of its own region among them, report unreachable and
+    none measures is cut off from the others too (before, its unprobed pairs had the
+    region pair's estimate, and a job could be planned onto it). Reported from other
+    regions alone (a partition between regions explains that), or measured once, it is
+    not."""
+    region = {n: "beijing" for n in "abcd"} | {n: "tokyo" for n in "wxyz"}
+    objs = [
+        latency_object("a", STAMP, b=1.0, c=None, w=40.0),  # c: lost
+        latency_object("b", STAMP, c=None, x=41.0),
+        latency_object("d", STAMP, a=1.5, y=None, z=None),  # y: by beijing alone
+        latency_object("w", STAMP, x=0.5, z=0.7),
+        latency_object("x", STAMP, y=None, c=None),  # ... and x of its own, but y is measured
+        latency_object("z", STAMP, y=0.9),
+        latency_object("c", STAMP, w=40.0),  # its own last word: not heard by any other
+    ]
+    lat = latencies.with_regions(latencies.read_latencies(objs, 60, NOW), region)
+    cut = {frozenset(("c", n)) for n in "abdwxyz"}
+    assert lat.unreachable >= cut
+    assert lat.inferred_unreachable == {frozenset(p) for p in ("cd", "cw", "cy", "cz")}
+    assert not any(frozenset(("y", n)) in lat.inferred_unreachable for n in "abwxz")
+    both = servers("abcd") + servers("wxyz", region="tokyo")
+    net = Network(latencies.build_cluster(both, lat, same_region_ms=1, cross_region_ms=80))
+    assert not any(net.reachable("c", n) for n in "abdwxyz")
+    assert net.reachable("y", "a") and net.reachable("y", "w")  # (estimates, as before)
+    assert latencies.cut_pairs(list("abcdwxyz"), lat)[2] == 4
+    # measured once (by b): not cut off, its other pairs estimated
+    lit = [*objs[:1], latency_object("b", STAMP, c=2.0, x=41.0), *objs[2:]]
+    again = latencies.with_regions(latencies.read_latencies(lit, 60, NOW), region)
+    assert not any("c" in p for p in again.inferred_unreachable)
 
 
 def test_a_pair_unmeasured_where_its_regions_are_cut_off_is_taken_as_unreachable() -> None:

@@ -100,3 +100,34 @@ def test_a_growing_cluster_is_told_when_the_longest_spacing_passes_the_budget(
         "hulk_probe_status_write_bytes_total", {"source": "n0"}
     )
     assert counted == pytest.approx(sent, rel=0.01)
+
+
+def test_a_sampling_agent_spaces_its_writes_for_every_agent_not_its_sample() -> None:
+    """With --peers-per-region an agent measures a few peers of a large cluster: its share
+    of the write budget is of all the agents (it counted the peers it measured, and wrote
+    as often as if the cluster were that small)."""
+    from types import SimpleNamespace
+
+    config = ProbeConfig(
+        node_name="n0",
+        listen=("127.0.0.1", 0),
+        advertise=("127.0.0.1", 1),
+        metrics=None,
+        publish_interval_s=1.0,
+        write_budget_kb_s=10.0,
+        max_publish_interval_s=1000.0,
+        peers_per_region=2,
+    )
+    estimates = {f"n{i}": Estimate(1.0, 3, 1.8e9, True, 0) for i in range(1, 7)}
+    spacing = {}
+    for agents in (1, 7, 700):
+        agent = Agent(config)
+        agent._directory = SimpleNamespace(agents=agents)  # type: ignore[assignment]
+        written = Written()
+        pacer = Pacer(1.0, 10_000.0, cap_s=1000.0)
+        reach = reachability(estimates)
+        asyncio.run(agent._publish(written, pacer, estimates, reach, 0.0))  # type: ignore[arg-type]
+        spacing[agents] = written.bodies[-1]["status"]["publishIntervalSeconds"]
+    size = body_bytes(written.bodies[-1])
+    assert spacing[1] == spacing[7] == 1.0  # (7 statuses of this size: within 10 KB/s)
+    assert spacing[700] == pytest.approx(700 * size / 10_000, abs=1.0) and spacing[700] > 10

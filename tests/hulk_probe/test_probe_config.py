@@ -27,6 +27,9 @@ def test_defaults_and_flags() -> None:
     assert (cfg.probe.interval_s, cfg.probe.timeout_s, cfg.probe.window) == (10.0, 2.0, 10)
     assert cfg.publish_interval_s == 10.0
     assert cfg.write_budget_kb_s == 500.0 and cfg.max_publish_interval_s == 200.0
+    assert cfg.peers_per_region == 0  # every peer
+    sampled = parse("--node-name", "n", "--peers-per-region", "3", "--listen", "127.0.0.2:7")
+    assert sampled.peers_per_region == 3
     assert (
         parse(
             "--node-name", "n", "--write-budget", "0", "--listen", "127.0.0.2:7"
@@ -44,6 +47,7 @@ def test_environment_with_flags_winning() -> None:
         "POD_IP": "10.1.2.3",
         "HULK_PROBE_PEER_ADDRESS": "b=127.0.0.9:1, c=[::1]:2",
         "HULK_PROBE_WRITE_BUDGET": "250",
+        "HULK_PROBE_PEERS_PER_REGION": "5",
     }
     cfg = parse("--interval", "4", env=env)
     assert cfg.node_name == "env-node"
@@ -55,6 +59,7 @@ def test_environment_with_flags_winning() -> None:
     assert cfg.max_publish_interval_s == 200.0
     assert parse("--publish-interval", "300", env=env).max_publish_interval_s == 300.0
     assert cfg.write_budget_kb_s == 250.0
+    assert cfg.peers_per_region == 5
 
 
 def test_a_value_out_of_range_names_the_variable_that_set_it() -> None:
@@ -105,6 +110,8 @@ def test_node_name_from_downward_api_variable() -> None:
         (["--node-name", "n", "--peer-address", "b"], "expected NODE=HOST:PORT"),
         (["--node-name", "n", "--listen", "127.0.0.1:0"], "peers cannot reach"),
         (["--node-name", "n", "--log-level", "loud"], "--log-level"),
+        (["--node-name", "n", "--peers-per-region", "-1"], "--peers-per-region must be at least"),
+        (["--node-name", "n", "--peers-per-region", "2.5"], "--peers-per-region: expected a whole"),
     ],
 )
 def test_bad_settings_are_one_line_errors(argv: list[str], message: str) -> None:

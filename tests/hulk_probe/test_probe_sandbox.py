@@ -239,6 +239,63 @@ def test_dead_agent_goes_unreachable_and_stale(mesh: Any, node_names: list[str])
     )
 
 
+def test_sampling_agents_probe_k_peers_a_region_and_a_node_lost_is_cut_off(
+    mesh: Any, node_names: list[str]
+) -> None:
+    """--peers-per-region 2: each agent probes 2 peers of each region (every pair is N^2
+    probes, statuses and series); each node is probed by 2 of its own region, so that one
+    killed is reported by them, and the operator takes it for cut off from every peer
+    (its other pairs, never probed, had the region pair's estimate)."""
+    from kubernetes import client
+
+    from hulk_operator.latencies import read_latencies, with_regions
+
+    core = client.CoreV1Api(mesh.api)
+    read: Any = core.read_node
+    region = {n: (read(n).metadata.labels or {}).get(REGION_LABEL, "") for n in node_names}
+    by: dict[str, list[str]] = {}
+    for n in node_names:
+        by.setdefault(region[n], []).append(n)
+    big = sorted((r for r in by if len(by[r]) >= 4), key=lambda r: (-len(by[r]), r))
+    assert len(big) >= 2, by  # (the paper's cluster: several regions of 4 nodes or more)
+    nodes = by[big[0]][:4] + by[big[1]][:3]
+    agents = mesh.start(nodes, extra=("--peers-per-region", "2"))
+
+    def sampled(objects: list[dict[str, Any]]) -> bool:
+        pairs = harness.status_peers(objects)
+        return all(
+            sum(1 for (a, b), e in pairs.items() if a == n and e["reachable"]) == 4 for n in nodes
+        )
+
+    objects = mesh.wait_for("each agent measuring 2 peers of each region", sampled)
+    pairs = harness.status_peers(objects)
+    for n in nodes:
+        mine = [b for (a, b) in pairs if a == n]
+        assert sorted(Counter(region[b] for b in mine).values()) == [2, 2], (n, mine)
+    near = Counter(b for (a, b) in pairs if region[a] == region[b])
+    assert all(near[n] == 2 for n in nodes), near  # (each by 2 of its own region)
+    code, text = agents[0].get("/healthz")
+    assert code == 200 and "peers=4 reachable=4" in text, text
+
+    lost = by[big[0]][1]
+    agents[nodes.index(lost)].stop(signal.SIGKILL)
+    probers = [a for (a, b) in pairs if b == lost]
+    objects = mesh.wait_for(
+        f"{lost} reported unreachable by its probers {probers}",
+        lambda objs: all(
+            harness.status_peers(objs).get((a, lost), {}).get("reachable") is False for a in probers
+        ),
+        timeout_s=30,
+    )
+    seen = with_regions(read_latencies(objects, 60, datetime.now(UTC)), region)
+    others = [n for n in node_names if n != lost]
+    assert all(frozenset((lost, n)) in seen.unreachable for n in others)
+    unprobed = [n for n in others if n not in probers]
+    assert all(frozenset((lost, n)) in seen.inferred_unreachable for n in unprobed)
+    # the others' pairs not probed are estimated, not cut: nothing else is inferred
+    assert all(lost in p for p in seen.inferred_unreachable)
+
+
 def test_unknown_node_is_a_one_line_error(probe_api: Any, sandbox: Any) -> None:
     proc = subprocess.run(
         [
