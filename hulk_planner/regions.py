@@ -101,8 +101,15 @@ def resolve_regions(
 
 def _region_of(field: str, name: object, cluster: Cluster, by_slug: Mapping[str, list[str]]) -> str:
     """The cluster's region that ``name`` (an entry of allowedRegions, at ``field``) names."""
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest(field, f"must be a region name, got {name!r}")
+    if not isinstance(name, str) or not name:  # (the fix, and YAML's words: a trial)
+        listed = ", ".join(sorted(cluster.regions)[:6])
+        more = ", ..." if len(cluster.regions) > 6 else ""
+        fix = (
+            "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as other types"
+            if isinstance(name, bool | int | float)
+            else f"write one of the cluster's regions: {listed}{more}"
+        )
+        raise InvalidRequest(field, f"must be a region name, got {shown(name)}", fix)
     alike = by_slug.get(slug(name), [])
     if name not in cluster.regions and len(alike) > 1:  # (the first was taken)
         raise InvalidRequest(

@@ -452,6 +452,17 @@ def test_a_template_the_operator_would_refuse_is_noted_offline(tmp_path: Path) -
         "required: the stage pods run the template's containers (give "
         "spec.template.spec.containers: [{name: trainer, image: IMAGE}])",
     ]
+    # an operator field wrong beside the template: each told once, both in one run (the
+    # field's note came twice and the template's never, until the field was fixed: a trial)
+    empty["spec"]["regrow"] = {"minSpeedup": 0.5}
+    out = hulk("plan", "--jobs", write(path, empty), "-o", "json", "--moves", "50")
+    notes = out.stderr.splitlines()
+    assert out.returncode == 0 and len(notes) == 2, notes
+    assert sum("spec.regrow.minSpeedup" in n for n in notes) == 1, notes
+    assert notes[1].endswith(f"{refuses}spec.template.spec.containers: is required: the stage "
+                             "pods run the template's containers (give spec.template.spec."
+                             "containers: [{name: trainer, image: IMAGE}])"), notes  # fmt: skip
+    del empty["spec"]["regrow"]
     container["resources"] = {"limits": {"cpu": 2}}  # a number is a quantity: no note
     empty["spec"]["template"]["spec"]["containers"] = [container]
     out = hulk("plan", "--jobs", write(path, shaped, empty), "-o", "json", "--moves", "50")

@@ -192,13 +192,26 @@ def test_a_region_named_exactly_wins_over_one_with_the_same_slug() -> None:
             "jobs.yaml (document 1): spec.allowedRegions: is empty (list one region or more, "
             "or drop it)",
         ),
-        ([7], "jobs.yaml (document 1): spec.allowedRegions[0]: must be a region name, got 7"),
+        (
+            [7],
+            "jobs.yaml (document 1): spec.allowedRegions[0]: must be a region name, got 7 "
+            "(quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as other "
+            "types)",
+        ),
+        # as YAML writes them, and with the fix (it said "got None", "got False": a trial)
+        (
+            [None],
+            "jobs.yaml (document 1): spec.allowedRegions[0]: must be a region name, got null "
+            "(write one of the cluster's regions: r1, r2)",
+        ),
+        ([False], "spec.allowedRegions[0]: must be a region name, got false (quote it: YAML"),
+        ([{"a": 1}], "spec.allowedRegions[0]: must be a region name, got {'a': 1} (write one"),
     ],
 )
 def test_region_limits_name_the_field_at_fault(regions: object, message: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         region_limits([("jobs.yaml", [_doc("x", regions)])], two_regions(1.0))
-    assert str(info.value).startswith(message), str(info.value)
+    assert message in str(info.value) and str(info.value).startswith("jobs.yaml"), str(info.value)
 
 
 def test_jobs_without_limits_are_planned_together_as_before() -> None:
@@ -348,7 +361,8 @@ def test_every_wrong_region_of_every_job_is_told_at_once() -> None:
         "hand-built (use one of r1, r2)",
         "jobs.yaml (document 1): spec.allowedRegions[2]: 'venus' is not a region of cluster "
         "hand-built (use one of r1, r2)",
-        "jobs.yaml (document 3): spec.allowedRegions[1]: must be a region name, got 7",
+        "jobs.yaml (document 3): spec.allowedRegions[1]: must be a region name, got 7 (quote "
+        "it: YAML reads on, off, yes, no, true, false and numbers unquoted as other types)",
     ]
     assert [n.partition(" (")[0] for n in notes] == [
         "job z: spec.allowedRegions[0] 'R1' is taken as region 'r1'"
