@@ -3,7 +3,7 @@ one listing, and the seconds and memory to parse it and read its links (what
 ``hulk_operator.indexes.latencies_now`` does, at most every ``LATENCY_CACHE_S``, while a
 job runs).
 
-    python bench/latency_listing.py [--nodes 100,300,1000]
+    python bench/latency_listing.py [--nodes 100,300,1000] [--peers-per-region K]
 
 Each size runs in a child process: it builds the listing's body as the API server sends it
 (every node's probe reporting on every other node, as ``hulk_probe.publisher`` writes it),
@@ -17,11 +17,16 @@ kopf's loop): ``json.loads`` holds the GIL for a whole response, so the loop sta
 the parse of the largest one; once with the listing whole, once in pages of
 ``kube.LATENCY_PAGE`` objects (``limit``/``continue``, what the operator reads now).
 
-Last, the seconds of ``latencies.build_cluster`` on those latencies and the nodes as
-servers of 10 regions: what a planning round does with them before it plans; the first
-round on a reading builds every measured pair's ``Link`` (``latencies.measured_links``),
-a later round on the same reading (one node fewer: a round on the free servers) reuses
-them.
+With ``--peers-per-region K`` each node reports the K peers of each of the 10 regions its
+probe would sample (``hulk_probe.discovery.sample_peers``, ``hulk probe
+--peers-per-region``), not every other node.
+
+Then the seconds of ``latencies.with_regions`` (the regions' medians and the pairs taken
+as cut: once per reading), and last, the seconds of ``latencies.build_cluster`` on those
+latencies and the nodes as servers of 10 regions: what a planning round does with them
+before it plans; the first round on a reading builds every measured pair's ``Link``
+(``latencies.measured_links``), a later round on the same reading (one node fewer: a
+round on the free servers) reuses them.
 """
 
 from __future__ import annotations
@@ -42,16 +47,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def listing(nodes: int) -> bytes:
-    """A NodeLatencyList body: each node's status reports every other node, reachable."""
+REGIONS = 10
+
+
+def region_of(i: int) -> str:
+    return f"region-{i % REGIONS}"
+
+
+def listing(nodes: int, per_region: int = 0) -> bytes:
+    """A NodeLatencyList body: each node's status reports every other node (or those its
+    probe samples, ``per_region`` of each region), reachable."""
+    from hulk_probe.discovery import sample_peers
+
     now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     names = [f"node-{i}" for i in range(nodes)]
+    region = {n: region_of(i) for i, n in enumerate(names)}
+    index = {n: j for j, n in enumerate(names)}
     items = []
     for i, name in enumerate(names):
+        everyone = {other: ("10.0.0.1", 7471) for other in names if other != name}
+        probed = sample_peers(everyone, region, name, per_region)
         peers = [
             {"node": other, "reachable": True, "samples": 10,
-             "latencyMs": round(1.0 + (i * 7 + j) % 90 / 3.0, 3), "lastUpdated": now}
-            for j, other in enumerate(names) if other != name
+             "latencyMs": round(1.0 + (i * 7 + index[other]) % 90 / 3.0, 3), "lastUpdated": now}
+            for other in names if other in probed
         ]  # fmt: skip
         items.append({
             "apiVersion": "hulk.dev/v1alpha1", "kind": "NodeLatency",
@@ -81,12 +100,12 @@ def longest_stall(work: Callable[[], Any]) -> float:
     return asyncio.run(watch())
 
 
-def child(nodes: int) -> None:
+def child(nodes: int, per_region: int) -> None:
     from hulk_operator.kube import LATENCY_PAGE
-    from hulk_operator.latencies import build_cluster, read_latencies
+    from hulk_operator.latencies import build_cluster, read_latencies, with_regions
     from hulk_planner.model import Server
 
-    body = listing(nodes)
+    body = listing(nodes, per_region)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     start = time.perf_counter()
     items = json.loads(body)["items"]
@@ -111,7 +130,10 @@ def child(nodes: int) -> None:
 
     in_pages = longest_stall(paged)
     latencies = paged()
-    servers = [Server(f"node-{i}", f"region-{i % 10}", 8, 80.0, 312.0) for i in range(nodes)]
+    servers = [Server(f"node-{i}", region_of(i), 8, 80.0, 312.0) for i in range(nodes)]
+    start = time.perf_counter()
+    latencies = with_regions(latencies, {s.name: s.region for s in servers})
+    regions = time.perf_counter() - start
     start = time.perf_counter()
     build_cluster(servers, latencies, same_region_ms=1.0, cross_region_ms=100.0)
     build = time.perf_counter() - start
@@ -121,26 +143,37 @@ def child(nodes: int) -> None:
     print(json.dumps({
         "nodes": nodes, "json_mb": len(body) / 1e6, "seconds": seconds,
         "added_mb": (peak - base) / 1024, "links": len(measured),
-        "stall_whole": whole, "stall_pages": in_pages, "build": build, "again": again,
+        "stall_whole": whole, "stall_pages": in_pages, "regions": regions, "build": build,
+        "again": again,
     }))  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="100,300,1000", help="cluster sizes (comma-separated)")
+    parser.add_argument(
+        "--peers-per-region", type=int, default=0, help="the probes' sampling (0: every peer)"
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child)
+        child(args.child, args.peers_per_region)
         return 0
     print(
         f"{'nodes':>6} {'listing MB':>11} {'parse+read s':>13} {'memory added MB':>16} "
         f"{'links':>8} {'loop stall s, whole':>20} {'in pages':>9} {'whole/pages':>11} "
-        f"{'cluster build s, first round':>28} {'a later round':>13}"
+        f"{'regions s':>9} {'cluster build s, first round':>28} {'a later round':>13}"
     )
     for n in (int(x) for x in args.nodes.split(",")):
         out = subprocess.run(
-            [sys.executable, __file__, "--child", str(n)],
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                str(n),
+                "--peers-per-region",
+                str(args.peers_per_region),
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -149,7 +182,7 @@ def main() -> int:
         print(f"{n:>6} {r['json_mb']:>11.1f} {r['seconds']:>13.2f} {r['added_mb']:>16.0f} "
               f"{r['links']:>8} {r['stall_whole']:>20.2f} {r['stall_pages']:>9.2f} "
               f"{r['stall_whole'] / max(r['stall_pages'], 1e-3):>11.1f} "
-              f"{r['build']:>28.2f} {r['again']:>13.2f}")  # fmt: skip
+              f"{r['regions']:>9.2f} {r['build']:>28.2f} {r['again']:>13.2f}")  # fmt: skip
     return 0
 
 

@@ -133,36 +133,17 @@ def read_latencies(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime | None = None
 ) -> Latencies:
     """NodeLatency objects -> :class:`Latencies` (links by the probe's pure function)."""
-    from hulk_probe.links import links_from_node_latencies
+    from hulk_probe.links import directed_latencies, links_from_directed
 
     items = list(latency_objects)
     when = now or datetime.now(UTC)
-    measured = links_from_node_latencies(items, when, max_age_s)
+    directed, vetoed = directed_latencies(items, when, max_age_s)
+    measured = links_from_directed(directed, vetoed)
     cut, old = unreachable_pairs(items, max_age_s, when)
     stale = frozenset(p for p in old if p not in measured)
-    return Latencies(measured, cut | stale, stale, heard=heard_nodes(items, max_age_s, when))
-
-
-def heard_nodes(
-    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
-) -> frozenset[str]:
-    """The nodes that another node's report measures, reachable, at most ``max_age_s``
-    ago (``cut_off``)."""
-    from hulk_probe.links import fresh
-
-    out: set[str] = set()
-    for obj in latency_objects:
-        source = (obj.get("metadata") or {}).get("name")
-        for entry in (obj.get("status") or {}).get("peers") or []:
-            peer = entry.get("node")
-            if (
-                entry.get("reachable") is True
-                and isinstance(peer, str)
-                and peer != source
-                and fresh(entry.get("lastUpdated"), now, max_age_s)
-            ):
-                out.add(peer)
-    return frozenset(out)
+    # (the nodes another node's fresh report measures: ``cut_off``)
+    heard = frozenset(target for _, target in directed)
+    return Latencies(measured, cut | stale, stale, heard=heard)
 
 
 def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:

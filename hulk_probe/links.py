@@ -26,7 +26,7 @@ Rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,6 +66,15 @@ def links_from_node_latencies(
     objects: Iterable[Mapping[str, Any]], now: datetime, max_age_s: float
 ) -> dict[Link, float]:
     """``{frozenset({a, b}): one-way latency in ms}`` for every pair with fresh data."""
+    return links_from_directed(*directed_latencies(objects, now, max_age_s))
+
+
+def directed_latencies(
+    objects: Iterable[Mapping[str, Any]], now: datetime, max_age_s: float
+) -> tuple[dict[tuple[str, str], float], set[Link]]:
+    """(``{(source, target): one-way ms}`` of every fresh measurement, the pairs a fresh
+    report marks unreachable): what ``links_from_node_latencies`` makes its links of (the
+    operator also reads which nodes another node measures)."""
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     directed: dict[tuple[str, str], float] = {}
@@ -91,6 +100,14 @@ def links_from_node_latencies(
                 and fresh(entry.get("lastUpdated"), now, max_age_s)
             ):
                 directed[(source, target)] = latency
+    return directed, vetoed
+
+
+def links_from_directed(
+    directed: Mapping[tuple[str, str], float], vetoed: Collection[Link]
+) -> dict[Link, float]:
+    """``directed_latencies``' as undirected links: the mean of both directions where both
+    are measured, none where a fresh report vetoes the pair."""
     links: dict[Link, float] = {}
     for (a, b), ms in directed.items():
         key = frozenset((a, b))
