@@ -4,6 +4,7 @@ one listing, and the seconds and memory to parse it and read its links (what
 job runs).
 
     python bench/latency_listing.py [--nodes 100,300,1000] [--peers-per-region K]
+                                    [--lost-per-region L]
 
 Each size runs in a child process: it builds the listing's body as the API server sends it
 (every node's probe reporting on every other node, as ``hulk_probe.publisher`` writes it),
@@ -19,7 +20,9 @@ the parse of the largest one; once with the listing whole, once in pages of
 
 With ``--peers-per-region K`` each node reports the K peers of each of the 10 regions its
 probe would sample (``hulk_probe.discovery.sample_peers``, ``hulk probe
---peers-per-region``), not every other node.
+--peers-per-region``), not every other node. With ``--lost-per-region L``, L nodes of each
+region are lost: they publish nothing, and the probes that probe them report them
+unreachable (the operator takes them for cut off from every peer).
 
 Then the seconds of ``latencies.with_regions`` (the regions' medians and the pairs taken
 as cut: once per reading), and last, the seconds of ``latencies.build_cluster`` on those
@@ -54,29 +57,37 @@ def region_of(i: int) -> str:
     return f"region-{i % REGIONS}"
 
 
-def listing(nodes: int, per_region: int = 0) -> bytes:
+def listing(nodes: int, per_region: int = 0, lost: int = 0) -> bytes:
     """A NodeLatencyList body: each node's status reports every other node (or those its
-    probe samples, ``per_region`` of each region), reachable."""
+    probe samples, ``per_region`` of each region), reachable, but the ``lost`` first nodes
+    of each region, which publish nothing and are reported unreachable."""
     from hulk_probe.discovery import sample_peers
 
     now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     names = [f"node-{i}" for i in range(nodes)]
     region = {n: region_of(i) for i, n in enumerate(names)}
     index = {n: j for j, n in enumerate(names)}
+    gone = set(names[: lost * REGIONS])  # (node i is of region i % REGIONS)
     items = []
     for i, name in enumerate(names):
+        if name in gone:
+            continue
         everyone = {other: ("10.0.0.1", 7471) for other in names if other != name}
         probed = sample_peers(everyone, region, name, per_region)
         peers = [
-            {"node": other, "reachable": True, "samples": 10,
-             "latencyMs": round(1.0 + (i * 7 + index[other]) % 90 / 3.0, 3), "lastUpdated": now}
+            {"node": other, "reachable": False, "samples": 0, "consecutiveFailures": 3}
+            if other in gone
+            else {"node": other, "reachable": True, "samples": 10,
+                  "latencyMs": round(1.0 + (i * 7 + index[other]) % 90 / 3.0, 3),
+                  "lastUpdated": now}
             for other in names if other in probed
         ]  # fmt: skip
+        reachable = sum(1 for p in peers if p["reachable"])
         items.append({
             "apiVersion": "hulk.dev/v1alpha1", "kind": "NodeLatency",
             "metadata": {"name": name, "resourceVersion": str(1000 + i)},
-            "status": {"intervalSeconds": 10.0, "lastPublished": now, "reachablePeers": len(peers),
-                       "unreachablePeers": 0, "peers": peers},
+            "status": {"intervalSeconds": 10.0, "lastPublished": now, "reachablePeers": reachable,
+                       "unreachablePeers": len(peers) - reachable, "peers": peers},
         })  # fmt: skip
     body = {"apiVersion": "hulk.dev/v1alpha1", "kind": "NodeLatencyList", "items": items}
     return json.dumps(body, separators=(",", ":")).encode()
@@ -100,12 +111,12 @@ def longest_stall(work: Callable[[], Any]) -> float:
     return asyncio.run(watch())
 
 
-def child(nodes: int, per_region: int) -> None:
+def child(nodes: int, per_region: int, lost: int = 0) -> None:
     from hulk_operator.kube import LATENCY_PAGE
     from hulk_operator.latencies import build_cluster, read_latencies, with_regions
     from hulk_planner.model import Server
 
-    body = listing(nodes, per_region)
+    body = listing(nodes, per_region, lost)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     start = time.perf_counter()
     items = json.loads(body)["items"]
@@ -135,7 +146,7 @@ def child(nodes: int, per_region: int) -> None:
     latencies = with_regions(latencies, {s.name: s.region for s in servers})
     regions = time.perf_counter() - start
     start = time.perf_counter()
-    build_cluster(servers, latencies, same_region_ms=1.0, cross_region_ms=100.0)
+    cluster = build_cluster(servers, latencies, same_region_ms=1.0, cross_region_ms=100.0)
     build = time.perf_counter() - start
     start = time.perf_counter()
     build_cluster(servers[:-1], latencies, same_region_ms=1.0, cross_region_ms=100.0)
@@ -144,7 +155,7 @@ def child(nodes: int, per_region: int) -> None:
         "nodes": nodes, "json_mb": len(body) / 1e6, "seconds": seconds,
         "added_mb": (peak - base) / 1024, "links": len(measured),
         "stall_whole": whole, "stall_pages": in_pages, "regions": regions, "build": build,
-        "again": again,
+        "again": again, "cluster_links": len(cluster.links), "cut": len(cluster.cut),
     }))  # fmt: skip
 
 
@@ -154,15 +165,19 @@ def main() -> int:
     parser.add_argument(
         "--peers-per-region", type=int, default=0, help="the probes' sampling (0: every peer)"
     )
+    parser.add_argument(
+        "--lost-per-region", type=int, default=0, help="nodes lost in each of the 10 regions"
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.peers_per_region)
+        child(args.child, args.peers_per_region, args.lost_per_region)
         return 0
     print(
         f"{'nodes':>6} {'listing MB':>11} {'parse+read s':>13} {'memory added MB':>16} "
         f"{'links':>8} {'loop stall s, whole':>20} {'in pages':>9} {'whole/pages':>11} "
-        f"{'regions s':>9} {'cluster build s, first round':>28} {'a later round':>13}"
+        f"{'regions s':>9} {'cluster build s, first round':>28} {'a later round':>13} "
+        f"{'its links':>9} {'cut pairs':>9}"
     )
     for n in (int(x) for x in args.nodes.split(",")):
         out = subprocess.run(
@@ -173,6 +188,8 @@ def main() -> int:
                 str(n),
                 "--peers-per-region",
                 str(args.peers_per_region),
+                "--lost-per-region",
+                str(args.lost_per_region),
             ],
             capture_output=True,
             text=True,
@@ -182,7 +199,8 @@ def main() -> int:
         print(f"{n:>6} {r['json_mb']:>11.1f} {r['seconds']:>13.2f} {r['added_mb']:>16.0f} "
               f"{r['links']:>8} {r['stall_whole']:>20.2f} {r['stall_pages']:>9.2f} "
               f"{r['stall_whole'] / max(r['stall_pages'], 1e-3):>11.1f} "
-              f"{r['regions']:>9.2f} {r['build']:>28.2f} {r['again']:>13.2f}")  # fmt: skip
+              f"{r['regions']:>9.2f} {r['build']:>28.2f} {r['again']:>13.2f} "
+              f"{r['cluster_links']:>9} {r['cut']:>9}")  # fmt: skip
     return 0
 
 

@@ -58,8 +58,12 @@ async def tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> N
     if not cut and any(frozenset(p) in unreachable for p in before):
         told.pop(key, None)  # moved off the pairs, which are still cut: nothing restored
         return
+    guessed: dict[tuple[str, str], frozenset[tuple[str, str]]] = ctx.disruption.setdefault(
+        "cut_links_inferred", {}
+    )
     if cut:
         told[key] = frozenset(cut)
+        guessed[key] = frozenset(p for p in cut if frozenset(p) in latencies.inferred_unreachable)
         shown = ", ".join(f"{a} and {b}" for a, b in cut[:5]) + (" ..." if len(cut) > 5 else "")
         # pairs no probe reported, taken as cut with their regions, said as such (before,
         # "the probes report" them too: a user trial)
@@ -80,7 +84,11 @@ async def tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> N
         )
     else:
         told.pop(key, None)
-        if not any(frozenset(p) in latencies.measured for p in before):
+        # pairs taken as cut though no probe reported them (a node its peers lost, or a
+        # region pair): estimated again, not measured, once it is back (before, its
+        # recovery was logged as no report at all, and no LinksRestored told: a review)
+        back = bool(guessed.pop(key, frozenset())) and bool(latencies.measured)
+        if not back and not any(frozenset(p) in latencies.measured for p in before):
             # no report on them at all: the probes' objects deleted, or the probe
             # uninstalled (before, told as restored; a review)
             log.info(f"{key[1]}: the probes no longer report on the cut pairs it was told of")

@@ -40,6 +40,7 @@ from hulk_operator.inventory import (
 )
 from hulk_operator.latencies import (
     Latencies,
+    node_regions,
     read_latencies,
     server_regions,
     slowest_publisher,
@@ -128,7 +129,9 @@ def latencies_now(memo: Any) -> Latencies:
     # plans, edit checks and cut-link warnings all use (``latencies.with_regions``)
     view: NodeView | None = memo.get("node_view")
     built = view.built if view is not None else None
-    return with_regions(latencies, server_regions(built[1])) if built else latencies
+    if not built:
+        return latencies
+    return with_regions(latencies, server_regions(built[1]), node_regions(built[1]))
 
 
 def _warn_stale_probes(cache: Listings, items: Sequence[Any], max_age_s: float) -> None:
@@ -552,7 +555,7 @@ def snapshot_with(
 
     return Snapshot(
         nodes=nodes,
-        latencies=with_regions(latencies, server_regions(nodes)),
+        latencies=with_regions(latencies, server_regions(nodes), node_regions(nodes)),
         jobs=jobs,
         held=held,
         used=used or {},

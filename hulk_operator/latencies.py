@@ -17,7 +17,6 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from operator import attrgetter
 from typing import Any, NamedTuple
 
 from hulk_operator.inventory import NodeInfo
@@ -44,9 +43,11 @@ class Latencies:
     # measured pair of their two regions is reported unreachable, or one end is ``cut_off``
     # (``with_regions``)
     inferred_unreachable: frozenset[Pair] = frozenset()
-    # the nodes another node's fresh report measures (None: those of ``measured``): a node's
-    # own last report, written before it was lost, does not make it heard
-    heard: frozenset[str] | None = field(default=None, compare=False)
+    # of the nodes two fresh reports or more call unreachable (``cut_off``'s candidates):
+    # who reports each so, and whose fresh reports measure it (a node's own last report,
+    # written before it was lost, neither; nor its own reports of others: directed)
+    reported_by: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    heard_by: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
     # region pair -> the median of its measured links, over every server (``with_regions``;
     # None: not applied, ``build_cluster`` takes those of the servers it is given)
     region_medians: Mapping[Pair, float] | None = field(default=None, compare=False)
@@ -141,9 +142,40 @@ def read_latencies(
     measured = links_from_directed(directed, vetoed)
     cut, old = unreachable_pairs(items, max_age_s, when)
     stale = frozenset(p for p in old if p not in measured)
-    # (the nodes another node's fresh report measures: ``cut_off``)
-    heard = frozenset(target for _, target in directed)
-    return Latencies(measured, cut | stale, stale, heard=heard)
+    reported = _reporters(items, max_age_s, when)
+    heard: dict[str, set[str]] = {}
+    for source, target in directed if reported else ():
+        if target in reported:
+            heard.setdefault(target, set()).add(source)
+    return Latencies(
+        measured,
+        cut | stale,
+        stale,
+        reported_by=reported,
+        heard_by={t: frozenset(s) for t, s in heard.items()},
+    )
+
+
+def _reporters(
+    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
+) -> dict[str, frozenset[str]]:
+    """Of the nodes two fresh reports or more call unreachable, who reports each so."""
+    from hulk_probe.links import fresh
+
+    by: dict[str, set[str]] = {}
+    for obj in latency_objects:
+        source = (obj.get("metadata") or {}).get("name")
+        status = obj.get("status") or {}
+        peers = status.get("peers") or []
+        if not source or not any(e.get("reachable") is False for e in peers):
+            continue
+        if not fresh(status.get("lastPublished"), now, max_age_s):
+            continue
+        for entry in peers:
+            peer = entry.get("node")
+            if entry.get("reachable") is False and isinstance(peer, str) and peer != source:
+                by.setdefault(peer, set()).add(source)
+    return {t: frozenset(s) for t, s in by.items() if len(s) >= 2}
 
 
 def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
@@ -151,10 +183,20 @@ def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
     return {n: i.server.region for n, i in nodes.items() if i.server is not None}
 
 
+def node_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
+    """Every node's region, servers or not (``inventory.node_region``): a probe on a node
+    that is no planner server (CPU nodes, MIG slices) is one of its region's probers."""
+    from hulk_operator.inventory import node_region
+
+    return {n: node_region(i) for n, i in nodes.items()}
+
+
 _REGIONS_CACHE: list[tuple[Latencies, tuple[tuple[str, str], ...], Latencies]] = []
 
 
-def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
+def with_regions(
+    latencies: Latencies, region: Mapping[str, str], everyone: Mapping[str, str] | None = None
+) -> Latencies:
     """``latencies`` read with every server's region (``region``: node -> region):
 
     - ``region_medians``: the median measured latency of each region pair, over every
@@ -167,12 +209,15 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
       (before, it had the region-level estimate, and a job was planned across the
       partition; a user trial). Reports past the max age alone do not count: where the
       probes stopped, every measurement ages out and only their old partitions stay;
-    - likewise every unmeasured, unreported pair of a server ``cut_off`` from its peers.
+    - every pair of a server ``cut_off`` from its peers (``everyone``: every node's region,
+      servers or not, as the probes' own region is any node's; default ``region``).
 
     Applied to the latencies as read (an already applied one is read again from its
     source); the last result is kept: the listing is shared by every job."""
     base = latencies.source or latencies
     key = tuple(sorted(region.items()))
+    if everyone is not None and everyone != region:
+        key += (("", ""), *sorted(everyone.items()))  # (a mark, then every node's)
     if latencies.regions == key:
         return latencies
     for seen, seen_key, out in _REGIONS_CACHE:
@@ -192,12 +237,11 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
         for b in by_region[y]
         if a != b and (p := frozenset((a, b))) not in known
     }
-    heard = base.heard
-    if heard is None:
-        heard = frozenset(a for pair in base.measured for a in pair)
+    lost = cut_off(base.reported_by, base.heard_by, region if everyone is None else everyone)
     dark |= {  # (its own last report's links too: written before it was lost)
         p
-        for a in cut_off(reported, heard, region)
+        for a in lost
+        if a in region
         for b in region
         if a != b and (p := frozenset((a, b))) not in base.unreachable
     }
@@ -215,26 +259,26 @@ def with_regions(latencies: Latencies, region: Mapping[str, str]) -> Latencies:
 
 
 def cut_off(
-    reported: Collection[Pair], heard: Collection[str], region: Mapping[str, str]
+    reported_by: Mapping[str, Collection[str]],
+    heard_by: Mapping[str, Collection[str]],
+    region: Mapping[str, str],
 ) -> set[str]:
-    """The servers (of ``region``'s) that two peers or more freshly report unreachable, one
-    of their own region among them, and that no other node's fresh report measures
-    (``heard``): cut off from every peer. With probes that sample their peers
-    (``--peers-per-region``) most pairs of a node are never probed, and they had the
-    region pair's estimate: a job could be planned onto a node its probes had lost. (A
-    peer of its own region: where only other regions report it, a partition between the
-    regions explains the reports, which ``with_regions`` handles by region pair.)"""
-    told: dict[str, int] = {}
-    near: set[str] = set()
-    for pair in reported:
-        if len(pair) != 2:
-            continue
-        a, b = pair
-        for x in (a, b):
-            told[x] = told.get(x, 0) + 1
-        if a in region and region.get(a) == region.get(b):
-            near.update((a, b))
-    return {a for a, n in told.items() if n >= 2 and a in near and a not in heard}
+    """The nodes that two peers or more freshly report unreachable, one of their own
+    region (``region``: node -> region) among them, and that no other node's fresh report
+    measures but those of nodes so reported themselves (a rack lost at once: the lost
+    nodes' last reports, written before, measured one another): cut off from every peer.
+    With probes that sample their peers (``--peers-per-region``) most pairs of a node are
+    never probed, and they had the region pair's estimate: a job could be planned onto a
+    node its probes had lost. (A reporter of its own region: where only other regions
+    report it, a partition between the regions explains the reports, which
+    ``with_regions`` handles by region pair. Reports by it of others do not count: a new
+    node reporting two dead ones was cut off; a review.)"""
+    suspects = {
+        x
+        for x, by in reported_by.items()
+        if len(by) >= 2 and x in region and any(region.get(s) == region[x] for s in by)
+    }
+    return {x for x in suspects if not (set(heard_by.get(x, ())) - suspects)}
 
 
 def build_cluster(
@@ -246,9 +290,10 @@ def build_cluster(
     name: str = "kubernetes",
 ) -> Cluster:
     """Servers, their measured links, and region-level fallbacks for every other pair
-    except the unreachable ones: a region pair holding one gets a link for each of its
-    other server pairs instead of a region link, so the unreachable pair has no latency.
-    A fallback is the median of the measured links between the two regions (within the
+    except the unreachable ones, which the cluster lists as cut (``Cluster.cut``: no
+    latency, whatever their region link says; a topology file writes their region pair as
+    a link for each of its other server pairs, ``Cluster.materialized``). A fallback is
+    the median of the measured links between the two regions (within the
     region, for a pair in one), else ``same_region_ms`` / ``cross_region_ms``: a node not
     yet probed is placed by what its region's links measure (before, the flags' 1 and
     100 ms stood for every unmeasured pair, a measured 20 ms region pair's among them).
@@ -268,32 +313,23 @@ def build_cluster(
         if lk.a in names and lk.b in names and (not cut_ends or (lk.a, lk.b) not in cut_ends)
     ]
     region = {s.name: s.region for s in servers}
-    broken = {frozenset(region[n] for n in p) for p in cut}
     between = latencies.region_medians
     if between is None:  # (not read with every server's region: those given)
         between = region_medians((((lk.a, lk.b), lk.latency_ms) for lk in measured), region)
-    by_region = _by_region(region)
-    regions = sorted(by_region)
-    region_links = []
-    estimated: list[tuple[str, str, float]] = []
-    for i, a in enumerate(regions):
-        for b in regions[i:]:
-            ms = between.get(frozenset((a, b)), same_region_ms if a == b else cross_region_ms)
-            if frozenset((a, b)) not in broken:
-                region_links.append(RegionLink(a, b, ms))
-                continue
-            for x in by_region[a]:
-                for y in by_region[b]:
-                    if a == b and x >= y:  # (each pair once)
-                        continue
-                    pair = frozenset((x, y))
-                    if pair not in cut and pair not in latencies.measured:
-                        estimated.append((min(x, y), max(x, y), ms))
-    fallbacks = [Link(x, y, ms) for x, y, ms in sorted(estimated)]
-    if fallbacks:  # (two sorted runs: sorted merges them in one pass)
-        measured = sorted(measured + fallbacks, key=attrgetter("a", "b"))
-    server_links = tuple(measured)
-    return Cluster(name, tuple(servers), server_links, tuple(region_links))
+    regions = sorted(set(region.values()))
+    region_links = [
+        RegionLink(
+            a, b, between.get(frozenset((a, b)), same_region_ms if a == b else cross_region_ms)
+        )
+        for i, a in enumerate(regions)
+        for b in regions[i:]
+    ]
+    # every region pair its link, the unreachable pairs cut from it (before, a region pair
+    # holding one was written as a link for each of its other server pairs: n^2 links where
+    # the probes sample their peers, 4.4 million and 157 s at 3,000 nodes; a review)
+    return Cluster(
+        name, tuple(servers), tuple(measured), tuple(region_links), tuple(sorted(cut_ends))
+    )
 
 
 def _by_region(region: Mapping[str, str]) -> dict[str, list[str]]:

@@ -31,6 +31,7 @@ from hulk_operator.fit import fits_nowhere
 from hulk_operator.inventory import Usage, node_info, other_pods
 from hulk_operator.latencies import (
     build_cluster,
+    node_regions,
     read_latencies,
     server_regions,
     stale_probes,
@@ -183,7 +184,7 @@ def _read(
             defaults.setdefault(meta["namespace"], []).append((meta["name"], *given))
     snap = Snapshot(
         nodes=nodes,
-        latencies=with_regions(latencies, server_regions(nodes)),
+        latencies=with_regions(latencies, server_regions(nodes), node_regions(nodes)),
         jobs=jobs,
         held=held_servers(jobs, stage_pods),
         used=Usage(others),

@@ -244,9 +244,11 @@ def unlinked(cluster: Cluster | None, servers: Collection[str], plan: JobPlan) -
     keys = {lk.key for lk in cluster.links}
     regions = {frozenset((rl.a, rl.b)) for rl in cluster.region_links}
     where = {s.name: s.region for s in cluster.servers}
+    cut = {frozenset(p) for p in cluster.cut}
 
     def linked(a: str, b: str) -> bool:
-        return frozenset((a, b)) in keys or frozenset((where[a], where[b])) in regions
+        pair = frozenset((a, b))
+        return pair not in cut and (pair in keys or frozenset((where[a], where[b])) in regions)
 
     return {
         s for s in servers if s in where and not any(linked(s, n) for n in plan.nodes if n != s)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hulk_planner.model import Cluster
+from hulk_planner.model import Cluster, Link
 
 DEFAULT_INTRA_REGION_GBPS = 10.0
 DEFAULT_CROSS_REGION_GBPS = 2.0
@@ -112,12 +112,20 @@ class Network:
                 rlat[i, j] = rlat[j, i] = rl.latency_ms
                 if rl.bandwidth_gbps:
                     rbw[i, j] = rbw[j, i] = rl.bandwidth_gbps
-        # server links, both orders (``Cluster`` lists a pair once), and each server with
+        # server links, both orders (``Cluster`` lists a pair once), the cut pairs (no
+        # latency: they cannot communicate, a link of theirs or not), and each server with
         # itself (0 ms, no limit): keys i * n + j
-        a = np.array([self.index[lk.a] for lk in cluster.links], dtype=np.int64)
-        b = np.array([self.index[lk.b] for lk in cluster.links], dtype=np.int64)
-        ms = np.array([lk.latency_ms for lk in cluster.links], dtype=float)
-        given = np.array([lk.bandwidth_gbps or np.nan for lk in cluster.links], dtype=float)
+        links = cluster.links
+        cut_keys = {frozenset(p) for p in cluster.cut}
+        if cut_keys:
+            links = tuple(lk for lk in links if lk.key not in cut_keys)
+            links += tuple(Link(min(p), max(p), 0.0) for p in cut_keys)
+        a = np.array([self.index[lk.a] for lk in links], dtype=np.int64)
+        b = np.array([self.index[lk.b] for lk in links], dtype=np.int64)
+        ms = np.array([lk.latency_ms for lk in links], dtype=float)
+        if cut_keys:
+            ms[len(links) - len(cut_keys) :] = np.inf
+        given = np.array([lk.bandwidth_gbps or np.nan for lk in links], dtype=float)
         gbps = np.where(np.isnan(given), rbw[self.region[a], self.region[b]], given)
         own = np.arange(n, dtype=np.int64)
         keys = np.concatenate([a * n + b, b * n + a, own * (n + 1)])
@@ -128,7 +136,7 @@ class Network:
         lat = PairTable(self.region, rlat, keys, ms_all)
         bw = PairTable(self.region, rbw, keys, gbps_all)
         if dense is None:
-            dense = n <= DENSE_MAX_SERVERS or len(cluster.links) >= n * n // 8
+            dense = n <= DENSE_MAX_SERVERS or len(links) >= n * n // 8
         self.latency_ms: np.ndarray | PairTable = np.asarray(lat) if dense else lat
         self.bandwidth_gbps: np.ndarray | PairTable = np.asarray(bw) if dense else bw
         # the pairs that can communicate
@@ -285,8 +293,13 @@ def unlinked_pairs(cluster: Cluster) -> int:
         a, b = ends[0], ends[-1]  # (a region with itself: one end)
         linked += sizes[a] * sizes[b] if a != b else sizes[a] * (sizes[a] - 1) // 2
     region = {s.name: s.region for s in cluster.servers}
+    cut = {frozenset(p) for p in cluster.cut}
     linked += sum(
-        1 for lk in cluster.links if frozenset((region[lk.a], region[lk.b])) not in covered
+        1
+        for lk in cluster.links
+        if frozenset((region[lk.a], region[lk.b])) not in covered and lk.key not in cut
     )
+    # a cut pair a region link covers (one a link gave is not counted above)
+    linked -= sum(1 for p in cut if frozenset(region[x] for x in p) in covered)
     n = len(cluster.servers)
     return n * (n - 1) // 2 - linked

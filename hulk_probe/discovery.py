@@ -80,8 +80,9 @@ def sample_peers(
       so that one whose peers lose it is reported by them (``hulk_operator.latencies.
       cut_off``), and a node joining or leaving moves the choice of those before it alone;
     - of every other region, those that rank first by ``pair_rank`` with this node
-      (rendezvous hashing: a node joining or leaving changes no choice but its own; the
-      rank is the pair's, so two nodes that choose each other probe both ways)."""
+      (rendezvous hashing: a node joining or leaving changes only the choices it enters
+      or leaves, each agent's other picks stay; the rank is the pair's, so two nodes that
+      choose each other probe both ways)."""
     if per_region <= 0:
         return dict(peers)
     mine = regions.get(self_name, "")

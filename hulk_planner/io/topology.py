@@ -284,6 +284,7 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
 
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    cluster = cluster.materialized()  # (the format has no cut pairs: written as links)
     nodes = []
     for s in cluster.servers:
         node: dict[str, Any] = {

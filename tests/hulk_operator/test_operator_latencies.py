@@ -95,13 +95,22 @@ def test_a_fresh_unreachable_report_leaves_the_pair_without_link_or_fallback() -
     assert lat.unreachable == {ab} and lat.measured == {frozenset("ac"): 2.0}
     both = servers("ab") + servers("cd", region="tokyo")
     cluster = latencies.build_cluster(both, lat, same_region_ms=1, cross_region_ms=80)
-    # beijing-beijing holds the cut pair: no region link there, a link for every other pair.
+    # every region pair its link, the pair reported unreachable cut from it (before, its
+    # region pair was written as a link for each of its other pairs: n^2 of them where the
+    # probes sample their peers, 157 s at 3,000 nodes; a review)
     assert sorted((r.a, r.b) for r in cluster.region_links) == [
+        ("beijing", "beijing"),
         ("beijing", "tokyo"),
         ("tokyo", "tokyo"),
     ]
-    assert ab not in {lk.key for lk in cluster.links}
+    assert cluster.cut == (("a", "b"),)
     assert {lk.key: lk.latency_ms for lk in cluster.links} == {frozenset("ac"): 2.0}
+    # as a topology file writes it: beijing-beijing as links, the cut pair none
+    written = cluster.materialized()
+    assert not written.cut and ("beijing", "beijing") not in {
+        (r.a, r.b) for r in written.region_links
+    }
+    assert ab not in {lk.key for lk in written.links}
     from hulk_planner.topology import Network
 
     net = Network(cluster)
@@ -146,6 +155,43 @@ def test_a_node_its_sampling_peers_lost_is_cut_off_from_every_peer() -> None:
     lit = [*objs[:1], latency_object("b", STAMP, c=2.0, x=41.0), *objs[2:]]
     again = latencies.with_regions(latencies.read_latencies(lit, 60, NOW), region)
     assert not any("c" in p for p in again.inferred_unreachable)
+
+
+def test_who_reports_whom_decides_a_node_cut_off() -> None:
+    """A review's cases: a new node reporting two dead peers was taken as cut off itself
+    (its own reports counted); a rack lost at once kept its nodes heard by one another's
+    last reports; a lost node whose probers of its region are CPU nodes (no planner
+    servers) was missed."""
+    region = {n: "eu" for n in ("a", "b", "d1", "x", "cpu1", "cpu2")} | {"u": "us", "d2": "us"}
+    servers = {n: r for n, r in region.items() if not n.startswith("cpu")}
+    # x is new: it reports the dead d1 and d2 (a and u report them too); nobody measured x yet
+    objs = [
+        latency_object("x", STAMP, a=1.0, d1=None, d2=None),
+        latency_object("a", STAMP, b=1.0, d1=None),
+        latency_object("u", STAMP, a=30.0, d2=None, d1=None),
+        latency_object("b", STAMP, a=1.0, d2=None),
+    ]
+    lat = latencies.with_regions(latencies.read_latencies(objs, 60, NOW), servers)
+    assert latencies.cut_off(lat.reported_by, lat.heard_by, servers) == {"d1", "d2"}
+    assert frozenset(("x", "a")) not in lat.unreachable  # (measured, and not cut)
+    # a rack lost at once: r1 and r2's last reports (fresh still) measured each other
+    rack = [
+        latency_object("r1", STAMP, r2=1.0, a=1.0),
+        latency_object("r2", STAMP, r1=1.0),
+        latency_object("a", STAMP, r1=None, r2=None, b=1.0),
+        latency_object("b", STAMP, r1=None, r2=None),
+    ]
+    racked = servers | {"r1": "eu", "r2": "eu"}
+    lost = latencies.with_regions(latencies.read_latencies(rack, 60, NOW), racked)
+    assert latencies.cut_off(lost.reported_by, lost.heard_by, racked) == {"r1", "r2"}
+    assert frozenset(("r1", "u")) in lost.inferred_unreachable
+    assert frozenset(("r1", "a")) in lost.unreachable  # (its own last word: not heard)
+    # reported by the CPU nodes of its region (probes run there; they are no servers)
+    cpu = [latency_object("cpu1", STAMP, d1=None), latency_object("cpu2", STAMP, d1=None)]
+    read = latencies.read_latencies(cpu, 60, NOW)
+    assert not latencies.with_regions(read, servers).inferred_unreachable  # (servers only)
+    seen = latencies.with_regions(read, servers, region)
+    assert frozenset(("d1", "u")) in seen.inferred_unreachable
 
 
 def test_a_pair_unmeasured_where_its_regions_are_cut_off_is_taken_as_unreachable() -> None:
@@ -266,10 +312,11 @@ def test_a_readings_links_are_built_once_for_every_round_until_the_next_listing(
     )
     kw: dict[str, Any] = {"same_region_ms": 1, "cross_region_ms": 80}
     whole = latencies.build_cluster(servers("dcba"), lat, **kw)
-    # a-d is reported unreachable: no link; b-d and c-d: the median of the region's links
+    # a-d is reported unreachable: cut; b-d and c-d: the median of the region's links
     assert [(lk.a, lk.b, lk.latency_ms) for lk in whole.links] == [
-        ("a", "b", 10.0), ("a", "c", 12.0), ("b", "c", 9.0), ("b", "d", 10.0), ("c", "d", 10.0)
+        ("a", "b", 10.0), ("a", "c", 12.0), ("b", "c", 9.0)
     ]  # fmt: skip
+    assert whole.cut == (("a", "d"),) and [r.latency_ms for r in whole.region_links] == [10.0]
     fewer = latencies.build_cluster(servers("bc"), lat, **kw)
     assert [(lk.a, lk.b) for lk in fewer.links] == [("b", "c")]
     assert fewer.links[0] is whole.links[2]  # the same object: built once
@@ -331,3 +378,18 @@ def test_cut_pairs_no_probe_reported_are_not_told_as_the_probes_report() -> None
     assert told[0][2].startswith(
         "the probes report 1 server pair(s) this job's stages send over unreachable: a and b"
     )
+    # a pair taken as cut is back when no longer so: estimated again, not measured (it was
+    # logged as no report at all, and no LinksRestored told: a review); where the probes
+    # report nothing at all, no more than before
+    for now, said in (({frozenset("xy"): 1.0}, ["LinksRestored"]), ({}, [])):
+        told.clear()
+        one = ctx(Latencies(unreachable=frozenset({bc}), inferred_unreachable=frozenset({bc})))
+        asyncio.run(tell_cut_links(one, ("ml", "j"), plan))  # type: ignore[arg-type]
+        later = Latencies(measured=now)
+
+        async def read_later(later: Latencies = later) -> Latencies:
+            return later
+
+        again = SimpleNamespace(**{**vars(one), "latencies": read_later})  # (its memory)
+        asyncio.run(tell_cut_links(again, ("ml", "j"), plan))  # type: ignore[arg-type]
+        assert [e[1] for e in told] == ["LinkUnreachable", *said], told

@@ -176,7 +176,48 @@ def _mixed(n: int, seed: int, regions: int) -> Cluster:
         if rng.random() < 0.6
     ]
     links = [lk for lk in base.links if rng.random() < 0.5]
-    return replace(base, links=tuple(links), region_links=tuple(region_links))
+    servers = [srv.name for srv in base.servers]
+    cut = {  # pairs reported unreachable (``Cluster.cut``), some of them linked
+        tuple(sorted(rng.choice(servers, 2, replace=False).tolist()))
+        for _ in range(int(rng.integers(0, 4)))
+        if len(servers) > 1
+    }
+    return replace(
+        base, links=tuple(links), region_links=tuple(region_links), cut=tuple(sorted(cut))
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 40), seed=st.integers(0, 10**6), regions=st.integers(1, 5))
+def test_cut_pairs_are_as_their_region_pair_written_out_as_links(
+    n: int, seed: int, regions: int
+) -> None:
+    """The operator cuts pairs reported unreachable from their region link
+    (``Cluster.cut``); before, it wrote such a region pair as a link for each of its other
+    server pairs, n^2 of them where the probes sample their peers (a review). The network
+    is the same as that file form's (``materialized``, what a topology file writes)."""
+    c = _mixed(n, seed, regions)
+    flat = c.materialized()
+    assert not flat.cut
+    for dense in (True, False):
+        got, want = Network(c, dense=dense), Network(flat, dense=True)
+        for name in ("latency_ms", "direct"):
+            assert np.array_equal(np.asarray(getattr(got, name)), getattr(want, name)), name
+        talk = want.direct  # (a pair that cannot communicate has no bandwidth to compare)
+        assert np.array_equal(np.asarray(got.bandwidth_gbps)[talk], want.bandwidth_gbps[talk])
+    assert topology.unlinked_pairs(c) == topology.unlinked_pairs(flat)
+    assert all(not Network(c).reachable(a, b) for a, b in c.cut)
+    gone = c.servers[0].name
+    assert all(gone not in p for p in c.without([gone]).cut)
+    assert c.with_servers([]).cut == c.cut
+
+
+def test_a_cut_pair_names_two_servers() -> None:
+    from hulk_planner.errors import InvalidRequest
+
+    c = cluster([server("a"), server("b")], [])
+    with pytest.raises(InvalidRequest, match="cut pair a-x: must name two listed servers"):
+        replace(c, cut=(("a", "x"),))
 
 
 @settings(max_examples=25, deadline=None)
