@@ -62,22 +62,26 @@ class Written:
         return True
 
 
+def publishing(**settings: Any) -> ProbeConfig:
+    """An agent's settings for its publishing alone (no sockets are opened)."""
+    return ProbeConfig(
+        node_name="n0",
+        listen=("127.0.0.1", 0),
+        advertise=("127.0.0.1", 1),
+        metrics=None,
+        publish_interval_s=1.0,
+        **settings,
+    )
+
+
 def test_a_growing_cluster_is_told_when_the_longest_spacing_passes_the_budget(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A cluster grown a node at a time raises the spacing a tick at a time, each step
     under the 20% the log waits for: the step past --max-publish-interval, where the
     budget is passed, was never told (a review). It is, once; and so is the spacing."""
-    config = ProbeConfig(
-        node_name="n0",
-        listen=("127.0.0.1", 0),
-        advertise=("127.0.0.1", 1),
-        metrics=None,
-        publish_interval_s=1.0,
-        write_budget_kb_s=1.0,  # 1 KB/s: 200 s is too short from about 38 nodes on
-        max_publish_interval_s=200.0,
-    )
-    agent = Agent(config)
+    # 1 KB/s: 200 s is too short from about 38 nodes on
+    agent = Agent(publishing(write_budget_kb_s=1.0, max_publish_interval_s=200.0))
     pacer = Pacer(1.0, 1000.0, cap_s=200.0)
     written = Written()
 
@@ -108,16 +112,7 @@ def test_a_sampling_agent_spaces_its_writes_for_every_agent_not_its_sample() -> 
     as often as if the cluster were that small)."""
     from types import SimpleNamespace
 
-    config = ProbeConfig(
-        node_name="n0",
-        listen=("127.0.0.1", 0),
-        advertise=("127.0.0.1", 1),
-        metrics=None,
-        publish_interval_s=1.0,
-        write_budget_kb_s=10.0,
-        max_publish_interval_s=1000.0,
-        peers_per_region=2,
-    )
+    config = publishing(write_budget_kb_s=10.0, max_publish_interval_s=1000.0, peers_per_region=2)
     estimates = {f"n{i}": Estimate(1.0, 3, 1.8e9, True, 0) for i in range(1, 7)}
     spacing = {}
     for agents in (1, 7, 700):
