@@ -11,7 +11,7 @@ from urllib3.exceptions import HTTPError
 
 from hulk_operator import recovery
 from hulk_operator.context import Context
-from hulk_operator.latencies import INFERRED_WORDS
+from hulk_operator.latencies import INFERRED_WORDS, Latencies
 from hulk_planner.model import JobPlan
 
 DISRUPTED = "Disrupted"  # the Event of a job not moved off NotReady servers (a disruption)
@@ -86,11 +86,27 @@ async def tell_cut_links(ctx: Context, key: tuple[str, str], plan: JobPlan) -> N
         told.pop(key, None)
         # pairs taken as cut though no probe reported them (a node its peers lost, or a
         # region pair): estimated again, not measured, once it is back (before, its
-        # recovery was logged as no report at all, and no LinksRestored told: a review)
-        back = bool(guessed.pop(key, frozenset())) and bool(latencies.measured)
+        # recovery was logged as no report at all, and no LinksRestored told: a review);
+        # back where both their servers are measured again and their region pair too (not
+        # where the reports behind them merely aged out: a review)
+        back = _measured_again(guessed.pop(key, frozenset()), latencies)
         if not back and not any(frozenset(p) in latencies.measured for p in before):
             # no report on them at all: the probes' objects deleted, or the probe
             # uninstalled (before, told as restored; a review)
             log.info(f"{key[1]}: the probes no longer report on the cut pairs it was told of")
             return
         ctx.event("Normal", LINKS_RESTORED, "its servers' probes reach each other again")
+
+
+def _measured_again(pairs: frozenset[tuple[str, str]], latencies: Latencies) -> bool:
+    """Whether some of ``pairs`` (taken as cut, not reported) has both servers measured
+    with some peer and its two regions measured with each other."""
+    if not pairs:
+        return False
+    region = dict(latencies.regions or ())
+    medians = latencies.region_medians or {}
+    heard = {n for p in latencies.measured for n in p}
+    return any(
+        a in heard and b in heard and frozenset((region.get(a), region.get(b))) in medians
+        for a, b in pairs
+    )

@@ -141,6 +141,7 @@ def hulktrainingjob_delete(
     memo.setdefault("env_told", {}).pop(key, None)
     if (said := memo.get("disruption")) is not None:  # (its Warning: once told)
         said.get("cut_links", {}).pop(key, None)
+        said.get("cut_links_inferred", {}).pop(key, None)
     if (built := memo.get("built_pods")) is not None:
         built.pop(key, None)
     memo.metrics.set_predicted(namespace or "", name, None)

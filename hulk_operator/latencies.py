@@ -48,6 +48,11 @@ class Latencies:
     # written before it was lost, neither; nor its own reports of others: directed)
     reported_by: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
     heard_by: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    # the nodes whose fresh reports call some peer unreachable (alive and seeing a loss; a
+    # node lost at once wrote its last report before: it calls none so)
+    complaining: frozenset[str] = field(default=frozenset(), compare=False)
+    # the nodes whose fresh reports measure some peer reachable
+    measuring: frozenset[str] = field(default=frozenset(), compare=False)
     # region pair -> the median of its measured links, over every server (``with_regions``;
     # None: not applied, ``build_cluster`` takes those of the servers it is given)
     region_medians: Mapping[Pair, float] | None = field(default=None, compare=False)
@@ -142,7 +147,7 @@ def read_latencies(
     measured = links_from_directed(directed, vetoed)
     cut, old = unreachable_pairs(items, max_age_s, when)
     stale = frozenset(p for p in old if p not in measured)
-    reported = _reporters(items, max_age_s, when)
+    reported, complaining = _reporters(items, max_age_s, when)
     heard: dict[str, set[str]] = {}
     for source, target in directed if reported else ():
         if target in reported:
@@ -153,16 +158,20 @@ def read_latencies(
         stale,
         reported_by=reported,
         heard_by={t: frozenset(s) for t, s in heard.items()},
+        complaining=complaining,
+        measuring=frozenset(source for source, _ in directed),
     )
 
 
 def _reporters(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
-) -> dict[str, frozenset[str]]:
-    """Of the nodes two fresh reports or more call unreachable, who reports each so."""
+) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    """Of the nodes two fresh reports or more call unreachable, who reports each so; and
+    every node whose fresh report calls some peer unreachable."""
     from hulk_probe.links import fresh
 
     by: dict[str, set[str]] = {}
+    complaining: set[str] = set()
     for obj in latency_objects:
         source = (obj.get("metadata") or {}).get("name")
         status = obj.get("status") or {}
@@ -175,7 +184,8 @@ def _reporters(
             peer = entry.get("node")
             if entry.get("reachable") is False and isinstance(peer, str) and peer != source:
                 by.setdefault(peer, set()).add(source)
-    return {t: frozenset(s) for t, s in by.items() if len(s) >= 2}
+                complaining.add(source)
+    return {t: frozenset(s) for t, s in by.items() if len(s) >= 2}, frozenset(complaining)
 
 
 def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
@@ -237,7 +247,13 @@ def with_regions(
         for b in by_region[y]
         if a != b and (p := frozenset((a, b))) not in known
     }
-    lost = cut_off(base.reported_by, base.heard_by, region if everyone is None else everyone)
+    lost = cut_off(
+        base.reported_by,
+        base.heard_by,
+        region if everyone is None else everyone,
+        base.complaining,
+        base.measuring,
+    )
     dark |= {  # (its own last report's links too: written before it was lost)
         p
         for a in lost
@@ -262,14 +278,22 @@ def cut_off(
     reported_by: Mapping[str, Collection[str]],
     heard_by: Mapping[str, Collection[str]],
     region: Mapping[str, str],
+    complaining: Collection[str] = (),
+    measuring: Collection[str] = (),
 ) -> set[str]:
     """The nodes that two peers or more freshly report unreachable, one of their own
     region (``region``: node -> region) among them, and that no other node's fresh report
-    measures but those of nodes so reported themselves (a rack lost at once: the lost
-    nodes' last reports, written before, measured one another): cut off from every peer.
-    With probes that sample their peers (``--peers-per-region``) most pairs of a node are
-    never probed, and they had the region pair's estimate: a job could be planned onto a
-    node its probes had lost. (A reporter of its own region: where only other regions
+    measures, but those of nodes so reported themselves that report no peer unreachable
+    (``complaining``): a rack lost at once, whose last reports, written before, measured
+    one another. (A partition's two sides, both alive, each report the other: their
+    reports of their own side count, and neither is cut off from it: a review found a
+    one-region cluster split in two taken as cut off whole; and a node alive, reporting
+    some peers unreachable while it measures others, is partitioned from some, not lost:
+    where its probers are all across the split, as sampling leaves it.) Cut off from
+    every peer:
+    with probes that sample their peers (``--peers-per-region``) most pairs of a node are
+    never probed, and they had the region pair's estimate, so a job could be planned onto
+    a node its probes had lost. (A reporter of its own region: where only other regions
     report it, a partition between the regions explains the reports, which
     ``with_regions`` handles by region pair. Reports by it of others do not count: a new
     node reporting two dead ones was cut off; a review.)"""
@@ -278,7 +302,13 @@ def cut_off(
         for x, by in reported_by.items()
         if len(by) >= 2 and x in region and any(region.get(s) == region[x] for s in by)
     }
-    return {x for x in suspects if not (set(heard_by.get(x, ())) - suspects)}
+    silent = suspects - set(complaining)  # (lost nodes' last words: written before)
+    alive = set(measuring)
+    return {
+        x
+        for x in suspects
+        if not (set(heard_by.get(x, ())) - silent - {x}) and (x in silent or x not in alive)
+    }
 
 
 def build_cluster(

@@ -336,10 +336,17 @@ class Cluster:
             _check_links(self.links, seen)
         if self.cut:
             object.__setattr__(self, "cut", tuple(tuple(p) for p in self.cut))
-            for a, b in self.cut:  # type: ignore[misc]
-                if a not in seen or b not in seen or a == b:
+            for pair in self.cut:
+                if (
+                    len(pair) != 2
+                    or pair[0] not in seen
+                    or pair[1] not in seen
+                    or len(set(pair)) < 2
+                ):
                     raise InvalidRequest(
-                        f"cut pair {a}-{b}", "must name two listed servers", "drop it"
+                        f"cut pair {'-'.join(map(str, pair))}",
+                        "must name two listed servers",
+                        "drop it",
                     )
         region_pairs: set[frozenset[str]] = set()
         for rl in self.region_links:

@@ -157,6 +157,34 @@ def test_a_node_its_sampling_peers_lost_is_cut_off_from_every_peer() -> None:
     assert not any("c" in p for p in again.inferred_unreachable)
 
 
+def cut(lat: latencies.Latencies, region: dict[str, str]) -> set[str]:
+    return latencies.cut_off(lat.reported_by, lat.heard_by, region, lat.complaining, lat.measuring)
+
+
+def test_a_partition_of_live_nodes_cuts_no_node_off() -> None:
+    """Both sides of a split, alive, report each other unreachable: each side's reports of
+    its own count, and no node is cut off (a review: a one-region cluster split 4|4 was
+    taken as cut off whole, every pair). A node alive that measures no peer is."""
+    side = {n: n[0] for n in ("a1", "a2", "a3", "b1", "b2", "b3")}
+    region = {n: "eu" for n in side}
+    objs = [
+        latency_object(n, STAMP, **{m: 1.0 if side[m] == side[n] else None for m in side if m != n})
+        for n in side
+    ]
+    lat = latencies.with_regions(latencies.read_latencies(objs, 60, NOW), region)
+    assert cut(lat, region) == set() and not lat.inferred_unreachable
+    assert frozenset(("a1", "a2")) not in lat.unreachable
+    assert frozenset(("a1", "b1")) in lat.unreachable
+    # a3 is cut from everyone but its agent still writes: it measures none, all say so
+    alone = [
+        latency_object(n, STAMP, **{m: None if "a3" in (n, m) else 1.0 for m in side if m != n})
+        for n in side
+    ] + [latency_object("x", STAMP, a1=1.0)]  # (x: not probed by a3, nor a3 by it)
+    lat = latencies.with_regions(latencies.read_latencies(alone, 60, NOW), region | {"x": "eu"})
+    assert cut(lat, region | {"x": "eu"}) == {"a3"}
+    assert frozenset(("a3", "x")) in lat.inferred_unreachable
+
+
 def test_who_reports_whom_decides_a_node_cut_off() -> None:
     """A review's cases: a new node reporting two dead peers was taken as cut off itself
     (its own reports counted); a rack lost at once kept its nodes heard by one another's
@@ -172,7 +200,7 @@ def test_who_reports_whom_decides_a_node_cut_off() -> None:
         latency_object("b", STAMP, a=1.0, d2=None),
     ]
     lat = latencies.with_regions(latencies.read_latencies(objs, 60, NOW), servers)
-    assert latencies.cut_off(lat.reported_by, lat.heard_by, servers) == {"d1", "d2"}
+    assert cut(lat, servers) == {"d1", "d2"}
     assert frozenset(("x", "a")) not in lat.unreachable  # (measured, and not cut)
     # a rack lost at once: r1 and r2's last reports (fresh still) measured each other
     rack = [
@@ -183,7 +211,7 @@ def test_who_reports_whom_decides_a_node_cut_off() -> None:
     ]
     racked = servers | {"r1": "eu", "r2": "eu"}
     lost = latencies.with_regions(latencies.read_latencies(rack, 60, NOW), racked)
-    assert latencies.cut_off(lost.reported_by, lost.heard_by, racked) == {"r1", "r2"}
+    assert cut(lost, racked) == {"r1", "r2"}
     assert frozenset(("r1", "u")) in lost.inferred_unreachable
     assert frozenset(("r1", "a")) in lost.unreachable  # (its own last word: not heard)
     # reported by the CPU nodes of its region (probes run there; they are no servers)
@@ -381,11 +409,17 @@ def test_cut_pairs_no_probe_reported_are_not_told_as_the_probes_report() -> None
     # a pair taken as cut is back when no longer so: estimated again, not measured (it was
     # logged as no report at all, and no LinksRestored told: a review); where the probes
     # report nothing at all, no more than before
-    for now, said in (({frozenset("xy"): 1.0}, ["LinksRestored"]), ({}, [])):
+    # (and not where the reports behind them aged out, the region pair still unmeasured)
+    eu = {n: "eu" for n in "abcd"} | {n: "us" for n in "xy"}
+    for now, said in (
+        ({frozenset("ab"): 1.0, frozenset("cd"): 1.0}, ["LinksRestored"]),
+        ({frozenset("xy"): 1.0}, []),
+        ({}, []),
+    ):
         told.clear()
         one = ctx(Latencies(unreachable=frozenset({bc}), inferred_unreachable=frozenset({bc})))
         asyncio.run(tell_cut_links(one, ("ml", "j"), plan))  # type: ignore[arg-type]
-        later = Latencies(measured=now)
+        later = latencies.with_regions(Latencies(measured=now), eu)
 
         async def read_later(later: Latencies = later) -> Latencies:
             return later
