@@ -64,28 +64,33 @@ class Latencies:
     built: dict[str, _Built] = field(default_factory=dict, init=False, compare=False, repr=False)
 
 
-def unreachable_pairs(
+def unreachable_reports(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
-) -> tuple[frozenset[Pair], frozenset[Pair]]:
-    """Pairs that a report marks ``reachable: false``: (those of fresh reports, their
-    object's ``status.lastPublished`` at most ``max_age_s`` old; those of older ones).
-    The fresh ones are the veto ``hulk_probe.links`` applies, which drops the link; here
-    they also rule out a fallback for the pair."""
+) -> tuple[dict[str, set[str]], frozenset[Pair]]:
+    """What reports mark ``reachable: false``: (of fresh reports, their object's
+    ``status.lastPublished`` at most ``max_age_s`` old, each peer so marked with the nodes
+    that mark it; the pairs of older ones that no fresh report marks). The fresh ones are
+    the veto ``hulk_probe.links`` applies, which drops the link; here they also rule out
+    a fallback for the pair, and tell ``cut_off`` who reports whom."""
     from hulk_probe.links import fresh
 
-    out: set[Pair] = set()
+    by: dict[str, set[str]] = {}
     old: set[Pair] = set()
     for obj in latency_objects:
         source = (obj.get("metadata") or {}).get("name")
         status = obj.get("status") or {}
         if not source:
             continue
-        into = out if fresh(status.get("lastPublished"), now, max_age_s) else old
+        now_fresh = fresh(status.get("lastPublished"), now, max_age_s)
         for entry in status.get("peers") or []:
             peer = entry.get("node")
             if entry.get("reachable") is False and isinstance(peer, str) and peer != source:
-                into.add(frozenset((source, peer)))
-    return frozenset(out), frozenset(old - out)
+                if now_fresh:
+                    by.setdefault(peer, set()).add(source)
+                else:
+                    old.add(frozenset((source, peer)))
+    cut = {frozenset((s, t)) for t, sources in by.items() for s in sources}
+    return by, frozenset(old - cut)
 
 
 def slowest_publisher(latency_objects: Iterable[Mapping[str, Any]]) -> tuple[float, str] | None:
@@ -145,9 +150,11 @@ def read_latencies(
     when = now or datetime.now(UTC)
     directed, vetoed = directed_latencies(items, when, max_age_s)
     measured = links_from_directed(directed, vetoed)
-    cut, old = unreachable_pairs(items, max_age_s, when)
+    by, old = unreachable_reports(items, max_age_s, when)
+    cut = frozenset(frozenset((s, t)) for t, sources in by.items() for s in sources)
     stale = frozenset(p for p in old if p not in measured)
-    reported, complaining = _reporters(items, max_age_s, when)
+    # (``cut_off``'s candidates: the nodes two fresh reports or more mark unreachable)
+    reported = {t: frozenset(sources) for t, sources in by.items() if len(sources) >= 2}
     heard: dict[str, set[str]] = {}
     for source, target in directed if reported else ():
         if target in reported:
@@ -158,34 +165,9 @@ def read_latencies(
         stale,
         reported_by=reported,
         heard_by={t: frozenset(s) for t, s in heard.items()},
-        complaining=complaining,
+        complaining=frozenset(s for sources in by.values() for s in sources),
         measuring=frozenset(source for source, _ in directed),
     )
-
-
-def _reporters(
-    latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
-) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
-    """Of the nodes two fresh reports or more call unreachable, who reports each so; and
-    every node whose fresh report calls some peer unreachable."""
-    from hulk_probe.links import fresh
-
-    by: dict[str, set[str]] = {}
-    complaining: set[str] = set()
-    for obj in latency_objects:
-        source = (obj.get("metadata") or {}).get("name")
-        status = obj.get("status") or {}
-        peers = status.get("peers") or []
-        if not source or not any(e.get("reachable") is False for e in peers):
-            continue
-        if not fresh(status.get("lastPublished"), now, max_age_s):
-            continue
-        for entry in peers:
-            peer = entry.get("node")
-            if entry.get("reachable") is False and isinstance(peer, str) and peer != source:
-                by.setdefault(peer, set()).add(source)
-                complaining.add(source)
-    return {t: frozenset(s) for t, s in by.items() if len(s) >= 2}, frozenset(complaining)
 
 
 def server_regions(nodes: Mapping[str, NodeInfo]) -> dict[str, str]:
@@ -247,13 +229,7 @@ def with_regions(
         for b in by_region[y]
         if a != b and (p := frozenset((a, b))) not in known
     }
-    lost = cut_off(
-        base.reported_by,
-        base.heard_by,
-        region if everyone is None else everyone,
-        base.complaining,
-        base.measuring,
-    )
+    lost = cut_off(base, region if everyone is None else everyone)
     dark |= {  # (its own last report's links too: written before it was lost)
         p
         for a in lost
@@ -274,40 +250,33 @@ def with_regions(
     return out
 
 
-def cut_off(
-    reported_by: Mapping[str, Collection[str]],
-    heard_by: Mapping[str, Collection[str]],
-    region: Mapping[str, str],
-    complaining: Collection[str] = (),
-    measuring: Collection[str] = (),
-) -> set[str]:
-    """The nodes that two peers or more freshly report unreachable, one of their own
-    region (``region``: node -> region) among them, and that no other node's fresh report
-    measures, but those of nodes so reported themselves that report no peer unreachable
-    (``complaining``): a rack lost at once, whose last reports, written before, measured
-    one another. (A partition's two sides, both alive, each report the other: their
-    reports of their own side count, and neither is cut off from it: a review found a
-    one-region cluster split in two taken as cut off whole; and a node alive, reporting
-    some peers unreachable while it measures others, is partitioned from some, not lost:
-    where its probers are all across the split, as sampling leaves it.) Cut off from
-    every peer:
-    with probes that sample their peers (``--peers-per-region``) most pairs of a node are
-    never probed, and they had the region pair's estimate, so a job could be planned onto
-    a node its probes had lost. (A reporter of its own region: where only other regions
-    report it, a partition between the regions explains the reports, which
-    ``with_regions`` handles by region pair. Reports by it of others do not count: a new
-    node reporting two dead ones was cut off; a review.)"""
+def cut_off(latencies: Latencies, region: Mapping[str, str]) -> set[str]:
+    """The nodes cut off from every peer: those that two peers or more freshly report
+    unreachable, one of their own region (``region``: node -> region) among them, and that
+    no other node's fresh report measures, but those of nodes so reported themselves that
+    report no peer unreachable (a rack lost at once, whose last reports, written before,
+    measured one another); not a node that itself reports some peers unreachable while it
+    measures others (alive, and partitioned from some).
+
+    With probes that sample their peers (``--peers-per-region``) most pairs of a node are
+    never probed, and they had the region pair's estimate: a job could be planned onto a
+    node its probes had lost. A reporter of its own region: where only other regions report
+    it, a partition between the regions explains the reports, which ``with_regions``
+    handles by region pair. Reports by it of others do not count (a review: a new node
+    reporting two dead ones was cut off), and the two sides of a split, both alive, keep
+    each other's measurements (a review: a one-region cluster split in two was cut off
+    whole)."""
     suspects = {
         x
-        for x, by in reported_by.items()
+        for x, by in latencies.reported_by.items()
         if len(by) >= 2 and x in region and any(region.get(s) == region[x] for s in by)
     }
-    silent = suspects - set(complaining)  # (lost nodes' last words: written before)
-    alive = set(measuring)
+    silent = suspects - latencies.complaining  # (lost nodes' last words: written before)
     return {
         x
         for x in suspects
-        if not (set(heard_by.get(x, ())) - silent - {x}) and (x in silent or x not in alive)
+        if not (latencies.heard_by.get(x, frozenset()) - silent - {x})
+        and (x in silent or x not in latencies.measuring)
     }
 
 

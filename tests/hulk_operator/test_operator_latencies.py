@@ -157,10 +157,6 @@ def test_a_node_its_sampling_peers_lost_is_cut_off_from_every_peer() -> None:
     assert not any("c" in p for p in again.inferred_unreachable)
 
 
-def cut(lat: latencies.Latencies, region: dict[str, str]) -> set[str]:
-    return latencies.cut_off(lat.reported_by, lat.heard_by, region, lat.complaining, lat.measuring)
-
-
 def test_a_partition_of_live_nodes_cuts_no_node_off() -> None:
     """Both sides of a split, alive, report each other unreachable: each side's reports of
     its own count, and no node is cut off (a review: a one-region cluster split 4|4 was
@@ -172,7 +168,7 @@ def test_a_partition_of_live_nodes_cuts_no_node_off() -> None:
         for n in side
     ]
     lat = latencies.with_regions(latencies.read_latencies(objs, 60, NOW), region)
-    assert cut(lat, region) == set() and not lat.inferred_unreachable
+    assert latencies.cut_off(lat, region) == set() and not lat.inferred_unreachable
     assert frozenset(("a1", "a2")) not in lat.unreachable
     assert frozenset(("a1", "b1")) in lat.unreachable
     # a3 is cut from everyone but its agent still writes: it measures none, all say so
@@ -181,7 +177,7 @@ def test_a_partition_of_live_nodes_cuts_no_node_off() -> None:
         for n in side
     ] + [latency_object("x", STAMP, a1=1.0)]  # (x: not probed by a3, nor a3 by it)
     lat = latencies.with_regions(latencies.read_latencies(alone, 60, NOW), region | {"x": "eu"})
-    assert cut(lat, region | {"x": "eu"}) == {"a3"}
+    assert latencies.cut_off(lat, region | {"x": "eu"}) == {"a3"}
     assert frozenset(("a3", "x")) in lat.inferred_unreachable
 
 
@@ -200,7 +196,7 @@ def test_who_reports_whom_decides_a_node_cut_off() -> None:
         latency_object("b", STAMP, a=1.0, d2=None),
     ]
     lat = latencies.with_regions(latencies.read_latencies(objs, 60, NOW), servers)
-    assert cut(lat, servers) == {"d1", "d2"}
+    assert latencies.cut_off(lat, servers) == {"d1", "d2"}
     assert frozenset(("x", "a")) not in lat.unreachable  # (measured, and not cut)
     # a rack lost at once: r1 and r2's last reports (fresh still) measured each other
     rack = [
@@ -211,7 +207,7 @@ def test_who_reports_whom_decides_a_node_cut_off() -> None:
     ]
     racked = servers | {"r1": "eu", "r2": "eu"}
     lost = latencies.with_regions(latencies.read_latencies(rack, 60, NOW), racked)
-    assert cut(lost, racked) == {"r1", "r2"}
+    assert latencies.cut_off(lost, racked) == {"r1", "r2"}
     assert frozenset(("r1", "u")) in lost.inferred_unreachable
     assert frozenset(("r1", "a")) in lost.unreachable  # (its own last word: not heard)
     # reported by the CPU nodes of its region (probes run there; they are no servers)
