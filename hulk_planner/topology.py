@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hulk_planner.model import Cluster, Link
+from hulk_planner.model import Cluster
 
 DEFAULT_INTRA_REGION_GBPS = 10.0
 DEFAULT_CROSS_REGION_GBPS = 2.0
@@ -116,16 +116,19 @@ class Network:
         # latency: they cannot communicate, a link of theirs or not), and each server with
         # itself (0 ms, no limit): keys i * n + j
         links = cluster.links
-        cut_keys = {frozenset(p) for p in cluster.cut}
-        if cut_keys:
-            links = tuple(lk for lk in links if lk.key not in cut_keys)
-            links += tuple(Link(min(p), max(p), 0.0) for p in cut_keys)
         a = np.array([self.index[lk.a] for lk in links], dtype=np.int64)
         b = np.array([self.index[lk.b] for lk in links], dtype=np.int64)
         ms = np.array([lk.latency_ms for lk in links], dtype=float)
-        if cut_keys:
-            ms[len(links) - len(cut_keys) :] = np.inf
         given = np.array([lk.bandwidth_gbps or np.nan for lk in links], dtype=float)
+        if cluster.cut:  # (a link of a cut pair dropped; each cut pair once, no latency)
+            ca = np.array([self.index[x] for x, _ in cluster.cut], dtype=np.int64)
+            cb = np.array([self.index[y] for _, y in cluster.cut], dtype=np.int64)
+            cut = np.unique(np.minimum(ca, cb) * n + np.maximum(ca, cb))
+            kept = ~np.isin(np.minimum(a, b) * n + np.maximum(a, b), cut)
+            a = np.concatenate([a[kept], cut // n])
+            b = np.concatenate([b[kept], cut % n])
+            ms = np.concatenate([ms[kept], np.full(cut.size, np.inf)])
+            given = np.concatenate([given[kept], np.full(cut.size, np.nan)])
         gbps = np.where(np.isnan(given), rbw[self.region[a], self.region[b]], given)
         own = np.arange(n, dtype=np.int64)
         keys = np.concatenate([a * n + b, b * n + a, own * (n + 1)])
@@ -136,7 +139,7 @@ class Network:
         lat = PairTable(self.region, rlat, keys, ms_all)
         bw = PairTable(self.region, rbw, keys, gbps_all)
         if dense is None:
-            dense = n <= DENSE_MAX_SERVERS or len(links) >= n * n // 8
+            dense = n <= DENSE_MAX_SERVERS or a.size >= n * n // 8
         self.latency_ms: np.ndarray | PairTable = np.asarray(lat) if dense else lat
         self.bandwidth_gbps: np.ndarray | PairTable = np.asarray(bw) if dense else bw
         # the pairs that can communicate
