@@ -163,13 +163,12 @@ def server_texts(
     where the servers are drawn wide enough (``numbered``), and, up to NAMED_UP_TO servers,
     each server's name beside it, away from its region's centre (before, a user saw a
     job's colour, not which server trains which stage: a trial)."""
-    out = [
-        (*pos[n], str(k), 5.5)
-        for jp in plan.jobs
-        for k, st in enumerate(jp.stages)
-        for n in st.nodes
-        if numbered(cluster)
-    ]
+    out = (
+        [(*pos[n], str(k), 5.5) for jp in plan.jobs for k, st in enumerate(jp.stages)
+         for n in st.nodes]
+        if numbered(cluster)  # (once: it sizes every server's marker)
+        else []
+    )  # fmt: skip
     if len(cluster.servers) <= NAMED_UP_TO:
         centre = _centres(cluster)
         for s in cluster.servers:
