@@ -64,6 +64,10 @@ def each_error(exc: E) -> tuple[E, ...]:
     return tuple(getattr(exc, "errors", (exc,)))
 
 
+#: The fix for a boolean or number where a name goes (YAML reads them unquoted so)
+QUOTE_FIX = "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as other types"
+
+
 def shown(value: object) -> str:
     """A value in an error message as the YAML it came from writes it: ``true``, ``null``
     (not Python's ``True``, ``None``); anything else as ``repr``."""

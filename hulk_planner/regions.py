@@ -21,7 +21,14 @@ from typing import Any
 
 from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import slug
-from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, each_error, one_or_all, shown
+from hulk_planner.errors import (
+    QUOTE_FIX,
+    InvalidRequest,
+    NoFeasiblePlan,
+    each_error,
+    one_or_all,
+    shown,
+)
 from hulk_planner.io import placed_documents
 from hulk_planner.model import Cluster, Job, Plan, Server, Unplaced
 from hulk_planner.planners.search import _gib
@@ -105,7 +112,7 @@ def _region_of(field: str, name: object, cluster: Cluster, by_slug: Mapping[str,
         listed = ", ".join(sorted(cluster.regions)[:6])
         more = ", ..." if len(cluster.regions) > 6 else ""
         fix = (
-            "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as other types"
+            QUOTE_FIX
             if isinstance(name, bool | int | float)
             else f"write one of the cluster's regions: {listed}{more}"
         )

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from hulk_planner.errors import InvalidRequest, number_fix, shown
+from hulk_planner.errors import QUOTE_FIX, InvalidRequest, number_fix, shown
 
 API_VERSION = "hulk.dev/v1alpha1"
 
@@ -85,8 +85,7 @@ def text_field(doc: Mapping[str, Any], key: str, where: str) -> str:
         raise InvalidRequest(
             f"{where}.{key}",
             f"must be a string, got {shown(value)}",
-            "quote it: YAML reads on, off, yes, no, true, false and numbers unquoted as "
-            "other types",
+            QUOTE_FIX,
         )
     return value
 
