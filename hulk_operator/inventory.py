@@ -35,7 +35,7 @@ from hulk_operator.quotas import effective_resources, parse_amount
 from hulk_planner.datasets import slug
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.hardware import normalize_capability, tflops_for
-from hulk_planner.model import Server
+from hulk_planner.model import MAX_GPU_MEMORY_GIB, Server
 
 REGION = "topology.kubernetes.io/region"
 ZONE = "topology.kubernetes.io/zone"
@@ -50,7 +50,7 @@ UNLABELLED = "unlabelled"
 # Plausibility bounds on what a node's labels say of one GPU (several times the largest
 # made, 288 GB and about 2,500 dense 16-bit TFLOPS in 2025): a typo'd label otherwise made a
 # model no GPU could hold fit one server, and a running job's pods moved there (a user trial)
-MAX_LABEL_MEMORY_MIB = 1024 * 1024  # 1 TiB
+MAX_LABEL_MEMORY_MIB = MAX_GPU_MEMORY_GIB * 1024  # 1 TiB: the planner's bound
 MAX_ANNOTATED_TFLOPS = 20_000.0
 NOT_EXTRA = (GPU, "cpu", "memory", "pods")  # allocatable kept apart, or not a request
 ALWAYS_TOLERATED = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)

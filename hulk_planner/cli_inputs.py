@@ -275,15 +275,15 @@ def _operator_notes(doc: Mapping[str, Any]) -> list[str]:
         from hulk_operator.manifests import replaced_env, replaced_labels
     except ImportError:
         return []
-    from hulk_planner.io.jobs import check_operator_fields
+    from hulk_planner.io.jobs import OPERATOR_FIELDS, check_operator_fields
 
     spec = dict(doc.get("spec") or {})
     try:
         check_operator_fields(spec)
     except InvalidRequest:  # noted apart: the template's own refusal told beside it (before,
         # the same note twice, and a bad template told only once that was fixed: a trial)
-        spec.pop("suspend", None)
-        spec.pop("regrow", None)
+        for key in OPERATOR_FIELDS:
+            spec.pop(key, None)
     error = object_entry({**doc, "spec": spec}).error
     replaced = replaced_env(template)  # (posted whether the spec is refused or not)
     notes = [] if replaced is None else [f"the operator would warn (EnvReplaced): {replaced}"]

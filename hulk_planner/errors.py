@@ -149,11 +149,18 @@ def range_fix(field: str, bound: str) -> str:
     return f"write a number {bound}" + (f", in {unit}" if unit else "")
 
 
-def scale_fix(field: str) -> str:
-    """The fix for a value past any real one: most likely a unit mistaken."""
+def scale_fix(field: str, value: float | None = None, at_most: float | None = None) -> str:
+    """The fix for a value past any real one: most likely a unit mistaken (a GiB field's
+    ``value`` in MiB, as GPU Feature Discovery's ``nvidia.com/gpu.memory`` gives it, where
+    that many MiB are within ``at_most``)."""
     unit = unit_of(field)
     key = field.rsplit(".", 1)[-1]
-    return f"check its unit: {key} is in {unit}" if unit else "check the value"
+    if not unit:
+        return "check the value"
+    fix = f"check its unit: {key} is in {unit}"
+    if unit == "GiB" and value is not None and at_most is not None and value / 1024 <= at_most:
+        fix += f"; {_figure(value)} MiB is {_figure(round(value / 1024, 1))} GiB"
+    return fix
 
 
 class NoFeasiblePlan(HulkError):

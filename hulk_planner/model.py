@@ -24,7 +24,9 @@ _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # Bounds far past any real hardware or network: a larger value is a typo (1e300 TFLOPS
 # overflowed the cost model into NaN and a traceback).
 MAX_GPUS = 100_000  # per server
-MAX_GPU_MEMORY_GIB = 1e6  # per GPU
+# per GPU: 1 TiB, the operator's bound on its node label too (the largest GPUs hold under
+# 300 GiB); a MiB figure (81559, as GPU Feature Discovery's label gives it) was accepted
+MAX_GPU_MEMORY_GIB = 1024
 MAX_GPU_TFLOPS = 1e6  # per GPU
 # 10 GFLOPS: below any GPU; 1e-300 made the step time infinite, told as "no memory"
 MIN_GPU_TFLOPS = 0.01
@@ -87,7 +89,9 @@ def check_positive(
         raise InvalidRequest(where, f"must be {bound}, got {value!r}", range_fix(where, bound))
     if at_most is not None and value > at_most:
         raise InvalidRequest(
-            where, f"must be at most {_bound(at_most)}, got {value!r}", scale_fix(where)
+            where,
+            f"must be at most {_bound(at_most)}, got {value!r}",
+            scale_fix(where, value, at_most),
         )
     if at_least is not None and value < at_least:
         raise InvalidRequest(

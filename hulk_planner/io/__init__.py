@@ -16,6 +16,7 @@ from hulk_planner.io.documents import (
 )
 from hulk_planner.io.jobs import (
     JOB_FIELDS,
+    WHOLE_OPERATOR_FIELDS,
     check_operator_fields,
     doc_source,
     expand_lists,
@@ -51,6 +52,7 @@ __all__ = [
     "JOB_FIELDS",
     "PLAN_FORMATS",
     "TOPOLOGY_FIELDS",
+    "WHOLE_OPERATOR_FIELDS",
     "check_operator_fields",
     "cluster_from_dict",
     "cluster_to_dict",

@@ -60,6 +60,18 @@ NO_PRESET_TRAINING_FIX = (
 # spec.regrow's defaults (the CRD's): re-plan onto free servers for a 1.25x faster step,
 # once every stage has run 300 s without a break
 REGROW_MIN_SPEEDUP, REGROW_AFTER_S = 1.25, 300
+# the operator's whole-number fields as the CRD bounds them: (least, most or None, fix)
+WHOLE_OPERATOR_FIELDS: dict[str, tuple[int, int | None, str]] = {
+    "masterPort": (1, 65535, "give a free TCP port for the rendezvous, or leave it out for 29500"),
+    "backoffLimit": (
+        0,
+        None,
+        "give how many failed stage pods are made again before the job fails, or leave it "
+        "out for 6",
+    ),
+}
+# the spec's fields the operator alone reads (``check_operator_fields``)
+OPERATOR_FIELDS = ("suspend", "regrow", *WHOLE_OPERATOR_FIELDS)
 
 
 def regrow_settings(spec: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -226,8 +238,9 @@ def job_from_dict(doc: Mapping[str, Any], source: str = "HulkTrainingJob") -> Jo
 
 
 def check_operator_fields(spec: Mapping[str, Any]) -> None:
-    """The fields only the operator reads, ``spec.suspend`` and ``spec.regrow``, checked as
-    the CRD's schema checks them. ``job_from_dict`` leaves them alone: ``hulk plan`` ignores
+    """The fields only the operator reads (``OPERATOR_FIELDS``: ``spec.suspend``,
+    ``spec.regrow``, ``spec.masterPort``, ``spec.backoffLimit``), checked as the CRD's
+    schema checks them. ``job_from_dict`` leaves them alone: ``hulk plan`` ignores
     the fields it does not need (the planning interface says so; it refused a job for them:
     a review) and notes what is wrong with them; the operator and the demo refuse them."""
     if not isinstance(spec.get("suspend", False), bool):
@@ -237,6 +250,15 @@ def check_operator_fields(spec: Mapping[str, Any]) -> None:
             "write suspend: true or suspend: false, unquoted",
         )
     regrow_settings(spec)
+    for key, (low, high, fix) in WHOLE_OPERATOR_FIELDS.items():
+        value = number_field(spec, key, "spec", low)
+        if not float(value).is_integer() or not low <= value <= (high or math.inf):
+            within = f"from {low} to {high}" if high else f"{low} or more"
+            # (before, `hulk plan` planned masterPort 99999 and backoffLimit -1 without a
+            # word, and kubectl apply refused them: a trial)
+            raise InvalidRequest(
+                f"spec.{key}", f"must be a whole number {within}, got {shown(value)}", fix
+            )
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:

@@ -383,6 +383,15 @@ TOPOLOGY_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _bytes_not_bits(key: str, close: str) -> str:
+    """The end of a "did you mean" note: where ``key`` is in bytes (``bandwidthGBps``) and
+    ``close`` in bits, the factor, else ``)`` (before, the note read as a typo to retype
+    and 10 GB/s became 10 Gbit/s: a trial)."""
+    if close.endswith("Gbps") and "GB" in key:
+        return " It is in gigabits per second: 8 times a figure in gigabytes, 80 for 10 GB/s)"
+    return ")"
+
+
 def unknown_topology_fields(doc: Mapping[str, Any]) -> list[str]:
     """A topology's fields that a ClusterTopology does not have, each with the field it is
     likely a typo of (one line per field name and place, however many entries repeat it)."""
@@ -405,6 +414,8 @@ def unknown_topology_fields(doc: Mapping[str, Any]) -> list[str]:
                 text = f"{where}{key} is not a ClusterTopology field: ignored"
                 close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
                 if close:
-                    text += f" (did you mean {where}{close[0]}?)"
+                    text += f" (did you mean {where}{close[0]}?" + _bytes_not_bits(
+                        str(key), close[0]
+                    )
                 out[f"{where}{key}"] = text
     return list(out.values())

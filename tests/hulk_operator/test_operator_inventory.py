@@ -292,6 +292,9 @@ def test_a_node_with_a_value_no_server_can_have_is_not_offered_and_says_why(
     if "999999999" in problem:  # the largest GPUs made are still offered
         body["metadata"]["labels"]["nvidia.com/gpu.memory"] = "294912"  # 288 GiB
         assert node_info(body).server is not None
+        # the bound itself: the planner's bound on gpuMemoryGiB is the same 1 TiB
+        body["metadata"]["labels"]["nvidia.com/gpu.memory"] = "1048576"
+        assert node_info(body).server.gpu_memory_gib == 1024  # type: ignore[union-attr]
     body["spec"]["unschedulable"] = True
     assert node_info(body).unschedulable
 

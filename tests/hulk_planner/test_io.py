@@ -234,6 +234,25 @@ def test_cluster_errors_name_the_field(mutate: Any, field: str, problem: str) ->
     assert exc.value.fix, exc.value  # each error says what to do (some did not: a trial)
 
 
+def test_gpu_memory_in_mib_is_refused_with_the_gib_figure() -> None:
+    """A MiB figure, as GPU Feature Discovery's ``nvidia.com/gpu.memory`` label gives it,
+    was accepted as that many GiB a GPU (a trial): refused past 1 TiB, the operator's bound
+    on the label, with the figure in GiB; a figure past any MiB one is told the unit alone."""
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0]["gpuMemoryGiB"] = 81559
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert exc.value.field == "spec.nodes[0].gpuMemoryGiB"
+    assert exc.value.problem == "must be at most 1024, got 81559"
+    assert exc.value.fix == "check its unit: gpuMemoryGiB is in GiB; 81559 MiB is 79.6 GiB"
+    doc["spec"]["nodes"][0]["gpuMemoryGiB"] = 1024  # the bound itself: 1 TiB
+    assert io.cluster_from_dict(doc).servers[0].gpu_memory_gib == 1024
+    doc["spec"]["nodes"][0]["gpuMemoryGiB"] = 1e200
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert exc.value.fix == "check its unit: gpuMemoryGiB is in GiB"
+
+
 def test_kind_and_api_version_are_checked() -> None:
     doc = cluster_doc()
     doc["kind"] = "HulkTrainingJob"
@@ -293,6 +312,7 @@ def test_unknown_topology_fields_are_noted_with_what_they_look_like(tmp_path: Pa
     for lk in doc["spec"]["links"]:
         lk["bandwithGbps"] = 100
     doc["spec"]["nodes"][0]["owner"] = "ml-team"
+    doc["spec"]["links"][-1]["bandwidthGBps"] = 10  # bytes, not bits: 8x (a trial)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(doc))
     notes: list[str] = []
@@ -303,6 +323,9 @@ def test_unknown_topology_fields_are_noted_with_what_they_look_like(tmp_path: Pa
         f"{path}: spec.nodes[].owner is not a ClusterTopology field: ignored",
         f"{path}: spec.links[].bandwithGbps is not a ClusterTopology field: ignored (did you "
         "mean spec.links[].bandwidthGbps?)",
+        f"{path}: spec.links[].bandwidthGBps is not a ClusterTopology field: ignored "
+        "(did you mean spec.links[].bandwidthGbps? It is in gigabits per second: 8 "
+        "times a figure in gigabytes, 80 for 10 GB/s)",
     ]  # one line per field, however many links repeat it
     ok = tmp_path / "ok.yaml"  # every field of the format: nothing to note
     ok.write_text(yaml.safe_dump(cluster_doc()))
@@ -820,6 +843,10 @@ def test_job_fields_are_the_crds() -> None:
         assert sorted(io.JOB_FIELDS[f"spec.{part}"]) == sorted(
             spec["properties"][part]["properties"]
         )
+    for key, (low, high, fix) in io.WHOLE_OPERATOR_FIELDS.items():  # as the CRD bounds them
+        field = spec["properties"][key]
+        assert (field["type"], field["minimum"], field.get("maximum")) == ("integer", low, high)
+        assert fix.endswith(f"leave it out for {field['default']}")
 
 
 @pytest.mark.parametrize(
@@ -1072,6 +1099,13 @@ def test_the_operators_fields_are_checked_for_the_operator_alone(tmp_path: Path)
     for field, value, problem in [
         ("suspend", "yes", "spec.suspend: must be true or false, got 'yes'"),
         ("regrow", {"minSpeedup": 1}, "spec.regrow.minSpeedup: must be above 1, got 1"),
+        # (kubectl apply refused these, and `hulk plan` said nothing: a trial)
+        ("masterPort", 99999, "spec.masterPort: must be a whole number from 1 to 65535, got"),
+        ("masterPort", 0, "spec.masterPort: must be a whole number from 1 to 65535, got 0"),
+        ("masterPort", "29500", "spec.masterPort: must be a number, got '29500'"),
+        ("backoffLimit", -1, "spec.backoffLimit: must be a whole number 0 or more, got -1"),
+        ("backoffLimit", 2.5, "spec.backoffLimit: must be a whole number 0 or more, got 2.5"),
+        ("backoffLimit", True, "spec.backoffLimit: must be a number, got true"),
     ]:
         doc = job_doc()
         doc["spec"][field] = value
@@ -1088,6 +1122,8 @@ def test_the_operators_fields_are_checked_for_the_operator_alone(tmp_path: Path)
     doc["spec"]["priority"] = 10.0
     job = io.job_from_dict(doc)
     assert job.priority == 10 and type(job.priority) is int
+    for field, value in (("masterPort", 1), ("masterPort", 65535.0), ("backoffLimit", 0)):
+        io.check_operator_fields({**doc["spec"], field: value})  # the CRD's bounds themselves
     doc["spec"]["priority"] = 10.5
     with pytest.raises(InvalidRequest, match=r"spec.priority: must be a whole number, got 10.5"):
         io.job_from_dict(doc)
