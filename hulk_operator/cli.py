@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"serve Prometheus metrics on this port (0: off; default {d.metrics_port})",
     )
     parser.add_argument(
+        FLAGS["metrics_address"],
+        dest="metrics_address",
+        metavar="IP",
+        help=f"the address the metrics listen on (default {d.metrics_address}; :: for IPv6)",
+    )
+    parser.add_argument(
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
         help="liveness endpoint URL (default %(default)s; '' to turn off)",
@@ -151,16 +157,21 @@ def check_port(flag: str, host: str, port: int, off: str) -> None:
 
 
 def port_taken(flag: str, host: str, port: int, off: str, exc: OSError) -> InvalidRequest:
+    """Why the operator cannot listen on ``host``:``port``, and the fix: the port is held,
+    or the address is none of this machine's, or IPv6 is off here."""
+    import errno
+
     from hulk_planner.errors import InvalidRequest
 
-    return InvalidRequest(
-        flag,
-        f"cannot listen on {host}:{port} ({exc.strerror or exc})",
-        f"another process holds it: pick another port, {off}",
-    )
+    fix = {
+        errno.EADDRNOTAVAIL: f"{host} is no address of this machine: listen on 0.0.0.0 or ::",
+        errno.EAFNOSUPPORT: "IPv6 is off on this machine: listen on 0.0.0.0",
+    }.get(exc.errno or 0, f"another process holds it: pick another port, {off}")
+    shown = f"[{host}]" if ":" in host else host
+    return InvalidRequest(flag, f"cannot listen on {shown}:{port} ({exc.strerror or exc})", fix)
 
 
-def serve_metrics(flag: str, port: int, off: str) -> Metrics:
+def serve_metrics(flag: str, port: int, off: str, address: str) -> Metrics:
     """The operator's metrics, served on ``port`` from now on: the port is taken at the
     check, not when kopf starts (a port free at a check and taken by the start, e.g. by an
     outgoing connection while the demo's sandbox came up, failed kopf's start-up, which
@@ -169,9 +180,9 @@ def serve_metrics(flag: str, port: int, off: str) -> Metrics:
 
     metrics = Metrics()
     try:
-        metrics.serve(port)
+        metrics.serve(port, address)
     except OSError as exc:
-        raise port_taken(flag, "0.0.0.0", port, off, exc) from None
+        raise port_taken(flag, address, port, off, exc) from None
     return metrics
 
 
@@ -186,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         kept: dict[str, Any] = {}  # what each run of kopf takes over: the metrics it serves
         if cfg.metrics_port:
             kept["metrics"] = serve_metrics(
-                FLAGS["metrics_port"], cfg.metrics_port, "or 0 to turn it off"
+                FLAGS["metrics_port"], cfg.metrics_port, "or 0 to turn it off", cfg.metrics_address
             )
         if args.liveness:
             url = urlsplit(args.liveness)

@@ -3,6 +3,7 @@ variables (flags win). Handlers read them from ``memo.config``."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, fields
 
@@ -31,6 +32,10 @@ class OperatorConfig:
     latency_max_age_s: float = 600.0
     # Port of the Prometheus metrics endpoint (0: off).
     metrics_port: int = 0
+    # Address it listens on: 0.0.0.0, every IPv4 address; "::" on an IPv6 or dual-stack
+    # cluster, whose pod IPs (the address Prometheus scrapes) may be IPv6 ("::" takes IPv4
+    # too where the node's net.ipv6.bindv6only is 0, Linux's default).
+    metrics_address: str = "0.0.0.0"
     # A stage's node counts as lost once it has been NotReady this long (seconds; Kubernetes
     # has already waited its node-monitor-grace-period before calling it NotReady):
     # a kubelet restart or a short partition does not restart whole pipelines.
@@ -98,6 +103,15 @@ class OperatorConfig:
             raise InvalidRequest(
                 _where("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"
             )
+        try:  # (before, 0.0.0.0 alone: an IPv6-only cluster could not scrape it; a review)
+            ipaddress.ip_address(self.metrics_address)
+        except ValueError:
+            raise InvalidRequest(
+                _where("metrics_address"),
+                f"must be an IP address, got {self.metrics_address!r}",
+                "write 0.0.0.0 (every IPv4 address) or :: (IPv6, and IPv4 too on Linux by "
+                "default), without brackets",
+            ) from None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> OperatorConfig:
@@ -161,6 +175,7 @@ FLAGS = {
     "cross_region_latency_ms": "--cross-region-latency-ms",
     "latency_max_age_s": "--latency-max-age-s",
     "metrics_port": "--metrics-port",
+    "metrics_address": "--metrics-address",
     "not_ready_grace_s": "--not-ready-grace-s",
     "gnn_weights": "--gnn-weights",
 }

@@ -116,7 +116,7 @@ async def operator_startup(
         memo.metrics.paused = paused  # (the peering log's word: ``pauses.PauseWatch``)
     if cfg.metrics_port:  # (``hulk operator`` and the demo serve them before kopf starts)
         try:
-            memo.metrics.serve(cfg.metrics_port)
+            memo.metrics.serve(cfg.metrics_port, cfg.metrics_address)
         except OSError as exc:  # (before: kopf retried the whole start-up a minute later)
             raise kopf.PermanentError(
                 f"metrics port {cfg.metrics_port}: cannot listen on it "

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -363,6 +364,7 @@ def test_hulk_operator_reads_the_rendered_settings(
             monkeypatch.setenv(e["name"], e["value"])
     cfg = cli.config_from_args(args)
     assert cfg.metrics_port == merged["metricsPort"]
+    assert cfg.metrics_address == merged["listenHost"]
     for key, value in merged["config"].items():
         if value is not None:
             assert getattr(cfg, key) == value, key
@@ -500,6 +502,26 @@ def test_the_probe_listens_on_ipv6_where_told(render: Render, chart_tools: dict[
     cmd = [chart_tools["HELM"], "template", "r", str(CHART), "--set", "probe.listenHost=[::]"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "/probe/listenHost" in out.stderr, out.stderr
+
+
+def test_the_operator_listens_on_ipv6_where_told(
+    render: Render, chart_tools: dict[str, str]
+) -> None:
+    """As the probe: on an IPv6-only cluster the kubelet's probes and Prometheus reach the
+    pod on its IPv6 address, where an operator on 0.0.0.0 answered neither (before, not
+    settable: its liveness probe would have restarted it for good; a review)."""
+    from hulk_operator import cli
+
+    c = container(render(set_values=["operator.listenHost=::"]), "Deployment", "hulk-operator")
+    assert "--liveness=http://[::]:8080/healthz" in c["args"]
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(c["args"])
+    assert urlsplit(args.liveness).hostname == "::"
+    assert cli.config_from_args(args).metrics_address == "::"
+    cmd = [chart_tools["HELM"], "template", "r", str(CHART), "--set", "operator.listenHost=[::]"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "/operator/listenHost" in out.stderr, out.stderr
 
 
 def test_services_point_at_named_container_ports(default: list[dict[str, Any]]) -> None:

@@ -29,6 +29,8 @@ from hulk_planner.errors import InvalidRequest
         ({"cross_region_latency_ms": -5.0}, "--cross-region-latency-ms", "zero or more"),
         ({"forbidden_grace_s": 0.0}, "HULK_OPERATOR_FORBIDDEN_GRACE_S", "greater than zero"),
         ({"metrics_port": 70000}, "--metrics-port", "0-65535"),
+        ({"metrics_address": "[::]"}, "--metrics-address", "or :: (IPv6"),
+        ({"metrics_address": "localhost"}, "--metrics-address", "must be an IP address"),
         ({"planner": "nope"}, "--planner", "use one of hulk"),
         # (the planner's bound on a link: 2e7 had failed every round, a trial)
         ({"cross_region_latency_ms": 2e7}, "--cross-region-latency-ms", "at most 10,000,000"),
@@ -189,8 +191,14 @@ def test_a_flag_wins_over_its_variable_and_an_unset_flag_leaves_the_variable_in_
     monkeypatch.setenv("HULK_OPERATOR_RECONCILE_INTERVAL_S", "7")
     monkeypatch.setenv("HULK_OPERATOR_METRICS_PORT", "9100")
     monkeypatch.setenv("HULK_OPERATOR_PLANNER", "search")
+    monkeypatch.setenv("HULK_OPERATOR_METRICS_ADDRESS", "::")
     from_env = cli.config_from_args(parser.parse_args([]))
     assert (from_env.reconcile_interval_s, from_env.metrics_port) == (7.0, 9100)
+    assert from_env.metrics_address == "::"
+    assert (
+        cli.config_from_args(parser.parse_args(["--metrics-address", "::1"])).metrics_address
+        == "::1"
+    )
     assert from_env.planner == "search"
     flagged = cli.config_from_args(
         parser.parse_args(["--reconcile-interval", "3", "--planner", "hulk"])
@@ -231,13 +239,13 @@ def test_the_metrics_port_is_held_from_the_check_on() -> None:
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
         port = s.getsockname()[1]
-    metrics = serve_metrics("--metrics-port", port, "or 0 to turn it off")
+    metrics = serve_metrics("--metrics-port", port, "or 0 to turn it off", "0.0.0.0")
     try:
         with pytest.raises(InvalidRequest) as caught:
             check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")
         assert str(caught.value).startswith(f"--metrics-port: cannot listen on 0.0.0.0:{port} (")
         with pytest.raises(InvalidRequest) as again:
-            serve_metrics("--metrics-port", port, "or leave it out")
+            serve_metrics("--metrics-port", port, "or leave it out", "0.0.0.0")
         assert str(again.value) == (
             f"--metrics-port: cannot listen on 0.0.0.0:{port} (Address already in use) "
             "(another process holds it: pick another port, or leave it out)"
@@ -249,6 +257,35 @@ def test_the_metrics_port_is_held_from_the_check_on() -> None:
     finally:
         metrics.close()
     check_port("--metrics-port", "0.0.0.0", port, "or 0 to turn it off")  # (free again)
+
+
+def test_the_metrics_listen_on_ipv6_when_told() -> None:
+    """Before, 0.0.0.0 alone: on an IPv6-only cluster Prometheus could not scrape the
+    operator (a review). ``--metrics-address ::`` listens on IPv6 (and IPv4 where Linux's
+    bindv6only is 0); an address no interface has is told as such, not as a port held."""
+    import urllib.request
+
+    from hulk_operator.cli import serve_metrics
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::", 0))
+        port = s.getsockname()[1]
+    metrics = serve_metrics("--metrics-port", port, "or 0 to turn it off", "::")
+    try:
+        metrics.jobs.labels(phase="Pending").set(3)
+        with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=10) as answer:
+            assert 'hulk_jobs{phase="Pending"} 3.0' in answer.read().decode()
+    finally:
+        metrics.close()
+    with pytest.raises(InvalidRequest) as exc:  # (TEST-NET-1: on no machine)
+        serve_metrics("--metrics-port", port, "or 0 to turn it off", "192.0.2.7")
+    assert str(exc.value) == (
+        f"--metrics-port: cannot listen on 192.0.2.7:{port} (Cannot assign requested address) "
+        "(192.0.2.7 is no address of this machine: listen on 0.0.0.0 or ::)"
+    )
+    with pytest.raises(InvalidRequest) as exc:
+        serve_metrics("--metrics-port", port, "or 0 to turn it off", "fd00::7")
+    assert str(exc.value).startswith(f"--metrics-port: cannot listen on [fd00::7]:{port} (")
 
 
 def started(caplog: pytest.LogCaptureFixture, cfg: OperatorConfig) -> list[tuple[str, str]]:
