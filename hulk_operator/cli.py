@@ -22,7 +22,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from hulk_operator.config import FLAGS, OperatorConfig
+from hulk_operator.config import FLAGS, OperatorConfig, setting_field
 from hulk_operator.pauses import PauseWatch, identity
 
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--install-crds",
         action="store_true",
-        help="apply the CRDs (HulkTrainingJob, kopf peering) first",
+        help="apply the CRDs first (HulkTrainingJob, NodeLatency, and kopf peering but with "
+        "--standalone)",
     )
     # Settings: a flag wins over its HULK_OPERATOR_<NAME> variable, which wins over the
     # default (so no argparse defaults here: an unset flag leaves the variable in force).
@@ -156,9 +157,12 @@ def check_port(flag: str, host: str, port: int, off: str) -> None:
         raise port_taken(flag, host, port, off, exc) from None
 
 
-def port_taken(flag: str, host: str, port: int, off: str, exc: OSError) -> InvalidRequest:
-    """Why the operator cannot listen on ``host``:``port``, and the fix: the port is held,
-    or the address is none of this machine's, or IPv6 is off here."""
+def port_taken(
+    flag: str, host: str, port: int, off: str, exc: OSError, host_flag: str | None = None
+) -> InvalidRequest:
+    """Why the operator cannot listen on ``host``:``port``, and the fix, naming ``flag``:
+    the port is held; or, naming ``host_flag`` where the host has one of its own, the
+    address is none of this machine's or IPv6 is off here."""
     import errno
 
     from hulk_planner.errors import InvalidRequest
@@ -166,12 +170,22 @@ def port_taken(flag: str, host: str, port: int, off: str, exc: OSError) -> Inval
     fix = {
         errno.EADDRNOTAVAIL: f"{host} is no address of this machine: listen on 0.0.0.0 or ::",
         errno.EAFNOSUPPORT: "IPv6 is off on this machine: listen on 0.0.0.0",
-    }.get(exc.errno or 0, f"another process holds it: pick another port, {off}")
+    }.get(exc.errno or 0)
     shown = f"[{host}]" if ":" in host else host
-    return InvalidRequest(flag, f"cannot listen on {shown}:{port} ({exc.strerror or exc})", fix)
+    return InvalidRequest(
+        (host_flag or flag) if fix else flag,
+        f"cannot listen on {shown}:{port} ({exc.strerror or exc})",
+        fix or f"another process holds it: pick another port, {off}",
+    )
 
 
-def serve_metrics(flag: str, port: int, off: str, address: str) -> Metrics:
+def serve_metrics(
+    flag: str,
+    port: int,
+    off: str,
+    address: str,
+    address_flag: str = setting_field("metrics_address"),
+) -> Metrics:
     """The operator's metrics, served on ``port`` from now on: the port is taken at the
     check, not when kopf starts (a port free at a check and taken by the start, e.g. by an
     outgoing connection while the demo's sandbox came up, failed kopf's start-up, which
@@ -182,7 +196,7 @@ def serve_metrics(flag: str, port: int, off: str, address: str) -> Metrics:
     try:
         metrics.serve(port, address)
     except OSError as exc:
-        raise port_taken(flag, address, port, off, exc) from None
+        raise port_taken(flag, address, port, off, exc, address_flag) from None
     return metrics
 
 
@@ -197,7 +211,10 @@ def run(args: argparse.Namespace) -> int:
         kept: dict[str, Any] = {}  # what each run of kopf takes over: the metrics it serves
         if cfg.metrics_port:
             kept["metrics"] = serve_metrics(
-                FLAGS["metrics_port"], cfg.metrics_port, "or 0 to turn it off", cfg.metrics_address
+                setting_field("metrics_port"),
+                cfg.metrics_port,
+                "or 0 to turn it off",
+                cfg.metrics_address,
             )
         if args.liveness:
             url = urlsplit(args.liveness)

@@ -71,7 +71,7 @@ class OperatorConfig:
 
         if self.planner not in PLANNERS:
             raise InvalidRequest(
-                _where("planner"),
+                setting_field("planner"),
                 f"unknown planner {self.planner!r}",
                 f"use one of {', '.join(PLANNERS)}",
             )
@@ -88,26 +88,28 @@ class OperatorConfig:
             # (a share of the nodes; the planner's bounds on its budget and on a link's
             # latency, refused at start rather than at the first plan: 2e7 ms had failed
             # every round, a trial)
-            check_positive(_where(name), value, allow_zero=zero_allowed, at_most=most.get(name))
+            check_positive(
+                setting_field(name), value, allow_zero=zero_allowed, at_most=most.get(name)
+            )
         if self.gnn_weights:
             from hulk_planner.gnn.planner import check_weights
 
-            check_weights(self.gnn_weights, _where("gnn_weights"))
+            check_weights(self.gnn_weights, setting_field("gnn_weights"))
         if self.advise_speedup != 0 and not self.advise_speedup > 1:
             raise InvalidRequest(
-                _where("advise_speedup"),
+                setting_field("advise_speedup"),
                 f"must be above 1, or 0 to turn it off, got {self.advise_speedup!r}",
                 "give how many times faster a plan must be to be told of, e.g. 1.25",
             )
         if not 0 <= self.metrics_port <= 65535:
             raise InvalidRequest(
-                _where("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"
+                setting_field("metrics_port"), f"must be a port 0-65535, got {self.metrics_port}"
             )
         try:  # (before, 0.0.0.0 alone: an IPv6-only cluster could not scrape it; a review)
             ipaddress.ip_address(self.metrics_address)
         except ValueError:
             raise InvalidRequest(
-                _where("metrics_address"),
+                setting_field("metrics_address"),
                 f"must be an IP address, got {self.metrics_address!r}",
                 "write 0.0.0.0 (every IPv4 address) or :: (IPv6, and IPv4 too on Linux by "
                 "default), without brackets",
@@ -181,7 +183,7 @@ FLAGS = {
 }
 
 
-def _where(name: str) -> str:
+def setting_field(name: str) -> str:
     """A setting as its user set it: the flag (if it has one) or the environment variable."""
     env = f"HULK_OPERATOR_{name.upper()}"
     return f"{FLAGS[name]} / {env}" if name in FLAGS else env

@@ -256,8 +256,12 @@ def run(args: argparse.Namespace) -> int:
             )
         served: dict[str, Any] = {}  # (before: no way to see the demo's metrics; a user trial)
         if config.metrics_port:  # (served from here: see serve_metrics)
-            served["metrics"] = serve_metrics(
-                "--metrics-port", config.metrics_port, "or leave it out", config.metrics_address
+            served["metrics"] = serve_metrics(  # (the address: from the environment alone)
+                "--metrics-port",
+                config.metrics_port,
+                "or leave it out",
+                config.metrics_address,
+                "HULK_OPERATOR_METRICS_ADDRESS",
             )
     except HulkError as exc:
         for each in each_error(exc):
