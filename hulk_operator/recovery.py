@@ -305,11 +305,23 @@ def moves(
                 out.append(f"stage {i}: {','.join(gone) or '-'} -> {','.join(came) or '-'}")
             else:
                 out.append(f"stage {i}: reordered")
-        elif before.layers != st.layers:
-            shifted.append(str(i))
+        if before.layers != st.layers:  # (those with new servers too: before, a re-plan
+            # that re-split stages 0-9 read "layers moved in stage(s) 5"; a user trial)
+            shifted.append(i)
     if shifted:
-        out.append(f"layers moved in stage(s) {', '.join(shifted)}")
+        out.append(f"layers moved in stage(s) {_runs(shifted)}")
     return out
+
+
+def _runs(numbers: Sequence[int]) -> str:
+    """Ascending numbers as runs: ``0-3, 5, 7-8``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 # Every cause a running job's server can be lost for (the first word of ``lost_servers``'

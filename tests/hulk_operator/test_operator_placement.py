@@ -847,6 +847,18 @@ def test_event_names_stages_whose_layers_moved() -> None:
         "c deleted; kept 2 of 2 healthy servers, added d; stage 2: c -> d; "
         "layers moved in stage(s) 0, 1; 3 pod(s) replaced, 0 kept"
     )
+    # a stage on new servers whose layers moved is named in both (before, only stages on
+    # the same servers were: a re-split of stages 0-9 read "layers moved in stage(s) 5",
+    # a user trial); runs of three or more are told as ranges
+    names = "abcdefg"
+    old = JobPlan("j", tuple(Stage((2 * k, 2 * k + 2), (n,)) for k, n in enumerate(names)), 4)
+    split = [(0, 1), (1, 3), (3, 5), (5, 8), (8, 10), (10, 13), (13, 14)]
+    new = JobPlan("j", tuple(Stage(r, (n,)) for r, n in zip(split, "abcxefg", strict=True)), 4)
+    msg = recovery.event_message({"d": "Deleted"}, old, new, 1, 6)
+    assert msg == (
+        "d deleted; kept 6 of 6 healthy servers, added x; stage 3: d -> x; "
+        "layers moved in stage(s) 0-3, 5, 6; 1 pod(s) replaced, 6 kept"
+    )
 
 
 def test_a_much_slower_replan_of_a_job_without_regrow_says_what_would_move_it_back() -> None:
