@@ -54,6 +54,9 @@ MAX_LABEL_MEMORY_MIB = MAX_GPU_MEMORY_GIB * 1024  # 1 TiB: the planner's bound
 MAX_ANNOTATED_TFLOPS = 20_000.0
 NOT_EXTRA = (GPU, "cpu", "memory", "pods")  # allocatable kept apart, or not a request
 ALWAYS_TOLERATED = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)
+# the node lifecycle controller's taints of a NotReady node: judged as NotReady (its grace,
+# the disruption rule: ``recovery.lost_servers``), not as taints
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 class Resources(NamedTuple):
@@ -133,14 +136,23 @@ class NodeInfo:
         return mine == theirs and dict(self.labels) == dict(other.labels)
 
     def sick(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
-        """Why running stages must leave this node, or None while it can keep them."""
+        """Why running stages must leave this node, or None while it can keep them. A
+        NoExecute taint the job does not tolerate for good comes first: Kubernetes evicts
+        at once, NotReady or not (before, a node tainted and then shut down waited out the
+        NotReady grace, or a disruption; a review)."""
+        for t in self.taints:
+            if t.effect != "NoExecute" or t.key in LIFECYCLE_TAINTS:
+                continue
+            if not tolerates([*ALWAYS_TOLERATED, *tolerations], t):
+                # (one tolerated for tolerationSeconds: evicted then, and made again, for
+                # ever, before; a review)
+                for_s = bounded(tolerations, t)
+                told = f" (tolerated for {for_s:g} s only)" if for_s is not None else ""
+                return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoExecute{told}"
         if not self.ready:
             return "NotReady"
         if self.unschedulable:
             return "Cordoned"
-        for t in self.taints:
-            if t.effect == "NoExecute" and not tolerates([*ALWAYS_TOLERATED, *tolerations], t):
-                return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoExecute"
         return None
 
     def barred(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> str | None:
@@ -149,8 +161,9 @@ class NodeInfo:
         if self.unschedulable:  # (as its taint says, which the controller adds later)
             return "Cordoned"
         tol = [*ALWAYS_TOLERATED, *tolerations]
-        for t in self.taints:
-            if t.effect == "NoSchedule" and not tolerates(tol, t):
+        for t in self.taints:  # (a NotReady node's are its grace's: before, a stage pod
+            # made again there was re-planned at once, as on a tainted node; a review)
+            if t.effect == "NoSchedule" and t.key not in LIFECYCLE_TAINTS and not tolerates(tol, t):
                 return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoSchedule"
         return None
 
@@ -246,18 +259,34 @@ class Usage(Mapping[str, Resources]):
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
-    """Kubernetes' toleration matching for one taint."""
-    for tol in tolerations:
-        effect = tol.get("effect")
-        if effect and effect != taint.effect:
-            continue
-        key = tol.get("key")
-        if tol.get("operator", "Equal") == "Exists":
-            if not key or key == taint.key:
-                return True
-        elif key == taint.key and (tol.get("value") or None) == (taint.value or None):
-            return True
-    return False
+    """Kubernetes' toleration matching for one taint, for good: a NoExecute taint is not
+    tolerated by a toleration with ``tolerationSeconds`` (the pod is evicted then)."""
+    return any(
+        _matches(tol, taint)
+        and (taint.effect != "NoExecute" or tol.get("tolerationSeconds") is None)
+        for tol in tolerations
+    )
+
+
+def bounded(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> float | None:
+    """The longest ``tolerationSeconds`` of the tolerations matching ``taint``, or None."""
+    found = [
+        float(tol["tolerationSeconds"])
+        for tol in tolerations
+        if _matches(tol, taint) and isinstance(tol.get("tolerationSeconds"), int | float)
+    ]
+    return max(found, default=None)
+
+
+def _matches(tol: Mapping[str, Any], taint: Taint) -> bool:
+    """Whether one toleration matches ``taint`` (key, value, operator, effect)."""
+    effect = tol.get("effect")
+    if effect and effect != taint.effect:
+        return False
+    key = tol.get("key")
+    if tol.get("operator", "Equal") == "Exists":
+        return not key or key == taint.key
+    return key == taint.key and (tol.get("value") or None) == (taint.value or None)
 
 
 def _float(text: Any) -> float | None:
@@ -305,11 +334,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         Taint(str(t.get("key")), t.get("value"), str(t.get("effect")))
         for t in spec.get("taints") or []
     )
-    lifecycle = [
-        t
-        for t in spec.get("taints") or []
-        if t.get("key") in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-    ]
+    lifecycle = [t for t in spec.get("taints") or [] if t.get("key") in LIFECYCLE_TAINTS]
     if lifecycle and ready:
         # the node lifecycle controller's taint, its Ready condition True (not yet False, or
         # True again, the taint not yet lifted): NotReady since the taint was added, not

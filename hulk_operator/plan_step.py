@@ -238,19 +238,33 @@ async def check_plan(
         # and why, beside the server that made it (a trial: "beijing-0 cordoned, rome-44
         # cordoned" where rome-44 alone was drained read as both drained)
         lost.update((n, f"{why} {LEFT_TOO}") for n, why in barred.items() if n not in lost)
+    # its servers NotReady but not lost yet: a re-plan keeps them, and no regrowth or
+    # advice looks while they are in doubt (before, either moved the job off them, in a
+    # disruption too; a review)
+    doubt = {
+        n
+        for n in plan.nodes
+        if n not in lost
+        and (info := ctx.nodes.get(n)) is not None
+        and info.sick(entry.tolerations) == "NotReady"
+    }
     # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
     decision = None
     if lost:
         cause = causes[0].split()[0]  # (what made the re-plan, not the servers it leaves)
-        decision = await ctx.placer.replan(entry, plan, ctx.snapshot)
-    elif ctx.disrupted is None and regrow.due(entry, status):
+        decision = await ctx.placer.replan(entry, plan, ctx.snapshot, keep=doubt)
+    elif ctx.disrupted is None and not doubt and regrow.due(entry, status):
         cause = regrow.REASON
         decision = await ctx.placer.regrow(entry, plan, ctx.snapshot)  # None: it stays
         declined = ctx.placer.regrow_declined.pop(entry.key, None)
         if declined is not None and not await _told_before(ctx, entry, regrow.DECLINED, declined):
             ctx.event("Normal", regrow.DECLINED, declined)
         _free_speedup(ctx, entry, decision)
-    elif ctx.disrupted is None and regrow.advice_due(entry, status, ctx.config.advise_speedup):
+    elif (
+        ctx.disrupted is None
+        and not doubt
+        and regrow.advice_due(entry, status, ctx.config.advise_speedup)
+    ):
         # (no spec.regrow: never moved, told where free servers would make it faster)
         await ctx.placer.regrow(entry, plan, ctx.snapshot, ctx.config.advise_speedup)
         advice = ctx.placer.regrow_declined.pop(entry.key, None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -375,10 +375,15 @@ class Snapshot:
             )
         return None
 
-    def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
+    def free(
+        self, entry: JobEntry, also: Iterable[str] = (), keep: Collection[str] = ()
+    ) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
         whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
-        whose stage pod the template gives fewer GPUs than it has offers that many."""
+        whose stage pod the template gives fewer GPUs than it has offers that many.
+        ``keep``: its servers NotReady but not lost (within the grace, or in a
+        disruption), offered all the same, so that a re-plan for another server keeps
+        their stages (before, it moved the job off them: a review)."""
         mine = set(also)
         sel = dict(entry.node_selector)
         out: list[NodeInfo] = []
@@ -393,7 +398,9 @@ class Snapshot:
                 continue
             # its own servers too: its running pods stay, but a plan may make new ones
             # there, and not where a NoSchedule taint bars them (they would wait for ever)
-            ok = info.offers(entry.tolerations)
+            ok = info.offers(entry.tolerations) or (
+                info.name in keep and info.barred(entry.tolerations) is None
+            )
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             # (an init container's GPUs before the trainer's are capped: it holds its own)
             ok = (

@@ -1145,6 +1145,120 @@ def test_a_disruption_is_logged_once_whichever_jobs_timer_sees_it() -> None:
     ]  # fmt: skip
 
 
+def _unreachable(name: str, ago_s: float) -> Any:
+    """The paper's server ``name`` as the node lifecycle controller leaves an unreachable
+    Node ``ago_s`` seconds ago: Ready Unknown, tainted unreachable NoSchedule and NoExecute."""
+    import time
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
+    body = node_manifest(paper_cluster().server(name))
+    body["status"]["conditions"] = [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp}
+    ]
+    body["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/unreachable", "effect": e, "timeAdded": stamp}
+        for e in ("NoSchedule", "NoExecute")
+    ]
+    return node_info(body)
+
+
+def test_a_notready_nodes_own_taints_wait_for_its_grace() -> None:
+    """Before, the lifecycle controller's NoSchedule taint was taken as a user's: a stage
+    pod waiting there, or made again there, was re-planned 10 s into a 60 s grace, and in
+    a disruption too (a review)."""
+    import time
+
+    from hulk_operator.context import PodEntry
+    from hulk_operator.inventory import Resources
+
+    jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
+    victim = jp.nodes[0]
+    cluster = {**nodes(), victim: _unreachable(victim, 10)}
+    now = time.time()
+    assert recovery.lost_servers(jp, cluster, now=now, not_ready_grace_s=60) == {}
+    waiting = PodEntry(
+        "p0", victim, "Pending", False, False, requests=Resources(gpus=8),
+        unschedulable="0/47 nodes are available: 1 node(s) had untolerated taint "
+        "{node.kubernetes.io/unreachable: }",
+    )  # fmt: skip
+    assert recovery.stuck_servers([waiting], {}, set(), cluster, Resources(), {victim: 8}) == {}
+    assert recovery.barred_servers(jp, cluster) == {}
+    assert not cluster[victim].offers()  # no new stage goes there meanwhile
+    lost = recovery.lost_servers(jp, cluster, now=now + 60, not_ready_grace_s=60)
+    assert lost == {victim: "NotReady"}  # the grace past: lost, as NotReady
+
+
+def test_a_noexecute_taint_moves_the_stage_unless_tolerated_for_good() -> None:
+    """Kubernetes evicts a pod from a NoExecute taint at once, NotReady or not, and one
+    that tolerates it for ``tolerationSeconds`` then. Before, a toleration of 30 s counted
+    as for good (the pod was evicted and made again there every 30 s, for ever), and a
+    NotReady node's taint waited out the NotReady grace, or a disruption (a review)."""
+    from hulk_operator.inventory import Taint
+
+    jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
+    victim = jp.nodes[0]
+    cluster = nodes()
+    cluster[victim] = replace(cluster[victim], taints=(Taint("maint", "yes", "NoExecute"),))
+    tol = [{"key": "maint", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
+    lost = recovery.lost_servers(jp, cluster, tol, now=1e10)
+    assert lost == {victim: "Tainted maint=yes:NoExecute (tolerated for 30 s only)"}
+    assert not cluster[victim].offers(tol)
+    forever = [{k: v for k, v in tol[0].items() if k != "tolerationSeconds"}]
+    assert recovery.lost_servers(jp, cluster, forever, now=1e10) == {}
+    assert cluster[victim].offers(forever)
+    down = replace(not_ready(victim, "2026-11-23T00:33:41Z"), taints=cluster[victim].taints)
+    cluster[victim] = down  # NotReady a moment ago, tainted too: moved at once
+    for disrupted in (False, True):
+        lost = recovery.lost_servers(
+            jp, cluster, now=1.8e9, not_ready_grace_s=1e9, disrupted=disrupted
+        )
+        assert lost == {victim: "Tainted maint=yes:NoExecute"}
+
+
+def test_a_replan_for_a_lost_server_keeps_those_notready_but_not_lost() -> None:
+    """A disruption (most nodes NotReady) while one of a job's servers is deleted: the
+    re-plan replaces that one and keeps the NotReady ones, which are not lost. Before, it
+    planned on the free servers only, and moved the whole job off them (a review)."""
+    from hulk_operator.config import OperatorConfig
+    from hulk_operator.context import Context, PodEntry
+    from hulk_operator.inventory import Resources
+    from hulk_operator.metrics import Metrics
+    from hulk_operator.plan_fields import placed_fields
+    from hulk_operator.plan_step import check_plan
+
+    gpt = entry(paper_jobs()[2])
+    d = plan_pending(snap([gpt]), plan)[gpt.key]
+    cur = d.job_plan
+    assert cur is not None and len(cur.nodes) == 4
+    status = {"phase": "Running", **placed_fields(d, {})}
+    running = replace(gpt, plan_nodes=frozenset(cur.nodes), phase="Running")
+    cluster = dict(nodes())
+    others = [m for m in sorted(cluster) if m not in cur.nodes][:30]
+    for n in [*cur.nodes[:3], *others]:
+        cluster[n] = _unreachable(n, 600)
+    del cluster[cur.nodes[3]]
+    disrupted = recovery.disrupted(cluster, 0.55)
+    assert disrupted is not None
+    events: list[tuple[str, ...]] = []
+
+    async def snapshot() -> Snapshot:
+        return Snapshot(cluster, Latencies(), {gpt.key: running}, {n: gpt.key for n in cur.nodes})
+
+    ctx = Context(
+        api=None, config=OperatorConfig(), placer=Placer(plan), metrics=Metrics(),
+        nodes=cluster, pods={gpt.key: [
+            PodEntry(f"p{i}", n, "Running", False, False, requests=Resources(gpus=8))
+            for i, n in enumerate(cur.nodes)
+        ]}, snapshot=snapshot, event=lambda *a: events.append(a), recent={},
+        disrupted=disrupted,
+    )  # fmt: skip
+    step = asyncio.run(check_plan(ctx, running, {}, status, cur, [], {}))
+    assert step is not None and step.plan is not None
+    assert set(cur.nodes[:3]) <= set(step.plan.nodes)  # kept, not released
+    assert cur.nodes[3] not in step.plan.nodes
+    assert any(e[1] == "Disrupted" for e in events)
+
+
 def _regions_entry(regions: list[str]) -> Any:
     from hulk_operator.entries import job_entry
 
