@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hulk_operator.config import OperatorConfig
-from hulk_operator.inventory import NodeInfo, Resources
+from hulk_operator.inventory import NodeInfo, Resources, still_counted
 from hulk_operator.latencies import Latencies
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Placer
@@ -42,9 +42,7 @@ class PodEntry:
 
     def counts(self, now: float) -> bool:
         """Whether a ResourceQuota still counts the pod at ``now``."""
-        if self.phase in ("Succeeded", "Failed"):
-            return False
-        return self.counted_until is None or now <= self.counted_until
+        return still_counted(self.phase, self.counted_until, now)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from hulk_operator.inventory import (
     NodeInfo,
     Resources,
     Usage,
+    counted_until,
     epoch,
     named,
     node_info,
@@ -287,27 +288,11 @@ def hulk_pods(
             ),
             quota=tuple(sorted(quota_usage(spec).items())),
             bound_at=_bound_at(spec, status),
-            counted_until=_counted_until(meta),
+            counted_until=counted_until(meta),
             requests=pod_requests(spec),
             uid=str(meta.get("uid") or ""),
         )
     }
-
-
-def _counted_until(meta: Mapping[str, Any]) -> float | None:
-    """When quotas stop counting a Terminating pod: its deletionTimestamp (already the
-    deletion's time plus the grace) plus its grace period again, as Kubernetes' quota
-    evaluator (``QuotaV1Pod``) has it. Before, a pod stuck Terminating on a node that
-    stopped answering was credited to its job for ever, while its quota's ``used`` had
-    dropped: a regrowth counted that room twice, and its pods were refused (a review)."""
-    stamp = meta.get("deletionTimestamp")
-    if not stamp:
-        return None
-    at = epoch(stamp)
-    grace = meta.get("deletionGracePeriodSeconds")
-    if at is None or not isinstance(grace, int | float):
-        return None  # (Kubernetes counts it on: no grace to run out)
-    return at + float(grace)
 
 
 def _bound_at(spec: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:

@@ -313,6 +313,28 @@ def epoch(stamp: Any) -> float | None:
         return None
 
 
+def counted_until(meta: Mapping[str, Any]) -> float | None:
+    """When quotas stop counting a Terminating pod: its deletionTimestamp (already the
+    deletion's time plus the grace) plus its grace period again, as Kubernetes' quota
+    evaluator (``QuotaV1Pod``) has it. Before, a pod stuck Terminating on a node that
+    stopped answering was credited to its job for ever, while its quota's ``used`` had
+    dropped: a regrowth counted that room twice, and its pods were refused (a review)."""
+    stamp = meta.get("deletionTimestamp")
+    if not stamp:
+        return None
+    at = epoch(stamp)
+    grace = meta.get("deletionGracePeriodSeconds")
+    if at is None or not isinstance(grace, int | float):
+        return None  # (Kubernetes counts it on: no grace to run out)
+    return at + float(grace)
+
+
+def still_counted(phase: str | None, until: float | None, now: float) -> bool:
+    """Whether ResourceQuotas still count a pod at ``now``: not once Succeeded or Failed,
+    nor Terminating past ``until`` (``counted_until``)."""
+    return phase not in ("Succeeded", "Failed") and (until is None or now <= until)
+
+
 NO_GPUS = "no allocatable nvidia.com/gpu"  # a CPU node's (no problem to tell of)
 
 

@@ -28,7 +28,7 @@ from hulk_operator import status as st
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import PODS_FORBIDDEN
 from hulk_operator.fit import fits_nowhere
-from hulk_operator.inventory import Usage, node_info, other_pods
+from hulk_operator.inventory import Usage, counted_until, node_info, other_pods, still_counted
 from hulk_operator.latencies import (
     build_cluster,
     node_regions,
@@ -147,7 +147,11 @@ def _read(
         node, job = spec.get("nodeName"), stage_job(meta)
         if job:
             key = (meta.get("namespace", ""), job)
-            counted.setdefault(key, []).append(quota_usage(spec))
+            # as the operator credits them (``PodEntry.counts``): not once Succeeded or
+            # Failed, or Terminating past its grace (before, every one: a review)
+            phase = (pod.get("status") or {}).get("phase")
+            if still_counted(phase, counted_until(meta), time.time()):
+                counted.setdefault(key, []).append(quota_usage(spec))
             if node:
                 stage_pods.append((key, node))
     others = other_pods(pods)

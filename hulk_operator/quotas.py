@@ -21,6 +21,9 @@ from hulk_operator import GPU
 
 QUOTA_GPU = f"requests.{GPU}"  # the only quota key an extended resource may have
 _POD_KEYS = ("pods", "count/pods", "cpu", "memory", "ephemeral-storage")
+# the limits a pod counts toward: Kubernetes' pod evaluator counts no other (a quota on
+# limits.<an extended resource> matches no pod; before, it was taken to: a review)
+_LIMIT_KEYS = ("limits.cpu", "limits.memory", "limits.ephemeral-storage")
 
 
 def counts_pods(resource: str) -> bool:
@@ -29,7 +32,8 @@ def counts_pods(resource: str) -> bool:
     objects or volume claims (``services``, ``requests.storage``)."""
     return (
         resource in _POD_KEYS
-        or resource.startswith(("hugepages-", "limits."))
+        or resource in _LIMIT_KEYS
+        or resource.startswith("hugepages-")
         or (resource.startswith("requests.") and resource != "requests.storage")
     )
 
@@ -37,11 +41,20 @@ def counts_pods(resource: str) -> bool:
 def quota_left(body: Mapping[str, Any]) -> dict[str, float] | None:
     """What a ResourceQuota leaves its namespace (hard minus used) of each resource that
     pods count toward, or None where it limits none of them. (A scoped one counts only the
-    pods its ``quota_scopes`` match.)"""
-    spec = body.get("spec") or {}
-    used = (body.get("status") or {}).get("used") or {}
-    hard = (spec.get("hard") or {}).items()
-    left = {k: parse_amount(v) - parse_amount(used.get(k)) for k, v in hard if counts_pods(k)}
+    pods its ``quota_scopes`` match.) The hard limits are those its status holds, as
+    admission reads them (a ``spec.hard`` raised counts once the quota controller has
+    synced it); a resource there with no ``used`` yet leaves nothing, as admission refuses
+    pods then ("status unknown"); a quota with no status yet, its ``spec.hard`` with none
+    used (a review)."""
+    status = body.get("status") or {}
+    used = status.get("used") or {}
+    synced = status.get("hard")
+    hard = (synced if synced else (body.get("spec") or {}).get("hard") or {}).items()
+    left = {
+        k: parse_amount(v) - parse_amount(used.get(k)) if k in used or not synced else 0.0
+        for k, v in hard
+        if counts_pods(k)
+    }
     return left or None
 
 
@@ -182,15 +195,15 @@ def quota_usage(spec: Mapping[str, Any]) -> dict[str, float]:
         if name in _POD_KEYS or name.startswith("hugepages-"):
             out[name] = amount
     for name, amount in effective_resources(spec, limits=True).items():
-        out[f"limits.{name}"] = amount
+        if f"limits.{name}" in _LIMIT_KEYS:
+            out[f"limits.{name}"] = amount
     return out
 
 
 def stage_quota(spec: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
     """What a stage pod of this pod spec counts toward a quota, its GPUs aside (the plan
     gives each stage pod its server's)."""
-    gpus = (QUOTA_GPU, f"limits.{GPU}")
-    return tuple(sorted((k, v) for k, v in quota_usage(spec).items() if k not in gpus))
+    return tuple(sorted((k, v) for k, v in quota_usage(spec).items() if k != QUOTA_GPU))
 
 
 def limit_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -60,6 +60,19 @@ def test_quota_left_reads_hard_minus_used_of_what_pods_count() -> None:
         "limits.memory": 4 * 2**30,
     }
     assert quota_left({"spec": {"hard": {QUOTA_GPU: 8}}}) == {QUOTA_GPU: 8}  # none used
+    # as admission reads a quota (a review): the hard limits its status holds (a spec
+    # raised counts once synced), and one with no used figure yet leaves nothing
+    synced = {
+        "spec": {"hard": {QUOTA_GPU: "16", "pods": "4"}},
+        "status": {"hard": {QUOTA_GPU: "8", "pods": "4"}, "used": {QUOTA_GPU: "2"}},
+    }
+    assert quota_left(synced) == {QUOTA_GPU: 6, "pods": 0}
+    # limits of an extended resource: Kubernetes' pod evaluator counts none (before,
+    # such a quota refused every job, though the API server admits their pods)
+    assert quota_left({"spec": {"hard": {"limits.rdma/hca_shared_devices_a": "1"}}}) is None
+    assert "limits.example.com/fpga" not in quota_usage(
+        {"containers": [{"resources": {"limits": {"example.com/fpga": "1", "cpu": "2"}}}]}
+    )
     assert quota_left({"spec": {"hard": {"services": "10"}}}) is None
     assert quota_scopes(body) == ()
     selector = {
