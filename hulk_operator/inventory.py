@@ -259,23 +259,23 @@ class Usage(Mapping[str, Resources]):
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
-    """Kubernetes' toleration matching for one taint, for good: a NoExecute taint is not
-    tolerated by a toleration with ``tolerationSeconds`` (the pod is evicted then)."""
-    return any(
-        _matches(tol, taint)
-        and (taint.effect != "NoExecute" or tol.get("tolerationSeconds") is None)
-        for tol in tolerations
-    )
+    """Kubernetes' toleration matching for one taint, for good: a NoExecute taint that a
+    matching toleration bounds with ``tolerationSeconds`` is not (the pod is evicted after
+    the least of them, whatever others match without one: the taint eviction
+    controller's ``getMinTolerationTime``)."""
+    matched = [tol for tol in tolerations if _matches(tol, taint)]
+    return bool(matched) and (taint.effect != "NoExecute" or bounded(matched, taint) is None)
 
 
 def bounded(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> float | None:
-    """The longest ``tolerationSeconds`` of the tolerations matching ``taint``, or None."""
+    """The least ``tolerationSeconds`` of the tolerations matching ``taint`` (when the pod
+    is evicted), or None where none bounds it."""
     found = [
-        float(tol["tolerationSeconds"])
+        max(0.0, float(tol["tolerationSeconds"]))
         for tol in tolerations
         if _matches(tol, taint) and isinstance(tol.get("tolerationSeconds"), int | float)
     ]
-    return max(found, default=None)
+    return min(found, default=None)
 
 
 def _matches(tol: Mapping[str, Any], taint: Taint) -> bool:

@@ -449,12 +449,10 @@ class Placer:
         entry: JobEntry,
         current: JobPlan,
         snapshot: Callable[[], Awaitable[Snapshot]],
-        keep: Collection[str] = (),
     ) -> Decision:
-        """A new plan for a running job that lost servers: its healthy servers (and
-        ``keep``, those NotReady but not lost: ``Snapshot.free``) plus free ones, keeping
-        healthy stages where they are when the cost model allows. A round of pending jobs
-        in progress meanwhile is made again after it (``decide``)."""
+        """A new plan for a running job that lost servers: its healthy servers plus free
+        ones, keeping healthy stages where they are when the cost model allows. A round
+        of pending jobs in progress meanwhile is made again after it (``decide``)."""
         self.replans_waiting += 1
         try:
             await self.lock.acquire()
@@ -464,7 +462,7 @@ class Placer:
             snap = await snapshot()
             self.prune(snap.jobs)
             snap.held = self.held(snap.held)
-            servers = snap.free(entry, also=current.nodes, keep=keep)
+            servers = snap.free(entry, also=current.nodes)
             started = time.perf_counter()
 
             plan = self._planning(servers, snap, previous=current)

@@ -238,9 +238,10 @@ async def check_plan(
         # and why, beside the server that made it (a trial: "beijing-0 cordoned, rome-44
         # cordoned" where rome-44 alone was drained read as both drained)
         lost.update((n, f"{why} {LEFT_TOO}") for n, why in barred.items() if n not in lost)
-    # its servers NotReady but not lost yet: a re-plan keeps them, and no regrowth or
-    # advice looks while they are in doubt (before, either moved the job off them, in a
-    # disruption too; a review)
+    # its servers NotReady but not lost yet: a re-plan for the lost ones waits for them,
+    # and no regrowth or advice looks meanwhile (before, either planned on the servers
+    # free and Ready, and moved the job off them, in a disruption too; a review: a re-plan
+    # that kept them re-split their layers, and made pods there that could not start)
     doubt = {
         n
         for n in plan.nodes
@@ -248,11 +249,19 @@ async def check_plan(
         and (info := ctx.nodes.get(n)) is not None
         and info.sick(entry.tolerations) == "NotReady"
     }
+    if lost and doubt:
+        words = recovery.waits_message(lost, doubt, ctx.disrupted is not None)
+        if ctx.placer.newly_told(entry.key, recovery.REPLAN_WAITS, time.monotonic()):
+            ctx.event("Normal", recovery.REPLAN_WAITS, words)
+        new["conditions"] = st.set_condition(
+            conds, st.READY, False, recovery.REPLAN_WAITS, words, gen
+        )
+        return None  # (no pod made meanwhile: not on a deleted or drained server)
     # a re-plan: servers lost, or (spec.regrow) free servers make the job faster
     decision = None
     if lost:
         cause = causes[0].split()[0]  # (what made the re-plan, not the servers it leaves)
-        decision = await ctx.placer.replan(entry, plan, ctx.snapshot, keep=doubt)
+        decision = await ctx.placer.replan(entry, plan, ctx.snapshot)
     elif ctx.disrupted is None and not doubt and regrow.due(entry, status):
         cause = regrow.REASON
         decision = await ctx.placer.regrow(entry, plan, ctx.snapshot)  # None: it stays

@@ -340,6 +340,40 @@ LOSS_REASONS = (
 SLOWER_HINT = 1.25  # a re-plan this much slower tells a job without spec.regrow of it
 
 
+_SAID = {
+    "GPUsGone": "has fewer GPUs than its stage asks",
+    "GPUsTaken": "GPUs taken by other pods",
+    "ResourcesTaken": "stage pod's requests no longer fit beside other pods",
+}
+
+
+def lost_words(lost: Mapping[str, str]) -> str:
+    """``rome-44 deleted, rome-45 tainted maint=true:NoExecute``: each lost server and why,
+    the taint as it is, the cause as kubectl shows it."""
+
+    def told(why: str) -> str:
+        first, _, rest = why.partition(" ")
+        word = first if first == "NotReady" else first.lower()
+        return _SAID.get(why) or f"{word}{' ' + rest if rest else ''}"
+
+    return ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
+
+
+REPLAN_WAITS = "ReplanWaits"
+
+
+def waits_message(lost: Mapping[str, str], doubt: Collection[str], disrupted: bool) -> str:
+    """Why a job that lost servers is not re-planned yet: others of its servers are
+    NotReady and not lost (``doubt``), and a re-plan now would move their stages too."""
+    down = f"{', '.join(sorted(doubt))} {'is' if len(doubt) == 1 else 'are'}"
+    until = "the disruption ends and they are" if disrupted else "each is"
+    return (
+        f"{lost_words(lost)}; the re-plan waits while {down} NotReady but not lost: a re-plan "
+        f"now would move their stages too, which may come back (re-planned once {until} "
+        "Ready again, or lost)"
+    )
+
+
 def event_message(
     lost: Mapping[str, str],
     old: JobPlan,
@@ -358,18 +392,7 @@ def event_message(
     ``spec.regrow`` (``regrows`` False) whose new plan is ``SLOWER_HINT`` times slower or
     more is told that ``spec.regrow`` would move it back (a trial: jobs stayed on plans up
     to 4x slower once the nodes came back, with nothing saying so)."""
-    said = {
-        "GPUsGone": "has fewer GPUs than its stage asks",
-        "GPUsTaken": "GPUs taken by other pods",
-        "ResourcesTaken": "stage pod's requests no longer fit beside other pods",
-    }
-
-    def told(why: str) -> str:  # "Tainted maint=true:NoExecute": the taint as it is
-        first, _, rest = why.partition(" ")
-        word = first if first == "NotReady" else first.lower()  # (as kubectl shows it)
-        return said.get(why) or f"{word}{' ' + rest if rest else ''}"
-
-    causes = cause or ", ".join(f"{n} {told(why)}" for n, why in sorted(lost.items()))
+    causes = cause or lost_words(lost)
     if new is None:
         return f"{causes}; no new plan fits, all pods removed and the job is Pending again"
     changed = "; ".join(moves(old, new, lost, cluster, unoffered))

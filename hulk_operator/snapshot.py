@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from hulk_operator.inventory import (
     ALWAYS_TOLERATED,
     NodeInfo,
     Resources,
+    bounded,
     fits,
     pod_requests,
     selected,
@@ -60,7 +61,10 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
                 if t.effect in ("NoSchedule", "NoExecute")
                 and not tolerates([*ALWAYS_TOLERATED, *tolerations], t)
             ]
-            taints.update(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in bad)
+            for t in bad:  # (one tolerated for a while said so: a review)
+                for_s = bounded(tolerations, t) if t.effect == "NoExecute" else None
+                told = f" (tolerated for {for_s:g} s only)" if for_s is not None else ""
+                taints.add(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}{told}")
             why = "tainted"
         counts[why] = counts.get(why, 0) + 1
     out = ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1]))
@@ -68,6 +72,7 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
         out += (
             f"; the taint(s) {', '.join(sorted(taints))} need a toleration in "
             "spec.template.spec.tolerations"
+            + (" (for good: no tolerationSeconds)" if any("only)" in t for t in taints) else "")
         )
     return out
 
@@ -375,15 +380,10 @@ class Snapshot:
             )
         return None
 
-    def free(
-        self, entry: JobEntry, also: Iterable[str] = (), keep: Collection[str] = ()
-    ) -> list[NodeInfo]:
+    def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
         whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
-        whose stage pod the template gives fewer GPUs than it has offers that many.
-        ``keep``: its servers NotReady but not lost (within the grace, or in a
-        disruption), offered all the same, so that a re-plan for another server keeps
-        their stages (before, it moved the job off them: a review)."""
+        whose stage pod the template gives fewer GPUs than it has offers that many."""
         mine = set(also)
         sel = dict(entry.node_selector)
         out: list[NodeInfo] = []
@@ -398,9 +398,7 @@ class Snapshot:
                 continue
             # its own servers too: its running pods stay, but a plan may make new ones
             # there, and not where a NoSchedule taint bars them (they would wait for ever)
-            ok = info.offers(entry.tolerations) or (
-                info.name in keep and info.barred(entry.tolerations) is None
-            )
+            ok = info.offers(entry.tolerations)
             info = self._unused(info)  # its own stage pods are Hulk's: not counted
             # (an init container's GPUs before the trainer's are capped: it holds its own)
             ok = (

@@ -1194,6 +1194,7 @@ def test_a_noexecute_taint_moves_the_stage_unless_tolerated_for_good() -> None:
     as for good (the pod was evicted and made again there every 30 s, for ever), and a
     NotReady node's taint waited out the NotReady grace, or a disruption (a review)."""
     from hulk_operator.inventory import Taint
+    from hulk_operator.snapshot import refusals
 
     jp = plan(paper_cluster(), paper_jobs()[2:3], max_iterations=50).jobs[0]
     victim = jp.nodes[0]
@@ -1206,6 +1207,15 @@ def test_a_noexecute_taint_moves_the_stage_unless_tolerated_for_good() -> None:
     forever = [{k: v for k, v in tol[0].items() if k != "tolerationSeconds"}]
     assert recovery.lost_servers(jp, cluster, forever, now=1e10) == {}
     assert cluster[victim].offers(forever)
+    # as the taint eviction controller: the least tolerationSeconds of those that match,
+    # whatever others match without one (a review)
+    both = [*forever, tol[0], {**tol[0], "tolerationSeconds": 60}]
+    lost = recovery.lost_servers(jp, cluster, both, now=1e10)
+    assert lost == {victim: "Tainted maint=yes:NoExecute (tolerated for 30 s only)"}
+    assert refusals([cluster[victim]], both) == (
+        "1 tainted; the taint(s) maint=yes:NoExecute (tolerated for 30 s only) need a "
+        "toleration in spec.template.spec.tolerations (for good: no tolerationSeconds)"
+    )
     down = replace(not_ready(victim, "2026-11-23T00:33:41Z"), taints=cluster[victim].taints)
     cluster[victim] = down  # NotReady a moment ago, tainted too: moved at once
     for disrupted in (False, True):
@@ -1215,10 +1225,12 @@ def test_a_noexecute_taint_moves_the_stage_unless_tolerated_for_good() -> None:
         assert lost == {victim: "Tainted maint=yes:NoExecute"}
 
 
-def test_a_replan_for_a_lost_server_keeps_those_notready_but_not_lost() -> None:
+def test_a_replan_for_a_lost_server_waits_for_those_notready_but_not_lost() -> None:
     """A disruption (most nodes NotReady) while one of a job's servers is deleted: the
-    re-plan replaces that one and keeps the NotReady ones, which are not lost. Before, it
-    planned on the free servers only, and moved the whole job off them (a review)."""
+    re-plan waits until the others are Ready again (or lost), then replaces the deleted
+    one alone. Before, it planned on the free servers only and moved the whole job off
+    them (a review); a re-plan that kept them re-split their layers and made pods there
+    that could not start (another)."""
     from hulk_operator.config import OperatorConfig
     from hulk_operator.context import Context, PodEntry
     from hulk_operator.inventory import Resources
@@ -1237,26 +1249,44 @@ def test_a_replan_for_a_lost_server_keeps_those_notready_but_not_lost() -> None:
     for n in [*cur.nodes[:3], *others]:
         cluster[n] = _unreachable(n, 600)
     del cluster[cur.nodes[3]]
-    disrupted = recovery.disrupted(cluster, 0.55)
-    assert disrupted is not None
     events: list[tuple[str, ...]] = []
 
     async def snapshot() -> Snapshot:
         return Snapshot(cluster, Latencies(), {gpt.key: running}, {n: gpt.key for n in cur.nodes})
 
-    ctx = Context(
-        api=None, config=OperatorConfig(), placer=Placer(plan), metrics=Metrics(),
-        nodes=cluster, pods={gpt.key: [
-            PodEntry(f"p{i}", n, "Running", False, False, requests=Resources(gpus=8))
-            for i, n in enumerate(cur.nodes)
-        ]}, snapshot=snapshot, event=lambda *a: events.append(a), recent={},
-        disrupted=disrupted,
-    )  # fmt: skip
-    step = asyncio.run(check_plan(ctx, running, {}, status, cur, [], {}))
+    def check(disrupted: str | None) -> tuple[Any, dict[str, Any]]:
+        ctx = Context(
+            api=None, config=OperatorConfig(), placer=placer, metrics=Metrics(),
+            nodes=cluster, pods={gpt.key: [
+                PodEntry(f"p{i}", n, "Running", False, False, requests=Resources(gpus=8))
+                for i, n in enumerate(cur.nodes)
+            ]}, snapshot=snapshot, event=lambda *a: events.append(a), recent={},
+            disrupted=disrupted,
+        )  # fmt: skip
+        new: dict[str, Any] = {}
+        return asyncio.run(check_plan(ctx, running, {}, status, cur, [], new)), new
+
+    placer = Placer(plan)
+    disrupted = recovery.disrupted(cluster, 0.55)
+    assert disrupted is not None
+    step, new = check(disrupted)
+    assert step is None and not placer.reserved  # no re-plan, no pod made
+    down = ", ".join(sorted(cur.nodes[:3]))
+    words = (
+        f"{cur.nodes[3]} deleted; the re-plan waits while {down} are NotReady but not lost: a "
+        "re-plan now would move their stages too, which may come back (re-planned once the "
+        "disruption ends and they are Ready again, or lost)"
+    )
+    assert ("Normal", "ReplanWaits", words) in events
+    ready = st.condition(new, st.READY)
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "ReplanWaits")
+    step, _ = check(disrupted)  # told once
+    assert step is None and sum(e[1] == "ReplanWaits" for e in events) == 1
+    for n in cur.nodes[:3]:  # back: the deleted server alone is replaced
+        cluster[n] = nodes()[n]
+    step, _ = check(None)
     assert step is not None and step.plan is not None
-    assert set(cur.nodes[:3]) <= set(step.plan.nodes)  # kept, not released
-    assert cur.nodes[3] not in step.plan.nodes
-    assert any(e[1] == "Disrupted" for e in events)
+    assert set(cur.nodes[:3]) <= set(step.plan.nodes) and cur.nodes[3] not in step.plan.nodes
 
 
 def _regions_entry(regions: list[str]) -> Any:
