@@ -20,22 +20,26 @@ from kubernetes.utils import parse_quantity
 from hulk_operator import GPU
 
 QUOTA_GPU = f"requests.{GPU}"  # the only quota key an extended resource may have
-_POD_KEYS = ("pods", "count/pods", "cpu", "memory", "ephemeral-storage")
+_COMPUTE = ("cpu", "memory", "ephemeral-storage")
+_POD_KEYS = ("pods", "count/pods", *_COMPUTE)
 # the limits a pod counts toward: Kubernetes' pod evaluator counts no other (a quota on
 # limits.<an extended resource> matches no pod; before, it was taken to: a review)
-_LIMIT_KEYS = ("limits.cpu", "limits.memory", "limits.ephemeral-storage")
+_LIMIT_KEYS = tuple(f"limits.{name}" for name in _COMPUTE)
 
 
 def counts_pods(resource: str) -> bool:
     """Whether a ResourceQuota's ``resource`` counts what pods use (``pods``, ``cpu``,
-    ``requests.memory``, ``limits.cpu``, ``requests.nvidia.com/gpu``, ...), as opposed to
-    objects or volume claims (``services``, ``requests.storage``)."""
-    return (
-        resource in _POD_KEYS
-        or resource in _LIMIT_KEYS
-        or resource.startswith("hugepages-")
-        or (resource.startswith("requests.") and resource != "requests.storage")
-    )
+    ``requests.memory``, ``limits.cpu``, ``requests.nvidia.com/gpu``, ...), as Kubernetes'
+    pod evaluator tracks them, as opposed to objects or volume claims (``services``,
+    ``requests.storage``) and names it tracks for nothing (``requests.kubernetes.io/x``:
+    its status never gets a ``used``, and it was taken to leave nothing; a review)."""
+    if resource in _POD_KEYS or resource in _LIMIT_KEYS or resource.startswith("hugepages-"):
+        return True
+    name = resource.removeprefix("requests.")
+    if name == resource:
+        return False
+    extended = "/" in name and "kubernetes.io/" not in name  # (Kubernetes' own test)
+    return name in _COMPUTE or name.startswith("hugepages-") or extended
 
 
 def quota_left(body: Mapping[str, Any]) -> dict[str, float] | None:

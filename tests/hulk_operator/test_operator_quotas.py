@@ -70,6 +70,14 @@ def test_quota_left_reads_hard_minus_used_of_what_pods_count() -> None:
     # limits of an extended resource: Kubernetes' pod evaluator counts none (before,
     # such a quota refused every job, though the API server admits their pods)
     assert quota_left({"spec": {"hard": {"limits.rdma/hca_shared_devices_a": "1"}}}) is None
+    # names the pod evaluator tracks for nothing: their status never gets a used figure
+    untracked = {"hard": {"requests.kubernetes.io/foo": "1", "requests.foo": "1"}}
+    assert quota_left({"spec": untracked, "status": untracked}) is None
+    tracked = {"requests.example.com/fpga": "2", "requests.hugepages-2Mi": "1Gi"}
+    assert quota_left({"spec": {"hard": tracked}}) == {
+        "requests.example.com/fpga": 2,
+        "requests.hugepages-2Mi": 2**30,
+    }
     assert "limits.example.com/fpga" not in quota_usage(
         {"containers": [{"resources": {"limits": {"example.com/fpga": "1", "cpu": "2"}}}]}
     )
