@@ -146,9 +146,7 @@ class NodeInfo:
             if not tolerates([*ALWAYS_TOLERATED, *tolerations], t):
                 # (one tolerated for tolerationSeconds: evicted then, and made again, for
                 # ever, before; a review)
-                for_s = bounded(tolerations, t)
-                told = f" (tolerated for {for_s:g} s only)" if for_s is not None else ""
-                return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoExecute{told}"
+                return f"Tainted {taint_text(t, tolerations)}"
         if not self.ready:
             return "NotReady"
         if self.unschedulable:
@@ -164,7 +162,7 @@ class NodeInfo:
         for t in self.taints:  # (a NotReady node's are its grace's: before, a stage pod
             # made again there was re-planned at once, as on a tainted node; a review)
             if t.effect == "NoSchedule" and t.key not in LIFECYCLE_TAINTS and not tolerates(tol, t):
-                return f"Tainted {t.key}{'=' + t.value if t.value else ''}:NoSchedule"
+                return f"Tainted {taint_text(t)}"
         return None
 
     def offers(self, tolerations: Sequence[Mapping[str, Any]] = ()) -> bool:
@@ -276,6 +274,14 @@ def bounded(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> float | N
         if _matches(tol, taint) and isinstance(tol.get("tolerationSeconds"), int | float)
     ]
     return min(found, default=None)
+
+
+def taint_text(taint: Taint, tolerations: Iterable[Mapping[str, Any]] = ()) -> str:
+    """``key=value:Effect``, and for a NoExecute taint ``tolerations`` bound, for how long
+    (``maint=yes:NoExecute (tolerated for 30 s only)``)."""
+    for_s = bounded(tolerations, taint) if taint.effect == "NoExecute" else None
+    told = f" (tolerated for {for_s:g} s only)" if for_s is not None else ""
+    return f"{taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect}{told}"
 
 
 def _matches(tol: Mapping[str, Any], taint: Taint) -> bool:

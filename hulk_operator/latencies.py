@@ -66,12 +66,12 @@ class Latencies:
 
 def unreachable_reports(
     latency_objects: Iterable[Mapping[str, Any]], max_age_s: float, now: datetime
-) -> tuple[dict[str, set[str]], frozenset[Pair]]:
+) -> tuple[dict[str, set[str]], frozenset[Pair], frozenset[Pair]]:
     """What reports mark ``reachable: false``: (of fresh reports, their object's
     ``status.lastPublished`` at most ``max_age_s`` old, each peer so marked with the nodes
-    that mark it; the pairs of older ones that no fresh report marks). The fresh ones are
-    the veto ``hulk_probe.links`` applies, which drops the link; here they also rule out
-    a fallback for the pair, and tell ``cut_off`` who reports whom."""
+    that mark it, and those pairs; the pairs of older ones that no fresh report marks).
+    The fresh ones are the veto ``hulk_probe.links`` applies, which drops the link; here
+    they also rule out a fallback for the pair, and tell ``cut_off`` who reports whom."""
     from hulk_probe.links import fresh
 
     by: dict[str, set[str]] = {}
@@ -89,8 +89,8 @@ def unreachable_reports(
                     by.setdefault(peer, set()).add(source)
                 else:
                     old.add(frozenset((source, peer)))
-    cut = {frozenset((s, t)) for t, sources in by.items() for s in sources}
-    return by, frozenset(old - cut)
+    cut = frozenset(frozenset((s, t)) for t, sources in by.items() for s in sources)
+    return by, cut, frozenset(old - cut)
 
 
 def slowest_publisher(latency_objects: Iterable[Mapping[str, Any]]) -> tuple[float, str] | None:
@@ -150,8 +150,7 @@ def read_latencies(
     when = now or datetime.now(UTC)
     directed, vetoed = directed_latencies(items, when, max_age_s)
     measured = links_from_directed(directed, vetoed)
-    by, old = unreachable_reports(items, max_age_s, when)
-    cut = frozenset(frozenset((s, t)) for t, sources in by.items() for s in sources)
+    by, cut, old = unreachable_reports(items, max_age_s, when)
     stale = frozenset(p for p in old if p not in measured)
     # (``cut_off``'s candidates: the nodes two fresh reports or more mark unreachable)
     reported = {t: frozenset(sources) for t, sources in by.items() if len(sources) >= 2}

@@ -23,6 +23,7 @@ from hulk_operator.inventory import (
     fits,
     pod_requests,
     selected,
+    taint_text,
     tolerates,
 )
 from hulk_operator.latencies import Latencies
@@ -47,6 +48,7 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
     the toleration that would let the job use them."""
     counts: dict[str, int] = {}
     taints: set[str] = set()
+    timed = False  # a NoExecute taint tolerated for a while only among them
     for i in infos:
         if not i.ready:
             why = "not Ready"
@@ -61,10 +63,10 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
                 if t.effect in ("NoSchedule", "NoExecute")
                 and not tolerates([*ALWAYS_TOLERATED, *tolerations], t)
             ]
-            for t in bad:  # (one tolerated for a while said so: a review)
-                for_s = bounded(tolerations, t) if t.effect == "NoExecute" else None
-                told = f" (tolerated for {for_s:g} s only)" if for_s is not None else ""
-                taints.add(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}{told}")
+            taints.update(taint_text(t, tolerations) for t in bad)  # (its bound said: a review)
+            timed = timed or any(
+                t.effect == "NoExecute" and bounded(tolerations, t) is not None for t in bad
+            )
             why = "tainted"
         counts[why] = counts.get(why, 0) + 1
     out = ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1]))
@@ -72,7 +74,7 @@ def refusals(infos: Sequence[NodeInfo], tolerations: Sequence[Mapping[str, Any]]
         out += (
             f"; the taint(s) {', '.join(sorted(taints))} need a toleration in "
             "spec.template.spec.tolerations"
-            + (" (for good: no tolerationSeconds)" if any("only)" in t for t in taints) else "")
+            + (" (for good: no tolerationSeconds)" if timed else "")
         )
     return out
 
