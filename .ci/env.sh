@@ -7,13 +7,30 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 _cache=${HULK_CACHE:-$HOME/.cache/hulk}
 _hash=$(cat "$_root/requirements/dev.txt" | sha256sum | cut -c1-12)
 _venv="$_cache/venv-py$(python3 -c 'import sys;print(f"{sys.version_info[0]}{sys.version_info[1]}")')-$_hash"
+# One clone at a time creates the venv or re-points its editable install: a lock on the
+# cache (before, two clones' first runs at once each ran pip into the same new venv, and
+# one's `rm -rf` of an unfinished venv pulled it from under the other's install).
+mkdir -p "$_cache"
+exec {_hulk_lock}>"$_cache/venv.lock"
+if ! flock -n "$_hulk_lock"; then
+  echo "[env] another clone is setting up $_venv; waiting for it" >&2
+  flock "$_hulk_lock"
+fi
 if [ ! -f "$_venv/.complete" ]; then
   echo "[env] creating $_venv (cold: downloads torch, takes minutes)" >&2
   rm -rf "$_venv"
-  python3 -m venv "$_venv"
-  "$_venv/bin/pip" install -q --upgrade pip
-  PIP_CACHE_DIR="$_cache/pip" "$_venv/bin/pip" install --progress-bar off -r "$_root/requirements/dev.txt" >&2
-  touch "$_venv/.complete"
+  # each step checked here: set -e does not hold where this file is sourced in a list
+  # (`source .ci/env.sh && ...`), and a failed or killed pip was marked complete
+  if python3 -m venv "$_venv" && "$_venv/bin/pip" install -q --upgrade pip &&
+    PIP_CACHE_DIR="$_cache/pip" "$_venv/bin/pip" install --progress-bar off \
+      -r "$_root/requirements/dev.txt" >&2; then
+    touch "$_venv/.complete"
+  else
+    echo "[env] setting up $_venv failed (pip's message above); source .ci/env.sh again" >&2
+    exec {_hulk_lock}>&-
+    set +euo pipefail
+    return 1 2>/dev/null || exit 1
+  fi
 fi
 # The editable install points at one checkout; the venv is shared by every clone (CI's,
 # a second working copy), so it is made again whenever another checkout last took it
@@ -23,6 +40,8 @@ if [ "$(cat "$_marker" 2>/dev/null)" != "$_root" ] || [ "$_root/pyproject.toml" 
   "$_venv/bin/pip" install -q --no-deps --no-build-isolation -e "$_root" >&2 2>/dev/null || "$_venv/bin/pip" install -q --no-deps -e "$_root" >&2
   echo "$_root" > "$_marker"
 fi
+exec {_hulk_lock}>&-
+unset _hulk_lock
 # The checkout's packages come first on the path whatever the editable install recorded
 # (it maps packages found at install time; new packages would otherwise be missed).
 export PYTHONPATH="$_root${PYTHONPATH:+:$PYTHONPATH}"
