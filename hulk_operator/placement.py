@@ -17,46 +17,26 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from hulk_operator import decision, regrow
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
 from hulk_operator.fit import says_fits_nowhere
+from hulk_operator.give_back import Refusals
 from hulk_operator.inventory import NodeInfo
-from hulk_operator.latencies import build_cluster
 from hulk_operator.quota_fit import add_use, quotas_seen, within_quota
 from hulk_operator.rounds import PlanFn, plan_group, plan_pending
 from hulk_operator.snapshot import Snapshot, Taken, amount_text
-from hulk_planner.errors import HulkError
-from hulk_planner.model import Cluster, JobPlan, Plan, Server
+from hulk_planner.model import JobPlan, Plan, Server
 
 WRITE_TIMEOUT_S = 30.0  # a status write not seen by then is taken as lost
 BATCH_MAX_S = 5.0  # the longest a round waits for more jobs applied with the first
-MAX_REFUSED_WAIT_S = 600.0  # the longest pause of a job whose pods were refused
-REFUSALS_APART_S = 60.0  # refusals further apart are not one run (retries are 10 s apart)
 # An unplaced job whose namespace's quota figures alone moved (any pod there came or went)
 # is planned again at most this often: a busy namespace must not start a round at every pod.
 QUOTA_RECHECK_S = 10.0
 TELL_AGAIN_S = 600.0  # an unplaced job's cause is posted as an Event at most this often
-
-
-@dataclass
-class Refused:
-    """A job whose stage pods the API server refuses (an admission policy, a quota on objects)."""
-
-    uid: str  # the job object's (one deleted and applied again starts afresh)
-    generation: int
-    since: float | None  # monotonic: the first refusal of its current placement
-    servers: frozenset[str] = frozenset()  # that placement's
-    last: float = 0.0  # monotonic: the latest refusal (a refused pod is tried every 10 s)
-    times: int = 0  # placements given back in a row
-    until: float = 0.0  # monotonic: not planned before, once it gave its servers back
-    decision: Decision | None = None  # what it is told meanwhile
-    policies: tuple[tuple[str, str], ...] = ()  # its namespace's, when it gave servers back
-    blocker: tuple[str, str] | None = None  # (name, uid): the Service of the job's name it
-    # gave its servers back for (``ServiceTaken``); its pause ends when that is gone
 
 
 ADVICE_ALIKE = 0.1  # a faster plan's speedup within this share of the one told: not told
@@ -132,7 +112,7 @@ class Placer:
         self._advise_next = -math.inf  # (clock) when the next such look may plan
         self._regrow_looked: dict[Key, float] = {}
         self._used: set[int] = set()  # serials of decisions applied
-        self.refused: dict[Key, Refused] = {}  # jobs whose stage pods are refused
+        self.refusals = Refusals()  # jobs whose stage pods are refused
         # when a refused edit was last checked, and the servers free for it then
         self.edit_checked: dict[Key, tuple[float, tuple[NodeInfo, ...]]] = {}
         # an edit tried on the free servers (``edits.unplannable``): what it was tried on
@@ -172,7 +152,7 @@ class Placer:
             self._used = (
                 {d.serial for d in self.reserved.values()}
                 | {d.serial for _, d in self.unplaced.values()}
-                | {r.decision.serial for r in self.refused.values() if r.decision is not None}
+                | {d.serial for d in self.refusals.decisions()}
             )
         return True
 
@@ -201,36 +181,13 @@ class Placer:
             for k in [k for k in memo if k not in jobs]:
                 del memo[k]
         self.events_read = {k for k in self.events_read if (k[0], k[1]) in jobs}
-        for k in [k for k in self.refused if k not in jobs]:
-            del self.refused[k]
+        self.refusals.prune(jobs)
         for k in [k for k in self.template_checked if k not in jobs]:
             del self.template_checked[k]
         for k in [k for k in self.told if k not in jobs or not jobs[k].pending]:
             del self.told[k]  # (placed, or gone: a later wait tells its causes afresh)
         for k in [k for k in list(self.edits_told) if k not in jobs or jobs[k].pending]:
             del self.edits_told[k]  # (its edit allowed, or gone)
-
-    def pods_refused(self, entry: JobEntry, servers: Collection[str]) -> float:
-        """Notes that the job's stage pods on ``servers`` (its plan's) are refused; returns
-        for how many seconds they have been, in this placement (a re-plan's new servers,
-        or a placement after a pause, start the clock again)."""
-        now = decision.clock()
-        r = self._refusal(entry)
-        if r.since is None or r.servers != frozenset(servers) or now - r.last > REFUSALS_APART_S:
-            r.since, r.servers = now, frozenset(servers)  # (a gap: the job went and came back)
-        r.last = now
-        return now - r.since
-
-    def pods_admitted(self, key: Key) -> None:
-        """The job's stage pods all exist: its refusals are over."""
-        self.refused.pop(key, None)
-
-    def _refusal(self, entry: JobEntry) -> Refused:
-        """The job's record of refusals, a fresh one for a new object or spec."""
-        r = self.refused.get(entry.key)
-        if r is None or (r.uid, r.generation) != (entry.uid, entry.generation):
-            r = self.refused[entry.key] = Refused(entry.uid, entry.generation, None)
-        return r
 
     def give_back(
         self,
@@ -241,54 +198,11 @@ class Placer:
         blocker: tuple[str, str] | None = None,
     ) -> Decision:
         """The job's pods were refused too long: it drops its plan (the caller deletes its
-        pods) and is not planned for ``grace_s``, doubled at each time in a row, at most
-        ``MAX_REFUSED_WAIT_S``, or until its spec or its namespace's ``policies`` (quotas
-        and LimitRanges, as they are now) change. Returns what it is told."""
-        key = entry.key
-        r = self._refusal(entry)
-        wait = min(grace_s * 2 ** min(r.times, 30), MAX_REFUSED_WAIT_S)  # (no overflow)
-        r.times += 1
-        r.since = None
-        r.until = decision.clock() + wait
-        at = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
-        gone = f", or Service {blocker[0]} is gone" if blocker else ""
-        reason = (
-            f"{why}; planned again in {wait:.0f} s (at {at}), or when its spec or the "
-            f"namespace's ResourceQuotas or LimitRanges change{gone}"
-        )
-        r.policies, r.blocker = policies, blocker
-        r.decision = Decision(key, None, None, reason, self.planner, refused=True)
-        self.first_use(r.decision)  # told by the caller, once
-        self.forget(key)
-        return r.decision
-
-    def blocking_service(self, entry: JobEntry) -> tuple[str, str] | None:
-        """The (name, uid) of the Service the job waits out its pause for, if it does."""
-        r = self.refused.get(entry.key)
-        if r is None or r.decision is None or r.blocker is None:
-            return None
-        if (r.uid, r.generation) != (entry.uid, entry.generation):
-            return None
-        return r.blocker if decision.clock() < r.until else None
-
-    def end_pause(self, key: Key) -> None:
-        """The cause of the job's pause is gone: it is planned at the next round (a
-        refusal after that still waits twice as long as the last)."""
-        r = self.refused.get(key)
-        if r is not None:
-            r.until, r.blocker = 0.0, None
-
-    def waiting_out(self, entry: JobEntry, snap: Snapshot) -> Decision | None:
-        """What a job that gave its servers back is told while it waits, or None once its
-        pause is over, or its spec or its namespace's quotas or LimitRanges changed."""
-        r = self.refused.get(entry.key)
-        if r is None or r.decision is None:
-            return None
-        if (r.uid, r.generation) != (entry.uid, entry.generation):
-            return None
-        if snap.policies_seen(entry.key[0]) != r.policies:
-            return None
-        return r.decision if decision.clock() < r.until else None
+        pods) and pauses (``Refusals.pause``). Returns what it is told."""
+        told = self.refusals.pause(entry, why, grace_s, self.planner, policies, blocker)
+        self.first_use(told)  # told by the caller, once
+        self.forget(entry.key)
+        return told
 
     def reserved_use(self, snap: Snapshot, but: Key | None = None) -> dict[str, dict[Taken, float]]:
         """By namespace, what the reserved decisions' pods will count toward its quotas and
@@ -369,7 +283,7 @@ class Placer:
                 entry = snap.jobs.get(key)
                 if entry is None or not entry.pending:
                     return None
-                waiting = self.waiting_out(entry, snap)
+                waiting = self.refusals.waiting_out(entry, snap)
                 if waiting is not None:
                     return waiting
                 snap.held = self.held(snap.held)
@@ -389,7 +303,7 @@ class Placer:
                     self.plan_fn,
                     planner=self.planner,
                     baselines=self.baselines,
-                    decided=set(self.reserved) | self._pausing(snap),
+                    decided=set(self.reserved) | self.refusals.pausing(snap),
                     taken=self.reserved_use(snap),
                     edits=edits,
                     **self.opts,  # type: ignore[arg-type]
@@ -547,7 +461,13 @@ class Placer:
                 # the namespace's quotas: the fastest plan within them is judged instead
                 taken = self.reserved_use(snap, but=entry.key)
                 within = within_quota(entry, d, snap, taken, plan, keep=current.nodes)
-                on = self._with_own(snap, current, d.cluster)  # (its cordoned ones too)
+                on = regrow.with_own(  # (its cordoned ones too)
+                    snap,
+                    current,
+                    d.cluster,
+                    same_region_ms=float(self.opts["same_region_ms"] or 0.0),
+                    cross_region_ms=float(self.opts["cross_region_ms"] or 0.0),
+                )
                 scored = regrow.steps(within, entry, current, on)  # (scored once)
                 grown, declined = regrow.faster(within, entry, current, scored, advise)
                 speedup = scored[0] / scored[1] if scored is not None else None
@@ -607,30 +527,6 @@ class Placer:
             else None
         )
 
-    def _with_own(
-        self, snap: Snapshot, current: JobPlan, planned: Cluster | None
-    ) -> Cluster | None:
-        """``planned`` (a look's cluster) with the servers of the job's ``current`` plan it
-        left out, to score that plan on: a cordoned one keeps its running stage but takes
-        no new one (before, a job with a stage on a cordoned server was never grown nor
-        told of a faster plan, as its plan could not be scored: a review). ``planned``
-        where nothing is left out, or a server of the plan is gone (recovery's case)."""
-        if planned is None or set(current.nodes) <= set(planned.index):
-            return planned
-        infos = [snap.nodes.get(n) for n in current.nodes]
-        servers = [i.server for i in infos if i is not None and i.server is not None]
-        if len(servers) < len(infos):
-            return planned
-        try:
-            return build_cluster(
-                [*planned.servers, *(s for s in servers if s.name not in planned.index)],
-                snap.latencies,
-                same_region_ms=float(self.opts["same_region_ms"] or 0.0),
-                cross_region_ms=float(self.opts["cross_region_ms"] or 0.0),
-            )
-        except HulkError:
-            return planned
-
     def try_plan(self, entry: JobEntry, servers: Sequence[NodeInfo], snap: Snapshot) -> Decision:
         """The job alone planned on ``servers``, as a round would plan it there (blocking,
         outside the planning lock: nothing is reserved): whether an edit of a running job
@@ -668,7 +564,7 @@ class Placer:
         """A pending job that may yet be placed on the free servers: not tried on them, or
         its round is not over (one tried on these very servers and left unplaced waits
         for a change, and does not hold regrowth back)."""
-        if self.waiting_out(e, snap) is not None:
+        if self.refusals.waiting_out(e, snap) is not None:
             return False
         last = self.unplaced.get(e.key)  # (a quota's figures moved: it may fit now)
         if not e.pending:
@@ -711,10 +607,6 @@ class Placer:
             elif e is not None and gen == e.generation:
                 out.add(k)
         return out
-
-    def _pausing(self, snap: Snapshot) -> set[Key]:
-        """Jobs that gave their servers back and wait: not planned in this round."""
-        return {k for k, e in snap.jobs.items() if self.waiting_out(e, snap) is not None}
 
     def pending_write(self, key: Key, shown: JobPlan) -> Decision | None:
         """This job's re-plan whose status write is not visible yet: a reservation made

@@ -122,12 +122,12 @@ async def place(
     ns, name = entry.key
     gen = entry.generation
     _status_lost(ctx, entry, status)
-    blocker = ctx.placer.blocking_service(entry)
+    blocker = ctx.placer.refusals.blocking_service(entry)
     if (
         blocker is not None
         and await asyncio.to_thread(kube.service_uid, ctx.api, ns, blocker[0]) != blocker[1]
     ):
-        ctx.placer.end_pause(entry.key)  # the Service it waited on is gone: no pause
+        ctx.placer.refusals.end_pause(entry.key)  # the Service it waited on is gone: no pause
     if (rejected := await _template_rejected(ctx, entry, spec)) is not None:
         await remove_all(ctx, entry.key)
         fail(ctx, entry, new, conds, INVALID_SPEC, rejected, gen)  # (into ``new``)

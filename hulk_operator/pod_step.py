@@ -80,7 +80,7 @@ async def make_pods(
             ctx.event("Normal", "Planned", told)  # (not for a template the job fails for)
         waited = 0.0
         if refused is not None:
-            waited = ctx.placer.pods_refused(entry, plan.nodes)
+            waited = ctx.placer.refusals.pods_refused(entry, plan.nodes)
         if refused is not None and waited >= ctx.config.forbidden_grace_s:
             blocker = (exc.name, exc.uid) if isinstance(exc, ServiceTaken) else None
             return await _give_back(

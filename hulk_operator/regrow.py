@@ -34,11 +34,14 @@ from hulk_operator import status as st
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC
 from hulk_operator.inventory import epoch
+from hulk_operator.latencies import build_cluster
 from hulk_planner.cost import CostModel
+from hulk_planner.errors import HulkError
 from hulk_planner.model import Cluster, JobPlan
 
 if TYPE_CHECKING:
     from hulk_operator.decision import Decision
+    from hulk_operator.snapshot import Snapshot
 
 REASON = "Regrown"  # the Event's, the Replanning condition's and the replans metric's
 ALL_RUNNING = "AllStagesRunning"  # the Ready condition's reason while every stage runs
@@ -143,6 +146,35 @@ def faster(
             "(a restart from its checkpoint)"
         )
     return replace(decision, base=replace(current, predicted_iteration_seconds=was)), None
+
+
+def with_own(
+    snap: Snapshot,
+    current: JobPlan,
+    planned: Cluster | None,
+    same_region_ms: float,
+    cross_region_ms: float,
+) -> Cluster | None:
+    """``planned`` (a look's cluster) with the servers of the job's ``current`` plan it
+    left out, to score that plan on: a cordoned one keeps its running stage but takes no
+    new one (before, a job with a stage on a cordoned server was never grown nor told of a
+    faster plan, as its plan could not be scored: a review). ``planned`` where nothing is
+    left out, or a server of the plan is gone (recovery's case)."""
+    if planned is None or set(current.nodes) <= set(planned.index):
+        return planned
+    infos = [snap.nodes.get(n) for n in current.nodes]
+    servers = [i.server for i in infos if i is not None and i.server is not None]
+    if len(servers) < len(infos):
+        return planned
+    try:
+        return build_cluster(
+            [*planned.servers, *(s for s in servers if s.name not in planned.index)],
+            snap.latencies,
+            same_region_ms=same_region_ms,
+            cross_region_ms=cross_region_ms,
+        )
+    except HulkError:
+        return planned
 
 
 def _now(was: float, current: JobPlan) -> str:

@@ -192,7 +192,7 @@ async def sync_pods(
         ctx.recent.pop(held, None)
         await asyncio.to_thread(kube.ungate, ctx.api, ns, gated)
     if not missing:  # every pod of the plan exists: no refusal is running out its grace
-        ctx.placer.pods_admitted(entry.key)
+        ctx.placer.refusals.pods_admitted(entry.key)
     for n in [n for n, t in ctx.recent.items() if now - t > 60]:
         del ctx.recent[n]
     return diff

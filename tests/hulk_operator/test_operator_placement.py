@@ -148,7 +148,7 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
     and is not planned for the grace, doubled at each refusal in a row (at most 10 min);
     nor does a round plan it then (its servers go to the others). Admitted pods end the
     run of refusals; an edited spec ends the pause at once."""
-    from hulk_operator import decision, placement
+    from hulk_operator import decision, give_back
 
     now = [1000.0]
     monkeypatch.setattr(decision, "clock", lambda: now[0])
@@ -162,17 +162,17 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
 
     async def main() -> None:
         placer = Placer(plan, batch_window_s=0.0)
-        assert placer.pods_refused(a, here) == 0.0
+        assert placer.refusals.pods_refused(a, here) == 0.0
         now[0] += 30
-        assert placer.pods_refused(a, here) == 30.0
+        assert placer.refusals.pods_refused(a, here) == 30.0
         # a re-plan's new servers, or refusals far apart (the job went and came back),
         # start the clock again
         now[0] += 10
-        assert placer.pods_refused(a, there) == 0.0
-        now[0] += placement.REFUSALS_APART_S + 1
-        assert placer.pods_refused(a, there) == 0.0
+        assert placer.refusals.pods_refused(a, there) == 0.0
+        now[0] += give_back.REFUSALS_APART_S + 1
+        assert placer.refusals.pods_refused(a, there) == 0.0
         now[0] += 30
-        assert placer.pods_refused(a, there) == 30.0
+        assert placer.refusals.pods_refused(a, there) == 30.0
         waits = []
         for _ in range(6):
             told = placer.give_back(a, "refused", grace_s=120.0)
@@ -183,8 +183,8 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
             now[0] += waits[-1] - 1
             assert await placer.decide(a.key, snapshot) is told  # still pausing
             now[0] += 1
-            assert placer.waiting_out(a, state) is None  # the pause is over
-            assert placer.pods_refused(a, here) == 0.0  # refused again
+            assert placer.refusals.waiting_out(a, state) is None  # the pause is over
+            assert placer.refusals.pods_refused(a, here) == 0.0  # refused again
         assert waits == [120, 240, 480, 600, 600, 600]
         for _ in range(1100):  # refused for weeks: the pause stays at its cap
             told = placer.give_back(a, "refused", grace_s=120.0)
@@ -197,23 +197,23 @@ def test_a_job_whose_pods_are_refused_pauses_longer_each_time_until_its_spec_cha
         # its namespace's quotas or LimitRanges changed (one raised, or deleted): at once
         quota = ("ResourceQuota q", '{"hard": {"pods": "2"}}')
         placer.give_back(a, "refused", grace_s=120.0, policies=(quota,))
-        assert placer.waiting_out(a, replace(state, policies={"ml": [quota]})) is not None
+        assert placer.refusals.waiting_out(a, replace(state, policies={"ml": [quota]})) is not None
         raised = ("ResourceQuota q", '{"hard": {"pods": "9"}}')
-        assert placer.waiting_out(a, replace(state, policies={"ml": [raised]})) is None
-        assert placer.waiting_out(a, state) is None  # deleted
-        assert placer.waiting_out(a, replace(state, policies={"other": [raised]})) is None
+        assert placer.refusals.waiting_out(a, replace(state, policies={"ml": [raised]})) is None
+        assert placer.refusals.waiting_out(a, state) is None  # deleted
+        assert placer.refusals.waiting_out(a, replace(state, policies={"other": [raised]})) is None
         placer.give_back(a, "refused", grace_s=120.0)
         # the job deleted and applied again (a new object, same name): planned at once
-        assert placer.waiting_out(replace(a, uid="uid-again"), state) is None
+        assert placer.refusals.waiting_out(replace(a, uid="uid-again"), state) is None
         # an edit: planned at once
         edited = replace(a, generation=a.generation + 1)
         state.jobs[a.key] = edited  # type: ignore[index]
-        assert placer.waiting_out(edited, state) is None
+        assert placer.refusals.waiting_out(edited, state) is None
         got = await placer.decide(a.key, snapshot)
         assert got is not None and got.job_plan is not None and not got.refused
         # admitted pods end the run of refusals: the next pause is the grace again
-        placer.pods_admitted(a.key)
-        placer.pods_refused(edited, here)
+        placer.refusals.pods_admitted(a.key)
+        placer.refusals.pods_refused(edited, here)
         told = placer.give_back(edited, "refused", grace_s=120.0)
         assert "in 120 s" in told.reason
 
