@@ -79,6 +79,7 @@ class Preview:
     notes: list[str] = field(default_factory=list)  # for the user, a line each
     # baseline -> placed job it leaves unplaced -> why (as ``plan``'s own ``unplaced``)
     baselines_why: dict[str, dict[str, str]] = field(default_factory=dict)
+    seconds: float | None = None  # how long planning took (the baselines included)
 
 
 READ_TIMEOUT_S = 60.0  # each request of a preview: a server that never answers is told
@@ -399,6 +400,7 @@ def preview_plan(
             "manifest with --jobs FILE)" + "".join(f"; {n}" for n in notes)
         )
     snap = replace(snap, jobs=jobs)
+    started = time.perf_counter()
     decisions = plan_pending(
         snap,
         plan_fn,
@@ -409,6 +411,7 @@ def preview_plan(
         seed=seed,
         baselines=baselines,
     )
+    seconds = time.perf_counter() - started
     shown = pending + [e for e, _, _, _ in standing.values()]
     names = {k: n for n, k in planner_names(shown).items()}  # <name>.<ns> if needed
     compared: dict[str, dict[str, float]] = {b: {} for b in BASELINES} if baselines else {}
@@ -486,7 +489,7 @@ def preview_plan(
                             cross_region_ms=cross_region_ms, name="kubernetes")  # fmt: skip
     jobs_out = [replace(e.job, name=names[e.key]) for e in shown if e.job is not None]
     out = Plan(planner, tuple(placed), tuple(unplaced))
-    return Preview(cluster, jobs_out, out, compared, notes, why_not)
+    return Preview(cluster, jobs_out, out, compared, notes, why_not, seconds)
 
 
 UNSERVED_AFTER_S = 30.0  # the operator writes a job's status within seconds of its creation

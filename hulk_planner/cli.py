@@ -240,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 
     previous: Plan | None = None
-    seconds: float | None = None  # planning time (none for a --kubeconfig preview's plan)
+    seconds = given.seconds  # planning time (a --kubeconfig preview's: its baselines too)
     afresh: set[str] = set()  # previous jobs a re-plan does not keep (noted)
     if result is None:
         too_big = _too_big(cluster, jobs, args.planner)
@@ -345,6 +345,7 @@ def _run(args: argparse.Namespace) -> int:
             why_not,
             weights=weights,
             seconds=seconds,
+            baselines_timed=given.baselines is not None,
         )
     )
     return _plot(args.plot, cluster, result) or code

@@ -25,6 +25,7 @@ class _Inputs:
     limits: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job -> its regions
     baselines: dict[str, dict[str, float]] | None = None  # made already: job -> seconds
     why_not: dict[str, dict[str, str]] = field(default_factory=dict)  # baseline -> job -> why
+    seconds: float | None = None  # how long the plan made already took (its baselines too)
 
 
 def _in_file_order(errors: Sequence[InvalidRequest], paths: Sequence[str]) -> InvalidRequest:
@@ -181,7 +182,12 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             raise
         _tell(pv.notes)
         return _Inputs(
-            pv.cluster, pv.jobs, pv.plan, baselines=pv.baselines, why_not=pv.baselines_why
+            pv.cluster,
+            pv.jobs,
+            pv.plan,
+            baselines=pv.baselines,
+            why_not=pv.baselines_why,
+            seconds=pv.seconds,
         )
     for flag in ("namespace", *LATENCY_FLAGS):
         if getattr(args, flag) is not None:
