@@ -34,6 +34,7 @@ from hulk_operator import (
     LABEL_REPLICA,
     LABEL_STAGE,
 )
+from hulk_operator.quotas import effective_resources
 from hulk_planner.model import JobPlan, Stage
 
 DEFAULT_MASTER_PORT = 29500
@@ -357,10 +358,14 @@ def stage_pod(
         LABEL_STAGE: str(slot.stage),
         LABEL_REPLICA: str(slot.replica),
     }
-    env = stage_env(job, job_plan, slot, gpus, master_port)
-    ours = {e["name"] for e in env}
     set_gpus = not asks_gpus(spec)
     trainer = trainer_index(meta, containers)
+    # torchrun starts a worker per GPU it is told of: the trainer's own where the template
+    # asks GPUs itself, at least one (before, its containers' sum: a sidecar's GPU made the
+    # trainer start a worker on a GPU it did not hold; a review)
+    own = effective_resources({"containers": [containers[trainer]]}, limits=False).get(GPU, 0)
+    env = stage_env(job, job_plan, slot, gpus if set_gpus else max(1, int(own)), master_port)
+    ours = {e["name"] for e in env}
     for i, c in enumerate(containers):
         c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env
         if set_gpus and i == trainer:

@@ -386,3 +386,44 @@ def test_a_pod_the_kubernetes_client_refuses_names_the_template_field() -> None:
         ".value: Input should be a valid string, got 5 (quote it)"
     )
     assert rejected_template(ValueError("other")) is None
+
+
+@pytest.mark.parametrize(
+    ("trainer", "sidecar", "nproc"),
+    [
+        ({"limits": {GPU: "2"}}, {"limits": {GPU: "1"}}, "2"),  # (was 3)
+        ({"requests": {GPU: 4}, "limits": {GPU: 4}}, {"limits": {GPU: "1"}}, "4"),  # (was 5)
+        ({}, {"limits": {GPU: "1"}}, "1"),  # the trainer holds none: one process (was 1)
+        ({"limits": {GPU: "3"}}, {}, "3"),
+    ],
+)
+def test_torchrun_is_told_the_gpus_of_the_trainer_alone(
+    trainer: dict[str, Any], sidecar: dict[str, Any], nproc: str
+) -> None:
+    """Where the template asks GPUs itself, the pod's GPUs are those of all its containers,
+    but torchrun (in the trainer) starts a worker per GPU ``PET_NPROC_PER_NODE`` says:
+    before, a GPU sidecar beside a 2-GPU trainer made it 3, and the third worker found no
+    GPU (a review). It is the trainer's own GPUs now, at least 1."""
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "trainer", "image": "t", "resources": trainer},
+                {"name": "side", "image": "s", "resources": sidecar},
+            ]
+        }
+    }
+    gpus = {n: 8 for n in GPUS}  # (the server's, capped to the pod's ask by the caller)
+    built = manifests.desired_pods(
+        job="j", namespace="ml", uid="u", template=template, job_plan=PLAN, gpus=gpus
+    )
+    for p in built.values():
+        for c in p["spec"]["containers"]:
+            assert {e["name"]: e["value"] for e in c["env"]}["PET_NPROC_PER_NODE"] == nproc
+        asked = p["spec"]["containers"][0]["resources"]  # (left as asked; numbers as text)
+        assert asked == {k: {r: str(v) for r, v in m.items()} for k, m in trainer.items()}
+    # a template that asks for none: the server's GPUs, the trainer's alone
+    plain = {"spec": {"containers": [{"name": "trainer", "image": "t"}]}}
+    (first, *_) = manifests.desired_pods(
+        job="j", namespace="ml", uid="u", template=plain, job_plan=PLAN, gpus=gpus
+    ).values()
+    assert env(first)["PET_NPROC_PER_NODE"] == "8"
