@@ -12,6 +12,7 @@ from hulk_operator.inventory import NodeInfo, Resources, still_counted
 from hulk_operator.latencies import Latencies
 from hulk_operator.metrics import Metrics
 from hulk_operator.placement import Placer
+from hulk_operator.quotas import PodFacts
 from hulk_operator.snapshot import LimitDefaults, Snapshot
 
 
@@ -39,6 +40,7 @@ class PodEntry:
     # what it requests of its node as the API server admitted it (LimitRange defaults in)
     requests: Resources | None = None
     uid: str = ""  # (two pods of a name: the one deleted and the one made again after it)
+    facts: PodFacts = field(default_factory=PodFacts)  # what scoped quotas read of it
 
     def counts(self, now: float) -> bool:
         """Whether a ResourceQuota still counts the pod at ``now``."""

@@ -56,10 +56,12 @@ from hulk_operator.quotas import (
     gpu_minimum,
     limit_bounds,
     limit_defaults,
+    live_facts,
     policy_text,
     quota_left,
     quota_scopes,
     quota_usage,
+    scoped_counts,
     service_left,
     summed,
 )
@@ -291,6 +293,7 @@ def hulk_pods(
             counted_until=counted_until(meta),
             requests=pod_requests(spec),
             uid=str(meta.get("uid") or ""),
+            facts=live_facts(spec, status),
         )
     }
 
@@ -531,12 +534,13 @@ def snapshot_with(
     nodes = {n: one(s) for n, s in hulk_nodes.items() if one(s) is not None}
     jobs, held = held_now(hulk_jobs, hulk_pods)
     now = time.time()
-    counted = {
-        k: summed(dict(p.quota) for p in store if p.counts(now)) for k, store in hulk_pods.items()
-    }
+    counting = {k: [p for p in store if p.counts(now)] for k, store in hulk_pods.items()}
+    counted = {k: summed(dict(p.quota) for p in pods) for k, pods in counting.items()}
 
     def by_namespace(index: Any) -> dict[str, list[Any]]:
         return {ns: list(store) for ns, store in (index or {}).items()}
+
+    scoped = by_namespace(hulk_scoped_quotas)
 
     return Snapshot(
         nodes=nodes,
@@ -546,6 +550,9 @@ def snapshot_with(
         used=used or {},
         quotas=by_namespace(hulk_quotas),
         counted=counted,
+        counted_scoped=scoped_counts(
+            {k: [(p.facts, dict(p.quota)) for p in pods] for k, pods in counting.items()}, scoped
+        ),
         gpu_limits=by_namespace(hulk_gpu_limits),
         gpu_minimums=by_namespace(hulk_gpu_minimums),
         limit_defaults=by_namespace(hulk_limit_defaults),
@@ -557,7 +564,7 @@ def snapshot_with(
             ns: [p for index in policy_specs for p in (index or {}).get(ns, ())]
             for ns in {ns for index in policy_specs for ns in (index or {})}
         },
-        scoped_quotas=by_namespace(hulk_scoped_quotas),
+        scoped_quotas=scoped,
         default_priority_class=default_class((hulk_default_priority or {}).get("default", ())),
         service_quotas=by_namespace(hulk_service_quotas),
         services=frozenset(k for k, store in (hulk_services or {}).items() if any(store)),

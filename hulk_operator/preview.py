@@ -47,14 +47,17 @@ from hulk_operator.manifests import (
 )
 from hulk_operator.quotas import (
     Bound,
+    PodFacts,
     Scope,
     gpu_limit,
     gpu_minimum,
     limit_bounds,
     limit_defaults,
+    live_facts,
     quota_left,
     quota_scopes,
     quota_usage,
+    scoped_counts,
     service_left,
     summed,
 )
@@ -142,7 +145,7 @@ def _read(
     jobs = {e.key: e for e, _ in entries}
     by_key: dict[Key, Mapping[str, Any]] = {e.key: o for e, o in entries}
     stage_pods: list[tuple[Key, str]] = []
-    counted: dict[Key, list[dict[str, float]]] = {}
+    counted: dict[Key, list[tuple[PodFacts, dict[str, float]]]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node, job = spec.get("nodeName"), stage_job(meta)
@@ -150,9 +153,9 @@ def _read(
             key = (meta.get("namespace", ""), job)
             # as the operator credits them (``PodEntry.counts``): not once Succeeded or
             # Failed, or Terminating past its grace (before, every one: a review)
-            phase = (pod.get("status") or {}).get("phase")
-            if still_counted(phase, counted_until(meta), time.time()):
-                counted.setdefault(key, []).append(quota_usage(spec))
+            status = pod.get("status") or {}
+            if still_counted(status.get("phase"), counted_until(meta), time.time()):
+                counted.setdefault(key, []).append((live_facts(spec, status), quota_usage(spec)))
             if node:
                 stage_pods.append((key, node))
     others = other_pods(pods)
@@ -194,7 +197,8 @@ def _read(
         held=held_servers(jobs, stage_pods),
         used=Usage(others),
         quotas=quotas,
-        counted={k: summed(v) for k, v in counted.items()},
+        counted={k: summed(use for _, use in v) for k, v in counted.items()},
+        counted_scoped=scoped_counts(counted, scoped),
         gpu_limits=limits,
         gpu_minimums=minimums,
         limit_defaults=defaults,

@@ -106,16 +106,16 @@ def quotas_seen(snap: Snapshot, entry: JobEntry) -> tuple[Any, ...]:
 def add_use(taken: dict[Taken, float], snap: Snapshot, e: JobEntry, d: Decision) -> None:
     """Adds what ``d``'s stage pods will count and do not yet to each quota that counts
     them (a scoped quota counts only the jobs whose pods its scopes match)."""
-    _add(taken, snap, e, snap.uncounted(e, d), 1.0)
+    _add(taken, snap, e, snap.quota_need(e, d), 1.0)
 
 
 def _add(
-    taken: dict[Taken, float], snap: Snapshot, e: JobEntry, use: Mapping[str, float], sign: float
+    taken: dict[Taken, float], snap: Snapshot, e: JobEntry, need: Mapping[str, float], sign: float
 ) -> None:
-    """Adds (``sign`` 1) or takes back (-1) ``use`` of job ``e``'s pods to each quota that
-    counts them."""
+    """Adds (``sign`` 1) or takes back (-1) what stage pods of job ``e`` that count
+    ``need`` will count and do not yet to each quota that counts them."""
     for name, _ in snap.quotas_for(e):
-        for r, v in use.items():
+        for r, v in snap.uncounted(e, need, name).items():
             taken[(name, r)] = taken.get((name, r), 0.0) + sign * v
 
 
@@ -135,7 +135,7 @@ def _quota_why(
     one = snap.quota_short(e, snap.pods_need(e, [smallest]), taken)
     what = one or short
     why = str(what)
-    mine = snap.counted.get(e.key, {}).get(what.resource)
+    mine = snap.own_use(e, what.quota).get(what.resource)
     if mine:
         why += f" beyond the {amount_text(what.resource, mine)} its own pods hold"
     if taken.get((what.quota, what.resource)):
@@ -190,7 +190,7 @@ def quota_too_small(e: JobEntry, snap: Snapshot) -> str | None:
     short = snap.quota_short(e, least)
     if short is None:
         return None
-    mine = snap.counted.get(e.key, {}).get(short.resource, 0.0)
+    mine = snap.own_use(e, short.quota).get(short.resource, 0.0)
     left = str(short)
     if mine:  # (a running job planned again: its pods go when the new ones come)
         left = (
@@ -265,7 +265,7 @@ def make_room(
         if e is m or e.key[0] != ns or rank(e) != rank(m) or d_e.job_plan is None:
             continue
         shared = {k: dict(v) for k, v in rd.given.items()}
-        _add(shared.setdefault(ns, {}), snap, e, snap.uncounted(e, d_e), -1.0)  # e's, back
+        _add(shared.setdefault(ns, {}), snap, e, snap.quota_need(e, d_e), -1.0)  # e's, back
         for kept_aside in (
             lambda: snap.quota_need(m, was_m),
             lambda: _half_need(m, rd, shared),  # noqa: B023

@@ -157,6 +157,38 @@ def best_effort(spec: Mapping[str, Any]) -> bool:
     )
 
 
+def live_facts(spec: Mapping[str, Any], status: Mapping[str, Any]) -> PodFacts:
+    """What scoped quotas read of an admitted pod: its spec (the Priority admission plugin
+    has set the global default's class where it named none) and its QoS class."""
+    terminating, priority_class, cross = template_facts(spec)
+    qos = status.get("qosClass")
+    return PodFacts(
+        terminating,
+        qos == "BestEffort" if qos else best_effort(spec),
+        priority_class,
+        cross,
+    )
+
+
+def scoped_counts(
+    pods: Mapping[tuple[str, str], Iterable[tuple[PodFacts, Mapping[str, float]]]],
+    scoped: Mapping[str, Sequence[tuple[str, Any, tuple[Scope, ...]]]],
+) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
+    """Job -> scoped ResourceQuota of its namespace -> what the job's pods (their facts,
+    what each counts) count toward it: only those its scopes match (before, every pod of
+    the job was credited to each quota that counts its new pods; a template edited from
+    one PriorityClass to another credited pods the new class's quota never counted, and
+    the new pods were refused: a review)."""
+    return {
+        key: {
+            name: summed(use for facts, use in listed if scopes_match(scopes, facts))
+            for name, _, scopes in scoped.get(key[0], ())
+        }
+        for key, store in pods.items()
+        if scoped.get(key[0]) and (listed := list(store))
+    }
+
+
 def template_facts(spec: Mapping[str, Any]) -> tuple[bool, str, bool]:
     """What a pod template says of the scopes (``PodFacts`` but its QoS class, which the
     namespace's LimitRange defaults decide): (terminating, priority class, cross-namespace

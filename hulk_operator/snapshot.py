@@ -155,6 +155,9 @@ class Snapshot:
     quotas: Mapping[str, Sequence[tuple[str, Mapping[str, float]]]] = field(default_factory=dict)
     # job -> what its existing stage pods count toward its namespace's quotas
     counted: Mapping[Key, Mapping[str, float]] = field(default_factory=dict)
+    # job -> scoped quota of its namespace -> what those of them it counts count there
+    # (``quotas.scoped_counts``); a quota missing here counts all of them (``counted``)
+    counted_scoped: Mapping[Key, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
 
     # namespace -> (LimitRange, most GPUs one stage pod may request) for each that sets one
     gpu_limits: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
@@ -256,11 +259,17 @@ class Snapshot:
             return {}
         return self.pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
 
-    def uncounted(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
-        """What a plan's stage pods will count toward a quota beyond what the job's own
-        pods count now (they go when it replaces them)."""
-        mine = self.counted.get(entry.key, {})
-        return {r: max(0.0, v - mine.get(r, 0.0)) for r, v in self.quota_need(entry, d).items()}
+    def own_use(self, entry: JobEntry, quota: str) -> Mapping[str, float]:
+        """What the job's existing stage pods count toward its namespace's ResourceQuota
+        ``quota``: they go when a plan replaces them, so a new plan is credited that."""
+        scoped = self.counted_scoped.get(entry.key, {})
+        return scoped[quota] if quota in scoped else self.counted.get(entry.key, {})
+
+    def uncounted(self, entry: JobEntry, need: Mapping[str, float], quota: str) -> dict[str, float]:
+        """What stage pods that count ``need`` will count toward ``quota`` beyond what the
+        job's own pods count there now (they go when the plan replaces them)."""
+        mine = self.own_use(entry, quota)
+        return {r: max(0.0, v - mine.get(r, 0.0)) for r, v in need.items()}
 
     def pods_need(self, entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
         """What stage pods with these GPUs count toward a ResourceQuota."""
@@ -327,8 +336,8 @@ class Snapshot:
         plus what the job's own pods count now (they go when the plan replaces them); None
         where every quota holds it. ``quotas``: ``quotas_for(entry)``, where the caller has
         it already (it asks many times)."""
-        mine = self.counted.get(entry.key, {})
         for name, left in self.quotas_for(entry) if quotas is None else quotas:
+            mine = self.own_use(entry, name)
             for r, amount in sorted(left.items()):
                 room = amount - (given or {}).get((name, r), 0.0)
                 # (a quota lowered below what the job's pods use leaves less than nothing:

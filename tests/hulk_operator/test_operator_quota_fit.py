@@ -399,3 +399,56 @@ def test_a_running_jobs_quota_shortfall_counts_its_own_pods_as_going() -> None:
         "once the job's own pods are gone (they hold 12 nvidia.com/gpu "
         "(requests.nvidia.com/gpu)); the job needs at least 5 nvidia.com/gpu"
     ), d.reason
+
+
+def test_a_scoped_quota_credits_only_the_jobs_own_pods_it_counts() -> None:
+    """A running job's pods of PriorityClass ``lo``, its template edited to ``hi``, and a
+    quota on ``hi`` pods leaving 4 GPUs: before, the job's 12 GPUs of ``lo`` pods were
+    credited to that quota too (they go when the new pods come), so a plan of 16 GPUs
+    fitted on paper and the quota refused its pods (a review). Only pods a quota's scopes
+    match are credited to it now; an unscoped quota still credits them all."""
+    from hulk_operator import indexes
+    from hulk_operator.latencies import Latencies
+
+    owner = {"kind": "HulkTrainingJob", "apiVersion": "hulk.dev/v1alpha1", "name": "gpt"}
+
+    def pod(i: int, priority_class: str) -> dict[Any, Any]:
+        meta = {"name": f"gpt-{i}", "labels": {"hulk.dev/job": "gpt"}, "ownerReferences": [owner]}
+        spec = {
+            "priorityClassName": priority_class,
+            "containers": [{"resources": {"requests": {GPU: "4", "cpu": "1"}}}],
+        }
+        status = {"phase": "Running", "qosClass": "Burstable"}
+        return indexes.hulk_pods(namespace="ml", name=meta["name"], meta=meta, spec=spec,
+                                 status=status)  # fmt: skip
+
+    pods: dict[Any, list[Any]] = {}
+    for i, pc in enumerate(("lo", "lo", "hi")):
+        for k, v in pod(i, pc).items():
+            pods.setdefault(k, []).append(v)
+    scoped = {
+        "ml": [
+            indexes.hulk_scoped_quotas(namespace="ml", name=name, body=body)["ml"]
+            for name, body in (
+                ("hi-gpus", {"spec": {"hard": {QUOTA_GPU: "8"}, "scopeSelector": {
+                    "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In",
+                                          "values": ["hi"]}]}}}),
+                ("burstable", {"spec": {"hard": {"pods": "10"}, "scopes": ["NotBestEffort"]}}),
+            )
+        ]
+    }  # fmt: skip
+    view = indexes.snapshot_with(
+        Latencies(), {}, {}, pods, hulk_quotas={"ml": [("all", {"pods": 10.0})]},
+        hulk_scoped_quotas=scoped,
+    )  # fmt: skip
+    gpt = replace(entry(paper_jobs()[2]), key=("ml", "gpt"), pod_facts=(False, "hi", False))
+    assert view.counted[gpt.key][QUOTA_GPU] == 12.0 and view.counted[gpt.key]["pods"] == 3.0
+    assert view.own_use(gpt, "hi-gpus")[QUOTA_GPU] == 4.0  # the one hi pod alone
+    assert view.own_use(gpt, "burstable")["pods"] == 3.0  # all three
+    assert view.own_use(gpt, "all")["pods"] == 3.0  # unscoped: all three
+    # a plan of 16 GPUs needs 12 beyond the 4 its hi pod holds: not within 8 (before:
+    # 16 - 12 = 4, within)
+    need = {QUOTA_GPU: 16.0}
+    short = view.quota_short(gpt, need, quotas=[("hi-gpus", {QUOTA_GPU: 8.0 - 4.0})])
+    assert short is not None and short.quota == "hi-gpus" and short.more == 12.0, short
+    assert view.quota_short(gpt, {QUOTA_GPU: 8.0}, quotas=[("hi-gpus", {QUOTA_GPU: 4.0})]) is None
