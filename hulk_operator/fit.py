@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from hulk_operator import GPU
 from hulk_operator.entries import JobEntry, Key
@@ -92,7 +93,10 @@ def _close_regions(names: Sequence[str], have: Mapping[str, str]) -> str:
 
 
 def too_big_for(
-    entry: JobEntry, nodes: Mapping[str, NodeInfo], unreachable: Collection[Pair] = ()
+    entry: JobEntry,
+    nodes: Mapping[str, NodeInfo],
+    unreachable: Collection[Pair] = (),
+    gpu_max: tuple[str, float] | None = None,
 ) -> str | None:
     """Why the job fits on no set of the cluster's servers that its constraints allow, even
     with every one of them free (an edit's ``parameters: 1e13`` for ``1e10``); None when
@@ -101,7 +105,10 @@ def too_big_for(
     pipeline's servers are linked one to the next): an edit of ``allowedRegions`` to
     regions with no link between them was accepted, and its plan failing removed the
     running job's pods (a user trial). Like :func:`unmatched`, only an edit or new nodes
-    change this; what other jobs hold does not count here."""
+    change this; what other jobs hold does not count here. A server's memory counted is
+    that of the GPUs its stage pod gets: the template's ask, within the namespace's
+    LimitRange ``gpu_max`` (name, GPUs) (before, all of its GPUs: a job whose pods ask 1
+    GPU each was told to wait for servers that could never hold it; a review)."""
     if entry.job is None:
         return None
     matching = matching_nodes(entry, nodes)
@@ -113,7 +120,14 @@ def too_big_for(
     roomy = [i.server for i in usable if i.server is not None and holds(i, entry.requests, wanted)]
     if not roomy:  # (no usable GPUs, or requests none holds: the snapshot or
         return None  # requests_fit_nowhere says why)
-    servers = roomy
+    caps = [(c, why) for c, why in (
+        (entry.requests.gpus, f"the template asks {entry.requests.gpus} {GPU} a stage pod"),
+        (int(gpu_max[1]) if gpu_max else 0,
+         f"LimitRange {gpu_max[0] if gpu_max else ''} allows at most "
+         f"{gpu_max[1] if gpu_max else 0:g} {GPU} a pod"),
+    ) if c > 0]  # fmt: skip
+    cap = min(caps, default=None)
+    servers = [replace(s, gpus=min(s.gpus, cap[0])) if cap else s for s in roomy]
     limits = constraint_names(entry)
     small = len(roomy) < len(usable)
     if small:
@@ -130,6 +144,9 @@ def too_big_for(
     )
     if small:
         fix = f"lower the template's requests, {fix}"
+    if cap is not None and any(s.gpus > cap[0] for s in roomy):
+        where += f", at the GPUs their stage pods get ({cap[1]}),"
+        fix = f"give each stage pod more GPUs, {fix}"
     largest = "the largest server it may use has" if limits else "the largest server has"
     why = too_big(entry.job, servers, where, fix, largest)
     if why is None and unreachable:

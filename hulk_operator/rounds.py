@@ -9,6 +9,7 @@ semantics: a job gets a server for every stage or nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,11 +43,20 @@ BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
 def planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
     """Planner job name -> key: the job's name, or ``<name>.<namespace>`` when two
-    namespaces use the same name."""
-    names = [e.key[1] for e in entries]
-    return {
-        (k[1] if names.count(k[1]) == 1 else f"{k[1]}.{k[0]}"): k for k in (e.key for e in entries)
-    }
+    namespaces use the same name, or a job's name is another's qualified one (a job may
+    be named ``bert.team-a``: before, it and team-a's ``bert`` took one name, and every
+    round failed on the job left out; a review). One-to-one: a namespace has no dot, so a
+    qualified name is one job's."""
+    keys = [e.key for e in entries]
+    counts = Counter(name for _, name in keys)
+    clash = {name for name, n in counts.items() if n > 1}
+    while True:  # (a bare name that a qualified one takes is qualified too, and so on)
+        qualified = {f"{name}.{ns}" for ns, name in keys if name in clash}
+        more = {name for _, name in keys if name not in clash and name in qualified}
+        if not more:
+            break
+        clash |= more
+    return {(f"{name}.{ns}" if name in clash else name): (ns, name) for ns, name in keys}
 
 
 def _rename(job: Job, name: str) -> Job:
@@ -202,7 +212,10 @@ def plan_pending(
     for e in list(pending):
         refused = snap.bounds_refuse(e) or (
             too_big_for(
-                replace(e, requests=snap.stage_requests(e)), snap.nodes, snap.latencies.unreachable
+                replace(e, requests=snap.stage_requests(e)),
+                snap.nodes,
+                snap.latencies.unreachable,
+                snap.gpu_max(e.key[0]),
             )
             or quota_too_small(e, snap)
             if unmatched(e, snap.nodes) is None
@@ -229,7 +242,7 @@ def plan_pending(
     for e in sorted(pending, key=lambda e: e.key):  # (a waiting edit alone: planned with
         # others, its own running servers could go to them)
         alone = e.key if e.key in claims else None
-        groups.setdefault((e.constraints, _priority(e), alone), []).append(e)
+        groups.setdefault((snap.offer_key(e), _priority(e), alone), []).append(e)
 
     def scope(g: list[JobEntry]) -> tuple[tuple[int, bool], int, float]:
         # of equal standing, the group its constraints allow fewer servers first: a job

@@ -391,6 +391,29 @@ class Snapshot:
             )
         return None
 
+    def offer_key(self, entry: JobEntry) -> tuple[Any, ...]:
+        """What :meth:`free` reads of the job beyond which servers are held: jobs of one
+        key are offered the same servers with the same GPUs, and a round plans them as one
+        group. Its constraints, what its stage pod requests (LimitRange defaults in), its
+        init container's GPUs, and its namespace's LimitRange GPU bounds (before, jobs of
+        namespaces with other LimitRanges were one group, all offered the first one's
+        view: a GPU maximum of one namespace was broken, or applied to another's job, and
+        a job its namespace refused left the others of its group no server; a review)."""
+        ns = entry.key[0]
+        refused = (
+            self.limit_refuses(entry),
+            self.minimum_refuses(entry),
+            self.bounds_refuse(entry),
+        )
+        return (
+            entry.constraints,
+            self.stage_requests(entry),
+            entry.init_gpus[1],
+            (self.gpu_max(ns) or ("", None))[1],
+            (self.gpu_min(ns) or ("", None))[1],
+            any(r is not None for r in refused),
+        )
+
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
         whose GPUs other (non-Hulk) pods request offers only the rest of them, and one

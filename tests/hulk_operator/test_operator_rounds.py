@@ -511,3 +511,92 @@ def test_the_condition_says_which_cut_pairs_only_old_reports_give() -> None:
         "3 pair(s) reported unreachable had no latency (no link, no estimate, 1 of them in "
         "reports older than 600 s (kept apart until a probe measures them))"
     ), c["message"]
+
+
+def _two_tenants() -> tuple[JobEntry, JobEntry]:
+    """Two jobs alike (constraints, template, priority) in namespaces aa and bb."""
+    bert = paper_jobs()[3]
+    a = entry(replace(bert, name="a"), ns="aa", created=1.0)
+    b = entry(replace(bert, name="b"), ns="bb", created=2.0)
+    return a, b
+
+
+def test_jobs_of_namespaces_with_other_limitranges_are_offered_each_their_own_servers() -> None:
+    """Jobs alike in namespaces with other LimitRanges were one group of a round, each
+    offered the servers as the first namespace's LimitRanges see them (a review): bb's
+    maximum of 4 GPUs a pod was broken (16-GPU pods, refused), aa's capped bb's job, and
+    aa's LimitRange that allows no GPU left bb's job no server at all."""
+    from hulk_operator.plan_fields import plan_gpus
+
+    a, b = _two_tenants()
+    limits = {"bb": [("lr", 4.0)]}
+    d = plan_pending(replace(snap([a, b]), gpu_limits=limits), plan)
+    assert d[b.key].job_plan is not None, d[b.key].reason
+    assert max(plan_gpus(d[b.key]).values()) <= 4, plan_gpus(d[b.key])
+    assert max(plan_gpus(d[a.key]).values()) > 4, plan_gpus(d[a.key])
+    limits = {"aa": [("lr", 4.0)]}
+    d = plan_pending(replace(snap([a, b]), gpu_limits=limits), plan)
+    assert max(plan_gpus(d[b.key]).values()) > 4, plan_gpus(d[b.key])
+    assert max(plan_gpus(d[a.key]).values()) <= 4, plan_gpus(d[a.key])
+    d = plan_pending(replace(snap([a, b]), gpu_limits={"aa": [("lr0", 0.0)]}), plan)
+    assert d[a.key].job_plan is None  # (its LimitRange allows no GPU)
+    assert d[b.key].job_plan is not None, d[b.key].reason
+
+
+def test_a_jobs_init_container_gpus_hold_beside_a_job_without_one() -> None:
+    """Job b's init container asks 12 GPUs and only smaller servers are free: alone it is
+    not planned; beside a job alike without one it was planned on the other's view of the
+    free servers, where its pods would wait unschedulable (a review)."""
+    info = nodes()
+    held = {n: ("x", "y") for n, i in info.items() if i.server and i.server.gpus >= 12}
+    bert = paper_jobs()[3]
+    a = entry(replace(bert, name="a"), created=1.0)
+    b = entry(replace(bert, name="b"), created=2.0, init_gpus=("warmup", 12))
+    d = plan_pending(snap([a, b], held), plan)
+    assert d[a.key].job_plan is not None
+    assert d[b.key].job_plan is None, {n: info[n].server for n in d[b.key].nodes}
+
+
+def test_a_job_no_set_of_servers_holds_at_the_gpus_its_pods_get_fits_nowhere() -> None:
+    """OPT-175B whose template asks 1 GPU a stage pod, or whose namespace allows 1 a pod:
+    the whole cluster, all free, offers it 1,087 GiB of the 2,684 it needs. It was told to
+    wait (Unschedulable), as its servers' whole GPU memory was counted (a review)."""
+    from hulk_operator.plan_step import unplaced_reason
+
+    opt = paper_jobs()[0]
+    asks_one = entry(opt, requests=Resources(1, 0.0, 0.0, ()))
+    d = plan_pending(snap([asks_one]), plan)[asks_one.key]
+    assert d.job_plan is None and unplaced_reason(d.reason) == "FitsNowhere", d.reason
+    assert "at the GPUs their stage pods get (the template asks 1 nvidia.com/gpu" in d.reason
+    assert "(give each stage pod more GPUs, " in d.reason, d.reason
+    capped = entry(opt)
+    d = plan_pending(replace(snap([capped]), gpu_limits={"ml": [("lr", 1.0)]}), plan)[capped.key]
+    assert d.job_plan is None and unplaced_reason(d.reason) == "FitsNowhere", d.reason
+    assert "(LimitRange lr allows at most 1 nvidia.com/gpu a pod)" in d.reason, d.reason
+    # the same job on 8 GPUs a pod fits: not told so
+    eight = entry(opt, requests=Resources(8, 0.0, 0.0, ()))
+    assert plan_pending(snap([eight]), plan)[eight.key].job_plan is not None
+
+
+def test_a_job_name_with_a_dot_is_planned_beside_the_names_it_looks_like() -> None:
+    """Job names may hold dots: ``bert.team-a`` in namespace x took the planner name of
+    team-a's ``bert`` (qualified as two namespaces use ``bert``), one was dropped, and
+    every round failed with a KeyError: no pending job of the cluster was placed (a
+    review). The planner's names are one to one now."""
+    from hulk_operator.rounds import planner_names
+
+    bert = paper_jobs()[3]
+    jobs = [
+        entry(replace(bert, name="bert.team-a"), ns="x"),
+        entry(replace(bert, name="bert"), ns="team-a"),
+        entry(replace(bert, name="bert"), ns="team-b"),
+    ]
+    names = planner_names(jobs)
+    assert sorted(names.values()) == sorted(e.key for e in jobs)
+    assert names["bert.team-a.x"] == ("x", "bert.team-a")
+    d = plan_pending(snap(jobs), plan)
+    assert set(d) == {e.key for e in jobs}
+    assert sum(v.job_plan is not None for v in d.values()) >= 2
+    # no clash: the names as they are
+    assert planner_names([jobs[0], jobs[1]]) == {"bert.team-a": ("x", "bert.team-a"),
+                                                 "bert": ("team-a", "bert")}  # fmt: skip
