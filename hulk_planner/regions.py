@@ -179,10 +179,21 @@ _FIRST = {
     True: "a higher spec.priority plans it first",
     False: "jobs limited to regions of fewer servers are planned first, whatever their priorities",
 }
+_FIRST_OF_EQUAL = "of one priority, jobs limited to regions of fewer servers are planned first"
+
+
+def _first(group: Sequence[Job], before: Sequence[Job], priorities: bool) -> str:
+    """Why the jobs ``before`` ``group`` were planned first: a higher priority only where
+    one of them has it (before, said of jobs of equal priority too, where the narrower
+    regions went first: a review)."""
+    if not priorities:
+        return _FIRST[False]
+    mine = max(j.priority for j in group)
+    return _FIRST[True] if any(j.priority > mine for j in before) else _FIRST_OF_EQUAL
 
 
 def _held(
-    u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: float, priorities: bool
+    u: Unplaced, group: Sequence[Job], held: Sequence[Server], reach: float, first: str
 ) -> str:
     """What jobs planned before ``u``'s group hold of the servers it may use, where they
     would make room for it: ``reach``, the usable bytes of its servers, held or not
@@ -200,7 +211,7 @@ def _held(
     usable = _gib(sum(server_capacity(s) for s in held) / 2**30)
     return (
         f"; jobs planned before it hold {len(held)} more server(s) it may use, {usable} "
-        f"usable ({_FIRST[priorities]})"
+        f"usable ({first})"
     )
 
 
@@ -246,8 +257,10 @@ def plan_in_regions(
     placed: list[Any] = []
     unplaced: list[Unplaced] = []
     notes: list[str] = []
-    for group in groups:
+    for at, group in enumerate(groups):
         names = {j.name for j in group}
+        earlier = [j for g in groups[:at] for j in g]
+        first = _first(group, earlier, priorities)
         regions = limits.get(group[0].name)
         where = f"in spec.allowedRegions {list(regions)}: " if regions else ""
         kept = {n for n, j in running.items() if j not in names and j not in settled}
@@ -260,18 +273,13 @@ def plan_in_regions(
         ]
         settled |= names
         if len(out) == len(cluster.servers):
-            held_by = (
-                "jobs planned before it, or running jobs, hold them"
-                if kept
-                else ("jobs planned before it hold them")
-            )
-            unplaced += [
-                Unplaced(
-                    j.name,
-                    f"{where}no server is left ({held_by}; {_FIRST[priorities]})",
-                )
-                for j in group
-            ]
+            if not earlier:  # (the first group: no job went before it; a review)
+                held_by = "running jobs hold them: a running job keeps its servers"
+            elif kept:
+                held_by = f"jobs planned before it, or running jobs, hold them; {first}"
+            else:
+                held_by = f"jobs planned before it hold them; {first}"
+            unplaced += [Unplaced(j.name, f"{where}no server is left ({held_by})") for j in group]
             continue
         before = (
             replace(previous, jobs=tuple(jp for jp in previous.jobs if jp.name in names))
@@ -300,13 +308,13 @@ def plan_in_regions(
             )
         except NoFeasiblePlan as exc:
             unplaced += [
-                Unplaced(u.name, where + u.reason + _held(u, group, held, reach, priorities))
+                Unplaced(u.name, where + u.reason + _held(u, group, held, reach, first))
                 for u in exc.unplaced or [Unplaced(j.name, exc.reason) for j in group]
             ]
             continue
         placed += result.jobs
         unplaced += [
-            Unplaced(u.name, where + u.reason + _held(u, group, held, reach, priorities))
+            Unplaced(u.name, where + u.reason + _held(u, group, held, reach, first))
             for u in result.unplaced
         ]
         notes += _held_before(result.notes, before, taken)

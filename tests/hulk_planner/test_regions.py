@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from planner_helpers import assert_valid_plan, cluster, server, tiny_job, usable_gib
 
+from hulk_planner.api import plan
 from hulk_planner.cost import memory_need_bytes, server_capacity
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest, InvalidRequests, NoFeasiblePlan
@@ -277,8 +278,8 @@ def test_when_only_a_running_jobs_servers_are_left_a_new_job_says_so() -> None:
     assert out.job("running") == before.jobs[0]
     (u,) = out.unplaced
     assert u.name == "urgent" and u.reason == (
-        "in spec.allowedRegions ['r1']: no server is left (jobs planned before it, or "
-        "running jobs, hold them; a higher spec.priority plans it first)"
+        "in spec.allowedRegions ['r1']: no server is left (running jobs hold them: a "
+        "running job keeps its servers)"
     )
 
 
@@ -367,3 +368,27 @@ def test_every_wrong_region_of_every_job_is_told_at_once() -> None:
     assert [n.partition(" (")[0] for n in notes] == [
         "job z: spec.allowedRegions[0] 'R1' is taken as region 'r1'"
     ]
+
+
+def test_a_job_of_equal_priority_is_not_told_a_higher_priority_went_first() -> None:
+    """Two jobs of priority 0, one limited to Berlin (planned first: fewer servers), the
+    other to Berlin and Paris: the second was told "a higher spec.priority plans it first"
+    (a review). It is told the narrower regions went first; a job below a higher one is
+    still told of the priority."""
+    t5 = paper_jobs()[1]
+    model = replace(t5.model, parameters=30_000_000_000)
+    a = replace(t5, name="a-narrow", model=model)
+    b = replace(t5, name="b-wide", model=model)
+    limits = {"a-narrow": ["Berlin"], "b-wide": ["Berlin", "Paris"]}
+    got = plan(paper_cluster(), [a, b], "hulk", allowed_regions=limits, max_iterations=200)
+    why = {u.name: u.reason for u in got.unplaced}
+    assert "b-wide" in why, why
+    assert "a higher spec.priority" not in why["b-wide"], why["b-wide"]
+    assert (
+        "of one priority, jobs limited to regions of fewer servers are planned first"
+        in (why["b-wide"])
+    ), why["b-wide"]
+    got = plan(paper_cluster(), [replace(a, priority=5), b], "hulk", allowed_regions=limits,
+               max_iterations=200)  # fmt: skip
+    why = {u.name: u.reason for u in got.unplaced}
+    assert "a higher spec.priority plans it first" in why["b-wide"], why["b-wide"]
