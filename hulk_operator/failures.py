@@ -12,10 +12,15 @@ from hulk_operator import status as st
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import INVALID_SPEC
-from hulk_operator.plan_fields import not_ready, unplanned
+from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.stage_pods import delete_pods
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
+
+
+def restart_policy(spec: Mapping[str, Any]) -> str | None:
+    """The stage pods' ``restartPolicy`` as the job's template sets it (None: unset)."""
+    return ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
 
 
 def fail(
@@ -33,6 +38,7 @@ def fail(
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(*entry.key, None)
     conds = not_ready(conds, gen)  # (no LatencyEstimated of a plan it does not keep)
+    conds = replanning_ended(conds, msg, gen)
     conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
     # (a job that ran and failed was planned: "not planned:" read oddly for it)
     said = "not planned" if reason == INVALID_SPEC else "its plan is released"
@@ -63,7 +69,7 @@ async def stage_failed(
     what = ", ".join(
         f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
     )
-    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    policy = restart_policy(spec)
     restarts = int(status.get("stageRestarts") or 0) + len(failed)
     limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
     if policy == "Never" or restarts > limit:

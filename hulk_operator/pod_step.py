@@ -22,8 +22,8 @@ from hulk_operator.errors import (
     namespace_terminating,
     rejected_template,
 )
-from hulk_operator.failures import fail, stage_failed
-from hulk_operator.plan_fields import not_ready, unplanned
+from hulk_operator.failures import fail, restart_policy, stage_failed
+from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.plan_step import Step
 from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
 from hulk_planner.model import JobPlan
@@ -69,6 +69,12 @@ async def make_pods(
         }
     elif failed and replanned is None:
         return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
+    elif restart_policy(spec) == "Never" and (
+        kept := [p for p in failed if replanned is not None and p.node not in replanned[1]]
+    ):  # a stage failed on a server the re-plan keeps: with Never, the job fails all the
+        # same (before, the re-plan deleted the failed pod as not in its plan, and the job
+        # ran on: a review); a pod of a lost server failed with its server
+        return await stage_failed(ctx, entry, spec, status, kept, conds, new, gen)
     desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)
     try:
         diff = await sync_pods(ctx, entry, spec, desired, force=step.force)
@@ -191,8 +197,7 @@ async def _give_back(
     ctx.metrics.set_predicted(*entry.key, None)
     new.update(unplanned(st.PENDING))
     conds = not_ready(conds, gen)
-    if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("status") == "True":
-        conds = st.set_condition(conds, st.REPLANNING, False, "NoPlan", decision.reason, gen)
+    conds = replanning_ended(conds, decision.reason, gen)
     new["conditions"] = st.set_condition(
         conds, st.PLANNED, False, PODS_FORBIDDEN, decision.reason, gen
     )
