@@ -55,6 +55,16 @@ async def reconcile(
         # (before, a deleted one was made again from the plan kept for the record: a review)
     if entry.job is None:
         error = entry.error or "invalid spec"
+        failed = st.condition(status, st.FAILED) or {}
+        if status.get("phase") == st.PHASE_FAILED and failed.get("reason") not in (
+            None,
+            INVALID_SPEC,
+        ):  # it failed for another cause (a stage), which stays its reason: the spec's
+            # error is told as why it is not planned again (before, every condition was
+            # rewritten to InvalidSpec a tick after StageFailed: a review)
+            why = f"not planned again: {error}"
+            conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, why, gen)
+            return new | {"conditions": conds}
         if status.get("plan") is not None:  # an edit broke a planned job's spec
             conds = refused_edit(conds, Refusal(error, waits=False), gen)
             return new | {"conditions": conds} | await run_on(ctx, entry, body, status, conds, gen)

@@ -2343,11 +2343,28 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
         time.sleep(2)
         assert kube.phase("never") == "Failed"
         assert [p.metadata.name for p in kube.pods("never")] == pods[:1]
-    # Any valid edit plans the job again; this one leaves the pods' manifests alone, so the
-    # new plan's pods usually take the old names: the failed pod must go first.
-    kube.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, kube.ns, PLURAL, "never", {"spec": {"priority": 5}}
-    )
+    # an invalid edit of the failed job: it stays failed for its stage, and is told why
+    # this spec is not planned again (before, a tick later every condition said
+    # InvalidSpec, the stage's failure in an Event alone: a review)
+    bad = {"spec": {"template": {"spec": {"nodeName": "elsewhere"}}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "never", bad)
+
+    def told() -> bool:
+        return condition(kube.job("never"), "Planned").get("reason") == "InvalidSpec"
+
+    wait("the spec's error told", told, 30)
+    time.sleep(2)  # (a later tick: nothing rewritten)
+    job = kube.job("never")
+    assert condition(job, "Failed")["reason"] == "StageFailed" == condition(job, "Ready")["reason"]
+    assert condition(job, "Planned")["message"].startswith(
+        "not planned again: spec.template.spec.nodeName"
+    ), condition(job, "Planned")
+    assert kube.phase("never") == "Failed"
+    # Any valid edit plans the job again; this one (the template as it was) leaves the pods'
+    # manifests alone, so the new plan's pods usually take the old names: the failed pod
+    # must go first.
+    valid = {"spec": {"priority": 5, "template": {"spec": {"nodeName": None}}}}
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, kube.ns, PLURAL, "never", valid)
     wait("Running again", lambda: kube.phase("never") == "Running", 60)
     assert all(p.status.phase == "Running" for p in kube.pods("never"))
     assert condition(kube.job("never"), "Failed")["status"] == "False"
