@@ -37,6 +37,8 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     what other jobs hold, only an edit (or new nodes) changes this."""
     if matching_nodes(entry, nodes):
         return None
+    if not nodes:  # (before: "no node matches the job's constraints together ()": a review)
+        return "the cluster has no node the operator reads (add GPU nodes, or check its RBAC)"
     sel = dict(entry.node_selector)
     parts = []
     regions = entry.allowed_regions

@@ -282,3 +282,13 @@ def test_an_edit_the_servers_free_now_cannot_hold_waits_for_room() -> None:
     # a job its own servers hold already: never refused here
     small = entry(paper_jobs()[3], allowed_regions=(region,), plan_nodes=own)
     assert no_room_now(small, cluster, held | {n: small.key for n in own}) is None
+
+
+def test_a_cluster_with_no_node_is_told_so() -> None:
+    """Before: "no node matches the job's constraints together ()", of a job with none
+    (a review)."""
+    bert = paper_jobs()[3]
+    assert unmatched(entry(bert), {}) == (
+        "the cluster has no node the operator reads (add GPU nodes, or check its RBAC)"
+    )
+    assert unmatched(entry(bert), nodes()) is None
