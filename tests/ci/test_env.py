@@ -73,3 +73,28 @@ def test_a_second_clone_waits_for_the_one_setting_up_the_venv(tmp_path: Path) ->
     assert proc.returncode == 0, err
     assert "another clone is setting up" in err
     assert out.strip() == f"SOURCED {venv}"
+
+
+def test_a_failed_editable_install_is_tried_again(tmp_path: Path) -> None:
+    """A pip that fails the editable install: the file says so and returns 1, and the
+    install is not recorded as done (before, its marker was written, so it was never tried
+    again and the ``hulk`` command stayed missing: a review); the lock is let go."""
+    venv = _venv(tmp_path)
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".complete").touch()
+    pip = venv / "bin" / "pip"
+    pip.write_text("#!/bin/sh\nexit 1\n")
+    pip.chmod(0o755)
+    got = subprocess.run(
+        ["bash", "-c", f"source {ENV_SH} && echo SOURCED"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert got.returncode != 0 and "SOURCED" not in got.stdout
+    assert "failed" in got.stderr
+    assert not (venv / ".editable-root").exists()
+    with open(tmp_path / "venv.lock", "w") as lock:  # let go (not held by a leaked fd)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
