@@ -608,8 +608,8 @@ def pick_device(choice: str, local_rank: int) -> tuple[torch.device, str, str | 
             "cpu:gloo,cuda:nccl",
             (
                 f"LOCAL_RANK={local_rank}, but the pod sees {n} GPU(s): torchrun starts "
-                "PET_NPROC_PER_NODE processes, the server's GPUs; request all of them in the "
-                f"template (nvidia.com/gpu), or run torchrun --nproc-per-node={n}"
+                "PET_NPROC_PER_NODE processes, the trainer container's GPUs; give them to "
+                f"this container (nvidia.com/gpu), or run torchrun --nproc-per-node={n}"
             ),
         )
     return torch.device(f"cuda:{local_rank}"), "cpu:gloo,cuda:nccl", None

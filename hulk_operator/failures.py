@@ -16,6 +16,7 @@ from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.stage_pods import delete_pods
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
+JOB_FAILED = "JobFailed"  # Replanning's reason where the job failed during a re-plan
 
 
 def restart_policy(spec: Mapping[str, Any]) -> str | None:
@@ -38,7 +39,7 @@ def fail(
     ctx.placer.forget(entry.key)
     ctx.metrics.set_predicted(*entry.key, None)
     conds = not_ready(conds, gen)  # (no LatencyEstimated of a plan it does not keep)
-    conds = replanning_ended(conds, msg, gen)
+    conds = replanning_ended(conds, msg, gen, reason=JOB_FAILED)
     conds = st.set_condition(conds, st.READY, False, reason, msg, gen)
     # (a job that ran and failed was planned: "not planned:" read oddly for it)
     said = "not planned" if reason == INVALID_SPEC else "its plan is released"

@@ -29,6 +29,9 @@ from hulk_planner.datasets import slug
 from hulk_planner.topology import components
 
 AFFINITY = "the template's required node affinity"
+NO_NODE = (
+    "the cluster has no node, or none could be read (add GPU nodes, or let the reader list nodes)"
+)
 
 
 def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
@@ -38,7 +41,7 @@ def unmatched(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
     if matching_nodes(entry, nodes):
         return None
     if not nodes:  # (before: "no node matches the job's constraints together ()": a review)
-        return "the cluster has no node the operator reads (add GPU nodes, or check its RBAC)"
+        return NO_NODE
     sel = dict(entry.node_selector)
     parts = []
     regions = entry.allowed_regions

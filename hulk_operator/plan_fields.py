@@ -55,13 +55,15 @@ def not_ready(conds: list[dict[str, Any]], gen: int) -> list[dict[str, Any]]:
 NO_PLAN = "no plan: no stage pods"
 
 
-def replanning_ended(conds: list[dict[str, Any]], why: str, gen: int) -> list[dict[str, Any]]:
-    """``Replanning`` of a job whose plan is dropped: False (reason ``NoPlan``, ``why``)
-    where it was True, as no re-plan goes on (before, a job that failed during a re-plan
-    kept ``Replanning=True`` for good: a review)."""
+def replanning_ended(
+    conds: list[dict[str, Any]], why: str, gen: int, reason: str = "NoPlan"
+) -> list[dict[str, Any]]:
+    """``Replanning`` of a job whose plan is dropped: False (``reason``, ``why``) where it
+    was True, as no re-plan goes on (before, a job that failed during a re-plan kept
+    ``Replanning=True`` for good: a review)."""
     if (st.condition({"conditions": conds}, st.REPLANNING) or {}).get("status") != "True":
         return conds
-    return st.set_condition(conds, st.REPLANNING, False, "NoPlan", why, gen)
+    return st.set_condition(conds, st.REPLANNING, False, reason, why, gen)
 
 
 def plan_gpus(decision: Decision) -> dict[str, int]:

@@ -25,7 +25,7 @@ from hulk_operator.errors import (
     UNSCHEDULABLE,
     rejected_template,
 )
-from hulk_operator.failures import fail
+from hulk_operator.failures import JOB_FAILED, fail
 from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.placement import same_plan
 from hulk_operator.plan_fields import (
@@ -169,6 +169,7 @@ async def place(
     again = {  # what the last re-plan's condition said, now past (before, "the job is
         # suspended" stayed on a job resumed and running: a user trial)
         "NoPlan": "placed again after no plan fit",
+        JOB_FAILED: "placed again after the job failed",
         "SpecChanged": "planned afresh after its spec changed",
     }.get(str((st.condition({"conditions": conds}, st.REPLANNING) or {}).get("reason")))
     if again is not None:

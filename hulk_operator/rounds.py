@@ -9,6 +9,7 @@ semantics: a job gets a server for every stage or nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -56,7 +57,19 @@ def planner_names(entries: Sequence[JobEntry]) -> dict[str, Key]:
         if not more:
             break
         clash |= more
-    return {(f"{name}.{ns}" if name in clash else name): (ns, name) for ns, name in keys}
+    return {(_qualified(name, ns) if name in clash else name): (ns, name) for ns, name in keys}
+
+
+def _qualified(name: str, namespace: str) -> str:
+    """``<name>.<namespace>``, the name cut and marked with a digest of the whole where
+    that would pass a name's 253 characters (a 250-character name in two namespaces made
+    every round fail: a review). Still one to one: the namespace is the part after the
+    last dot, and the digest tells cut names apart."""
+    whole = f"{name}.{namespace}"
+    if len(whole) <= 253:
+        return whole
+    digest = hashlib.sha256(whole.encode()).hexdigest()[:10]
+    return f"{name[: 253 - len(namespace) - 12].rstrip('.-')}-{digest}.{namespace}"
 
 
 def _rename(job: Job, name: str) -> Job:
@@ -170,24 +183,24 @@ def plan_pending(
     taken: Mapping[str, Mapping[Taken, float]] | None = None,
     edits: Collection[Key] = (),
 ) -> dict[Key, Decision]:
-    """Decisions for every pending job of the snapshot, planned together per group of
-    equal constraints and priority (highest priority first); placed servers are taken out
-    for later groups. Within a group a job whose stage pods still hold servers (re-planned
-    after an edit, or left mid-placement) comes first: an edit must not hand a running
-    job's servers to a waiting one; then the job submitted first. If the joint plan leaves
-    a job pending while one ranked below it is placed, the group is planned again on the
-    most of its jobs, highest ranked first, whose joint plan does not (``_first_come``);
-    the others are planned afterwards on what is left. Groups are planned again oldest
-    first where the order above passes an older job over for a newer one of another group
-    (``_overtaken_across``). Jobs in ``decided`` already have a
-    decision that their status does not show yet: they are not planned again (their
-    servers are in ``snap.held``; ``taken``, by namespace, is what their pods will count
-    toward its quotas and do not yet, by (quota, resource)). Jobs in ``edits`` run while
-    an edit of theirs waits for room (``edits.unplannable``): each is planned, edited, in
-    its turn (its priority; it holds servers) and the servers its plan would use are kept
-    from the jobs ranked below it, but it gets no decision: its own reconciliation plans
-    the edit once it sees them free (before, a waiting edit took no part in the rounds,
-    and a pending job of lower priority got the servers another job freed first)."""
+    """Decisions for every pending job of the snapshot, planned together per group of equal
+    constraints and priority, offered the same servers (``Snapshot.offer_key``: a namespace's
+    LimitRanges may offer them otherwise; highest priority first); placed servers are taken out for
+    later groups. Within a group a job whose stage pods still hold servers (re-planned after an
+    edit, or left mid-placement) comes first: an edit must not hand a running job's servers to a
+    waiting one; then the job submitted first. If the joint plan leaves a job pending while one
+    ranked below it is placed, the group is planned again on the most of its jobs, highest ranked
+    first, whose joint plan does not (``_first_come``); the others are planned afterwards on what is
+    left. Groups are planned again oldest first where the order above passes an older job over for a
+    newer one of another group (``_overtaken_across``). Jobs in ``decided`` already have a decision
+    that their status does not show yet: they are not planned again (their servers are in
+    ``snap.held``; ``taken``, by namespace, is what their pods will count toward its quotas and do
+    not yet, by (quota, resource)). Jobs in ``edits`` run while an edit of theirs waits for room
+    (``edits.unplannable``): each is planned, edited, in its turn (its priority; it holds servers)
+    and the servers its plan would use are kept from the jobs ranked below it, but it gets no
+    decision: its own reconciliation plans the edit once it sees them free (before, a waiting edit
+    took no part in the rounds, and a pending job of lower priority got the servers another job
+    freed first)."""
     pending = [e for e in snap.jobs.values() if e.pending and e.key not in decided]
     claims = {  # (running: its servers are held by its pods, so it ranks as holding)
         k
@@ -218,7 +231,11 @@ def plan_pending(
                 snap.gpu_max(e.key[0]),
             )
             or quota_too_small(e, snap)
+            # (a LimitRange that refuses every stage pod is told as such, not as a job too
+            # big at the GPUs it allows: "give each pod more GPUs" misled; a review)
             if unmatched(e, snap.nodes) is None
+            and snap.limit_refuses(e) is None
+            and snap.minimum_refuses(e) is None
             else None
         )
         if refused is not None:
@@ -235,7 +252,8 @@ def plan_pending(
         # its jobs waited, the oldest as often as not; a user trial)
         return (*standing(e), -e.created)
 
-    # jobs of the same constraints and priority together: planned together, jobs of
+    # jobs of the same constraints and priority, offered the same servers (``offer_key``),
+    # together: planned together, jobs of
     # different priorities shared the servers, and a higher one could get the slower plan
     # (a user trial: priority 100 on 1 server at 796 s, priority 0 on 2 at 658 s)
     groups: dict[tuple[Any, ...], list[JobEntry]] = {}

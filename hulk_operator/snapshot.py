@@ -392,25 +392,31 @@ class Snapshot:
         return None
 
     def offer_key(self, entry: JobEntry) -> tuple[Any, ...]:
-        """What :meth:`free` reads of the job beyond which servers are held: jobs of one
-        key are offered the same servers with the same GPUs, and a round plans them as one
-        group. Its constraints, what its stage pod requests (LimitRange defaults in), its
-        init container's GPUs, and its namespace's LimitRange GPU bounds (before, jobs of
-        namespaces with other LimitRanges were one group, all offered the first one's
-        view: a GPU maximum of one namespace was broken, or applied to another's job, and
-        a job its namespace refused left the others of its group no server; a review)."""
+        """What :meth:`free` reads of the job beyond which servers are held: jobs of one key are
+        offered the same servers with the same GPUs, and a round plans them as one group (groups go
+        one after another, by priority and then by how few servers they may use: not in first-come
+        order across them). Its constraints, what its stage pod requests (LimitRange defaults in),
+        its init container's GPUs, and its namespace's LimitRange GPU bounds (before, jobs of
+        namespaces with other LimitRanges were one group, all offered the first one's view: a GPU
+        maximum of one namespace was broken, or applied to another's job, and a job its namespace
+        refused left the others of its group no server; a review)."""
         ns = entry.key[0]
         refused = (
             self.limit_refuses(entry),
             self.minimum_refuses(entry),
             self.bounds_refuse(entry),
         )
+        # bounds that change no server's offer are left out (a maximum of 16 GPUs a pod
+        # where no server has more split jobs off their first-come order for nothing)
+        largest = max((i.server.gpus for i in self.nodes.values() if i.server), default=0)
+        most = (self.gpu_max(ns) or ("", None))[1]
+        least = (self.gpu_min(ns) or ("", None))[1]
         return (
             entry.constraints,
             self.stage_requests(entry),
             entry.init_gpus[1],
-            (self.gpu_max(ns) or ("", None))[1],
-            (self.gpu_min(ns) or ("", None))[1],
+            most if most is not None and most < largest else None,
+            least if least is not None and least > 1 else None,
             any(r is not None for r in refused),
         )
 

@@ -259,8 +259,6 @@ def plan_in_regions(
     notes: list[str] = []
     for at, group in enumerate(groups):
         names = {j.name for j in group}
-        earlier = [j for g in groups[:at] for j in g]
-        first = _first(group, earlier, priorities)
         regions = limits.get(group[0].name)
         where = f"in spec.allowedRegions {list(regions)}: " if regions else ""
         kept = {n for n, j in running.items() if j not in names and j not in settled}
@@ -272,8 +270,18 @@ def plan_in_regions(
             or (regions is not None and s.region not in regions)
         ]
         settled |= names
+        held = [
+            s
+            for s in cluster.servers
+            if s.name in taken and (regions is None or s.region in regions)
+        ]
+        # why the jobs that hold them went first: of those jobs alone (before, a higher
+        # priority elsewhere was named where jobs of its own priority held them; a review)
+        holding = {s.name for s in held}
+        holders = {jp.name for jp in placed if holding.intersection(jp.nodes)}
+        first = _first(group, [j for g in groups[:at] for j in g if j.name in holders], priorities)
         if len(out) == len(cluster.servers):
-            if not earlier:  # (the first group: no job went before it; a review)
+            if not holders:  # (running jobs alone: no job went before it; a review)
                 held_by = "running jobs hold them: a running job keeps its servers"
             elif kept:
                 held_by = f"jobs planned before it, or running jobs, hold them; {first}"
@@ -286,11 +294,6 @@ def plan_in_regions(
             if previous
             else None
         )
-        held = [
-            s
-            for s in cluster.servers
-            if s.name in taken and (regions is None or s.region in regions)
-        ]
         left = set(out)  # (a set: a cluster's thousands of servers, each looked up)
         reach = sum(server_capacity(s) for s in cluster.servers if s.name not in left)
         reach += sum(server_capacity(s) for s in held)

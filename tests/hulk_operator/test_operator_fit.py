@@ -289,6 +289,7 @@ def test_a_cluster_with_no_node_is_told_so() -> None:
     (a review)."""
     bert = paper_jobs()[3]
     assert unmatched(entry(bert), {}) == (
-        "the cluster has no node the operator reads (add GPU nodes, or check its RBAC)"
+        "the cluster has no node, or none could be read (add GPU nodes, or let the reader "
+        "list nodes)"
     )
     assert unmatched(entry(bert), nodes()) is None

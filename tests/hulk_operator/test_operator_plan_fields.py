@@ -29,7 +29,7 @@ def test_ready_says_no_plan_once_an_edits_plan_did_not_fit() -> None:
 def test_a_job_that_fails_during_a_replan_is_no_longer_replanning() -> None:
     """A kept stage failed past spec.backoffLimit while a re-plan's new pods started: the
     job ended Failed with no plan and ``Replanning=True`` for good (a review). Failing
-    ends it (``NoPlan``, the failure's words); one that was not re-planning is left as is."""
+    ends it (``JobFailed``, the failure's words); one that was not re-planning is left as is."""
     from types import SimpleNamespace
 
     from placement_helpers import entry
@@ -46,7 +46,7 @@ def test_a_job_that_fails_during_a_replan_is_no_longer_replanning() -> None:
     replanning = st.set_condition([], st.REPLANNING, True, "Deleted", "n1 deleted", 3)
     new = fail(ctx, entry(paper_jobs()[3]), {}, replanning, "BackoffLimitExceeded", "gone", 3)
     got = st.condition(new, st.REPLANNING) or {}
-    assert (got["status"], got["reason"], got["message"]) == ("False", "NoPlan", "gone")
+    assert (got["status"], got["reason"], got["message"]) == ("False", "JobFailed", "gone")
     assert (st.condition(new, st.FAILED) or {})["reason"] == "BackoffLimitExceeded"
     assert told == [("Warning", "BackoffLimitExceeded")]
     settled = st.set_condition([], st.REPLANNING, False, "Recovered", "done", 2)

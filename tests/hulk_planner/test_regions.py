@@ -380,7 +380,10 @@ def test_a_job_of_equal_priority_is_not_told_a_higher_priority_went_first() -> N
     a = replace(t5, name="a-narrow", model=model)
     b = replace(t5, name="b-wide", model=model)
     limits = {"a-narrow": ["Berlin"], "b-wide": ["Berlin", "Paris"]}
-    got = plan(paper_cluster(), [a, b], "hulk", allowed_regions=limits, max_iterations=200)
+    # (a job of a higher priority elsewhere, planned first too, holds none of their servers)
+    tokyo = replace(t5, name="h-tokyo", model=model, priority=5)
+    three = limits | {"h-tokyo": ["Tokyo"]}
+    got = plan(paper_cluster(), [a, b, tokyo], "hulk", allowed_regions=three, max_iterations=200)
     why = {u.name: u.reason for u in got.unplaced}
     assert "b-wide" in why, why
     assert "a higher spec.priority" not in why["b-wide"], why["b-wide"]
