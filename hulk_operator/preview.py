@@ -415,7 +415,8 @@ def preview_plan(
         seed=seed,
         baselines=baselines,
     )
-    seconds = time.perf_counter() - started
+    # (none planned, where the jobs shown all run: no time to tell; a CI run said 0.00 s)
+    seconds = time.perf_counter() - started if pending else None
     shown = pending + [e for e, _, _, _ in standing.values()]
     names = {k: n for n, k in planner_names(shown).items()}  # <name>.<ns> if needed
     compared: dict[str, dict[str, float]] = {b: {} for b in BASELINES} if baselines else {}

@@ -117,11 +117,8 @@ def test_paper_jobs_land_on_planned_servers_and_run(
     out = hulk(*cmd)
     assert out.returncode == 0, out.stderr
     assert f"baseline-a does not place {PAPER[0]}: no server holds the whole model: " in out.stdout
-    # how long the operator's round took to plan it, its baselines included (before, the
-    # preview alone did not say: a review)
-    took = [ln for ln in out.stdout.splitlines() if ln.startswith("planned in ")]
-    assert took and took[0].endswith(" s (the baselines below included)"), out.stdout
-    assert float(took[0].split()[2]) > 0, took
+    # a running job is shown, not planned: no planning time is told
+    assert "planned in " not in out.stdout, out.stdout
     print(f"apply -> all Running: {elapsed:.1f}s")
 
 

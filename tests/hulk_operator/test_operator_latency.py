@@ -177,6 +177,11 @@ def test_hulk_plan_previews_pending_jobs_on_the_live_cluster(
     out = hulk(*table)
     assert out.returncode == 0, out.stderr
     assert "baseline-a does not place opt-175b: no server holds the whole model: " in out.stdout
+    # how long the operator's round took to plan them, its baselines included (before, the
+    # preview alone did not say: a review)
+    took = [ln for ln in out.stdout.splitlines() if ln.startswith("planned in ")]
+    assert took and took[0].endswith(" s (the baselines below included)"), out.stdout
+    assert float(took[0].split()[2]) > 0, took
     # A preview writes nothing: no pod, no status.
     assert not kube.pods() and not any(j.get("status") for j in kube.jobs())
     # given as a manifest, a suspended job is previewed as if resumed
