@@ -71,9 +71,9 @@ async def make_pods(
         return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
     elif restart_policy(spec) == "Never" and (
         kept := [p for p in failed if replanned is not None and p.node not in replanned[1]]
-    ):  # a stage failed on a server the re-plan keeps: with Never, the job fails all the
-        # same (before, the re-plan deleted the failed pod as not in its plan, and the job
-        # ran on: a review); a pod of a lost server failed with its server
+    ):  # a stage failed on a server not lost: with Never, the job fails all the same
+        # (before, a re-plan in the same tick deleted the failed pod as not in its plan,
+        # and the job ran on: a review); a pod of a lost server failed with its server
         return await stage_failed(ctx, entry, spec, status, kept, conds, new, gen)
     desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)
     try:
