@@ -97,6 +97,14 @@ def _close_regions(names: Sequence[str], have: Mapping[str, str]) -> str:
     return f"; did you mean {', '.join(hints)}?" if hints else ""
 
 
+def stage_gpu_cap(asked: int, gpu_max: tuple[str, float] | None) -> int | None:
+    """The most GPUs a job's stage pod gets on any server: the template's ask (``asked``;
+    0 where it asks none), within its namespace's LimitRange maximum ``gpu_max`` (name,
+    GPUs); None where neither bounds it."""
+    caps = [c for c in (asked or None, int(gpu_max[1]) if gpu_max else None) if c is not None]
+    return min(caps, default=None)
+
+
 def too_big_for(
     entry: JobEntry,
     nodes: Mapping[str, NodeInfo],
@@ -125,14 +133,10 @@ def too_big_for(
     roomy = [i.server for i in usable if i.server is not None and holds(i, entry.requests, wanted)]
     if not roomy:  # (no usable GPUs, or requests none holds: the snapshot or
         return None  # requests_fit_nowhere says why)
-    caps = [(c, why) for c, why in (
-        (entry.requests.gpus, f"the template asks {entry.requests.gpus} {GPU} a stage pod"),
-        (int(gpu_max[1]) if gpu_max else 0,
-         f"LimitRange {gpu_max[0] if gpu_max else ''} allows at most "
-         f"{gpu_max[1] if gpu_max else 0:g} {GPU} a pod"),
-    ) if c > 0]  # fmt: skip
-    cap = min(caps, default=None)
-    servers = [replace(s, gpus=min(s.gpus, cap[0])) if cap else s for s in roomy]
+    if gpu_max is not None and gpu_max[1] < 1:  # (one that allows none refuses the job)
+        gpu_max = None
+    cap = stage_gpu_cap(entry.requests.gpus, gpu_max)
+    servers = [replace(s, gpus=min(s.gpus, cap)) if cap else s for s in roomy]
     limits = constraint_names(entry)
     small = len(roomy) < len(usable)
     if small:
@@ -149,8 +153,13 @@ def too_big_for(
     )
     if small:
         fix = f"lower the template's requests, {fix}"
-    if cap is not None and any(s.gpus > cap[0] for s in roomy):
-        where += f", at the GPUs their stage pods get ({cap[1]}),"
+    if cap is not None and any(s.gpus > cap for s in roomy):
+        bound = (  # (the LimitRange's named where both bound it alike)
+            f"LimitRange {gpu_max[0]} allows at most {gpu_max[1]:g} {GPU} a pod"
+            if gpu_max is not None and int(gpu_max[1]) == cap
+            else f"the template asks {entry.requests.gpus} {GPU} a stage pod"
+        )
+        where += f", at the GPUs their stage pods get ({bound}),"
         fix = f"give each stage pod more GPUs, {fix}"
     largest = "the largest server it may use has" if limits else "the largest server has"
     why = too_big(entry.job, servers, where, fix, largest)

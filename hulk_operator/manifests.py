@@ -363,8 +363,11 @@ def stage_pod(
     # torchrun starts a worker per GPU it is told of: the trainer's own where the template
     # asks GPUs itself, at least one (before, its containers' sum: a sidecar's GPU made the
     # trainer start a worker on a GPU it did not hold; a review)
-    own = effective_resources({"containers": [containers[trainer]]}, limits=False).get(GPU, 0)
-    env = stage_env(job, job_plan, slot, gpus if set_gpus else max(1, int(own)), master_port)
+    nproc = gpus
+    if not set_gpus:
+        own = effective_resources({"containers": [containers[trainer]]}, limits=False)
+        nproc = max(1, int(own.get(GPU, 0)))
+    env = stage_env(job, job_plan, slot, nproc, master_port)
     ours = {e["name"] for e in env}
     for i, c in enumerate(containers):
         c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env

@@ -14,7 +14,13 @@ from typing import Any
 from hulk_operator import GPU
 from hulk_operator.decision import Decision
 from hulk_operator.entries import JobEntry, Key
-from hulk_operator.fit import describe, matching_nodes, missing_resources, unmatched
+from hulk_operator.fit import (
+    describe,
+    matching_nodes,
+    missing_resources,
+    stage_gpu_cap,
+    unmatched,
+)
 from hulk_operator.inventory import (
     ALWAYS_TOLERATED,
     NodeInfo,
@@ -459,12 +465,8 @@ class Snapshot:
         would ask: what the template asks, within the namespace's LimitRange maximum."""
         if info.server is None:
             return info
-        gpus = info.server.gpus
-        if entry.requests.gpus:  # a template that asks for GPUs gets that many
-            gpus = min(gpus, entry.requests.gpus)
-        limit = self.gpu_max(entry.key[0])
-        if limit is not None:
-            gpus = min(gpus, int(limit[1]))  # LimitRange
+        cap = stage_gpu_cap(entry.requests.gpus, self.gpu_max(entry.key[0]))
+        gpus = info.server.gpus if cap is None else min(info.server.gpus, cap)
         return (
             info
             if gpus == info.server.gpus

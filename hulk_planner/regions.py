@@ -257,7 +257,7 @@ def plan_in_regions(
     placed: list[Any] = []
     unplaced: list[Unplaced] = []
     notes: list[str] = []
-    for at, group in enumerate(groups):
+    for group in groups:
         names = {j.name for j in group}
         regions = limits.get(group[0].name)
         where = f"in spec.allowedRegions {list(regions)}: " if regions else ""
@@ -279,7 +279,7 @@ def plan_in_regions(
         # priority elsewhere was named where jobs of its own priority held them; a review)
         holding = {s.name for s in held}
         holders = {jp.name for jp in placed if holding.intersection(jp.nodes)}
-        first = _first(group, [j for g in groups[:at] for j in g if j.name in holders], priorities)
+        first = _first(group, [j for j in jobs if j.name in holders], priorities)
         if len(out) == len(cluster.servers):
             if not holders:  # (running jobs alone: no job went before it; a review)
                 held_by = "running jobs hold them: a running job keeps its servers"
