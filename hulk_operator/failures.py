@@ -16,12 +16,18 @@ from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.stage_pods import delete_pods
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 JOB_FAILED = "JobFailed"  # Replanning's reason where the job failed during a re-plan
 
 
 def restart_policy(spec: Mapping[str, Any]) -> str | None:
     """The stage pods' ``restartPolicy`` as the job's template sets it (None: unset)."""
     return ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+
+
+def backoff_limit(spec: Mapping[str, Any]) -> int:
+    """The stage restarts the job may have over its run (``spec.backoffLimit``)."""
+    return int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
 
 
 def fail(
@@ -67,28 +73,28 @@ async def stage_failed(
     created again on the same server by the next reconciliation, ``spec.backoffLimit``
     times at most over the job's run (``status.stageRestarts`` counts them); one more
     failure fails the job as ``Never`` does, with reason ``BackoffLimitExceeded``."""
+    if ctx.stopped():
+        # edited (or deleted) since this tick began: its status is not written this tick
+        # (``handlers``), so a failed pod deleted now went uncounted (an unrelated edit,
+        # a priority, lost a restart of spec.backoffLimit). Left as they are, the next
+        # tick sees them again and counts them.
+        return {}
     what = ", ".join(
         f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
     )
     policy = restart_policy(spec)
     restarts = int(status.get("stageRestarts") or 0) + len(failed)
-    limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
-    if policy == "Never" or restarts > limit:
-        others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
-        await delete_pods(ctx, entry.key[0], others)
-        ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
-        # the spec it failed with: an edit kopf never saw (``edit_unseen``) is told from it
-        # as a seen one is (a suspend alone does not run it again: a trial)
-        new["failedSpec"] = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
-        if policy == "Never":
-            msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
-            return fail(ctx, entry, new, conds, "StageFailed", msg, gen)
+    limit = backoff_limit(spec)
+    if policy == "Never":
+        msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
+        return await _stop(ctx, entry, spec, failed, conds, new, "StageFailed", msg, gen)
+    if restarts > limit:
         msg = (
             f"stage pod(s) failed: {what}; {restarts} stage failure(s) exceed "
             f"spec.backoffLimit {limit}, so the job stops (raise spec.backoffLimit to "
             "retry longer)"
         )
-        return fail(ctx, entry, new, conds, "BackoffLimitExceeded", msg, gen)
+        return await _stop(ctx, entry, spec, failed, conds, new, BACKOFF_LIMIT_EXCEEDED, msg, gen)
     await delete_pods(ctx, entry.key[0], [p.name for p in failed])
     new["stageRestarts"] = restarts
     msg = f"stage pod(s) failed: {what}; created again ({restarts} of spec.backoffLimit {limit})"
@@ -97,3 +103,54 @@ async def stage_failed(
     new["conditions"] = st.set_condition(conds, st.READY, False, edits.STAGE_RESTARTING, msg, gen)
     new["phase"] = st.PLACING
     return new
+
+
+async def limit_lowered(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+) -> dict[str, Any] | None:
+    """``spec.backoffLimit`` edited below the stage failures the run has had: the job
+    fails now, as a batch/v1 Job does (its controller compares the failures with the
+    limit at every sync, not at a new failure only); None where the limit holds. Before,
+    such a job ran on until one more failure."""
+    restarts = int(status.get("stageRestarts") or 0)
+    limit = backoff_limit(spec)
+    if restarts <= limit:
+        return None
+    if ctx.stopped():  # (edited again, or deleted, meanwhile: seen at the next tick)
+        return {}
+    msg = (
+        f"{restarts} stage failure(s) exceed spec.backoffLimit {limit}, lowered since, so "
+        "the job stops (raise spec.backoffLimit to retry longer)"
+    )
+    return await _stop(
+        ctx, entry, spec, [], conds, new, BACKOFF_LIMIT_EXCEEDED, msg, entry.generation
+    )
+
+
+async def _stop(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    failed: list[PodEntry],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    reason: str,
+    msg: str,
+    gen: int,
+) -> dict[str, Any]:
+    """The job fails for its stages: its other pods go (a pipeline cannot run without a
+    stage, and they would hold their GPUs waiting for it), the ``failed`` ones stay for
+    ``kubectl logs``."""
+    others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
+    await delete_pods(ctx, entry.key[0], others)
+    if failed:
+        ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
+    # the spec it failed with: an edit kopf never saw (``edit_unseen``) is told from it
+    # as a seen one is (a suspend alone does not run it again: a trial)
+    new["failedSpec"] = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
+    return fail(ctx, entry, new, conds, reason, msg, gen)

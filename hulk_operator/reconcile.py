@@ -17,6 +17,7 @@ from hulk_operator.context import Context
 from hulk_operator.edits import Refusal
 from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC
+from hulk_operator.failures import limit_lowered
 from hulk_operator.plan_fields import unplanned
 from hulk_operator.plan_step import check_plan, place
 from hulk_operator.plan_step import same_cause as same_cause
@@ -97,6 +98,8 @@ async def reconcile(
         # in sight: kopf writes its record of the spec handled and the status apart, and
         # pods made meanwhile from this spec on that plan replaced the running ones
         return {}
+    if (stops := await limit_lowered(ctx, entry, spec, status, conds, new)) is not None:
+        return stops
     plan = st.job_plan_from_status(name, status)
     if plan is None:
         step = await place(ctx, entry, spec, status, planned, conds, new)

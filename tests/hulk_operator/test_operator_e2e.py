@@ -2312,6 +2312,44 @@ def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator
     assert "failedSpec" not in kube.job("backoff")["status"]
 
 
+def test_a_backoff_limit_lowered_below_the_failures_so_far_fails_the_job(
+    kube: Kube, operator: Any
+) -> None:
+    """As a batch/v1 Job's controller compares its failures with the limit at every sync;
+    before, the job ran on until one more stage failure."""
+    kube.apply(manifest("lowered", model={"preset": "gpt2-xl"}, backoffLimit=2))
+    wait("Running", lambda: kube.phase("lowered") == "Running", 60)
+    first = {p.metadata.name: p.metadata.uid for p in kube.live_pods("lowered")}
+    victim = sorted(first)[0]
+    _fail_pod(kube, victim, "Evicted")
+
+    def restarted() -> bool:
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("lowered")}
+        return now.get(victim) not in (None, first[victim]) and kube.phase("lowered") == "Running"
+
+    wait("the stage created again", restarted, 60)
+    assert kube.job("lowered")["status"]["stageRestarts"] == 1
+    for limit in (1, 0):  # 1 restart is within a limit of 1; not of 0
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "lowered", {"spec": {"backoffLimit": limit}}
+        )
+        gen = kube.job("lowered")["metadata"]["generation"]
+        seen = lambda g=gen: kube.job("lowered")["status"].get("observedGeneration") == g  # noqa: E731
+        wait("the edit seen", seen, 30)
+        if limit == 1:
+            time.sleep(3)  # (a few ticks)
+            assert kube.phase("lowered") == "Running"
+    wait("Failed", lambda: kube.phase("lowered") == "Failed", 30)
+    c = condition(kube.job("lowered"), "Failed")
+    assert c["status"] == "True" and c["reason"] == "BackoffLimitExceeded", c
+    assert c["message"].startswith(
+        "1 stage failure(s) exceed spec.backoffLimit 0, lowered since, so the job stops"
+    ), c
+    (event,) = kube.told("BackoffLimitExceeded")
+    assert event.message == c["message"]
+    wait("no stage pod left", lambda: not kube.pods("lowered"), 30)
+
+
 def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, operator: Any) -> None:
     m = manifest("never", model={"preset": "gpt2-xl"})
     m["spec"]["template"]["spec"]["restartPolicy"] = "Never"
