@@ -27,7 +27,7 @@ from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.give_back import Refusals
 from hulk_operator.inventory import NodeInfo
 from hulk_operator.quota_fit import add_use, quotas_seen, within_quota
-from hulk_operator.rounds import PlanFn, plan_group, plan_pending
+from hulk_operator.rounds import PlanFn, job_priority, plan_group, plan_pending
 from hulk_operator.snapshot import Snapshot, Taken, amount_text
 from hulk_planner.model import JobPlan, Plan, Server
 
@@ -429,6 +429,12 @@ class Placer:
             snap.held = self.held(snap.held)
             edits = self.edits_waiting(snap)  # (once, not per job)
             if any(self._waiting(snap, e, edits) for e in snap.jobs.values()):
+                return None
+            mine = job_priority(entry)
+            if any(job_priority(snap.jobs[k]) >= mine for k in edits if k in snap.jobs):
+                # an edit waiting for servers, of a job ranked at or above this one: it gets
+                # them first, as the rounds keep them for it from jobs ranked below (before,
+                # a growth took the servers an edit just allowed was about to use; a review)
                 return None
             free = snap.free(entry)
             seen = (

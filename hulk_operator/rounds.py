@@ -244,7 +244,7 @@ def plan_pending(
     holding = set(snap.held.values())
 
     def standing(e: JobEntry) -> tuple[int, bool]:
-        return (_priority(e), e.key in holding)
+        return (job_priority(e), e.key in holding)
 
     def rank(e: JobEntry) -> tuple[int, bool, float]:
         # of equal standing, the job submitted first comes first (as Kueue's and Volcano's
@@ -260,7 +260,7 @@ def plan_pending(
     for e in sorted(pending, key=lambda e: e.key):  # (a waiting edit alone: planned with
         # others, its own running servers could go to them)
         alone = e.key if e.key in claims else None
-        groups.setdefault((snap.offer_key(e), _priority(e), alone), []).append(e)
+        groups.setdefault((snap.offer_key(e), job_priority(e), alone), []).append(e)
 
     def scope(g: list[JobEntry]) -> tuple[tuple[int, bool], int, float]:
         # of equal standing, the group its constraints allow fewer servers first: a job
@@ -492,7 +492,8 @@ def _within_services(
             rehold(held, d, decisions[e.key])
 
 
-def _priority(e: JobEntry) -> int:
+def job_priority(e: JobEntry) -> int:
+    """The job's spec.priority (0 for a job whose spec is invalid)."""
     return e.job.priority if e.job else 0
 
 

@@ -565,6 +565,32 @@ def test_a_waiting_job_gets_the_free_servers_first() -> None:
     assert asyncio.run(placer.regrow(running, current, snapshot)) is not None
 
 
+def test_an_edit_waiting_for_servers_gets_them_before_a_growth_ranked_no_higher() -> None:
+    """A running job's edit that waits for servers (or was just allowed, its pods not yet
+    made) keeps them from the jobs ranked below it in the rounds; a growth of a job ranked
+    no higher took them all the same (a review). It waits now; a growth of a job ranked
+    above the edit's goes on."""
+    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1.25, 0.0))
+    bert = paper_jobs()[3]
+    own = frozenset({"rome-44"})
+    edited = entry(bert, plan_nodes=own, phase=st.RUNNING, generation=2)
+    jobs = {running.key: running, edited.key: edited}
+
+    async def snapshot() -> Snapshot:
+        held = {**{n: running.key for n in current.nodes}, **dict.fromkeys(own, edited.key)}
+        return Snapshot(nodes(), Latencies(), dict(jobs), held)
+
+    placer = Placer(plan, batch_window_s=0.0, regrow_every_s=0)
+    placer.edit_allowed(edited.key, 2)  # allowed, not yet seen pending
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    placer.edit_claimed.clear()
+    placer.edit_tried[edited.key] = (("seen", 2), "no room now")  # waits for servers
+    assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    jobs[edited.key] = replace(edited, job=replace(bert, priority=-1))  # ranked below
+    grown = asyncio.run(placer.regrow(running, current, snapshot))
+    assert grown is not None and grown.job_plan is not None
+
+
 def test_a_regrowth_waits_for_a_running_jobs_replan_that_waits_to_plan() -> None:
     """A regrowth that gets the planning lock while a running job's re-plan for a lost
     server waits for it (both queued behind a round) is not looked at: the re-plan gets
