@@ -6,10 +6,11 @@ jobs that have since finished, stays as it is. With ``spec.regrow`` its owner ac
 restart for a faster step. Once every stage has run without a break (``Ready=True``,
 reason AllStagesRunning) for ``afterSeconds``, and while no job waits for servers (a
 waiting job gets them first, as does a waiting edit of a job ranked no lower), the job
-is planned afresh on its own servers plus the free ones; the new plan replaces the old one when its predicted step is at least
-``minSpeedup`` times faster, both plans scored by the cost model on the same latencies.
-The operator looks every 5 s (``Placer.regrow_every_s``) and plans only when the free
-servers (or the job's plan or settings) changed since.
+is planned afresh on its own servers plus the free ones; the new plan replaces the old
+one when its predicted step is at least ``minSpeedup`` times faster, both plans scored
+by the cost model on the same latencies. The operator looks every 5 s
+(``Placer.regrow_every_s``) and plans only when the free servers (or the job's plan or
+settings) changed since.
 
 A job without ``spec.regrow`` is looked at the same way (every 30 s, once every stage has
 run for a minute, where a server its plan was not planned on is free; these looks together
