@@ -431,8 +431,11 @@ class Placer:
             if any(self._waiting(snap, e, edits) for e in snap.jobs.values()):
                 return None
             mine = job_priority(entry)
-            if any(job_priority(snap.jobs[k]) >= mine for k in edits if k in snap.jobs):
-                # an edit waiting for servers, of a job ranked at or above this one: it gets
+            if any(
+                job_priority(e) >= mine and self._edit_may_fit(snap, e)
+                for k in edits
+                if (e := snap.jobs.get(k)) is not None
+            ):  # an edit waiting for servers, of a job ranked at or above this one: it gets
                 # them first, as the rounds keep them for it from jobs ranked below (before,
                 # a growth took the servers an edit just allowed was about to use; a review)
                 return None
@@ -576,6 +579,22 @@ class Placer:
         if not e.pending:
             return False
         return last is None or last[0] != self.fingerprint(snap, e, edits)
+
+    def _edit_may_fit(self, snap: Snapshot, e: JobEntry) -> bool:
+        """A waiting edit (``edits_waiting``) just allowed, or not tried on the servers free
+        now (``edits.unplannable``): as a pending job not tried on them (``_waiting``), it
+        holds growth back; one tried on these very servers that did not fit waits for a
+        change, and does not."""
+        tried = self.edit_tried.get(e.key)
+        return (
+            e.key in self.edit_claimed
+            or tried is None
+            or tried[0]
+            != (
+                self.fingerprint(snap, e),
+                e.generation,
+            )
+        )
 
     def edits_waiting(self, snap: Snapshot) -> set[Key]:
         """Running jobs whose latest edit waits for servers to free up (``edits.

@@ -586,6 +586,15 @@ def test_an_edit_waiting_for_servers_gets_them_before_a_growth_ranked_no_higher(
     placer.edit_claimed.clear()
     placer.edit_tried[edited.key] = (("seen", 2), "no room now")  # waits for servers
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
+    # tried on the servers free now and did not fit: it waits for a change, as a pending
+    # job tried on them does, and holds no growth back
+    tried = (placer.fingerprint(asyncio.run(snapshot()), edited), 2)
+    placer.edit_tried[edited.key] = (tried, "no room now")
+    grown = asyncio.run(placer.regrow(running, current, snapshot))
+    assert grown is not None and grown.job_plan is not None
+    placer.reserved.pop(running.key)  # (its growth not taken: looked at afresh)
+    placer.regrow_checked.clear()
+    placer.edit_tried[edited.key] = (("seen", 2), "no room now")
     jobs[edited.key] = replace(edited, job=replace(bert, priority=-1))  # ranked below
     grown = asyncio.run(placer.regrow(running, current, snapshot))
     assert grown is not None and grown.job_plan is not None
