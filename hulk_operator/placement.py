@@ -586,15 +586,8 @@ class Placer:
         holds growth back; one tried on these very servers that did not fit waits for a
         change, and does not."""
         tried = self.edit_tried.get(e.key)
-        return (
-            e.key in self.edit_claimed
-            or tried is None
-            or tried[0]
-            != (
-                self.fingerprint(snap, e),
-                e.generation,
-            )
-        )
+        seen = (self.fingerprint(snap, e), e.generation)  # (as ``edits.unplannable`` keys it)
+        return e.key in self.edit_claimed or tried is None or tried[0] != seen
 
     def edits_waiting(self, snap: Snapshot) -> set[Key]:
         """Running jobs whose latest edit waits for servers to free up (``edits.
