@@ -1,17 +1,19 @@
 """A reconciliation's last step: the job's pods made to match its plan (``make_pods``,
-through ``stage_pods``) and its new status fields: its pods' phase, a stage failure's, a
-re-plan's (its Event), pods refused past the grace (its servers given back), a rejected
-template's. With the checks ``reconcile`` shares: ``refused_edit``, ``edited_since``."""
+through ``stage_pods``) and its new status fields: its pods' phase, a stage failure's (one
+after the run ended ends the job), a re-plan's (its Event), pods refused past the grace
+(its servers given back), a rejected template's. With the checks ``reconcile`` shares:
+``refused_edit``, ``edited_since``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from hulk_operator import recovery, regrow
+from hulk_operator import manifests, recovery, regrow
 from hulk_operator import status as st
-from hulk_operator.context import Context
+from hulk_operator.context import Context, PodEntry
 from hulk_operator.edits import Refusal
 from hulk_operator.entries import JobEntry, pod_source
 from hulk_operator.errors import (
@@ -25,8 +27,19 @@ from hulk_operator.errors import (
 from hulk_operator.failures import fail, restart_policy, stage_failed
 from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.plan_step import Step
-from hulk_operator.stage_pods import delete_pods, desired_pods, pods_phase, remove_all, sync_pods
+from hulk_operator.stage_pods import (
+    delete_pods,
+    desired_pods,
+    pods_phase,
+    remove_all,
+    succeeded,
+    sync_pods,
+)
 from hulk_planner.model import JobPlan
+
+# Failed's reason where a stage pod failed after others of the run exited 0, rank 0 not
+STAGE_FAILED_AFTER_SUCCESS = "StageFailedAfterSuccess"
+_ENDED = ("Failed", "Succeeded")  # pod phases of a stage pod that ended
 
 
 def refused_edit(conds: list[dict[str, Any]], refused: Refusal, gen: int) -> list[dict[str, Any]]:
@@ -68,7 +81,7 @@ async def make_pods(
             ],
         }
     elif failed and replanned is None:
-        return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
+        return await pods_failed(ctx, entry, spec, status, failed, conds, new, gen)
     elif restart_policy(spec) == "Never" and (
         kept := [p for p in failed if replanned is not None and p.node not in replanned[1]]
     ):  # a stage failed on a server not lost: with Never, the job fails all the same
@@ -137,6 +150,72 @@ async def make_pods(
     seconds = new.get("predictedIterationSeconds", status.get("predictedIterationSeconds"))
     ctx.metrics.set_predicted(ns, name, seconds)
     return new
+
+
+async def pods_failed(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    failed: list[PodEntry],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    gen: int,
+) -> dict[str, Any]:
+    """Stage pods the kubelet ended as Failed: restarted, or failing the job, as
+    ``stage_failed`` says; but where others of the run exited 0, the run had ended
+    (``_failed_after_success``): before, the failed pod was made again alone, and it waited
+    at the rendezvous for peers that had exited, for good, holding its GPUs."""
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    if done := [p for p in pods if p.phase == "Succeeded"]:
+        return await _failed_after_success(ctx, entry, spec, pods, failed, done, conds, new, gen)
+    return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
+
+
+async def _failed_after_success(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    pods: list[PodEntry],
+    failed: list[PodEntry],
+    done: list[PodEntry],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    gen: int,
+) -> dict[str, Any]:
+    """Stage pods the kubelet ended as Failed (eviction, node shutdown) once others of the
+    run had exited 0 (``done``). The ranks leave together, after the last step's
+    collectives, so the run has ended: none is made again, whatever ``restartPolicy`` and
+    ``spec.backoffLimit`` say (it would wait at the rendezvous for peers that have exited,
+    holding its GPUs). Rank 0 (stage 0, replica 0: the master, which writes the run's last
+    record) decides, as a PyTorchJob's Master and a batch/v1 success policy's leader index
+    do: the job is Succeeded where it exited 0, else Failed
+    (``STAGE_FAILED_AFTER_SUCCESS``). The pods still running go (their servers are
+    released, as a finished job's are); those that ended stay for ``kubectl logs``."""
+    await delete_pods(ctx, entry.key[0], [p.name for p in pods if p.phase not in _ENDED])
+    what = ", ".join(  # (named as ``stage_failed`` names them)
+        f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
+    )
+    ended = ", ".join(p.name for p in done[:3]) + (f" and {len(done) - 3} more" * (len(done) > 3))
+    story = (
+        f"stage pod(s) failed: {what}, after stage pod(s) {ended} exited 0: the run had "
+        "ended, so none is made again"
+    )
+    lead = f"{manifests.hostname(entry.key[1], 0, 0)}-"  # (``<hostname>-<hash>``)
+    rank_0 = next((p for p in pods if p.name.startswith(lead)), None)
+    if rank_0 is not None and rank_0.phase == "Succeeded":
+        msg = f"{story}; rank 0 ({rank_0.name}) exited 0, so the job succeeded"
+        new["phase"] = st.SUCCEEDED  # (its plan kept for the record, as any finished job's)
+        conds = succeeded(ctx, entry, conds, gen, msg, msg)
+        new["conditions"] = st.set_condition(conds, st.FAILED, False, "NoFailure", msg, gen)
+        return new
+    who = "rank 0's pod is gone" if rank_0 is None else f"rank 0 ({rank_0.name}) is {rank_0.phase}"
+    msg = f"{story}; {who}, not exited 0, so the job fails (an edit runs it again)"
+    ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
+    # (the spec it failed with, as ``stage_failed`` keeps it: ``updates`` tells an edit
+    # kopf never saw from it)
+    new["failedSpec"] = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
+    return fail(ctx, entry, new, conds, STAGE_FAILED_AFTER_SUCCESS, msg, gen)
 
 
 def _replanned(

@@ -12,9 +12,9 @@ from hulk_operator import edits
 from hulk_operator import status as st
 from hulk_operator.context import Context
 from hulk_operator.entries import JobEntry, object_entry, planned_pod_spec
-from hulk_operator.failures import DEFAULT_BACKOFF_LIMIT, stage_failed
+from hulk_operator.failures import DEFAULT_BACKOFF_LIMIT
 from hulk_operator.plan_step import check_plan
-from hulk_operator.pod_step import make_pods
+from hulk_operator.pod_step import make_pods, pods_failed
 
 
 async def run_on(
@@ -26,16 +26,17 @@ async def run_on(
     gen: int,
 ) -> dict[str, Any]:
     """The status fields to write for a job whose latest spec is refused: it runs on as
-    planned, a failed stage pod restarted (``spec.backoffLimit`` as for any job), a
-    missing one made again from the spec the plan was made for (``edits``). Before, a
-    stage pod that failed stayed Failed, while Ready said it was being made again."""
+    planned, a failed stage pod restarted (``spec.backoffLimit`` as for any job; not once
+    others of the run exited 0: ``pods_failed``), a missing one made again from the spec
+    the plan was made for (``edits``). Before, a stage pod that failed stayed Failed,
+    while Ready said it was being made again."""
     failed = [p for p in ctx.pods.get(entry.key, []) if not p.deleting and p.phase == "Failed"]
     if failed:
         limit = (body.get("spec") or {}).get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             limit = DEFAULT_BACKOFF_LIMIT  # (the refused spec's may be what is wrong)
         made = {**(planned_pod_spec(status.get("plan")) or {}), "backoffLimit": limit}
-        return await stage_failed(ctx, entry, made, status, failed, conds, {}, gen)
+        return await pods_failed(ctx, entry, made, status, failed, conds, {}, gen)
     replanned = await _replan_running(ctx, entry, body, status, conds, gen)
     if replanned is not None:
         return replanned

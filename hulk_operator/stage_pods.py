@@ -322,6 +322,28 @@ def _first_move(ctx: Context, down: Sequence[NodeInfo | None]) -> str:
     return f" (the first at {time.strftime('%H:%M:%S', time.gmtime(min(moves)))} UTC)"
 
 
+def succeeded(
+    ctx: Context,
+    entry: JobEntry,
+    conds: list[dict[str, Any]],
+    gen: int,
+    msg: str,
+    told: str,
+) -> list[dict[str, Any]]:
+    """The conditions of a job whose run finished (phase ``Succeeded``): ``Ready`` False and
+    ``Complete`` True saying ``msg``, and a Normal Event ``Succeeded`` saying ``told``, once
+    per run."""
+    conds = st.set_condition(conds, st.READY, False, "Succeeded", msg, gen)
+    # (before, nothing a tool waits on: no condition, no Event; a user trial)
+    conds = st.set_condition(conds, st.COMPLETE, True, "Succeeded", msg, gen)
+    ctx.metrics.set_free_speedup(*entry.key, None)  # (done: no faster plan to alert of)
+    key = f"{st.SUCCEEDED}/{entry.uid}/{gen}"
+    if entry.phase != st.SUCCEEDED and key not in ctx.recent:
+        ctx.recent[key] = time.monotonic()
+        ctx.event("Normal", st.SUCCEEDED, told)
+    return conds
+
+
 def pods_phase(
     ctx: Context,
     entry: JobEntry,
@@ -342,14 +364,8 @@ def pods_phase(
     out: dict[str, Any] = {}
     if want and done == want:
         out["phase"] = st.SUCCEEDED
-        conds = st.set_condition(conds, st.READY, False, "Succeeded", "every stage finished", gen)
-        # (before, nothing a tool waits on: no condition, no Event; a user trial)
-        conds = st.set_condition(conds, st.COMPLETE, True, "Succeeded", "every stage finished", gen)
-        ctx.metrics.set_free_speedup(*entry.key, None)  # (done: no faster plan to alert of)
-        told = f"{st.SUCCEEDED}/{entry.uid}/{gen}"
-        if entry.phase != st.SUCCEEDED and told not in ctx.recent:
-            ctx.recent[told] = time.monotonic()
-            ctx.event("Normal", st.SUCCEEDED, f"every stage finished ({want} stage pod(s))")
+        told = f"every stage finished ({want} stage pod(s))"
+        conds = succeeded(ctx, entry, conds, gen, "every stage finished", told)
     elif running + done == want and len(live) == want:  # finishing: stages exit one by one
         out["phase"] = st.RUNNING
         msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")

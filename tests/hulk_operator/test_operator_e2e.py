@@ -2405,6 +2405,73 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
     assert condition(kube.job("never"), "Failed")["status"] == "False"
 
 
+def test_a_stage_that_fails_after_others_finished_is_not_made_again(
+    kube: Kube, operator: Any
+) -> None:
+    """A stage pod evicted once others of the run had exited 0: before, it was deleted and
+    made again alone (StageRestarted), to wait at the rendezvous for peers that had exited,
+    for good, holding its server, and the job never ended. Now the run is over: rank 0
+    (stage 0, replica 0) decides, as a PyTorchJob's Master does. Job "lead": rank 0 exited
+    0, so the job is Succeeded; job "tail": another stage exited 0 and then rank 0 was
+    evicted, so it fails. Either way no pod is made again and the ended ones stay for their
+    logs."""
+    for name in ("lead", "tail"):
+        kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.all_running(["lead", "tail"]), 60)
+
+    def rank_0_first(name: str) -> list[Any]:  # its pods, rank 0 first
+        pods = kube.live_pods(name)
+        assert len(pods) > 1, name
+        return sorted(pods, key=lambda p: p.spec.hostname != f"{name}-0-0")
+
+    lead, tail = rank_0_first("lead"), rank_0_first("tail")
+    uids = {p.metadata.name: p.metadata.uid for p in lead + tail}
+    first, evicted = lead[0].metadata.name, lead[1].metadata.name
+    done, rank_0 = tail[1].metadata.name, tail[0].metadata.name
+    for pod in (first, done):  # what the kubelet writes when a trainer exits 0
+        kube.core.patch_namespaced_pod_status(pod, kube.ns, {"status": {"phase": "Succeeded"}})
+
+    def finishing(name: str) -> bool:  # (seen to finish before the eviction below)
+        return "1 finished" in condition(kube.job(name), "Ready")["message"]
+
+    wait("one stage finished", lambda: finishing("lead") and finishing("tail"))
+    _fail_pod(kube, evicted, "Evicted")
+    _fail_pod(kube, rank_0, "Evicted")
+    wait("lead Succeeded", lambda: kube.phase("lead") == "Succeeded", 30)
+    wait("tail Failed", lambda: kube.phase("tail") == "Failed", 30)
+    job = kube.job("lead")
+    complete = condition(job, "Complete")
+    assert (complete["status"], complete["reason"]) == ("True", "Succeeded"), complete
+    assert f"{evicted} on {lead[1].spec.node_name} (Evicted)" in complete["message"]
+    assert f"rank 0 ({first}) exited 0" in complete["message"]
+    assert condition(job, "Failed")["status"] == "False"
+    assert plan_nodes(job) and not job["status"].get("stageRestarts")  # (kept for the record)
+    job = kube.job("tail")
+    failed = condition(job, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "StageFailedAfterSuccess"), failed
+    assert f"{rank_0} on {tail[0].spec.node_name} (Evicted)" in failed["message"]
+    assert f"after stage pod(s) {done} exited 0" in failed["message"]
+    assert job["status"].get("plan") is None and not job["status"].get("stageRestarts")
+    (told,) = kube.told("StageFailedAfterSuccess")
+    assert told.type == "Warning" and told.message == failed["message"]
+    assert any(evicted in e.message for e in kube.told("Succeeded"))
+    # the ended pods stay for their logs, none made again; any still running goes
+    ended = {"lead": {first, evicted}, "tail": {done, rank_0}}
+
+    def left(name: str) -> dict[str, str]:
+        return {p.metadata.name: p.metadata.uid for p in kube.pods(name)}
+
+    wait("only the ended pods left", lambda: all(set(left(n)) == ended[n] for n in ended), 30)
+    time.sleep(3)  # three reconcile ticks: nothing made again
+    for name in ended:
+        assert left(name) == {n: uids[n] for n in ended[name]}, name
+    assert kube.phase("lead") == "Succeeded" and kube.phase("tail") == "Failed"
+    assert kube.events("StageRestarted") == [] and kube.events("StageRecreated") == []
+    metrics = operator.memo.metrics.text()
+    assert 'hulk_stage_failures_total{action="restarted"} 0.0' in metrics
+    assert 'hulk_stage_failures_total{action="job_failed"} 1.0' in metrics
+
+
 def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
     sandbox: Any, namespace: str, kube: Kube, tmp_path: Any
 ) -> None:
