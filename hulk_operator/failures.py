@@ -18,11 +18,19 @@ from hulk_operator.stage_pods import delete_pods
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 JOB_FAILED = "JobFailed"  # Replanning's reason where the job failed during a re-plan
+ENDED = ("Failed", "Succeeded")  # the phases of a stage pod that will not run again
 
 
 def restart_policy(spec: Mapping[str, Any]) -> str | None:
     """The stage pods' ``restartPolicy`` as the job's template sets it (None: unset)."""
     return ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+
+
+def named(pods: list[PodEntry]) -> str:
+    """``pods`` as a stage failure's words name them: name, server and the kubelet's reason."""
+    return ", ".join(
+        f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in pods
+    )
 
 
 def backoff_limit(spec: Mapping[str, Any]) -> int:
@@ -73,28 +81,22 @@ async def stage_failed(
     created again on the same server by the next reconciliation, ``spec.backoffLimit``
     times at most over the job's run (``status.stageRestarts`` counts them); one more
     failure fails the job as ``Never`` does, with reason ``BackoffLimitExceeded``."""
-    if ctx.stopped():
-        # edited (or deleted) since this tick began: its status is not written this tick
-        # (``handlers``), so a failed pod deleted now went uncounted (an unrelated edit,
-        # a priority, lost a restart of spec.backoffLimit). Left as they are, the next
-        # tick sees them again and counts them.
-        return {}
-    what = ", ".join(
-        f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
-    )
+    what = named(failed)
     policy = restart_policy(spec)
     restarts = int(status.get("stageRestarts") or 0) + len(failed)
     limit = backoff_limit(spec)
     if policy == "Never":
         msg = f"stage pod(s) failed: {what}; restartPolicy is Never, so the job stops"
-        return await _stop(ctx, entry, spec, failed, conds, new, "StageFailed", msg, gen)
+        return await stop_job(ctx, entry, spec, failed, conds, new, "StageFailed", msg, gen)
     if restarts > limit:
         msg = (
             f"stage pod(s) failed: {what}; {restarts} stage failure(s) exceed "
             f"spec.backoffLimit {limit}, so the job stops (raise spec.backoffLimit to "
             "retry longer)"
         )
-        return await _stop(ctx, entry, spec, failed, conds, new, BACKOFF_LIMIT_EXCEEDED, msg, gen)
+        return await stop_job(
+            ctx, entry, spec, failed, conds, new, BACKOFF_LIMIT_EXCEEDED, msg, gen
+        )
     await delete_pods(ctx, entry.key[0], [p.name for p in failed])
     new["stageRestarts"] = restarts
     msg = f"stage pod(s) failed: {what}; created again ({restarts} of spec.backoffLimit {limit})"
@@ -127,12 +129,12 @@ async def limit_lowered(
         f"{restarts} stage failure(s) exceed spec.backoffLimit {limit}, lowered since, so "
         "the job stops (raise spec.backoffLimit to retry longer)"
     )
-    return await _stop(
+    return await stop_job(
         ctx, entry, spec, [], conds, new, BACKOFF_LIMIT_EXCEEDED, msg, entry.generation
     )
 
 
-async def _stop(
+async def stop_job(
     ctx: Context,
     entry: JobEntry,
     spec: Mapping[str, Any],
@@ -143,11 +145,11 @@ async def _stop(
     msg: str,
     gen: int,
 ) -> dict[str, Any]:
-    """The job fails for its stages: its other pods go (a pipeline cannot run without a
-    stage, and they would hold their GPUs waiting for it), the ``failed`` ones stay for
-    ``kubectl logs``."""
-    others = [p.name for p in ctx.pods.get(entry.key, []) if p.phase != "Failed"]
-    await delete_pods(ctx, entry.key[0], others)
+    """The job fails for its stages: its pods still running go (a pipeline cannot run
+    without a stage, and they would hold their GPUs waiting for it), those that ended (the
+    ``failed`` ones among them) stay for ``kubectl logs``."""
+    running = [p.name for p in ctx.pods.get(entry.key, []) if p.phase not in ENDED]
+    await delete_pods(ctx, entry.key[0], running)
     if failed:
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
     # the spec it failed with: an edit kopf never saw (``edit_unseen``) is told from it

@@ -6,7 +6,6 @@ after the run ended ends the job), a re-plan's (its Event), pods refused past th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -24,7 +23,7 @@ from hulk_operator.errors import (
     namespace_terminating,
     rejected_template,
 )
-from hulk_operator.failures import fail, restart_policy, stage_failed
+from hulk_operator.failures import ENDED, fail, named, restart_policy, stage_failed, stop_job
 from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.plan_step import Step
 from hulk_operator.stage_pods import (
@@ -39,7 +38,6 @@ from hulk_planner.model import JobPlan
 
 # Failed's reason where a stage pod failed after others of the run exited 0, rank 0 not
 STAGE_FAILED_AFTER_SUCCESS = "StageFailedAfterSuccess"
-_ENDED = ("Failed", "Succeeded")  # pod phases of a stage pod that ended
 
 
 def refused_edit(conds: list[dict[str, Any]], refused: Refusal, gen: int) -> list[dict[str, Any]]:
@@ -87,7 +85,7 @@ async def make_pods(
     ):  # a stage failed on a server not lost: with Never, the job fails all the same
         # (before, a re-plan in the same tick deleted the failed pod as not in its plan,
         # and the job ran on: a review); a pod of a lost server failed with its server
-        return await stage_failed(ctx, entry, spec, status, kept, conds, new, gen)
+        return await pods_failed(ctx, entry, spec, status, kept, conds, new, gen)
     desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)
     try:
         diff = await sync_pods(ctx, entry, spec, desired, force=step.force)
@@ -166,6 +164,12 @@ async def pods_failed(
     ``stage_failed`` says; but where others of the run exited 0, the run had ended
     (``_failed_after_success``): before, the failed pod was made again alone, and it waited
     at the rendezvous for peers that had exited, for good, holding its GPUs."""
+    if ctx.stopped():
+        # edited (or deleted) since this tick began: its status is not written this tick
+        # (``handlers``), so a failed pod deleted now went uncounted (an unrelated edit,
+        # a priority, lost a restart of spec.backoffLimit). Left as they are, the next
+        # tick sees them again and counts them.
+        return {}
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
     if done := [p for p in pods if p.phase == "Succeeded"]:
         return await _failed_after_success(ctx, entry, spec, pods, failed, done, conds, new, gen)
@@ -192,10 +196,7 @@ async def _failed_after_success(
     do: the job is Succeeded where it exited 0, else Failed
     (``STAGE_FAILED_AFTER_SUCCESS``). The pods still running go (their servers are
     released, as a finished job's are); those that ended stay for ``kubectl logs``."""
-    await delete_pods(ctx, entry.key[0], [p.name for p in pods if p.phase not in _ENDED])
-    what = ", ".join(  # (named as ``stage_failed`` names them)
-        f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in failed
-    )
+    what = named(failed)
     ended = ", ".join(p.name for p in done[:3]) + (f" and {len(done) - 3} more" * (len(done) > 3))
     story = (
         f"stage pod(s) failed: {what}, after stage pod(s) {ended} exited 0: the run had "
@@ -204,6 +205,7 @@ async def _failed_after_success(
     lead = f"{manifests.hostname(entry.key[1], 0, 0)}-"  # (``<hostname>-<hash>``)
     rank_0 = next((p for p in pods if p.name.startswith(lead)), None)
     if rank_0 is not None and rank_0.phase == "Succeeded":
+        await delete_pods(ctx, entry.key[0], [p.name for p in pods if p.phase not in ENDED])
         msg = f"{story}; rank 0 ({rank_0.name}) exited 0, so the job succeeded"
         new["phase"] = st.SUCCEEDED  # (its plan kept for the record, as any finished job's)
         conds = succeeded(ctx, entry, conds, gen, msg, msg)
@@ -211,11 +213,9 @@ async def _failed_after_success(
         return new
     who = "rank 0's pod is gone" if rank_0 is None else f"rank 0 ({rank_0.name}) is {rank_0.phase}"
     msg = f"{story}; {who}, not exited 0, so the job fails (an edit runs it again)"
-    ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
-    # (the spec it failed with, as ``stage_failed`` keeps it: ``updates`` tells an edit
-    # kopf never saw from it)
-    new["failedSpec"] = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
-    return fail(ctx, entry, new, conds, STAGE_FAILED_AFTER_SUCCESS, msg, gen)
+    return await stop_job(
+        ctx, entry, spec, failed, conds, new, STAGE_FAILED_AFTER_SUCCESS, msg, gen
+    )
 
 
 def _replanned(

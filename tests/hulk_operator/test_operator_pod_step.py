@@ -122,6 +122,7 @@ def _finishing(
     ]
     ctx: Any = SimpleNamespace(
         api=None,
+        stopped=lambda: False,
         pods={job.key: pods},
         event=lambda kind, reason, msg: told.append((kind, reason, msg)),
         placer=SimpleNamespace(forget=lambda key: None),
