@@ -124,8 +124,9 @@ TEMPLATE_STANDS = (
     "spec.template changed, and its stage pods ask the same of their servers: its plan "
     "stands, and its stage pods are made again from the new template"
 )
-PLACEMENT = ("requests", "init_gpus", "tolerations", "node_selector", "affinity", "pod_quota",
-             "pod_resources", "pod_facts")  # fmt: skip  # (what a template gives the planner)
+# what a template gives the planner
+PLACEMENT = ("requests", "init_gpus", "trainer_gpus", "tolerations", "node_selector", "affinity",
+             "pod_quota", "pod_resources", "pod_facts")  # fmt: skip
 
 
 def placed_alike(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:

@@ -24,6 +24,7 @@ from hulk_operator.manifests import (
     asks_gpus,
     quantities_as_text,
     running_containers,
+    trainer_gpus,
 )
 from hulk_operator.quotas import MAX_AMOUNT, stage_quota, template_facts, with_defaults
 from hulk_planner.datasets import slug
@@ -54,6 +55,10 @@ class JobEntry:
     requests: Resources = field(default_factory=Resources)  # one stage pod of the template
     # (name, GPUs) of its plain init container that asks the most: the node must have them
     init_gpus: tuple[str, int] = ("", 0)
+    # its trainer container's GPUs where the template asks GPUs itself (0: it asks none, and
+    # the trainer gets its server's): a stage's compute and memory, as the planner counts
+    # them (``manifests.trainer_gpus``)
+    trainer_gpus: int = 0
     suspended: bool = False  # spec.suspend: no stage pods, no servers, not planned
     regrow: tuple[float, float] | None = None  # spec.regrow: (minSpeedup, afterSeconds)
     # what one stage pod counts toward a ResourceQuota besides its GPUs (``stage_quota``)
@@ -75,6 +80,13 @@ class JobEntry:
             and not self.suspended
             and self.phase not in ("Failed", "Succeeded")
         )
+
+    def pod_gpus(self, planned: int) -> int:
+        """The GPUs one stage pod requests on a server the plan counts ``planned`` GPUs of
+        (its trainer's): the template's own ask where it asks, its sidecars' beside the
+        trainer's, else the server's as planned. What a quota counts, where the planner
+        counts the trainer's alone (``trainer_gpus``)."""
+        return self.requests.gpus or planned
 
     @property
     def constraints(self) -> tuple[Any, ...]:
@@ -137,6 +149,7 @@ def job_entry(
     # (a template of the wrong shape is read as none: its requests, tolerations... were
     # read from it, and a string where a mapping goes failed every tick and the preview)
     tmpl_spec = _at(spec, "template", "spec") if shape is None else {}
+    tmpl_meta = _at(spec, "template", "metadata") if shape is None else {}
     # the stage pods keep the template's node selector: it constrains the plan as
     # spec.nodeSelector does (and as the template's tolerations do)
     # (a hostname pin there too: Hulk sets the hostname per stage pod, on the servers the
@@ -201,6 +214,7 @@ def job_entry(
         selector_from=" and ".join(where) if theirs else "spec.nodeSelector",
         requests=stage_requests(tmpl_spec),
         init_gpus=init_gpus(tmpl_spec),
+        trainer_gpus=trainer_gpus(tmpl_meta, tmpl_spec),
         pod_quota=stage_quota(tmpl_spec),
         pod_resources=with_defaults(tmpl_spec, ()),
         pod_facts=template_facts(tmpl_spec),

@@ -26,6 +26,7 @@ from hulk_planner.cost import (
     too_big,
 )
 from hulk_planner.datasets import slug
+from hulk_planner.model import Server
 from hulk_planner.topology import components
 
 AFFINITY = "the template's required node affinity"
@@ -105,6 +106,18 @@ def stage_gpu_cap(asked: int, gpu_max: tuple[str, float] | None) -> int | None:
     return min(caps, default=None)
 
 
+def stage_server(server: Server, entry: JobEntry) -> Server:
+    """``server``, at the GPUs the job's stage pod gets there, as the planner counts it for
+    the job: where the template asks GPUs itself, at its trainer container's alone
+    (``JobEntry.trainer_gpus``), which the stage computes on and holds its layers in; a
+    sidecar's GPUs are the pod's, counted where the pod must fit (free GPUs, quotas,
+    LimitRanges), not the stage's. Before, all the pod's: a 1-GPU sidecar beside a 2-GPU
+    trainer made the predicted step time and memory too generous, and a stage could get
+    more layers than its trainer holds (a review)."""
+    gpus = entry.trainer_gpus
+    return replace(server, gpus=gpus) if 0 < gpus < server.gpus else server
+
+
 def too_big_for(
     entry: JobEntry,
     nodes: Mapping[str, NodeInfo],
@@ -121,7 +134,8 @@ def too_big_for(
     change this; what other jobs hold does not count here. A server's memory counted is
     that of the GPUs its stage pod gets: the template's ask, within the namespace's
     LimitRange ``gpu_max`` (name, GPUs) (before, all of its GPUs: a job whose pods ask 1
-    GPU each was told to wait for servers that could never hold it; a review)."""
+    GPU each was told to wait for servers that could never hold it; a review), of them
+    the trainer's alone (``stage_server``), as the planner counts them."""
     if entry.job is None:
         return None
     matching = matching_nodes(entry, nodes)
@@ -136,7 +150,7 @@ def too_big_for(
     if gpu_max is not None and gpu_max[1] < 1:  # (one that allows none refuses the job)
         gpu_max = None
     cap = stage_gpu_cap(entry.requests.gpus, gpu_max)
-    servers = [replace(s, gpus=min(s.gpus, cap)) if cap else s for s in roomy]
+    servers = [stage_server(replace(s, gpus=min(s.gpus, cap)) if cap else s, entry) for s in roomy]
     limits = constraint_names(entry)
     small = len(roomy) < len(usable)
     if small:
@@ -153,14 +167,10 @@ def too_big_for(
     )
     if small:
         fix = f"lower the template's requests, {fix}"
-    if cap is not None and any(s.gpus > cap for s in roomy):
-        bound = (  # (the LimitRange's named where both bound it alike)
-            f"LimitRange {gpu_max[0]} allows at most {gpu_max[1]:g} {GPU} a pod"
-            if gpu_max is not None and int(gpu_max[1]) == cap
-            else f"the template asks {entry.requests.gpus} {GPU} a stage pod"
-        )
+    if any(c.gpus < s.gpus for c, s in zip(servers, roomy, strict=True)):
+        bound, more = _gpu_bound(entry, cap, gpu_max)
         where += f", at the GPUs their stage pods get ({bound}),"
-        fix = f"give each stage pod more GPUs, {fix}"
+        fix = f"{more}, {fix}"
     largest = "the largest server it may use has" if limits else "the largest server has"
     why = too_big(entry.job, servers, where, fix, largest)
     if why is None and unreachable:
@@ -184,6 +194,25 @@ def too_big_for(
             + (", ..." if len(unread) > 3 else "")
         )
     return why
+
+
+def _gpu_bound(
+    entry: JobEntry, cap: int | None, gpu_max: tuple[str, float] | None
+) -> tuple[str, str]:
+    """What bounds the GPUs a server's stage counts for the job (``too_big_for``), and
+    the fix: its trainer's share of the template's ask (a sidecar holds the rest), the
+    LimitRange's maximum (named where both bound it alike), or the template's ask."""
+    asked, trainer = entry.requests.gpus, entry.trainer_gpus
+    more = "give each stage pod more GPUs"
+    if 0 < trainer < asked:
+        return (
+            f"the template gives its trainer container {trainer} of the {asked} {GPU} a "
+            "stage pod asks",
+            "give the trainer container more GPUs",
+        )
+    if gpu_max is not None and int(gpu_max[1]) == cap:
+        return f"LimitRange {gpu_max[0]} allows at most {gpu_max[1]:g} {GPU} a pod", more
+    return f"the template asks {asked} {GPU} a stage pod", more
 
 
 def reachable_groups(names: Sequence[str], unreachable: Collection[Pair]) -> list[list[str]]:

@@ -361,12 +361,8 @@ def stage_pod(
     set_gpus = not asks_gpus(spec)
     trainer = trainer_index(meta, containers)
     # torchrun starts a worker per GPU it is told of: the trainer's own where the template
-    # asks GPUs itself, at least one (before, its containers' sum: a sidecar's GPU made the
-    # trainer start a worker on a GPU it did not hold; a review)
-    nproc = gpus
-    if not set_gpus:
-        own = effective_resources({"containers": [containers[trainer]]}, limits=False)
-        nproc = max(1, int(own.get(GPU, 0)))
+    # asks GPUs itself (``trainer_gpus``)
+    nproc = gpus if set_gpus else trainer_gpus(meta, spec)
     env = stage_env(job, job_plan, slot, nproc, master_port)
     ours = {e["name"] for e in env}
     for i, c in enumerate(containers):
@@ -469,6 +465,21 @@ def trainer_index(meta: Mapping[str, Any], containers: Sequence[Mapping[str, Any
     as kubectl does."""
     named = (meta.get("annotations") or {}).get(DEFAULT_CONTAINER)
     return next((i for i, c in enumerate(containers) if c.get("name") == named), 0)
+
+
+def trainer_gpus(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> int:
+    """The GPUs of a pod template's trainer container (``trainer_index``) where the template
+    asks GPUs itself, at least one; 0 where it asks none (Hulk gives the trainer its
+    server's). What torchrun starts a worker per (``PET_NPROC_PER_NODE``; before, the
+    containers' sum: a sidecar's GPU made the trainer start a worker on a GPU it did not
+    hold; a review) and what the plan counts as the stage's: a sidecar's GPUs are the
+    pod's, not the trainer's."""
+    if not asks_gpus(spec):
+        return 0
+    containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
+    trainer = [containers[trainer_index(meta, containers)]] if containers else []
+    own = effective_resources({"containers": trainer}, limits=False)
+    return max(1, int(own.get(GPU, 0)))
 
 
 def desired_pods(

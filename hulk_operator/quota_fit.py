@@ -43,7 +43,7 @@ def within_quota(
     taken = given.setdefault(ns, {})
     short = snap.quota_short(e, snap.quota_need(e, d), taken, counting)
     if short is not None:
-        gpus = {s.name: s.gpus for s in cluster.servers}
+        gpus = {s.name: e.pod_gpus(s.gpus) for s in cluster.servers}  # (a pod's, sidecars in)
         planned = list(d.job_plan.nodes)
         kept = [n for n in keep if n in gpus]
 

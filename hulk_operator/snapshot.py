@@ -19,6 +19,7 @@ from hulk_operator.fit import (
     matching_nodes,
     missing_resources,
     stage_gpu_cap,
+    stage_server,
     unmatched,
 )
 from hulk_operator.inventory import (
@@ -260,7 +261,7 @@ class Snapshot:
 
     def quota_need(self, entry: JobEntry, d: Decision | None) -> dict[str, float]:
         """What a plan's stage pods count toward a ResourceQuota: one pod per server, each
-        with its server's GPUs and the template's other requests and limits."""
+        with its GPUs (``JobEntry.pod_gpus``) and the template's other requests and limits."""
         if d is None or d.job_plan is None or d.cluster is None:
             return {}
         return self.pods_need(entry, [d.cluster.server(n).gpus for n in d.job_plan.nodes])
@@ -278,10 +279,11 @@ class Snapshot:
         return {r: max(0.0, v - mine.get(r, 0.0)) for r, v in need.items()}
 
     def pods_need(self, entry: JobEntry, gpus: Sequence[int]) -> dict[str, float]:
-        """What stage pods with these GPUs count toward a ResourceQuota."""
+        """What stage pods on servers the plan counts these GPUs of count toward a
+        ResourceQuota: each its pod's GPUs, a sidecar's too (``JobEntry.pod_gpus``)."""
         out = {k: v * len(gpus) for k, v in self.pod_quota(entry)}
         # (a pod's largest init container's GPUs, where more than its trainer's: they count)
-        out[QUOTA_GPU] = float(sum(max(g, entry.init_gpus[1]) for g in gpus))
+        out[QUOTA_GPU] = float(sum(max(entry.pod_gpus(g), entry.init_gpus[1]) for g in gpus))
         return out
 
     def gpu_max(self, namespace: str) -> tuple[str, float] | None:
@@ -402,10 +404,11 @@ class Snapshot:
         offered the same servers with the same GPUs, and a round plans them as one group (groups go
         one after another, by priority and then by how few servers they may use: not in first-come
         order across them). Its constraints, what its stage pod requests (LimitRange defaults in),
-        its init container's GPUs, and its namespace's LimitRange GPU bounds (before, jobs of
-        namespaces with other LimitRanges were one group, all offered the first one's view: a GPU
-        maximum of one namespace was broken, or applied to another's job, and a job its namespace
-        refused left the others of its group no server; a review)."""
+        its init container's GPUs, its trainer's (what the planner counts of each server), and its
+        namespace's LimitRange GPU bounds (before, jobs of namespaces with other LimitRanges were
+        one group, all offered the first one's view: a GPU maximum of one namespace was broken, or
+        applied to another's job, and a job its namespace refused left the others of its group no
+        server; a review)."""
         ns = entry.key[0]
         refused = (
             self.limit_refuses(entry),
@@ -421,6 +424,7 @@ class Snapshot:
             entry.constraints,
             self.stage_requests(entry),
             entry.init_gpus[1],
+            entry.trainer_gpus,
             most if most is not None and most < largest else None,
             least if least is not None and least > 1 else None,
             any(r is not None for r in refused),
@@ -429,7 +433,9 @@ class Snapshot:
     def free(self, entry: JobEntry, also: Iterable[str] = ()) -> list[NodeInfo]:
         """Servers this job may get: unheld, healthy, matching its constraints; a server
         whose GPUs other (non-Hulk) pods request offers only the rest of them, and one
-        whose stage pod the template gives fewer GPUs than it has offers that many."""
+        whose stage pod the template gives fewer GPUs than it has offers that many, of
+        them its trainer container's alone (``fit.stage_server``: what the planner counts;
+        ``JobEntry.pod_gpus`` the pod's)."""
         mine = set(also)
         sel = dict(entry.node_selector)
         out: list[NodeInfo] = []
@@ -455,9 +461,10 @@ class Snapshot:
             )
             if ok and selected(info, sel, entry.allowed_regions, entry.affinity):
                 info = self._capped(info, entry)
-                if info.server is not None and info.server.gpus < least:
+                if info.server is None or info.server.gpus < least:
                     continue  # its stage pod would ask fewer GPUs than the LimitRange's min
-                out.append(info)
+                server = stage_server(info.server, entry)  # (the planner's: its trainer's)
+                out.append(info if server is info.server else replace(info, server=server))
         return sorted(out, key=lambda i: i.name)
 
     def _capped(self, info: NodeInfo, entry: JobEntry) -> NodeInfo:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hulk_operator.entries import JobEntry
+from hulk_operator.entries import JobEntry, object_entry
 from hulk_operator.inventory import NodeInfo, node_info
 from hulk_operator.latencies import Latencies
 from hulk_operator.quotas import stage_quota, with_defaults
@@ -57,3 +57,22 @@ def snap(entries: list[JobEntry], held: dict[str, Any] | None = None) -> Snapsho
 def templated(e: JobEntry, pod_spec: dict[str, Any]) -> JobEntry:
     """``e`` with a template whose pod spec is ``pod_spec``, as ``job_entry`` reads it."""
     return replace(e, pod_quota=stage_quota(pod_spec), pod_resources=with_defaults(pod_spec, ()))
+
+
+def applied(
+    name: str,
+    preset: str,
+    pod_spec: dict[str, Any],
+    meta: dict[str, Any] | None = None,
+    **spec: Any,
+) -> JobEntry:
+    """A job of model ``preset`` in namespace ml whose template is ``meta`` and
+    ``pod_spec``, as the operator's index reads its manifest (``object_entry``)."""
+    template = {"metadata": meta or {}, "spec": pod_spec}
+    body = {
+        "apiVersion": "hulk.dev/v1alpha1",
+        "kind": "HulkTrainingJob",
+        "metadata": {"name": name},
+        "spec": {"model": {"preset": preset}, "template": template, **spec},
+    }
+    return object_entry(body, "ml")

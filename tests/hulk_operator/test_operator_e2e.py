@@ -3323,6 +3323,59 @@ def test_an_init_container_asking_gpus_is_placed_where_they_are_free(
         assert trainer.resources.limits[GPU] == str(cluster.server(pod.spec.node_name).gpus)
 
 
+def test_a_gpu_sidecar_is_asked_on_the_node_and_not_planned_as_the_stages(
+    sandbox: Any, namespace: str, kube: Kube
+) -> None:
+    """A 2-GPU trainer with a 1-GPU sidecar (an init container with ``restartPolicy:
+    Always``): each stage pod asks its node for 3 GPUs and torchrun is told 2, and the job's
+    plan and predicted step are those of the 2-GPU trainer alone (before, the plan counted
+    the pod's 3: a faster step predicted, more layers a stage than its trainer holds; a
+    review); ``hulk plan --kubeconfig`` previews the same. Planned by baseline-b, whose
+    plans do not vary from run to run."""
+    from hulk_operator.preview import preview_plan
+    from hulk_planner.io import seconds
+
+    config = replace(CONFIG, planner="baseline-b")
+    op = OperatorThread(sandbox.kubeconfig, namespaces=[namespace], config=config).start()
+    side = {"name": "side", "image": "x", "restartPolicy": "Always",
+            "resources": {"limits": {GPU: "1"}}}  # fmt: skip
+
+    def placed(name: str, sidecars: list[dict[str, Any]]) -> tuple[Any, Any]:
+        """The job's status plan and predicted step once it runs; its pods checked, then
+        it is deleted (its servers are the next one's)."""
+        job = manifest(name, model={"preset": "gpt2-xl"}, allowedRegions=["paris"])
+        spec = job["spec"]["template"]["spec"]  # (paris: 12, 12, 6, 11 GPUs)
+        spec["containers"][0]["resources"] = {"limits": {GPU: "2"}}
+        spec["initContainers"] = sidecars
+        # (``hulk plan --kubeconfig`` previews what the operator plans)
+        pv = preview_plan(sandbox.kubeconfig, [job], kube.ns, plan_fn=plan, planner="baseline-b")
+        (previewed,) = pv.plan.jobs
+        kube.apply(job)
+        wait(f"{name} Running", lambda: kube.phase(name) == "Running", 60)
+        status = kube.job(name)["status"]
+        assert previewed.nodes == tuple(plan_nodes(kube.job(name)))
+        assert seconds(previewed.predicted_iteration_seconds) == status["predictedIterationSeconds"]
+        pods = kube.live_pods(name)
+        assert pods
+        for p in pods:
+            (trainer,) = p.spec.containers
+            assert trainer.resources.requests[GPU] == "2"
+            assert {e.name: e.value for e in trainer.env}["PET_NPROC_PER_NODE"] == "2"
+            asked = [c.resources.requests[GPU] for c in p.spec.init_containers or []]
+            assert asked == (["1"] if sidecars else []), asked  # (3 on its node)
+        kube.delete_job(name)
+        wait(f"{name}'s pods gone", lambda: not kube.pods(name), 60)
+        return status["plan"]["stages"], status["predictedIterationSeconds"]
+
+    try:
+        with cleanup_jobs(kube):
+            sided, alone = placed("sided", [side]), placed("alone", [])
+        assert sided == alone, (sided, alone)
+        assert {n["gpus"] for s in sided[0] for n in s["nodes"]} == {2}, sided
+    finally:
+        op.stop()
+
+
 def test_a_stage_pod_the_limitrange_defaults_no_longer_fit_on_its_node_is_moved(
     kube: Kube, operator: Any
 ) -> None:

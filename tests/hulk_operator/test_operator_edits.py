@@ -615,3 +615,34 @@ def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> No
     again = asyncio.run(reconcile(ctx, job, {"spec": {}}, quick))  # type: ignore[arg-type]
     assert again["phase"] == st.PENDING and [e[1] for e in told] == ["Resumed", "Resumed"]
     assert (st.condition(again, st.PLANNED) or {}).get("reason") == "Resumed"
+
+
+def test_a_template_edit_that_names_another_trainer_container_plans_again() -> None:
+    """A template of a 2-GPU container and a 1-GPU one, edited to name the other trainer
+    (kubectl's default-container annotation): each stage pod asks the same 3 GPUs of its
+    server, but its stage now trains on 1 (``PET_NPROC_PER_NODE``), as the plan counts
+    it: planned again. Before, the plan stood, its stages' layers laid out for 2 GPUs (a
+    review). Edits that move GPUs between containers change what the containers ask, and
+    were planned again already."""
+    from hulk_operator.edits import TEMPLATE_STANDS
+    from hulk_operator.entries import pod_source
+    from hulk_operator.manifests import DEFAULT_CONTAINER
+
+    def asks(name: str, gpus: int) -> dict[str, Any]:
+        return {"name": name, "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+
+    def trained_by(name: str, image: str = "x") -> dict[str, Any]:
+        spec = copy.deepcopy(SPEC)
+        spec["template"] = {
+            "metadata": {"annotations": {DEFAULT_CONTAINER: name}},
+            "spec": {"containers": [{**asks("a", 2), "image": image}, asks("b", 1)]},
+        }
+        return spec
+
+    before = trained_by("a")
+    plan = {"specHashes": spec_hashes(before), "podTemplate": pod_source(before)}
+    assert plan_stands(before, trained_by("b"), plan, lambda: True) is None
+    assert plan_stands(before, trained_by("a", image="y"), plan, lambda: True) == TEMPLATE_STANDS
+    split = copy.deepcopy(before)
+    split["template"]["spec"]["containers"][0] = asks("a", 1)  # (the pod asks 2 now)
+    assert plan_stands(before, split, plan, lambda: True) is None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from placement_helpers import entry, nodes
+from placement_helpers import applied, entry, nodes, snap
 
+from hulk_operator import GPU
 from hulk_operator.fit import (
     no_room_now,
     reachable_groups,
@@ -293,3 +295,28 @@ def test_a_cluster_with_no_node_is_told_so() -> None:
         "list nodes)"
     )
     assert unmatched(entry(bert), nodes()) is None
+
+
+def test_a_job_that_fits_only_counting_a_sidecars_gpus_fits_nowhere() -> None:
+    """OPT-175B whose stage pods ask 8 GPUs, 7 of them a sidecar's: the stages train on the
+    trainer's 1 GPU a server, and all of the cluster's servers with 8 free hold 569 GiB of
+    the 2,684 it needs there. Before, the pod's 8 were counted: it was taken to fit, and
+    planned as if the stages trained on them (a review). The trainer asking the 8 itself
+    fits."""
+    from hulk_operator.plan_step import unplaced_reason
+
+    def asks(name: str, gpus: int) -> dict[str, Any]:
+        return {"name": name, "image": "x", "resources": {"limits": {GPU: str(gpus)}}}
+
+    split = applied("opt", "opt-175b", {"containers": [asks("trainer", 1), asks("side", 7)]})
+    why = too_big_for(split, nodes())
+    assert why is not None and why.startswith("fits nowhere: needs 2684 GiB of GPU memory, ")
+    assert (
+        ", at the GPUs their stage pods get (the template gives its trainer container 1 of the "
+        "8 nvidia.com/gpu a stage pod asks), 569 GiB usable (give the trainer container more "
+        "GPUs, "
+    ) in why, why
+    d = plan_pending(snap([split]), plan)[split.key]
+    assert d.job_plan is None and unplaced_reason(d.reason) == "FitsNowhere", d.reason
+    whole = applied("opt", "opt-175b", {"containers": [asks("trainer", 8)]})
+    assert too_big_for(whole, nodes()) is None

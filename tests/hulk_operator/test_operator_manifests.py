@@ -412,6 +412,7 @@ def test_torchrun_is_told_the_gpus_of_the_trainer_alone(
             ]
         }
     }
+    assert manifests.trainer_gpus({}, template["spec"]) == int(nproc)  # (what the plan counts)
     gpus = {n: 8 for n in GPUS}  # (the server's, capped to the pod's ask by the caller)
     built = manifests.desired_pods(
         job="j", namespace="ml", uid="u", template=template, job_plan=PLAN, gpus=gpus
@@ -427,3 +428,4 @@ def test_torchrun_is_told_the_gpus_of_the_trainer_alone(
         job="j", namespace="ml", uid="u", template=plain, job_plan=PLAN, gpus=gpus
     ).values()
     assert env(first)["PET_NPROC_PER_NODE"] == "8"
+    assert manifests.trainer_gpus({}, plain["spec"]) == 0  # (the server's, as planned)

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from placement_helpers import entry, nodes, snap
+import pytest
+from placement_helpers import applied, entry, nodes, snap
 
-from hulk_operator import recovery
+from hulk_operator import GPU, recovery
 from hulk_operator.entries import JobEntry
 from hulk_operator.inventory import (
     Resources,
     node_info,
 )
+from hulk_operator.manifests import DEFAULT_CONTAINER
+from hulk_operator.quotas import QUOTA_GPU
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
 from hulk_planner.api import plan
@@ -315,3 +318,53 @@ def test_an_init_containers_gpus_must_be_free_on_the_servers_offered() -> None:
         "(jobs of other namespaces hold 2), 2 with fewer than the 12 nvidia.com/gpu init "
         "container warm asks free"
     )
+
+
+TRAINER = {"name": "trainer", "image": "t", "resources": {"limits": {GPU: "2"}}}
+SIDE = {"name": "side", "image": "s", "resources": {"limits": {GPU: "1"}}}
+SIDECARS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "sidecar": (
+        {},
+        {"containers": [TRAINER], "initContainers": [{**SIDE, "restartPolicy": "Always"}]},
+    ),
+    "second container": ({}, {"containers": [TRAINER, SIDE]}),
+    "first container": (
+        {"annotations": {DEFAULT_CONTAINER: "trainer"}},
+        {"containers": [SIDE, TRAINER]},
+    ),
+}
+
+
+@pytest.mark.parametrize(("meta", "pod_spec"), SIDECARS.values(), ids=list(SIDECARS))
+def test_a_gpu_sidecars_gpus_are_the_stage_pods_not_the_stages(
+    meta: dict[str, Any], pod_spec: dict[str, Any]
+) -> None:
+    """A 2-GPU trainer with a 1-GPU sidecar beside it: each stage pod asks 3 GPUs, which
+    must be free on its server and count toward the quota, but the stage computes on and
+    holds its layers in the trainer's 2 (torchrun starts 2 workers): its plan is a 2-GPU
+    trainer's alone. Before, the planner counted the pod's 3: the predicted step time and
+    memory were too generous, and a stage could get more layers than its trainer holds (a
+    review)."""
+    alone = applied("alone", "gpt2-xl", {"containers": [TRAINER]}, allowedRegions=["paris"])
+    side = applied("side", "gpt2-xl", pod_spec, meta, allowedRegions=["paris"])
+    assert side.error is None and (side.requests.gpus, alone.requests.gpus) == (3, 2)
+    offered = [(i.name, i.server.gpus) for i in snap([side]).free(side) if i.server]
+    assert offered == [(i.name, i.server.gpus) for i in snap([alone]).free(alone) if i.server]
+    assert {g for _, g in offered} == {2}, offered  # (paris: 12, 12, 6, 11 GPUs)
+    plans = {}
+    for e in (side, alone):
+        d = plan_pending(snap([e]), plan, planner="baseline-b")[e.key]
+        assert d.job_plan is not None, d.reason
+        plans[e.key[1]] = d
+    ours, theirs = plans["side"].job_plan, plans["alone"].job_plan
+    assert ours is not None and theirs is not None
+    assert ours.stages == theirs.stages
+    assert ours.predicted_iteration_seconds == theirs.predicted_iteration_seconds
+    # a quota counts each stage pod's 3 (as before), and holds the job to the pods it allows
+    pods = len(ours.nodes)
+    assert snap([side]).quota_need(side, plans["side"])[QUOTA_GPU] == 3 * pods
+    quotas = {"ml": [("gpus", {QUOTA_GPU: 6.0})]}
+    view = replace(snap([side]), quotas=quotas)
+    d = plan_pending(view, plan, planner="baseline-b")[side.key]
+    assert d.job_plan is not None and len(d.nodes) == 2, d.reason
+    assert view.quota_need(side, d)[QUOTA_GPU] == 6
