@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hulk_planner.cost import CostModel, micro_batches, server_capacity, stage_memory
+from hulk_planner.cost import CostModel, gib_text, micro_batches, server_capacity, stage_memory
 from hulk_planner.layout import linked_names
 from hulk_planner.model import Job, JobPlan, Plan, Server, Stage, Unplaced
 from hulk_planner.planners.split import split_servers
@@ -25,13 +25,13 @@ def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
         if any(holds_model(job, s) for s in cost.cluster.servers):
             fitting.append(job)
         else:
-            need = stage_memory(job, job.model.layers, 1) / 2**30
-            biggest = max(server_capacity(s) for s in cost.cluster.servers) / 2**30
-            unplaced.append(
+            need = stage_memory(job, job.model.layers, 1)
+            biggest = max(server_capacity(s) for s in cost.cluster.servers)
+            unplaced.append(  # (gib_text: a small model's "needs 0 GiB ... 0 GiB": a review)
                 Unplaced(
                     job.name,
-                    f"no server holds the whole model: needs {need:.0f} GiB, "
-                    f"the largest server has {biggest:.0f} GiB usable",
+                    f"no server holds the whole model: needs {gib_text(need)}, "
+                    f"the largest server has {gib_text(biggest)} usable",
                 )
             )
     shares, reasons = split_servers(cost, fitting, eligible=holds_model, need=lambda job: 0.0)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hulk_planner.cost import MEMORY_USABLE, CostModel, memory_need_bytes
+from hulk_planner.cost import MEMORY_USABLE, CostModel, gib_text, memory_need_bytes
 from hulk_planner.model import Job, Server
 
 
@@ -66,8 +66,7 @@ def split_servers(
             reasons[job.name] = (
                 "every server it could use is taken by other jobs (the largest choose first)"
                 if not have
-                else f"needs {need(job) / 2**30:.0f} GiB of GPU memory, {have / 2**30:.0f} GiB "
-                "left for it"
+                else f"needs {gib_text(need(job))} of GPU memory, {gib_text(have)} left for it"
             )
             pool.extend(taken.pop(job.name))
             pool = region_grouped(pool)

@@ -656,3 +656,17 @@ def test_gib_amounts_in_reasons_read_as_people_write_them() -> None:
     assert _gib(540.0 - (300.0 + 240.00000000000011)) == "0 GiB"
     assert _gib(1.1e-13) == "0 GiB"
     assert _gib(0.5) == "0.5 GiB" and _gib(221.4) == "221 GiB"
+
+
+@pytest.mark.parametrize("planner", BASELINES)
+def test_baselines_write_small_memories_with_two_figures_not_as_zero(planner: str) -> None:
+    """A small model on small servers: the baselines' reasons read "needs 0 GiB, the largest
+    server has 0 GiB usable" (whole GiB), where the search's read "needs 0.028 GiB ...
+    0.0018 GiB usable" (``cost.gib_text``; a review)."""
+    c = cluster([server("a", memory_gib=0.001), server("b", memory_gib=0.001)], [("a", "b", 1.0)])
+    with pytest.raises(NoFeasiblePlan) as told:
+        plan(c, [tiny_job()], planner)
+    (u,) = told.value.unplaced
+    assert " 0 GiB" not in u.reason, u.reason
+    assert f"needs {memory_need_bytes(tiny_job()) / 2**30:.2g} GiB" in u.reason, u.reason
+    assert "0.0018 GiB" in u.reason or "0.0009 GiB" in u.reason, u.reason
