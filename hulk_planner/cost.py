@@ -436,14 +436,19 @@ def communicating_pairs(jp: JobPlan) -> list[tuple[str, str]]:
 
 def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None) -> None:
     """Raise ``InvalidRequest`` unless what holds whatever the cluster and jobs does: each
-    job's stages cover layers from 0 in order, its data stages have equal replica counts,
-    and each server is in one stage of one job. ``label(i, job_plan)`` names a job in the
-    error's field (default ``jobs[<name>]``)."""
+    job's stages cover layers from 0 in order, its data stages have equal replica counts
+    (one each beside a tensor stage), and each server is in one stage of one job.
+    ``label(i, job_plan)`` names a job in the error's field (default ``jobs[<name>]``)."""
     used: dict[str, str] = {}
     for i, jp in enumerate(plan.jobs):
         w = label(i, jp) if label else f"jobs[{jp.name}]"
         expect = 0
         replicas = None
+        # A tensor stage is one group of servers, not a replica per pipeline: beside data
+        # stages of several replicas it would serve all of them, which the cost model does
+        # not charge (it scored two replicas feeding one tensor group faster than the
+        # servers' whole work allows) and examples/train_stage.py refuses (a review)
+        tensor = next((k for k, st in enumerate(jp.stages) if st.parallelism == "tensor"), None)
         for k, st in enumerate(jp.stages):
             where = f"{w}.stages[{k}]"
             if st.layers[0] != expect:
@@ -472,6 +477,15 @@ def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None)
                         "r-th node of each",
                     )
                 replicas = len(st.nodes)
+                if tensor is not None and replicas > 1:
+                    raise InvalidRequest(
+                        f"{where}.nodes",
+                        f"has {replicas} nodes (data-parallel replicas) in a job with a tensor "
+                        f"stage (stages[{tensor}]): a tensor stage runs in a pipeline of one "
+                        "replica",
+                        "give each data stage of the job one node, or make the tensor stage a "
+                        f"data stage of {replicas} nodes",
+                    )
 
 
 def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
