@@ -280,3 +280,19 @@ def test_large_clusters_keep_pair_tables_and_plan_as_with_dense_matrices(
         )
     assert plans[0] == plans[1]
     assert plans[0][0].jobs and plans[0][1].jobs
+
+
+def test_a_link_without_bandwidth_takes_its_region_links_as_docs_cost_model_says() -> None:
+    """docs/cost-model.md gave 2 Gb/s across regions to every link without bandwidthGbps,
+    where the planner (and docs/formats.md) takes its region link's first (a review)."""
+    c = cluster(
+        [server("a", "A"), server("b", "B"), server("c", "B")],
+        [("a", "b", 10.0)],
+        [RegionLink("A", "B", 50.0, 5.0), RegionLink("B", "B", 1.0)],
+    )
+    net = Network(c)
+    assert net.bandwidth_gbps[0, 1] == net.bandwidth_gbps[0, 2] == 5.0  # the region link's
+    assert net.bandwidth_gbps[1, 2] == topology.DEFAULT_INTRA_REGION_GBPS  # none given there
+    doc = (Path(__file__).parents[2] / "docs" / "cost-model.md").read_text()
+    paragraph = doc[doc.index("**Default bandwidth**") :].split("\n\n")[0]
+    assert "its region link's (`spec.regionLinks`" in paragraph, paragraph
