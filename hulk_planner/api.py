@@ -24,7 +24,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hulk_planner.cost import CostModel, validate_plan
+from hulk_planner.cost import CostModel, communicating_pairs, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, each_error, one_or_all
 from hulk_planner.gnn import gnn_planner
 from hulk_planner.layout import repair_job
@@ -263,17 +263,18 @@ def _region_limits(
 
 
 def _unreached(cost: CostModel, jp: JobPlan) -> str:
-    """Why a plan that fits in memory cannot run: a pair of its servers with no link (a
-    baseline spreads a job over every server of its share), named (before, none was: a
-    review)."""
-    ids = [cost.net.index[n] for n in jp.nodes]
-    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :] if not cost.net.direct[a, b]]
+    """Why a plan that fits in memory cannot run: a pair of servers it sends over (``cost.
+    communicating_pairs``: neighbouring stages, all-reduce rings) with no link, named
+    (before, none was; then any pair of its servers was, often one the plan never uses,
+    where a link would change nothing: a review)."""
+    sent = communicating_pairs(jp)
+    pairs = [(a, b) for a, b in sent if not cost.net.reachable(a, b)]
     if not pairs:
         return "its servers cannot all reach each other"
-    a, b = (cost.net.names[k] for k in pairs[0])
+    a, b = pairs[0]
     return (
-        f"its servers cannot all reach each other: {len(pairs)} pair(s) of its {len(ids)} "
-        f"servers have no link, such as {a} and {b}"
+        f"its servers cannot all reach each other: {len(pairs)} of the {len(sent)} server "
+        f"pair(s) its plan sends over have no link, such as {a} and {b}"
     )
 
 

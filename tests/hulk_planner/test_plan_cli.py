@@ -579,12 +579,12 @@ def test_the_table_says_why_a_baseline_places_a_job_not() -> None:
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     said = [line for line in lines if line.startswith("baseline-b does not place ")]
-    # a pair with no link named (before, none was: a review)
+    # a pair with no link named (before, none was: a review), one the plan sends over
     assert said == [
-        "baseline-b does not place t5-11b: its servers cannot all reach each other: 2 pair(s) "
-        "of its 3 servers have no link, such as bj-0 and ca-1",
-        "baseline-b does not place gpt2-xl: its servers cannot all reach each other: 1 pair(s) "
-        "of its 2 servers have no link, such as bj-1 and de-1",
+        "baseline-b does not place t5-11b: its servers cannot all reach each other: 2 of the 2 "
+        "server pair(s) its plan sends over have no link, such as bj-0 and ca-1",
+        "baseline-b does not place gpt2-xl: its servers cannot all reach each other: 1 of the 1 "
+        "server pair(s) its plan sends over have no link, such as bj-1 and de-1",
     ], lines[-6:]
     assert [line for line in lines if line.startswith("t5-11b ") and "not placed" in line]
 

@@ -670,3 +670,25 @@ def test_baselines_write_small_memories_with_two_figures_not_as_zero(planner: st
     assert " 0 GiB" not in u.reason, u.reason
     assert f"needs {memory_need_bytes(tiny_job()) / 2**30:.2g} GiB" in u.reason, u.reason
     assert "0.0018 GiB" in u.reason or "0.0009 GiB" in u.reason, u.reason
+
+
+def test_a_baseline_unplaced_for_a_missing_link_names_a_pair_its_plan_sends_over(
+    paper: Cluster, paper_cost: CostModel
+) -> None:
+    """Baseline C's ring over OPT-175B's 37 servers (the paper's 6 jobs) breaks at 3 hops;
+    the reason said "385 pair(s) of its 37 servers have no link, such as beijing-2 and
+    rome-44", a pair the ring does not use, where a link would change nothing (a review)."""
+    from hulk_planner.cost import communicating_pairs
+
+    jobs = paper_jobs(6)
+    ring = plan_baseline_c(paper_cost, jobs).job("opt-175b")
+    assert ring is not None and ring.predicted_iteration_seconds == math.inf
+    broken = [p for p in communicating_pairs(ring) if not paper_cost.net.reachable(*p)]
+    assert 0 < len(broken) < 10
+    why = {u.name: u.reason for u in plan(paper, jobs, "baseline-c").unplaced}
+    a, b = broken[0]
+    assert why["opt-175b"] == (
+        f"its servers cannot all reach each other: {len(broken)} of the "
+        f"{len(communicating_pairs(ring))} server pair(s) its plan sends over have no link, "
+        f"such as {a} and {b}"
+    ), why
