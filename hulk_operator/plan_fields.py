@@ -27,6 +27,7 @@ def unplanned(phase: str) -> dict[str, Any]:
         "regions": "",
         "predictedIterationSeconds": None,
         "baselines": None,
+        st.SUCCEEDED_PODS: None,  # (of the run the plan was: the next one starts afresh)
     }
 
 

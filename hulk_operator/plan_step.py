@@ -25,7 +25,7 @@ from hulk_operator.errors import (
     UNSCHEDULABLE,
     rejected_template,
 )
-from hulk_operator.failures import JOB_FAILED, fail
+from hulk_operator.failures import JOB_FAILED, exited_0, fail
 from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.placement import same_plan
 from hulk_operator.plan_fields import (
@@ -102,6 +102,9 @@ class Step:
     cluster: Cluster | None = None  # a re-plan's, as the planner saw it (its links)
     declined: str = ""  # a re-plan's: why the job was not repaired in place (``Decision``)
     regrows: bool = True  # the job has spec.regrow (``recovery.event_message``'s hint)
+    # a run a stage pod of which exited 0 (``failures.exited_0``): its servers lost (server
+    # -> why), for ``make_pods``, which makes nothing; None for a run that goes on
+    finishing: dict[str, str] | None = None
 
 
 DRAINED = "(drained: its stage pod gone)"  # a barred server whose pod was evicted
@@ -220,6 +223,13 @@ async def check_plan(
     pods = ctx.pods.get(entry.key, [])
     # (over NotReady: it is new)
     lost.update(recovery.remade_servers(pods, ctx.nodes, time.time()))
+    if exited_0(status, pods):
+        # the run has ended (a stage pod exited 0): nothing is re-planned, grown or advised,
+        # as a stage moved would wait at the rendezvous for peers that have exited, for good
+        # (before, it was); a stage its lost server took ends the job (``make_pods``), not
+        # one on a server cordoned (``cordon_moves``): it runs on, to exit as the others do
+        gone = {n: why for n, why in lost.items() if why != "Cordoned"}
+        return Step(plan, gpus, conds, finishing=gone)
     # (each waiting pod's requests as the API server admitted it, LimitRange defaults in;
     # these filled-in ones for a pod the index has not read yet: before, the template's
     # alone, and a pod the defaults overfill waited, not taken as stuck; a review)

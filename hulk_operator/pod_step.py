@@ -23,12 +23,21 @@ from hulk_operator.errors import (
     namespace_terminating,
     rejected_template,
 )
-from hulk_operator.failures import ENDED, fail, named, restart_policy, stage_failed, stop_job
+from hulk_operator.failures import (
+    ENDED,
+    exited_0,
+    fail,
+    named,
+    restart_policy,
+    stage_failed,
+    stop_job,
+)
 from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.plan_step import Step
 from hulk_operator.stage_pods import (
     delete_pods,
     desired_pods,
+    pod_host,
     pods_phase,
     remove_all,
     succeeded,
@@ -36,7 +45,8 @@ from hulk_operator.stage_pods import (
 )
 from hulk_planner.model import JobPlan
 
-# Failed's reason where a stage pod failed after others of the run exited 0, rank 0 not
+# Failed's reason where a stage pod failed (or went, or lost its server) after others of the
+# run exited 0, rank 0 not
 STAGE_FAILED_AFTER_SUCCESS = "StageFailedAfterSuccess"
 
 
@@ -65,6 +75,11 @@ async def make_pods(
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
     ended = [p.name for p in pods if p.phase in ("Failed", "Succeeded")]
     failed = [p for p in pods if p.phase == "Failed"]
+    # the run's pods seen exited 0, recorded: one may be deleted since (by hand, or with its
+    # node), and the run has ended all the same (``failures.exited_0``)
+    done = exited_0(status, pods) if status.get("plan") is not None else []
+    if done != (status.get(st.SUCCEEDED_PODS) or []):
+        new[st.SUCCEEDED_PODS] = done or None
     if ended and status.get("plan") is None:
         # pods of a run that failed or finished before this plan: gone before the new ones
         # start (they may bear the same names)
@@ -86,6 +101,8 @@ async def make_pods(
         # (before, a re-plan in the same tick deleted the failed pod as not in its plan,
         # and the job ran on: a review); a pod of a lost server failed with its server
         return await pods_failed(ctx, entry, spec, status, kept, conds, new, gen)
+    if step.finishing is not None:  # a stage pod of the run exited 0: nothing is made again
+        return await _finishing(ctx, entry, spec, step, done, conds, new, gen)
     desired = desired_pods(entry, spec, plan, step.gpus, ctx.built_pods, ctx.nodes)
     try:
         diff = await sync_pods(ctx, entry, spec, desired, force=step.force)
@@ -171,51 +188,94 @@ async def pods_failed(
         # tick sees them again and counts them.
         return {}
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
-    if done := [p for p in pods if p.phase == "Succeeded"]:
-        return await _failed_after_success(ctx, entry, spec, pods, failed, done, conds, new, gen)
+    if done := exited_0(status, pods):
+        what = f"stage pod(s) failed: {named(failed)}"
+        return await _after_success(ctx, entry, spec, pods, what, failed, done, conds, new, gen)
     return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)
 
 
-async def _failed_after_success(
+async def _after_success(
     ctx: Context,
     entry: JobEntry,
     spec: Mapping[str, Any],
     pods: list[PodEntry],
+    what: str,
     failed: list[PodEntry],
-    done: list[PodEntry],
+    done: list[str],
     conds: list[dict[str, Any]],
     new: dict[str, Any],
     gen: int,
 ) -> dict[str, Any]:
-    """Stage pods the kubelet ended as Failed (eviction, node shutdown) once others of the
-    run had exited 0 (``done``). The ranks leave together, after the last step's
-    collectives, so the run has ended: none is made again, whatever ``restartPolicy`` and
-    ``spec.backoffLimit`` say (it would wait at the rendezvous for peers that have exited,
-    holding its GPUs). Rank 0 (stage 0, replica 0: the master, which writes the run's last
-    record) decides, as a PyTorchJob's Master and a batch/v1 success policy's leader index
-    do: the job is Succeeded where it exited 0, else Failed
-    (``STAGE_FAILED_AFTER_SUCCESS``). The pods still running go (their servers are
-    released, as a finished job's are); those that ended stay for ``kubectl logs``."""
-    what = named(failed)
-    ended = ", ".join(p.name for p in done[:3]) + (f" and {len(done) - 3} more" * (len(done) > 3))
-    story = (
-        f"stage pod(s) failed: {what}, after stage pod(s) {ended} exited 0: the run had "
-        "ended, so none is made again"
-    )
-    lead = f"{manifests.hostname(entry.key[1], 0, 0)}-"  # (``<hostname>-<hash>``)
-    rank_0 = next((p for p in pods if p.name.startswith(lead)), None)
-    if rank_0 is not None and rank_0.phase == "Succeeded":
+    """Stage pods the kubelet ended as Failed (eviction, node shutdown: ``failed``), or
+    stages gone without being seen to exit 0 (``_finishing``), once others of the run had
+    exited 0 (``done``; ``what`` says which ended so). The ranks leave together, after the
+    last step's collectives, so the run has ended: none is made again, whatever
+    ``restartPolicy`` and ``spec.backoffLimit`` say (it would wait at the rendezvous for
+    peers that have exited, holding its GPUs). Rank 0 (stage 0, replica 0: the master,
+    which writes the run's last record) decides, as a PyTorchJob's Master and a batch/v1
+    success policy's leader index do: the job is Succeeded where it exited 0 (its pod
+    seen Succeeded, there or gone since), else Failed (``STAGE_FAILED_AFTER_SUCCESS``).
+    The pods still running go (their servers are released, as a finished job's are);
+    those that ended stay for ``kubectl logs``."""
+    ended = ", ".join(done[:3]) + (f" and {len(done) - 3} more" * (len(done) > 3))
+    story = f"{what}, after stage pod(s) {ended} exited 0: the run had ended, so none is made again"
+    lead = manifests.hostname(entry.key[1], 0, 0)
+    if (exited := next((n for n in done if pod_host(n) == lead), None)) is not None:
         await delete_pods(ctx, entry.key[0], [p.name for p in pods if p.phase not in ENDED])
-        msg = f"{story}; rank 0 ({rank_0.name}) exited 0, so the job succeeded"
+        msg = f"{story}; rank 0 ({exited}) exited 0, so the job succeeded"
         new["phase"] = st.SUCCEEDED  # (its plan kept for the record, as any finished job's)
         conds = succeeded(ctx, entry, conds, gen, msg, msg)
         new["conditions"] = st.set_condition(conds, st.FAILED, False, "NoFailure", msg, gen)
         return new
+    rank_0 = next((p for p in pods if pod_host(p.name) == lead), None)
     who = "rank 0's pod is gone" if rank_0 is None else f"rank 0 ({rank_0.name}) is {rank_0.phase}"
     msg = f"{story}; {who}, not exited 0, so the job fails (an edit runs it again)"
     return await stop_job(
         ctx, entry, spec, failed, conds, new, STAGE_FAILED_AFTER_SUCCESS, msg, gen
     )
+
+
+async def _finishing(
+    ctx: Context,
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    step: Step,
+    done: list[str],
+    conds: list[dict[str, Any]],
+    new: dict[str, Any],
+    gen: int,
+) -> dict[str, Any]:
+    """A run a stage pod of which exited 0 (``done``), none failed: no pod is made again
+    (before, a stage pod deleted, or on a server lost, was made again alone, and waited at
+    the rendezvous for peers that had exited, for good). A stage neither seen exited 0 nor
+    running on a server not lost (its pod deleted; its server deleted, or NotReady past
+    the grace: ``step.finishing``) ended without exiting 0 as far as the operator can
+    tell, as a failed one: the run ends at once as rank 0 decides (``_after_success``).
+    Else the job is as its pods say (``pods_phase``), a pod seen exited 0 and gone since
+    (deleted, or its node removed once idle) counting as exited 0: Running while others
+    still exit, Succeeded once every stage has, as if it were there."""
+    pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
+    live = {pod_host(p.name): p for p in pods}
+    ended = {pod_host(n): n for n in done}
+    lost = step.finishing or {}
+    names: set[str] = set()  # the run's stage pods, one per slot
+    gone: list[str] = []
+    for slot in manifests.slots(step.plan):
+        host = manifests.hostname(entry.key[1], slot.stage, slot.replica)
+        pod = live.get(host)
+        if host in ended:
+            names.add(ended[host])
+        elif pod is None:
+            gone.append(f"{host} (its pod deleted)")
+        elif slot.node in lost:
+            gone.append(f"{pod.name} on {slot.node} ({lost[slot.node]})")
+        else:
+            names.add(pod.name)
+    if gone:
+        what = f"stage(s) gone: {', '.join(gone)}"
+        return await _after_success(ctx, entry, spec, pods, what, [], done, conds, new, gen)
+    new.update(pods_phase(ctx, entry, names, conds, gen, exited=done))
+    return new
 
 
 def _replanned(

@@ -81,7 +81,15 @@ async def _replan_running(
     # (until a new plan's pods run: their gang gate, held while the old pods went, lifted
     # by ``sync_pods``, and the phase and Ready read from them)
     gated = any(p.gated for p in ctx.pods.get(entry.key, []) if not p.deleting)
-    if step.replanned is None and not gated and status.get("phase") != st.PLACING:
+    # (where a stage pod exited 0, the job ends as its pods say, none made again: before,
+    # a deleted one was made again alone, and a job whose pods all exited 0 stayed Running,
+    # StagesMissing)
+    if (
+        step.replanned is None
+        and step.finishing is None
+        and not gated
+        and status.get("phase") != st.PLACING
+    ):
         return None
     out = await make_pods(ctx, running, body, made, status, step, new)
     refusal = st.condition({"conditions": conds}, st.PLANNED) or {}

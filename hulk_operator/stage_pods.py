@@ -180,7 +180,8 @@ async def sync_pods(
     # ... and once no old pod of their hostnames is Terminating: the headless Service
     # published both under <hostname>.<job>, and a kept pod could find the old master
     # (before; a user trial), for at most HOLD_S
-    leaving = {_host(p.name) for p in pods.values() if p.deleting} | set(map(_host, diff.delete))
+    leaving = {pod_host(p.name) for p in pods.values() if p.deleting}
+    leaving |= set(map(pod_host, diff.delete))
     held = f"{HELD}{ns}/{name}"
     if (
         gated
@@ -211,10 +212,10 @@ def gone(recent: Mapping[str, float], pod: PodEntry) -> bool:
 def waits_on_old(gated: Sequence[str], leaving: Collection[str], since: float, now: float) -> bool:
     """Whether the gated pods wait (since ``since``) for the old pods of their hostnames
     still ``leaving`` (Terminating), as they do for at most ``HOLD_S``."""
-    return any(_host(n) in leaving for n in gated) and now - since < HOLD_S
+    return any(pod_host(n) in leaving for n in gated) and now - since < HOLD_S
 
 
-def _host(pod: str) -> str:
+def pod_host(pod: str) -> str:
     """A stage pod's hostname: its name without the hash (``<hostname>-<hash>``)."""
     return pod.rsplit("-", 1)[0]
 
@@ -351,14 +352,17 @@ def pods_phase(
     conds: list[dict[str, Any]],
     gen: int,
     taken: Sequence[str] = (),
+    exited: Collection[str] = (),
 ) -> dict[str, Any]:
     """Running once every desired pod (by name) runs and no other pod of the job is left.
     ``taken``: desired pods that could not be made, a pod of the name not being the job's
-    (``Ready`` names them, as the Event does, until they are made)."""
+    (``Ready`` names them, as the Event does, until they are made). ``exited``: pods seen
+    exited 0 (``failures.exited_0``), which count as Succeeded where they are gone since."""
     live = {p.name: p for p in ctx.pods.get(entry.key, []) if not p.deleting}
     pods = {n: p for n, p in live.items() if n in desired}
     want = len(desired)
-    phases = [p.phase for p in pods.values()]
+    gone = [n for n in desired if n in exited and n not in live]  # (not made again)
+    phases = [p.phase for p in pods.values()] + ["Succeeded"] * len(gone)
     running = sum(1 for p in phases if p == "Running")
     done = sum(1 for p in phases if p == "Succeeded")
     out: dict[str, Any] = {}
@@ -366,7 +370,7 @@ def pods_phase(
         out["phase"] = st.SUCCEEDED
         told = f"every stage finished ({want} stage pod(s))"
         conds = succeeded(ctx, entry, conds, gen, "every stage finished", told)
-    elif running + done == want and len(live) == want:  # finishing: stages exit one by one
+    elif running + done == want and len(live) + len(gone) == want:  # finishing: one by one
         out["phase"] = st.RUNNING
         msg = f"{running}/{want} stage pods running" + (f", {done} finished" if done else "")
         why = "StagesFinishing" if done else regrow.ALL_RUNNING

@@ -29,6 +29,8 @@ CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, COMPLETE, ESTIMATED, SUSP
 
 PENDING, PLACING, RUNNING, SUCCEEDED = "Pending", "Placing", "Running", "Succeeded"
 PHASE_FAILED, SUSPENDED = "Failed", "Suspended"
+# the stage pods of the job's run seen exited 0, by name (``failures.exited_0``)
+SUCCEEDED_PODS = "succeededPods"
 PHASES = (PENDING, PLACING, RUNNING, SUCCEEDED, PHASE_FAILED, SUSPENDED)
 
 

@@ -2472,6 +2472,70 @@ def test_a_stage_that_fails_after_others_finished_is_not_made_again(
     assert 'hulk_stage_failures_total{action="job_failed"} 1.0' in metrics
 
 
+def test_stages_deleted_or_lost_after_others_finished_are_not_made_again(
+    sandbox: Any, kube: Kube, operator: Any
+) -> None:
+    """Once a stage pod of the run exited 0 the run has ended, whatever happens next to
+    the others' pods or servers. Job "lead": rank 0 exits 0 and its pod is deleted by hand
+    (before: made again alone, StageRecreated, to wait at the rendezvous for peers that had
+    exited, for good); then the server of its other stage is deleted (before: re-planned,
+    the stage made again alone elsewhere). Now neither is made again: the job is Succeeded,
+    as rank 0 exited 0. Job "tail": another stage exits 0, then rank 0's server is deleted
+    while it runs: rank 0 never exited 0, so the job fails. No re-plan either way."""
+    for name in ("lead", "tail"):
+        kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.all_running(["lead", "tail"]), 60)
+
+    def rank_0_first(name: str) -> list[Any]:  # its pods, rank 0 first
+        pods = kube.live_pods(name)
+        assert len(pods) > 1, name
+        return sorted(pods, key=lambda p: p.spec.hostname != f"{name}-0-0")
+
+    lead, tail = rank_0_first("lead"), rank_0_first("tail")
+    made = {p.metadata.name for p in lead + tail}
+    first, done = lead[0].metadata.name, tail[1].metadata.name
+    for pod in (first, done):  # what the kubelet writes when a trainer exits 0
+        kube.core.patch_namespaced_pod_status(pod, kube.ns, {"status": {"phase": "Succeeded"}})
+
+    def finishing(name: str) -> bool:  # seen to exit 0 (and recorded: the same status patch)
+        return "1 finished" in condition(kube.job(name), "Ready")["message"]
+
+    wait("one stage finished", lambda: finishing("lead") and finishing("tail"))
+    kube.core.delete_namespaced_pod(first, kube.ns, grace_period_seconds=0)
+    wait("rank 0's pod gone", lambda: first not in {p.metadata.name for p in kube.pods("lead")})
+    time.sleep(3 * CONFIG.reconcile_interval_s)  # three ticks: not made again
+    assert {p.spec.hostname for p in kube.pods("lead")} == {p.spec.hostname for p in lead[1:]}
+    ready = condition(kube.job("lead"), "Ready")
+    assert (kube.phase("lead"), ready["reason"]) == ("Running", "StagesFinishing"), ready
+    servers = {"lead": lead[1].spec.node_name, "tail": tail[0].spec.node_name}
+    try:
+        for node in servers.values():
+            sandbox.delete_node(node)
+        wait("lead Succeeded", lambda: kube.phase("lead") == "Succeeded", 30)
+        wait("tail Failed", lambda: kube.phase("tail") == "Failed", 30)
+        complete = condition(kube.job("lead"), "Complete")
+        assert complete["status"] == "True", complete
+        gone = f"{lead[1].metadata.name} on {servers['lead']} (Deleted)"
+        assert f"stage(s) gone: {gone}" in complete["message"]
+        assert f"rank 0 ({first}) exited 0, so the job succeeded" in complete["message"]
+        assert kube.job("lead")["status"]["succeededPods"] == [first]  # (its pod long gone)
+        failed = condition(kube.job("tail"), "Failed")
+        assert (failed["status"], failed["reason"]) == ("True", "StageFailedAfterSuccess")
+        rank_0 = tail[0].metadata.name
+        assert f"stage(s) gone: {rank_0} on {servers['tail']} (Deleted)" in failed["message"]
+        assert f"after stage pod(s) {done} exited 0" in failed["message"]
+        assert f"rank 0 ({rank_0}) is Running, not exited 0" in failed["message"]
+        time.sleep(3 * CONFIG.reconcile_interval_s)  # three ticks: nothing made again
+        assert {p.metadata.name for p in kube.pods()} <= made
+        assert kube.phase("lead") == "Succeeded" and kube.phase("tail") == "Failed"
+        for name in ("lead", "tail"):
+            assert not kube.job(name)["status"].get("replans"), name
+        assert kube.events("Replanned") == [] and kube.events("StageRecreated") == []
+    finally:
+        for node in servers.values():
+            sandbox.add_node(paper_cluster().server(node))
+
+
 def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
     sandbox: Any, namespace: str, kube: Kube, tmp_path: Any
 ) -> None:
