@@ -18,6 +18,18 @@ def holds_model(job: Job, server: Server) -> bool:
     return stage_memory(job, job.model.layers, 1) <= server_capacity(server)
 
 
+def data_over(cost: CostModel, job: Job, names: Sequence[str]) -> JobPlan | None:
+    """A replica on each server of ``names`` that holds the whole model, the all-reduce ring
+    in their order (but for servers that cannot reach the next); None if none holds it."""
+    fitting = [n for n in names if holds_model(job, cost.cluster.server(n))]
+    if not fitting:
+        return None
+    nodes = tuple(linked_names(cost.net, fitting, ring=True))
+    return JobPlan(
+        job.name, (Stage((0, job.model.layers), nodes, "data"),), micro_batches(job, len(nodes))
+    )
+
+
 def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
     unplaced = []
     fitting = []
@@ -34,17 +46,14 @@ def plan_baseline_a(cost: CostModel, jobs: Sequence[Job]) -> Plan:
                     f"the largest server has {gib_text(biggest)} usable",
                 )
             )
+    # a job's share needs one server that holds the model (need 0); the largest jobs, by
+    # their memory need, still choose first (split_servers)
     shares, reasons = split_servers(cost, fitting, eligible=holds_model, need=lambda job: 0.0)
     placed = []
     for job in fitting:
-        if job.name not in shares:
+        jp = data_over(cost, job, shares[job.name]) if job.name in shares else None
+        if jp is None:
             unplaced.append(Unplaced(job.name, reasons.get(job.name, "no fitting server left")))
-            continue
-        nodes = tuple(linked_names(cost.net, shares[job.name], ring=True))
-        jp = JobPlan(
-            job.name,
-            (Stage((0, job.model.layers), nodes, "data"),),
-            micro_batches(job, len(nodes)),
-        )
-        placed.append(jp)
+        else:
+            placed.append(jp)
     return cost.with_predictions(Plan("baseline-a", tuple(placed), tuple(unplaced)), jobs)

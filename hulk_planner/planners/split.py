@@ -1,16 +1,29 @@
 """How the baselines divide a cluster among several jobs.
 
 The paper's baselines are single-job systems; to run several jobs at once they need the
-servers divided. The division below is the one an operator of such a system would make by
-hand, and it is generous to the baselines:
+servers divided. The division below is a plain one an operator of such a system could make
+by hand, knowing the jobs' sizes and the cluster's listed order but not which servers suit
+which job:
 
-- each job's share of compute is proportional to its compute demand per optimizer step
-  (``6 * parameters * tokens``), so every job's step takes about as long;
-- every job first gets the GPU memory it needs (``cost.memory_need_bytes``), so that a job
-  is left out only when the memory is really not there;
+- the largest job (by memory need, ``cost.memory_need_bytes``; equal needs by name) chooses
+  first, so the order the jobs are given in does not matter;
+- every job first takes servers until it has the GPU memory it needs (baseline A: one server
+  that holds the whole model), so that a job is left out only when the memory is really not
+  there;
+- then each takes more until its compute reaches its share of the cluster's, in proportion
+  to its compute demand per optimizer step (``6 * parameters * tokens``); the last job
+  takes what is left;
 - servers are handed out in blocks, in the cluster's listed order grouped by region, so a
-  job's servers stay in as few regions as possible (a topology-unaware system could do worse);
-- the largest job (by memory need) chooses first.
+  job's servers stay in as few regions as possible, whatever their speed.
+
+The shares follow the listed order, not the servers' speed or links, and their step times
+end far apart. On the paper's cluster with its 4 jobs OPT-175B's memory need takes the
+first 16 servers listed and the other jobs' the next 5 (GPT-2 XL one server of six TITAN
+RTX, already more than its compute share); OPT-175B, 98% of the jobs' compute demand, then
+takes all 26 left (42 of the 47). Most of Hulk's advantage over the best baseline comes
+from this choice of servers, not from each job's parallelism: ``bench/plan_quality.py``
+also plans each baseline on exactly the servers Hulk's plan gave each job (README, "What
+it achieves").
 
 A job whose memory need cannot be met from what is left is reported as unplaced.
 """
@@ -43,13 +56,14 @@ def split_servers(
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """(job name -> its servers, job name -> reason it got none).
 
-    First every job, largest first, takes the next eligible servers until it has its memory
-    need (at least one server); then each takes more until its compute reaches its share of
-    the cluster by demand; the last job takes what is left.
+    First every job, largest memory need first (``cost.memory_need_bytes``, whatever
+    ``need`` is; equal needs by name), takes the next eligible servers until it has
+    ``need(job)`` of memory (at least one server); then each takes more until its compute
+    reaches its share of the cluster by demand; the last job takes what is left.
     """
     pool = region_grouped(cost.cluster.servers)
     usable = {s.name: s.memory_bytes * MEMORY_USABLE for s in pool}
-    order = sorted(jobs, key=lambda j: -need(j))
+    order = sorted(jobs, key=lambda j: (-memory_need_bytes(j), j.name))
     taken: dict[str, list[Server]] = {j.name: [] for j in order}
     reasons: dict[str, str] = {}
     for job in order:

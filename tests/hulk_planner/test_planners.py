@@ -278,6 +278,26 @@ def test_split_gives_disjoint_shares_with_each_jobs_memory(
             assert holds_model(job, paper.server(n))
 
 
+def test_baselines_split_by_memory_need_whatever_order_the_jobs_come_in(
+    paper: Cluster, paper_cost: CostModel
+) -> None:
+    """Every baseline's split lets the largest job by memory need choose first, and equal
+    needs (BERT-large and XLNet-large) go by name: the jobs reversed give the same plans.
+    Before, baseline A (whose share needs one server that holds the model) passed the split
+    a need of 0, so its jobs chose in the order given: the paper's 4 jobs reversed placed 2
+    of them (T5-11B, choosing last, got servers that close no ring over the paper's links),
+    listed 3."""
+    for jobs in (paper_jobs(4), paper_jobs(6)):
+        for b in BASELINES:
+            listed, rev = (plan(paper, js, b, cost=paper_cost) for js in (jobs, jobs[::-1]))
+            assert {jp.name: jp.stages for jp in listed.jobs} == {
+                jp.name: jp.stages for jp in rev.jobs
+            }, b
+            assert {u.name for u in listed.unplaced} == {u.name for u in rev.unplaced}, b
+    a = plan(paper, paper_jobs(4)[::-1], "baseline-a", cost=paper_cost)
+    assert [u.name for u in a.unplaced] == ["opt-175b"]  # no server holds the whole model
+
+
 # ---- search ----
 
 
