@@ -9,8 +9,11 @@ every baseline's predicted step time as a ratio to hulk's, their geometric mean 
 jobs both place, whether hulk places every job some baseline places, and how much the
 search planner improves on hulk when given 10x the wall time hulk took (geometric mean over
 the jobs; per seed of ``--seeds``, then the median: both are randomised searches, so one
-seed's figure moves by a few percent). Hulk runs with its default budget (a wall-clock
-refinement), so its figures depend on the machine and its load.
+seed's figure moves by a few percent). Then, to show where hulk's advantage comes from,
+every baseline planned per job on exactly the servers hulk's plan gave that job (no split:
+the parallelism alone compared, not the choice of servers), as ratios to hulk's step time
+and their geometric mean with the jobs placed. Hulk runs with its default budget (a
+wall-clock refinement), so its figures depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hulk_planner.api import plan
@@ -29,10 +32,19 @@ from hulk_planner.cost import CostModel
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.generate import random_cluster
-from hulk_planner.model import Cluster, Job, Plan
+from hulk_planner.model import Cluster, Job, JobPlan, Plan
+from hulk_planner.planners.baseline_a import data_over
+from hulk_planner.planners.baseline_b import gpipe_over
+from hulk_planner.planners.baseline_c import tensor_over
+from hulk_planner.planners.split import region_grouped
 from hulk_planner.presets import preset, preset_model
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
+ONE_JOB: dict[str, Callable[[CostModel, Job, Sequence[str]], JobPlan | None]] = {
+    "baseline-a": data_over,  # each baseline's plan of one job on given servers
+    "baseline-b": gpipe_over,
+    "baseline-c": tensor_over,
+}
 
 
 @dataclass
@@ -49,6 +61,8 @@ class Outcome:
     best_ratio: float
     all_placed: bool
     search_gains: list[float]
+    jobs: int
+    same_servers: dict[str, list[float]]  # baseline -> its ratios on hulk's servers
 
 
 def preset_jobs(names: Sequence[str]) -> list[Job]:
@@ -85,6 +99,10 @@ def fmt_s(seconds: float) -> str:
 
 def fmt_x(ratio: float) -> str:
     return f"{ratio:,.2f}x" if ratio < 1e4 else f"{ratio:.1e}x"
+
+
+def fmt_gm(ratios: Sequence[float], jobs: int) -> str:
+    return f"{fmt_x(geomean(ratios))} ({len(ratios)} of {jobs})" if ratios else "-"
 
 
 def planned(c: Cluster, jobs: Sequence[Job], planner: str, cost: CostModel, **kw: float) -> Plan:
@@ -138,6 +156,16 @@ def run_scenario(sc: Scenario, seed: int, seeds: int) -> Outcome:
         f"(hulk {100 * (1 - 1 / best_ratio):.1f}% below it; goal: > 1.25x)"
     )
     print(f"every job placed by a baseline is placed by hulk: {'yes' if all_placed else 'NO'}")
+    same = on_hulks_servers(cost, jobs, hulk)
+    print("each baseline per job on the servers hulk's plan gave it (no split):")
+    for job in jobs:
+        cells = [fmt_x(same[b][job.name]) if job.name in same[b] else "not placed" for b in same]
+        print(f"{job.name:<16}{'':>12}" + "".join(f"{c:>22}" for c in cells))
+    same_ratios = {b: list(same[b].values()) for b in BASELINES}
+    print(
+        f"{'geometric mean':<16}{'1.00x':>12}"
+        + "".join(f"{fmt_gm(same_ratios[b], len(jobs)):>22}" for b in BASELINES)
+    )
     gains = []
     for s in range(seed, seed + seeds):
         if s == seed:
@@ -154,7 +182,28 @@ def run_scenario(sc: Scenario, seed: int, seeds: int) -> Outcome:
         f"{100 * statistics.median(gains):.1f}% (goal < 2%)"
     )
     print()
-    return Outcome(sc.name, best, best_ratio, all_placed, gains)
+    return Outcome(sc.name, best, best_ratio, all_placed, gains, len(jobs), same_ratios)
+
+
+def on_hulks_servers(
+    cost: CostModel, jobs: Sequence[Job], hulk: Plan
+) -> dict[str, dict[str, float]]:
+    """Baseline -> job -> its step time / hulk's, for each job the baseline places when given
+    exactly the servers hulk's plan gave that job, in the cluster's listed order (as its
+    split hands them out)."""
+    listed = {s.name: i for i, s in enumerate(region_grouped(cost.cluster.servers))}
+    out: dict[str, dict[str, float]] = {b: {} for b in BASELINES}
+    for job in jobs:
+        mine = hulk.job(job.name)
+        if mine is None:
+            continue
+        names = sorted(mine.nodes, key=listed.__getitem__)
+        for b, one_job in ONE_JOB.items():
+            theirs = one_job(cost, job, names)
+            seconds = cost.job_seconds(job, theirs) if theirs else math.inf
+            if math.isfinite(seconds):
+                out[b][job.name] = seconds / mine.predicted_iteration_seconds
+    return out
 
 
 def search_gain(
@@ -201,6 +250,11 @@ def main() -> int:
             f"{o.scenario:<28}{o.best_baseline:>16}{fmt_x(o.best_ratio):>12}"
             f"{'yes' if o.all_placed else 'NO':>12}{gain:>25.1f}%"
         )
+    print("\n== summary: each baseline on hulk's servers (no split), geometric mean (jobs placed)")
+    print(f"{'scenario':<28}" + "".join(f"{b:>18}" for b in BASELINES))
+    for o in outcomes:
+        cells = (fmt_gm(o.same_servers[b], o.jobs) for b in BASELINES)
+        print(f"{o.scenario:<28}" + "".join(f"{c:>18}" for c in cells))
     return 0
 
 
