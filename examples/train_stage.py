@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A reference training program for Hulk's stage pods: GPipe over the plan's stages.
+"""A reference training program for Hulk's stage pods: 1F1B over the plan's stages.
 
 Each stage pod runs this file (``torchrun train_stage.py``, or ``python train_stage.py``
 for one process per pod). It reads what the operator puts in the pod's environment
@@ -7,7 +7,7 @@ for one process per pod). It reads what the operator puts in the pod's environme
 layout:
 
 - pipeline: stage k holds layers ``[HULK_LAYER_START, HULK_LAYER_END)``; every step runs
-  ``HULK_MICRO_BATCHES`` micro-batches forward through the stages, then backward (GPipe);
+  ``HULK_MICRO_BATCHES`` micro-batches through the stages in the 1F1B order (below);
 - data parallelism: a ``data`` stage's r-th server is lane r of the pipeline (its
   neighbours are the adjacent stages' r-th servers, as ``HULK_PREV/NEXT_STAGE_ADDR`` say);
   each lane takes its share of the global batch, and a stage's lanes sum their gradients
@@ -22,6 +22,17 @@ layout:
 - the processes agree before they train: a pod with a bad variable, other arguments, or
   another view of the checkpoint folder stops all of them at once, each with the same line.
 
+The schedule is 1F1B (PipeDream-Flush; Megatron-LM's non-interleaved schedule): with p
+stages and m micro-batches, stage k runs ``min(p - k - 1, m)`` forwards to fill the pipeline,
+then alternates one forward and one backward, then runs the backwards left (``schedule``).
+Stage k thereby keeps the saved activations of at most ``min(m, p - k)`` micro-batches at
+once, where GPipe (every forward, then every backward) keeps all m: Hulk's cost model
+assumes 1F1B when it checks that a plan's stages fit in GPU memory (docs/cost-model.md,
+"Memory"), so under GPipe a plan it calls feasible may not fit (OPT-175B's by up to 7.2x).
+The optimizer steps once a step, after all m micro-batches, as under GPipe: the same
+result, up to the order in which the micro-batches' gradients are summed. Each process
+prints the most micro-batches it held at once when it ends.
+
 The model is a stack of residual MLP blocks ``x + W2 gelu(W1 x + b1) + b2`` learning a
 fixed random teacher; layer i's initial weights depend only on ``--seed`` and i, and the
 data of step s only on ``--seed`` and s, so any plan trains the same model: the same
@@ -34,6 +45,7 @@ Needs only PyTorch (2.1 or later): NCCL on GPUs, gloo on CPUs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -42,8 +54,9 @@ import shutil
 import signal
 import sys
 import time
+import weakref
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,6 +296,98 @@ def take_shard(full: torch.Tensor, name: str, parts: int, index: int) -> torch.T
     return full.narrow(dim, lo, hi - lo).clone()
 
 
+# -- the schedule ----------------------------------------------------------------------------
+
+
+def schedule(stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
+    """Stage ``stage``'s work in one step, in order: ``("F", j)`` is micro-batch j's forward,
+    ``("B", j)`` its backward. 1F1B: ``min(p - k - 1, m)`` forwards, then one forward and one
+    backward in turn, then the backwards left; so at most ``min(m, p - k)`` micro-batches
+    have run forward and not yet backward."""
+    warm = min(stages - stage - 1, micro_batches)
+    order = [("F", j) for j in range(warm)]
+    for j in range(micro_batches - warm):
+        order += [("F", warm + j), ("B", j)]
+    return order + [("B", j) for j in range(micro_batches - warm, micro_batches)]
+
+
+class Link:
+    """The messages between stage k and stage k+1 of one lane, at one end (the stage's
+    leader). Both ends post them in one order, stage k's schedule: its ``("F", j)`` sends
+    micro-batch j's activations, its ``("B", j)`` takes j's gradient back. An end posts a
+    send when its tensor is ready and every receive as soon as the messages before it are
+    posted: a receive is waiting before its message comes (transfers overlap the compute),
+    and neither end waits on a message that the other sends only after a message it waits
+    for (NCCL runs one pair's messages in the order they are posted: a crossing order there
+    would hang)."""
+
+    def __init__(self, peer: int, order: list[tuple[str, int]], sends: str, buffer: Any) -> None:
+        self.peer, self.order, self.sends, self.buffer = peer, order, sends, buffer
+        self.next = 0  # the first message of ``order`` not yet posted
+        self.receiving: dict[tuple[str, int], tuple[int, torch.Tensor, Any]] = {}
+        self.sending: list[tuple[int, torch.Tensor, Any]] = []  # (place in order, tensor, work)
+        self._post_receives()
+
+    def _post_receives(self) -> None:
+        while self.next < len(self.order) and self.order[self.next][0] != self.sends:
+            key, buf = self.order[self.next], self.buffer(self.order[self.next][1])
+            self.receiving[key] = (self.next, buf, dist.irecv(buf, src=self.peer))
+            self.next += 1
+
+    def send(self, key: tuple[str, int], tensor: torch.Tensor) -> None:
+        assert self.order[self.next] == key, (self.order[self.next], key)
+        self.sending.append((self.next, tensor, dist.isend(tensor, dst=self.peer)))
+        self.next += 1
+        self._post_receives()
+
+    def take(self, key: tuple[str, int]) -> torch.Tensor:
+        at, buf, work = self.receiving.pop(key)
+        work.wait()
+        # the peer has posted every message before this one, so our sends among them go
+        # through: waiting for them here frees their tensors now, not at the step's end
+        while self.sending and self.sending[0][0] < at:
+            self.sending.pop(0)[2].wait()
+        return buf
+
+    def finish(self) -> None:
+        """Waits for the step's last sends."""
+        assert self.next == len(self.order) and not self.receiving
+        for _, _, work in self.sending:
+            work.wait()
+        self.sending = []
+
+
+class HeldActivations:
+    """Counts the micro-batches whose saved activations (the tensors autograd keeps for the
+    backward) this process holds, and records the most at once in ``peak``: it tags what
+    each forward saves, and a tag's count falls as autograd frees those tensors."""
+
+    class _Saved:
+        def __init__(self, tensor: torch.Tensor) -> None:
+            self.tensor = tensor
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}  # micro-batch -> its saved tensors still held
+        self.peak = 0
+
+    @contextlib.contextmanager
+    def forward_of(self, micro_batch: int) -> Iterator[None]:
+        def pack(tensor: torch.Tensor) -> HeldActivations._Saved:
+            saved = HeldActivations._Saved(tensor)
+            self.live[micro_batch] = self.live.get(micro_batch, 0) + 1
+            self.peak = max(self.peak, len(self.live))
+            weakref.finalize(saved, self._freed, micro_batch)
+            return saved
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved.tensor):
+            yield
+
+    def _freed(self, micro_batch: int) -> None:
+        self.live[micro_batch] -= 1
+        if not self.live[micro_batch]:
+            del self.live[micro_batch]
+
+
 # -- training ------------------------------------------------------------------------------
 
 
@@ -309,6 +414,7 @@ class StageTrainer:
         self.last = len(layout.groups) - 1
         self.params: dict[int, dict[str, torch.Tensor]] = {}
         self.optimizer: torch.optim.SGD | None = None
+        self.held = HeldActivations()
         if args.global_batch is None:
             args.global_batch = layout.lanes * layout.micro_batches
         rows = args.global_batch // layout.lanes
@@ -362,72 +468,74 @@ class StageTrainer:
             x = block_forward(self.params[i], x, self.tp)
         return x
 
-    def _post(self, sizes: Sequence[int], src: int | None) -> list[tuple[torch.Tensor, Any]]:
-        """A buffer per micro-batch coming from ``src``, every receive posted at once (on
-        the leader), so that transfers over a slow link overlap this stage's compute."""
-        posted = []
-        for rows in sizes:
-            buf = torch.empty(rows, self.args.hidden, device=self.device)
-            mine = src is not None and self.rank == self.leader
-            posted.append((buf, dist.irecv(buf, src=src) if mine else None))
-        return posted
+    def _buffer(self, micro_batch: int) -> torch.Tensor:
+        lo, hi = self.micro_rows()[micro_batch]
+        return torch.empty(hi - lo, self.args.hidden, device=self.device)
 
-    def _take(self, posted: tuple[torch.Tensor, Any]) -> torch.Tensor:
-        """A posted buffer once it has arrived, on every rank of the tensor group."""
-        buf, work = posted
-        if work is not None:
-            work.wait()
+    def _take(self, link: Link | None, key: tuple[str, int]) -> torch.Tensor:
+        """A message once it has arrived (``link`` on the leader, which receives it), on every
+        rank of the tensor group."""
+        buf = link.take(key) if link is not None else self._buffer(key[1])
         if self.tp is not None:
             dist.broadcast(buf, src=self.leader, group=self.tp)
         return buf
 
     def step(self, step: int) -> float | None:
-        """One optimizer step (GPipe: every micro-batch forward, then every one backward);
-        the global batch's loss on the last stage's leaders."""
+        """One optimizer step (1F1B: ``schedule``); the global batch's loss on the last
+        stage's leaders."""
         assert self.optimizer is not None
         k, lay, lane = self.stage, self.layout, self.lane
+        stages, leads = len(lay.groups), self.rank == self.leader
         prev = lay.groups[k - 1][lane][0] if k else None
         nxt = lay.groups[k + 1][lane][0] if k < self.last else None
-        leads = self.rank == self.leader
         x_all = y_all = None
         if k == 0 or k == self.last:
             x_all, y_all = batch(step, self.args.seed, self.args.global_batch, self.args.hidden)
+        # the leader's links: with prev (in prev's order of work) it receives activations and
+        # sends their gradients; with nxt (in this stage's) the other way round
+        m = lay.micro_batches
+        to_prev = to_next = None
+        if prev is not None and leads:
+            to_prev = Link(prev, schedule(k - 1, stages, m), "B", self._buffer)
+        if nxt is not None and leads:
+            to_next = Link(nxt, schedule(k, stages, m), "F", self._buffer)
         rows = self.micro_rows()
-        incoming = self._post([hi - lo for lo, hi in rows], prev)
-        inputs, outputs, sending = [], [], []
-        for j, (lo, hi) in enumerate(rows):
-            if prev is None:
-                assert x_all is not None
-                x = x_all[lo:hi].to(self.device)
+        held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # forward run, backward not
+        losses: dict[int, torch.Tensor] = {}
+        for op, j in schedule(k, stages, m):
+            lo, hi = rows[j]
+            if op == "F":
+                if prev is None:
+                    assert x_all is not None
+                    x = x_all[lo:hi].to(self.device)
+                else:
+                    x = self._take(to_prev, ("F", j)).requires_grad_()
+                with self.held.forward_of(j):
+                    y = self.forward(x)
+                    if nxt is None:
+                        assert y_all is not None
+                        y = loss_of(y, y_all[lo:hi].to(self.device), self.args.global_batch)
+                        losses[j] = y.detach()
+                if to_next is not None:
+                    to_next.send(("F", j), y.detach().contiguous())
+                held[j] = (x, y)
             else:
-                x = self._take(incoming[j]).requires_grad_()
-            y = self.forward(x)
-            if nxt is None:
-                assert y_all is not None
-                y = loss_of(y, y_all[lo:hi].to(self.device), self.args.global_batch)
-            elif leads:
-                out = y.detach().contiguous()
-                sending.append((out, dist.isend(out, dst=nxt)))
-            inputs.append(x)
-            outputs.append(y)
-        order = list(reversed(range(len(outputs))))
-        grads = self._post([rows[j][1] - rows[j][0] for j in order], nxt)
-        for i, j in enumerate(order):
-            if nxt is None:
-                outputs[j].backward()
-            else:
-                outputs[j].backward(self._take(grads[i]))
-            if prev is not None and leads:
-                g = inputs[j].grad.contiguous()
-                sending.append((g, dist.isend(g, dst=prev)))
-        for _, work in sending:
-            work.wait()
+                x, y = held.pop(j)
+                if nxt is None:
+                    y.backward()
+                else:
+                    y.backward(self._take(to_next, ("B", j)))
+                if to_prev is not None:
+                    to_prev.send(("B", j), x.grad.contiguous())
+        for link in (to_prev, to_next):
+            if link is not None:
+                link.finish()
         self._sum_lanes()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if nxt is not None or self.rank != self.leader:
             return None
-        loss = torch.stack([o.detach() for o in outputs]).sum().reshape(1)
+        loss = torch.stack([losses[j] for j in range(m)]).sum().reshape(1)
         if self.dp_groups[k] is not None:
             dist.all_reduce(loss, group=self.dp_groups[k])
         return float(loss.item())
@@ -775,6 +883,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 why = "SIGTERM" if stop.signalled else "a stage pod got SIGTERM"
                 print(f"train_stage: stopped after step {s + 1} ({why}; {saved})", flush=True)
                 return leave(128 + signal.SIGTERM if stop.signalled else STOPPED_BY_PEER)
+        k, m = trainer.stage, layout.micro_batches
+        print(
+            f"train_stage: rank {rank} (stage {k}) held at most {trainer.held.peak} "
+            f"micro-batch(es) of activations at once (1F1B: min(m, p - k) = "
+            f"{min(m, len(layout.groups) - k)})",
+            flush=True,
+        )
     except SetupError as e:
         print(f"train_stage: {e}", file=sys.stderr, flush=True)
         return leave(2)

@@ -10,6 +10,7 @@ had never stopped."""
 
 from __future__ import annotations
 
+import graphlib
 import importlib.util
 import math
 import os
@@ -204,6 +205,123 @@ def test_pipeline_trains_as_one_process_and_resumes_under_another_plan(tmp_path:
         assert loss == pytest.approx(want_losses[s - 1], rel=1e-4)
     assert_checkpoint(ckpt, 4)
     assert {p.name for p in ckpt.iterdir()} == {"progress.json", "step-000000004"}
+
+
+def held_peaks(outs: list[str]) -> dict[int, tuple[int, int]]:
+    """Each process's (stage, the most micro-batches' activations it held at once), from
+    the line it prints when it ends, by rank."""
+    found = {}
+    for out in outs:
+        for line in out.splitlines():
+            if " held at most " in line:  # train_stage: rank R (stage K) held at most N ...
+                words = line.split()
+                found[int(words[2])] = (int(words[4].rstrip(")")), int(words[8]))
+    return found
+
+
+@pytest.mark.slow
+def test_stage_k_holds_at_most_min_m_p_minus_k_micro_batches_and_trains_as_one_process(
+    tmp_path: Path,
+) -> None:
+    """Hulk's cost model counts ``min(m, p - k)`` micro-batches' activations on stage k (1F1B,
+    docs/cost-model.md, "Memory"). Each process counts the micro-batches whose saved
+    activations autograd holds (``HeldActivations``). Before, the trainer ran GPipe: every
+    stage held all m (here 3, 3, 3, 3 for the cost model's 3, 3, 2, 1). Stage 0 runs m
+    forwards before its first backward (m < p - 0), the others fewer."""
+    ckpt, m = tmp_path / "ckpt", 3
+    bounds = ((0, 1), (1, 2), (2, 4), (4, LAYERS))
+    stages = tuple(Stage(layers, (name,)) for layers, name in zip(bounds, "abcd", strict=True))
+    plan = JobPlan("toy", stages, micro_batches=m)
+    procs = start_pods(
+        plan, dict.fromkeys("abcd", 1), ["--steps=2", f"--checkpoint-dir={ckpt}"], torchrun=False
+    )
+    done = finish(procs, 180)
+    for rc, out in done:
+        assert rc == 0, out[-3000:]
+    outs = [out for _, out in done]
+    peaks = held_peaks(outs)
+    assert sorted(peaks) == [0, 1, 2, 3], outs[0][-1500:]
+    for rank, (stage, peak) in peaks.items():
+        assert peak <= min(m, 4 - stage), f"rank {rank}, stage {stage} held {peak} at once"
+    assert [peaks[r] for r in range(4)] == [(0, 3), (1, 3), (2, 2), (3, 1)]  # and no fewer
+    _, want_losses = reference(2)
+    got = losses_of(outs)
+    assert sorted(got) == [1, 2]
+    for s, loss in got.items():
+        assert loss == pytest.approx(want_losses[s - 1], rel=1e-4)
+    assert_checkpoint(ckpt, 2)
+
+
+@pytest.mark.parametrize(("stages", "micro_batches"), [(1, 3), (2, 1), (3, 2), (4, 6), (5, 5)])
+def test_schedule_is_1f1b(stages: int, micro_batches: int) -> None:
+    """Stage k: min(p - k - 1, m) forwards, then one forward and one backward in turn, then
+    the backwards left; every micro-batch once each way, in order."""
+    for k in range(stages):
+        order = ts.schedule(k, stages, micro_batches)
+        warm = min(stages - k - 1, micro_batches)
+        assert order[:warm] == [("F", j) for j in range(warm)]
+        assert [j for op, j in order if op == "F"] == list(range(micro_batches))
+        assert [j for op, j in order if op == "B"] == list(range(micro_batches))
+        in_flight, most = 0, 0
+        for op, _ in order:
+            in_flight += 1 if op == "F" else -1
+            most = max(most, in_flight)
+        assert most == min(micro_batches, stages - k)
+        steady = order[warm : warm + 2 * (micro_batches - warm)]
+        assert [op for op, _ in steady] == ["F", "B"] * (micro_batches - warm)
+
+
+def _hangs(stages: int, micro_batches: int, blocking: bool, crossing: bool = False) -> bool:
+    """Whether the pipeline's messages can hang, modelled strictly: a message goes once both
+    ends have posted it, after every message each end posted before it on that pair (as NCCL
+    runs them); an end posts in order, a send once its tensor is computed; a stage computes
+    in ``schedule`` order, a step once its input has come (and, ``blocking``, once its sends
+    have gone). ``Link``: both ends of stages k, k+1 post in stage k's order; ``crossing``:
+    stage k+1 posts in its own order of work instead."""
+    deps: dict[tuple[object, ...], set[tuple[object, ...]]] = {}
+
+    def need(event: tuple[object, ...], *before: tuple[object, ...]) -> None:
+        deps.setdefault(event, set()).update(before)
+
+    for k in range(stages):
+        work = ts.schedule(k, stages, micro_batches)
+        for i, op in enumerate(work):
+            need(("compute", k, *op), *([("compute", k, *work[i - 1])] if i else []))
+    for k in range(stages - 1):
+        # message ("F", j): stage k's forward j sends it, stage k+1's forward j takes it;
+        # ("B", j): stage k+1's backward j sends it, stage k's backward j takes it
+        for end, sends in ((k, "F"), (k + 1, "B")):
+            order = ts.schedule(end if crossing else k, stages, micro_batches)
+            work = ts.schedule(end, stages, micro_batches)
+            for i, msg in enumerate(order):
+                post, done = ("post", end, k, *msg), ("done", k, *msg)
+                need(done, post, *([("done", k, *order[i - 1])] if i else []))
+                need(post, *([("post", end, k, *order[i - 1])] if i else []))
+                if msg[0] == sends:
+                    need(post, ("compute", end, *msg))
+                    at = work.index(msg)
+                    if blocking and at + 1 < len(work):
+                        need(("compute", end, *work[at + 1]), done)
+                    if blocking and i + 1 < len(order):
+                        need(("post", end, k, *order[i + 1]), done)
+                else:
+                    need(("compute", end, *msg), done)
+    try:
+        tuple(graphlib.TopologicalSorter(deps).static_order())
+    except graphlib.CycleError:
+        return True
+    return False
+
+
+def test_the_messages_between_stages_cannot_hang() -> None:
+    """With non-blocking or blocking sends, and NCCL's one queue per pair of ranks. Posting
+    each message when a stage computes with it (Megatron's send/receive pairs without
+    their batching) would hang from 2 stages and 2 micro-batches."""
+    for stages in range(1, 7):
+        for micro_batches in range(1, 9):
+            for blocking in (False, True):
+                assert not _hangs(stages, micro_batches, blocking), (stages, micro_batches)
+    assert _hangs(2, 2, blocking=False, crossing=True)
 
 
 def member(stage: int, replica: int, nodes: int, rank: int, kind: str = "data", **kw: object):
