@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hulk_operator import kube, manifests, recovery
 from hulk_operator import status as st
-from hulk_operator.context import Context
+from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import (
     CONSTRAINTS,
     JobEntry,
@@ -261,7 +261,12 @@ async def recheck(
     ns, name = entry.key
     cut = (await ctx.latencies()).unreachable
     refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
-    if refused is None and status is not None and _template_stands(filled, spec, status, snap):
+    pods = ctx.pods.get(entry.key, [])
+    if (
+        refused is None
+        and status is not None
+        and _template_stands(filled, spec, status, snap, pods)
+    ):
         ctx.placer.forget(entry.key)
         return _stands_now(ctx, spec, status, conds, gen)
     if refused is None:  # (a plan tried: its pods go only where one fits)
@@ -310,14 +315,30 @@ async def recheck(
 
 
 def _template_stands(
-    entry: JobEntry, spec: Mapping[str, Any], status: Mapping[str, Any], snap: Snapshot
+    entry: JobEntry,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    snap: Snapshot,
+    pods: Iterable[PodEntry] = (),
 ) -> bool:
     """Whether an edit allowed now leaves the plan standing, its pods made again from the
     new template (``TEMPLATE_STANDS``, every server of the plan taking a new pod), as the
-    update handler judges an edit allowed at once."""
+    update handler judges an edit allowed at once (not where the run ended: ``run_ended``)."""
     plan = status.get("plan") or {}
     stands = plan_stands(None, spec, plan, lambda: servers_match(entry, snap.nodes))
-    return stands == TEMPLATE_STANDS and pods_fit_again(entry, snap)
+    return stands == TEMPLATE_STANDS and not run_ended(status, pods) and pods_fit_again(entry, snap)
+
+
+def run_ended(status: Mapping[str, Any], pods: Iterable[PodEntry]) -> bool:
+    """Whether a stage pod of the job's run exited 0 (``failures.exited_0``): its run has
+    ended, and no pod of it is made again (``pod_step``), so a template edit that would
+    keep the plan and make its pods again from the new template (``TEMPLATE_STANDS``) is
+    a new run: planned again, as a finished job's edit is. Before, the plan stood, the
+    SpecChanged Event said its pods were made again, and none was: the old run finished
+    and the edit was never run (a review)."""
+    from hulk_operator.failures import exited_0  # (it imports this module)
+
+    return bool(exited_0(status, pods))
 
 
 def _stands_now(

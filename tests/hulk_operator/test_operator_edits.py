@@ -256,6 +256,7 @@ def recheck_context(snap: Any, nodes: dict[str, Any], told: list[tuple[str, ...]
         limit_defaults=(),
         api=None,
         nodes=nodes,
+        pods={},
         event=lambda *ev: told.append(ev),
     )
 
@@ -646,3 +647,82 @@ def test_a_template_edit_that_names_another_trainer_container_plans_again() -> N
     split = copy.deepcopy(before)
     split["template"]["spec"]["containers"][0] = asks("a", 1)  # (the pod asks 2 now)
     assert plan_stands(before, split, plan, lambda: True) is None
+
+
+def test_a_template_edit_of_a_run_a_stage_pod_of_which_exited_0_plans_the_job_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A template edit that asks nothing more of the servers (an image) on a job a stage
+    pod of which exited 0: its run has ended, and no pod of it is made again
+    (``pod_step``), so keeping the plan to make its pods again from the new template
+    made none: the SpecChanged Event said they were made again, the old run finished as
+    Succeeded and the edit was never run (a review). It is planned again instead, as a
+    finished job's edit is, at once (the update handler) and once a refusal is lifted
+    (``edits.recheck``)."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    import kopf
+    from placement_helpers import entry, nodes
+
+    from hulk_operator import edits, updates
+    from hulk_operator import status as st
+    from hulk_operator.context import PodEntry
+    from hulk_operator.entries import pod_source
+    from hulk_operator.latencies import Latencies
+    from hulk_operator.snapshot import Snapshot
+    from hulk_planner.datasets import paper_cluster, paper_jobs
+    from hulk_planner.model import JobPlan, Stage
+
+    monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)
+    monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: None)
+    cluster = nodes()
+    first, second = "beijing-0", "beijing-1"
+    own = frozenset((first, second))
+    e = entry(paper_jobs()[2], plan_nodes=own)
+    snap = Snapshot(cluster, Latencies(), {e.key: e}, dict.fromkeys(own, e.key))
+    monkeypatch.setattr(updates, "snapshot_now", lambda *a: snap)
+    monkeypatch.setattr(updates, "latencies_now", lambda *a: Latencies())
+    said: list[str] = []
+    monkeypatch.setattr(kopf, "info", lambda body, reason, message: said.append(message))
+    image = copy.deepcopy(SPEC)
+    image["template"]["spec"]["containers"][0]["image"] = "trainer:2"
+    plan = JobPlan(e.key[1], (Stage((0, 24), (first,)), Stage((24, 48), (second,))), 8)
+    made = {
+        **st.plan_status(plan, paper_cluster(), "hulk"),
+        "specHashes": spec_hashes(SPEC),
+        "podTemplate": pod_source(SPEC),
+    }
+    pods = [PodEntry("p-0", first, "Running", False, False),
+            PodEntry("p-1", second, "Succeeded", False, False)]  # fmt: skip
+
+    def update(pods: list[PodEntry], status: dict[str, Any]) -> dict[str, Any]:
+        status = {"phase": "Running", "plan": made, **status}
+        meta = {"name": e.key[1], "namespace": e.key[0], "generation": 2}
+        kind = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob"}
+        body = kopf.Body({**kind, "metadata": meta, "spec": image, "status": status})
+        patch = kopf.Patch()
+        placer = SimpleNamespace(forget=lambda *_: None, edit_allowed=lambda *_: None,
+                                 held=dict)  # fmt: skip
+        updates.hulktrainingjob_update(
+            body, e.key[1], e.key[0], body.status, patch, kopf.Memo(placer=placer, api=None),
+            logging.getLogger("t"), SPEC, image, hulk_pods={e.key: pods},
+            hulk_nodes={n: [i] for n, i in cluster.items()},
+        )  # fmt: skip
+        return dict(patch["status"])
+
+    assert update(pods[:1], {})["plan"] == {  # no pod exited 0: the plan stands
+        "specHashes": spec_hashes(image), "podTemplate": pod_source(image)
+    }  # fmt: skip
+    assert said == [edits.TEMPLATE_STANDS]
+    for seen, status in ((pods, {}), (pods[:1], {st.SUCCEEDED_PODS: ["p-9"]})):
+        again = update(seen, status)  # exited 0: seen now, or recorded and gone since
+        assert again["phase"] == st.PENDING and again["plan"] is None, again
+        assert again[st.SUCCEEDED_PODS] is None and again["stageRestarts"] == 0
+    told: list[tuple[str, ...]] = []
+    ctx = recheck_context(snap, cluster, told)
+    ctx.pods = {e.key: pods}
+    conds = st.set_condition([], st.PLANNED, False, "EditRefused", "refused", 2)
+    lifted = asyncio.run(edits.recheck(ctx, e, image, conds, 2, {"plan": made}))
+    assert lifted["phase"] == st.PENDING and lifted["plan"] is None, lifted
