@@ -179,7 +179,7 @@ async def pods_failed(
 ) -> dict[str, Any]:
     """Stage pods the kubelet ended as Failed: restarted, or failing the job, as
     ``stage_failed`` says; but where others of the run exited 0, the run had ended
-    (``_failed_after_success``): before, the failed pod was made again alone, and it waited
+    (``_after_success``): before, the failed pod was made again alone, and it waited
     at the rendezvous for peers that had exited, for good, holding its GPUs."""
     if ctx.stopped():
         # edited (or deleted) since this tick began: its status is not written this tick
