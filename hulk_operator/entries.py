@@ -17,6 +17,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from hulk_operator import GPU
 from hulk_operator import status as st
 from hulk_operator.inventory import Resources, pod_requests, region_keys
 from hulk_operator.manifests import (
@@ -24,6 +25,7 @@ from hulk_operator.manifests import (
     asks_gpus,
     quantities_as_text,
     running_containers,
+    trainer_ask,
     trainer_gpus,
 )
 from hulk_operator.quotas import MAX_AMOUNT, stage_quota, template_facts, with_defaults
@@ -179,6 +181,7 @@ def job_entry(
         or _blank_region(spec)
         or _bad_quantity(tmpl_spec)
         or _no_containers(tmpl_spec)
+        or _gpuless_trainer(tmpl_meta, tmpl_spec)
     ):
         job, error = None, why
     if tmpl_spec.get("nodeName") and error is None:
@@ -280,6 +283,28 @@ def _no_containers(tmpl_spec: Mapping[str, Any]) -> str | None:
             "spec.template.spec.containers",
             "is required: the stage pods run the template's containers",
             "give spec.template.spec.containers: [{name: trainer, image: IMAGE}]",
+        )
+    )
+
+
+def _gpuless_trainer(meta: Mapping[str, Any], tmpl_spec: Mapping[str, Any]) -> str | None:
+    """The error for a template whose other containers ask GPUs and its trainer none, or
+    None: Hulk gives the trainer its server's GPUs only where the template asks none, so
+    it would train without a GPU, while the plan counted one (before, not told: a review)."""
+    if not asks_gpus(tmpl_spec):
+        return None
+    i, gpus = trainer_ask(meta, tmpl_spec)
+    if gpus:
+        return None
+    name = (tmpl_spec.get("containers") or [{}])[i].get("name") or f"#{i}"
+    return str(
+        InvalidRequest(
+            f"spec.template.spec.containers[{i}].resources",
+            f"asks no {GPU} for the trainer container {name}, while other containers of "
+            "the template ask some: Hulk gives the trainer its server's GPUs only where the "
+            "template asks none, so it would train without a GPU",
+            f"give container {name} its {GPU} (requests and limits), or name the container "
+            "that trains in the template's annotation kubectl.kubernetes.io/default-container",
         )
     )
 

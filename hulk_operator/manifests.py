@@ -474,12 +474,18 @@ def trainer_gpus(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> int:
     containers' sum: a sidecar's GPU made the trainer start a worker on a GPU it did not
     hold; a review) and what the plan counts as the stage's: a sidecar's GPUs are the
     pod's, not the trainer's."""
-    if not asks_gpus(spec):
-        return 0
+    return max(1, trainer_ask(meta, spec)[1]) if asks_gpus(spec) else 0
+
+
+def trainer_ask(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(index, GPUs) of a pod template's trainer container (``trainer_index``): the GPUs it
+    asks itself, 0 where it asks none."""
     containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
-    trainer = [containers[trainer_index(meta, containers)]] if containers else []
-    own = effective_resources({"containers": trainer}, limits=False)
-    return max(1, int(own.get(GPU, 0)))
+    if not containers:
+        return 0, 0
+    i = trainer_index(meta, containers)
+    own = effective_resources({"containers": [containers[i]]}, limits=False)
+    return i, int(own.get(GPU, 0))
 
 
 def desired_pods(

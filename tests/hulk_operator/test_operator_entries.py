@@ -204,3 +204,35 @@ def test_a_template_of_the_wrong_shape_tells_its_bad_quantities_too() -> None:
         "spec.template.spec.containers[0] (trainer).resources.requests.cpu: 'lots' is not a "
         "quantity (write it as Kubernetes does: 500m or 2 (CPUs), 4Gi (bytes), 1 (GPUs))"
     ), entry.error
+
+
+def _sidecar_job(template: dict[str, Any]) -> Any:
+    spec = {"model": {"preset": "bert-large"}, "template": template}
+    return object_entry({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob",
+                         "metadata": {"name": "j"}, "spec": spec})  # fmt: skip
+
+
+def test_a_template_whose_gpus_go_to_a_sidecar_alone_is_told_to_give_the_trainer_its_own() -> None:
+    """Hulk gives the trainer its server's GPUs only where the template asks none: with a
+    sidecar asking one and the trainer none, the trainer trained without a GPU while the
+    plan counted one for it, and nothing said so (a review)."""
+    gpu = {"resources": {"limits": {GPU: 1}}}
+    sidecar = {"name": "monitor", "image": "busybox", **gpu}
+    trainer = {"name": "trainer", "image": "busybox"}
+    entry = _sidecar_job({"spec": {"containers": [trainer, sidecar]}})
+    assert entry.job is None and entry.error == (
+        "spec.template.spec.containers[0].resources: asks no nvidia.com/gpu for the trainer "
+        "container trainer, while other containers of the template ask some: Hulk gives the "
+        "trainer its server's GPUs only where the template asks none, so it would train "
+        "without a GPU (give container trainer its nvidia.com/gpu (requests and limits), or "
+        "name the container that trains in the template's annotation "
+        "kubectl.kubernetes.io/default-container)"
+    ), entry.error
+    # the trainer named where it asks its own GPUs, a sidecar beside it, or none asking any
+    named = {"annotations": {"kubectl.kubernetes.io/default-container": "monitor"}}
+    for fine in (
+        {"metadata": named, "spec": {"containers": [trainer, sidecar]}},
+        {"spec": {"containers": [{**trainer, **gpu}, sidecar]}},
+        {"spec": {"containers": [trainer]}},
+    ):
+        assert _sidecar_job(fine).error is None, fine
