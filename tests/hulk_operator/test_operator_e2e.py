@@ -2405,6 +2405,30 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
     assert condition(kube.job("never"), "Failed")["status"] == "False"
 
 
+def _lead_and_tail(kube: Kube) -> tuple[list[Any], list[Any]]:
+    """Jobs "lead" and "tail" (gpt2-xl) applied and running: their stage pods, rank 0 first."""
+    for name in ("lead", "tail"):
+        kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
+    wait("Running", lambda: kube.all_running(["lead", "tail"]), 60)
+
+    def rank_0_first(name: str) -> list[Any]:
+        pods = kube.live_pods(name)
+        assert len(pods) > 1, name
+        return sorted(pods, key=lambda p: p.spec.hostname != f"{name}-0-0")
+
+    return rank_0_first("lead"), rank_0_first("tail")
+
+
+def _wait_one_finished(kube: Kube, *names: str) -> None:
+    """Until the operator has seen one stage pod of each job exit 0 (and recorded it: the
+    same status patch)."""
+
+    def finishing(name: str) -> bool:
+        return "1 finished" in condition(kube.job(name), "Ready")["message"]
+
+    wait("one stage finished", lambda: all(finishing(n) for n in names))
+
+
 def test_a_stage_that_fails_after_others_finished_is_not_made_again(
     kube: Kube, operator: Any
 ) -> None:
@@ -2415,26 +2439,13 @@ def test_a_stage_that_fails_after_others_finished_is_not_made_again(
     0, so the job is Succeeded; job "tail": another stage exited 0 and then rank 0 was
     evicted, so it fails. Either way no pod is made again and the ended ones stay for their
     logs."""
-    for name in ("lead", "tail"):
-        kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.all_running(["lead", "tail"]), 60)
-
-    def rank_0_first(name: str) -> list[Any]:  # its pods, rank 0 first
-        pods = kube.live_pods(name)
-        assert len(pods) > 1, name
-        return sorted(pods, key=lambda p: p.spec.hostname != f"{name}-0-0")
-
-    lead, tail = rank_0_first("lead"), rank_0_first("tail")
+    lead, tail = _lead_and_tail(kube)
     uids = {p.metadata.name: p.metadata.uid for p in lead + tail}
     first, evicted = lead[0].metadata.name, lead[1].metadata.name
     done, rank_0 = tail[1].metadata.name, tail[0].metadata.name
     for pod in (first, done):  # what the kubelet writes when a trainer exits 0
         kube.core.patch_namespaced_pod_status(pod, kube.ns, {"status": {"phase": "Succeeded"}})
-
-    def finishing(name: str) -> bool:  # (seen to finish before the eviction below)
-        return "1 finished" in condition(kube.job(name), "Ready")["message"]
-
-    wait("one stage finished", lambda: finishing("lead") and finishing("tail"))
+    _wait_one_finished(kube, "lead", "tail")
     _fail_pod(kube, evicted, "Evicted")
     _fail_pod(kube, rank_0, "Evicted")
     wait("lead Succeeded", lambda: kube.phase("lead") == "Succeeded", 30)
@@ -2482,25 +2493,12 @@ def test_stages_deleted_or_lost_after_others_finished_are_not_made_again(
     the stage made again alone elsewhere). Now neither is made again: the job is Succeeded,
     as rank 0 exited 0. Job "tail": another stage exits 0, then rank 0's server is deleted
     while it runs: rank 0 never exited 0, so the job fails. No re-plan either way."""
-    for name in ("lead", "tail"):
-        kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
-    wait("Running", lambda: kube.all_running(["lead", "tail"]), 60)
-
-    def rank_0_first(name: str) -> list[Any]:  # its pods, rank 0 first
-        pods = kube.live_pods(name)
-        assert len(pods) > 1, name
-        return sorted(pods, key=lambda p: p.spec.hostname != f"{name}-0-0")
-
-    lead, tail = rank_0_first("lead"), rank_0_first("tail")
+    lead, tail = _lead_and_tail(kube)
     made = {p.metadata.name for p in lead + tail}
     first, done = lead[0].metadata.name, tail[1].metadata.name
     for pod in (first, done):  # what the kubelet writes when a trainer exits 0
         kube.core.patch_namespaced_pod_status(pod, kube.ns, {"status": {"phase": "Succeeded"}})
-
-    def finishing(name: str) -> bool:  # seen to exit 0 (and recorded: the same status patch)
-        return "1 finished" in condition(kube.job(name), "Ready")["message"]
-
-    wait("one stage finished", lambda: finishing("lead") and finishing("tail"))
+    _wait_one_finished(kube, "lead", "tail")
     kube.core.delete_namespaced_pod(first, kube.ns, grace_period_seconds=0)
     wait("rank 0's pod gone", lambda: first not in {p.metadata.name for p in kube.pods("lead")})
     time.sleep(3 * CONFIG.reconcile_interval_s)  # three ticks: not made again
