@@ -53,6 +53,20 @@ class StepBreakdown:
     memory_ok: bool
 
 
+@dataclass(frozen=True, slots=True)
+class StageTerms:
+    """A pipeline's terms (seconds): ``stage_t[k]`` stage k's compute per micro-batch,
+    ``link_t[k]`` a micro-batch's crossing of boundary k -> k+1 (latency and transfer),
+    ``link_bw[k]`` its transfer alone (the boundary's pace), ``dp`` the gradient
+    all-reduce; ``memory_ok`` whether every stage fits."""
+
+    stage_t: list[float]
+    link_t: list[float]
+    link_bw: list[float]
+    dp: float
+    memory_ok: bool
+
+
 def micro_batches(job: Job, replicas: int) -> int:
     """Micro-batches per pipeline replica per optimizer step."""
     return max(1, math.ceil(job.global_batch_size / (job.micro_batch_size * max(1, replicas))))
@@ -341,6 +355,13 @@ class CostModel:
 
     def _general_breakdown(self, job: Job, jp: JobPlan) -> StepBreakdown:
         """Any mix of data and tensor stages (stage by stage)."""
+        t = self.stage_terms(job, jp)
+        return self._combine(t.stage_t, t.link_t, t.link_bw, t.dp, jp.micro_batches, t.memory_ok)
+
+    def stage_terms(self, job: Job, jp: JobPlan) -> StageTerms:
+        """The terms the step time is made of (``breakdown`` combines them; for a plan of data
+        stages alone it computes the same terms vectorised): each stage's compute a
+        micro-batch, each boundary's crossing and pace, the gradient all-reduce."""
         net = self.net
         b, s, h = job.micro_batch_size, job.model.sequence_length, job.model.hidden_size
         m = jp.micro_batches
@@ -382,7 +403,7 @@ class CostModel:
                 transfer = msg / (bw * 1e9 / 8)
                 link_t.append(float((lat / 1e3 + transfer).max()))
                 link_bw.append(float(transfer.max()))
-        return self._combine(stage_t, link_t, link_bw, dp, m, memory_ok)
+        return StageTerms(stage_t, link_t, link_bw, dp, memory_ok)
 
     def job_seconds(self, job: Job, jp: JobPlan) -> float:
         """Predicted seconds per optimizer step; ``inf`` if infeasible. A plan that is not
