@@ -4,7 +4,7 @@ template refused. Its status says why, its servers are released."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from hulk_operator import edits
@@ -13,12 +13,11 @@ from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import INVALID_SPEC
 from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
-from hulk_operator.stage_pods import delete_pods
+from hulk_operator.stage_pods import delete_pods, delete_running
 
 DEFAULT_BACKOFF_LIMIT = 6  # stage restarts before a job fails, as a batch/v1 Job
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 JOB_FAILED = "JobFailed"  # Replanning's reason where the job failed during a re-plan
-ENDED = ("Failed", "Succeeded")  # the phases of a stage pod that will not run again
 
 
 def restart_policy(spec: Mapping[str, Any]) -> str | None:
@@ -156,12 +155,13 @@ async def stop_job(
     reason: str,
     msg: str,
     gen: int,
+    force: Collection[str] = (),
 ) -> dict[str, Any]:
     """The job fails for its stages: its pods still running go (a pipeline cannot run
-    without a stage, and they would hold their GPUs waiting for it), those that ended (the
-    ``failed`` ones among them) stay for ``kubectl logs``."""
-    running = [p.name for p in ctx.pods.get(entry.key, []) if p.phase not in ENDED]
-    await delete_pods(ctx, entry.key[0], running)
+    without a stage, and they would hold their GPUs waiting for it; with grace period 0 on
+    servers gone or in ``force``), those that ended (the ``failed`` ones among them) stay
+    for ``kubectl logs``."""
+    await delete_running(ctx, entry.key, force)
     if failed:
         ctx.metrics.stage_failures.labels(action="job_failed").inc(len(failed))
     # the spec it failed with: an edit kopf never saw (``edit_unseen``) is told from it

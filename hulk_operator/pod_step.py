@@ -6,7 +6,7 @@ after the run ended ends the job), a re-plan's (its Event), pods refused past th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +24,6 @@ from hulk_operator.errors import (
     rejected_template,
 )
 from hulk_operator.failures import (
-    ENDED,
     exited_0,
     fail,
     named,
@@ -36,6 +35,7 @@ from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.plan_step import Step
 from hulk_operator.stage_pods import (
     delete_pods,
+    delete_running,
     desired_pods,
     pod_host,
     pods_phase,
@@ -205,6 +205,7 @@ async def _after_success(
     conds: list[dict[str, Any]],
     new: dict[str, Any],
     gen: int,
+    force: Collection[str] = (),
 ) -> dict[str, Any]:
     """Stage pods the kubelet ended as Failed (eviction, node shutdown: ``failed``), or
     stages gone without being seen to exit 0 (``_finishing``), once others of the run had
@@ -215,13 +216,14 @@ async def _after_success(
     which writes the run's last record) decides, as a PyTorchJob's Master and a batch/v1
     success policy's leader index do: the job is Succeeded where it exited 0 (its pod
     seen Succeeded, there or gone since), else Failed (``STAGE_FAILED_AFTER_SUCCESS``).
-    The pods still running go (their servers are released, as a finished job's are);
-    those that ended stay for ``kubectl logs``."""
+    The pods still running go (their servers are released, as a finished job's are; with
+    grace period 0 on servers gone or in ``force``); those that ended stay for ``kubectl
+    logs``."""
     ended = ", ".join(done[:3]) + (f" and {len(done) - 3} more" * (len(done) > 3))
     story = f"{what}, after stage pod(s) {ended} exited 0: the run had ended, so none is made again"
     lead = manifests.hostname(entry.key[1], 0, 0)
     if (exited := next((n for n in done if pod_host(n) == lead), None)) is not None:
-        await delete_pods(ctx, entry.key[0], [p.name for p in pods if p.phase not in ENDED])
+        await delete_running(ctx, entry.key, force)
         msg = f"{story}; rank 0 ({exited}) exited 0, so the job succeeded"
         new["phase"] = st.SUCCEEDED  # (its plan kept for the record, as any finished job's)
         conds = succeeded(ctx, entry, conds, gen, msg, msg)
@@ -231,7 +233,7 @@ async def _after_success(
     who = "rank 0's pod is gone" if rank_0 is None else f"rank 0 ({rank_0.name}) is {rank_0.phase}"
     msg = f"{story}; {who}, not exited 0, so the job fails (an edit runs it again)"
     return await stop_job(
-        ctx, entry, spec, failed, conds, new, STAGE_FAILED_AFTER_SUCCESS, msg, gen
+        ctx, entry, spec, failed, conds, new, STAGE_FAILED_AFTER_SUCCESS, msg, gen, force
     )
 
 
@@ -273,7 +275,8 @@ async def _finishing(
             names.add(pod.name)
     if gone:
         what = f"stage(s) gone: {', '.join(gone)}"
-        return await _after_success(ctx, entry, spec, pods, what, [], done, conds, new, gen)
+        force = recovery.forced(lost)  # (their pods: no kubelet is left to end them)
+        return await _after_success(ctx, entry, spec, pods, what, [], done, conds, new, gen, force)
     new.update(pods_phase(ctx, entry, names, conds, gen, exited=done))
     return new
 

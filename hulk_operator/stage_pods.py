@@ -18,6 +18,8 @@ from hulk_operator.entries import JobEntry
 from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
 from hulk_planner.model import JobPlan
 
+ENDED = ("Failed", "Succeeded")  # the phases of a stage pod that will not run again
+
 if TYPE_CHECKING:
     from hulk_operator.inventory import NodeInfo
 
@@ -46,9 +48,27 @@ async def remove_all(ctx: Context, key: tuple[str, str], force: set[str] | None 
 
     pods = [p for p in ctx.pods.get(key, []) if not p.deleting]
     if pods:
-        forced = [p.name for p in pods if p.node in (force or set()) or p.node not in ctx.nodes]
+        forced = _forced(ctx, pods, force or set())
         await asyncio.to_thread(kube.delete_pods, ctx.api, key[0], [p.name for p in pods], forced)
     return len(pods)
+
+
+async def delete_running(ctx: Context, key: tuple[str, str], force: Collection[str] = ()) -> None:
+    """Deletes the job's stage pods that have not ended (those that did stay for ``kubectl
+    logs``): with grace period 0 on a server gone or in ``force``, as ``remove_all`` does
+    (no kubelet is left to end them: they stayed Terminating, and held their GPUs on a node
+    made again under the name; a flaky test)."""
+    from hulk_operator import kube
+
+    pods = [p for p in ctx.pods.get(key, []) if p.phase not in ENDED]
+    if pods:
+        forced = _forced(ctx, pods, force)
+        await asyncio.to_thread(kube.delete_pods, ctx.api, key[0], [p.name for p in pods], forced)
+
+
+def _forced(ctx: Context, pods: Sequence[PodEntry], force: Collection[str]) -> list[str]:
+    """The pods to delete with grace period 0: on a server in ``force``, or gone."""
+    return [p.name for p in pods if p.node in force or p.node not in ctx.nodes]
 
 
 def desired_pods(

@@ -2523,6 +2523,12 @@ def test_stages_deleted_or_lost_after_others_finished_are_not_made_again(
         assert f"stage(s) gone: {rank_0} on {servers['tail']} (Deleted)" in failed["message"]
         assert f"after stage pod(s) {done} exited 0" in failed["message"]
         assert f"rank 0 ({rank_0}) is Running, not exited 0" in failed["message"]
+        # their pods on the deleted servers go at once, with grace 0: no kubelet is left to
+        # end them (before, they stayed Terminating, and held the GPUs of a node made again
+        # under the name from a later test: CI)
+        on = set(servers.values())
+        gone = lambda: not [p for p in kube.pods() if p.spec.node_name in on]  # noqa: E731
+        wait("no pod left on the deleted servers", gone, 10)
         time.sleep(3 * CONFIG.reconcile_interval_s)  # three ticks: nothing made again
         assert {p.metadata.name for p in kube.pods()} <= made
         assert kube.phase("lead") == "Succeeded" and kube.phase("tail") == "Failed"

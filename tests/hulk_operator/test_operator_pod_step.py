@@ -45,6 +45,7 @@ def test_a_stage_that_fails_in_a_replans_tick_fails_a_never_job(
     ]
     ctx: Any = SimpleNamespace(
         api=None,
+        nodes=dict.fromkeys("abcd"),
         stopped=lambda: False,
         pods={job.key: pods},
         event=lambda kind, reason, msg: told.append((kind, reason)),
@@ -86,6 +87,7 @@ def test_a_stage_failure_is_left_for_the_next_tick_where_the_job_was_edited_mean
     edited = [True]
     ctx: Any = SimpleNamespace(
         api=None,
+        nodes=dict.fromkeys("abcd"),
         stopped=lambda: edited[0],
         pods={job.key: pods},
         event=lambda kind, reason, msg: told.append((kind, reason)),
@@ -127,6 +129,7 @@ def _finishing(
     ]
     ctx: Any = SimpleNamespace(
         api=None,
+        nodes=dict.fromkeys("abcd"),
         stopped=lambda: False,
         pods={job.key: pods},
         event=lambda kind, reason, msg: told.append((kind, reason, msg)),
