@@ -92,9 +92,15 @@ def plan_stands(
     after: Mapping[str, Any] | None,
     plan: Mapping[str, Any],
     servers_still_match: Callable[[], bool],
+    run_ended: bool = False,
 ) -> str | None:
     """Why a running job's plan stands after this edit (a line for the log and the
-    ``Planned`` condition), or None when the edit needs a new plan."""
+    ``Planned`` condition), or None when the edit needs a new plan. ``run_ended``: a stage
+    pod of the run exited 0 (``status.exited_0``), so no pod of it is made again
+    (``pod_step``), and a template edit that would keep the plan and make the pods again
+    from the new template (``TEMPLATE_STANDS``) is a new run: planned again, as a finished
+    job's edit is. Before, the plan stood, the SpecChanged Event said its pods were made
+    again, and none was: the old run finished and the edit was never run (a review)."""
     was = spec_hashes(before)
     running = plan.get("specHashes") or was  # (plans made before them)
     now = spec_hashes(after)
@@ -111,7 +117,7 @@ def plan_stands(
         )
     made = planned_pod_spec(plan)
     if differ == {"template"} and made is not None and placed_alike(made, after or {}):
-        return TEMPLATE_STANDS
+        return None if run_ended else TEMPLATE_STANDS
     return None
 
 
@@ -323,22 +329,11 @@ def _template_stands(
 ) -> bool:
     """Whether an edit allowed now leaves the plan standing, its pods made again from the
     new template (``TEMPLATE_STANDS``, every server of the plan taking a new pod), as the
-    update handler judges an edit allowed at once (not where the run ended: ``run_ended``)."""
+    update handler judges an edit allowed at once."""
     plan = status.get("plan") or {}
-    stands = plan_stands(None, spec, plan, lambda: servers_match(entry, snap.nodes))
-    return stands == TEMPLATE_STANDS and not run_ended(status, pods) and pods_fit_again(entry, snap)
-
-
-def run_ended(status: Mapping[str, Any], pods: Iterable[PodEntry]) -> bool:
-    """Whether a stage pod of the job's run exited 0 (``failures.exited_0``): its run has
-    ended, and no pod of it is made again (``pod_step``), so a template edit that would
-    keep the plan and make its pods again from the new template (``TEMPLATE_STANDS``) is
-    a new run: planned again, as a finished job's edit is. Before, the plan stood, the
-    SpecChanged Event said its pods were made again, and none was: the old run finished
-    and the edit was never run (a review)."""
-    from hulk_operator.failures import exited_0  # (it imports this module)
-
-    return bool(exited_0(status, pods))
+    match = lambda: servers_match(entry, snap.nodes)  # noqa: E731
+    stands = plan_stands(None, spec, plan, match, bool(st.exited_0(status, pods)))
+    return stands == TEMPLATE_STANDS and pods_fit_again(entry, snap)
 
 
 def _stands_now(

@@ -4,7 +4,7 @@ template refused. Its status says why, its servers are released."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from hulk_operator import edits
@@ -30,18 +30,6 @@ def named(pods: list[PodEntry]) -> str:
     return ", ".join(
         f"{p.name} on {p.node or 'no node'}{f' ({p.reason})' if p.reason else ''}" for p in pods
     )
-
-
-def exited_0(status: Mapping[str, Any], pods: Iterable[PodEntry]) -> list[str]:
-    """The stage pods of the job's run seen exited 0 (phase Succeeded), by name: those the
-    pod index holds, and those ``status.succeededPods`` recorded, which may be gone since
-    (deleted by hand, or with their node). Once there is one, the run has ended: the ranks
-    leave together, after the last step's collectives, so no stage is made again, moved or
-    restarted (it would wait at the rendezvous for peers that have exited, for good), and
-    rank 0 decides the job's end (``pod_step``). A pod gone before the operator saw it
-    exit 0 is not among them: nothing tells it did (docs/operator.md, Known limits)."""
-    seen = {p.name for p in pods if not p.deleting and p.phase == "Succeeded"}
-    return sorted(seen.union(status.get(st.SUCCEEDED_PODS) or ()))
 
 
 def backoff_limit(spec: Mapping[str, Any]) -> int:

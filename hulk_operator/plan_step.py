@@ -25,7 +25,7 @@ from hulk_operator.errors import (
     UNSCHEDULABLE,
     rejected_template,
 )
-from hulk_operator.failures import JOB_FAILED, exited_0, fail
+from hulk_operator.failures import JOB_FAILED, fail
 from hulk_operator.fit import says_fits_nowhere
 from hulk_operator.placement import same_plan
 from hulk_operator.plan_fields import (
@@ -102,7 +102,7 @@ class Step:
     cluster: Cluster | None = None  # a re-plan's, as the planner saw it (its links)
     declined: str = ""  # a re-plan's: why the job was not repaired in place (``Decision``)
     regrows: bool = True  # the job has spec.regrow (``recovery.event_message``'s hint)
-    # a run a stage pod of which exited 0 (``failures.exited_0``): its servers lost (server
+    # a run a stage pod of which exited 0 (``status.exited_0``): its servers lost (server
     # -> why), for ``make_pods``, which makes nothing; None for a run that goes on
     finishing: dict[str, str] | None = None
 
@@ -223,7 +223,7 @@ async def check_plan(
     pods = ctx.pods.get(entry.key, [])
     # (over NotReady: it is new)
     lost.update(recovery.remade_servers(pods, ctx.nodes, time.time()))
-    if exited_0(status, pods):
+    if st.exited_0(status, pods):
         # the run has ended (a stage pod exited 0): nothing is re-planned, grown or advised,
         # as a stage moved would wait at the rendezvous for peers that have exited, for good
         # (before, it was); a stage its lost server took ends the job (``make_pods``), not

@@ -24,7 +24,6 @@ from hulk_operator.errors import (
     rejected_template,
 )
 from hulk_operator.failures import (
-    exited_0,
     fail,
     named,
     restart_policy,
@@ -34,6 +33,7 @@ from hulk_operator.failures import (
 from hulk_operator.plan_fields import not_ready, replanning_ended, unplanned
 from hulk_operator.plan_step import Step
 from hulk_operator.stage_pods import (
+    ENDED,
     delete_pods,
     delete_running,
     desired_pods,
@@ -73,11 +73,11 @@ async def make_pods(
     gen = entry.generation
     plan, conds, told, replanned = step.plan, step.conds, step.told, step.replanned
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
-    ended = [p.name for p in pods if p.phase in ("Failed", "Succeeded")]
+    ended = [p.name for p in pods if p.phase in ENDED]
     failed = [p for p in pods if p.phase == "Failed"]
     # the run's pods seen exited 0, recorded: one may be deleted since (by hand, or with its
-    # node), and the run has ended all the same (``failures.exited_0``)
-    done = exited_0(status, pods) if status.get("plan") is not None else []
+    # node), and the run has ended all the same (``status.exited_0``)
+    done = st.exited_0(status, pods) if status.get("plan") is not None else []
     if done != (status.get(st.SUCCEEDED_PODS) or []):
         new[st.SUCCEEDED_PODS] = done or None
     if ended and status.get("plan") is None:
@@ -188,7 +188,7 @@ async def pods_failed(
         # tick sees them again and counts them.
         return {}
     pods = [p for p in ctx.pods.get(entry.key, []) if not p.deleting]
-    if done := exited_0(status, pods):
+    if done := st.exited_0(status, pods):
         what = f"stage pod(s) failed: {named(failed)}"
         return await _after_success(ctx, entry, spec, pods, what, failed, done, conds, new, gen)
     return await stage_failed(ctx, entry, spec, status, failed, conds, new, gen)

@@ -540,6 +540,7 @@ def _stands(
         manifest.get("spec"),
         plan,
         lambda: edits.servers_match(mine, snap.nodes),
+        bool(st.exited_0(status, ())),  # (the pods the operator saw exit 0, recorded)
     )
     if why == edits.TEMPLATE_STANDS and not edits.pods_fit_again(mine, snap):
         return None  # (a server of the plan takes no new pod: planned as any edit)

@@ -377,7 +377,7 @@ def pods_phase(
     """Running once every desired pod (by name) runs and no other pod of the job is left.
     ``taken``: desired pods that could not be made, a pod of the name not being the job's
     (``Ready`` names them, as the Event does, until they are made). ``exited``: pods seen
-    exited 0 (``failures.exited_0``), which count as Succeeded where they are gone since."""
+    exited 0 (``status.exited_0``), which count as Succeeded where they are gone since."""
     live = {p.name: p for p in ctx.pods.get(entry.key, []) if not p.deleting}
     pods = {n: p for n, p in live.items() if n in desired}
     want = len(desired)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hulk_planner.model import Cluster, JobPlan, Stage
+
+if TYPE_CHECKING:
+    from hulk_operator.context import PodEntry
 
 PLANNED, READY, REPLANNING, FAILED, ESTIMATED, SUSPENDED_COND = (
     "Planned",
@@ -29,9 +32,21 @@ CONDITION_TYPES = (PLANNED, READY, REPLANNING, FAILED, COMPLETE, ESTIMATED, SUSP
 
 PENDING, PLACING, RUNNING, SUCCEEDED = "Pending", "Placing", "Running", "Succeeded"
 PHASE_FAILED, SUSPENDED = "Failed", "Suspended"
-# the stage pods of the job's run seen exited 0, by name (``failures.exited_0``)
+# the stage pods of the job's run seen exited 0, by name (``exited_0``)
 SUCCEEDED_PODS = "succeededPods"
 PHASES = (PENDING, PLACING, RUNNING, SUCCEEDED, PHASE_FAILED, SUSPENDED)
+
+
+def exited_0(status: Mapping[str, Any], pods: Iterable[PodEntry]) -> list[str]:
+    """The stage pods of the job's run seen exited 0 (phase Succeeded), by name: those the
+    pod index holds, and those ``status.succeededPods`` recorded, which may be gone since
+    (deleted by hand, or with their node). Once there is one, the run has ended: the ranks
+    leave together, after the last step's collectives, so no stage is made again, moved or
+    restarted (it would wait at the rendezvous for peers that have exited, for good), and
+    rank 0 decides the job's end (``pod_step``). A pod gone before the operator saw it
+    exit 0 is not among them: nothing tells it did (docs/operator.md, Known limits)."""
+    seen = {p.name for p in pods if not p.deleting and p.phase == "Succeeded"}
+    return sorted(seen.union(status.get(SUCCEEDED_PODS) or ()))
 
 
 def now_rfc3339() -> str:

@@ -204,10 +204,9 @@ def hulktrainingjob_update(
         return
     if plan is not None and not ended and not suspending:
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
-        stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes))
         pods = (hulk_pods or {}).get((namespace or "", name), [])
-        if stands == edits.TEMPLATE_STANDS and edits.run_ended(status, pods):
-            stands = None  # (its pods made again is a new run: planned as a finished job's)
+        ended = bool(st.exited_0(status, pods))
+        stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes), ended)
         refused, snap = None, None
         if stands is None or stands == edits.TEMPLATE_STANDS:  # new pods: checked first
             # (the API server's dry run, a policy, a LimitRange, as for any template edit; a

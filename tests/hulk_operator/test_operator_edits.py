@@ -649,6 +649,28 @@ def test_a_template_edit_that_names_another_trainer_container_plans_again() -> N
     assert plan_stands(before, split, plan, lambda: True) is None
 
 
+def test_a_template_edit_keeps_the_plan_only_while_the_run_goes_on() -> None:
+    """``plan_stands``, which the update handler, ``edits.recheck`` and the ``--kubeconfig``
+    preview all ask: a template edit that asks nothing more of the servers keeps the plan,
+    but not once a stage pod of the run exited 0 (no pod of it is made again). The preview
+    judged it on its own before, and said the plan stood where the operator planned again."""
+    from hulk_operator import status as st
+    from hulk_operator.edits import TEMPLATE_STANDS
+    from hulk_operator.entries import pod_source
+
+    image = copy.deepcopy(SPEC)
+    image["template"]["spec"]["containers"][0]["image"] = "trainer:2"
+    plan = {"specHashes": spec_hashes(SPEC), "podTemplate": pod_source(SPEC)}
+    assert plan_stands(SPEC, image, plan, lambda: True) == TEMPLATE_STANDS
+    assert plan_stands(SPEC, image, plan, lambda: True, run_ended=True) is None
+    # other edits that keep the plan keep it all the same
+    assert plan_stands(SPEC, edited(priority=5), plan, lambda: True, run_ended=True) == (
+        "priority changed: its plan stands"
+    )
+    # a pod gone since it exited 0 counts by the status's record (what the preview reads)
+    assert st.exited_0({st.SUCCEEDED_PODS: ["j-0-0-abcde"]}, ()) == ["j-0-0-abcde"]
+
+
 def test_a_template_edit_of_a_run_a_stage_pod_of_which_exited_0_plans_the_job_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
