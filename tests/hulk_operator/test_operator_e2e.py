@@ -2256,20 +2256,27 @@ def _service_made_again(kube: Kube, job: str) -> None:
     assert len(kube.events("ServiceRecreated")) == 1
 
 
-def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator: Any) -> None:
-    kube.apply(manifest("backoff", model={"preset": "gpt2-xl"}, backoffLimit=1))
-    wait("Running", lambda: kube.phase("backoff") == "Running", 60)
-    first = {p.metadata.name: p.metadata.uid for p in kube.live_pods("backoff")}
+def _one_stage_restarted(kube: Kube, name: str, backoff_limit: int) -> dict[str, str]:
+    """Job ``name`` (gpt2-xl, ``spec.backoffLimit``) running, its first stage pod evicted and
+    made again (``stageRestarts`` 1); its stage pods before, name -> uid."""
+    kube.apply(manifest(name, model={"preset": "gpt2-xl"}, backoffLimit=backoff_limit))
+    wait("Running", lambda: kube.phase(name) == "Running", 60)
+    first = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
     assert len(first) > 1
     victim = sorted(first)[0]
     _fail_pod(kube, victim, "Evicted")
 
     def restarted() -> bool:
-        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("backoff")}
-        return now.get(victim) not in (None, first[victim]) and kube.phase("backoff") == "Running"
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
+        return now.get(victim) not in (None, first[victim]) and kube.phase(name) == "Running"
 
     wait("the stage created again", restarted, 60)
-    assert kube.job("backoff")["status"]["stageRestarts"] == 1
+    assert kube.job(name)["status"]["stageRestarts"] == 1
+    return first
+
+
+def test_stage_failures_past_the_backoff_limit_fail_the_job(kube: Kube, operator: Any) -> None:
+    first = _one_stage_restarted(kube, "backoff", 1)
     second = sorted(first)[-1]
     _fail_pod(kube, second, "Evicted")
     wait("Failed", lambda: kube.phase("backoff") == "Failed", 30)
@@ -2317,18 +2324,7 @@ def test_a_backoff_limit_lowered_below_the_failures_so_far_fails_the_job(
 ) -> None:
     """As a batch/v1 Job's controller compares its failures with the limit at every sync;
     before, the job ran on until one more stage failure."""
-    kube.apply(manifest("lowered", model={"preset": "gpt2-xl"}, backoffLimit=2))
-    wait("Running", lambda: kube.phase("lowered") == "Running", 60)
-    first = {p.metadata.name: p.metadata.uid for p in kube.live_pods("lowered")}
-    victim = sorted(first)[0]
-    _fail_pod(kube, victim, "Evicted")
-
-    def restarted() -> bool:
-        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("lowered")}
-        return now.get(victim) not in (None, first[victim]) and kube.phase("lowered") == "Running"
-
-    wait("the stage created again", restarted, 60)
-    assert kube.job("lowered")["status"]["stageRestarts"] == 1
+    _one_stage_restarted(kube, "lowered", 2)
     for limit in (1, 0):  # 1 restart is within a limit of 1; not of 0
         kube.custom.patch_namespaced_custom_object(
             GROUP, VERSION, kube.ns, PLURAL, "lowered", {"spec": {"backoffLimit": limit}}
