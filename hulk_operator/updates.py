@@ -205,8 +205,12 @@ def hulktrainingjob_update(
     if plan is not None and not ended and not suspending:
         nodes = {n: one(v) for n, v in (hulk_nodes or {}).items()}
         pods = (hulk_pods or {}).get((namespace or "", name), [])
-        ended = bool(st.exited_0(status, pods))
-        stands = edits.plan_stands(old, new, plan, lambda: edits.servers_match(entry, nodes), ended)
+        # a stage pod exited 0: its run has ended, and the edit plans it again (not named
+        # ``ended``, which says below whether the job was Failed or Succeeded: a run ended
+        # so took it as a finished job's edit, its servers claimed for no round; a review)
+        run_ended = bool(st.exited_0(status, pods))
+        match = lambda: edits.servers_match(entry, nodes)  # noqa: E731
+        stands = edits.plan_stands(old, new, plan, match, run_ended)
         refused, snap = None, None
         if stands is None or stands == edits.TEMPLATE_STANDS:  # new pods: checked first
             # (the API server's dry run, a policy, a LimitRange, as for any template edit; a

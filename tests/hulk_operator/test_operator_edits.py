@@ -707,6 +707,7 @@ def test_a_template_edit_of_a_run_a_stage_pod_of_which_exited_0_plans_the_job_ag
     monkeypatch.setattr(updates, "snapshot_now", lambda *a: snap)
     monkeypatch.setattr(updates, "latencies_now", lambda *a: Latencies())
     said: list[str] = []
+    claimed: list[str] = []  # the placer's calls
     monkeypatch.setattr(kopf, "info", lambda body, reason, message: said.append(message))
     image = copy.deepcopy(SPEC)
     image["template"]["spec"]["containers"][0]["image"] = "trainer:2"
@@ -725,7 +726,8 @@ def test_a_template_edit_of_a_run_a_stage_pod_of_which_exited_0_plans_the_job_ag
         kind = {"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob"}
         body = kopf.Body({**kind, "metadata": meta, "spec": image, "status": status})
         patch = kopf.Patch()
-        placer = SimpleNamespace(forget=lambda *_: None, edit_allowed=lambda *_: None,
+        placer = SimpleNamespace(forget=lambda *_: claimed.append("forget"),
+                                 edit_allowed=lambda *_: claimed.append("edit_allowed"),
                                  held=dict)  # fmt: skip
         updates.hulktrainingjob_update(
             body, e.key[1], e.key[0], body.status, patch, kopf.Memo(placer=placer, api=None),
@@ -739,9 +741,13 @@ def test_a_template_edit_of_a_run_a_stage_pod_of_which_exited_0_plans_the_job_ag
     }  # fmt: skip
     assert said == [edits.TEMPLATE_STANDS]
     for seen, status in ((pods, {}), (pods[:1], {st.SUCCEEDED_PODS: ["p-9"]})):
+        claimed.clear()
         again = update(seen, status)  # exited 0: seen now, or recorded and gone since
         assert again["phase"] == st.PENDING and again["plan"] is None, again
         assert again[st.SUCCEEDED_PODS] is None and again["stageRestarts"] == 0
+        # a running job's edit: its servers claimed for the rounds until it is seen pending
+        # (before, the run's end read as a finished job's, and nothing was claimed)
+        assert claimed == ["edit_allowed"], claimed
     told: list[tuple[str, ...]] = []
     ctx = recheck_context(snap, cluster, told)
     ctx.pods = {e.key: pods}

@@ -119,3 +119,47 @@ def test_replaced_labels_are_noted_by_the_live_preview_where_applying_changes_th
     assert labels_replaced(job({"hulk.dev/job": "other"}), job({"hulk.dev/job": "other"})) is None
     assert labels_replaced(job({"hulk.dev/stage": "1"}), job({"hulk.dev/job": "other"}))
     assert labels_replaced(job({"hulk.dev/job": "j"}), None) is None  # the job's own: harmless
+
+
+def test_the_preview_of_a_finishing_runs_template_edit_plans_it_again() -> None:
+    """``hulk plan --kubeconfig`` of an image edit of a running job: its plan stands (its
+    pods made again), but not once a stage pod of the run exited 0 (``status.
+    succeededPods``): the operator plans such an edit again (``edits.plan_stands``,
+    ``run_ended``), and the preview said the plan stood (a review)."""
+    import copy
+    from dataclasses import replace
+
+    from placement_helpers import entry, nodes
+
+    from hulk_operator import edits, preview
+    from hulk_operator import status as st
+    from hulk_operator.entries import pod_source, spec_hashes
+    from hulk_operator.latencies import Latencies
+    from hulk_operator.snapshot import Snapshot
+    from hulk_planner.datasets import paper_cluster, paper_jobs
+    from hulk_planner.model import JobPlan, Stage
+
+    spec: dict[str, Any] = {
+        "model": {"preset": "gpt2-xl"},
+        "training": {"globalBatchSize": 128, "microBatchSize": 1},
+        "template": {"spec": {"containers": [{"name": "t", "image": "trainer:1"}]}},
+    }
+    image = copy.deepcopy(spec)
+    image["template"]["spec"]["containers"][0]["image"] = "trainer:2"
+    own = frozenset(("beijing-0", "beijing-1"))
+    e = entry(paper_jobs()[2], plan_nodes=own, phase=st.RUNNING)
+    snap = Snapshot(nodes(), Latencies(), {e.key: e}, dict.fromkeys(own, e.key))
+    stages = (Stage((0, 24), ("beijing-0",)), Stage((24, 48), ("beijing-1",)))
+    made = {
+        **st.plan_status(JobPlan(e.key[1], stages, 8), paper_cluster(), "hulk"),
+        "specHashes": spec_hashes(spec),
+        "podTemplate": pod_source(spec),
+    }
+
+    def stands(status: dict[str, Any]) -> str | None:
+        obj = {"spec": spec, "status": {"phase": st.RUNNING, "plan": made, **status}}
+        said = preview._stands(obj, e, {"spec": image}, replace(e, plan_nodes=frozenset()), snap)
+        return None if said is None else said[0]
+
+    assert stands({}) == edits.TEMPLATE_STANDS
+    assert stands({st.SUCCEEDED_PODS: [f"{e.key[1]}-1-0"]}) is None
