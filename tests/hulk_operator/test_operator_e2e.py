@@ -2686,12 +2686,17 @@ def test_an_image_edit_keeps_the_plan_and_makes_the_stage_pods_again(
                                    "their servers: its plan stands"), told.message  # fmt: skip
 
     def rolled() -> bool:
+        # every pod of the plan made again, bound and running: the old pods are deleted
+        # before the new ones are made (gated until all exist), and the job's phase reads
+        # Running until the tick that makes them writes Placing, so an image and a phase
+        # alone were seen with one new pod of four, unbound (a CI run's check below found
+        # node None; reproduced with pods made a second apart, ``slow_operator``)
         pods = kube.live_pods("imaged")
         return (
-            bool(pods)
+            len(pods) == len(plan_nodes(job))
             and all(p.spec.containers[0].image == "trainer:2" for p in pods)
-            and kube.all_running(["imaged"])
-            and kube.phase("imaged") == "Running"  # (its status written after the pods run)
+            and all(p.spec.node_name and p.status.phase == "Running" for p in pods)
+            and kube.phase("imaged") == "Running"
         )
 
     wait("the pods made again from the new template", rolled, 60)
