@@ -14,6 +14,7 @@ import graphlib
 import importlib.util
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -65,6 +66,30 @@ def pod_envs(plan: JobPlan, gpus: Mapping[str, int]) -> list[dict[str, str]]:
     return sorted(envs, key=lambda e: int(e["RANK"]))
 
 
+def master_port() -> str:
+    """A free port for rank 0's rendezvous store, below the ephemeral range. A port that
+    ``bind(0)`` gave, released for rank 0 to listen on, could be taken in the seconds
+    before it does (torch's import) by another process's outgoing connection, which draws
+    from the same range (CI: the sandbox tests of the other worker): rank 0 then exits
+    at once (EADDRINUSE) and the others wait silently for its store up to --timeout-min,
+    which read as a refusal test timing out at 90 s with no output."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100) if low > 11000 else ():
+        port = random.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return str(port)
+    with socket.socket() as s:  # (no room below the range: any free port)
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def start_pods(
     plan: JobPlan,
     gpus: Mapping[str, int],
@@ -76,9 +101,7 @@ def start_pods(
 ) -> list[subprocess.Popen[str]]:
     """One process per stage pod (``torchrun``, or the trainer alone): the operator's
     environment for that pod, as ``env_of(rank, env)`` leaves it, in ``cwd(rank)``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    port = master_port()
     procs = []
     for rank, pod in enumerate(pod_envs(plan, gpus)):
         env = {
@@ -105,12 +128,23 @@ def start_pods(
 
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
-    """Each process's (exit status, output)."""
-    out = []
+    """Each process's (exit status, output). One still running after ``timeout`` (each in
+    turn) fails the test with every process's exit status and output, all killed (before,
+    the timeout named the command alone, the same for every rank: which one had exited,
+    and how, was lost; a CI run)."""
+    out: list[tuple[int, str]] = []
     try:
         for p in procs:
             text, _ = p.communicate(timeout=timeout)
             out.append((p.returncode, text))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        said = [f"rank {r}: exit {rc}: {text[-1500:]}" for r, (rc, text) in enumerate(out)]
+        for r, p in enumerate(procs[len(out) :], start=len(out)):
+            text, _ = p.communicate()
+            said.append(f"rank {r}: still running, killed: {(text or '')[-1500:]}")
+        raise AssertionError(f"past {timeout:g} s:\n" + "\n".join(said)) from None
     finally:
         for p in procs:
             p.kill()
