@@ -26,13 +26,15 @@ def within_quota(
     given: dict[str, dict[Taken, float]],
     plan: Callable[[list[JobEntry], Collection[str]], dict[Key, Decision]],
     keep: Sequence[str] = (),
+    avoid: Collection[str] = (),
 ) -> Decision:
     """``d`` if its stage pods fit what the namespace's ResourceQuotas leave (less what this
     round gave its other jobs): GPUs, pods, CPU, memory; else the fastest of the job's
     plans on a few sets of its servers that fit (its plan's servers in pipeline order;
     ``keep``, the servers it runs on, first; the most GPU memory, compute, or fastest GPUs
-    first); else unplaced, saying so. Before, the quota refused the stage pods and the job
-    held its servers, which other namespaces needed."""
+    first; none of ``avoid``, servers other jobs of the round hold); else unplaced, saying
+    so. Before, the quota refused the stage pods and the job held its servers, which other
+    namespaces needed."""
     ns, counting = e.key[0], snap.quotas_for(e)
     if d.job_plan is None or d.cluster is None or not counting:
         return d
@@ -63,6 +65,8 @@ def within_quota(
             pool: list[str] = []
             held = 0.0  # the pool's GPUs
             for n in dict.fromkeys(order):
+                if n in avoid:
+                    continue
                 need = {k: v * (len(pool) + 1) for k, v in base.items()}
                 need[QUOTA_GPU] = held + gpus[n]
                 if snap.quota_short(e, need, taken, counting) is None:
@@ -305,7 +309,8 @@ def _both(
     if new_e.job_plan is not None and _free_for(new_e, held):
         rehold(held, d_e, new_e)
         _add(room, snap, m, need_m, -1.0)
-        new_m = within_quota(m, rd.joint[m.key], snap, trial, rd.plan)
+        others = [n for n, k in held.items() if k != m.key]  # (e's new servers among them)
+        new_m = within_quota(m, rd.joint[m.key], snap, trial, rd.plan, avoid=others)
         if new_m.job_plan is not None and _free_for(new_m, held):
             held.update(dict.fromkeys(new_m.nodes, m.key))
             rd.decisions[e.key], rd.decisions[m.key] = new_e, new_m

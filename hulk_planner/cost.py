@@ -7,8 +7,10 @@ with ``p`` stages, ``R`` data-parallel replicas and ``m`` micro-batches per repl
 - tensor-parallel stages add 4 ring all-reduces of ``b*s*h`` 16-bit values per layer;
 - activations between stages: ``b*s*h`` 16-bit values each way per micro-batch, costing
   ``latency + bytes / bandwidth`` on the slowest replica's link;
-- pipeline (GPipe and 1F1B alike): fill and drain through every stage and link, then
-  ``m - 1`` more micro-batches at the pace of the slowest stage or link;
+- pipeline (1F1B): fill and drain through every stage and link, then ``m - 1`` more
+  micro-batches at the pace of the slowest stage or link, plus the wait of 1F1B's window:
+  stage k keeps at most ``min(m, p - k)`` micro-batches in flight, so a round trip over
+  slow links that outlasts them stalls the pipeline (``window_wait``);
 - data parallelism: a ring all-reduce of each stage's 16-bit gradients among its replicas,
   ``2(R-1) * latency + 2(R-1)/R * bytes / bandwidth`` on the ring's slowest hop;
 - memory per server: 16 bytes per parameter it holds (mixed-precision Adam) plus
@@ -39,6 +41,7 @@ MEMORY_USABLE = 0.90  # of GPU memory, the rest for the CUDA context and fragmen
 # Grids scored in plain Python rather than numpy (where that is faster, measured): up to
 # SMALL_GRID servers, or SMALL_PIPELINE stages of one replica (no loops over replicas).
 SMALL_GRID, SMALL_PIPELINE = 48, 64
+WINDOW_PYTHON = 12  # window_wait's loops in plain Python up to this many stages (measured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,57 @@ class StageTerms:
     link_bw: list[float]
     dp: float
     memory_ok: bool
+
+
+def window_wait(stage_t: Sequence[float], link_t: Sequence[float], m: int, pace: float) -> float:
+    """Seconds 1F1B's window adds to a pipeline paced at ``pace`` (its slowest stage or
+    link): where a round trip over slow links outlasts the micro-batches in flight.
+
+    Stage k keeps at most ``w = p - k`` micro-batches in flight where that is below ``m``:
+    it starts micro-batch ``i + w`` right after micro-batch i's backward, and stage ``k'``
+    (after k) runs micro-batch ``j``'s backward right after ``j + p - k' - 1``'s forward. So
+    micro-batch i's backward on ``k'`` waits for the loop over stages k..k' (their compute,
+    each link between them twice) that began with micro-batch ``i - c``'s, ``c = k' - k + 1``
+    micro-batches earlier: a chain of up to ``ceil((m - w) / c)`` loops (the window binds
+    for the last ``m - w`` micro-batches), each taking ``loop - c * pace`` more than the
+    steady phase allows. The wait is the longest such chain, 0.0 if no loop outlasts.
+    Against an event simulation of the reference trainer's schedule
+    (``examples/train_stage.schedule``; tests/hulk_planner/test_cost_schedule.py) the step
+    with it is within a few percent on Hulk's and the baselines' plans; on random
+    pipelines with several links each far slower than any stage, it is 0.8x to 1.2x."""
+    p = len(stage_t)
+    first = max(p - m + 1, 0)  # the stages whose window binds: p - k < m
+    if first >= p - 1:  # the last stage's loop is its own compute, within the pace
+        return 0.0
+    if p > WINDOW_PYTHON:
+        return _window_wait_numpy(stage_t, link_t, m, pace, first)
+    wait = 0.0
+    for k in range(first, p - 1):
+        loop = stage_t[k]
+        for kk in range(k + 1, p):
+            loop += stage_t[kk] + 2 * link_t[kk - 1]
+            c = kk - k + 1
+            if loop > c * pace:
+                wait = max(wait, -((p - k - m) // c) * (loop - c * pace))
+    return wait
+
+
+def _window_wait_numpy(
+    stage_t: Sequence[float], link_t: Sequence[float], m: int, pace: float, first: int
+) -> float:
+    """``window_wait`` for long pipelines: every loop (from k over k..kk) at once."""
+    p = len(stage_t)
+    if not all(math.isfinite(x) for x in link_t):
+        return math.inf  # a missing link: the step is infinite anyway
+    t_sum = np.concatenate(([0.0], np.cumsum(stage_t)))
+    l_sum = np.concatenate(([0.0], np.cumsum(link_t)))
+    k = np.arange(first, p - 1)[:, None]
+    kk = np.arange(p)[None, :]
+    c = kk - k + 1
+    loop = t_sum[kk + 1] - t_sum[k] + 2 * (l_sum[kk] - l_sum[k])
+    over = np.where(c >= 2, loop - c * pace, 0.0)
+    chains = -((p - k - m) // np.maximum(c, 1))
+    return float(max(0.0, (chains * over).max()))
 
 
 def micro_batches(job: Job, replicas: int) -> int:
@@ -282,7 +336,8 @@ class CostModel:
                 )
         compute = sum(stage_t)
         pace = max(max(stage_t), max(link_bw, default=0.0))
-        total = compute + 2 * sum(link_t) + (m - 1) * pace + dp
+        total = compute + 2 * sum(link_t) + (m - 1) * pace + window_wait(stage_t, link_t, m, pace)
+        total += dp
         # Memory: the layout's balancing already keeps every stage within memory, but this
         # scores any grid, so check as _data_breakdown does.
         act = activation_bytes_per_layer(job)
@@ -336,11 +391,12 @@ class CostModel:
         memory_ok: bool,
     ) -> StepBreakdown:
         """Fill and drain through every stage and link (each way), then ``m - 1`` more
-        micro-batches at the pace of the slowest stage or link, then the gradient all-reduce."""
+        micro-batches at the pace of the slowest stage or link, plus what 1F1B's window
+        makes them wait (``window_wait``), then the gradient all-reduce."""
         compute = float(sum(stage_t))
         comm = 2 * float(sum(link_t))
         pace = float(max(max(stage_t), max(link_bw, default=0.0)))
-        pipe = compute + comm + (m - 1) * pace
+        pipe = compute + comm + (m - 1) * pace + window_wait(stage_t, link_t, m, pace)
         total = pipe + dp
         if not memory_ok or not math.isfinite(total):
             total = math.inf

@@ -12,6 +12,7 @@ The step ends when the last operation ends. Nothing here depends on the cost mod
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 
 Order = Callable[[int, int, int], list[tuple[str, int]]]
@@ -69,3 +70,17 @@ def simulate(
     if stuck:
         raise ValueError(f"the schedule deadlocks: stage {stuck[0]} waits for good")
     return max(free)
+
+
+def random_pipeline(rng: random.Random) -> tuple[list[float], list[float], list[float], int]:
+    """A pipeline to hold the cost model against the simulation: (stage times, link
+    latencies, link transfers, micro-batches), 1-12 stages of 0.1-2 s, 1-40 micro-batches,
+    links from free to 50x the slowest stage (a third of them without latency)."""
+    p, m = rng.randint(1, 12), rng.randint(1, 40)
+    t = [rng.uniform(0.1, 2.0) for _ in range(p)]
+    lat = [
+        rng.uniform(0, 1) * rng.choice([0.001, 0.1, 1, 5]) * rng.choice([0, 1, 10])
+        for _ in range(p - 1)
+    ]
+    xfer = [rng.uniform(0, 0.5) * rng.choice([0.01, 1]) for _ in range(p - 1)]
+    return t, lat, xfer, m

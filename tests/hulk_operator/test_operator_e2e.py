@@ -205,7 +205,7 @@ def test_a_replan_that_lays_every_stage_out_again_says_why_it_kept_none(
     its stage's place, so the job is laid out again on the servers it has left, and the
     Event says so (before, it gave the old and new step times and not why the healthy
     stages moved: a user trial)."""
-    kube.apply(manifest("relaid", model={"preset": "gpt2-xl"}))
+    kube.apply(manifest("relaid", model={"preset": "t5-11b"}))
     wait("Running", lambda: kube.phase("relaid") == "Running", 60)
     nodes = plan_nodes(kube.job("relaid"))
     assert len(nodes) >= 3, nodes
@@ -1330,7 +1330,7 @@ def test_an_admission_policy_that_refuses_stage_pods_is_shown_until_it_allows_th
     failing with the API server's whole reply (a user trial)."""
     why = "two stages at most here"
     with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why, reason=reason):
-        kube.apply(manifest("quota", model={"preset": "gpt2-xl"}))  # 4 stages
+        kube.apply(manifest("quota", model={"preset": "t5-11b"}))  # 5 stages
 
         c = wait_reason(kube, "quota", "Ready", "PodsForbidden", "the pods refused", 30)
         assert c["status"] == "False" and why in c["message"], c
@@ -1412,7 +1412,7 @@ def test_a_job_whose_pods_are_refused_past_the_grace_gives_its_servers_back(
     try:
         with cleanup_jobs(kube):
             with refusing_pods(kube, STAGES_UNDER_2, STAGE_2, why):
-                kube.apply(manifest("gb", model={"preset": "gpt2-xl"}))  # 4 stages
+                kube.apply(manifest("gb", model={"preset": "t5-11b"}))  # 5 stages
 
                 def given_back(pause: int) -> Callable[[], dict[str, Any] | None]:
                     def check() -> dict[str, Any] | None:
@@ -1899,7 +1899,7 @@ def test_a_pods_quota_is_planned_within_and_a_replan_after_a_lost_server_too(
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
         quota_in_force(kube, name)
-        kube.apply(manifest("pq", model={"preset": "gpt2-xl"}))  # 4 stages without it
+        kube.apply(manifest("pq", model={"preset": "t5-11b"}))  # 5 stages without it
         wait("Running within the quota", lambda: kube.phase("pq") == "Running", 60)
         before = plan_nodes(kube.job("pq"))
         assert len(before) == 2 and len(kube.live_pods("pq")) == 2, before
@@ -2134,7 +2134,7 @@ def test_a_service_deleted_with_a_stage_pod_is_told_as_it_is_made_again(
     """Told once, whichever the operator sees first: the Service gone while the pods run
     (told before too), or both gone at once, when the Service is made again with the pod
     (before, without a word: a user trial; this test's timing mostly gives the first)."""
-    kube.apply(manifest("both", model={"preset": "gpt2-xl"}))
+    kube.apply(manifest("both", model={"preset": "t5-11b"}))
     wait("Running", lambda: kube.phase("both") == "Running", 60)
     pods = {p.metadata.name: p.metadata.uid for p in kube.live_pods("both")}
     old: Any = kube.core.read_namespaced_service("both", kube.ns)
@@ -2259,7 +2259,7 @@ def _service_made_again(kube: Kube, job: str) -> None:
 def _one_stage_restarted(kube: Kube, name: str, backoff_limit: int) -> dict[str, str]:
     """Job ``name`` (gpt2-xl, ``spec.backoffLimit``) running, its first stage pod evicted and
     made again (``stageRestarts`` 1); its stage pods before, name -> uid."""
-    kube.apply(manifest(name, model={"preset": "gpt2-xl"}, backoffLimit=backoff_limit))
+    kube.apply(manifest(name, model={"preset": "t5-11b"}, backoffLimit=backoff_limit))
     wait("Running", lambda: kube.phase(name) == "Running", 60)
     first = {p.metadata.name: p.metadata.uid for p in kube.live_pods(name)}
     assert len(first) > 1
@@ -2347,7 +2347,7 @@ def test_a_backoff_limit_lowered_below_the_failures_so_far_fails_the_job(
 
 
 def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, operator: Any) -> None:
-    m = manifest("never", model={"preset": "gpt2-xl"})
+    m = manifest("never", model={"preset": "t5-11b"})
     m["spec"]["template"]["spec"]["restartPolicy"] = "Never"
     kube.apply(m)
     wait("Running", lambda: kube.phase("never") == "Running", 60)
@@ -2402,9 +2402,10 @@ def test_a_failed_stage_with_restart_policy_never_fails_the_job(kube: Kube, oper
 
 
 def _lead_and_tail(kube: Kube) -> tuple[list[Any], list[Any]]:
-    """Jobs "lead" and "tail" (gpt2-xl) applied and running: their stage pods, rank 0 first."""
+    """Jobs "lead" and "tail" (t5-11b: a pipeline of several servers) applied and running:
+    their stage pods, rank 0 first."""
     for name in ("lead", "tail"):
-        kube.apply(manifest(name, model={"preset": "gpt2-xl"}))
+        kube.apply(manifest(name, model={"preset": "t5-11b"}))
     wait("Running", lambda: kube.all_running(["lead", "tail"]), 60)
 
     def rank_0_first(name: str) -> list[Any]:
@@ -3883,7 +3884,7 @@ def test_a_disruption_is_told_and_its_end_gives_notready_nodes_their_grace(
 
 
 def test_a_finished_job_keeps_its_plan_and_releases_its_servers(kube: Kube, operator: Any) -> None:
-    kube.apply(manifest("done", model={"preset": "gpt2-xl"}))
+    kube.apply(manifest("done", model={"preset": "t5-11b"}))
     wait("Running", lambda: kube.phase("done") == "Running", 60)
     pods = kube.live_pods("done")
     nodes = sorted(plan_nodes(kube.job("done")))

@@ -329,7 +329,7 @@ def test_hulk_plan_previews_within_the_namespaces_quotas_and_limitranges(
     """Before, the preview ignored them: it showed plans the operator would not make."""
     quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
-    kube.apply(manifest("pods-quota", model={"preset": "gpt2-xl"}))  # 4 stages without it
+    kube.apply(manifest("pods-quota", model={"preset": "t5-11b"}))  # 5 stages without it
     cmd = ["plan", "--kubeconfig", sandbox.kubeconfig]
     cmd += ["--namespace", kube.ns, "-o", "json"]
 

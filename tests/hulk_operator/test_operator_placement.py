@@ -281,7 +281,9 @@ def test_an_edit_waiting_for_servers_joins_the_rounds_until_it_is_placed_or_chan
     an edit allowed stays one until the job is seen pending (before, a round between the
     two gave its servers away: a review); records of another generation or of a pending
     job go. A job a waiting edit kept from servers is planned again once it goes."""
-    opt = paper_jobs()[0]  # two copies fit the paper's cluster, three do not
+    # two copies fit the paper's cluster, three do not (8 micro-batches: with 256, one copy
+    # planned alone spreads over 20 servers to hide the links' latency, test_operator_rounds)
+    opt = replace(paper_jobs()[0], global_batch_size=8)
     own = frozenset(sorted(nodes())[:3])
     running = entry(
         replace(opt, name="w", priority=10), plan_nodes=own, phase="Running", generation=4
@@ -410,7 +412,7 @@ def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> Non
     """Before, a re-plan took free servers regardless of the quota: the lost server's
     replacement pods were refused and the job stayed Placing, PodsForbidden. The job's own
     pods count toward the quota already, so it may use what they hold, and no more."""
-    gpt = entry(paper_jobs()[2])
+    gpt = entry(paper_jobs()[1])  # T5-11B: a pipeline of several servers
     state = snap([gpt])
     d = plan_pending(state, plan)[gpt.key]
     assert d.job_plan is not None and d.cluster is not None
@@ -429,8 +431,8 @@ def test_a_replan_after_a_lost_server_stays_within_the_namespaces_quota() -> Non
 
         return asyncio.run(Placer(plan).replan(running, current, snapshot))
 
-    free = replan({}, {})  # no limit: the lost server is replaced by a free one
-    assert free.job_plan is not None and set(free.job_plan.nodes) - set(current.nodes)
+    free = replan({}, {})  # no limit: planned again without the lost server
+    assert free.job_plan is not None and lost not in free.job_plan.nodes
     # the lost server's pod is gone; the quota leaves nothing: the kept pods' GPUs at most
     mine = float(sum(gpus[n] for n in kept))
     new = replan({QUOTA_GPU: 0.0}, {QUOTA_GPU: mine})
@@ -1241,10 +1243,10 @@ def test_a_replan_for_a_lost_server_waits_for_those_notready_but_not_lost() -> N
     from hulk_operator.plan_fields import placed_fields
     from hulk_operator.plan_step import check_plan
 
-    gpt = entry(paper_jobs()[2])
+    gpt = entry(paper_jobs()[1])  # T5-11B: a pipeline of several servers
     d = plan_pending(snap([gpt]), plan)[gpt.key]
     cur = d.job_plan
-    assert cur is not None and len(cur.nodes) == 4
+    assert cur is not None and len(cur.nodes) >= 4
     status = {"phase": "Running", **placed_fields(d, {})}
     running = replace(gpt, plan_nodes=frozenset(cur.nodes), phase="Running")
     cluster = dict(nodes())

@@ -159,7 +159,7 @@ def test_only_a_deleted_servers_stage_pods_are_deleted_without_their_grace(
     its grace, so the trainer there may checkpoint. Before, every lost server's pods were
     deleted with grace 0 (a review: a cordon killed healthy trainers at once)."""
     name = "wide"
-    kube.apply(manifest(name, model={"preset": "gpt2-xl"}))  # a stage on each of 4 servers
+    kube.apply(manifest(name, model={"preset": "t5-11b"}))  # a stage on each of 5 servers
     wait("Running", lambda: kube.phase(name) == "Running", 60)
     cordoned, deleted = plan_nodes(kube.job(name))[-2:]
     pods = {p.spec.node_name: p for p in kube.live_pods(name)}

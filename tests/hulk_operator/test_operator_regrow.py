@@ -30,6 +30,7 @@ from hulk_planner.io import check_operator_fields, job_from_dict, regrow_setting
 from hulk_planner.model import Job, JobPlan, ModelSpec, Plan, Stage
 
 GPT = paper_jobs()[2]
+T5 = paper_jobs()[1]  # its fastest plan takes more GPUs than its plan squeezed into Paris
 
 
 def counted_plan() -> tuple[Callable[..., Any], list[int]]:
@@ -460,7 +461,7 @@ def test_a_growth_the_namespaces_gpu_quota_cannot_hold_is_declined() -> None:
     """Its new pods would be refused by the quota while the old ones were gone: before, the
     job was grown anyway and stayed Placing, PodsForbidden. Its own pods count toward the
     quota already: a plan as large as they are is within it."""
-    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
+    running, current = squeezed(T5, ("Paris",), regrow=(1e6, 0.0))
     quotas: dict[str, list[tuple[str, dict[str, float]]]] = {"ml": [("gpus", {QUOTA_GPU: 0.0})]}
     gpus = sum(paper_cluster().server(n).gpus for n in current.nodes)
     counted = {running.key: {QUOTA_GPU: float(gpus)}}
@@ -498,7 +499,7 @@ def test_a_growth_a_class_quota_declined_is_looked_at_again_when_its_class_chang
     """Which quotas count its pods is part of what the check saw: the cluster's default
     PriorityClass changing (the template names none) is a change (before, only the
     quotas' figures were)."""
-    running, current = squeezed(GPT, ("Berlin", "London"), regrow=(1e6, 0.0))
+    running, current = squeezed(T5, ("Paris",), regrow=(1e6, 0.0))
     gpus = sum(paper_cluster().server(n).gpus for n in current.nodes)
     scopes = (("PriorityClass", "In", ("hi",)),)
     state = {"default": "hi"}
@@ -528,7 +529,7 @@ def test_a_growth_a_class_quota_declined_is_looked_at_again_when_its_class_chang
 def test_a_job_grows_within_its_namespaces_quota() -> None:
     """Before, a growth wider than the quota was declined whole: a job on one server under
     a quota on pods raised from 1 to 2 never grew (a user trial)."""
-    running, current = squeezed(GPT, ("London",), regrow=(1.25, 0.0))
+    running, current = squeezed(T5, ("Brasilia",), regrow=(1.25, 0.0))
     assert len(current.nodes) == 1
     quotas: dict[str, list[tuple[str, dict[str, float]]]] = {"ml": [("pods", {"pods": 1.0})]}
 

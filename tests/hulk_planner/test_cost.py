@@ -80,7 +80,10 @@ def test_two_stage_pipeline_fill_drain_then_pace_of_slowest_stage() -> None:
     stage = 2 * LAYER_SECONDS  # 3e-4
     transfer = MESSAGE_BYTES / 1e9  # 2e-4 < stage: the stages set the pace
     link = 10e-3 + transfer
-    expected = 2 * stage + 2 * link + (8 - 1) * stage
+    # 1F1B: stage 0 keeps 2 micro-batches in flight, so the last 8 - 2 wait for their round
+    # trip: ceil(6 / 2) loops of both stages and the link twice, each 2 * link over the pace
+    wait = 3 * ((2 * stage + 2 * link) - 2 * stage)
+    expected = 2 * stage + 2 * link + (8 - 1) * stage + wait
     assert bd.total == pytest.approx(expected, rel=REL)
     assert bd.pipeline_comm == pytest.approx(2 * link, rel=REL)
     assert bd.data_parallel == 0.0 and bd.memory_ok
@@ -91,8 +94,29 @@ def test_a_slow_link_sets_the_pipeline_pace() -> None:
     job = tiny_job()
     seconds = CostModel(c).job_seconds(job, data_plan(job, [["a"], ["b"]], [2, 2]))
     transfer = MESSAGE_BYTES / 1e8
-    expected = 2 * (2 * LAYER_SECONDS) + 2 * (10e-3 + transfer) + 7 * transfer
+    loop = 2 * (2 * LAYER_SECONDS) + 2 * (10e-3 + transfer)  # the round trip of stage 0
+    wait = 3 * (loop - 2 * transfer)  # ceil((8 - 2) / 2) loops, each beyond 2 paces
+    expected = 2 * (2 * LAYER_SECONDS) + 2 * (10e-3 + transfer) + 7 * transfer + wait
     assert seconds == pytest.approx(expected, rel=REL)
+
+
+def test_the_1f1b_window_waits_only_where_a_round_trip_outlasts_the_micro_batches() -> None:
+    """Stage k holds ``p - k`` micro-batches in flight: on a 3-stage pipeline the loops
+    from stage 1 (over 1..2, 2 micro-batches) and from stage 0 (over 0..1, 2; over 0..2, 3)
+    may each bind; the longest chain counts."""
+    t, link = [1.0, 1.0, 1.0], [0.5, 4.0]
+    # from 1: ceil((8 - 2) / 2) = 3 loops of (1 + 1 + 2 * 4) - 2 * 1 = 8 -> 24
+    # from 0: over 0..2 ceil((8 - 3) / 3) = 2 loops of (3 + 2 * 4.5) - 3 = 9 -> 18; over 0..1
+    # ceil(5 / 2) = 3 loops of (1 + 1 + 2 * 0.5) - 2 = 1 -> 3
+    assert cm.window_wait(t, link, 8, 1.0) == pytest.approx(24.0)
+    # the slow link first: from 0 over 0..1, 3 loops of (1 + 1 + 2 * 9) - 2 = 18 -> 54 (over
+    # 0..2: 2 of 19 -> 38; from 1: 3 of 1 -> 3)
+    assert cm.window_wait(t, [9.0, 0.5], 8, 1.0) == pytest.approx(54.0)
+    # enough room: fast links, or m within the window (every micro-batch in flight at once)
+    assert cm.window_wait(t, [0.0, 0.0], 8, 1.0) == 0.0
+    assert cm.window_wait(t, link, 3, 1.0) == pytest.approx(8.0)  # from 1 only: 1 loop of 8
+    assert cm.window_wait(t, link, 2, 1.0) == 0.0
+    assert cm.window_wait([2.0], [], 8, 2.0) == 0.0
 
 
 def test_unequal_stages_pace_is_the_slowest_stage() -> None:

@@ -931,7 +931,7 @@ def test_the_examples_in_docs_formats_are_valid_documents(tmp_path: Path) -> Non
     assert io.unknown_job_fields(kinds["HulkTrainingJob"]) == []
     assert io.job_from_dict(kinds["HulkTrainingJob"]).name == "gpt2-xl"
     plan = io.plan_from_dict(kinds["PlacementPlan"])
-    assert plan.jobs[0].stages[-1].layers == (24, 48) and plan.unplaced[0].name == "opt-175b"
+    assert plan.jobs[0].stages[-1].layers == (0, 48) and plan.unplaced[0].name == "opt-175b"
     (tmp_path / "two-cities.yaml").write_text(yaml.safe_dump(kinds["ClusterTopology"]))
     opt = {"apiVersion": API, "kind": "HulkTrainingJob", "metadata": {"name": "opt-175b"},
            "spec": {"model": {"preset": "opt-175b"}}}  # fmt: skip
