@@ -309,7 +309,7 @@ def _both(
     if new_e.job_plan is not None and _free_for(new_e, held):
         rehold(held, d_e, new_e)
         _add(room, snap, m, need_m, -1.0)
-        others = [n for n, k in held.items() if k != m.key]  # (e's new servers among them)
+        others = {n for n, k in held.items() if k != m.key}  # (e's new servers among them)
         new_m = within_quota(m, rd.joint[m.key], snap, trial, rd.plan, avoid=others)
         if new_m.job_plan is not None and _free_for(new_m, held):
             held.update(dict.fromkeys(new_m.nodes, m.key))

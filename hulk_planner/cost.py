@@ -83,7 +83,7 @@ def window_wait(stage_t: Sequence[float], link_t: Sequence[float], m: int, pace:
     for the last ``m - w`` micro-batches), each taking ``loop - c * pace`` more than the
     steady phase allows. The wait is the longest such chain, 0.0 if no loop outlasts.
     Against an event simulation of the reference trainer's schedule
-    (``examples/train_stage.schedule``; tests/hulk_planner/test_cost_schedule.py) the step
+    (``examples/train_stage.schedule``; tests/hulk_planner/test_schedule.py) the step
     with it is within a few percent on Hulk's and the baselines' plans; on random
     pipelines with several links each far slower than any stage, it is 0.8x to 1.2x."""
     p = len(stage_t)
