@@ -17,8 +17,9 @@ each job of Hulk's, baseline B's and the search's plans on the paper's cluster (
   its server's usable memory (over 1: GPipe would not fit where 1F1B does);
 
 and baseline B's step time over Hulk's, by the model and by the simulation. Then, over
-``--pipelines`` random pipelines (1-12 stages, 1-40 micro-batches, links from free to 50x
-the slowest stage's time), the spread of model / 1F1B with and without the window's wait.
+``--pipelines`` random pipelines (1-12 stages, 1-40 micro-batches, links' latency from
+free to 50x the slowest stage's time, transfers up to ``--max-transfer`` seconds), the
+spread of model / 1F1B with and without the window's wait.
 Figures of the model's and the simulation's own, nothing measured on hardware.
 """
 
@@ -104,18 +105,21 @@ def spread(xs: list[float]) -> str:
     return " / ".join(f"{s[min(int(q * len(s)), len(s) - 1)]:.3f}" for q in at)
 
 
-def random_pipelines(n: int, order: Order) -> None:
+def random_pipelines(n: int, order: Order, max_transfer: float) -> None:
     rng = random.Random(0)
     with_wait, without = [], []
     for _ in range(n):
-        t, lat, xfer, m = random_pipeline(rng)
+        t, lat, xfer, m = random_pipeline(rng, max_transfer)
         link = [a + b for a, b in zip(lat, xfer, strict=True)]
         pace = max(max(t), max(xfer, default=0.0))
         base = sum(t) + 2 * sum(link) + (m - 1) * pace
         sim = simulate(t, lat, xfer, m, order)
         with_wait.append((base + window_wait(t, link, m, pace)) / sim)
         without.append(base / sim)
-    print(f"== {n} random pipelines: model / 1F1B (min / 1% / median / 99% / max)")
+    print(
+        f"== {n} random pipelines, transfers up to {max_transfer:g} s: model / 1F1B "
+        "(min / 1% / median / 99% / max)"
+    )
     print(f"with the window's wait:    {spread(with_wait)}")
     print(f"without (the GPipe pace):  {spread(without)}")
 
@@ -124,6 +128,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--moves", type=int, default=2000, help="hulk's refinement moves (2000)")
     ap.add_argument("--pipelines", type=int, default=4000, help="random pipelines (4000)")
+    ap.add_argument(
+        "--max-transfer",
+        type=float,
+        default=0.5,
+        help="the random links' largest transfer, seconds (0.5; stages take 0.1-2 s)",
+    )
     args = ap.parse_args()
     order = trainer_schedule()
     cost = CostModel(paper_cluster())
@@ -140,7 +150,7 @@ def main() -> None:
             f"baseline-b / hulk over the {len(both)} jobs both place: {model:.2f}x by the model, "
             f"{sim:.2f}x by the 1F1B simulation\n"
         )
-    random_pipelines(args.pipelines, order)
+    random_pipelines(args.pipelines, order, args.max_transfer)
 
 
 if __name__ == "__main__":

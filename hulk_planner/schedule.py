@@ -72,15 +72,18 @@ def simulate(
     return max(free)
 
 
-def random_pipeline(rng: random.Random) -> tuple[list[float], list[float], list[float], int]:
+def random_pipeline(
+    rng: random.Random, max_transfer: float = 0.5
+) -> tuple[list[float], list[float], list[float], int]:
     """A pipeline to hold the cost model against the simulation: (stage times, link
     latencies, link transfers, micro-batches), 1-12 stages of 0.1-2 s, 1-40 micro-batches,
-    links from free to 50x the slowest stage (a third of them without latency)."""
+    links' latency from free to 50 s (a third of them without), transfers up to
+    ``max_transfer`` seconds."""
     p, m = rng.randint(1, 12), rng.randint(1, 40)
     t = [rng.uniform(0.1, 2.0) for _ in range(p)]
     lat = [
         rng.uniform(0, 1) * rng.choice([0.001, 0.1, 1, 5]) * rng.choice([0, 1, 10])
         for _ in range(p - 1)
     ]
-    xfer = [rng.uniform(0, 0.5) * rng.choice([0.01, 1]) for _ in range(p - 1)]
+    xfer = [rng.uniform(0, max_transfer) * rng.choice([0.01, 1]) for _ in range(p - 1)]
     return t, lat, xfer, m
