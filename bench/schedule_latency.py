@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from hulk_planner.api import plan
-from hulk_planner.cost import CostModel, server_capacity, stage_memory, window_wait
+from hulk_planner.cost import CostModel, server_capacity, stage_memory
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.model import Job, JobPlan
 from hulk_planner.schedule import Order, random_pipeline, simulate
@@ -57,11 +57,11 @@ def one_job(
     memory over usable) of one job's plan."""
     t = cost.stage_terms(job, jp)
     m = jp.micro_batches
-    model = cost.job_seconds(job, jp)
+    step = cost.breakdown(job, jp)
+    model = step.total
     lat = [a - b for a, b in zip(t.link_t, t.link_bw, strict=True)]
     sim = simulate(t.stage_t, lat, t.link_bw, m, order) + t.dp
-    pace = max(max(t.stage_t), max(t.link_bw, default=0.0))
-    no_wait = model - window_wait(t.stage_t, t.link_t, m, pace)
+    no_wait = model - step.window
     by = {s.name: s for s in cost.cluster.servers}
     gpipe = 0.0
     for st in jp.stages:
@@ -111,11 +111,10 @@ def random_pipelines(n: int, order: Order, max_transfer: float) -> None:
     for _ in range(n):
         t, lat, xfer, m = random_pipeline(rng, max_transfer)
         link = [a + b for a, b in zip(lat, xfer, strict=True)]
-        pace = max(max(t), max(xfer, default=0.0))
-        base = sum(t) + 2 * sum(link) + (m - 1) * pace
+        step = CostModel._combine(t, link, xfer, 0.0, m, True)
         sim = simulate(t, lat, xfer, m, order)
-        with_wait.append((base + window_wait(t, link, m, pace)) / sim)
-        without.append(base / sim)
+        with_wait.append(step.total / sim)
+        without.append((step.total - step.window) / sim)
     print(
         f"== {n} random pipelines, transfers up to {max_transfer:g} s: model / 1F1B "
         "(min / 1% / median / 99% / max)"

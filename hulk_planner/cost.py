@@ -54,6 +54,7 @@ class StepBreakdown:
     data_parallel: float
     bubble: float
     memory_ok: bool
+    window: float = 0.0  # what 1F1B's window makes the micro-batches wait (part of bubble)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,7 +397,8 @@ class CostModel:
         compute = float(sum(stage_t))
         comm = 2 * float(sum(link_t))
         pace = float(max(max(stage_t), max(link_bw, default=0.0)))
-        pipe = compute + comm + (m - 1) * pace + window_wait(stage_t, link_t, m, pace)
+        wait = window_wait(stage_t, link_t, m, pace)
+        pipe = compute + comm + (m - 1) * pace + wait
         total = pipe + dp
         if not memory_ok or not math.isfinite(total):
             total = math.inf
@@ -407,6 +409,7 @@ class CostModel:
             data_parallel=dp,
             bubble=pipe - m * float(max(stage_t)),
             memory_ok=memory_ok,
+            window=wait,
         )
 
     def _general_breakdown(self, job: Job, jp: JobPlan) -> StepBreakdown:

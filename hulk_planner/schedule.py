@@ -6,8 +6,11 @@ Each stage runs its operations in the schedule's order, one at a time: micro-bat
 forward (a third of the stage's compute, ``stage_t[k] / 3``) once its input has arrived, its
 backward (the other two thirds) once the gradient has. A message crosses boundary k -> k+1
 in ``link_latency[k] + link_transfer[k]``; messages one way over a boundary go one at a
-time (a link is busy for its transfer), as NCCL's one queue per pair of ranks sends them.
-The step ends when the last operation ends. Nothing here depends on the cost model.
+time (that direction is busy for its transfer), while the two directions send at once.
+Whether NCCL sends a pair of ranks' forward and backward messages at once or in one queue
+is not measured here (it needs two GPUs); were it one queue, bandwidth-bound links would
+be slower than this simulation. The step ends when the last operation ends. Nothing here
+depends on the cost model.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def simulate(
         )
     orders = [order(k, p, m) for k in range(p)]
     arrived: dict[tuple[str, int, int], float] = {}  # (kind, micro-batch, stage) -> time
-    done: dict[tuple[int, int], float] = {}  # (forward micro-batch, last stage) -> time
+    done: dict[int, float] = {}  # micro-batch -> end of its forward on the last stage
     free = [0.0] * p
     link_free = {"F": [0.0] * max(p - 1, 0), "B": [0.0] * max(p - 1, 0)}
     at = [0] * p
@@ -50,7 +53,7 @@ def simulate(
                     ready = 0.0 if k == 0 else arrived.get(("F", i, k))
                     seconds = stage_t[k] * FORWARD_SHARE
                 else:
-                    ready = done.get((i, k)) if k == p - 1 else arrived.get(("B", i, k))
+                    ready = done.get(i) if k == p - 1 else arrived.get(("B", i, k))
                     seconds = stage_t[k] * (1 - FORWARD_SHARE)
                 if ready is None:
                     break  # waits for a message: the other stages move first
@@ -59,7 +62,7 @@ def simulate(
                 at[k] += 1
                 moved = True
                 if kind == "F" and k == p - 1:
-                    done[(i, k)] = end
+                    done[i] = end
                 hop = k if kind == "F" else k - 1  # the boundary it sends over
                 to = k + 1 if kind == "F" else k - 1
                 if 0 <= to < p:

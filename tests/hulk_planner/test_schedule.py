@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hulk_planner.api import plan
-from hulk_planner.cost import CostModel, window_wait
+from hulk_planner.cost import CostModel, StepBreakdown
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.schedule import random_pipeline, simulate
 
@@ -36,11 +36,14 @@ def gpipe(stage: int, stages: int, m: int) -> list[tuple[str, int]]:
     return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
 
 
-def model_seconds(t: list[float], lat: list[float], xfer: list[float], m: int) -> float:
-    """The cost model's pipeline time (``CostModel._combine`` without the all-reduce)."""
+def model_step(t: list[float], lat: list[float], xfer: list[float], m: int) -> StepBreakdown:
+    """The cost model's pipeline time (``CostModel._combine`` itself, no all-reduce)."""
     link = [a + b for a, b in zip(lat, xfer, strict=True)]
-    pace = max(max(t), max(xfer, default=0.0))
-    return sum(t) + 2 * sum(link) + (m - 1) * pace + window_wait(t, link, m, pace)
+    return CostModel._combine(t, link, xfer, 0.0, m, True)
+
+
+def model_seconds(t: list[float], lat: list[float], xfer: list[float], m: int) -> float:
+    return model_step(t, lat, xfer, m).total
 
 
 def test_one_stage_runs_its_micro_batches_back_to_back() -> None:
@@ -81,10 +84,9 @@ def test_the_model_stays_near_1f1b_on_random_pipelines_also_over_slow_links() ->
     for _ in range(400):
         t, lat, xfer, m = random_pipeline(rng)
         sim = simulate(t, lat, xfer, m, one_f_one_b)
-        ratios.append(model_seconds(t, lat, xfer, m) / sim)
-        link = [a + b for a, b in zip(lat, xfer, strict=True)]
-        pace = max(max(t), max(xfer, default=0.0))
-        without.append((model_seconds(t, lat, xfer, m) - window_wait(t, link, m, pace)) / sim)
+        step = model_step(t, lat, xfer, m)
+        ratios.append(step.total / sim)
+        without.append((step.total - step.window) / sim)
     assert 0.8 <= min(ratios) and max(ratios) <= 1.25, (min(ratios), max(ratios))
     assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.0, abs=0.02)
     assert min(without) < 0.3
