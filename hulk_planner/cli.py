@@ -239,69 +239,73 @@ def _run(args: argparse.Namespace) -> int:
             return plan_in_regions(cluster, jobs, limits, name, priorities=priorities, **options)
         return plan(cluster, jobs, name, cost=whole_cluster_cost(), **options)
 
-    previous: Plan | None = None
-    seconds = given.seconds  # planning time (a --kubeconfig preview's: its baselines too)
-    afresh: set[str] = set()  # previous jobs a re-plan does not keep (noted)
-    if result is None:
-        too_big = _too_big(cluster, jobs, args.planner)
-        jobs = [j for j in jobs if j.name not in {u.name for u in too_big}]
-        if args.previous:
-            if args.planner not in ADAPTS_TO_PREVIOUS:
-                raise InvalidRequest(
-                    "--previous",
-                    f"{args.planner} does not adapt to a previous plan (it plans afresh)",
-                    f"use --planner {' or '.join(sorted(ADAPTS_TO_PREVIOUS - {'gnn'}))}",
+    try:  # (the templates' notes told also where planning or its inputs fail)
+        previous: Plan | None = None
+        seconds = given.seconds  # planning time (a --kubeconfig preview's: its baselines too)
+        afresh: set[str] = set()  # previous jobs a re-plan does not keep (noted)
+        if result is None:
+            too_big = _too_big(cluster, jobs, args.planner)
+            jobs = [j for j in jobs if j.name not in {u.name for u in too_big}]
+            if args.previous:
+                if args.planner not in ADAPTS_TO_PREVIOUS:
+                    raise InvalidRequest(
+                        "--previous",
+                        f"{args.planner} does not adapt to a previous plan (it plans afresh)",
+                        f"use --planner {' or '.join(sorted(ADAPTS_TO_PREVIOUS - {'gnn'}))}",
+                    )
+                previous = io.load_plan(args.previous, "--previous")
+                asked = {j.name: j for j in jobs}
+                nowhere = {u.name for u in too_big}
+                used = {n for jp in previous.jobs for n in jp.nodes}
+                gone = sorted(used - set(cluster.index))
+                # sharing no job and no server: another cluster's plan, said once (before, a
+                # note per job, then "91 server(s) ... taken as lost and replaced": a trial)
+                unrelated = bool(previous.jobs) and len(gone) == len(used)
+                unrelated = unrelated and not asked.keys() & {jp.name for jp in previous.jobs}
+                if unrelated:
+                    print(
+                        f"hulk plan: note: --previous: {args.previous} shares no job and no "
+                        "server with these jobs and this cluster (is it the plan meant?): "
+                        "planned afresh",
+                        file=sys.stderr,
+                    )
+                for old in previous.jobs:
+                    lost = unkept(old, asked.get(old.name))
+                    if old.name in nowhere:  # (asked for: "not among the jobs planned" misled)
+                        lost = "fits nowhere on this cluster: its servers are free for the others"
+                    if lost is not None:
+                        if not unrelated:
+                            print(f"hulk plan: note: --previous: job {old.name} {lost}",
+                                  file=sys.stderr)  # fmt: skip
+                        afresh.add(old.name)
+                if gone and not unrelated:
+                    print(
+                        f"hulk plan: note: --previous: {len(gone)} server(s) of the previous plan "
+                        f"are not in this cluster ({', '.join(gone[:3])}"
+                        f"{', ...' if len(gone) > 3 else ''}): taken as lost and replaced",
+                        file=sys.stderr,
+                    )
+            started = time.perf_counter()
+            try:
+                result = (
+                    planned(
+                        args.planner,
+                        seed=args.seed,
+                        time_budget_s=args.time_budget,
+                        max_iterations=args.moves,
+                        previous=previous,
+                    )
+                    if jobs
+                    else Plan(args.planner)
                 )
-            previous = io.load_plan(args.previous, "--previous")
-            asked = {j.name: j for j in jobs}
-            nowhere = {u.name for u in too_big}
-            used = {n for jp in previous.jobs for n in jp.nodes}
-            gone = sorted(used - set(cluster.index))
-            # sharing no job and no server: another cluster's plan, said once (before, a
-            # note per job, then "91 server(s) ... taken as lost and replaced": a trial)
-            unrelated = bool(previous.jobs) and len(gone) == len(used)
-            unrelated = unrelated and not asked.keys() & {jp.name for jp in previous.jobs}
-            if unrelated:
-                print(
-                    f"hulk plan: note: --previous: {args.previous} shares no job and no "
-                    "server with these jobs and this cluster (is it the plan meant?): "
-                    "planned afresh",
-                    file=sys.stderr,
-                )
-            for old in previous.jobs:
-                lost = unkept(old, asked.get(old.name))
-                if old.name in nowhere:  # (asked for: "not among the jobs planned" misled)
-                    lost = "fits nowhere on this cluster: its servers are free for the others"
-                if lost is not None:
-                    if not unrelated:
-                        print(f"hulk plan: note: --previous: job {old.name} {lost}",
-                              file=sys.stderr)  # fmt: skip
-                    afresh.add(old.name)
-            if gone and not unrelated:
-                print(
-                    f"hulk plan: note: --previous: {len(gone)} server(s) of the previous plan "
-                    f"are not in this cluster ({', '.join(gone[:3])}"
-                    f"{', ...' if len(gone) > 3 else ''}): taken as lost and replaced",
-                    file=sys.stderr,
-                )
-        started = time.perf_counter()
-        try:
-            result = (
-                planned(
-                    args.planner,
-                    seed=args.seed,
-                    time_budget_s=args.time_budget,
-                    max_iterations=args.moves,
-                    previous=previous,
-                )
-                if jobs
-                else Plan(args.planner)
-            )
-        except NoFeasiblePlan as exc:  # listed below as unplaced, as beside placed jobs
-            why = exc.unplaced or tuple(Unplaced(j.name, exc.reason) for j in jobs)
-            result = Plan(args.planner, (), tuple(why))
-        result = replace(result, unplaced=result.unplaced + tuple(too_big))
-        seconds = time.perf_counter() - started
+            except NoFeasiblePlan as exc:  # listed below as unplaced, as beside placed jobs
+                why = exc.unplaced or tuple(Unplaced(j.name, exc.reason) for j in jobs)
+                result = Plan(args.planner, (), tuple(why))
+            result = replace(result, unplaced=result.unplaced + tuple(too_big))
+            seconds = time.perf_counter() - started
+    finally:
+        for line in given.template_notes.lines() if given.template_notes else []:
+            print(f"hulk plan: note: {line}", file=sys.stderr)
     for line in _kept_notes(previous, result, set(cluster.index), afresh):
         print(f"hulk plan: note: --previous: {line}", file=sys.stderr)
     by_name = {j.name: j for j in jobs}

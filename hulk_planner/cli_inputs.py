@@ -4,6 +4,8 @@ cluster with ``--kubeconfig``), and the notes on stderr of what the plan does no
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,7 @@ class _Inputs:
     baselines: dict[str, dict[str, float]] | None = None  # made already: job -> seconds
     why_not: dict[str, dict[str, str]] = field(default_factory=dict)  # baseline -> job -> why
     seconds: float | None = None  # how long the plan made already took (its baselines too)
+    template_notes: TemplateNotes | None = None  # told once the plan is made
 
 
 def _in_file_order(errors: Sequence[InvalidRequest], paths: Sequence[str]) -> InvalidRequest:
@@ -135,8 +138,6 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
                 "operator places it only once it is false; planned here as if it were",
                 file=sys.stderr,
             )
-        for why in [] if args.kubeconfig else _operator_notes(doc):  # (else the preview's)
-            print(f"hulk plan: note: job {doc['metadata']['name']}: {why}", file=sys.stderr)
     if args.kubeconfig:
         try:
             from hulk_operator.preview import preview_plan
@@ -218,7 +219,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         limits = region_limits(documents, cluster, notes)
     finally:
         _tell(notes)
-    return _Inputs(cluster, jobs, limits=limits)
+    templates = TemplateNotes([doc for _, doc in io.placed_documents(documents)])
+    return _Inputs(cluster, jobs, limits=limits, template_notes=templates)
 
 
 def _cluster_errors(
@@ -262,6 +264,54 @@ def _cluster_only_fields(doc: Any) -> list[str]:
     if isinstance(affinity, dict) and affinity.get("nodeAffinity"):
         found.append("spec.template.spec.affinity.nodeAffinity")
     return found
+
+
+class TemplateNotes:
+    """The operator's notes on the jobs' pod templates (``_operator_notes``), made in a
+    forked process while the plan is made, then told: the Kubernetes client's pod models
+    they check templates against take about 0.6 s to import, a third of ``hulk plan`` on
+    the paper's cluster (``bench/plan_time.py``). Where ``os.fork`` is missing, or the
+    child gives no answer, they are made here when asked."""
+
+    def __init__(self, docs: Sequence[Mapping[str, Any]]) -> None:
+        self._docs = [d for d in docs if (d.get("spec") or {}).get("template") is not None]
+        self._pid: int | None = None
+        self._read: int | None = None
+        if self._docs and hasattr(os, "fork"):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: the notes as JSON, then out without Python's exit
+                try:
+                    os.close(read)
+                    text = json.dumps([_operator_notes(d) for d in self._docs])
+                    with os.fdopen(write, "w") as out:
+                        out.write(text)
+                finally:
+                    os._exit(0)
+            os.close(write)
+            self._pid, self._read = pid, read
+
+    def lines(self) -> list[str]:
+        """The notes, a line each, in the jobs' order."""
+        made: list[list[str]] | None = None
+        if self._read is not None and self._pid is not None:
+            with os.fdopen(self._read) as answer:
+                text = answer.read()
+            os.waitpid(self._pid, 0)
+            self._pid = self._read = None
+            try:
+                made = json.loads(text)
+            except ValueError:  # (the child failed: made here instead)
+                made = None
+        if made is None or len(made) != len(self._docs):
+            made = [_operator_notes(d) for d in self._docs]
+        return [
+            f"job {(doc.get('metadata') or {}).get('name')}: {why}"
+            for doc, whys in zip(self._docs, made, strict=True)
+            for why in whys
+        ]
 
 
 def _operator_notes(doc: Mapping[str, Any]) -> list[str]:

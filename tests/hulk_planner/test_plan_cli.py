@@ -497,6 +497,31 @@ def test_a_template_the_operator_would_refuse_is_noted_offline(tmp_path: Path) -
     ), out.stderr
 
 
+def test_template_notes_are_told_where_the_plan_fails_and_alike_without_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The templates' notes are made in a forked process while the plan is made
+    (``cli_inputs.TemplateNotes``): told also when the run then fails (a --previous that
+    is no plan), and the same where ``os.fork`` is missing (made in the process itself)."""
+    from hulk_planner.cli_inputs import TemplateNotes
+
+    job = job_doc("bert-large")
+    job["spec"]["template"] = {
+        "spec": {"containers": [{"name": "t", "image": "t:1", "env": [{"name": "RANK"}]}]}
+    }
+    bare = job_doc("gpt2-xl")  # no template: no note
+    path = write(tmp_path / "jobs.yaml", bare, job)
+    (tmp_path / "old.json").write_text("[1]")
+    out = hulk("plan", "--jobs", path, "--previous", tmp_path / "old.json", "--moves", "5")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    told = "hulk plan: note: job bert-large: the operator would warn (EnvReplaced): container t"
+    assert told in out.stderr and "expected a PlacementPlan document" in out.stderr, out.stderr
+    forked = TemplateNotes([bare, job]).lines()
+    assert len(forked) == 1 and forked[0].startswith("job bert-large: the operator would warn")
+    monkeypatch.delattr(os, "fork")
+    assert TemplateNotes([bare, job]).lines() == forked
+
+
 def test_the_offline_template_notes_do_not_import_the_operators_framework() -> None:
     """`hulk plan` of a manifest with a template reads the operator's checks, and kopf
     (0.3 s of a plan's start, and an operator's framework) is not among what they need."""
