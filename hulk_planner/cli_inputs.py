@@ -270,14 +270,15 @@ class TemplateNotes:
     """The operator's notes on the jobs' pod templates (``_operator_notes``), made in a
     forked process while the plan is made, then told: the Kubernetes client's pod models
     they check templates against take about 0.6 s to import, a third of ``hulk plan`` on
-    the paper's cluster (``bench/plan_time.py``). Where ``os.fork`` is missing, or the
-    child gives no answer, they are made here when asked."""
+    the paper's cluster (``bench/plan_time.py``). Off Linux (macOS's system libraries are
+    not safe to use in a forked child), or where the child gives no answer, they are made
+    here when asked."""
 
     def __init__(self, docs: Sequence[Mapping[str, Any]]) -> None:
         self._docs = [d for d in docs if (d.get("spec") or {}).get("template") is not None]
         self._pid: int | None = None
         self._read: int | None = None
-        if self._docs and hasattr(os, "fork"):
+        if self._docs and sys.platform == "linux" and hasattr(os, "fork"):
             sys.stdout.flush()
             sys.stderr.flush()
             read, write = os.pipe()

@@ -502,7 +502,7 @@ def test_template_notes_are_told_where_the_plan_fails_and_alike_without_fork(
 ) -> None:
     """The templates' notes are made in a forked process while the plan is made
     (``cli_inputs.TemplateNotes``): told also when the run then fails (a --previous that
-    is no plan), and the same where ``os.fork`` is missing (made in the process itself)."""
+    is no plan), and the same where it cannot fork (made in the process itself)."""
     from hulk_planner.cli_inputs import TemplateNotes
 
     job = job_doc("bert-large")
