@@ -30,7 +30,7 @@ from gnn_common import geo_mean
 from hulk_planner.cost import CostModel
 from hulk_planner.generate import random_cluster
 from hulk_planner.gnn.planner import Timings, plan_gnn
-from hulk_planner.model import Job
+from hulk_planner.model import Job, Plan
 from hulk_planner.planners.search import search_plan
 from hulk_planner.presets import PRESETS, preset, preset_model
 
@@ -40,6 +40,14 @@ def jobs_of(names: list[str]) -> list[Job]:
         Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
         for n in names
     ]
+
+
+def regions_of(plan: Plan, where: dict[str, str]) -> str:
+    """Each job's servers and the regions they lie in."""
+    return "; ".join(
+        f"{jp.name} {len(jp.nodes)} in {', '.join(sorted({where[n] for n in jp.nodes}))}"
+        for jp in plan.jobs
+    )
 
 
 def thousand(max_search: float) -> None:
@@ -58,8 +66,11 @@ def thousand(max_search: float) -> None:
         f"hulk: {hulk_s:.2f} s (graph {tm.graph_s:.2f}, inference {tm.inference_s:.2f}, "
         f"decode+refine {tm.decode_s:.2f}); geometric-mean step {target:.4f} s"
     )
+    where = {s.name: s.region for s in cluster.servers}
+    print(f"hulk's jobs: {regions_of(hulk, where)}")
     budget = 1.0
     reached = None
+    p = hulk
     while budget <= max_search:
         t = time.perf_counter()
         p = search_plan(cost, jobs, seed=0, time_budget_s=budget)
@@ -70,6 +81,7 @@ def thousand(max_search: float) -> None:
             reached = took
             break
         budget *= 2
+    print(f"the search's last plan's jobs: {regions_of(p, where)}")
     if reached is None:
         print(
             f"search did not reach hulk's cost within {max_search:.0f} s: hulk is more than "
