@@ -268,9 +268,10 @@ def _cluster_only_fields(doc: Any) -> list[str]:
 
 class TemplateNotes:
     """The operator's notes on the jobs' pod templates (``_operator_notes``), made in a
-    forked process while the plan is made, then told: the Kubernetes client's pod models
-    they check templates against take about 0.6 s to import, a third of ``hulk plan`` on
-    the paper's cluster (``bench/plan_time.py``). Off Linux (macOS's system libraries are
+    forked process while the plan is made, then told: importing the Kubernetes client's
+    pod models they check templates against made ``hulk plan --jobs
+    examples/paper-jobs.yaml`` take 2.36 s, 1.53 s with the fork (``bench/plan_time.py``,
+    the built-in jobs: 1.43 s). Off Linux (macOS's system libraries are
     not safe to use in a forked child), or where the child gives no answer, they are made
     here when asked."""
 
