@@ -147,7 +147,10 @@ def main() -> None:
         }
         for it in budgets:
             for name, st in starts.items():
-                p = refine(cost, jobs, st, refine_iterations=it, seed=0)
+                # (gnn: as hulk decodes, both shares' starts, the search from the better)
+                more = [by_params] if name == "gnn" else []
+                st = by_model if name == "gnn" else st
+                p = refine(cost, jobs, st, alternatives=more, refine_iterations=it, seed=0)
                 row[f"{name}@{it}"] = geo_mean(p, jobs) / ref["geo"]
         rows.append(row)
         print(
@@ -264,9 +267,10 @@ def main() -> None:
                 for k in ("gnn", "random", "greedy", "model", "par.sh")
             )
         )
-    print("  (gnn: hulk's start, the better of model and par.sh; model: GNN scores with the")
-    print("   model's shares; par.sh: with the paper's parameter-ratio shares; random: random")
-    print("   scores, same decoding; greedy: the search planner's own start)")
+    print("  (gnn: hulk's starts, model and par.sh, the search descending from both and")
+    print("   annealing from the better; model: GNN scores with the model's shares; par.sh:")
+    print("   with the paper's parameter-ratio shares; random: random scores, same decoding;")
+    print("   greedy: the search planner's own start)")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@
    tell apart (same region and hardware get the same scores) are thus split among jobs
    in proportion, where a per-server argmax would give them all to one job.
    ``share=None`` is that plain argmax. ``decode`` (``share="best"``, the default) builds
-   the model's and the paper's starts and keeps the one with the better objective once
-   laid out (``bench/gnn_quality.py`` ablates both).
+   the model's and the paper's starts and refines both (step 6; ``bench/gnn_quality.py``
+   ablates each).
 3. **Memory.** Jobs in order of need (largest first): a job whose servers hold less than
    its margin takes more, most likely first, from idle servers and from jobs that keep
    their own margin; a job that cannot get it is left to the refinement (and reported
@@ -26,9 +26,17 @@
    (which are checked after it), for up to ``FEASIBILITY_ROUNDS`` rounds.
 5. **Layout.** Each job's servers are laid out by the core (``layout.layout_job``: stage
    ordering along low-latency paths, replicas, layer balancing to compute and memory).
-6. **Refinement.** ``search_plan`` from this assignment for a short budget: whole-job
-   moves, annealing, polish (the search keeps the best state it sees, so refinement never
-   makes the start worse).
+6. **Refinement.** ``search_plan`` from both assignments (the model's and the paper's
+   shares) for a short budget. Its coarse phase takes each start down through whole-job
+   moves (every job to every region at three sizes, every two jobs trading regions) to a
+   local optimum, for up to ``COARSE_SHARE`` of the budget (the search's own: 10%): on
+   large clusters, where each job fits in one region and most servers are free, the
+   network says only roughly where each job goes and how many servers it holds, and these
+   moves settle it (1,000 servers: a plan the search from its greedy start reaches in
+   about two minutes, ``bench/gnn_speed.py``), where the annealing's random proposals, a
+   few hundred in the time, rarely hit them. Then annealing from the start whose descent
+   ended best, and a polish of the best state seen (the search keeps it, so refinement
+   never makes the start worse).
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ MEMORY_MARGIN = 1.25
 FEASIBILITY_ROUNDS = 8
 SHARE_SLACK = 1.5
 STICKY_BONUS = 4.0
+COARSE_SHARE = 0.4  # of the refinement's budget, at most: the starts' descents (step 6)
 Share = Literal["model", "parameters"] | None
 
 
@@ -171,19 +180,16 @@ def decode(
     """Steps 1-6: the plan (layouts by the core, refined by a short search).
 
     ``share="best"`` (default) decodes with both quotas, the model's and the paper's
-    parameter ratio, lays both out and refines the one with the better objective (the
-    search planner's: sum of log step times, unplaced jobs worst)."""
-    if share == "best":
-        options = [
-            assign(cost, jobs, logits, share=s, sticky=sticky) for s in ("model", "parameters")
-        ]
-        start = min(options, key=lambda a: start_objective(cost, jobs, a))
-    else:
-        start = assign(cost, jobs, logits, share=share, sticky=sticky)
+    parameter ratio, and gives both to the refinement, which descends from each and
+    anneals from the one whose descent ends with the better objective (the search
+    planner's: sum of log step times, unplaced jobs worst)."""
+    shares: tuple[Share, ...] = ("model", "parameters") if share == "best" else (share,)
+    options = [assign(cost, jobs, logits, share=s, sticky=sticky) for s in shares]
     return refine(
         cost,
         jobs,
-        start,
+        options[0],
+        alternatives=options[1:],
         refine_s=refine_s,
         refine_iterations=refine_iterations,
         seed=seed,
@@ -209,15 +215,17 @@ def refine(
     jobs: Sequence[Job],
     start: Mapping[str, str],
     *,
+    alternatives: Sequence[Mapping[str, str]] = (),
     refine_s: float = 0.5,
     refine_iterations: int | None = None,
     seed: int = 0,
     sticky: Mapping[str, str] | None = None,
     name: str = "hulk",
 ) -> Plan:
-    """Steps 5-6 from any start: ``search_plan`` lays out every job with the core's
-    ``layout_job`` and anneals for ``refine_s`` seconds (or ``refine_iterations`` moves;
-    zero gives the start's own layout)."""
+    """Steps 5-6 from any start (and ``alternatives``, other starts): ``search_plan`` lays
+    out every job with the core's ``layout_job``, descends from each start for up to
+    ``COARSE_SHARE`` of the budget and anneals for the rest of ``refine_s`` seconds (or
+    ``refine_iterations`` moves; zero gives the best start's own layout)."""
     return search_plan(
         cost,
         jobs,
@@ -225,6 +233,8 @@ def refine(
         time_budget_s=max(refine_s, 1e-9) if refine_iterations is None else math.inf,
         max_iterations=refine_iterations,
         initial_assignment=dict(start),
+        alternatives=alternatives,
+        coarse_share=COARSE_SHARE if refine_iterations is None else 0.1,
         previous=sticky,
         settle=False,  # measured: in 1-2 s the settled rebuilds cost more than they find
         name=name,

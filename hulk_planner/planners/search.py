@@ -17,14 +17,16 @@ as many rebuilds again (``SETTLE_P``) are judged only after a short descent amon
 rebuilt jobs' servers (``_settled_rebuild``), as a new arrangement is often a few server
 moves from its own best.
 
-Schedule: the start is a greedy region-by-region fill (``greedy_start``) or a given
-assignment (the GNN's). First, for at most ``COARSE_SHARE`` of the budget, a copy of the
-start descends through relocations and trades alone; that is the best state so far. The
-annealing then runs from the start itself (on small clusters the coarse descent can lock a
-good start into a worse basin) for ``ANNEAL_SHARE`` of the budget, its temperature falling
-geometrically. The rest polishes the best state seen (``_polish``: relocations and trades,
-single moves, then swaps, first improvement taken, until none helps). The same seed and
-iteration budget give the same plan.
+Schedule: the start is a greedy region-by-region fill (``greedy_start``) or given
+assignments (the GNN's two decodings). First, for at most ``COARSE_SHARE`` of the budget
+(the GNN planner's refinement gives it more), a copy of each start descends through
+relocations and trades alone; the best descent is the best state so far. The annealing
+then runs from the start of that descent itself (on small clusters the coarse descent can
+lock a good start into a worse basin) for ``ANNEAL_SHARE / (1 - COARSE_SHARE)`` of the
+budget the coarse phase left (``ANNEAL_SHARE`` of the whole where it took its share), its
+temperature falling geometrically. The rest polishes the best state seen (``_polish``:
+relocations and trades, single moves, then swaps, first improvement taken, until none
+helps). The same seed and iteration budget give the same plan.
 """
 
 from __future__ import annotations
@@ -132,26 +134,29 @@ def search_plan(
     time_budget_s: float = 5.0,
     max_iterations: int | None = None,
     initial_assignment: Mapping[str, str] | None = None,
+    alternatives: Sequence[Mapping[str, str]] = (),
+    coarse_share: float = COARSE_SHARE,
     previous: Mapping[str, str] | None = None,
     settle: bool = True,
     name: str = "search",
 ) -> Plan:
     """Search from ``initial_assignment`` (server -> job; default ``greedy_start``) for
     ``time_budget_s`` seconds or ``max_iterations`` moves, whichever ends first (the
-    schedule is in the module's docstring). ``settle=False`` leaves out the settled
-    rebuilds: each costs tens of layouts, which pays in a long search and not in a short
-    refinement of a good start (the GNN planner's)."""
+    schedule is in the module's docstring). ``alternatives``: other starts, each descended
+    in the coarse phase after the first while its share lasts (``coarse_share`` of the
+    budget, all the starts together); the annealing runs from the start whose descent
+    ended best. ``settle=False`` leaves out the settled rebuilds: each costs tens of
+    layouts, which pays in a long search and not in a short refinement of a good start (the
+    GNN planner's)."""
     rng = random.Random(seed)
     evaluate = _Evaluator(cost, jobs)
     names = [j.name for j in jobs]
     if not names:
         return Plan(name)
-    start = dict(initial_assignment) if initial_assignment is not None else greedy_start(cost, jobs)
-    sets: dict[str | None, set[str]] = {j: set() for j in names}
-    sets[None] = set()
-    for s in cost.cluster.servers:
-        owner = start.get(s.name)
-        sets[owner if owner in sets else None].add(s.name)
+    starts = [
+        dict(initial_assignment) if initial_assignment is not None else greedy_start(cost, jobs),
+        *(dict(a) for a in alternatives),
+    ]
     moves = Moves(cost, jobs)
     sticky = dict(previous or {})
 
@@ -159,20 +164,48 @@ def search_plan(
         moved = sum(STICKINESS for n in members if n in sticky and sticky[n] != job)
         return evaluate(job, frozenset(members))[1] + moved
 
-    state = State(names, sets, term)
+    def sets_of(start: Mapping[str, str]) -> dict[str | None, set[str]]:
+        sets: dict[str | None, set[str]] = {j: set() for j in names}
+        sets[None] = set()
+        for s in cost.cluster.servers:
+            owner = start.get(s.name)
+            sets[owner if owner in sets else None].add(s.name)
+        return sets
+
     t0 = time.perf_counter()
+    moves_left: float = math.inf
+    coarse_deadline = deadline = polish_deadline = math.inf
     if max_iterations is not None:
-        coarse_moves, anneal_moves = (int(max_iterations * x) for x in (COARSE_SHARE, ANNEAL_SHARE))
-        coarse_deadline = deadline = math.inf
+        coarse_moves: float = int(max_iterations * coarse_share)
     else:
-        coarse_moves = anneal_moves = 10**12
-        coarse_deadline = t0 + time_budget_s * COARSE_SHARE
-        deadline = t0 + time_budget_s * (COARSE_SHARE + ANNEAL_SHARE)
+        coarse_moves = math.inf
+        coarse_deadline = t0 + time_budget_s * coarse_share
+    # coarse: a copy of each start descends through relocations and trades; the best so far
+    descents: list[State] = []
+    used = 0
+    for k, start in enumerate(starts):
+        descent = State(names, sets_of(start), term)
+        if k == 0 or (used < coarse_moves and time.perf_counter() < coarse_deadline):
+            descent, tried = _polish(
+                rng, descent, moves, coarse_moves - used, coarse_deadline, True
+            )
+            used += tried
+        descents.append(descent)
+    pick = min(range(len(starts)), key=lambda k: descents[k].total())
+    best, best_sets = descents[pick].total(), descents[pick].copy_sets()
+    # the annealing runs from that start itself (on small clusters the coarse descent can
+    # lock a good start into a worse basin), the polish from the best state seen
+    state = State(names, sets_of(starts[pick]), term)
     current = state.total()
-    coarse = _polish(
-        rng, State(names, state.copy_sets(), term), moves, coarse_moves, coarse_deadline, True
-    )
-    best, best_sets = coarse.total(), coarse.copy_sets()
+    rest = ANNEAL_SHARE / (1 - COARSE_SHARE)  # of what the coarse phase left: annealing
+    if max_iterations is not None:
+        anneal_moves = int((max_iterations - used) * rest)
+        moves_left = max_iterations - used - anneal_moves
+    else:
+        anneal_moves = 10**12
+        t1 = time.perf_counter()
+        deadline = t1 + max(0.0, t0 + time_budget_s - t1) * rest
+        polish_deadline = t0 + time_budget_s
     t1 = time.perf_counter()
     anneal_s = max(1e-9, deadline - t1)
     limit = anneal_moves
@@ -203,12 +236,7 @@ def search_plan(
             if current < best - 1e-12:
                 best = current
                 best_sets = state.copy_sets()
-    if max_iterations is not None:
-        moves_left: float = max_iterations - coarse_moves - anneal_moves
-        polish_deadline = math.inf
-    else:
-        moves_left, polish_deadline = math.inf, t0 + time_budget_s
-    polished = _polish(rng, State(names, best_sets, term), moves, moves_left, polish_deadline)
+    polished, _ = _polish(rng, State(names, best_sets, term), moves, moves_left, polish_deadline)
     return _to_plan(name, cost, jobs, polished.sets, evaluate)
 
 
@@ -272,7 +300,7 @@ def _polish(
     budget: float,
     deadline: float,
     coarse_only: bool = False,
-) -> State:
+) -> tuple[State, int]:
     """Descend to a local optimum, first improvement taken, through neighbourhoods from
     the cheapest to the largest: every job to every region and every two jobs trading
     regions (``Moves.relocation``, ``Moves.trade``: jobs x regions layouts), every server
@@ -280,7 +308,7 @@ def _polish(
     of any two. A round that improves something starts again from the first; the descent
     ends when a round improves nothing or ``budget`` moves or the ``deadline`` pass. The
     annealing's random proposals rarely hit the one swap that helps (a small job trading
-    its server for a faster one); a sweep tries each."""
+    its server for a faster one); a sweep tries each. Returns the state and the moves tried."""
     owner_of = state.owner_of
     servers = sorted(owner_of)
     names = list(state.terms)
@@ -329,13 +357,13 @@ def _polish(
         for phase in phases:
             for changes in phase():
                 if done >= budget or time.perf_counter() >= deadline:
-                    return state
+                    return state, done
                 done += 1
                 if changes and state.attempt(changes, lambda d: d < -1e-9) is not None:
                     improved = True
             if improved:
                 break
-    return state
+    return state, done
 
 
 def _gib(x: float) -> str:
