@@ -32,11 +32,11 @@
    local optimum, for up to ``COARSE_SHARE`` of the budget (the search's own: 10%): on
    large clusters, where each job fits in one region and most servers are free, the
    network says only roughly where each job goes and how many servers it holds, and these
-   moves settle it (1,000 servers: a plan the search from its greedy start reaches in
-   about two minutes, ``bench/gnn_speed.py``), where the annealing's random proposals, a
-   few hundred in the time, rarely hit them. Then annealing from the start whose descent
-   ended best, and a polish of the best state seen (the search keeps it, so refinement
-   never makes the start worse).
+   moves settle it (on ``bench/gnn_speed.py``'s 1,000 servers: a plan the search from its
+   greedy start reaches in about two minutes; on another cluster that start descends to
+   the same plan), where the annealing's random proposals rarely hit them. Then
+   annealing from the start whose descent ended best, and a polish of the best state seen
+   (the search keeps it, so refinement never makes the start worse).
 """
 
 from __future__ import annotations
@@ -50,13 +50,17 @@ import numpy as np
 from hulk_planner.cost import CostModel, memory_need_bytes
 from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, Plan
+from hulk_planner.planners import search
 from hulk_planner.planners.search import search_plan
 
 MEMORY_MARGIN = 1.25
 FEASIBILITY_ROUNDS = 8
 SHARE_SLACK = 1.5
 STICKY_BONUS = 4.0
-COARSE_SHARE = 0.4  # of the refinement's budget, at most: the starts' descents (step 6)
+# of a refinement's budget of seconds, at most: the starts' descents (step 6); a budget of
+# moves keeps the search's own share (a round of relocations on a crowded cluster would
+# take most of a small one, cut short: bench/gnn_quality.py's ablation at 100-400 moves)
+COARSE_SHARE = 0.4
 Share = Literal["model", "parameters"] | None
 
 
@@ -224,8 +228,9 @@ def refine(
 ) -> Plan:
     """Steps 5-6 from any start (and ``alternatives``, other starts): ``search_plan`` lays
     out every job with the core's ``layout_job``, descends from each start for up to
-    ``COARSE_SHARE`` of the budget and anneals for the rest of ``refine_s`` seconds (or
-    ``refine_iterations`` moves; zero gives the best start's own layout)."""
+    ``COARSE_SHARE`` of ``refine_s`` seconds and anneals for the rest (or, bounded by
+    ``refine_iterations`` moves, the search's own shares; zero gives the best start's own
+    layout)."""
     return search_plan(
         cost,
         jobs,
@@ -234,7 +239,7 @@ def refine(
         max_iterations=refine_iterations,
         initial_assignment=dict(start),
         alternatives=alternatives,
-        coarse_share=COARSE_SHARE if refine_iterations is None else 0.1,
+        coarse_share=COARSE_SHARE if refine_iterations is None else search.COARSE_SHARE,
         previous=sticky,
         settle=False,  # measured: in 1-2 s the settled rebuilds cost more than they find
         name=name,
