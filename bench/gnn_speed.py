@@ -37,8 +37,13 @@ from hulk_planner.generate import random_cluster
 from hulk_planner.gnn.decode import assign
 from hulk_planner.gnn.planner import Timings, plan_gnn, scores
 from hulk_planner.model import Job, Plan
-from hulk_planner.planners.moves import Moves, State
-from hulk_planner.planners.search import _Evaluator, _polish, greedy_start, search_plan
+from hulk_planner.planners.moves import Moves
+from hulk_planner.planners.search import (
+    coarse_descent,
+    greedy_start,
+    search_plan,
+    start_state,
+)
 from hulk_planner.presets import PRESETS, preset, preset_model
 
 
@@ -59,30 +64,20 @@ def regions_of(plan: Plan, where: dict[str, str]) -> str:
 
 def descents(cost: CostModel, jobs: list[Job], logits: np.ndarray) -> None:
     """Each start's geometric-mean step as laid out, and after the search's coarse
-    descent (``search._polish``'s whole-job moves) to a local optimum, with its time."""
-    names = [j.name for j in jobs]
+    descent (``search.coarse_descent``: whole-job moves) to a local optimum, with its time."""
+    n = len(jobs)
     starts = {
         "GNN, model's shares": assign(cost, jobs, logits, share="model"),
         "GNN, paper's shares": assign(cost, jobs, logits, share="parameters"),
         "search's greedy start": greedy_start(cost, jobs),
     }
     for what, start in starts.items():
-        evaluate = _Evaluator(cost, jobs)
-        sets: dict[str | None, set[str]] = {j: set() for j in [*names, None]}
-        for s in cost.cluster.servers:
-            sets[start.get(s.name)].add(s.name)
-
-        def term(j: str, m: set[str], ev: _Evaluator = evaluate) -> float:
-            return ev(j, frozenset(m))[1]
-
-        state = State(names, sets, term)
-        before = math.exp(state.total() / len(names))
+        state = start_state(cost, jobs, start)
+        before = math.exp(state.total() / n)
         t = time.perf_counter()
-        local, tried = _polish(
-            random.Random(0), state, Moves(cost, jobs), math.inf, math.inf, coarse_only=True
-        )
+        local, tried = coarse_descent(random.Random(0), state, Moves(cost, jobs))
         print(
-            f"{what}: {before:.4f} s as laid out, {math.exp(local.total() / len(names)):.4f} s "
+            f"{what}: {before:.4f} s as laid out, {math.exp(local.total() / n):.4f} s "
             f"after the coarse descent ({tried} moves, {time.perf_counter() - t:.2f} s)"
         )
 

@@ -20,7 +20,8 @@ moves from its own best.
 Schedule: the start is a greedy region-by-region fill (``greedy_start``) or given
 assignments (the GNN's two decodings). First, for at most ``COARSE_SHARE`` of the budget
 (the GNN planner's refinement gives it more), a copy of each start descends through
-relocations and trades alone; the best descent is the best state so far. The annealing
+relocations, regrowths at ``COARSE_GROWTH``'s sizes and trades alone (``coarse_descent``);
+the best descent is the best state so far. The annealing
 then runs from the start of that descent itself (on small clusters the coarse descent can
 lock a good start into a worse basin) for ``ANNEAL_SHARE / (1 - COARSE_SHARE)`` of the
 budget the coarse phase left (``ANNEAL_SHARE`` of the whole where it took its share), its
@@ -35,7 +36,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -48,13 +49,19 @@ from hulk_planner.cost import (
 )
 from hulk_planner.layout import layout_job
 from hulk_planner.model import Job, JobPlan, Plan, Unplaced
-from hulk_planner.planners.moves import GROWTH, Change, Moves, State
+from hulk_planner.planners.moves import Change, Moves, State
 
 UNPLACED_PENALTY = 100.0
 UNPLACED_REACH = 4.0  # an unplaced job is pulled towards this many times its memory need
 STICKINESS = 0.002
 T_START, T_END = 0.05, 0.0005
 COARSE_SHARE = 0.1  # of the budget, at most: relocations and trades from the start
+# The descents' regrowths of a job where it is, factors of its GPU memory: finer than the
+# annealing's (``moves.GROWTH``). A job's step time is not monotonic in its size (the
+# replica and stage counts the layout picks jump), and on large clusters, each job in one
+# region, the best size is often a few servers from any coarser factor: 50 of a region's
+# servers where 60 and 48 are both slower, which single-server moves reach only by chance.
+COARSE_GROWTH = (math.inf, 1.5, 1.25, 1.1, 1.05, 0.95, 0.9, 0.8, 0.7, 0.6)
 ANNEAL_SHARE = 0.7  # of the budget; the rest polishes the best state to a local optimum
 SETTLE_P = 0.03  # of the proposals: a rebuild judged after a short descent (_settled_rebuild)
 SETTLE = 20  # moves that descent may try, per job the rebuild changed
@@ -126,6 +133,42 @@ def greedy_start(cost: CostModel, jobs: Sequence[Job]) -> dict[str, str]:
     return assign
 
 
+def start_sets(
+    servers: Iterable[str], names: Sequence[str], start: Mapping[str, str]
+) -> dict[str | None, set[str]]:
+    """Each job's servers under ``start`` (server -> job), the rest (of no job, or of one
+    not in ``names``) under None: a ``State``'s sets."""
+    sets: dict[str | None, set[str]] = {j: set() for j in names}
+    sets[None] = set()
+    for n in servers:
+        owner = start.get(n)
+        sets[owner if owner in sets else None].add(n)
+    return sets
+
+
+def start_state(cost: CostModel, jobs: Sequence[Job], start: Mapping[str, str]) -> State:
+    """``start`` as a search state under the search's objective (no previous plan)."""
+    evaluate = _Evaluator(cost, jobs)
+    names = [j.name for j in jobs]
+    servers = [s.name for s in cost.cluster.servers]
+    return State(
+        names, start_sets(servers, names, start), lambda j, m: evaluate(j, frozenset(m))[1]
+    )
+
+
+def coarse_descent(
+    rng: random.Random,
+    state: State,
+    moves: Moves,
+    budget: float = math.inf,
+    deadline: float = math.inf,
+) -> tuple[State, int]:
+    """The search's coarse phase on ``state``: relocations, regrowths and trades of whole
+    jobs, first improvement taken, to a local optimum or until ``budget`` moves or the
+    ``deadline`` pass; returns the state and the moves tried."""
+    return _polish(rng, state, moves, budget, deadline, coarse_only=True)
+
+
 def search_plan(
     cost: CostModel,
     jobs: Sequence[Job],
@@ -164,14 +207,7 @@ def search_plan(
         moved = sum(STICKINESS for n in members if n in sticky and sticky[n] != job)
         return evaluate(job, frozenset(members))[1] + moved
 
-    def sets_of(start: Mapping[str, str]) -> dict[str | None, set[str]]:
-        sets: dict[str | None, set[str]] = {j: set() for j in names}
-        sets[None] = set()
-        for s in cost.cluster.servers:
-            owner = start.get(s.name)
-            sets[owner if owner in sets else None].add(s.name)
-        return sets
-
+    servers = [s.name for s in cost.cluster.servers]
     t0 = time.perf_counter()
     moves_left: float = math.inf
     coarse_deadline = deadline = polish_deadline = math.inf
@@ -184,10 +220,10 @@ def search_plan(
     descents: list[State] = []
     used = 0
     for k, start in enumerate(starts):
-        descent = State(names, sets_of(start), term)
+        descent = State(names, start_sets(servers, names, start), term)
         if k == 0 or (used < coarse_moves and time.perf_counter() < coarse_deadline):
-            descent, tried = _polish(
-                rng, descent, moves, coarse_moves - used, coarse_deadline, True
+            descent, tried = coarse_descent(
+                rng, descent, moves, coarse_moves - used, coarse_deadline
             )
             used += tried
         descents.append(descent)
@@ -195,18 +231,17 @@ def search_plan(
     best, best_sets = descents[pick].total(), descents[pick].copy_sets()
     # the annealing runs from that start itself (on small clusters the coarse descent can
     # lock a good start into a worse basin), the polish from the best state seen
-    state = State(names, sets_of(starts[pick]), term)
+    state = State(names, start_sets(servers, names, starts[pick]), term)
     current = state.total()
     rest = ANNEAL_SHARE / (1 - COARSE_SHARE)  # of what the coarse phase left: annealing
+    t1 = time.perf_counter()
     if max_iterations is not None:
         anneal_moves = int((max_iterations - used) * rest)
         moves_left = max_iterations - used - anneal_moves
     else:
         anneal_moves = 10**12
-        t1 = time.perf_counter()
         deadline = t1 + max(0.0, t0 + time_budget_s - t1) * rest
         polish_deadline = t0 + time_budget_s
-    t1 = time.perf_counter()
     anneal_s = max(1e-9, deadline - t1)
     limit = anneal_moves
     it = 0
@@ -302,8 +337,9 @@ def _polish(
     coarse_only: bool = False,
 ) -> tuple[State, int]:
     """Descend to a local optimum, first improvement taken, through neighbourhoods from
-    the cheapest to the largest: every job to every region and every two jobs trading
-    regions (``Moves.relocation``, ``Moves.trade``: jobs x regions layouts), every server
+    the cheapest to the largest: every job regrown where it is (``COARSE_GROWTH``), to
+    every region and every two jobs trading regions (``Moves.relocation``,
+    ``Moves.trade``: jobs x regions layouts), every server
     to a job in its region (or free), to any job, every swap of two servers of a region,
     of any two. A round that improves something starts again from the first; the descent
     ends when a round improves nothing or ``budget`` moves or the ``deadline`` pass. The
@@ -317,7 +353,7 @@ def _polish(
     def coarse() -> Iterator[list[Change]]:
         for job in names:
             home = moves.home(state, job)
-            grown = [(home, f) for f in GROWTH if home is not None]
+            grown = [(home, f) for f in COARSE_GROWTH if home is not None]
             for region, factor in [
                 *grown,
                 *((r, f) for r in moves.regions for f in (1.0, 2.0, math.inf)),

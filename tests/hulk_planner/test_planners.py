@@ -32,17 +32,21 @@ from hulk_planner.errors import NoFeasiblePlan
 from hulk_planner.generate import random_cluster
 from hulk_planner.layout import layout_job, linked_order
 from hulk_planner.model import Cluster, Job, ModelSpec, Plan
+from hulk_planner.planners import search
 from hulk_planner.planners.baseline_a import holds_model
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
 from hulk_planner.planners.moves import GROWTH, Moves, State
 from hulk_planner.planners.search import (
+    COARSE_GROWTH,
     UNPLACED_PENALTY,
     _Evaluator,
     _polish,
     _settled_rebuild,
+    coarse_descent,
     greedy_start,
     search_plan,
+    start_state,
 )
 from hulk_planner.planners.split import region_grouped, split_servers
 from hulk_planner.presets import PRESETS, preset, preset_model
@@ -359,17 +363,10 @@ def test_search_descends_every_start_and_keeps_the_best(paper_cost: CostModel) -
             paper_cost, jobs, max_iterations=0, initial_assignment=first, alternatives=[other]
         )
         assert both == alone and len(both.jobs) == len(jobs)
-    evaluate = _Evaluator(paper_cost, jobs)
-    names = [j.name for j in jobs]
 
     def descended(start: dict[str, str]) -> float:
-        sets: dict[str | None, set[str]] = {j: set() for j in [*names, None]}
-        for s in paper_cost.cluster.servers:
-            sets[start.get(s.name)].add(s.name)
-        state = State(names, sets, lambda j, m: evaluate(j, frozenset(m))[1])
-        local, tried = _polish(
-            random.Random(0), state, Moves(paper_cost, jobs), 3000, math.inf, True
-        )
+        state = start_state(paper_cost, jobs, start)
+        local, tried = coarse_descent(random.Random(0), state, Moves(paper_cost, jobs), 3000)
         assert tried < 1500  # (both descents end inside the coarse share below)
         return local.total()
 
@@ -384,6 +381,27 @@ def test_search_descends_every_start_and_keeps_the_best(paper_cost: CostModel) -
     assert len(result.jobs) == len(jobs)
     total = sum(math.log(jp.predicted_iteration_seconds) for jp in result.jobs)
     assert total <= min(descended(table2), descended(greedy)) + 1e-9
+
+
+def test_coarse_descent_regrows_jobs_at_fine_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's step time jumps with the replica and stage counts its size allows, so the
+    coarse descent regrows each job where it is at ``COARSE_GROWTH``'s sizes: on a
+    200-server cluster it ends lower from the greedy start than with only the annealing's
+    coarser ``GROWTH`` (from which single-server moves rarely reach those sizes)."""
+    cost = CostModel(random_cluster(200, 1))
+    jobs = [
+        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
+        for n in ("opt-175b", "t5-11b", "gpt2-xl", "bert-large")
+    ]
+    start = greedy_start(cost, jobs)
+
+    def descended() -> float:
+        state = start_state(cost, jobs, start)
+        return coarse_descent(random.Random(0), state, Moves(cost, jobs))[0].total()
+
+    fine = descended()
+    monkeypatch.setattr(search, "COARSE_GROWTH", GROWTH)
+    assert fine < descended() - 1e-3
 
 
 def _two_regions() -> Moves:
@@ -603,7 +621,7 @@ def test_polish_ends_where_no_move_or_swap_improves(n: int, seed: int, jobs: lis
         moves.relocation(final, j, r, f)
         for j in names
         for r in moves.regions
-        for f in (1.0, 2.0, math.inf, *GROWTH)
+        for f in (1.0, 2.0, math.inf, *COARSE_GROWTH)
     ] + [moves.trade(final, a, b, f) for a in names for b in names for f in (1.0, 2.0, math.inf)]
     for changes in coarse:
         changed = {j: set(m) for j, m in out.items()}
