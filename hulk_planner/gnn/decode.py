@@ -28,8 +28,9 @@
    ordering along low-latency paths, replicas, layer balancing to compute and memory).
 6. **Refinement.** ``search_plan`` from both assignments (the model's and the paper's
    shares) for a short budget. Its coarse phase takes each start down through whole-job
-   moves (every job to every region at three sizes, every two jobs trading regions) to a
-   local optimum, for up to ``COARSE_SHARE`` of the budget (the search's own: 10%): on
+   moves (every job to every region at three sizes or regrown where it is at ten, every two
+   jobs trading regions) to a local optimum, for up to ``COARSE_SHARE`` of the budget (the
+   search's own: 10%): on
    large clusters, where each job fits in one region and most servers are free, the
    network says only roughly where each job goes and how many servers it holds, and these
    moves settle it (on ``bench/gnn_speed.py``'s 1,000 servers: a plan the search from its
