@@ -1,31 +1,73 @@
 """Layouts per second: how fast ``layout.layout_job`` lays a job over a server set, the
 search's inner loop, with the cost model's plain-Python scoring of small grids and with
-numpy alone (``Network.rows`` off, as above ``topology.ROWS_MAX_SERVERS`` servers).
+numpy alone (``Network.rows`` off, as above ``topology.ROWS_MAX_SERVERS`` servers), and
+with its lower bounds on a candidate's step (``_step_floor``, ``_may_fit``) against every
+candidate scored.
 
     python bench/layout_speed.py [--sets 1500] [--seed 0]
 
 Cases: random sets of 1-40 servers of the paper's cluster (47 servers) and of a generated
-cluster of 300, each laying one of the paper's six jobs. Both paths must give the same
-layouts (checked); the figure is their speed ratio.
+cluster of 300, each laying one of the paper's six jobs; and the sets a search lays out
+(``search_plan``, seed 0: 1,500 moves on the paper's cluster with its six jobs, 300 on
+``bench/gnn_speed.py``'s cluster of 1,000 with its four), each once, as its layout cache
+has them. Every way must give the same layouts (checked); the figures are speed ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import time
+from unittest import mock
 
+from hulk_planner import layout
 from hulk_planner.cost import CostModel
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
 from hulk_planner.layout import layout_job
-from hulk_planner.model import Cluster
+from hulk_planner.model import Cluster, Job
+from hulk_planner.planners import search
+from hulk_planner.presets import preset, preset_model
+
+Case = tuple[Job, list[str]]
 
 
-def rate(cost: CostModel, cases: list) -> tuple[float, list]:
+def rate(cost: CostModel, cases: list[Case]) -> tuple[float, list]:
     t = time.perf_counter()
     out = [layout_job(cost, job, names) for job, names in cases]
     return len(cases) / (time.perf_counter() - t), out
+
+
+def unbounded(cluster: Cluster, cases: list[Case]) -> tuple[float, list]:
+    """``rate`` with every candidate scored (the bounds off)."""
+    with (
+        mock.patch.object(layout, "_step_floor", lambda *_: 0.0),
+        mock.patch.object(layout, "_may_fit", lambda *_: True),
+    ):
+        return rate(CostModel(cluster), cases)
+
+
+def random_sets(c: Cluster, rng: random.Random, count: int) -> list[Case]:
+    jobs = paper_jobs(6)
+    names = [s.name for s in c.servers]
+    return [
+        (rng.choice(jobs), rng.sample(names, rng.randint(1, min(40, len(names)))))
+        for _ in range(count)
+    ]
+
+
+def search_sets(c: Cluster, jobs: list[Job], moves: int) -> list[Case]:
+    """The sets a search of ``moves`` moves (seed 0) lays out, each once, in its order."""
+    seen: list[Case] = []
+
+    def spy(cost: CostModel, job: Job, names: frozenset[str]) -> object:
+        seen.append((job, sorted(names)))
+        return layout_job(cost, job, names)
+
+    with mock.patch.object(search, "layout_job", spy):
+        search.search_plan(CostModel(c), jobs, max_iterations=moves, time_budget_s=math.inf)
+    return seen
 
 
 def main() -> None:
@@ -33,24 +75,30 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=1500, help="server sets per cluster (1500)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    clusters: list[Cluster] = [paper_cluster(), random_cluster(300, seed=3)]
-    jobs = paper_jobs(6)
-    for c in clusters:
-        rng = random.Random(args.seed)
-        names = [s.name for s in c.servers]
-        cases = [
-            (rng.choice(jobs), rng.sample(names, rng.randint(1, min(40, len(names)))))
-            for _ in range(args.sets)
-        ]
+    big = [
+        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
+        for n in ("opt-175b", "t5-11b", "gpt2-xl", "bert-large")
+    ]
+    paper, c300, c1000 = paper_cluster(), random_cluster(300, seed=3), random_cluster(1000, seed=7)
+    for c, what, cases in [
+        (paper, "random sets", random_sets(paper, random.Random(args.seed), args.sets)),
+        (c300, "random sets", random_sets(c300, random.Random(args.seed), args.sets)),
+        (paper, "a search's sets, 6 jobs", search_sets(paper, list(paper_jobs(6)), 1500)),
+        (c1000, "a search's sets, 4 jobs", search_sets(c1000, big, 300)),
+    ]:
         fast_cost, numpy_cost = CostModel(c), CostModel(c)
         numpy_cost.net.rows = None
         fast_cost.net.rows  # noqa: B018 (built before timing, as the search has it)
         numpy_rate, numpy_out = rate(numpy_cost, cases)
         fast_rate, fast_out = rate(fast_cost, cases)
+        every_rate, every_out = unbounded(c, cases)
         assert fast_out == numpy_out, "the two scoring paths gave different layouts"
+        assert fast_out == every_out, "the bounds changed a layout"
         print(
-            f"{c.name} ({len(c.servers)} servers): {fast_rate:,.0f} layouts/s with plain-Python "
-            f"scoring, {numpy_rate:,.0f} with numpy alone: {fast_rate / numpy_rate:.2f}x"
+            f"{c.name} ({len(c.servers)} servers; {len(cases)} {what}): "
+            f"{fast_rate:,.0f} layouts/s; numpy alone {numpy_rate:,.0f} "
+            f"({fast_rate / numpy_rate:.2f}x); every candidate scored {every_rate:,.0f} "
+            f"({fast_rate / every_rate:.2f}x)"
         )
 
 

@@ -130,6 +130,11 @@ class Network:
             ms = np.concatenate([ms[kept], np.full(cut.size, np.inf)])
             given = np.concatenate([given[kept], np.full(cut.size, np.nan)])
         gbps = np.where(np.isnan(given), rbw[self.region[a], self.region[b]], given)
+        # the fastest link between two servers (any two, a region's defaults included): the
+        # layout's lower bounds on transfers (``layout.layout_job``)
+        self.fastest_gbps = float(max(rbw.max(), gbps.max(initial=0.0)))
+        nearest = float(min(rlat.min(), ms.min(initial=np.inf)))
+        self.nearest_ms = nearest if np.isfinite(nearest) else 0.0  # the shortest, alike
         own = np.arange(n, dtype=np.int64)
         keys = np.concatenate([a * n + b, b * n + a, own * (n + 1)])
         order = np.argsort(keys, kind="stable")

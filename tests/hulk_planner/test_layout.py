@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -19,9 +20,14 @@ from planner_helpers import (
     usable_gib,
 )
 
+from hulk_planner import layout
 from hulk_planner.cost import CostModel, micro_batches
 from hulk_planner.generate import random_cluster
 from hulk_planner.layout import (
+    _balance,
+    _candidates,
+    _may_fit,
+    _step_floor,
     balance_layers,
     layout_job,
     linked_order,
@@ -357,3 +363,79 @@ def test_a_small_job_runs_on_its_fastest_server_alone() -> None:
     alone = cost.job_seconds(job, make_job_plan(job, [["fast"]], [4]))
     assert jp.predicted_iteration_seconds == pytest.approx(alone)
     assert layout_job(cost, job, ["slow-1", "slow-2"]).predicted_iteration_seconds > alone
+
+
+def _case(seed: int, n: int) -> tuple[CostModel, Job, list[str]]:
+    rng = random.Random(seed)
+    c = random_cluster(max(n, 2), seed=seed, regions=rng.randint(1, 5))
+    name = rng.choice(("gpt2-xl", "bert-large", "t5-11b", "llama2-7b", "opt-175b"))
+    batch = rng.choice((preset(name).global_batch_size, 64, 8))
+    job = Job(name, preset_model(name), batch, rng.choice((1, 2, 4)))
+    return CostModel(c), job, rng.sample([s.name for s in c.servers], rng.randint(1, n))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 80))
+def test_step_floor_is_below_every_layout_the_model_scores(seed: int, n: int) -> None:
+    """The layout skips a candidate whose ``_step_floor`` is at or above the best step so
+    far and one ``_may_fit`` refuses: the floor must be at or below the cost model's step
+    of the candidate as laid out, and a refused candidate must be one whose layers do not
+    fit. Every candidate of the set is laid out here as the layout does."""
+    cost, job, names = _case(seed, n)
+    ids = cost.net.ids(order_servers(cost, names))
+    flops, capacity = cost.flops_list, cost.capacity_list
+    by_speed = sorted(ids, key=lambda i: -flops[i])
+    speeds = [flops[i] for i in by_speed]
+    rooms = sorted([capacity[i] for i in ids], reverse=True)
+    for r, p in _candidates(len(ids), job.model.layers):
+        keep = set(by_speed[: r * p])
+        chosen = linked_order(cost.net, [i for i in ids if i in keep])
+        rows = [chosen[k * r : (k + 1) * r] for k in range(p)]
+        m = micro_batches(job, r)
+        counts = _balance(cost, job, rows, m)
+        if not _may_fit(job, rooms, p, r):
+            assert counts is None, (r, p)
+        if counts is not None:
+            t = cost.data_seconds(job, rows, counts, m)
+            assert _step_floor(job, cost.net, speeds, p, r) <= t, (r, p)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 80))
+def test_the_bounds_change_no_layout(seed: int, n: int) -> None:
+    """With the floor at zero and every candidate let through, the layout scores every
+    candidate in turn: it must be the same as with the bounds."""
+    cost, job, names = _case(seed, n)
+    pruned = layout_job(cost, job, names)
+    with (
+        mock.patch.object(layout, "_step_floor", lambda *_: 0.0),
+        mock.patch.object(layout, "_may_fit", lambda *_: True),
+    ):
+        every = layout_job(cost, job, names)
+    assert pruned == every
+
+
+def test_the_bounds_skip_candidates_on_a_region_of_a_large_cluster() -> None:
+    """The point of the bounds: on a region of a generated 300-server cluster, fewer
+    candidates are balanced than without them, and the layout is the same."""
+    c = random_cluster(300, seed=3)
+    region = c.servers[0].region
+    names = [s.name for s in c.servers if s.region == region]
+    job = Job("gpt2-xl", preset_model("gpt2-xl"), preset("gpt2-xl").global_batch_size, 1)
+    calls: list[int] = []
+    real = layout._balance
+
+    def counted(*args: object) -> list[int] | None:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    with mock.patch.object(layout, "_balance", counted):
+        pruned = layout_job(CostModel(c), job, names)
+        bounded = len(calls)
+        with (
+            mock.patch.object(layout, "_step_floor", lambda *_: 0.0),
+            mock.patch.object(layout, "_may_fit", lambda *_: True),
+        ):
+            every = layout_job(CostModel(c), job, names)
+    assert pruned == every
+    assert bounded < len(calls) - bounded, (bounded, len(calls) - bounded)

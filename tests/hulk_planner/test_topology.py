@@ -296,3 +296,23 @@ def test_a_link_without_bandwidth_takes_its_region_links_as_docs_cost_model_says
     doc = (Path(__file__).parents[2] / "docs" / "cost-model.md").read_text()
     paragraph = doc[doc.index("**Default bandwidth**") :].split("\n\n")[0]
     assert "its region link's (`spec.regionLinks`" in paragraph, paragraph
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 40), seed=st.integers(0, 10**6), regions=st.integers(1, 5))
+def test_fastest_link_and_shortest_latency_bound_every_pair(
+    n: int, seed: int, regions: int
+) -> None:
+    """``fastest_gbps`` and ``nearest_ms`` bound every pair of two servers (the layout's
+    lower bounds on a step rest on them), and are reached by one where a pair sets them."""
+    c = _mixed(n, seed, regions)
+    net = Network(c, dense=True)
+    apart = ~np.eye(n, dtype=bool)
+    talk = net.direct & apart
+    assert (net.bandwidth_gbps[apart] <= net.fastest_gbps).all()
+    assert (net.latency_ms[apart] >= net.nearest_ms).all()
+    assert net.nearest_ms >= 0.0
+    if talk.any():
+        assert net.nearest_ms <= net.latency_ms[talk].min()
+    hand = Network(cluster(FOUR, links=[("a", "b", 0.25, 40.0), ("c", "d", 70.0, 1.0)]))
+    assert hand.fastest_gbps == 40.0 and hand.nearest_ms == 0.25
