@@ -17,8 +17,8 @@ to decide *how*:
 4. Score the candidates with the cost model and keep the fastest: the most promising
    first (lowest lower bound on its step, ``_step_floor``), until the best so far beats
    every bound left, and none whose layers cannot fit (``_may_fit``). The bounds are
-   exact, so the layout is the one scoring every candidate would give (tested), in about
-   half the time (``bench/layout_speed.py``).
+   exact, so the layout is the one scoring every candidate would give (tested), 1.3-2x
+   as fast (``bench/layout_speed.py``).
 
 ``repair_job`` keeps a running job's healthy stages where they are and replaces only lost
 servers, for re-planning after a failure.
