@@ -304,7 +304,8 @@ def test_fastest_link_and_shortest_latency_bound_every_pair(
     n: int, seed: int, regions: int
 ) -> None:
     """``fastest_gbps`` and ``nearest_ms`` bound every pair of two servers (the layout's
-    lower bounds on a step rest on them), and are reached by one where a pair sets them."""
+    lower bounds on a step rest on them); on a hand-built cluster they are the values its
+    fastest and shortest links give."""
     c = _mixed(n, seed, regions)
     net = Network(c, dense=True)
     apart = ~np.eye(n, dtype=bool)
