@@ -54,9 +54,11 @@ def main() -> None:
     cluster = paper_cluster()
     for count in (4, 6):
         jobs = paper_jobs(count)
-        cost = CostModel(cluster)
         hulk, walls, tm = [], [], Timings()
         for s in seeds:  # hulk runs alone: its refinement is wall-clock
+            # a cost model of its own, as each search has: layout.py's memo of the last
+            # seed's layouts must not speed the next
+            cost = CostModel(cluster)
             t = time.perf_counter()
             hulk.append(plan_gnn(cost, jobs, seed=s, timings=tm))
             walls.append(time.perf_counter() - t)

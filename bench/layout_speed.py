@@ -2,7 +2,8 @@
 search's inner loop, with the cost model's plain-Python scoring of small grids and with
 numpy alone (``Network.rows`` off, as above ``topology.ROWS_MAX_SERVERS`` servers), and
 with its lower bounds on a candidate's step (``_step_floor``, ``_may_fit``) against every
-candidate scored.
+candidate scored, and with its memo of candidates scored before (``layout._MEMOS``: the same
+fastest servers, order and replicas, for the same job on the same cost model) against none.
 
     python bench/layout_speed.py [--sets 1500] [--seed 0] [--repeats 3]
 
@@ -48,6 +49,22 @@ def unbounded(cluster: Cluster, cases: list[Case]) -> tuple[float, list]:
         return rate(CostModel(cluster), cases)
 
 
+class _Forgetful:
+    """``layout._MEMOS`` that gives every layout an empty memo: nothing scored before."""
+
+    def get(self, _cost: CostModel) -> None:
+        return None
+
+    def setdefault(self, _cost: CostModel, memo: layout._Memo) -> layout._Memo:
+        return memo
+
+
+def unmemoised(cost: CostModel, cases: list[Case]) -> tuple[float, list]:
+    """``rate`` with no memo."""
+    with mock.patch.object(layout, "_MEMOS", _Forgetful()):
+        return rate(cost, cases)
+
+
 def random_sets(c: Cluster, rng: random.Random, count: int) -> list[Case]:
     jobs = paper_jobs(6)
     names = [s.name for s in c.servers]
@@ -83,28 +100,31 @@ def main() -> None:
         (paper, "a search's sets, 6 jobs", search_sets(paper, list(paper_jobs(6)), 1500)),
         (c1000, "a search's sets, 4 jobs", search_sets(c1000, list(paper_jobs(4)), 300)),
     ]:
-        best = {"fast": 0.0, "numpy": 0.0, "every": 0.0}
+        best = {"fast": 0.0, "numpy": 0.0, "every": 0.0, "forgetful": 0.0}
         outs: dict[str, list] = {}
         for _ in range(args.repeats):  # interleaved, best of each: the machine's load drifts
-            fast_cost, numpy_cost = CostModel(c), CostModel(c)
+            fast_cost, numpy_cost, forgetful_cost = CostModel(c), CostModel(c), CostModel(c)
             numpy_cost.net.rows = None
-            fast_cost.net.rows  # noqa: B018 (built before timing, as the search has it)
+            for cost in (fast_cost, forgetful_cost):
+                cost.net.rows  # noqa: B018 (built before timing, as the search has it)
             for way, (got, out) in {
                 "numpy": rate(numpy_cost, cases),
                 "fast": rate(fast_cost, cases),
                 "every": unbounded(c, cases),
+                "forgetful": unmemoised(forgetful_cost, cases),
             }.items():
                 best[way] = max(best[way], got)
                 outs[way] = out
         fast_rate, numpy_rate, every_rate = best["fast"], best["numpy"], best["every"]
-        fast_out, numpy_out, every_out = outs["fast"], outs["numpy"], outs["every"]
-        assert fast_out == numpy_out, "the two scoring paths gave different layouts"
-        assert fast_out == every_out, "the bounds changed a layout"
+        assert outs["fast"] == outs["numpy"], "the two scoring paths gave different layouts"
+        assert outs["fast"] == outs["every"], "the bounds changed a layout"
+        assert outs["fast"] == outs["forgetful"], "the memo changed a layout"
         print(
             f"{c.name} ({len(c.servers)} servers; {len(cases)} {what}): "
             f"{fast_rate:,.0f} layouts/s; numpy alone {numpy_rate:,.0f} "
             f"({fast_rate / numpy_rate:.2f}x); every candidate scored {every_rate:,.0f} "
-            f"({fast_rate / every_rate:.2f}x)"
+            f"({fast_rate / every_rate:.2f}x); no memo {best['forgetful']:,.0f} "
+            f"({fast_rate / best['forgetful']:.2f}x)"
         )
 
 

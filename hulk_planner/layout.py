@@ -18,7 +18,9 @@ to decide *how*:
    first (lowest lower bound on its step, ``_step_floor``), until the best so far beats
    every bound left, and none whose layers cannot fit (``_may_fit``). The bounds are
    exact, so the layout is the one scoring every candidate would give (tested), 1.3-2x
-   as fast (``bench/layout_speed.py``).
+   as fast (``bench/layout_speed.py``). A candidate scored before for the same job on the
+   same cost model (the same servers, order and replicas: a search's next set often
+   differs by one slow server) is taken from a memo (``_Memo``).
 
 ``repair_job`` keeps a running job's healthy stages where they are and replaces only lost
 servers, for re-planning after a failure.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import weakref
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from itertools import pairwise
@@ -135,13 +138,15 @@ def _chain(
     links_left = {i: len(linked[i] & members) for i in left} if fewest_first else {}
     while left:
         near = linked[out[-1]]
-        options = [k for k, i in enumerate(left) if i in near]
-        if not options:
-            breaks, k = breaks + 1, 0
-        elif fewest_first:
-            k = min(options, key=lambda k: (links_left[left[k]], k))
+        if fewest_first:  # the first of the linked ones with the fewest links left
+            k, fewest = -1, math.inf
+            for j, i in enumerate(left):
+                if i in near and links_left[i] < fewest:
+                    k, fewest = j, links_left[i]
         else:
-            k = options[0]
+            k = next((k for k, i in enumerate(left) if i in near), -1)
+        if k < 0:
+            breaks, k = breaks + 1, 0
         pick = left.pop(k)
         members.discard(pick)
         if fewest_first:
@@ -267,6 +272,35 @@ def _may_fit(job: Job, rooms: Sequence[float], p: int, r: int) -> bool:
     return sum(int(room // per_layer) for room in rooms[r - 1 : r * p : r]) >= job.model.layers
 
 
+Scored = tuple[float, list[int]] | None  # (step, layers per stage); None: nothing fits
+Key = tuple[tuple[int, ...], int]  # (servers in pipeline order before linked_order, replicas)
+
+
+class _Memo:
+    """The candidates ``layout_job`` scored on one cost model, per job: ``Key`` ->
+    ``Scored``. The search lays out sets that differ by a server or two, whose candidates
+    are often the same fastest servers in the same order (``bench/layout_speed.py``: a
+    search's sets with it and without). Emptied, all jobs together, when its entries reach
+    ``MEMO_WORDS``: each counts its server ids, its layer counts and ``ENTRY_WORDS``."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[Job, dict[Key, Scored]] = {}
+        self.room = MEMO_WORDS
+
+    def put(self, scored: dict[Key, Scored], key: Key, value: Scored) -> None:
+        words = len(key[0]) + (0 if value is None else len(value[1])) + ENTRY_WORDS
+        if self.room < words:
+            for each in self.jobs.values():
+                each.clear()
+            self.room = MEMO_WORDS
+        self.room -= words
+        scored[key] = value
+
+
+MEMO_WORDS, ENTRY_WORDS = 3_000_000, 32
+_MEMOS: weakref.WeakKeyDictionary[CostModel, _Memo] = weakref.WeakKeyDictionary()
+
+
 def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | None:
     """The fastest layout of ``job`` on (a subset of) ``names``; None if nothing fits."""
     if not names:
@@ -281,19 +315,24 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         per_region.setdefault(int(net.region[i]), []).append(i)
     if len(per_region) > 1:
         subsets.append(max(per_region.values(), key=lambda ids: float(cost.flops[ids].sum())))
-    best: tuple[float, int, list[list[int]], list[int]] | None = None
+    best: tuple[float, int, list[int], int, list[int]] | None = None
+    memo = _MEMOS.get(cost) or _MEMOS.setdefault(cost, _Memo())
+    scored_before = memo.jobs.setdefault(job, {})
 
     def consider(chosen: list[int], p: int, r: int, rank: int) -> None:
         nonlocal best
-        chosen = linked_order(net, chosen)
-        rows = [chosen[k * r : (k + 1) * r] for k in range(p)]
-        m = micro_batches(job, r)
-        counts = _balance(cost, job, rows, m)
-        if counts is None:
-            return
-        t = cost.data_seconds(job, rows, counts, m)
-        if best is None or (t, rank) < best[:2]:
-            best = (t, rank, rows, counts)
+        key = (tuple(chosen), r)
+        if key in scored_before:  # for this job on another set
+            scored = scored_before[key]
+        else:
+            linked = linked_order(net, chosen)
+            rows = [linked[k * r : (k + 1) * r] for k in range(p)]
+            m = micro_batches(job, r)
+            counts = _balance(cost, job, rows, m)
+            scored = None if counts is None else (cost.data_seconds(job, rows, counts, m), counts)
+            memo.put(scored_before, key, scored)
+        if scored is not None and (best is None or (scored[0], rank) < best[:2]):
+            best = (scored[0], rank, chosen, r, scored[1])
 
     # Every candidate of every subset whose layers can fit, the most promising (lowest
     # bound) first, until the best so far beats every bound left; ties go to the earlier
@@ -326,8 +365,9 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
             consider(by_room[len(by_room) - r * p :], p, r, next(ranks))
     if best is None or not math.isfinite(best[0]):
         return None
-    t, _, grid, counts = best
-    stages = [[net.names[i] for i in row] for row in grid]
+    t, _, chosen, r, counts = best
+    linked = linked_order(net, chosen)  # (cached where it reorders)
+    stages = [[net.names[i] for i in linked[k * r : (k + 1) * r]] for k in range(len(counts))]
     return replace(make_job_plan(job, stages, counts), predicted_iteration_seconds=t)
 
 

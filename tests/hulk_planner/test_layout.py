@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -35,7 +36,7 @@ from hulk_planner.layout import (
     order_servers,
     repair_job,
 )
-from hulk_planner.model import Job, ModelSpec
+from hulk_planner.model import Cluster, Job, ModelSpec, Server
 from hulk_planner.presets import preset, preset_model
 
 
@@ -415,21 +416,32 @@ def test_the_bounds_change_no_layout(seed: int, n: int) -> None:
     assert pruned == every
 
 
-def test_the_bounds_skip_candidates_on_a_region_of_a_large_cluster() -> None:
-    """The point of the bounds: on a region of a generated 300-server cluster, fewer
-    candidates are balanced than without them, and the layout is the same."""
+def _a_region_of_300() -> tuple[Cluster, Job, list[Server]]:
+    """A generated 300-server cluster, GPT-2 XL, and the servers of the first's region."""
     c = random_cluster(300, seed=3)
-    region = c.servers[0].region
-    names = [s.name for s in c.servers if s.region == region]
     job = Job("gpt2-xl", preset_model("gpt2-xl"), preset("gpt2-xl").global_batch_size, 1)
-    calls: list[int] = []
+    return c, job, [s for s in c.servers if s.region == c.servers[0].region]
+
+
+def _counted_balance(calls: list[int]) -> Any:
+    """``layout._balance`` patched to append to ``calls`` on each call (each candidate
+    balanced)."""
     real = layout._balance
 
     def counted(*args: object) -> list[int] | None:
         calls.append(1)
         return real(*args)  # type: ignore[arg-type]
 
-    with mock.patch.object(layout, "_balance", counted):
+    return mock.patch.object(layout, "_balance", counted)
+
+
+def test_the_bounds_skip_candidates_on_a_region_of_a_large_cluster() -> None:
+    """The point of the bounds: on a region of a generated 300-server cluster, fewer
+    candidates are balanced than without them, and the layout is the same."""
+    c, job, mine = _a_region_of_300()
+    names = [s.name for s in mine]
+    calls: list[int] = []
+    with _counted_balance(calls):
         pruned = layout_job(CostModel(c), job, names)
         bounded = len(calls)
         with (
@@ -439,3 +451,71 @@ def test_the_bounds_skip_candidates_on_a_region_of_a_large_cluster() -> None:
             every = layout_job(CostModel(c), job, names)
     assert pruned == every
     assert bounded < len(calls) - bounded, (bounded, len(calls) - bounded)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 60))
+def test_the_memo_changes_no_layout(seed: int, n: int) -> None:
+    """Sets laid out one after another on one cost model, as a search does (each a server
+    or two from the last; the same job name at another micro-batch size among them), must
+    get the layouts a fresh cost model gives each: the memo serves only candidates of the
+    same job, servers, order and replicas."""
+    cost, job, names = _case(seed, n)
+    rng = random.Random(seed)
+    every = [s.name for s in cost.cluster.servers]
+    other = Job(job.name, job.model, job.global_batch_size, job.micro_batch_size * 2)
+    current = set(names)
+    for _ in range(12):
+        outside = [x for x in every if x not in current]
+        if outside and (len(current) < 2 or rng.random() < 0.5):
+            current.add(rng.choice(outside))
+        else:
+            current.discard(rng.choice(sorted(current)))
+        for j in (job, other):
+            assert layout_job(cost, j, sorted(current)) == layout_job(
+                CostModel(cost.cluster), j, sorted(current)
+            )
+
+
+def test_the_memo_serves_a_set_grown_by_a_slow_server() -> None:
+    """The point of the memo: a set and the same set with one more server, slower than all
+    of its own, share most candidates (the fastest servers, in the same order), so the
+    second layout balances fewer candidates than on a cost model that never saw the first."""
+    c, job, mine = _a_region_of_300()
+    mine.sort(key=lambda s: -s.flops)
+    cost = CostModel(c)
+    calls: list[int] = []
+    with _counted_balance(calls):
+        cold = layout_job(CostModel(c), job, [s.name for s in mine])
+        alone = len(calls)
+        layout_job(cost, job, [s.name for s in mine[:-1]])
+        first = len(calls)
+        warm = layout_job(cost, job, [s.name for s in mine])
+    assert len(calls) - first < alone, (alone, len(calls) - first)
+    assert warm == cold
+
+
+def test_the_memo_stays_within_its_bound() -> None:
+    """The memo holds at most ``MEMO_WORDS`` words (each entry its server ids, its layer
+    counts and ``ENTRY_WORDS``), all jobs of a cost model together (it empties when full),
+    and layouts stay right across the emptying."""
+    c = random_cluster(60, seed=4)
+    cost = CostModel(c)
+    rng = random.Random(4)
+    names = [s.name for s in c.servers]
+    jobs = [Job(n, preset_model(n), preset(n).global_batch_size, 1) for n in ("gpt2-xl", "t5-11b")]
+    emptied, last = 0, 0
+    with mock.patch.object(layout, "MEMO_WORDS", 1000):
+        for _ in range(40):
+            job, chosen = rng.choice(jobs), rng.sample(names, rng.randint(1, 30))
+            assert layout_job(cost, job, chosen) == layout_job(CostModel(c), job, chosen)
+            memo = layout._MEMOS[cost]
+            held = sum(
+                len(key) + (0 if value is None else len(value[1])) + layout.ENTRY_WORDS
+                for scored in memo.jobs.values()
+                for (key, _), value in scored.items()
+            )
+            assert held <= 1000
+            assert held == 1000 - memo.room
+            emptied, last = emptied + (held < last), held
+    assert emptied >= 2  # (the bound was reached, and layouts went on right)
