@@ -39,7 +39,7 @@ from hulk_planner.gnn.data import GenerationSettings, generate
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features, to_data
 from hulk_planner.gnn.planner import _numpy_model, _stamp, _torch_model, default_weights, plan_gnn
 from hulk_planner.model import Cluster, Job
-from hulk_planner.presets import PRESETS, preset, preset_model
+from hulk_planner.presets import PRESETS, preset_jobs
 
 # the inference rows also plan with each device's logits (a move budget, not a time budget,
 # so the plans may be compared) on clusters up to this size
@@ -97,10 +97,7 @@ def _cluster(size: int) -> Cluster:
 
 def inference(sizes: list[int], repeats: int) -> None:
     path = str(default_weights())
-    jobs = [
-        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
-        for n in sorted(PRESETS)
-    ]
+    jobs = preset_jobs(sorted(PRESETS))
     print(
         f"== inference, {len(jobs)} jobs, median of {repeats}; torch CPU threads "
         f"{torch.get_num_threads()}, {os.cpu_count()} CPUs"

@@ -44,14 +44,7 @@ from hulk_planner.planners.search import (
     search_plan,
     start_state,
 )
-from hulk_planner.presets import PRESETS, preset, preset_model
-
-
-def jobs_of(names: list[str]) -> list[Job]:
-    return [
-        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
-        for n in names
-    ]
+from hulk_planner.presets import PRESETS, preset_jobs
 
 
 def regions_of(plan: Plan, where: dict[str, str]) -> str:
@@ -85,7 +78,7 @@ def descents(cost: CostModel, jobs: list[Job], logits: np.ndarray) -> None:
 
 def thousand(max_search: float, cluster_seed: int = 7) -> None:
     cluster = random_cluster(1000, cluster_seed)
-    jobs = jobs_of(["opt-175b", "t5-11b", "gpt2-xl", "bert-large"])
+    jobs = preset_jobs(["opt-175b", "t5-11b", "gpt2-xl", "bert-large"])
     t = time.perf_counter()
     cost = CostModel(cluster)
     net_s = time.perf_counter() - t
@@ -138,7 +131,7 @@ def five_thousand() -> None:
     from hulk_planner.api import plan
 
     cluster = random_cluster(5000, 1)
-    jobs = jobs_of(sorted(PRESETS))
+    jobs = preset_jobs(sorted(PRESETS))
     t = time.perf_counter()
     cost = CostModel(cluster)
     net_s = time.perf_counter() - t

@@ -37,7 +37,7 @@ from hulk_planner.planners.baseline_a import data_over
 from hulk_planner.planners.baseline_b import gpipe_over
 from hulk_planner.planners.baseline_c import tensor_over
 from hulk_planner.planners.split import region_grouped
-from hulk_planner.presets import preset, preset_model
+from hulk_planner.presets import preset_jobs
 
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 ONE_JOB: dict[str, Callable[[CostModel, Job, Sequence[str]], JobPlan | None]] = {
@@ -63,13 +63,6 @@ class Outcome:
     search_gains: list[float]
     jobs: int
     same_servers: dict[str, list[float]]  # baseline -> its ratios on hulk's servers
-
-
-def preset_jobs(names: Sequence[str]) -> list[Job]:
-    return [
-        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
-        for n in names
-    ]
 
 
 def scenarios(quick: bool) -> list[Scenario]:

@@ -37,7 +37,7 @@ from hulk_planner.api import plan
 from hulk_planner.generate import random_cluster
 from hulk_planner.gnn import planner as gnn_planner
 from hulk_planner.model import Cluster, Job
-from hulk_planner.presets import PRESETS, preset, preset_model
+from hulk_planner.presets import PRESETS, preset_jobs
 
 
 def per_group(*_: object) -> gnn_planner.SharedScores:
@@ -64,10 +64,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,5000")
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
-    base = [
-        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
-        for n in sorted(PRESETS)
-    ]
+    base = preset_jobs(sorted(PRESETS))
     walls: list[float] = []
     steps: list[float] = []
     fixed: list[float] = []

@@ -25,7 +25,7 @@ from importlib import resources
 
 from hulk_planner.hardware import BY_CAPABILITY, normalize_capability
 from hulk_planner.model import Cluster, Job, Link, Server
-from hulk_planner.presets import preset, preset_model
+from hulk_planner.presets import preset_jobs
 
 PAPER_JOBS = ("opt-175b", "t5-11b", "gpt2-xl", "bert-large")
 PAPER_JOBS_6 = (*PAPER_JOBS, "roberta-large", "xlnet-large")
@@ -105,7 +105,4 @@ def paper_jobs(count: int = 4) -> list[Job]:
     names = PAPER_JOBS if count == 4 else PAPER_JOBS_6
     if count not in (4, 6):
         raise ValueError("the paper's scenarios have 4 or 6 jobs")
-    return [
-        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
-        for n in names
-    ]
+    return preset_jobs(names)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hulk_planner.errors import InvalidRequest
-from hulk_planner.model import ModelSpec
+from hulk_planner.model import Job, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +75,12 @@ def preset_model(name: str) -> ModelSpec:
     return ModelSpec(
         p.parameters, p.layers, p.hidden_size, p.sequence_length, p.attention_heads, name.lower()
     )
+
+
+def preset_jobs(names: Sequence[str]) -> list[Job]:
+    """A job per preset name, named after it, at the preset's batch sizes (the paper's
+    scenarios and the benchmarks' job mixes)."""
+    return [
+        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
+        for n in names
+    ]

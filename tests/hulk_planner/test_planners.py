@@ -389,10 +389,7 @@ def test_coarse_descent_regrows_jobs_at_fine_sizes(monkeypatch: pytest.MonkeyPat
     200-server cluster it ends lower from the greedy start than with only the annealing's
     coarser ``GROWTH`` (from which single-server moves rarely reach those sizes)."""
     cost = CostModel(random_cluster(200, 1))
-    jobs = [
-        Job(n, preset_model(n), preset(n).global_batch_size, preset(n).micro_batch_size)
-        for n in ("opt-175b", "t5-11b", "gpt2-xl", "bert-large")
-    ]
+    jobs = paper_jobs(4)
     start = greedy_start(cost, jobs)
 
     def descended() -> float:
