@@ -33,6 +33,7 @@ import numpy as np
 from gnn_common import geo_mean
 
 from hulk_planner.cost import CostModel
+from hulk_planner.datasets import paper_jobs
 from hulk_planner.generate import random_cluster
 from hulk_planner.gnn.decode import assign
 from hulk_planner.gnn.planner import Timings, plan_gnn, scores
@@ -78,7 +79,7 @@ def descents(cost: CostModel, jobs: list[Job], logits: np.ndarray) -> None:
 
 def thousand(max_search: float, cluster_seed: int = 7) -> None:
     cluster = random_cluster(1000, cluster_seed)
-    jobs = preset_jobs(["opt-175b", "t5-11b", "gpt2-xl", "bert-large"])
+    jobs = paper_jobs(4)
     t = time.perf_counter()
     cost = CostModel(cluster)
     net_s = time.perf_counter() - t

@@ -272,6 +272,11 @@ def _may_fit(job: Job, rooms: Sequence[float], p: int, r: int) -> bool:
     return sum(int(room // per_layer) for room in rooms[r - 1 : r * p : r]) >= job.model.layers
 
 
+def _rows(ids: list[int], r: int) -> list[list[int]]:
+    """Servers in pipeline order cut into stages of ``r`` replicas."""
+    return [ids[k : k + r] for k in range(0, len(ids), r)]
+
+
 Scored = tuple[float, list[int]] | None  # (step, layers per stage); None: nothing fits
 Key = tuple[tuple[int, ...], int]  # (servers in pipeline order before linked_order, replicas)
 
@@ -325,8 +330,7 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         if key in scored_before:  # for this job on another set
             scored = scored_before[key]
         else:
-            linked = linked_order(net, chosen)
-            rows = [linked[k * r : (k + 1) * r] for k in range(p)]
+            rows = _rows(linked_order(net, chosen), r)
             m = micro_batches(job, r)
             counts = _balance(cost, job, rows, m)
             scored = None if counts is None else (cost.data_seconds(job, rows, counts, m), counts)
@@ -366,8 +370,8 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     if best is None or not math.isfinite(best[0]):
         return None
     t, _, chosen, r, counts = best
-    linked = linked_order(net, chosen)  # (cached where it reorders)
-    stages = [[net.names[i] for i in linked[k * r : (k + 1) * r]] for k in range(len(counts))]
+    rows = _rows(linked_order(net, chosen), r)  # (the order cached where it reorders)
+    stages = [[net.names[i] for i in row] for row in rows]
     return replace(make_job_plan(job, stages, counts), predicted_iteration_seconds=t)
 
 
