@@ -43,6 +43,7 @@ from hulk_operator.inventory import NodeInfo
 from hulk_operator.latencies import Pair
 from hulk_operator.placement import Placer
 from hulk_operator.plan_fields import unplanned
+from hulk_operator.quota_fit import quota_too_small
 from hulk_operator.snapshot import Snapshot, filled_requests
 from hulk_operator.stage_pods import desired_pods, restore_service, sync_pods
 
@@ -193,6 +194,17 @@ def refusal(
     return None if why is None else Refusal(why, waits=True)
 
 
+def quota_refusal(entry: JobEntry, snap: Snapshot) -> Refusal | None:
+    """Why an edit of a running job that makes new pods waits for its namespace's quotas:
+    once its own pods are gone, they leave too little for any plan of it
+    (``quota_fit.quota_too_small``), or None. Before, the edit's trial plan ignored quotas:
+    under a quota lowered below what the namespace held, a ``masterPort`` edit removed a
+    running job's 20 pods and left it Pending, and an image edit's new pod was refused with
+    the old one gone (a user trial)."""
+    why = quota_too_small(entry, snap)
+    return None if why is None else Refusal(why, waits=True)
+
+
 def unplannable(placer: Placer, entry: JobEntry, snap: Snapshot) -> Refusal | None:
     """Why an edit of a running job waits (a :class:`Refusal` the cluster makes), or None:
     the servers free for it now (its own, and those no other job holds: ``Snapshot.free``)
@@ -267,6 +279,8 @@ async def recheck(
     ns, name = entry.key
     cut = (await ctx.latencies()).unreachable
     refused = await asyncio.to_thread(refusal, ctx.api, name, ns, spec, filled, ctx.nodes, cut)
+    if refused is None:
+        refused = quota_refusal(filled, snap)
     pods = ctx.pods.get(entry.key, [])
     if (
         refused is None

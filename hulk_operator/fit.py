@@ -231,10 +231,13 @@ def reachable_groups(names: Sequence[str], unreachable: Collection[Pair]) -> lis
     return components(names, lambda n, left: left - cut.get(n, set()))
 
 
-def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+def requests_fit_nowhere(
+    entry: JobEntry, nodes: Mapping[str, NodeInfo], *, absent_too: bool = True
+) -> str | None:
     """Why one stage pod of the job fits on no node its constraints allow even with
     nothing else on it (``cpu: 5000`` for ``5``), naming the fix; None if one could hold
-    it. Like :func:`unmatched`, only an edit or new nodes change this."""
+    it (or, ``absent_too`` False, if none has a resource requested). Like
+    :func:`unmatched`, only an edit or new nodes change this."""
     need = entry.requests
     init, wanted = entry.init_gpus
     if need == Resources() and not wanted:
@@ -250,6 +253,8 @@ def requests_fit_nowhere(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str 
         )
     absent = missing_resources(need, matching)
     if absent:
+        if not absent_too:  # (a device plugin installed later advertises it: it may wait)
+            return None
         return (
             f"spec.template: none of the {len(matching)} node(s) matching the job has "
             f"{', '.join(absent)}, which the stage pods request: check the resource's name, "
@@ -416,3 +421,15 @@ def planned_within(entry: JobEntry, servers: int, total: int | None = None) -> s
             f"other jobs or pods hold the rest{small}; spec.priority does not preempt them)"
         )
     return ""
+
+
+def requests_refused(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """:func:`requests_fit_nowhere` as a reason the planning round refuses a job with, one
+    that says it fits nowhere (Planned's ``FitsNowhere``: change the job), or None. A
+    resource no node advertises is left to the snapshot's reason (the job waits for it)."""
+    why = requests_fit_nowhere(entry, nodes, absent_too=False)
+    if why is None:
+        return None
+    if limits := constraint_names(entry):  # (other servers may hold it)
+        why += f", or allow more servers ({', '.join(limits)})"
+    return f"{FITS_NOWHERE}: {why.removeprefix('spec.template: ')}"

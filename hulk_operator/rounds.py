@@ -22,6 +22,7 @@ from hulk_operator.fit import (
     matching_nodes,
     no_room_now,
     planned_within,
+    requests_refused,
     too_big_for,
     unknown_regions,
     unmatched,
@@ -230,6 +231,9 @@ def plan_pending(
                 snap.latencies.unreachable,
                 snap.gpu_max(e.key[0]),
             )
+            # (one no node could hold, even with nothing else on it: "cpu: 5000" was told
+            # as Unschedulable, a job that waits, where it must be changed; a user trial)
+            or requests_refused(replace(e, requests=snap.stage_requests(e)), snap.nodes)
             or quota_too_small(e, snap)
             # (a LimitRange that refuses every stage pod is told as such, not as a job too
             # big at the GPUs it allows: "give each pod more GPUs" misled; a review)

@@ -230,6 +230,8 @@ def hulktrainingjob_update(
                     "hulk_limit_defaults": hulk_limit_defaults,
                 }
                 snap = snapshot_now(memo, indexes)
+                if (refused := edits.quota_refusal(filled, snap)) is not None:
+                    stands = None  # (its pods stay: the new ones would be refused)
             if stands is not None and (snap is None or not edits.pods_fit_again(filled, snap)):
                 stands = None
         if stands is not None:

@@ -219,9 +219,22 @@ def _run(args: argparse.Namespace) -> int:
                 "does not apply with --moves (the search then stops after N moves, not a time)",
                 "give one of them",
             )
-    if args.cluster == "-" and "-" in args.jobs:  # (the jobs took it all: a review)
+    # (the first took it all, and the second was told it held nothing: a review, a trial)
+    readers = [
+        flag
+        for flag, reads in (
+            ("--cluster", args.cluster == "-"),
+            ("--jobs", "-" in (args.jobs or ())),
+            ("--previous", args.previous == "-"),
+        )
+        if reads
+    ]
+    if len(readers) > 1:
         raise InvalidRequest(
-            "--cluster", "and --jobs both read standard input (-)", "give one of them a file"
+            readers[0],
+            f"and {' and '.join(readers[1:])} {'both' if len(readers) == 2 else 'all'} read "
+            "standard input (-)",
+            f"give {'one of them' if len(readers) == 2 else 'all but one of them'} a file",
         )
     if args.plot is not None:
         _check_plot_path(args.plot)

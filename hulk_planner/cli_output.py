@@ -182,9 +182,16 @@ def _plot(path: str | None, cluster: Cluster, result: Plan) -> int:
     0, or 1 where it could not be written."""
     if path is None:
         return 0
-    from hulk_planner.plot import plot_plan
+    from hulk_planner.plot import fonts, missing_glyphs, plot_plan
 
     sys.stdout.flush()
+    if missing := missing_glyphs(cluster, result):
+        print(
+            f"hulk plan: note: --plot: no font here has {missing}: names with them are drawn "
+            f"as boxes (the plot uses {', '.join(fonts())}; install a font that has them, "
+            "e.g. Noto Sans CJK, and it uses that)",
+            file=sys.stderr,
+        )
     try:
         plot_plan(cluster, result, path)
     except OSError as exc:

@@ -70,9 +70,15 @@ QUOTE_FIX = "quote it: YAML reads on, off, yes, no, true, false and numbers unqu
 
 def shown(value: object) -> str:
     """A value in an error message as the YAML it came from writes it: ``true``, ``null``
-    (not Python's ``True``, ``None``); anything else as ``repr``."""
+    (not Python's ``True``, ``None``), a date or time as written (``2024-01-01``, which
+    YAML reads as a date, not ``datetime.date(2024, 1, 1)``: a user trial); anything else
+    as ``repr``."""
+    import datetime
+
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, datetime.date):  # (a datetime too)
+        return value.isoformat()
     return "null" if value is None else repr(value)
 
 

@@ -21,6 +21,8 @@ to decide *how*:
    as fast (``bench/layout_speed.py``). A candidate scored before for the same job on the
    same cost model (the same servers, order and replicas: a search's next set often
    differs by one slow server) is taken from a memo (``_Memo``).
+5. Where none fits and links are missing (the chains of the fastest servers break), a path
+   along the links themselves with room for the job (``linked_path``), one stage a server.
 
 ``repair_job`` keeps a running job's healthy stages where they are and replaces only lost
 servers, for re-planning after a failure.
@@ -154,6 +156,44 @@ def _chain(
                 links_left[j] -= 1
         out.append(pick)
     return out, breaks
+
+
+PATH_EXPANSIONS = 5_000  # ``linked_path``'s bound on the steps of its search
+PATH_MARGINS = (1.0, 1.25, 1.5, 2.0, 3.0)  # room sought on a path, times the job's need
+
+
+def linked_path(
+    net: Network, ids: Sequence[int], room: Sequence[float], need: float
+) -> list[int] | None:
+    """A path through some of ``ids``, each next server linked to the last, whose servers'
+    ``room`` (bytes each) adds up to ``need``; None if a depth-first search finds none
+    within ``PATH_EXPANSIONS`` steps. It starts from the servers with the fewest links
+    among ``ids`` (where a path through most of them ends) and takes the roomiest linked
+    server next."""
+    links = {i: sorted((j for j in ids if j in net.linked[i]), key=lambda j: (-room[j], j))
+             for i in ids}  # fmt: skip
+    steps = 0
+    for start in sorted(ids, key=lambda i: (len(links[i]), -room[i], i)):
+        path, on, total = [start], {start}, room[start]
+        stack = [iter(links[start])]
+        while stack:
+            if total >= need:
+                return path
+            steps += 1
+            if steps > PATH_EXPANSIONS:
+                return None
+            nxt = next((j for j in stack[-1] if j not in on), None)
+            if nxt is None:  # a dead end: back one server
+                stack.pop()
+                gone = path.pop()
+                on.discard(gone)
+                total -= room[gone]
+                continue
+            path.append(nxt)
+            on.add(nxt)
+            total += room[nxt]
+            stack.append(iter(links[nxt]))
+    return None
 
 
 def balance_layers(
@@ -367,6 +407,27 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         by_room = sorted(order, key=lambda i: (cost.capacity[i], i))
         for r, p in _candidates(len(by_room), job.model.layers):
             consider(by_room[len(by_room) - r * p :], p, r, next(ranks))
+    if (
+        (best is None or not math.isfinite(best[0]))
+        and not net.fully_linked
+        and float(cost.capacity[order].sum()) >= memory_need_bytes(job)
+    ):
+        # Nothing fits on chains of the fastest servers: where links are few, those chains
+        # break (a pipeline's next stage on a server its last cannot reach). Try a path
+        # along the links themselves, with room enough for the job (a 16-server set with
+        # 76 of its 120 pairs unlinked had one of 9 servers; it was told "no pipeline fits":
+        # a user trial).
+        # Room for the weights alone is not enough (activations, the first stages' micro-
+        # batches in flight): paths with more room in turn, until one fits.
+        for margin in PATH_MARGINS:
+            path = linked_path(net, order, cost.capacity_list, margin * memory_need_bytes(job))
+            if path is None:
+                break
+            for r, p in _candidates(len(path), job.model.layers):
+                if r == 1:  # (a path of replicas would need links across it too)
+                    consider(path[:p], p, 1, next(ranks))
+            if best is not None and math.isfinite(best[0]):
+                break
     if best is None or not math.isfinite(best[0]):
         return None
     t, _, chosen, r, counts = best

@@ -33,6 +33,13 @@ MIN_GPU_TFLOPS = 0.01
 # The CRD's bound on spec.model.layers (crds/hulktrainingjobs.hulk.dev.yaml): `hulk plan`
 # planned 200,000 layers that `kubectl apply` refuses (a user trial)
 MAX_LAYERS = 100_000
+# and on the model's other sizes, far past any real model (the largest have about 2e12
+# parameters, a hidden size of 25,600 and 10^7-token contexts): 1e154 for both hiddenSize
+# and sequenceLength overflowed the activation memory into a traceback (a user trial)
+MAX_PARAMETERS = 10**15
+MAX_HIDDEN_SIZE = 10**6
+MAX_SEQUENCE_LENGTH = 10**8
+MAX_ATTENTION_HEADS = 10**6
 MAX_BATCH = 10**9  # sequences per step; 1e19 overflowed a C long in the cost model
 MAX_LATENCY_MS = 1e7  # one-way, about three hours
 MAX_GBPS = 1e7
@@ -436,12 +443,15 @@ class ModelSpec:
     preset: str | None = None
 
     def __post_init__(self) -> None:
-        check_positive("spec.model.parameters", self.parameters, integer=True)
-        check_positive("spec.model.layers", self.layers, integer=True, at_most=MAX_LAYERS)
-        check_positive("spec.model.hiddenSize", self.hidden_size, integer=True)
-        check_positive("spec.model.sequenceLength", self.sequence_length, integer=True)
-        if self.attention_heads is not None:
-            check_positive("spec.model.attentionHeads", self.attention_heads, integer=True)
+        for where, value, at_most in (
+            ("parameters", self.parameters, MAX_PARAMETERS),
+            ("layers", self.layers, MAX_LAYERS),
+            ("hiddenSize", self.hidden_size, MAX_HIDDEN_SIZE),
+            ("sequenceLength", self.sequence_length, MAX_SEQUENCE_LENGTH),
+            ("attentionHeads", self.attention_heads, MAX_ATTENTION_HEADS),
+        ):
+            if value is not None:
+                check_positive(f"spec.model.{where}", value, integer=True, at_most=at_most)
         for attr in ("parameters", "layers", "hidden_size", "sequence_length", "attention_heads"):
             _whole(self, attr)
         if self.preset is not None:

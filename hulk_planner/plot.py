@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 
 from hulk_planner.model import Cluster, Plan
 
+# Fonts the plot falls back to, where installed, for names DejaVu Sans (matplotlib's own)
+# has no glyphs for: regions and servers named in Chinese or Japanese were drawn as empty
+# boxes, with a raw matplotlib warning per glyph (a user trial)
+FALLBACK_FONTS = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR",
+    "Source Han Sans", "WenQuanYi Zen Hei", "Droid Sans Fallback", "Arial Unicode MS",
+    "Microsoft YaHei", "PingFang SC", "Hiragino Sans", "Noto Sans", "Noto Color Emoji",
+)  # fmt: skip
 UNUSED = "#bbbbbb"
 PALETTE = (
     "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
@@ -178,12 +188,50 @@ def server_texts(
     return out
 
 
+def fonts() -> list[str]:
+    """The plot's font families: DejaVu Sans, then those of ``FALLBACK_FONTS`` installed."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans", *(f for f in FALLBACK_FONTS if f in installed)]
+
+
+def missing_glyphs(cluster: Cluster, plan: Plan, title: str | None = None) -> str:
+    """The characters of the names ``plot_plan`` writes (regions, servers where named, jobs,
+    the title) that none of its ``fonts`` has: drawn as boxes. Empty where all are there."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    texts: Iterable[str] = [*cluster.regions, *(jp.name for jp in plan.jobs), title or ""]
+    if len(cluster.servers) <= NAMED_UP_TO:
+        texts = [*texts, *(s.name for s in cluster.servers)]
+    wanted = {c for text in texts for c in text if not c.isspace()}
+    if all(c.isascii() for c in wanted):
+        return ""
+    covered: set[int] = set()
+    for family in fonts():
+        path = font_manager.findfont(font_manager.FontProperties(family=family))
+        covered.update(FT2Font(path).get_charmap())
+    return "".join(sorted(c for c in wanted if ord(c) not in covered))
+
+
 def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None = None) -> Path:
-    """Write a PNG of ``plan`` on ``cluster`` to ``path``."""
+    """Write a PNG of ``plan`` on ``cluster`` to ``path`` (names no font has are drawn as
+    boxes, with no warning: ``missing_glyphs`` tells which)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    with (
+        matplotlib.rc_context({"font.family": fonts()}),
+        warnings.catch_warnings(),
+    ):
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        return _draw(plt, cluster, plan, Path(path), title)
+
+
+def _draw(plt: Any, cluster: Cluster, plan: Plan, out: Path, title: str | None) -> Path:
 
     g = cluster_graph(cluster)
     pos = _positions(cluster)
@@ -231,7 +279,6 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
     ax.set_xlim(-SPAN, SPAN)
     ax.set_ylim(-SPAN, SPAN)
     ax.set_aspect("equal")  # (round regions: PT_PER_UNIT)
-    out = Path(path)
     # written beside it, then renamed: a full disk leaves no half image (a user trial);
     # through a link or into a device as given
     plain = not out.is_symlink() and (out.is_file() or not out.exists())

@@ -40,13 +40,35 @@ def required(doc: Mapping[str, Any], key: str, where: str) -> Any:
     if not isinstance(doc, Mapping):
         raise _not_mapping(where, doc)
     if key not in doc or doc[key] is None:
+        field = f"{where}.{key}" if where else key
         hint = _SERVER_HINTS.get(key) if where.startswith("spec.nodes[") else None
         fix = f"add it: {hint}" if hint else "add it; docs/formats.md lists each field"
         typo = _spelled_like(key, [k for k in doc if k != key])
         if typo is not None:  # (before: "missing" alone, beside the misspelled field)
             fix = f"the field is spelled {key}: rename {typo} to it"
-        raise InvalidRequest(f"{where}.{key}" if where else key, "is required but missing", fix)
+        # a mapping field there but empty, its own fields written beside it rather than
+        # indented under it (before: "missing" alone: a user trial)
+        own, here = _fields(field), _fields(where)
+        misplaced = [k for k in doc if k != key and k in own and k not in here]
+        if key in doc and own and typo is None:
+            fix = "write its fields under it, indented; docs/formats.md lists each"
+        if misplaced:
+            them = ", ".join(map(str, misplaced))
+            fix = f"indent {them} under {key}" if key in doc else f"add {key}: with {them} under it"
+            fix += (
+                f"; {'it is' if len(misplaced) == 1 else 'they are'} {field}'s, written beside it"
+            )
+        what = "is empty" if key in doc and own else "is required but missing"
+        raise InvalidRequest(field, what, fix)
     return doc[key]
+
+
+def _fields(section: str) -> set[str]:
+    """The fields of a mapping at ``section`` (``spec.model``) in a job or a topology."""
+    from hulk_planner.io.jobs import JOB_FIELDS
+    from hulk_planner.io.topology import TOPOLOGY_FIELDS
+
+    return {*JOB_FIELDS.get(section, ()), *TOPOLOGY_FIELDS.get(section, ())}
 
 
 def _spelled_like(key: str, given: list[Any]) -> str | None:
@@ -279,6 +301,10 @@ def load_documents(path: str | Path) -> list[Any]:
         # escape, "unacceptable character #xdce9", not the byte it is: a review)
         data = sys.stdin.buffer.read() if str(path) == "-" else p.read_bytes()
         text = data.decode("utf-8")
+    except IsADirectoryError as exc:  # (kubectl apply -f takes a folder: a user trial)
+        raise InvalidRequest(
+            str(p), f"cannot be read: {exc.strerror}", f"give the files in it: {p}/*.yaml"
+        ) from None
     except OSError as exc:
         raise InvalidRequest(str(p), f"cannot be read: {exc.strerror}", "check the path") from None
     except UnicodeDecodeError as exc:

@@ -421,8 +421,9 @@ def _apart(cost: CostModel) -> str:
     told = f" ({', '.join(alone[:5])}{', ...' if len(alone) > 5 else ''} alone)" if alone else ""
     return (
         f"; no chain of links joins them: they form {len(groups)} groups{told}, the largest "
-        f"{len(big)} server(s) with {_gib(room)} usable (add links or regionLinks between "
-        "the groups)"
+        f"{len(big)} server(s) with {_gib(room)} usable (link the groups: in a topology "
+        "file, links or regionLinks between them; under the operator, latency probes that "
+        "reach across them, `kubectl get nodelatencies` shows which do not)"
     )
 
 

@@ -1888,6 +1888,48 @@ def test_a_job_is_planned_within_the_namespaces_gpu_quota(kube: Kube, operator: 
         kube.core.delete_namespaced_resource_quota(name, kube.ns)
 
 
+def test_an_edit_a_lowered_quota_leaves_too_little_for_keeps_the_running_pods(
+    kube: Kube, operator: Any
+) -> None:
+    """A GPU quota lowered below what a running job's pods hold, then an edit that makes
+    new pods (``masterPort``): before, the edit was taken (its trial plan ignored quotas),
+    the running pods were removed and the job left Pending, no plan fitting the quota (a
+    user trial). The edit is refused now, the pods kept; with the quota gone it is planned."""
+    name = "lowered"
+    kube.apply(manifest("eq", model={"preset": "gpt2-xl"}, allowedRegions=["berlin"]))
+    wait("Running", lambda: kube.phase("eq") == "Running", 60)
+    pods = {p.metadata.name: p.metadata.uid for p in kube.live_pods("eq")}
+    quota = {"metadata": {"name": name}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        quota_in_force(kube, name)
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "eq", {"spec": {"masterPort": 29600}}
+        )
+
+        def refused() -> dict[str, Any] | None:
+            c = condition(kube.job("eq"), "Planned")
+            return c if c and c["reason"] == "EditRefused" else None
+
+        c = wait("EditRefused", refused, 30)
+        assert f"ResourceQuota {name} leaves" in c["message"], c
+        assert kube.phase("eq") == "Running"
+        now = {p.metadata.name: p.metadata.uid for p in kube.live_pods("eq")}
+        assert now == pods, (pods, now)
+    finally:
+        kube.core.delete_namespaced_resource_quota(name, kube.ns)
+
+    def replanned() -> bool:
+        job = kube.job("eq")
+        return (
+            job["status"].get("phase") == "Running"
+            and (condition(job, "Planned") or {}).get("reason") == "Planned"
+        )
+
+    wait("the edit planned once the quota is gone", replanned, 90)
+    kube.delete_job("eq")
+
+
 def test_a_pods_quota_is_planned_within_and_a_replan_after_a_lost_server_too(
     sandbox: Any, kube: Kube, operator: Any
 ) -> None:
@@ -4178,12 +4220,15 @@ def test_cpu_and_memory_requests_limit_the_servers_planned(kube: Kube, operator:
     }
     kube.apply(too)
 
+    # no node holds one of its pods even empty: it must be changed, not wait (it was told
+    # Unschedulable, "it waits": a user trial)
     def refused() -> dict[str, Any] | None:
         c = condition(kube.job("too-hungry"), "Planned")
-        return c if c and c["reason"] == "Unschedulable" else None
+        return c if c and c["reason"] == "FitsNowhere" else None
 
-    c = wait("Unschedulable", refused, 30)
+    c = wait("FitsNowhere", refused, 30)
     assert f"the stage pods' requests (cpu {most + 1}) fit on none of the" in c["message"], c
+    assert "lower the template's requests" in c["message"], c
     assert kube.pods("too-hungry") == []
 
 

@@ -280,7 +280,9 @@ def test_a_refused_edit_allowed_later_leaves_the_job_pending_and_not_ready(
     monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: None)  # and a plan fits
     told: list[tuple[str, ...]] = []
 
-    ctx = recheck_context(SimpleNamespace(held={}, free=lambda e, also=(): []), {}, told)
+    ctx = recheck_context(
+        SimpleNamespace(held={}, free=lambda e, also=(): [], quotas_for=lambda e: []), {}, told
+    )
     conds = st.set_condition([], st.READY, True, "AllStagesRunning", "4/4 stage pods running", 1)
     conds = st.set_condition(conds, st.PLANNED, False, "EditRefused", "refused", 2)
     new = asyncio.run(edits.recheck(ctx, entry(paper_jobs()[2]), {}, conds, 2))  # type: ignore[arg-type]
@@ -355,7 +357,9 @@ def test_a_waiting_edits_new_figures_alone_change_its_condition_and_post_no_even
     monkeypatch.setattr(edits, "refusal", lambda *a, **kw: None)
     monkeypatch.setattr(edits, "unplannable", lambda *a, **kw: Refusal(now["why"], True))
     told: list[tuple[str, ...]] = []
-    ctx = recheck_context(SimpleNamespace(held={}, free=lambda e, also=(): []), {}, told)
+    ctx = recheck_context(
+        SimpleNamespace(held={}, free=lambda e, also=(): [], quotas_for=lambda e: []), {}, told
+    )
     e = entry(paper_jobs()[2], plan_nodes=frozenset({"rome-41"}))
     conds = st.set_condition([], st.PLANNED, False, "EditRefused", Refusal(said, True).message, 2)
     new = asyncio.run(edits.recheck(ctx, e, {}, conds, 2))

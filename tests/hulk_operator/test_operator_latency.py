@@ -615,7 +615,7 @@ def test_a_preview_where_no_server_is_free_for_any_job_says_why(
     jobs.write_text(yaml.safe_dump(huge))
     out = hulk("plan", "--kubeconfig", sandbox.kubeconfig, "--jobs", str(jobs))
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr  # valid, unplaced
-    why = "the stage pods' requests (cpu 9999) fit on none of the "
+    why = "fits nowhere: the stage pods' requests (cpu 9999) fit on none of the "
     # the preview's notes first: they may say why (before, none was told where no job
     # was placed)
     note, said = out.stderr.splitlines()[:2]

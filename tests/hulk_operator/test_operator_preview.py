@@ -90,6 +90,38 @@ def test_a_kubeconfig_that_is_no_mapping_is_one_line(tmp_path: Any) -> None:
         configuration(str(tmp_path))
 
 
+def test_a_kubeconfig_that_skips_tls_verification_is_taken_without_a_warning_a_request(
+    tmp_path: Any,
+) -> None:
+    """``insecure-skip-tls-verify: true``: urllib3 warned (InsecureRequestWarning, with its
+    source line) at every request, about nine times a ``hulk plan --kubeconfig``, where
+    kubectl says nothing (a user trial). A verifying kubeconfig leaves the warning alone."""
+    import warnings
+
+    import urllib3
+
+    from hulk_operator.kube import configuration
+
+    def kubeconfig(insecure: bool) -> str:
+        path = tmp_path / f"kc-{insecure}"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'"
+            f"{', insecure-skip-tls-verify: true' if insecure else ''}}}}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        )
+        return str(path)
+
+    for insecure in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cfg = configuration(kubeconfig(insecure))
+            assert cfg.verify_ssl is not insecure
+            warnings.warn("request", urllib3.exceptions.InsecureRequestWarning, stacklevel=1)
+        assert len(caught) == (0 if insecure else 1), caught
+
+
 def test_replaced_variables_are_noted_only_where_applying_changes_them() -> None:
     """The operator's Warning EnvReplaced is told when the variables change, not at every
     edit (before, the preview of a running job's manifest said it would warn again)."""

@@ -406,6 +406,32 @@ def test_a_running_jobs_quota_shortfall_counts_its_own_pods_as_going() -> None:
     ), d.reason
 
 
+def test_an_edit_a_lowered_quota_leaves_too_little_for_is_refused_its_pods_kept() -> None:
+    """The same quota (hard 4 GPUs under the job's 12), then a spec edit that makes new
+    pods (``masterPort``, an image): the edit's trial plan ignored quotas, so the edit was
+    taken, the running pods removed and the new ones refused, the job Pending (a user
+    trial). It is refused now (``EditRefused``, checked again), its pods kept; a quota that
+    holds it refuses nothing."""
+    from hulk_operator import edits
+    from hulk_planner.io import job_from_dict
+
+    body = {"metadata": {"name": "t5"}, "spec": {"model": {"preset": "t5-11b"}}}
+    job = job_from_dict({"apiVersion": "hulk.dev/v1alpha1", "kind": "HulkTrainingJob", **body})
+    e = entry(job, ns="tf")
+
+    def view(hard: float) -> Any:
+        return replace(
+            snap([e]),
+            quotas={"tf": [("gpus", {QUOTA_GPU: hard - 12.0})]},  # its pods use 12
+            counted={e.key: {QUOTA_GPU: 12.0}},
+        )
+
+    refused = edits.quota_refusal(e, view(4.0))
+    assert refused is not None and refused.waits and refused.reason == "EditRefused"
+    assert refused.message.startswith("namespace tf's ResourceQuota gpus leaves 4 nvidia.com/gpu")
+    assert edits.quota_refusal(e, view(12.0)) is None  # (its own 12 back: room for a plan)
+
+
 def test_a_scoped_quota_credits_only_the_jobs_own_pods_it_counts() -> None:
     """A running job's pods of PriorityClass ``lo``, its template edited to ``hi``, and a
     quota on ``hi`` pods leaving 4 GPUs: before, the job's 12 GPUs of ``lo`` pods were

@@ -428,12 +428,18 @@ def test_a_stage_pod_that_does_not_fit_beside_other_pods_is_not_planned_there() 
     tight = min(paris, key=lambda n: room[n].cpu)
     s.used = {tight: Resources(0, 1.0, 0.0)}  # another pod takes a core of the smallest
     assert [i.name for i in s.free(e)] == [n for n in paris if n != tight]
+    # one no node holds even with nothing else on it: told as fitting nowhere (Planned's
+    # FitsNowhere: change the job), not as a job that waits (a user trial)
     big = entry(bert, allowed_regions=("paris",), requests=Resources(0, cpu, 1e15))
     d = plan_pending(snap([big]), plan)[big.key]
-    assert d.job_plan is None and d.reason.startswith(
-        f"the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on none of the "
-        f"{len(paris)} usable node(s) matching the job"
+    assert d.job_plan is None and d.reason == (
+        f"fits nowhere: the stage pods' requests (cpu {cpu:g}, memory 9.31e+05 GiB) fit on "
+        f"none of the {len(paris)} node(s) matching the job, even with nothing else on them; "
+        "lower the template's requests, or allow more servers (spec.allowedRegions ['paris'])"
     )
+    from hulk_operator.plan_step import unplaced_reason
+
+    assert unplaced_reason(d.reason) == "FitsNowhere"
 
 
 def test_a_job_is_planned_only_where_a_quota_on_services_leaves_its_service() -> None:

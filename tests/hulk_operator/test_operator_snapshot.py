@@ -306,10 +306,12 @@ def test_an_init_containers_gpus_must_be_free_on_the_servers_offered() -> None:
     s.used = {eleven: Resources(4)}
     assert eleven not in {i.name for i in s.free(warm)}
     greedy = replace(gpt, init_gpus=("warm", 13))
+    # no server it may use has 13 GPUs at all: it fits nowhere (Planned's FitsNowhere,
+    # change the job), not a job that waits for them to be free (a user trial's cpu case)
     assert refusal(snap([greedy]), greedy) == (
-        "none of the 4 usable node(s) matching the job has the 13 nvidia.com/gpu free that "
-        "init container warm asks (it holds them before the trainer starts): lower its ask, "
-        "or allow servers with more GPUs"
+        "fits nowhere: init container warm asks 13 nvidia.com/gpu, more than any of the 4 "
+        "node(s) matching the job has (it holds them before the trainer starts); lower its "
+        "ask, or allow more servers (spec.allowedRegions ['paris'])"
     )
     twelve = replace(gpt, init_gpus=("warm", 12))
     mixed = snap([twelve], {n: ("other", "job") for n in paris if paris[n] == 12})

@@ -187,6 +187,49 @@ def test_a_required_field_spelled_otherwise_is_named_with_the_fix() -> None:
     assert exc.value.fix == "the field is spelled latencyMs: rename latencyMS to it"
 
 
+def test_a_date_yaml_reads_is_shown_as_written() -> None:
+    """YAML reads ``2024-01-01`` unquoted as a date: told as ``datetime.date(2024, 1, 1)``
+    (a user trial)."""
+    doc = job_doc()
+    doc["metadata"]["name"] = yaml.safe_load("2024-01-01")
+    with pytest.raises(InvalidRequest) as exc:
+        io.job_from_dict(doc)
+    assert "got 2024-01-01 (quote it" in str(exc.value), exc.value
+    doc = cluster_doc()
+    doc["spec"]["nodes"][0]["gpus"] = yaml.safe_load("2024-01-01 10:00:00")
+    with pytest.raises(InvalidRequest) as exc:
+        io.cluster_from_dict(doc)
+    assert "got 2024-01-01T10:00:00" in str(exc.value) and "datetime" not in str(exc.value)
+
+
+def test_a_mapping_left_empty_and_its_fields_beside_it_are_told_so() -> None:
+    """``model:`` with ``preset:`` under it but not indented (YAML reads them as siblings),
+    ``spec: {preset: ...}``, a topology's ``nodes:`` beside an empty ``spec:``: each was
+    "is required but missing" with no word of the misplaced field (a user trial)."""
+
+    def error(text: str, read: Any) -> str:
+        with pytest.raises(InvalidRequest) as exc:
+            read(yaml.safe_load(text))
+        return str(exc.value)
+
+    head = "apiVersion: hulk.dev/v1alpha1\nkind: HulkTrainingJob\nmetadata: {name: x}\n"
+    assert error(head + "spec:\n  model:\n  preset: bert-large\n", io.job_from_dict) == (
+        "spec.model: is empty (indent preset under model; it is spec.model's, written beside it)"
+    )
+    assert error(head + "spec: {preset: bert-large, layers: 4}\n", io.job_from_dict) == (
+        "spec.model: is required but missing (add model: with preset, layers under it; they "
+        "are spec.model's, written beside it)"
+    )
+    assert error(head + "spec: {model: }\n", io.job_from_dict) == (
+        "spec.model: is empty (write its fields under it, indented; docs/formats.md lists each)"
+    )
+    topology = "apiVersion: hulk.dev/v1alpha1\nkind: ClusterTopology\nmetadata: {name: c}\n"
+    nodes = "nodes: [{name: a, region: r, gpus: 8, gpuMemoryGiB: 80, gpuTFLOPS: 312}]\n"
+    assert error(topology + "spec:\n" + nodes, io.cluster_from_dict) == (
+        "spec: is empty (indent nodes under spec; it is spec's, written beside it)"
+    )
+
+
 @pytest.mark.parametrize(
     ("mutate", "field", "problem"),
     [

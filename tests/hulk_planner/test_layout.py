@@ -22,7 +22,9 @@ from planner_helpers import (
 )
 
 from hulk_planner import layout
+from hulk_planner.api import plan
 from hulk_planner.cost import CostModel, micro_batches
+from hulk_planner.datasets import paper_cluster
 from hulk_planner.generate import random_cluster
 from hulk_planner.layout import (
     _balance,
@@ -37,7 +39,7 @@ from hulk_planner.layout import (
     repair_job,
 )
 from hulk_planner.model import Cluster, Job, ModelSpec, Server
-from hulk_planner.presets import preset, preset_model
+from hulk_planner.presets import preset, preset_jobs, preset_model
 
 
 def _linked(names: str, links: list[tuple[str, str]]) -> CostModel:
@@ -84,6 +86,52 @@ def test_layout_puts_adjacent_stages_on_linked_servers_only() -> None:
     assert jp is not None and math.isfinite(jp.predicted_iteration_seconds)
     nodes = [st_.nodes[0] for st_ in jp.stages]
     assert len(nodes) > 1 and all(cost.net.reachable(x, y) for x, y in itertools.pairwise(nodes))
+
+
+# 16 servers of the paper's cluster, 76 of their 120 pairs unlinked (a user trial's cluster)
+SPARSE = (
+    "berlin-32 london-33 nanjing-10 new-delhi-34 new-delhi-35 new-delhi-36 paris-37 paris-39 "
+    "paris-40 quanzhou-15 quanzhou-16 quanzhou-17 rome-41 rome-43 rome-45 tokyo-26"
+).split()
+
+
+def test_a_job_no_chain_of_the_fastest_servers_holds_is_laid_along_the_links() -> None:
+    """LLaMA-2 70B on SPARSE: every candidate of the fastest servers broke its chain (a
+    stage next to one its server cannot reach), and the job was told "no pipeline over the
+    2459 GiB usable on the 16 server(s) fits it", while 7-9 of them along the links hold it
+    (the search found such a plan). Now the layout tries paths along the links."""
+    paper = paper_cluster()
+    sparse = paper.without([s.name for s in paper.servers if s.name not in SPARSE])
+    job = preset_jobs(["llama2-70b"])[0]
+    jp = layout_job(CostModel(sparse), job, SPARSE)
+    assert jp is not None and math.isfinite(jp.predicted_iteration_seconds)
+    net = CostModel(sparse).net
+    nodes = [st_.nodes[0] for st_ in jp.stages]
+    assert all(net.reachable(a, b) for a, b in itertools.pairwise(nodes)), nodes
+    with mock.patch.object(layout, "PATH_MARGINS", ()):  # (without the paths: nothing)
+        assert layout_job(CostModel(sparse), job, SPARSE) is None
+    # and the default planner places it (it was left unplaced, and the operator removed a
+    # running job's pods on a re-plan over these servers)
+    result = plan(sparse, [job], max_iterations=200)
+    assert [jp.name for jp in result.jobs] == ["llama2-70b"]
+
+
+def test_linked_path_follows_the_links_to_the_room_asked() -> None:
+    """A star a, b, c around h, and d beyond c: no path visits all five (a and b are both
+    ends), a path of four does (a or b, h, c, d)."""
+    servers = [server(n, f"R{n}") for n in "abhcd"]
+    links = [("a", "h", 1.0), ("b", "h", 1.0), ("h", "c", 1.0), ("c", "d", 1.0)]
+    net = CostModel(cluster(servers, links)).net
+    ids = net.ids(list("abhcd"))
+    room = [1.0] * 5
+    path = layout.linked_path(net, ids, room, 4.0)
+    assert path is not None and len(path) == 4 and len(set(path)) == 4
+    names = [net.names[i] for i in path]
+    assert all(net.reachable(a, b) for a, b in itertools.pairwise(names)), names
+    assert layout.linked_path(net, ids, room, 5.0) is None  # (no path holds them all)
+    assert layout.linked_path(net, ids, room, 1.0) is not None
+    one = layout.linked_path(net, ids, [1.0, 1.0, 1.0, 1.0, 9.0], 9.0)
+    assert one is not None and [net.names[i] for i in one] == ["d"]
 
 
 def test_order_servers_follows_regions_fastest_first() -> None:

@@ -329,6 +329,38 @@ def test_layers_are_bounded_as_the_crd_bounds_them() -> None:
     assert exc.value.field == "spec.model.layers" and "at most 100,000" in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("field", "index", "bound"),
+    [("parameters", 0, 10**15), ("hiddenSize", 2, 10**6), ("sequenceLength", 3, 10**8)],
+)
+def test_every_model_size_is_bounded_as_the_crd_bounds_it(
+    field: str, index: int, bound: int
+) -> None:
+    """1e154 for both hiddenSize and sequenceLength overflowed the activation memory into a
+    traceback from ``hulk plan`` (a user trial); each size has a bound now, the CRD's."""
+    from pathlib import Path
+
+    import yaml
+
+    from hulk_planner.errors import InvalidRequest
+    from hulk_planner.model import ModelSpec
+
+    crd = Path(__file__).parents[2] / "crds" / "hulktrainingjobs.hulk.dev.yaml"
+    schema = yaml.safe_load(crd.read_text())["spec"]["versions"][0]["schema"]
+    model = schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["model"]
+    assert model["properties"][field]["maximum"] == bound
+    sizes: list[Any] = [10**9, 24, 1024, 1024]
+    sizes[index] = bound
+    assert ModelSpec(*sizes) is not None
+    sizes[index] = 1e154
+    with pytest.raises(InvalidRequest) as exc:
+        ModelSpec(*sizes)
+    assert exc.value.field == f"spec.model.{field}" and f"at most {bound:,}" in str(exc.value)
+    heads = model["properties"]["attentionHeads"]["maximum"]
+    with pytest.raises(InvalidRequest, match="attentionHeads"):
+        ModelSpec(10**9, 24, 1024, 1024, attention_heads=heads + 1)
+
+
 def test_the_crd_describes_every_field_a_user_writes_and_names_every_preset() -> None:
     """``kubectl explain hulktrainingjob.spec.model`` said ``<no description>`` for the
     model's sizes, the batch sizes and the template's parts (a user trial); the presets it

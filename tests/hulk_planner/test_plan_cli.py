@@ -208,6 +208,12 @@ def test_standard_input_read_by_both_or_not_utf8_is_told(tmp_path: Path) -> None
         input=cluster, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert_one_line_error(out, "--cluster: and --jobs both read standard input (-)")
+    # --previous too: it was told "- holds 0 documents" (a user trial)
+    out = subprocess.run(
+        [sys.executable, "-m", "hulk", "plan", "--jobs", "-", "--previous", "-"],
+        input=cluster, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert_one_line_error(out, "--jobs: and --previous both read standard input (-)")
     latin = yaml.safe_dump(job_doc("gpt2-xl")).replace("gpt2-xl\n", "gpt2-xl # caf\xe9\n", 1)
     out = subprocess.run(
         [sys.executable, "-m", "hulk", "plan", "--jobs", "-"],
@@ -1121,7 +1127,8 @@ def test_unreadable_files(tmp_path: Path, files: tuple[Path, Path]) -> None:
     missing = tmp_path / "nope.yaml"
     assert_one_line_error(hulk("plan", "--cluster", missing), str(missing), "cannot be read")
     assert_one_line_error(hulk("plan", "--jobs", missing), str(missing))
-    assert_one_line_error(hulk("plan", "--cluster", tmp_path), "cannot be read")  # a directory
+    # a directory (as kubectl apply -f takes one: the files in it named, a user trial)
+    assert_one_line_error(hulk("plan", "--jobs", tmp_path), "cannot be read", f"{tmp_path}/*.yaml")
     broken = tmp_path / "broken.yaml"
     broken.write_text("spec: [unclosed\n")
     assert_one_line_error(hulk("plan", "--cluster", broken), str(broken), "YAML")

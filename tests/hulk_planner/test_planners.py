@@ -715,8 +715,9 @@ def test_a_job_unplaced_on_servers_no_chain_of_links_joins_names_the_groups(plan
     (u,) = told.value.unplaced
     assert u.reason.endswith(
         "; no chain of links joins them: they form 2 groups (a alone), the largest 2 "
-        f"server(s) with {2 * each * MEMORY_USABLE:.2g} GiB usable (add links or regionLinks "
-        "between the groups)"
+        f"server(s) with {2 * each * MEMORY_USABLE:.2g} GiB usable (link the groups: in a "
+        "topology file, links or regionLinks between them; under the operator, latency probes "
+        "that reach across them, `kubectl get nodelatencies` shows which do not)"
     ), u.reason
     linked = cluster(c.servers, [("b", "c", 1.0), ("a", "b", 1.0)])
     assert CostModel(linked).net.groups == [[0, 1, 2]]

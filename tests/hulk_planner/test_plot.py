@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from planner_helpers import cluster, server
 
+from hulk_planner import plot
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.generate import random_cluster
@@ -23,6 +24,7 @@ from hulk_planner.plot import (
     cluster_graph,
     legend,
     marker_sizes,
+    missing_glyphs,
     numbered,
     plot_plan,
     server_texts,
@@ -56,6 +58,27 @@ def test_plot_plan_writes_a_png(tmp_path: Path) -> None:
     data = out.read_bytes()
     assert out == tmp_path / "paper.png"
     assert data[:8] == PNG and len(data) > 10_000
+
+
+def test_names_no_font_has_are_told_once_not_warned_per_glyph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regions named in Chinese and Japanese: matplotlib warned once per glyph, with its
+    source line, on ``hulk plan --plot`` (a user trial). The plot warns of nothing now, and
+    ``missing_glyphs`` names the characters (for the CLI's one note)."""
+    import warnings
+
+    monkeypatch.setattr(plot, "FALLBACK_FONTS", ())  # DejaVu Sans alone, as on CI
+    c = cluster([server("bj-0", "北京"), server("tk-0", "東京"), server("x", "paris")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plot_plan(c, Plan("hulk"), tmp_path / "cjk.png")
+    assert out.read_bytes()[:8] == PNG
+    assert missing_glyphs(c, Plan("hulk")) == "".join(sorted("北京東"))
+    assert missing_glyphs(paper_cluster(), Plan("hulk")) == ""
+    assert missing_glyphs(c, Plan("hulk"), title="Zürich") == "".join(
+        sorted("北京東")
+    )  # (ü: DejaVu)
 
 
 def test_plot_of_an_empty_plan_and_a_generated_cluster(tmp_path: Path) -> None:
