@@ -414,5 +414,11 @@ def _plan_stands(
         # user trial edited spec.priority)
         conds = list(status.get("conditions") or [])
         reason, message = str(planned.get("reason")), str(planned.get("message") or "")
+        line = st.plan_line_from_status(status)
+        if line and message.startswith(f"{line} (") and message.endswith(")"):
+            # the plan alone: the why was of the edit that lifted a refusal, not this one
+            # (a user trial read "the spec is back to the one its pods run" of an edit that
+            # added allowedRegions and a priority)
+            message = line
         patch.status["conditions"] = st.set_condition(conds, st.PLANNED, True, reason, message, gen)
     return False

@@ -170,12 +170,19 @@ def linked_path(
     within ``PATH_EXPANSIONS`` steps. It starts from the servers with the fewest links
     among ``ids`` (where a path through most of them ends) and takes the roomiest linked
     server next."""
-    links = {i: sorted((j for j in ids if j in net.linked[i]), key=lambda j: (-room[j], j))
-             for i in ids}  # fmt: skip
+    members = set(ids)
+    linked = {i: net.linked[i] & members for i in ids}  # (C set operations: fast)
+    nearby: dict[int, list[int]] = {}
+
+    def roomiest_first(i: int) -> list[int]:  # (sorted for the servers visited alone)
+        if i not in nearby:
+            nearby[i] = sorted(linked[i], key=lambda j: (-room[j], j))
+        return nearby[i]
+
     steps = 0
-    for start in sorted(ids, key=lambda i: (len(links[i]), -room[i], i)):
+    for start in sorted(ids, key=lambda i: (len(linked[i]), -room[i], i)):
         path, on, total = [start], {start}, room[start]
-        stack = [iter(links[start])]
+        stack = [iter(roomiest_first(start))]
         while stack:
             if total >= need:
                 return path
@@ -192,7 +199,7 @@ def linked_path(
             path.append(nxt)
             on.add(nxt)
             total += room[nxt]
-            stack.append(iter(links[nxt]))
+            stack.append(iter(roomiest_first(nxt)))
     return None
 
 
@@ -411,6 +418,7 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         (best is None or not math.isfinite(best[0]))
         and not net.fully_linked
         and float(cost.capacity[order].sum()) >= memory_need_bytes(job)
+        and any(b not in net.linked[a] for a, b in pairwise(linked_order(net, order)))
     ):
         # Nothing fits on chains of the fastest servers: where links are few, those chains
         # break (a pipeline's next stage on a server its last cannot reach). Try a path

@@ -1903,6 +1903,13 @@ def test_an_edit_a_lowered_quota_leaves_too_little_for_keeps_the_running_pods(
     kube.core.create_namespaced_resource_quota(kube.ns, quota)
     try:
         quota_in_force(kube, name)
+
+        def counted() -> bool:  # (the quota controller has counted the running pods)
+            used = kube.core.read_namespaced_resource_quota(name, kube.ns).status.used or {}
+            return float(used.get("requests.nvidia.com/gpu", "0")) > 1
+
+        wait("the quota counting the job's pods", counted, 60)
+        time.sleep(2)  # (the operator's quota index reads it from its watch)
         kube.custom.patch_namespaced_custom_object(
             GROUP, VERSION, kube.ns, PLURAL, "eq", {"spec": {"masterPort": 29600}}
         )

@@ -783,6 +783,32 @@ def test_plan_status_round_trip() -> None:
     assert st.diff({"a": 1, "b": 2}, {"a": 1, "b": 3}) == {"b": 3}
 
 
+def test_a_later_edit_the_plan_stands_for_drops_the_lifted_refusals_why() -> None:
+    """A refused edit, one back to the spec the pods run (Planned: the plan's line, "(the
+    spec is back to the one its pods run: its plan stands)"), then an edit of
+    allowedRegions and priority that leaves the plan standing: Planned kept the earlier
+    why at the new generation (a user trial). It says the plan alone now; a message that
+    is not the plan's line and a why is kept as it was."""
+    import kopf
+
+    from hulk_operator.updates import _plan_stands
+
+    cluster = paper_cluster()
+    jp = plan(cluster, paper_jobs()[2:3]).jobs[0]
+    status: dict[str, Any] = {"plan": st.plan_status(jp, cluster, "hulk")}
+    line = st.plan_line_from_status(status)
+    back = f"{line} (the spec is back to the one its pods run: its plan stands)"
+    spec: dict[str, Any] = {"model": {"preset": jp.name}, "allowedRegions": ["paris"]}
+    for message, kept in ((back, line), ("a plan said otherwise", "a plan said otherwise")):
+        status["conditions"] = st.set_condition([], st.PLANNED, True, "Planned", message, 3)
+        patch = kopf.Patch()
+        assert (
+            _plan_stands(patch, status, "allowedRegions changed: its plan stands", spec, 4) is False
+        )
+        (planned,) = [c for c in patch.status["conditions"] if c["type"] == st.PLANNED]
+        assert (planned["message"], planned["observedGeneration"]) == (kept, 4)
+
+
 @pytest.mark.parametrize("bad", [{"plan": {"stages": [{}]}}, {"plan": "x"}])
 def test_unreadable_status_plan_is_none(bad: dict[str, Any]) -> None:
     assert st.job_plan_from_status("x", bad) is None
