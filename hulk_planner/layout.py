@@ -405,37 +405,35 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
             break  # no layout left can beat the best
         keep = set(by_speed[: r * p])
         consider([i for i in subset if i in keep], p, r, rank)
-    if (best is None or not math.isfinite(best[0])) and float(
-        cost.capacity[order].sum()
-    ) >= memory_need_bytes(job):
+    need = memory_need_bytes(job)
+    if (best is None or not math.isfinite(best[0])) and float(cost.capacity[order].sum()) >= need:
         # Nothing fits with the fastest servers first. Under 1F1B the first stages keep the
         # most micro-batches in flight, so the servers hold the most layers in ascending
         # order of memory, the largest last (rearrangement inequality): try that too.
         by_room = sorted(order, key=lambda i: (cost.capacity[i], i))
         for r, p in _candidates(len(by_room), job.model.layers):
             consider(by_room[len(by_room) - r * p :], p, r, next(ranks))
-    if (
-        (best is None or not math.isfinite(best[0]))
-        and not net.fully_linked
-        and float(cost.capacity[order].sum()) >= memory_need_bytes(job)
-        and any(b not in net.linked[a] for a, b in pairwise(linked_order(net, order)))
-    ):
-        # Nothing fits on chains of the fastest servers: where links are few, those chains
-        # break (a pipeline's next stage on a server its last cannot reach). Try a path
-        # along the links themselves, with room enough for the job (a 16-server set with
-        # 76 of its 120 pairs unlinked had one of 9 servers; it was told "no pipeline fits":
-        # a user trial).
-        # Room for the weights alone is not enough (activations, the first stages' micro-
-        # batches in flight): paths with more room in turn, until one fits.
-        for margin in PATH_MARGINS:
-            path = linked_path(net, order, cost.capacity_list, margin * memory_need_bytes(job))
-            if path is None:
-                break
-            for r, p in _candidates(len(path), job.model.layers):
-                if r == 1:  # (a path of replicas would need links across it too)
-                    consider(path[:p], p, 1, next(ranks))
-            if best is not None and math.isfinite(best[0]):
-                break
+        if (
+            (best is None or not math.isfinite(best[0]))
+            and not net.fully_linked
+            and any(b not in net.linked[a] for a, b in pairwise(linked_order(net, order)))
+        ):
+            # Nor on chains of the fastest servers: where links are few, those chains break
+            # (a pipeline's next stage on a server its last cannot reach). Try a path along
+            # the links themselves, with room enough for the job (a 16-server set with 76
+            # of its 120 pairs unlinked had one of 9 servers; it was told "no pipeline
+            # fits": a user trial). Room for the weights alone is not enough (activations,
+            # the first stages' micro-batches in flight): paths with more room in turn,
+            # until one fits.
+            for margin in PATH_MARGINS:
+                path = linked_path(net, order, cost.capacity_list, margin * need)
+                if path is None:
+                    break
+                for r, p in _candidates(len(path), job.model.layers):
+                    if r == 1:  # (a path of replicas would need links across it too)
+                        consider(path[:p], p, 1, next(ranks))
+                if best is not None and math.isfinite(best[0]):
+                    break
     if best is None or not math.isfinite(best[0]):
         return None
     t, _, chosen, r, counts = best

@@ -232,7 +232,6 @@ def plot_plan(cluster: Cluster, plan: Plan, path: str | Path, title: str | None 
 
 
 def _draw(plt: Any, cluster: Cluster, plan: Plan, out: Path, title: str | None) -> Path:
-
     g = cluster_graph(cluster)
     pos = _positions(cluster)
     owner = plan.assignment
