@@ -153,9 +153,16 @@ def pods_fit_again(entry: JobEntry, snap: Snapshot) -> bool:
     (its requests as the namespace's LimitRange defaults fill them in): not cordoned,
     tainted, NotReady, nor too full beside other pods. A template edit that keeps the plan
     makes every pod again; on a server that takes none, the new pod would wait, be taken
-    as stuck and the job re-planned after all (a review)."""
+    as stuck and the job re-planned after all (a review). Nor where the namespace's quotas,
+    once its own pods are gone, leave too little for the new pods on all its servers
+    (``quota_refusal`` asks only whether some plan of it fits): before, some of the new
+    pods were refused and the job lost its stages; now it is planned as any other edit,
+    and a round plans it within the quota (a user trial)."""
     offered = {i.name for i in snap.free(entry, also=entry.plan_nodes)}
-    return bool(entry.plan_nodes) and entry.plan_nodes <= offered
+    if not entry.plan_nodes or not entry.plan_nodes <= offered:
+        return False
+    gpus = [s.gpus for n in sorted(entry.plan_nodes) if (s := snap.nodes[n].server) is not None]
+    return snap.quota_short(entry, snap.pods_need(entry, gpus)) is None
 
 
 def servers_match(entry: JobEntry, nodes: Mapping[str, NodeInfo]) -> bool:

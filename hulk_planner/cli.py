@@ -50,10 +50,38 @@ __all__ = [
 BASELINES = ("baseline-a", "baseline-b", "baseline-c")
 
 
+class _Once(argparse.Action):
+    """A file option that takes one file: given twice, an error (a second ``--cluster``
+    silently replaced the first, and the plan was made on the second alone: a trial)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            fix = ONE_FILE_FIXES.get(self.dest, "give it once")
+            parser.error(
+                f"{option_string} takes one file and was given {before!r} and {values!r}: {fix}"
+            )
+        setattr(namespace, self.dest, values)
+
+
+ONE_FILE_FIXES = {
+    "cluster": "give it once (one ClusterTopology holds all the servers; "
+    "several --jobs files are taken)",
+    "previous": "give it once (one PlacementPlan holds every job's placement)",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster",
         metavar="FILE",
+        action=_Once,
         help="ClusterTopology YAML/JSON, - for standard input (default: the Hulk paper's "
         "47-server cluster)",
     )
@@ -80,7 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="table (with the baselines A/B/C beside it), or the PlacementPlan as json or "
         "yaml (docs/formats.md); notes go to stderr",
     )
-    parser.add_argument("--plot", metavar="FILE.png", help="draw the cluster coloured by job")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", action=_Once, help="draw the cluster coloured by job"
+    )
     parser.add_argument(
         "--seed",
         type=int,
@@ -106,11 +136,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--previous",
         metavar="FILE",
+        action=_Once,
         help="the PlacementPlan now running: keep healthy servers where they are",
     )
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
+        action=_Once,
         help="plan a live cluster's pending jobs (or --jobs) as the operator would now: its "
         "constraints, free servers and measured links (read only)",
     )
@@ -119,6 +151,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights",
         metavar="FILE",
+        action=_Once,
         help="GNN weights of `hulk train` for the hulk planner (default: $HULK_GNN_WEIGHTS, "
         "else the shipped ones)",
     )

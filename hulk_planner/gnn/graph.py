@@ -29,7 +29,8 @@ servers of its own region (ties, which region-level latencies make the rule, bro
 fixed pseudo-random order) and to one server (pseudo-random, with a direct link) in each of
 its ``k_cross`` nearest other regions; the union is made undirected. With the defaults (8
 and 4) a server has 12 to about 40 neighbours (mean about 22) whatever the cluster's size,
-so training on 20-500 servers transfers to 5,000.
+so training on 20-500 servers transfers to 5,000 (fewer than 12 where its region has fewer
+than 9 servers, the cluster fewer than 5 regions, or pairs no link).
 
 Jobs become ``JOB_FEATURES`` rows: the model's size (log parameters, layers, hidden size,
 sequence length, batch sizes), its memory need and compute demand relative to the cluster's

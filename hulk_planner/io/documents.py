@@ -9,7 +9,7 @@ import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -293,13 +293,37 @@ def reads_back(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     return dumper
 
 
+class _NulByte(Exception):
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+def _read_text_bytes(stream: BinaryIO, chunk: int = 1 << 20) -> bytes:
+    """A stream's bytes, stopping at the first NUL byte (no YAML or JSON text has one):
+    ``--cluster /dev/zero`` read until memory ran out and was told as a large cluster's
+    out of memory (a user trial); a binary or UTF-16 file is told at once."""
+    parts: list[bytes] = []
+    offset = 0
+    while part := stream.read(chunk):
+        nul = part.find(b"\0")
+        if nul >= 0:
+            raise _NulByte(offset + nul)
+        parts.append(part)
+        offset += len(part)
+    return b"".join(parts)
+
+
 def load_documents(path: str | Path) -> list[Any]:
     """All YAML/JSON documents of a file (JSON is YAML), skipping empty ones."""
     p = Path(path)
     try:
         # (standard input's bytes too: decoded by the locale, a stray byte came out as an
         # escape, "unacceptable character #xdce9", not the byte it is: a review)
-        data = sys.stdin.buffer.read() if str(path) == "-" else p.read_bytes()
+        if str(path) == "-":
+            data = _read_text_bytes(sys.stdin.buffer)
+        else:
+            with p.open("rb") as stream:
+                data = _read_text_bytes(stream)
         text = data.decode("utf-8")
     except IsADirectoryError as exc:  # (kubectl apply -f takes a folder: a user trial)
         raise InvalidRequest(
@@ -312,6 +336,10 @@ def load_documents(path: str | Path) -> list[Any]:
             str(p),
             f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
             "save it as UTF-8",
+        ) from None
+    except _NulByte as exc:
+        raise InvalidRequest(
+            str(p), f"is not UTF-8 text (a NUL byte at offset {exc.offset})", "save it as UTF-8"
         ) from None
     # a byte-order mark starts a document as well as the file where files were joined
     # (cat a.yaml b.yaml): YAML allows one only at the start of the stream

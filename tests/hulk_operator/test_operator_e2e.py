@@ -369,6 +369,20 @@ def test_invalid_manifests_are_rejected_naming_the_field(
     assert field in str(err.value.body), err.value.body
 
 
+def test_a_manifest_without_a_template_is_told_what_to_add(kube: Kube) -> None:
+    """The spec's example (docs/formats.md) leaves ``template`` out, as ``hulk plan`` reads
+    it; applied, the API server said only "spec.template: Required value" (a format
+    audit). The CRD says what the operator needs there."""
+    body = manifest("bare")
+    del body["spec"]["template"]
+    with pytest.raises(client.ApiException) as err:
+        kube.apply(body)
+    assert err.value.status == 422
+    said = str(err.value.body)
+    assert "spec.template is required by the operator" in said, said
+    assert "template.spec.containers with the trainer's image" in said, said
+
+
 def test_unknown_preset_fails_with_a_condition_and_an_event(
     kube: Kube, operator: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1935,6 +1949,53 @@ def test_an_edit_a_lowered_quota_leaves_too_little_for_keeps_the_running_pods(
 
     wait("the edit planned once the quota is gone", replanned, 90)
     kube.delete_job("eq")
+
+
+def test_an_image_edit_under_a_lowered_pods_quota_is_planned_within_it(
+    kube: Kube, operator: Any
+) -> None:
+    """A quota on pods lowered below a running job's pods, then an image edit (its plan
+    would stand, its pods made again): before, some plan of the job fitted the quota, so
+    the edit was taken as keeping the plan and the quota refused some of the new pods.
+    Now it is planned again, within the quota, every pod of the new plan made."""
+    name = "fewer-pods"
+    kube.apply(manifest("ip", model={"preset": "t5-11b"}))  # 5 stages without a quota
+    wait("Running", lambda: kube.phase("ip") == "Running", 60)
+    job = kube.job("ip")
+    running = len(kube.live_pods("ip"))
+    assert running >= 2, plan_nodes(job)
+    quota = {"metadata": {"name": name}, "spec": {"hard": {"pods": str(running - 1)}}}
+    kube.core.create_namespaced_resource_quota(kube.ns, quota)
+    try:
+        quota_in_force(kube, name)
+
+        def counted() -> bool:  # (the quota controller has counted the running pods)
+            used = kube.core.read_namespaced_resource_quota(name, kube.ns).status.used or {}
+            return int(used.get("pods", "0")) == running
+
+        wait("the quota counting the job's pods", counted, 60)
+        time.sleep(2)  # (the operator's quota index reads it from its watch)
+        template = copy.deepcopy(job["spec"]["template"])
+        template["spec"]["containers"][0]["image"] = "trainer:2"
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.ns, PLURAL, "ip", {"spec": {"template": template}}
+        )
+
+        def within() -> bool:
+            pods = kube.live_pods("ip")
+            return (
+                kube.phase("ip") == "Running"
+                and len(pods) == len(plan_nodes(kube.job("ip"))) <= running - 1
+                and all(p.spec.containers[0].image == "trainer:2" for p in pods)
+                and all(p.spec.node_name and p.status.phase == "Running" for p in pods)
+            )
+
+        wait("Running again within the quota", within, 90)
+        assert not kube.events("PodsForbidden"), kube.events("PodsForbidden")
+        check_pods_match_plans(kube, ["ip"])
+    finally:
+        kube.core.delete_namespaced_resource_quota(name, kube.ns)
+    kube.delete_job("ip")
 
 
 def test_a_pods_quota_is_planned_within_and_a_replan_after_a_lost_server_too(

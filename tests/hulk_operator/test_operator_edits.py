@@ -545,6 +545,16 @@ def test_a_template_edit_keeps_its_plan_only_where_every_server_takes_a_new_pod(
     assert not pods_fit_again(e, Snapshot(cordoned, Latencies(), {e.key: e}, held))
     assert not pods_fit_again(replace(e, plan_nodes=frozenset()), Snapshot(cluster, Latencies(),
                               {e.key: e}, held))  # fmt: skip
+    # a CPU quota lowered to 15 under its two pods' 16 (8 CPUs each): it holds a plan of
+    # one server, not a new pod on each of its two; made again only where it holds both
+    cpu = replace(e, pod_quota=(("requests.cpu", 8.0),))
+    counted = {e.key: {"requests.cpu": 16.0}}
+    lowered = Snapshot(cluster, Latencies(), {e.key: cpu}, held, counted=counted,
+                       quotas={e.key[0]: [("cpu", {"requests.cpu": -1.0})]})  # fmt: skip
+    assert not pods_fit_again(cpu, lowered)
+    assert pods_fit_again(
+        cpu, replace(lowered, quotas={e.key[0]: [("cpu", {"requests.cpu": 0.0})]})
+    )
 
 
 def test_a_suspended_job_says_so_at_once_and_a_resumed_one_says_it_waits() -> None:

@@ -150,6 +150,26 @@ def test_generated_clusters_round_trip(n: int, seed: int, explicit: bool) -> Non
     assert io.cluster_to_dict(again) == doc
 
 
+def test_a_file_with_a_nul_byte_is_told_without_reading_it_all(tmp_path: Path) -> None:
+    """``--cluster /dev/zero`` read until memory ran out and was told as a large
+    cluster's out of memory (a user trial); a UTF-16 file is told as not UTF-8, with the
+    offset of its first NUL."""
+    with pytest.raises(InvalidRequest) as exc:
+        io.load_cluster("/dev/zero")
+    assert str(exc.value) == (
+        "/dev/zero: is not UTF-8 text (a NUL byte at offset 0) (save it as UTF-8)"
+    )
+    utf16 = tmp_path / "cluster.yaml"
+    utf16.write_text("kind: ClusterTopology\n", encoding="utf-16-le")
+    with pytest.raises(InvalidRequest, match="a NUL byte at offset 1"):
+        io.load_cluster(utf16)
+    # one past a read's chunk: the offset counts the chunks before
+    late = tmp_path / "late.yaml"
+    late.write_bytes(b"#" * (1 << 20) + b"\n\0")
+    with pytest.raises(InvalidRequest, match=f"offset {(1 << 20) + 1}"):
+        io.load_cluster(late)
+
+
 def test_a_missing_server_figure_says_what_to_write() -> None:
     """Before: 'spec.nodes[0].gpuTFLOPS: is required but missing', and no fix (a docs
     trial)."""

@@ -198,6 +198,21 @@ def test_a_yaml_plan_of_servers_named_like_numbers_reads_back(tmp_path: Path) ->
     assert io.load_cluster(dumped) == read
 
 
+def test_a_file_option_given_twice_is_told(tmp_path: Path) -> None:
+    """A second ``--cluster`` silently replaced the first and the plan was made on it
+    alone (a user trial): each option that takes one file says it was given two; several
+    ``--jobs`` files are still taken."""
+    first, second = write(tmp_path / "a.yaml"), write(tmp_path / "b.yaml")
+    out = hulk("plan", "--cluster", first, "--cluster", second)
+    assert_one_line_error(
+        out, "--cluster takes one file and was given", "a.yaml", "b.yaml", "one ClusterTopology"
+    )
+    out = hulk("plan", "--previous", first, "--plot", tmp_path / "p.png", "--previous", second)
+    assert_one_line_error(out, "--previous takes one file", "one PlacementPlan")
+    out = hulk("plan", "--weights", first, "--weights", first)
+    assert_one_line_error(out, "--weights takes one file", "give it once")
+
+
 def test_standard_input_read_by_both_or_not_utf8_is_told(tmp_path: Path) -> None:
     """``--cluster - --jobs -``: the jobs read it all, and the error blamed the cluster
     file's kind on the jobs (a review). A stray byte on standard input was told as the
