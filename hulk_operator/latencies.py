@@ -62,6 +62,9 @@ class Latencies:
     # with the reading: a cache beside it kept the last reading's alive after the next);
     # not an argument: a copy made with ``replace`` gets its own
     built: dict[str, _Built] = field(default_factory=dict, init=False, compare=False, repr=False)
+    # there are NodeLatency objects and none is fresh (``stale_probes``): every latency is
+    # an estimate, and the pairs of ``stale_unreachable`` stay cut
+    probes_stale: bool = field(default=False, compare=False)
 
 
 def unreachable_reports(
@@ -166,6 +169,23 @@ def read_latencies(
         heard_by={t: frozenset(s) for t, s in heard.items()},
         complaining=frozenset(s for sources in by.values() for s in sources),
         measuring=frozenset(source for source, _ in directed),
+        probes_stale=stale_probes(items, max_age_s, when) is not None,
+    )
+
+
+def stale_note(latencies: Latencies) -> str | None:
+    """What a job left unplaced is told while no probe publishes (``probes_stale``): its
+    links are estimates, and pairs last reported unreachable stay cut (before, only the
+    operator's log said so, and a job waited on "no pipeline ... fits it": a trial). The
+    same words every round (no age in seconds), so its condition and Event stand."""
+    if not latencies.probes_stale:
+        return None
+    cut = len(latencies.stale_unreachable)
+    kept = f", and {cut} pair(s) last reported unreachable stay cut" if cut else ""
+    return (
+        "no NodeLatency status is fresh (--latency-max-age-s): every link's latency is an "
+        f"estimate{kept}; are the probes running? (kubectl get daemonset -A -l "
+        "app.kubernetes.io/component=probe)"
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hulk_operator.inventory import NodeInfo, Resources, fits
+from hulk_operator.status import seconds_text
 from hulk_planner.api import NOT_REPAIRED
 from hulk_planner.cost import communicating_pairs
 from hulk_planner.model import Cluster, JobPlan
@@ -406,7 +407,7 @@ def event_message(
     was, now = old.predicted_iteration_seconds, new.predicted_iteration_seconds
     step = ""
     if math.isfinite(was) and math.isfinite(now) and was > 0:  # a slower plan says so
-        step = f"; predicted step {now:.3g} s (was {was:.3g} s)"
+        step = f"; predicted step {seconds_text(now)} s (was {seconds_text(was)} s)"
         if not regrows and now >= SLOWER_HINT * was:
             step += (
                 "; spec.regrow would plan it afresh on faster servers once they are free "

@@ -136,13 +136,15 @@ def faster(
             return None, None
         return None, (
             f"a new plan ({gained} free server(s) added) would make its step {was / now:.3g}x "
-            f"faster (predicted {now:.3g} s, {_now(was, current)}), below spec.regrow.minSpeedup "
+            f"faster (predicted {st.seconds_text(now)} s, {_now(was, current)}), below "
+            f"spec.regrow.minSpeedup "
             f"{need:g}: it keeps its servers (checked again when the free servers change)"
         )
     if entry.regrow is None:
         return None, (
             f"free servers would make its step {was / now:.3g}x faster (a new plan with "
-            f"{gained} free server(s) added: predicted {now:.3g} s, {_now(was, current)}); it "
+            f"{gained} free server(s) added: predicted {st.seconds_text(now)} s, "
+            f"{_now(was, current)}); it "
             "keeps its servers, as it has no spec.regrow, which would plan it afresh "
             "(a restart from its checkpoint)"
         )
@@ -185,8 +187,11 @@ def _now(was: float, current: JobPlan) -> str:
     the job's status said 1.72, without a word of why: a user trial)."""
     planned = current.predicted_iteration_seconds
     if math.isfinite(planned) and planned > 0 and abs(was - planned) > 0.01 * planned:
-        return f"now {was:.3g} s on its servers as they are now, planned at {planned:.3g} s"
-    return f"now {was:.3g} s"
+        return (
+            f"now {st.seconds_text(was)} s on its servers as they are now, planned at "
+            f"{st.seconds_text(planned)} s"
+        )
+    return f"now {st.seconds_text(was)} s"
 
 
 def cause(old: JobPlan, new: JobPlan) -> str:

@@ -28,7 +28,13 @@ from hulk_operator.fit import (
     unmatched,
 )
 from hulk_operator.inventory import NodeInfo
-from hulk_operator.latencies import build_cluster, cut_pairs, estimated_pairs, estimates_used
+from hulk_operator.latencies import (
+    build_cluster,
+    cut_pairs,
+    estimated_pairs,
+    estimates_used,
+    stale_note,
+)
 from hulk_operator.quota_fit import Round, make_room, quota_too_small, rehold, within_quota
 from hulk_operator.snapshot import Snapshot, Taken
 from hulk_planner.api import repair_declined
@@ -374,12 +380,15 @@ def plan_pending(
             got = by_age
     out.update(got)
     _tell_kept(out, claims, standing, snap, got)
+    stale = stale_note(snap.latencies)
     for k, d in out.items():  # a typo among the regions: said with the plan or the reason
         note = unknown_regions(snap.jobs[k], snap.nodes)
         if note is not None and d.job_plan is not None:
             out[k] = replace(d, note="; ".join(n for n in (d.note, note) if n))
         elif note is not None:
             out[k] = replace(d, reason=f"{d.reason}; {note}")
+        if stale is not None and d.job_plan is None and d.reason:  # (probes down)
+            out[k] = replace(out[k], reason=f"{out[k].reason}; {stale}")
     return out
 
 

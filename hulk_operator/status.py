@@ -161,9 +161,16 @@ def job_plan_from_status(name: str, status: Mapping[str, Any] | None) -> JobPlan
         return None
 
 
+def seconds_text(x: float) -> str:
+    """A step time to three significant digits, its zeros kept: ``1.00`` (``:.3g`` wrote
+    a 1.0028 s step as "1 s" beside "0.446 s": a trial), ``0.446``, ``136``, ``1.23e+03``."""
+    text = f"{x:#.3g}"
+    return text[:-1] if text.endswith(".") else text
+
+
 def plan_line(stages: int, servers: int, regions: int, planner: str, step_s: float) -> str:
     """The ``Planned`` condition's summary of a plan."""
-    step = f"; predicted {step_s:.3g} s per iteration" if not math.isnan(step_s) else ""
+    step = f"; predicted {seconds_text(step_s)} s per iteration" if not math.isnan(step_s) else ""
     return (
         f"{stages} stage(s) on {servers} server(s) in {regions} region(s) by planner "
         f"{planner}{step}"

@@ -407,10 +407,13 @@ def _gib(x: float) -> str:
     return gib_text(x * 2**30)
 
 
-def _apart(cost: CostModel) -> str:
+def _apart(cost: CostModel, need: float) -> str:
     """Where no chain of links joins the servers: how they split, the largest group's
     memory and the fix (before, a user read "no pipeline ... fits it" of a cluster whose
-    links missed a server's, and had to find which; a user trial)."""
+    links missed a server's, and had to find which; a user trial). ``need``: the job's
+    memory need in GiB. Where the largest group has that much, joining the groups is not
+    the fix: its own links form no chain that holds the job (a star, say), and more links
+    among its servers are (before, "link the groups" was said there too: a trial)."""
     groups = cost.net.groups
     if len(groups) < 2:
         return ""
@@ -419,12 +422,23 @@ def _apart(cost: CostModel) -> str:
     room = float(np.sum(cost.capacity[big])) / 2.0**30
     alone = [names[g[0]] for g in groups if len(g) == 1]
     told = f" ({', '.join(alone[:5])}{', ...' if len(alone) > 5 else ''} alone)" if alone else ""
+    split = f"they form {len(groups)} groups{told}, the largest {len(big)} server(s) with "
+    if room >= need:
+        return (
+            f"; not every pair of them is linked: {split}{_gib(room)} usable, enough, but no "
+            "chain of its links (a pipeline's stages in order, each linked to the next) holds "
+            f"it (link more of those servers to one another: {LINK_FIX})"
+        )
     return (
-        f"; no chain of links joins them: they form {len(groups)} groups{told}, the largest "
-        f"{len(big)} server(s) with {_gib(room)} usable (link the groups: in a topology "
-        "file, links or regionLinks between them; under the operator, latency probes that "
-        "reach across them, `kubectl get nodelatencies` shows which do not)"
+        f"; no chain of links joins them: {split}{_gib(room)} usable (link the groups: {LINK_FIX})"
     )
+
+
+# how to add links, in a topology file and under the operator
+LINK_FIX = (
+    "in a topology file, links or regionLinks between them; under the operator, latency "
+    "probes that reach across them, `kubectl get nodelatencies` shows which do not"
+)
 
 
 def _to_plan(
@@ -469,6 +483,6 @@ def _to_plan(
             why = (
                 f"needs {_gib(need)} of GPU memory in servers that can reach each other; "
                 f"no pipeline over the {_gib(total)} usable on {servers} fits it"
-            ) + _apart(cost)
+            ) + _apart(cost, need)
         unplaced.append(Unplaced(job.name, why))
     return Plan(name, tuple(placed), tuple(unplaced))

@@ -127,6 +127,38 @@ def test_a_job_only_servers_that_cannot_reach_each_other_could_hold_is_told_so()
     assert too_big_for(entry(paper_jobs()[1]), nodes(), cut) is None  # the whole cluster can
 
 
+def test_a_job_left_unplaced_while_no_probe_publishes_is_told_so() -> None:
+    """Before, only the operator's log said no NodeLatency status was fresh; a job that
+    waited on pairs only old reports cut said "no pipeline ... fits it" and nothing more (an
+    operator trial). The same words every round (no age): the condition stands."""
+    from datetime import UTC, datetime, timedelta
+
+    from hulk_operator.latencies import read_latencies
+
+    cluster = paper_cluster()
+    linked = {frozenset((link.a, link.b)) for link in cluster.links}
+    names = [s.name for s in cluster.servers]
+    cut = frozenset(frozenset((a, b)) for i, a in enumerate(names) for b in names[i + 1 :]) - linked
+    t5 = entry(paper_jobs()[1], allowed_regions=("london", "new-delhi"))
+    old = (datetime.now(UTC) - timedelta(seconds=900)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    report = {"metadata": {"name": names[0]}, "status": {"lastPublished": old, "peers": []}}
+    stale = replace(Latencies(unreachable=cut), probes_stale=True)
+    assert read_latencies([report], 600.0).probes_stale  # (900 s old, 600 s allowed)
+    assert not read_latencies([report], 1200.0).probes_stale
+    d = plan_pending(Snapshot(nodes(), stale, {t5.key: t5}, {}), plan)[t5.key]
+    assert d.job_plan is None
+    assert d.reason.endswith(
+        "; no NodeLatency status is fresh (--latency-max-age-s): every link's latency is an "
+        "estimate; are the probes running? (kubectl get daemonset -A -l "
+        "app.kubernetes.io/component=probe)"
+    ), d.reason
+    fresh = plan_pending(Snapshot(nodes(), Latencies(unreachable=cut), {t5.key: t5}, {}), plan)
+    assert "fresh" not in fresh[t5.key].reason
+    kept = replace(stale, stale_unreachable=frozenset(list(cut)[:3]))
+    d = plan_pending(Snapshot(nodes(), kept, {t5.key: t5}, {}), plan)[t5.key]
+    assert "estimate, and 3 pair(s) last reported unreachable stay cut; are the" in d.reason
+
+
 def test_stage_pod_requests_no_node_could_hold_are_told_so() -> None:
     """What an edit of a running job is refused for: ``cpu: 5000`` for ``5``."""
     bert = paper_jobs()[3]

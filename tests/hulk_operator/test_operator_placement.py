@@ -777,7 +777,7 @@ def test_plan_status_round_trip() -> None:
     regions = len({cluster.server(n).region for n in jp.nodes})
     assert st.plan_line_from_status(status) == (
         f"{len(jp.stages)} stage(s) on {len(jp.nodes)} server(s) in {regions} region(s) by "
-        "planner hulk; predicted 1.5 s per iteration"
+        "planner hulk; predicted 1.50 s per iteration"
     )
     assert st.plan_line_from_status({}) is None
     assert st.diff({"a": 1, "b": 2}, {"a": 1, "b": 3}) == {"b": 3}
@@ -892,6 +892,15 @@ def test_event_names_stages_whose_layers_moved() -> None:
     )
 
 
+def test_step_times_keep_three_significant_digits() -> None:
+    """A 1.0028 s step was told as "1 s" beside "0.446 s" in the same Event (a trial)."""
+    from hulk_operator.status import seconds_text
+
+    assert [seconds_text(x) for x in (1.0028, 0.4462, 136.2, 1.5, 1234.0)] == [
+        "1.00", "0.446", "136", "1.50", "1.23e+03",
+    ]  # fmt: skip
+
+
 def test_a_much_slower_replan_of_a_job_without_regrow_says_what_would_move_it_back() -> None:
     """A user trial: jobs re-planned onto the few nodes left stayed on plans up to 4x slower
     once the others came back, with nothing saying that ``spec.regrow`` moves them."""
@@ -902,7 +911,9 @@ def test_a_much_slower_replan_of_a_job_without_regrow_says_what_would_move_it_ba
     for now, regrows, told in ((1.3, False, True), (1.2, False, False), (4.0, True, False)):
         new = JobPlan("j", (Stage((0, 12), ("c",)),), 4, now)
         msg = recovery.event_message({"b": "Deleted"}, old, new, 1, 0, regrows=regrows)
-        assert msg.endswith(f"predicted step {now:.3g} s (was 1 s)" + (hint if told else "")), msg
+        assert msg.endswith(f"predicted step {now:#.3g} s (was 1.00 s)" + (hint if told else "")), (
+            msg
+        )
 
 
 def test_a_released_server_with_no_link_to_the_new_plan_says_so() -> None:

@@ -23,6 +23,7 @@ from hulk_operator.placement import Placer
 from hulk_operator.quotas import QUOTA_GPU
 from hulk_operator.rounds import plan_pending
 from hulk_operator.snapshot import Snapshot
+from hulk_operator.status import seconds_text
 from hulk_planner.api import plan
 from hulk_planner.datasets import paper_cluster, paper_jobs
 from hulk_planner.errors import InvalidRequest
@@ -78,7 +79,7 @@ def test_a_squeezed_job_regrows_onto_free_servers_once() -> None:
         {}, grown.base, grown.job_plan, 3, 0, regrow.cause(grown.base, grown.job_plan)
     )
     assert msg.startswith(f"free servers make its step {was / now:.3g}x faster; ")
-    assert msg.endswith(f"predicted step {now:.3g} s (was {was:.3g} s)")
+    assert msg.endswith(f"predicted step {seconds_text(now)} s (was {seconds_text(was)} s)")
 
 
 def test_a_job_with_a_stage_on_a_cordoned_server_still_regrows() -> None:
@@ -121,7 +122,8 @@ def test_a_job_without_regrow_is_told_of_a_faster_plan_and_never_moved() -> None
     speedup = float(msg.removeprefix("free servers would make its step ").split("x ")[0])
     assert speedup >= 1.25
     assert msg.endswith(
-        f"now {current.predicted_iteration_seconds:.3g} s); it keeps its servers, as it has "
+        f"now {seconds_text(current.predicted_iteration_seconds)} s); it keeps its servers, "
+        "as it has "
         "no spec.regrow, which would plan it afresh (a restart from its checkpoint)"
     ), msg
     assert f"{placer.speedups[running.key]:.3g}" == f"{speedup:.3g}"  # the metric's figure
@@ -419,7 +421,7 @@ def test_a_faster_plan_below_min_speedup_is_told_once_per_change(
     assert msg.startswith("a new plan ("), msg
     assert " free server(s) added) would make its step " in msg
     assert msg.endswith(
-        f"now {current.predicted_iteration_seconds:.3g} s), below spec.regrow.minSpeedup "
+        f"now {seconds_text(current.predicted_iteration_seconds)} s), below spec.regrow.minSpeedup "
         "1e+06: it keeps its servers (checked again when the free servers change)"
     ), msg
     assert asyncio.run(placer.regrow(running, current, snapshot)) is None
@@ -761,7 +763,7 @@ def test_only_a_job_with_regrow_grows_back_onto_servers_that_return(
     (event,) = kube.told("Regrown")
     assert event.type == "Normal"
     assert event.message.startswith("free servers make its step "), event.message
-    assert event.message.endswith(f"(was {was:.3g} s)"), event.message
+    assert event.message.endswith(f"(was {seconds_text(was)} s)"), event.message
     assert condition(job, "Replanning")["reason"] == "Regrown"
     other = kube.job("stays")
     assert plan_nodes(other) == kept and other["status"]["replans"] == 0
@@ -789,8 +791,11 @@ def test_advice_says_where_the_running_plan_is_slower_now_than_it_predicted() ->
     _, told = regrow.faster(d, running, current, (planned * 3, planned / 4), advise=1.25)
     assert (
         told is not None
-        and (f"now {planned * 3:.3g} s on its servers as they are now, planned at {planned:.3g} s)")
+        and (
+            f"now {seconds_text(planned * 3)} s on its servers as they are now, planned at "
+            f"{seconds_text(planned)} s)"
+        )
         in told
     ), told
     _, told = regrow.faster(d, running, current, (planned, planned / 4), advise=1.25)
-    assert told is not None and f"now {planned:.3g} s)" in told, told
+    assert told is not None and f"now {seconds_text(planned)} s)" in told, told

@@ -710,18 +710,49 @@ def test_a_job_unplaced_on_servers_no_chain_of_links_joins_names_the_groups(plan
         [server(n, "r1" if n == "a" else "r2", memory_gib=each) for n in "abc"],
         [("b", "c", 1.0)],
     )
-    with pytest.raises(NoFeasiblePlan) as told:
-        plan(c, [job], planner, max_iterations=50)
-    (u,) = told.value.unplaced
-    assert u.reason.endswith(
+    reason = unplaced_reason(c, job, planner)
+    assert reason.endswith(
         "; no chain of links joins them: they form 2 groups (a alone), the largest 2 "
         f"server(s) with {2 * each * MEMORY_USABLE:.2g} GiB usable (link the groups: in a "
         "topology file, links or regionLinks between them; under the operator, latency probes "
         "that reach across them, `kubectl get nodelatencies` shows which do not)"
-    ), u.reason
+    ), reason
     linked = cluster(c.servers, [("b", "c", 1.0), ("a", "b", 1.0)])
     assert CostModel(linked).net.groups == [[0, 1, 2]]
     assert CostModel(c).net.groups == [[1, 2], [0]]
+
+
+@pytest.mark.parametrize("planner", ["search", "hulk"])
+def test_a_group_with_the_memory_but_no_chain_is_not_told_to_link_the_groups(
+    planner: str,
+) -> None:
+    """Four servers linked as a star (h to a, b, c) and one alone (d): the star has 120% of
+    the job's memory, but a chain through it has three servers (90%). Before: "link the
+    groups" (an operator trial: joining d would not help); now the star's own links are
+    the fix."""
+    job = tiny_job()
+    each = usable_gib(memory_need_bytes(job) * 0.3)
+    c = cluster(
+        [server(n, "r1", memory_gib=each) for n in "habcd"],
+        [("h", "a", 1.0), ("h", "b", 1.0), ("h", "c", 1.0)],
+    )
+    reason = unplaced_reason(c, job, planner)
+    assert reason.endswith(
+        "; not every pair of them is linked: they form 2 groups (d alone), the largest 4 "
+        f"server(s) with {4 * each * MEMORY_USABLE:.2g} GiB usable, enough, but no chain of "
+        "its links (a pipeline's stages in order, each linked to the next) holds it (link "
+        "more of those servers to one another: in a topology file, links or regionLinks "
+        "between them; under the operator, latency probes that reach across them, `kubectl "
+        "get nodelatencies` shows which do not)"
+    ), reason
+
+
+def unplaced_reason(c: Cluster, job: Job, planner: str) -> str:
+    """Why ``planner`` leaves ``job``, alone on ``c``, unplaced."""
+    with pytest.raises(NoFeasiblePlan) as told:
+        plan(c, [job], planner, max_iterations=50)
+    (u,) = told.value.unplaced
+    return u.reason
 
 
 def test_gib_amounts_in_reasons_read_as_people_write_them() -> None:
