@@ -175,27 +175,24 @@ def job_entry(
                 )
             ),
         )
-    if error is None and (
-        why := _bad_selector(ours)
-        or _bad_restart(tmpl_spec)
-        or _blank_region(spec)
-        or _bad_quantity(tmpl_spec)
-        or _no_containers(tmpl_spec)
-        or _gpuless_trainer(tmpl_meta, tmpl_spec)
-    ):
-        job, error = None, why
-    if tmpl_spec.get("nodeName") and error is None:
-        job, error = (
-            None,
-            str(
-                InvalidRequest(
-                    "spec.template.spec.nodeName",
-                    "is set, but Hulk puts each stage pod on the server its plan picks",
-                    "remove it; to limit the servers use spec.nodeSelector "
-                    "(kubernetes.io/hostname: NAME) or spec.allowedRegions",
-                )
-            ),
-        )
+    if error is None:  # every one of these at once (before, the first alone: a trial
+        # fixed restartPolicy, then was told of nodeName a round later); those that read
+        # the containers only where the quantities read
+        found = [
+            why
+            for why in (
+                _bad_selector(ours),
+                _bad_restart(tmpl_spec),
+                _blank_region(spec),
+                _bad_quantity(tmpl_spec)
+                or _no_containers(tmpl_spec)
+                or _gpuless_trainer(tmpl_meta, tmpl_spec),
+                _node_name(tmpl_spec),
+            )
+            if why is not None
+        ]
+        if found:
+            job, error = None, "; ".join(found)
     where = [
         w
         for w, d in (("spec.nodeSelector", ours), ("spec.template.spec.nodeSelector", theirs))
@@ -456,6 +453,20 @@ def _other_quantities(node: object, path: str) -> list[tuple[str, Any]]:
         else:
             out += _other_quantities(value, f"{path}.{key}")
     return out
+
+
+def _node_name(tmpl_spec: Mapping[str, Any]) -> str | None:
+    """The error for a template that pins its pods to a node, or None."""
+    if not tmpl_spec.get("nodeName"):
+        return None
+    return str(
+        InvalidRequest(
+            "spec.template.spec.nodeName",
+            "is set, but Hulk puts each stage pod on the server its plan picks",
+            "remove it; to limit the servers use spec.nodeSelector "
+            "(kubernetes.io/hostname: NAME) or spec.allowedRegions",
+        )
+    )
 
 
 def _bad_restart(tmpl_spec: Mapping[str, Any]) -> str | None:

@@ -401,9 +401,9 @@ def event_message(
         changed += f" ({NOT_REPAIRED}: {declined})"
     gone = len(old.nodes) - kept  # one pod per server of the old plan
     if gone == replaced:
-        pods = f"{replaced} pod(s) replaced, {kept} kept"
+        pods = f"{replaced} pod(s) replaced, {kept} left running"
     else:
-        pods = f"{gone} pod(s) removed, {replaced} created, {kept} kept"
+        pods = f"{gone} pod(s) removed, {replaced} created, {kept} left running"
     was, now = old.predicted_iteration_seconds, new.predicted_iteration_seconds
     step = ""
     if math.isfinite(was) and math.isfinite(now) and was > 0:  # a slower plan says so

@@ -30,10 +30,18 @@ from hulk_planner.gnn.data import (
     Example,
     GenerationSettings,
     data_header,
+    examples_sha256,
     generate_to_file,
 )
 from hulk_planner.gnn.planner import cuda_problem, untrained
 from hulk_planner.model import check_positive, check_seed
+from hulk_planner.presets import PRESETS
+
+# upper bounds of hulk train's sizes (the labelling search plans clusters up to
+# MAX_SERVERS; an embedding of MAX_HIDDEN makes weights of about 100 MB)
+MAX_SERVERS = 20_000
+MAX_HIDDEN = 2_048
+MAX_GCN_LAYERS = 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -186,6 +194,18 @@ def check(args: argparse.Namespace) -> None:
             raise InvalidRequest(
                 flag, f"must be at least {low}, got {value}", f"give {low} or more"
             )
+    at_most = {  # (a trial: --hidden 100000 asked 80 GB of memory, a traceback;
+        # --max-servers 100000000 grew for ever; --max-jobs 1000 was taken as the presets')
+        "--max-servers": (args.max_servers, MAX_SERVERS, "the labelling search's clusters"),
+        "--max-jobs": (args.max_jobs, len(PRESETS), "distinct presets a cluster's jobs use"),
+        "--hidden": (args.hidden, MAX_HIDDEN, "the shipped weights use 64"),
+        "--gcn-layers": (args.gcn_layers, MAX_GCN_LAYERS, "the shipped weights use 3"),
+    }
+    for flag, (value, high, what) in at_most.items():
+        if value > high:
+            raise InvalidRequest(
+                flag, f"must be at most {high:,}, got {value:,}", f"give {high:,} or less ({what})"
+            )
     if args.max_servers < args.min_servers:
         raise InvalidRequest(
             "--max-servers",
@@ -248,11 +268,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"hulk train: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            "hulk train: interrupted (the examples labelled so far are kept: run the same "
-            "command again to resume)",
-            file=sys.stderr,
+        # (in training, "resume" read as if the epochs went on: they start again; a trial)
+        said = (
+            "every example is labelled and kept: the same command again trains anew on "
+            "them, without labelling"
+            if getattr(args, "labelled", False)
+            else "the examples labelled so far are kept: run the same command again to resume"
         )
+        print(f"hulk train: interrupted ({said})", file=sys.stderr)
         return 130
 
 
@@ -272,6 +295,7 @@ def _run(args: argparse.Namespace) -> int:
             yield ex
 
     examples = generate_to_file(gen, path, workers=args.workers, progress=bar)
+    args.labelled = True  # (what an interruption from here on says)
     t_gen = time.perf_counter() - t0
     print(f"{len(examples)} labelled clusters in {path} ({now} labelled now, {t_gen:.0f} s)")
 
@@ -280,13 +304,13 @@ def _run(args: argparse.Namespace) -> int:
     from hulk_planner.gnn.train import (
         TrainSettings,
         example_data,
-        file_sha256,
         pick_device,
         save,
         train,
     )
 
-    torch.set_num_threads(max(1, args.workers))
+    # (threads past the cores slowed training 2.5x: --workers 64 on 2 cores, a trial)
+    torch.set_num_threads(max(1, min(args.workers, os.cpu_count() or 1)))
     settings = TrainSettings(
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -318,7 +342,11 @@ def _run(args: argparse.Namespace) -> int:
     weights, meta = save(
         model,
         args.output,
-        generation={**gen.as_dict(), "data_file": path.name, "data_sha256": file_sha256(path)},
+        generation={
+            **gen.as_dict(),
+            "data_file": path.name,
+            "data_sha256": examples_sha256(path, len(examples)),
+        },
         training=settings,
         logs=logs,
         extra={

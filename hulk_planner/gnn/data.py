@@ -222,6 +222,21 @@ def data_header(settings: GenerationSettings) -> str:
     return json.dumps({"settings": d}, sort_keys=True)
 
 
+def examples_sha256(path: str | Path, count: int) -> str:
+    """The sha256 of the file's settings header and its first ``count`` examples, as the
+    file was when it held just those (``head -n COUNT+1 FILE | sha256sum``): what weights
+    trained on them record. Before, the whole file's, which named neither the examples of
+    a run with fewer ``--examples`` nor, once a later run extended the file, its own (a
+    trial)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as stream:
+        for n, line in enumerate(stream):
+            if n > count:
+                break
+            digest.update(line)
+    return digest.hexdigest()
+
+
 def generate_to_file(
     settings: GenerationSettings,
     path: str | Path,

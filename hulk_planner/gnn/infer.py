@@ -22,7 +22,7 @@ import io
 import pickle
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +113,15 @@ def read_pt(path: str | Path) -> Any:
         return _Unpickler(archive.read(pkl), storage).load()
 
 
+# the layout of ``{"format", "config", "state_dict"}`` that ``train.save`` writes
+WEIGHTS_FORMAT = 1
+
+
 def load_weights(path: str | Path) -> dict[str, Any]:
-    """``{"config": ..., "state_dict": {name: np.ndarray}, ...}`` from a weights file."""
+    """``{"config": ..., "state_dict": {name: np.ndarray}, ...}`` from a weights file,
+    checked against itself (``check_consistent``)."""
     try:
-        return dict(read_pt(path))
+        out = dict(read_pt(path))
     except RefusedObject:
         raise
     except WeightsFormatError:
@@ -124,7 +129,29 @@ def load_weights(path: str | Path) -> dict[str, Any]:
 
         obj = torch.load(path, map_location="cpu", weights_only=True)
         obj["state_dict"] = {k: v.numpy() for k, v in obj["state_dict"].items()}
-        return dict(obj)
+        out = dict(obj)
+    check_consistent(out)
+    return out
+
+
+def check_consistent(weights: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` unless the file's format is ``WEIGHTS_FORMAT`` and its config
+    says what its tensors hold: as many GCN layers, the same embedding size. Before, a
+    config of 1 GCN layer beside 3 layers' tensors planned with one, silently (and the
+    torch path raised a traceback); ``format: 99`` was taken (a trial)."""
+    if weights.get("format") != WEIGHTS_FORMAT:
+        raise ValueError(
+            f"format {weights.get('format')!r}, where this version reads {WEIGHTS_FORMAT}"
+        )
+    config, state = weights["config"], weights["state_dict"]
+    convs = {int(k.split(".")[1]) for k in state if k.startswith("convs.")}
+    if convs != set(range(int(config["gcn_layers"]))):
+        raise ValueError(
+            f"its config says {config['gcn_layers']} GCN layer(s), its tensors hold {len(convs)}"
+        )
+    hidden = int(np.shape(state["encoder.weight"])[0])
+    if hidden != int(config["hidden"]):
+        raise ValueError(f"its config says hidden {config['hidden']}, its tensors hold {hidden}")
 
 
 def _relu(a: np.ndarray) -> np.ndarray:

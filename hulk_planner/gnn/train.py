@@ -35,11 +35,10 @@ from torch_geometric.loader import DataLoader
 from hulk_planner.errors import InvalidRequest
 from hulk_planner.gnn.data import Example
 from hulk_planner.gnn.graph import build_graph, graph_arrays, job_features, to_data
+from hulk_planner.gnn.infer import WEIGHTS_FORMAT
 from hulk_planner.gnn.model import HulkGNN
 from hulk_planner.gnn.planner import cuda_problem, file_sha256
 from hulk_planner.model import check_positive
-
-WEIGHTS_FORMAT = 1
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -222,18 +223,20 @@ def cluster_from_dict(doc: Mapping[str, Any], source: str = "ClusterTopology") -
     # servers not listed are told once the names are right, not before)
     every_name = None not in names and len(seen) == len(names)
     pairs: set[frozenset[str]] = set()
+    # (a server deleted from spec.nodes, its links left: a line per link, none saying
+    # they go with it; a trial)
+    stray = Counter(end for _, a, b, _ in links for end in {a, b} if end not in seen)
     for i, a, b, _ in links:
         where = f"spec.links[{i}] ({a} - {b})"
         unknown = [end for end in (a, b) if end not in seen] if every_name else []
         for end in unknown:
+            fix = "every link end must be listed in spec.nodes"
+            if stray[end] > 1:
+                fix += f": list it, or remove its {stray[end]} links with it"
             errors.append(
                 (
                     (_SECTIONS["links"], i),
-                    InvalidRequest(
-                        where,
-                        f"names unknown server {end!r}",
-                        "every link end must be listed in spec.nodes",
-                    ),
+                    InvalidRequest(where, f"names unknown server {end!r}", fix),
                 )
             )
         if not unknown and frozenset((a, b)) in pairs:

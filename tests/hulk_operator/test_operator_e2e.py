@@ -189,7 +189,10 @@ def test_deleting_a_node_replaces_exactly_the_affected_stages(
         assert job["status"]["replans"] == 1
         (event,) = kube.told("Replanned")
         kept = len([p for p in before.values() if p.metadata.labels["hulk.dev/job"] == victim_job])
-        assert victim in event.message and f"1 pod(s) replaced, {kept - 1} kept" in event.message
+        assert (
+            victim in event.message
+            and f"1 pod(s) replaced, {kept - 1} left running" in event.message
+        )
         assert "layers moved" not in event.message
         other = next(n for n in names if n != victim_job)
         assert (kube.job(other)["status"].get("replans") or 0) == 0
@@ -2724,7 +2727,7 @@ def check_one_stage_replaced(
     (event,) = kube.told("Replanned")
     told = cause if cause == "NotReady" else cause.lower()  # (NotReady as kubectl writes it)
     assert f"{victim} {told}" in event.message, event.message
-    assert f"1 pod(s) replaced, {len(before) - 1} kept" in event.message
+    assert f"1 pod(s) replaced, {len(before) - 1} left running" in event.message
     assert condition(job, "Replanning")["status"] == "False"  # all pods run again
 
 
@@ -3925,7 +3928,7 @@ def test_a_node_made_again_under_its_name_is_a_lost_server(
         assert not old & {p.metadata.uid for p in kube.live_pods(name)}
         if not fewer_gpus:  # the same server, a new pod
             assert plan_nodes(kube.job(name)) == [victim]
-            assert "; 1 pod(s) replaced, 0 kept" in event.message, event.message
+            assert "; 1 pod(s) replaced, 0 left running" in event.message, event.message
         time.sleep(2 * CONFIG.reconcile_interval_s)
         assert kube.job(name)["status"]["replans"] == 1  # once: the new pod is its node's
         assert len(kube.events("Replanned")) == 1

@@ -876,7 +876,7 @@ def test_event_names_stages_whose_layers_moved() -> None:
     msg = recovery.event_message({"c": "Deleted"}, old, new, 3, 0)
     assert msg == (
         "c deleted; kept 2 of 2 healthy servers, added d; stage 2: c -> d; "
-        "layers moved in stage(s) 0, 1; 3 pod(s) replaced, 0 kept"
+        "layers moved in stage(s) 0, 1; 3 pod(s) replaced, 0 left running"
     )
     # a stage on new servers whose layers moved is named in both (before, only stages on
     # the same servers were: a re-split of stages 0-9 read "layers moved in stage(s) 5",
@@ -888,7 +888,7 @@ def test_event_names_stages_whose_layers_moved() -> None:
     msg = recovery.event_message({"d": "Deleted"}, old, new, 1, 6)
     assert msg == (
         "d deleted; kept 6 of 6 healthy servers, added x; stage 3: d -> x; "
-        "layers moved in stage(s) 0-3, 5, 6; 1 pod(s) replaced, 6 kept"
+        "layers moved in stage(s) 0-3, 5, 6; 1 pod(s) replaced, 6 left running"
     )
 
 
@@ -962,7 +962,7 @@ def test_event_counts_servers_when_the_pipeline_is_laid_out_again() -> None:
     msg = recovery.event_message({"c": "NotReady"}, old, new, 4, 0)
     assert msg == (
         "c NotReady; kept 1 of 2 healthy servers, added d, e, f, released b; "
-        "3 -> 4 stages, every stage laid out again; 3 pod(s) removed, 4 created, 0 kept"
+        "3 -> 4 stages, every stage laid out again; 3 pod(s) removed, 4 created, 0 left running"
     )  # (before: "4 pod(s) replaced" where there had been 3)
     # a taint as it is (before: "maint:noexecute"); a one-server job keeps none
     one = JobPlan("j", (Stage((0, 18), ("c",)),), 4)
@@ -992,6 +992,12 @@ def test_a_template_node_name_is_an_invalid_spec() -> None:
         "plan picks (remove it; to limit the servers use spec.nodeSelector "
         "(kubernetes.io/hostname: NAME) or spec.allowedRegions)"
     )
+    # with restartPolicy Always too: both at once (before, restartPolicy alone, then
+    # nodeName once it was fixed, a round later: an operator trial)
+    spec["template"]["spec"]["restartPolicy"] = "Always"
+    e = job_entry("ml", "j", "u", body, {"generation": 2}, spec, {})
+    assert e.error is not None and e.error.startswith("spec.template.spec.restartPolicy: is "), e
+    assert "; spec.template.spec.nodeName: is set, but Hulk puts" in e.error, e.error
 
 
 @pytest.mark.parametrize(

@@ -1451,6 +1451,12 @@ def test_a_topology_s_names_used_twice_and_unknown_ends_are_told_with_its_fields
         "spec.links[4] (yy - a-0): names unknown server 'yy' (every link end must be listed "
         "in spec.nodes)",
     ]
+    # a server taken out of spec.nodes, its links left: each says they go with it (a trial)
+    doc["spec"]["links"].append({"a": "a-1", "b": "yy", "latencyMs": 1})
+    assert _told(tmp_path / "bad.yaml", doc)[-1] == (
+        "spec.links[5] (a-1 - yy): names unknown server 'yy' (every link end must be listed "
+        "in spec.nodes: list it, or remove its 2 links with it)"
+    )
 
 
 def test_a_topology_s_regions_are_checked_with_its_fields(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,10 @@ def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) 
         for p in diverged.parameters():
             p.fill_(float("nan"))
     nan, _ = save(diverged, tmp_path / "nan.pt", generation={}, training=TrainSettings(), logs=[])
+    with torch.no_grad():  # (1e30: numpy overflowed, its RuntimeWarning printed first: a trial)
+        for p in diverged.parameters():
+            p.fill_(1e30)
+    huge, _ = save(diverged, tmp_path / "huge.pt", generation={}, training=TrainSettings(), logs=[])
     junk = tmp_path / "junk.pt"
     junk.write_text("not weights")
     broken = tmp_path / "broken.pt"
@@ -162,11 +167,33 @@ def test_a_file_that_is_not_weights_is_refused_naming_the_field(tmp_path: Path) 
         (junk, "is not a weights file (not a zip, as torch.save writes)"),
         (broken, "is not Hulk GNN weights (UnpicklingError"),
         (nan, "is not Hulk GNN weights (ValueError: its scores are not finite"),
+        (huge, "is not Hulk GNN weights (ValueError: its scores are not finite"),
     ]:
-        with pytest.raises(InvalidRequest) as info:
+        with warnings.catch_warnings(), pytest.raises(InvalidRequest) as info:
+            warnings.simplefilter("error")  # (a warning escaping is told instead)
             check_weights(path, "--weights")
         assert info.value.field == "--weights" and words in info.value.problem, info.value
         assert "\n" not in str(info.value)
+
+
+def test_weights_whose_config_contradicts_their_tensors_are_refused(tmp_path: Path) -> None:
+    """A config of 1 GCN layer beside the shipped 3 layers' tensors planned with one,
+    silently, and the torch path raised a traceback; ``format: 99`` was taken (a trial)."""
+    import torch
+
+    shipped = torch.load(default_weights(), map_location="cpu", weights_only=True)
+    config = shipped["config"]
+    for k, (change, words) in enumerate([
+        ({"config": {**config, "gcn_layers": 1}},
+         "its config says 1 GCN layer(s), its tensors hold 3"),
+        ({"config": {**config, "hidden": 32}}, "its config says hidden 32, its tensors hold 64"),
+        ({"format": 99}, "format 99, where this version reads 1"),
+    ]):  # fmt: skip
+        path = tmp_path / f"w{k}.pt"
+        torch.save({**shipped, **change}, path)
+        with pytest.raises(InvalidRequest) as info:
+            check_weights(path, "--weights")
+        assert f"is not Hulk GNN weights (ValueError: {words})" in info.value.problem, info.value
 
 
 def test_weights_that_call_every_server_idle_are_told_of(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,24 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     short = GenerationSettings(**{**TINY.as_dict(), "examples": 2, "presets": TINY.presets})
     assert [e.to_json() for e in generate_to_file(short, path)] == [e.to_json() for e in out[:2]]
     return out
+
+
+def test_the_recorded_data_hash_names_the_examples_trained_on(tmp_path: Path) -> None:
+    """Before, the whole file's sha256: a run with fewer --examples than the file holds,
+    or one whose file a later run extended, recorded a hash of no data it trained on (a
+    trial). Now the header's and the first N examples', as ``head -n N+1`` gives them."""
+    import hashlib
+
+    from hulk_planner.gnn.data import examples_sha256
+
+    path = tmp_path / "d.jsonl"
+    lines = ['{"settings": {}}\n', *(f'{{"example": {k}}}\n' for k in range(12))]
+    path.write_text("".join(lines[:5]))
+    four = examples_sha256(path, 4)
+    assert four == hashlib.sha256(path.read_bytes()).hexdigest()  # the file as it was
+    path.write_text("".join(lines))  # extended to 12
+    assert examples_sha256(path, 4) == four
+    assert examples_sha256(path, 12) == hashlib.sha256(path.read_bytes()).hexdigest() != four
 
 
 def test_labels_of_another_search_are_made_anew(
@@ -152,6 +171,37 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
     assert (f"hulk train: note: {UNTRAINED}" in run.stderr.splitlines()) == weak, run.stderr
 
 
+def test_an_interruption_says_what_the_same_command_does_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted while training, it said "run the same command again to resume", and the
+    next run trained from epoch 1 (a trial): labelling resumes, training starts anew."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(
+        ["--data", str(tmp_path / "d.jsonl"), "--output", str(tmp_path / "w.pt")]
+    )
+
+    def interrupted(labelled: bool) -> Callable[[argparse.Namespace], int]:
+        def run(a: argparse.Namespace) -> int:
+            if labelled:
+                a.labelled = True
+            raise KeyboardInterrupt
+
+        return run
+
+    monkeypatch.setattr(cli, "_run", interrupted(False))
+    assert cli.run(args) == 130
+    assert (
+        "labelled so far are kept: run the same command again to resume" in capsys.readouterr().err
+    )
+    monkeypatch.setattr(cli, "_run", interrupted(True))
+    assert cli.run(args) == 130
+    assert (
+        "the same command again trains anew on them, without labelling" in capsys.readouterr().err
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -159,6 +209,12 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
         (["--examples", "0"], "--examples: must be at least 2, got 0 (give 2 or more)"),
         (["--iterations", "0"], "--iterations: must be at least 1"),
         (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
+        # upper bounds (a trial: --hidden 100000 asked 80 GB, a traceback; --max-servers
+        # 100000000 grew for ever; --max-jobs 1000 was taken)
+        (["--hidden", "100000"], "--hidden: must be at most 2,048, got 100,000 (give 2,048"),
+        (["--max-servers", "100000000"], "--max-servers: must be at most 20,000, got 100,000,000"),
+        (["--max-jobs", "11"], "--max-jobs: must be at most 10, got 11 (give 10 or less (distinct"),
+        (["--gcn-layers", "33"], "--gcn-layers: must be at most 32, got 33"),
         (
             ["--min-servers", "50", "--max-servers", "20"],
             "--max-servers: 20 is below --min-servers 50 (give 50 or more, or lower --min-servers)",
