@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "gnn-data/examples-KEY.jsonl, KEY from these generation settings)",
     )
     t = parser.add_argument_group("training")
-    from hulk_planner.gnn.train import TrainSettings
+    from hulk_planner.gnn.settings import TrainSettings
 
     s = TrainSettings()
     t.add_argument("--epochs", type=int, default=s.epochs,

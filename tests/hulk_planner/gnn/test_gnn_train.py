@@ -171,6 +171,18 @@ def test_cli_train_output_has_no_dependency_warnings(tmp_path: Path) -> None:
     assert (f"hulk train: note: {UNTRAINED}" in run.stderr.splitlines()) == weak, run.stderr
 
 
+def test_hulk_train_help_imports_no_torch() -> None:
+    """``hulk train --help`` took about 5 s: its defaults were read from ``train.py``,
+    which imports torch and PyG (a trial)."""
+    code = (
+        "import argparse, sys; from hulk_planner.gnn import cli; "
+        "cli.add_arguments(argparse.ArgumentParser()); "
+        "print(sorted(m for m in ('torch', 'torch_geometric') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)
+
+
 def test_an_interruption_says_what_the_same_command_does_next(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
