@@ -28,7 +28,7 @@ from hulk_planner.cost import CostModel, communicating_pairs, validate_plan
 from hulk_planner.errors import InvalidRequest, NoFeasiblePlan, each_error, one_or_all
 from hulk_planner.gnn import gnn_planner
 from hulk_planner.layout import repair_job
-from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced, check_positive
+from hulk_planner.model import Cluster, Job, JobPlan, Plan, Unplaced, check_positive, check_seed
 from hulk_planner.planners.baseline_a import plan_baseline_a
 from hulk_planner.planners.baseline_b import plan_baseline_b
 from hulk_planner.planners.baseline_c import plan_baseline_c
@@ -42,6 +42,7 @@ REPAIR_TOLERANCE = 0.10
 NOT_REPAIRED = "not repaired in place"  # a plan note's words: ``job X: not repaired ...: why``
 SEARCH_BUDGET_S = 10.0
 MAX_TIME_BUDGET_S = 86_400.0  # a day: more can only be a typo (1e9 s ran on unbounded)
+MAX_MOVES = 10**7  # moves (max_iterations, --moves) above this can only be a typo: hours
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ def _check_args(
     trial); the jobs as a tuple."""
     if not isinstance(planner, str) or planner not in PLANNERS:
         raise InvalidRequest(
-            "--planner", f"unknown planner {planner!r}", f"use one of {', '.join(PLANNERS)}"
+            "planner", f"unknown planner {planner!r}", f"use one of {', '.join(PLANNERS)}"
         )
     if not isinstance(cluster, Cluster):
         raise InvalidRequest(
@@ -211,13 +212,14 @@ def _check_args(
                 "build it with Job(name, model, global_batch_size, micro_batch_size)",
             )
     names = [j.name for j in out]
-    for n in names:
-        if names.count(n) > 1:
-            raise InvalidRequest("metadata.name", f"job {n!r} is given twice", "rename one")
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            raise InvalidRequest(f"jobs[{i}].name", f"job {n!r} is given twice", "rename one")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidRequest("seed", f"must be a whole number, got {seed!r}", "e.g. seed=0")
-    if max_iterations is not None:
-        check_positive("max_iterations", max_iterations, integer=True)
+    check_seed("seed", seed)  # (as hulk plan --seed: -1 and 10**30 were taken; a trial)
+    if max_iterations is not None:  # (10**30 searched for ever: a trial)
+        check_positive("max_iterations", max_iterations, integer=True, at_most=MAX_MOVES)
     if previous is not None and not isinstance(previous, Plan):
         raise InvalidRequest(
             "previous",

@@ -173,7 +173,6 @@ def _too_big(cluster: Cluster, jobs: Sequence[Job], planner: str) -> list[Unplac
 
 
 NOTHING_PLACED = 3  # exit code: valid input, but no job fits (2: bad input)
-MAX_MOVES = 10**7  # --moves above this can only be a typo (hours of search)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -224,7 +223,7 @@ MAX_SHOWN = 50  # error lines told at most; then how many more
 
 def _run(args: argparse.Namespace) -> int:
     from hulk_planner import io
-    from hulk_planner.api import ADAPTS_TO_PREVIOUS, PLANNERS, plan, unkept
+    from hulk_planner.api import ADAPTS_TO_PREVIOUS, MAX_MOVES, PLANNERS, plan, unkept
     from hulk_planner.cost import CostModel, batch_note
     from hulk_planner.topology import unlinked_pairs
 

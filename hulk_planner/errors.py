@@ -37,6 +37,11 @@ class InvalidRequest(HulkError, ValueError):
             text += f" ({fix})"
         super().__init__(text)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (pickled as its arguments: an error raised in a process pool's worker reached the
+        # caller as BrokenProcessPool, Exception's pickling passing the text alone; a trial)
+        return type(self), (self.field, self.problem, self.fix)
+
 
 class InvalidRequests(InvalidRequest):
     """Several pieces of bad input found at once (each job of the files given, as
@@ -52,6 +57,9 @@ class InvalidRequests(InvalidRequest):
 
     def __str__(self) -> str:
         return "\n".join(str(e) for e in self.errors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.errors,)
 
 
 def one_or_all(errors: Sequence[InvalidRequest]) -> InvalidRequest:

@@ -70,12 +70,16 @@ def check_positive(
     a value past them can only be a typo and would break the cost model); the one check
     behind every numeric field and flag."""
     bound = "zero or more" if allow_zero else "greater than zero"
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # (any real number: numpy's int64 was refused as "must be a number", a trial; the
+    # fields keep it as Python's int or float: ``_whole``, ``_real``)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidRequest(
             where,
             f"must be a number, got {shown(value)}",
             number_fix(where, value) or range_fix(where, bound),
         )
+    if not isinstance(value, int | float):  # (numpy's, a Fraction: checked as Python's)
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)
     try:
         float(value)
     except OverflowError:
@@ -132,10 +136,21 @@ def check_optional_text(where: str, value: object) -> None:
 
 
 def _whole(obj: object, attr: str) -> None:
-    """A whole float (``8.0``, ``1.5e9``) as the int its field holds (once checked)."""
+    """A whole float (``8.0``, ``1.5e9``) or numpy integer as the int its field holds (once
+    checked)."""
     value = getattr(obj, attr)
-    if isinstance(value, float):
+    if value is not None and type(value) is not int:
         object.__setattr__(obj, attr, int(value))
+
+
+def _real(obj: object, *attrs: str) -> None:
+    """Numbers of other types (numpy's float64, int64) as Python's float, once checked: a
+    server's ``np.float64`` memory was kept, and dumping its cluster as YAML failed (a
+    trial)."""
+    for attr in attrs:
+        value = getattr(obj, attr)
+        if value is not None and type(value) not in (int, float):
+            object.__setattr__(obj, attr, float(value))
 
 
 def _as_tuple(obj: object, attr: str, where: str, kind: type, fix: str) -> None:
@@ -197,6 +212,7 @@ class Server:
         check_positive(
             f"{where}.gpuTFLOPS", self.gpu_tflops, at_most=MAX_GPU_TFLOPS, at_least=MIN_GPU_TFLOPS
         )
+        _real(self, "gpu_memory_gib", "gpu_tflops")
         check_optional_text(f"{where}.gpuProduct", self.gpu_product)
         check_optional_text(f"{where}.computeCapability", self.compute_capability)
         check_optional_text(f"{where}.zone", self.zone)
@@ -251,6 +267,7 @@ class Link:
             check_positive(
                 f"{where}.bandwidthGbps", self.bandwidth_gbps, at_most=MAX_GBPS, at_least=MIN_GBPS
             )
+        _real(self, "latency_ms", "bandwidth_gbps")
 
     @property
     def key(self) -> frozenset[str]:
@@ -284,6 +301,7 @@ class RegionLink:
                 at_most=MAX_GBPS,
                 at_least=MIN_GBPS,
             )
+        _real(self, "latency_ms", "bandwidth_gbps")
 
 
 def _links_valid(links: Sequence[Link], servers: set[str]) -> bool:
@@ -450,7 +468,8 @@ class ModelSpec:
             ("sequenceLength", self.sequence_length, MAX_SEQUENCE_LENGTH),
             ("attentionHeads", self.attention_heads, MAX_ATTENTION_HEADS),
         ):
-            if value is not None:
+            if value is not None or where != "attentionHeads":  # (the others are required:
+                # None was taken, and the cost model's TypeError came at planning; a trial)
                 check_positive(f"spec.model.{where}", value, integer=True, at_most=at_most)
         for attr in ("parameters", "layers", "hidden_size", "sequence_length", "attention_heads"):
             _whole(self, attr)

@@ -261,6 +261,10 @@ def _writable_dir(flag: str, folder: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # (torch first: without it, "needs the torch module" is the one thing to say, before
+    # any flag; --help reads the settings without it)
+    import torch  # noqa: F401
+
     try:
         check(args)
         return _run(args)

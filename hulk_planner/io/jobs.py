@@ -291,8 +291,12 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
-def load_jobs(paths: Iterable[str | Path]) -> list[Job]:
-    return jobs_from_documents((str(path), load_documents(path)) for path in paths)
+def load_jobs(paths: str | Path | Iterable[str | Path]) -> list[Job]:
+    """The jobs of one file or of several. (A single path given as a string was read as
+    the characters of its name: ``load_jobs("./k.yaml")`` said ".: cannot be read: Is a
+    directory"; a trial.)"""
+    files = [paths] if isinstance(paths, str | Path) else list(paths)
+    return jobs_from_documents((str(path), load_documents(path)) for path in files)
 
 
 def doc_source(path: str, i: int) -> str:

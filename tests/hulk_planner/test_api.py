@@ -39,14 +39,14 @@ def test_gnn_is_another_name_for_hulk_and_the_plan_says_hulk() -> None:
 def test_unknown_planner_names_the_option() -> None:
     with pytest.raises(InvalidRequest) as exc:
         plan(cluster([server("a")]), [tiny_job()], "alpa")
-    assert exc.value.field == "--planner" and "alpa" in exc.value.problem
+    assert exc.value.field == "planner" and "alpa" in exc.value.problem
 
 
 def test_duplicate_job_names_and_bad_budget() -> None:
     c = cluster([server("a")])
     with pytest.raises(InvalidRequest) as exc:
         plan(c, [tiny_job(), tiny_job()])
-    assert exc.value.field == "metadata.name"
+    assert exc.value.field == "jobs[1].name"
     for budget in (0.0, math.inf, math.nan):  # inf would never return
         with pytest.raises(InvalidRequest) as exc:
             plan(c, [tiny_job()], time_budget_s=budget)

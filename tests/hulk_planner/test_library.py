@@ -16,7 +16,7 @@ from hulk_planner.cost import CostModel
 from hulk_planner.errors import HulkError, InvalidRequest, InvalidRequests
 from hulk_planner.gnn.planner import shipped_weights
 from hulk_planner.io import dump_plan, load_plan
-from hulk_planner.model import Job, Plan
+from hulk_planner.model import Job, ModelSpec, Plan
 
 
 def test_the_package_exports_its_public_surface() -> None:
@@ -90,6 +90,11 @@ def test_jobs_given_as_a_generator_are_all_planned() -> None:
         ({"max_iterations": "100"}, "max_iterations"),
         ({"max_iterations": -5}, "max_iterations"),
         ({"max_iterations": 2.5}, "max_iterations"),
+        ({"max_iterations": 10**30}, "max_iterations"),  # (searched for ever: a trial)
+        ({"seed": -1}, "seed"),  # (taken, where hulk plan --seed refuses it: a trial)
+        ({"seed": 10**30}, "seed"),
+        ({"planner": "fast"}, "planner"),  # (was told as --planner: a trial)
+        ({"jobs": ["TWICE"]}, "jobs[1].name"),  # (was metadata.name)
         ({"seed": "x"}, "seed"),
         ({"seed": None}, "seed"),
         ({"cost": "OTHER"}, "cost"),
@@ -104,6 +109,8 @@ def test_bad_arguments_are_invalid_requests_naming_them(kwargs: dict, field: str
     args: dict = {"cluster": c, "jobs": [tiny_job()], "max_iterations": 20} | kwargs
     if args["jobs"] == "JOB":
         args["jobs"] = tiny_job()
+    if args["jobs"] == ["TWICE"]:
+        args["jobs"] = [tiny_job(), tiny_job()]
     if args.get("cost") == "OTHER":
         args["cost"] = CostModel(cluster([server("z")]))
     with pytest.raises(InvalidRequest) as exc:
@@ -168,3 +175,54 @@ def test_the_readmes_library_example_runs(capsys: pytest.CaptureFixture[str]) ->
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert out.startswith("('tokyo-") and "'llama':" in out, out
+
+
+def test_errors_pickle_with_their_fields() -> None:
+    """An InvalidRequest raised in a process pool's worker reached its caller as
+    BrokenProcessPool: Exception's pickling passed its text alone to an __init__ that takes
+    three arguments (a trial)."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    one = InvalidRequest("spec.nodes[0].gpus", "is 0", "leave it out")
+    two = InvalidRequests([one, InvalidRequest("jobs[1]", "must be a Job")])
+    for error in (one, two):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert (back.field, back.problem, back.fix) == (error.field, error.problem, error.fix)
+    assert pickle.loads(pickle.dumps(two)).errors[1].field == "jobs[1]"
+    with ProcessPoolExecutor(1) as pool, pytest.raises(InvalidRequest) as told:
+        pool.submit(ModelSpec, 10, 2, 0, 8).result()  # raised in the worker
+    assert told.value.field == "spec.model.hiddenSize"
+
+
+def test_numpy_numbers_are_taken_as_python_numbers(tmp_path: Path) -> None:
+    """numpy's int64 was refused as "must be a number"; its float64 was kept, and dumping
+    the cluster as YAML failed (a trial). Required model sizes given None are refused where
+    they are given (before, plan() failed with a TypeError in the cost model)."""
+    import numpy as np
+
+    from hulk_planner.io import dump_cluster, load_cluster, load_jobs
+    from hulk_planner.model import Cluster, Link, Server
+
+    a = Server("a", "r", np.int64(8), np.float64(80.5), np.float32(312))
+    c = Cluster("c", (a, Server("b", "r", 8, 80, 312)), (Link("a", "b", np.float32(1.5)),))
+    assert [type(v) for v in (a.gpus, a.gpu_memory_gib, a.gpu_tflops)] == [int, float, float]
+    assert type(c.links[0].latency_ms) is float
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_cluster(c, "yaml"))
+    assert load_cluster(path) == c
+    model = ModelSpec(np.int64(10**9), np.int32(24), 2048, 1024)
+    assert type(model.parameters) is int and type(model.layers) is int
+    for k in range(4):
+        sizes: list = [10**9, 24, 2048, 1024]
+        sizes[k] = None
+        with pytest.raises(InvalidRequest, match="must be a number, got null"):
+            ModelSpec(*sizes)
+    # one path given as a string is one file (its characters were read as paths: a trial)
+    jobs = tmp_path / "j.yaml"
+    jobs.write_text(
+        "apiVersion: hulk.dev/v1alpha1\nkind: HulkTrainingJob\nmetadata: {name: j}\n"
+        "spec: {model: {preset: gpt2-xl}}\n"
+    )
+    assert [j.name for j in load_jobs(str(jobs))] == [j.name for j in load_jobs(jobs)] == ["j"]
