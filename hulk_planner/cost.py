@@ -22,7 +22,7 @@ with ``p`` stages, ``R`` data-parallel replicas and ``m`` micro-batches per repl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
@@ -571,6 +571,20 @@ def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None)
 def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
     """Raise ``InvalidRequest`` unless the plan is well formed: ``check_stages``, known jobs
     and ``check_job_plan`` for each."""
+    # (arguments of other types raised TypeError or AttributeError inside: a trial)
+    for name, value, kind, fix in (
+        ("plan", plan, Plan, "read one with hulk_planner.io.load_plan"),
+        ("cluster", cluster, Cluster, "give the Cluster the plan was made for"),
+    ):
+        if not isinstance(value, kind):
+            raise InvalidRequest(
+                name, f"must be a {kind.__name__}, got {type(value).__name__}", fix
+            )
+    bad = isinstance(jobs, Job | str | Mapping) or not isinstance(jobs, Iterable)
+    listed = [] if bad else list(jobs)
+    if bad or not all(isinstance(j, Job) for j in listed):
+        raise InvalidRequest("jobs", "must be a list of Job", "give a list: [job, ...]")
+    jobs = listed
     check_stages(plan)
     by_name = {j.name: j for j in jobs}
     for jp in plan.jobs:

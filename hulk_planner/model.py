@@ -628,11 +628,12 @@ class JobPlan:
         check_positive(f"{where}.microBatches", self.micro_batches, integer=True)
         _whole(self, "micro_batches")
         t = self.predicted_iteration_seconds
-        if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or t < 0:
             raise InvalidRequest(
                 f"{where}.predictedIterationSeconds",
                 f"must be a number zero or more (or NaN: not predicted), got {shown(t)}",
             )
+        _real(self, "predicted_iteration_seconds")  # (np.float64 from some planners: a trial)
 
     @property
     def nodes(self) -> tuple[str, ...]:

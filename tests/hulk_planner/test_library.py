@@ -226,3 +226,29 @@ def test_numpy_numbers_are_taken_as_python_numbers(tmp_path: Path) -> None:
         "spec: {model: {preset: gpt2-xl}}\n"
     )
     assert [j.name for j in load_jobs(str(jobs))] == [j.name for j in load_jobs(jobs)] == ["j"]
+
+
+def test_validate_plan_names_an_argument_of_another_type() -> None:
+    """``validate_plan(p, "c", jobs)``, ``(p, c, job)``, ``({}, c, jobs)``: TypeError or
+    AttributeError from inside (a trial). A plan's step time given as numpy's float is kept
+    as Python's."""
+    import numpy as np
+
+    from hulk_planner.cost import validate_plan
+    from hulk_planner.model import JobPlan
+
+    c, job = _two_servers(), tiny_job()
+    p = plan(c, [job], "search", max_iterations=20)
+    validate_plan(p, c, iter([job]))  # (any iterable of jobs)
+    for args, field in (
+        ((p, "c", [job]), "cluster"),
+        ((p, c, job), "jobs"),
+        (({}, c, [job]), "plan"),
+        ((p, c, ["j"]), "jobs"),
+    ):
+        with pytest.raises(InvalidRequest) as told:
+            validate_plan(*args)  # type: ignore[arg-type]
+        assert told.value.field == field, told.value
+    jp = p.jobs[0]
+    again = JobPlan(jp.name, jp.stages, jp.micro_batches, np.float64(1.5))
+    assert type(again.predicted_iteration_seconds) is float
