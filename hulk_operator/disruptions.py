@@ -1,6 +1,7 @@
 """Events on a running job that tell of trouble it is not moved for: a disruption (so
-many servers NotReady that none is taken as lost) and server pairs its probes report cut
-(``NodeLatency``). Only lost servers move a job (``recovery``)."""
+many servers NotReady that none is taken as lost), server pairs its probes report cut
+(``NodeLatency``) and servers relabelled out of its constraints. Only lost servers move a
+job (``recovery``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from urllib3.exceptions import HTTPError
 
 from hulk_operator import recovery
 from hulk_operator.context import Context
+from hulk_operator.entries import JobEntry
+from hulk_operator.inventory import node_region, selected
 from hulk_operator.latencies import INFERRED_WORDS, Latencies
+from hulk_planner.api import listed_names
 from hulk_planner.model import JobPlan
 
 DISRUPTED = "Disrupted"  # the Event of a job not moved off NotReady servers (a disruption)
@@ -34,6 +38,7 @@ def tell_disruption(ctx: Context, key: tuple[str, str], plan: JobPlan) -> None:
 
 
 LINK_UNREACHABLE, LINKS_RESTORED = "LinkUnreachable", "LinksRestored"
+UNMET, MET_AGAIN = "ConstraintsUnmet", "ConstraintsMet"
 log = logging.getLogger(__name__)
 
 
@@ -110,3 +115,44 @@ def _measured_again(pairs: frozenset[tuple[str, str]], latencies: Latencies) -> 
         a in heard and b in heard and frozenset((region.get(a), region.get(b))) in medians
         for a, b in pairs
     )
+
+
+def tell_unmet_constraints(ctx: Context, entry: JobEntry, plan: JobPlan) -> None:
+    """A Warning Event, once per set of servers, on a running job whose servers no longer
+    meet its constraints (``spec.allowedRegions``, the node selector, required affinity):
+    a node relabelled into another region, say. Its stages stay, as Kubernetes' node
+    affinity is IgnoredDuringExecution (before, nothing told of it: a trial); a Normal
+    Event where those servers meet them again."""
+    if not (entry.allowed_regions or entry.node_selector or entry.affinity):
+        return
+    selector = dict(entry.node_selector)
+    unmet = {
+        n: node_region(info)
+        for n in plan.nodes
+        if (info := ctx.nodes.get(n)) is not None
+        and not selected(info, selector, entry.allowed_regions, entry.affinity)
+    }
+    told: dict[tuple[str, str], frozenset[str]] = ctx.disruption.setdefault("unmet", {})
+    before = told.get(entry.key, frozenset())
+    if frozenset(unmet) == before:
+        return
+    if unmet:
+        told[entry.key] = frozenset(unmet)
+        shown = listed_names([f"{n} (region {unmet[n]})" for n in sorted(unmet)], most=5)
+        constraints = [
+            *([f"spec.allowedRegions {list(entry.allowed_regions)}"] * bool(entry.allowed_regions)),
+            *([entry.selector_from] * bool(entry.node_selector)),
+            *(["the template's required node affinity"] * bool(entry.affinity)),
+        ]
+        ctx.event(
+            "Warning",
+            UNMET,
+            f"its server(s) {shown} no longer meet {' or '.join(constraints)}: their "
+            "stages stay (node affinity is IgnoredDuringExecution); to move them, drain "
+            "those nodes (kubectl drain NODE), or relabel them back",
+        )
+        return
+    told.pop(entry.key, None)
+    if before <= set(plan.nodes):  # (moved off them: nothing to tell)
+        ctx.event("Normal", MET_AGAIN, f"its server(s) {', '.join(sorted(before))} meet its "
+                  "constraints again")  # fmt: skip

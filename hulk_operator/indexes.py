@@ -127,7 +127,7 @@ def latencies_now(memo: Any) -> Latencies:
             listing_interval(cost, cfg.latency_max_age_s),
         )
         _warn_slow_publisher(cache, items, cfg.latency_max_age_s)
-        _warn_stale_probes(cache, items, cfg.latency_max_age_s)
+        _warn_stale_probes(cache, items, cfg.latency_max_age_s, latencies.probes_stale)
     # read with the servers' regions (the node index as the timers last built it): what
     # plans, edit checks and cut-link warnings all use (``latencies.with_regions``)
     view: NodeView | None = memo.get("node_view")
@@ -137,9 +137,13 @@ def latencies_now(memo: Any) -> Latencies:
     return with_regions(latencies, server_regions(built[1]), node_regions(built[1]))
 
 
-def _warn_stale_probes(cache: Listings, items: Sequence[Any], max_age_s: float) -> None:
-    """Once while it holds (``stale_probes``), and once when probes publish again."""
-    said = stale_probes(items, max_age_s)
+def _warn_stale_probes(
+    cache: Listings, items: Sequence[Any], max_age_s: float, stale: bool
+) -> None:
+    """Once while it holds (``stale_probes``), and once when probes publish again.
+    ``stale``: what ``read_latencies`` found of the same listing (the words are made only
+    then: every status was parsed twice a listing; a review)."""
+    said = stale_probes(items, max_age_s) if stale else None
     log = logging.getLogger("hulk_operator")
     if said and not cache.stale_told:
         log.warning(said)

@@ -16,7 +16,7 @@ from hulk_operator import kube, manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.context import Context
 from hulk_operator.decision import Decision
-from hulk_operator.disruptions import tell_cut_links, tell_disruption
+from hulk_operator.disruptions import tell_cut_links, tell_disruption, tell_unmet_constraints
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import (
     INVALID_SPEC,
@@ -220,6 +220,7 @@ async def check_plan(
         tell_disruption(ctx, entry.key, plan)
     elif not lost:
         await tell_cut_links(ctx, entry.key, plan)
+        tell_unmet_constraints(ctx, entry, plan)
     pods = ctx.pods.get(entry.key, [])
     # (over NotReady: it is new)
     lost.update(recovery.remade_servers(pods, ctx.nodes, time.time()))

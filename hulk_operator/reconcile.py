@@ -18,7 +18,7 @@ from hulk_operator.edits import Refusal
 from hulk_operator.entries import JobEntry, spec_hashes
 from hulk_operator.errors import EDIT_REFUSED, INVALID_SPEC
 from hulk_operator.failures import limit_lowered
-from hulk_operator.plan_fields import unplanned
+from hulk_operator.plan_fields import counts, unplanned
 from hulk_operator.plan_step import check_plan, place
 from hulk_operator.plan_step import same_cause as same_cause
 from hulk_operator.pod_step import edited_since as edited_since
@@ -70,6 +70,7 @@ async def reconcile(
             conds = refused_edit(conds, Refusal(error, waits=False), gen)
             return new | {"conditions": conds} | await run_on(ctx, entry, body, status, conds, gen)
         new.update(unplanned(st.PHASE_FAILED))
+        new.update(counts(status))  # (kubectl -o wide's REPLANS and RESTARTS were blank: a trial)
         ctx.metrics.set_predicted(ns, name, None)
         conds = st.set_condition(conds, st.READY, False, INVALID_SPEC, error, gen)
         conds = st.set_condition(conds, st.PLANNED, False, INVALID_SPEC, error, gen)

@@ -133,7 +133,8 @@ def plan(
     # writes it, those of priorities and allowedRegions too: a review)
     planner = "hulk" if planner == "gnn" else planner
     if time_budget_s is not None:
-        check_positive("--time-budget", time_budget_s, at_most=MAX_TIME_BUDGET_S)
+        # (the library's own name: it said "--time-budget" to a script; a trial)
+        check_positive("time_budget_s", time_budget_s, at_most=MAX_TIME_BUDGET_S)
     if weights is not None and planner not in USES_GNN:
         raise InvalidRequest("weights", f"apply to the hulk planner, not {planner}", "drop them")
     limits = _region_limits(cluster, jobs, allowed_regions)

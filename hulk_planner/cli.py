@@ -223,7 +223,14 @@ MAX_SHOWN = 50  # error lines told at most; then how many more
 
 def _run(args: argparse.Namespace) -> int:
     from hulk_planner import io
-    from hulk_planner.api import ADAPTS_TO_PREVIOUS, MAX_MOVES, PLANNERS, plan, unkept
+    from hulk_planner.api import (
+        ADAPTS_TO_PREVIOUS,
+        MAX_MOVES,
+        MAX_TIME_BUDGET_S,
+        PLANNERS,
+        plan,
+        unkept,
+    )
     from hulk_planner.cost import CostModel, batch_note
     from hulk_planner.topology import unlinked_pairs
 
@@ -239,6 +246,8 @@ def _run(args: argparse.Namespace) -> int:
                 raise InvalidRequest(
                     flag, f"applies to the hulk and search planners, not {args.planner}", "drop it"
                 )
+    if args.time_budget is not None:
+        check_positive("--time-budget", args.time_budget, at_most=MAX_TIME_BUDGET_S)
     if args.seed is not None:
         check_seed("--seed", args.seed)
     args.seed = args.seed or 0

@@ -120,6 +120,7 @@ def _kept_notes(
     unchanged (before, a user compared the two plans by eye; a trial). Not for ``afresh``
     jobs, whose previous plan a re-plan does not keep (noted so already)."""
     out = []
+    holder = result.assignment
     for jp in result.jobs:
         old = previous.job(jp.name) if previous else None
         if old is None or jp.name in afresh:
@@ -132,7 +133,10 @@ def _kept_notes(
         if lost:
             line += f", lost {listed_names(lost)}"
         if released:
-            line += f", released {listed_names(released)}"
+            # (which job took them: a trial read "released berlin-30" of a healthy server
+            # as lost, where another job's re-plan had taken it)
+            shown = [f"{n} (to {holder[n]})" if n in holder else n for n in released]
+            line += f", released {listed_names(shown)}"
         if added:
             line += f", added {listed_names(added)}"
         line += "; " + _stages_kept(old, jp)

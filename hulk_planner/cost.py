@@ -254,6 +254,17 @@ class CostModel:
     in memory or needs a pair of servers that cannot communicate."""
 
     def __init__(self, cluster: Cluster, network: Network | None = None) -> None:
+        if not isinstance(cluster, Cluster):  # (a string raised AttributeError: a trial)
+            raise InvalidRequest(
+                "cluster",
+                f"must be a Cluster, got {type(cluster).__name__}",
+                "build one with Cluster(...), or read a topology file with "
+                "hulk_planner.io.load_cluster",
+            )
+        if network is not None and not isinstance(network, Network):
+            raise InvalidRequest(
+                "network", f"must be a Network, got {type(network).__name__}", "drop it"
+            )
         self.cluster = cluster
         self.net = network or Network(cluster)
         self.flops = np.array([s.flops * EFFICIENCY for s in cluster.servers])
@@ -262,6 +273,11 @@ class CostModel:
         self.capacity_list: list[float] = self.capacity.tolist()
 
     def breakdown(self, job: Job, jp: JobPlan) -> StepBreakdown:
+        """The step time's parts (``total`` ``inf`` where a stage does not fit or a link is
+        missing); a plan that is not one of ``job`` on this cluster raises
+        ``InvalidRequest`` (``check_job_plan``; before, a plan of 10 of 24 layers was scored
+        here as a fast one: a library trial)."""
+        check_job_plan(jp, job, self.cluster)
         if all(st.parallelism == "data" for st in jp.stages):
             sizes = {len(st.nodes) for st in jp.stages}
             if len(sizes) == 1:
@@ -467,7 +483,6 @@ class CostModel:
     def job_seconds(self, job: Job, jp: JobPlan) -> float:
         """Predicted seconds per optimizer step; ``inf`` if infeasible. A plan that is not
         one of ``job`` on this cluster raises ``InvalidRequest`` (``check_job_plan``)."""
-        check_job_plan(jp, job, self.cluster)
         return self.breakdown(job, jp).total
 
     def plan_seconds(self, plan: Plan, jobs: Sequence[Job]) -> dict[str, float]:
@@ -569,8 +584,8 @@ def check_stages(plan: Plan, label: Callable[[int, JobPlan], str] | None = None)
 
 
 def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
-    """Raise ``InvalidRequest`` unless the plan is well formed: ``check_stages``, known jobs
-    and ``check_job_plan`` for each."""
+    """Raise ``InvalidRequest`` unless the plan is well formed and fits: ``check_stages``,
+    known jobs, ``check_job_plan`` and ``check_memory`` for each."""
     # (arguments of other types raised TypeError or AttributeError inside: a trial)
     for name, value, kind, fix in (
         ("plan", plan, Plan, "read one with hulk_planner.io.load_plan"),
@@ -592,6 +607,28 @@ def validate_plan(plan: Plan, cluster: Cluster, jobs: Sequence[Job]) -> None:
         if job is None:
             raise InvalidRequest(f"jobs[{jp.name}]", "names a job that was not requested")
         check_job_plan(jp, job, cluster)
+        check_memory(jp, job, cluster)
+
+
+def check_memory(jp: JobPlan, job: Job, cluster: Cluster) -> None:
+    """Raise ``InvalidRequest`` naming the first stage a server of which cannot hold its
+    share of ``job`` (its layers' training state and the micro-batches in flight there, as
+    the cost model counts them; before, ``validate_plan`` passed such a plan, which the cost
+    model scores ``inf``: a library trial)."""
+    p = len(jp.stages)
+    for k, st in enumerate(jp.stages):
+        in_flight = min(jp.micro_batches, p - k)
+        split = len(st.nodes) if st.parallelism == "tensor" else 1
+        need = stage_memory(job, st.num_layers, in_flight, split)
+        for n in st.nodes:
+            has = server_capacity(cluster.servers[cluster.index[n]])
+            if need > has:
+                raise InvalidRequest(
+                    f"jobs[{jp.name}].stages[{k}].nodes",
+                    f"{n} holds {gib_text(has)} of GPU memory usable ({MEMORY_USABLE:.0%}); "
+                    f"the stage's {st.num_layers} layer(s) need {gib_text(need)} there",
+                    "give the stage fewer layers, or a server with more GPU memory",
+                )
 
 
 def check_job_plan(jp: JobPlan, job: Job, cluster: Cluster) -> None:

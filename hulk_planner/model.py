@@ -674,6 +674,20 @@ class Plan:
         _as_tuple(self, "jobs", "jobs", JobPlan, "give JobPlan(...) objects")
         _as_tuple(self, "unplaced", "unplaced", Unplaced, "give Unplaced(...) objects")
         _as_tuple(self, "notes", "notes", str, "give notes as strings")
+        # (a job listed twice, or placed and unplaced at once, was taken: the assignment
+        # kept one of its placements, the cost model scored both; a library trial)
+        seen: dict[str, str] = {}
+        for part, name in [("jobs", jp.name) for jp in self.jobs] + [
+            ("unplaced", u.name) for u in self.unplaced
+        ]:
+            if name in seen:
+                also = "listed twice" if seen[name] == part else f"also in {seen[name]}"
+                raise InvalidRequest(
+                    f"{part}[{name}]",
+                    f"job {name!r} is {also}",
+                    "a plan places a job once, or lists it once as unplaced: keep one",
+                )
+            seen[name] = part
 
     def job(self, name: str) -> JobPlan | None:
         return next((j for j in self.jobs if j.name == name), None)

@@ -51,6 +51,12 @@ PRESETS: dict[str, Preset] = {
 
 
 def preset(name: str) -> Preset:
+    if not isinstance(name, str):  # (None raised AttributeError: a library trial)
+        raise InvalidRequest(
+            "spec.model.preset",
+            f"must be a preset's name, got {name!r}",
+            f"use one of {', '.join(sorted(PRESETS))}",
+        )
     key = name.strip().lower()
     if key not in PRESETS:
         # (gpt2xl, llama-2-7b: the name without its punctuation; a user trial)

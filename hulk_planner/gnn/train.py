@@ -132,8 +132,10 @@ def train(
     logs: list[EpochLog] = []
     from tqdm.auto import tqdm
 
-    bar = tqdm(range(1, settings.epochs + 1), desc="train", unit="epoch", disable=not progress)
-    for epoch in bar:
+    # (counted as each epoch ends, before its log line: iterated over the epochs, the bar
+    # counted an epoch when the next began and showed 0/3 beside epoch 1's line; a trial)
+    bar = tqdm(total=settings.epochs, desc="train", unit="epoch", disable=not progress)
+    for epoch in range(1, settings.epochs + 1):
         t0 = time.perf_counter()
         model.train()
         loss_sum = 0.0
@@ -160,6 +162,7 @@ def train(
             time.perf_counter() - t0,
         )
         if not math.isfinite(log.loss):
+            bar.close()
             raise InvalidRequest(
                 "--lr",
                 f"training diverged at epoch {epoch} (loss {log.loss}); no weights written",
@@ -167,9 +170,12 @@ def train(
             )
         logs.append(log)
         shown = {"val_acc": f"{val_acc:.3f}"} if val_set else {}
-        bar.set_postfix(loss=f"{log.loss:.3f}", acc=f"{log.accuracy:.3f}", **shown)
+        bar.set_postfix(loss=f"{log.loss:.3f}", acc=f"{log.accuracy:.3f}", **shown, refresh=False)
+        bar.update(1)
+        bar.refresh()
         if on_epoch:
             on_epoch(log)
+    bar.close()
     return model.cpu().eval(), logs
 
 

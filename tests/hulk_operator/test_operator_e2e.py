@@ -398,6 +398,8 @@ def test_unknown_preset_fails_with_a_condition_and_an_event(
     # kubectl get hjob's READY column too (before, blank: no Ready condition; a docs trial)
     assert condition(job, "Ready")["status"] == "False"
     assert condition(job, "Ready")["reason"] == "InvalidSpec"
+    # kubectl get hjob -o wide's REPLANS and RESTARTS: 0, as a Pending job's (blank before)
+    assert (job["status"]["replans"], job["status"]["stageRestarts"]) == (0, 0), job["status"]
     # kubectl describe shows it; a user's mistake is no operator error in its log
     (event,) = wait("the Event", lambda: kube.events("InvalidSpec") or None, 10)
     assert event.type == "Warning" and "spec.model.preset" in event.message
@@ -900,6 +902,38 @@ def test_a_node_whose_hostname_label_is_not_its_name_takes_its_stage(
         kube.delete_job("relabelled")
         wait("its pod gone", lambda: not kube.pods("relabelled"), 30)
         kube.core.patch_node(node, {"metadata": {"labels": {"kubernetes.io/hostname": node}}})
+
+
+def test_a_server_relabelled_out_of_allowed_regions_is_told_and_its_stage_stays(
+    kube: Kube, operator: Any
+) -> None:
+    """A running job's server relabelled into a region outside ``spec.allowedRegions``:
+    its stage stays (node affinity is IgnoredDuringExecution), and a Warning Event says so
+    and how to move it, once; relabelled back, a Normal Event (before, nothing told of it:
+    a trial). London has one server."""
+    node, key = "london-33", "topology.kubernetes.io/region"
+    kube.apply(manifest("moved", allowedRegions=["london"]))
+    try:
+        wait("Running", lambda: kube.phase("moved") == "Running", 60)
+        before = {p.metadata.name: p.metadata.uid for p in kube.live_pods("moved")}
+        kube.core.patch_node(node, {"metadata": {"labels": {key: "paris"}}})
+        (told,) = wait("told", lambda: kube.events("ConstraintsUnmet"), 30)
+        assert told.type == "Warning" and told.message == (
+            "its server(s) london-33 (region paris) no longer meet spec.allowedRegions "
+            "['london']: their stages stay (node affinity is IgnoredDuringExecution); to move "
+            "them, drain those nodes (kubectl drain NODE), or relabel them back"
+        ), told.message
+        time.sleep(2)  # (reconciliations: told once, the pod left running)
+        assert len(kube.events("ConstraintsUnmet")) == 1
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("moved")} == before
+        kube.core.patch_node(node, {"metadata": {"labels": {key: "london"}}})
+        (back,) = wait("told again", lambda: kube.events("ConstraintsMet"), 30)
+        assert back.type == "Normal" and "london-33 meet its constraints again" in back.message
+        assert {p.metadata.name: p.metadata.uid for p in kube.live_pods("moved")} == before
+    finally:
+        kube.core.patch_node(node, {"metadata": {"labels": {key: "london"}}})
+        kube.delete_job("moved")
+        wait("its pod gone", lambda: not kube.pods("moved"), 30)
 
 
 def test_a_refused_job_that_lost_its_only_server_fails_for_its_spec(

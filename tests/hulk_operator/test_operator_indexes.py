@@ -274,18 +274,25 @@ def test_probes_that_stopped_publishing_are_warned_of_once_and_their_return_told
         status = {} if age_s is None else {"lastPublished": stamp.isoformat()}
         return {"metadata": {"name": name}, "status": status}
 
+    from hulk_operator.latencies import read_latencies
+
     cache = indexes.Listings()
+
+    def warn(items: list[dict[str, Any]]) -> None:  # as ``latencies`` calls it
+        stale = read_latencies(items, 600.0).probes_stale
+        indexes._warn_stale_probes(cache, items, 600.0, stale)
+
     with caplog.at_level(logging.INFO, logger="hulk_operator"):
-        indexes._warn_stale_probes(cache, [], 600.0)  # no probes: nothing to tell
-        indexes._warn_stale_probes(cache, [obj("a", 700.0), obj("b", 30.0)], 600.0)
+        warn([])  # no probes: nothing to tell
+        warn([obj("a", 700.0), obj("b", 30.0)])
         assert not caplog.records  # b's is fresh
-        indexes._warn_stale_probes(cache, [obj("a", 900.0), obj("b", 700.0)], 600.0)
-        indexes._warn_stale_probes(cache, [obj("a", 910.0), obj("b", 710.0)], 600.0)
+        warn([obj("a", 900.0), obj("b", 700.0)])
+        warn([obj("a", 910.0), obj("b", 710.0)])
         (record,) = caplog.records
-        indexes._warn_stale_probes(cache, [obj("a", 900.0), obj("b", 5.0)], 600.0)
+        warn([obj("a", 900.0), obj("b", 5.0)])
         # the objects deleted after a warning: the probes are gone, not back (a review)
-        indexes._warn_stale_probes(cache, [obj("a", 900.0)], 600.0)
-        indexes._warn_stale_probes(cache, [], 600.0)
+        warn([obj("a", 900.0)])
+        warn([])
         assert len(caplog.records) == 3
     assert record.levelname == "WARNING"
     text = record.getMessage()

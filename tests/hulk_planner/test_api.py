@@ -50,7 +50,7 @@ def test_duplicate_job_names_and_bad_budget() -> None:
     for budget in (0.0, math.inf, math.nan):  # inf would never return
         with pytest.raises(InvalidRequest) as exc:
             plan(c, [tiny_job()], time_budget_s=budget)
-        assert exc.value.field == "--time-budget"
+        assert exc.value.field == "time_budget_s"
 
 
 def test_no_jobs_is_an_empty_plan() -> None:

@@ -252,3 +252,42 @@ def test_validate_plan_names_an_argument_of_another_type() -> None:
     jp = p.jobs[0]
     again = JobPlan(jp.name, jp.stages, jp.micro_batches, np.float64(1.5))
     assert type(again.predicted_iteration_seconds) is float
+
+
+def test_what_a_library_trial_found_taken_is_refused() -> None:
+    """A plan of a stage no server of which holds it passed ``validate_plan`` (the cost
+    model scores it ``inf``); ``CostModel.breakdown`` scored a plan of 2 of 4 layers; a
+    ``Plan`` took a job twice, or placed and unplaced at once; ``preset_model(None)`` and
+    ``CostModel("c")`` raised AttributeError (a trial)."""
+    from hulk_planner.cost import validate_plan
+    from hulk_planner.model import JobPlan, Stage, Unplaced
+    from hulk_planner.presets import preset_model
+
+    job = tiny_job()  # 16 MB of training state in all
+    c = cluster([server("big", memory_gib=1.0), server("small", memory_gib=0.005)])
+    fits = JobPlan(job.name, (Stage((0, 4), ("big",)),), 8)
+    validate_plan(Plan("hand", (fits,)), c, [job])
+    over = JobPlan(job.name, (Stage((0, 4), ("small",)),), 8)
+    assert CostModel(c).job_seconds(job, over) == float("inf")
+    with pytest.raises(InvalidRequest) as told:
+        validate_plan(Plan("hand", (over,)), c, [job])
+    assert told.value.field == "jobs[tiny].stages[0].nodes", told.value
+    assert told.value.problem.startswith("small holds 0.0045 GiB of GPU memory usable (90%)")
+    assert "the stage's 4 layer(s) need" in told.value.problem and "fewer layers" in str(told.value)
+    half = JobPlan(job.name, (Stage((0, 2), ("big",)),), 8)
+    with pytest.raises(InvalidRequest) as told:
+        CostModel(c).breakdown(job, half)
+    assert told.value.field == "jobs[tiny].stages", told.value
+    for jobs, unplaced, field, problem in (
+        ((fits, fits), (), "jobs[tiny]", "job 'tiny' is listed twice"),
+        ((fits,), (Unplaced("tiny", "why"),), "unplaced[tiny]", "job 'tiny' is also in jobs"),
+    ):
+        with pytest.raises(InvalidRequest) as told:
+            Plan("hand", jobs, unplaced)
+        assert (told.value.field, told.value.problem) == (field, problem), told.value
+    with pytest.raises(InvalidRequest) as told:
+        preset_model(None)  # type: ignore[arg-type]
+    assert told.value.field == "spec.model.preset" and "got None" in told.value.problem
+    with pytest.raises(InvalidRequest) as told:
+        CostModel("c")  # type: ignore[arg-type]
+    assert told.value.field == "cluster" and "got str" in told.value.problem

@@ -1413,6 +1413,10 @@ def test_previous_says_what_each_job_kept() -> None:
         "job j: kept 1 of its 3 server(s), lost b, released c, added d, e; 3 -> 2 stages, "
         "every stage laid out again"
     ]  # k had no previous plan: nothing to say
+    # a server released to another job is told as taken by it (a trial)
+    took = JobPlan("k", (Stage((0, 2), ("c",)),), 2)
+    (note,) = _kept_notes(Plan("hulk", (old,)), Plan("hulk", (new, took)), {"a", "c", "d", "e"})
+    assert note.startswith("job j: kept 1 of its 3 server(s), lost b, released c (to k), added")
     # as many stages: those on the same servers, and of those the ones whose layers moved
     # (before: "0 of 3 stage(s) as they were" for one server swapped, a user trial)
     swapped = JobPlan(

@@ -125,6 +125,25 @@ def test_train_save_and_plan(examples: list[Example], tmp_path: Path) -> None:
     assert plan.planner == "hulk" and plan.jobs
 
 
+def test_the_bar_counts_each_epoch_before_its_log_line(
+    examples: list[Example], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Iterated over the epochs, the bar counted an epoch once the next began: it showed
+    0/3 beside epoch 1's log line, and 3/3 only at the end (a trial)."""
+    data = [example_data(ex) for ex in examples]
+    settings = TrainSettings(epochs=3, batch_size=2, hidden=8, gcn_layers=1, device="cpu")
+    shown: list[str] = []
+
+    def on_epoch(log: Any) -> None:  # what the terminal shows as the log line is written
+        err = capsys.readouterr().err
+        shown.append(err.rsplit("\r", 1)[-1])
+
+    train(data, settings, on_epoch=on_epoch, progress=True)
+    assert len(shown) == 3 and all(
+        f" {k}/3 " in s for k, s in zip((1, 2, 3), shown, strict=True)
+    ), shown
+
+
 def test_cli_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
