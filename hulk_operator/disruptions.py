@@ -5,15 +5,16 @@ job (``recovery``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from hulk_operator import recovery
+from hulk_operator import kube, recovery
 from hulk_operator.context import Context
 from hulk_operator.entries import JobEntry
-from hulk_operator.inventory import node_region, selected
+from hulk_operator.inventory import affinity_matches, node_region, selected
 from hulk_operator.latencies import INFERRED_WORDS, Latencies
 from hulk_planner.api import listed_names
 from hulk_planner.model import JobPlan
@@ -117,42 +118,72 @@ def _measured_again(pairs: frozenset[tuple[str, str]], latencies: Latencies) -> 
     )
 
 
-def tell_unmet_constraints(ctx: Context, entry: JobEntry, plan: JobPlan) -> None:
-    """A Warning Event, once per set of servers, on a running job whose servers no longer
-    meet its constraints (``spec.allowedRegions``, the node selector, required affinity):
-    a node relabelled into another region, say. Its stages stay, as Kubernetes' node
-    affinity is IgnoredDuringExecution (before, nothing told of it: a trial); a Normal
-    Event where those servers meet them again."""
+async def tell_unmet_constraints(ctx: Context, entry: JobEntry, plan: JobPlan) -> None:
+    """A Warning Event on a running job whose servers no longer meet its constraints
+    (``spec.allowedRegions``, the node selector, required affinity), naming those they do
+    not meet: a node relabelled into another region, say. Its stages stay, as Kubernetes'
+    node affinity is IgnoredDuringExecution (before, nothing told of it: a trial). Told
+    when a server joins the set (not again by a restarted operator whose last such Event
+    says the same), and a Normal Event for those that meet them again."""
     if not (entry.allowed_regions or entry.node_selector or entry.affinity):
         return
     selector = dict(entry.node_selector)
-    unmet = {
-        n: node_region(info)
-        for n in plan.nodes
-        if (info := ctx.nodes.get(n)) is not None
-        and not selected(info, selector, entry.allowed_regions, entry.affinity)
-    }
+    regions = f"spec.allowedRegions {list(entry.allowed_regions)}"
+    failing: dict[str, list[str]] = {}
+    for n in plan.nodes:
+        if (info := ctx.nodes.get(n)) is None:
+            continue  # (lost: moved, not told)
+        checks = (
+            (regions, selected(info, None, entry.allowed_regions)),
+            (entry.selector_from, selected(info, selector, None)),
+            ("the template's required node affinity", affinity_matches(info, entry.affinity)),
+        )
+        if fails := [what for what, ok in checks if not ok]:
+            failing[n] = fails
     told: dict[tuple[str, str], frozenset[str]] = ctx.disruption.setdefault("unmet", {})
     before = told.get(entry.key, frozenset())
-    if frozenset(unmet) == before:
-        return
-    if unmet:
-        told[entry.key] = frozenset(unmet)
-        shown = listed_names([f"{n} (region {unmet[n]})" for n in sorted(unmet)], most=5)
-        constraints = [
-            *([f"spec.allowedRegions {list(entry.allowed_regions)}"] * bool(entry.allowed_regions)),
-            *([entry.selector_from] * bool(entry.node_selector)),
-            *(["the template's required node affinity"] * bool(entry.affinity)),
-        ]
+    now = frozenset(failing)
+    if now:
+        told[entry.key] = now
+    else:
+        told.pop(entry.key, None)
+    back = sorted(n for n in before - now if n in plan.nodes)
+    if back:  # (those the job moved off: nothing to tell)
         ctx.event(
-            "Warning",
-            UNMET,
-            f"its server(s) {shown} no longer meet {' or '.join(constraints)}: their "
-            "stages stay (node affinity is IgnoredDuringExecution); to move them, drain "
-            "those nodes (kubectl drain NODE), or relabel them back",
+            "Normal", MET_AGAIN, f"its server(s) {listed_names(back)} meet its constraints again"
         )
+    if not now - before:
         return
-    told.pop(entry.key, None)
-    if before <= set(plan.nodes):  # (moved off them: nothing to tell)
-        ctx.event("Normal", MET_AGAIN, f"its server(s) {', '.join(sorted(before))} meet its "
-                  "constraints again")  # fmt: skip
+    shown = listed_names(
+        [
+            f"{n} (region {node_region(ctx.nodes[n])})" if regions in failing[n] else n
+            for n in sorted(now)
+        ],
+        most=5,
+    )
+    constraints = list(dict.fromkeys(what for n in sorted(now) for what in failing[n]))
+    words = (
+        f"its server(s) {shown} no longer meet {' or '.join(constraints)}: their stages stay "
+        "(node affinity is IgnoredDuringExecution); to move them, drain those nodes (kubectl "
+        "drain NODE), or relabel them back"
+    )
+    if not before and await told_before(ctx, entry, UNMET, words):
+        return  # (an operator restarted since it told: its memory starts empty)
+    ctx.event("Warning", UNMET, words)
+
+
+async def told_before(ctx: Context, entry: JobEntry, reason: str, words: str) -> bool:
+    """Whether the job's newest Event of ``reason`` says ``words`` already: asked of the API
+    server once per job and operator (its memory of what it told starts empty: a restarted
+    operator told every RegrowDeclined again, a user trial); later, its memory answers."""
+    key = (*entry.key, reason)
+    if key in ctx.placer.events_read:
+        return False  # (told in this process: its own memory kept it from coming here)
+    ctx.placer.events_read.add(key)
+    try:
+        last = await asyncio.to_thread(
+            kube.last_event_message, ctx.api, entry.key[0], entry.uid, reason
+        )
+    except Exception:  # (it only spares a repeat: told, as before, when it cannot read)
+        return False
+    return last == words

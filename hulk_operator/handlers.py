@@ -142,6 +142,7 @@ def hulktrainingjob_delete(
     if (said := memo.get("disruption")) is not None:  # (its Warning: once told)
         said.get("cut_links", {}).pop(key, None)
         said.get("cut_links_inferred", {}).pop(key, None)
+        said.get("unmet", {}).pop(key, None)  # (a job made again under its name: a review)
     if (built := memo.get("built_pods")) is not None:
         built.pop(key, None)
     memo.metrics.set_predicted(namespace or "", name, None)

@@ -16,7 +16,12 @@ from hulk_operator import kube, manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.context import Context
 from hulk_operator.decision import Decision
-from hulk_operator.disruptions import tell_cut_links, tell_disruption, tell_unmet_constraints
+from hulk_operator.disruptions import (
+    tell_cut_links,
+    tell_disruption,
+    tell_unmet_constraints,
+    told_before,
+)
 from hulk_operator.entries import JobEntry
 from hulk_operator.errors import (
     INVALID_SPEC,
@@ -220,7 +225,7 @@ async def check_plan(
         tell_disruption(ctx, entry.key, plan)
     elif not lost:
         await tell_cut_links(ctx, entry.key, plan)
-        tell_unmet_constraints(ctx, entry, plan)
+        await tell_unmet_constraints(ctx, entry, plan)
     pods = ctx.pods.get(entry.key, [])
     # (over NotReady: it is new)
     lost.update(recovery.remade_servers(pods, ctx.nodes, time.time()))
@@ -278,7 +283,7 @@ async def check_plan(
         cause = regrow.REASON
         decision = await ctx.placer.regrow(entry, plan, ctx.snapshot)  # None: it stays
         declined = ctx.placer.regrow_declined.pop(entry.key, None)
-        if declined is not None and not await _told_before(ctx, entry, regrow.DECLINED, declined):
+        if declined is not None and not await told_before(ctx, entry, regrow.DECLINED, declined):
             ctx.event("Normal", regrow.DECLINED, declined)
         _free_speedup(ctx, entry, decision)
     elif (
@@ -289,7 +294,7 @@ async def check_plan(
         # (no spec.regrow: never moved, told where free servers would make it faster)
         await ctx.placer.regrow(entry, plan, ctx.snapshot, ctx.config.advise_speedup)
         advice = ctx.placer.regrow_declined.pop(entry.key, None)
-        if advice is not None and not await _told_before(ctx, entry, regrow.ADVISED, advice):
+        if advice is not None and not await told_before(ctx, entry, regrow.ADVISED, advice):
             ctx.event("Normal", regrow.ADVISED, advice)
         _free_speedup(ctx, entry, None)
     if decision is None:
@@ -334,23 +339,6 @@ async def check_plan(
         declined=decision.repair_declined,
         regrows=entry.regrow is not None,
     )
-
-
-async def _told_before(ctx: Context, entry: JobEntry, reason: str, words: str) -> bool:
-    """Whether the job's newest Event of ``reason`` says ``words`` already: asked of the API
-    server once per job and operator (its memory of what it told starts empty: a restarted
-    operator told every RegrowDeclined again, a user trial); later, its memory answers."""
-    key = (*entry.key, reason)
-    if key in ctx.placer.events_read:
-        return False  # (told in this process: Placer.regrow_told kept it from coming here)
-    ctx.placer.events_read.add(key)
-    try:
-        last = await asyncio.to_thread(
-            kube.last_event_message, ctx.api, entry.key[0], entry.uid, reason
-        )
-    except Exception:  # (it only spares a repeat: told, as before, when it cannot read)
-        return False
-    return last == words
 
 
 def _free_speedup(ctx: Context, entry: JobEntry, grown: Decision | None) -> None:

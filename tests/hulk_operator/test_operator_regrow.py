@@ -295,7 +295,7 @@ def test_a_restarted_operator_does_not_tell_the_same_words_again(
     per job (before, every restart posted each RegrowDeclined again: a user trial)."""
     from types import SimpleNamespace
 
-    from hulk_operator import kube, plan_step
+    from hulk_operator import disruptions, kube
 
     newest: dict[str, str | None] = {regrow.ADVISED: "free servers would ...", "x": None}
     reads: list[str] = []
@@ -309,7 +309,7 @@ def test_a_restarted_operator_does_not_tell_the_same_words_again(
     e = entry(GPT)
 
     def told_before(reason: str, words: str) -> bool:
-        return asyncio.run(plan_step._told_before(ctx, e, reason, words))  # type: ignore[arg-type]
+        return asyncio.run(disruptions.told_before(ctx, e, reason, words))  # type: ignore[arg-type]
 
     assert told_before(regrow.ADVISED, "free servers would ...")  # posted before the restart
     assert not told_before(regrow.ADVISED, "other words")  # read once: memory from then on

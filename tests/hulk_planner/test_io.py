@@ -680,6 +680,11 @@ PLAN_ERRORS = [
      "got [] (list the stage's servers"),
     (lambda d: _stages(d)[0].update(parallelism="pipe"), "jobs[0].stages[0].parallelism", "pipe"),
     (lambda d: d["unplaced"][0].pop("name"), "unplaced[0].name", "missing"),
+    # a job placed and unplaced at once, or unplaced twice (taken before: a library trial)
+    (lambda d: d["unplaced"][0].update(name=d["jobs"][0]["name"]), "unplaced[0].name",
+     "is also placed (in jobs) (keep one)"),
+    (lambda d: d["unplaced"].append(copy.deepcopy(d["unplaced"][0])), "unplaced[1].name",
+     "is listed twice (keep one)"),
     (lambda d: d["jobs"][0].update(microBatches=2.7), "jobs[0].microBatches", "whole number"),
     (lambda d: d["jobs"][0].update(microBatches=-3), "jobs[0].microBatches", "greater than zero"),
     # every field read, each wrong type or value: the field by index and a fix (a user trial)
