@@ -49,6 +49,11 @@ ACCEPT_PAUSE_S = 1.0
 # a peer gone without a FIN (a crash, a partition) is found by TCP keepalive in about
 # IDLE + INTERVAL * COUNT seconds; before, its connection and descriptor stayed for good
 KEEPALIVE = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
+# connections the echo server keeps at most (a peer keeps one open): past it, the one
+# least recently active is closed for the new one. Before, any host could open
+# connections until the probe's memory limit killed it, and its peers then reported its
+# node unreachable (a security review); peers probing every few seconds stay active.
+MAX_CONNECTIONS = 8192
 
 
 def raise_open_files_limit() -> int:
@@ -93,10 +98,12 @@ def _receive(sock: socket.socket, size: int) -> tuple[bytes, int]:
 class EchoServer:
     """Answers every 64-byte probe message on as many connections as peers open."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, max_connections: int = MAX_CONNECTIONS) -> None:
         self.host, self.port = host, port
+        self.max_connections = max_connections
         self._listener: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # each connection's unanswered bytes, least recently active first
         self._conns: dict[socket.socket, bytearray] = {}
 
     async def start(self) -> tuple[str, int]:
@@ -151,6 +158,8 @@ class EchoServer:
                 self._loop.call_later(ACCEPT_PAUSE_S, self._resume)
             return
         _prepare(conn, keepalive=True)
+        while len(self._conns) >= self.max_connections:
+            self._drop(next(iter(self._conns)))  # the least recently active
         self._conns[conn] = bytearray()
         self._loop.add_reader(conn.fileno(), self._on_data, conn)
 
@@ -174,7 +183,8 @@ class EchoServer:
         if not data:
             self._drop(conn)
             return
-        buf = self._conns[conn]
+        buf = self._conns.pop(conn)
+        self._conns[conn] = buf  # (the most recently active now)
         buf += data
         replies = bytearray()
         while len(buf) >= PROBE_SIZE:

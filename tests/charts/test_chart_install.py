@@ -751,6 +751,17 @@ def test_operator_may_write_only_pods_and_services_its_jobs_own(
         }
         assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 403
         service["metadata"]["ownerReferences"] = [owner]
+        # owned, but exposed or not headless: refused (a security review: an owned NodePort,
+        # LoadBalancer or externalIPs Service was let through)
+        for name, spec in (
+            ("nodeport", {"type": "NodePort", "ports": [{"port": 29500}]}),
+            ("lb", {"type": "LoadBalancer", "ports": [{"port": 29500}]}),
+            ("ext", {"clusterIP": "None", "externalIPs": ["10.9.9.9"], "ports": [{"port": 1}]}),
+            ("vip", {"ports": [{"port": 29500}]}),
+        ):
+            exposed = {**service, "metadata": {**service["metadata"], "name": name}, "spec": spec}
+            said = _http_status(lambda e=exposed: ops.create_namespaced_service(namespace, e))
+            assert said == 403, (name, said)
         assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 200
         # ... but a job's headless Service orphaned by `kubectl delete --cascade=orphan`
         # (no ownerReferences at all) is adopted again, as kube.ensure_service does and

@@ -122,6 +122,35 @@ def test_round_trips_reuse_one_connection() -> None:
     asyncio.run(main())
 
 
+def test_idle_connections_past_the_cap_give_way_to_new_ones_and_peers_keep_theirs() -> None:
+    """Any host could open connections until the probe ran out of memory, and its peers
+    then took its node as unreachable (a security review): past ``max_connections`` the
+    least recently active is closed; a peer that probes stays served."""
+
+    async def main() -> None:
+        server = EchoServer("127.0.0.1", 0, max_connections=4)
+        address = await server.start()
+        peer = EchoClient(address, timeout_s=1.0)
+        await peer.round_trip()
+        idle = []
+        for _ in range(6):  # a flood of connections that send nothing
+            s = socket.create_connection(address)
+            idle.append(s)
+            await asyncio.sleep(0.02)
+            await peer.round_trip()  # the peer probes on: the most recently active
+        assert server.connections == 4
+        assert all(0 < rtt < 0.5 for rtt in [await peer.round_trip() for _ in range(3)])
+        for s in idle[:3]:  # the oldest idle ones were closed
+            s.settimeout(1.0)
+            assert await asyncio.to_thread(s.recv, 1) == b""
+        for s in idle:
+            s.close()
+        peer.close()
+        await server.close()
+
+    asyncio.run(main())
+
+
 def test_refused_connection_is_a_connect_failure() -> None:
     async def main() -> None:
         client = EchoClient(refused_address(), timeout_s=1.0)
