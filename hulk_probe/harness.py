@@ -24,7 +24,7 @@ from typing import Any
 
 from hulk_probe import ADDRESS_ANNOTATION, MERGE_PATCH
 from hulk_probe.kube import NODE_LATENCIES, Kube
-from hulk_probe.toxiproxy import die_with_parent, free_port
+from hulk_probe.toxiproxy import die_with_parent, free_ports
 
 CRD_PATH = Path(__file__).resolve().parents[1] / "crds" / "nodelatencies.hulk.dev.yaml"
 
@@ -93,7 +93,7 @@ class Slot:
 def reserve(count: int) -> list[Slot]:
     """Addresses for ``count`` agents: 127.0.0.2, .3, ... with ports free right now (other
     test runs on this machine may use the same hosts)."""
-    return [Slot(h, free_port(h), free_port(h)) for h in map(loopback, range(count))]
+    return [Slot(h, *free_ports(h, 2)) for h in map(loopback, range(count))]
 
 
 @dataclass

@@ -82,9 +82,21 @@ def die_with_parent() -> None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(host, 1)[0]
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct ports free on ``host`` right now: bound together, so two are never
+    the same (two calls of ``free_port`` may be: the kernel handed an agent's echo and
+    metrics ports the same number once, and the agent could not listen; a CI run)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 class Toxiproxy:

@@ -308,3 +308,17 @@ def test_the_soft_limit_on_descriptors_is_raised_to_the_hard_one() -> None:
     raised, now_soft, now_hard = map(int, out)
     want = hard if hard != resource.RLIM_INFINITY else 1 << 20
     assert raised == now_soft == want and now_hard == hard, (low, out)
+
+
+def test_ports_reserved_together_are_distinct() -> None:
+    """Two ``free_port`` calls may return one number (the kernel hands a closed port out
+    again): an agent's echo and metrics ports were once the same, and it could not listen
+    (a CI run). Reserved together they never are."""
+    from hulk_probe.harness import reserve
+    from hulk_probe.toxiproxy import free_ports
+
+    for _ in range(50):
+        a, b = free_ports("127.0.0.1", 2)
+        assert a != b
+    slots = reserve(3)
+    assert all(s.port != s.metrics_port for s in slots)
