@@ -504,6 +504,25 @@ def test_the_probe_listens_on_ipv6_where_told(render: Render, chart_tools: dict[
     assert out.returncode != 0 and "/probe/listenHost" in out.stderr, out.stderr
 
 
+def test_the_probe_listens_on_the_pods_address_alone_where_told(render: Render) -> None:
+    """``probe.listenHost="$(POD_IP)"``: not every interface of the node (a security
+    review). Kubernetes expands ``$(POD_IP)`` where the variable is defined before the one
+    that names it, as it is here."""
+    from hulk_probe import config as probe_config
+
+    c = container(render(set_values=["probe.listenHost=$(POD_IP)"]), "DaemonSet", "hulk-probe")
+    names = [e["name"] for e in c["env"]]
+    assert names.index("POD_IP") < names.index("HULK_PROBE_LISTEN")
+    plain = {e["name"]: e["value"] for e in c["env"] if e.get("value") is not None}
+    plain = {n: v.replace("$(POD_IP)", "10.0.0.5") for n, v in plain.items()}
+    plain.update(HULK_PROBE_NODE_NAME="node-a", POD_IP="10.0.0.5")
+    args = probe_config.argparse.Namespace(
+        **{f.lstrip("-").replace("-", "_"): None for f, _, _ in probe_config.FLAGS}
+    )
+    cfg = probe_config.resolve(args, plain)
+    assert cfg.listen == ("10.0.0.5", 7471) and cfg.metrics == ("10.0.0.5", 7472)
+
+
 def test_the_operator_listens_on_ipv6_where_told(
     render: Render, chart_tools: dict[str, str]
 ) -> None:
