@@ -19,7 +19,7 @@ from typing import Any
 
 from hulk_probe.config import ProbeConfig, format_hostport
 from hulk_probe.discovery import NodeDirectory
-from hulk_probe.echo import EchoServer, raise_open_files_limit
+from hulk_probe.echo import EchoServer, connection_cap, raise_open_files_limit
 from hulk_probe.estimator import Estimate
 from hulk_probe.kube import load_api_client, said
 from hulk_probe.measurer import Measurer
@@ -281,6 +281,9 @@ class Agent:
 
         def on_peers(peers: dict[str, tuple[str, int]]) -> None:
             loop.call_soon_threadsafe(self.measurer.set_peers, peers)
+            # (every agent may probe this one: its echo server holds a connection each)
+            known = self._directory.agents if self._directory is not None else 0
+            loop.call_soon_threadsafe(setattr, self.echo, "max_connections", connection_cap(known))
 
         api_client = self.api_factory(cfg.kubeconfig)  # thread-safe: shared by both
         directory = NodeDirectory(

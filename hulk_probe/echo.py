@@ -49,11 +49,20 @@ ACCEPT_PAUSE_S = 1.0
 # a peer gone without a FIN (a crash, a partition) is found by TCP keepalive in about
 # IDLE + INTERVAL * COUNT seconds; before, its connection and descriptor stayed for good
 KEEPALIVE = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
-# connections the echo server keeps at most (a peer keeps one open): past it, the one
-# least recently active is closed for the new one. Before, any host could open
+# Connections the echo server keeps at most (a peer keeps one open; the agent raises it
+# to twice the agents it knows of, ``connection_cap``). Before, any host could open
 # connections until the probe's memory limit killed it, and its peers then reported its
-# node unreachable (a security review); peers probing every few seconds stay active.
+# node unreachable (a security review). Past it a new connection takes the place of the
+# least recently active one that never sent a probe message, else of one idle for
+# ``IDLE_EVICT_S``, else it is closed: a flood of connections does not push out peers
+# that probe (a review: pure recency did, between two of their probes).
 MAX_CONNECTIONS = 8192
+IDLE_EVICT_S = 300.0  # (the longest --interval a peer probes at, and more)
+
+
+def connection_cap(agents: int) -> int:
+    """The echo server's cap where ``agents`` agents may probe it."""
+    return max(MAX_CONNECTIONS, 2 * agents)
 
 
 def raise_open_files_limit() -> int:
@@ -105,6 +114,8 @@ class EchoServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # each connection's unanswered bytes, least recently active first
         self._conns: dict[socket.socket, bytearray] = {}
+        self._seen: dict[socket.socket, float] = {}  # a probe message's last arrival
+        self.refused = 0  # connections closed at once: the cap reached, none to give way
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port), which tells an ephemeral port."""
@@ -157,17 +168,33 @@ class EchoServer:
                 self._loop.remove_reader(self._listener.fileno())
                 self._loop.call_later(ACCEPT_PAUSE_S, self._resume)
             return
+        if len(self._conns) >= self.max_connections and not self._make_room():
+            self.refused += 1
+            conn.close()
+            return
         _prepare(conn, keepalive=True)
-        while len(self._conns) >= self.max_connections:
-            self._drop(next(iter(self._conns)))  # the least recently active
         self._conns[conn] = bytearray()
         self._loop.add_reader(conn.fileno(), self._on_data, conn)
+
+    def _make_room(self) -> bool:
+        """Closes the least recently active connection that never sent a probe message,
+        else the least recently active one idle for ``IDLE_EVICT_S``; False if none."""
+        victim = next((c for c in self._conns if c not in self._seen), None)
+        if victim is None:
+            oldest = next(iter(self._conns), None)
+            idle = oldest is not None and time.monotonic() - self._seen[oldest] >= IDLE_EVICT_S
+            victim = oldest if idle else None
+        if victim is None:
+            return False
+        self._drop(victim)
+        return True
 
     def _resume(self) -> None:
         if self._listener is not None and self._loop is not None:
             self._loop.add_reader(self._listener.fileno(), self._accept)
 
     def _drop(self, conn: socket.socket) -> None:
+        self._seen.pop(conn, None)
         if self._conns.pop(conn, None) is not None and self._loop is not None:
             self._loop.remove_reader(conn.fileno())
         conn.close()
@@ -192,6 +219,7 @@ class EchoServer:
             del buf[:PROBE_SIZE]
             if message.startswith(MAGIC):
                 message[_DWELL] = struct.pack("!q", max(0, time.time_ns() - received))
+                self._seen[conn] = time.monotonic()
             replies += message
         if replies:
             try:

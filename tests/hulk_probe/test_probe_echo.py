@@ -122,33 +122,52 @@ def test_round_trips_reuse_one_connection() -> None:
     asyncio.run(main())
 
 
-def test_idle_connections_past_the_cap_give_way_to_new_ones_and_peers_keep_theirs() -> None:
+def test_past_the_cap_connections_that_never_probed_give_way_and_peers_keep_theirs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Any host could open connections until the probe ran out of memory, and its peers
-    then took its node as unreachable (a security review): past ``max_connections`` the
-    least recently active is closed; a peer that probes stays served."""
+    then took its node as unreachable (a security review). Past ``max_connections`` a new
+    connection takes the place of one that never sent a probe message, else of one idle
+    for ``IDLE_EVICT_S``, else it is closed: a flood never pushes out a peer that probes,
+    however fast it comes (a review: by recency alone, it did between two probes)."""
 
     async def main() -> None:
         server = EchoServer("127.0.0.1", 0, max_connections=4)
         address = await server.start()
-        peer = EchoClient(address, timeout_s=1.0)
-        await peer.round_trip()
-        idle = []
-        for _ in range(6):  # a flood of connections that send nothing
-            s = socket.create_connection(address)
-            idle.append(s)
+        peers = [EchoClient(address, timeout_s=1.0) for _ in range(2)]
+        for p in peers:
+            await p.round_trip()
+        flood = []
+        for _ in range(8):  # connections that send nothing, faster than the peers probe
+            flood.append(socket.create_connection(address))
             await asyncio.sleep(0.02)
-            await peer.round_trip()  # the peer probes on: the most recently active
-        assert server.connections == 4
-        assert all(0 < rtt < 0.5 for rtt in [await peer.round_trip() for _ in range(3)])
-        for s in idle[:3]:  # the oldest idle ones were closed
+        assert server.connections == 4 and server.refused == 0
+        for p in peers:  # served on their kept connections, none pushed out
+            assert 0 < await p.round_trip() < 0.5
+        for s in flood[:6]:  # the oldest idle ones gave way to the newer
             s.settimeout(1.0)
             assert await asyncio.to_thread(s.recv, 1) == b""
-        for s in idle:
+        # full of peers that probe: a new connection is closed, unless one is long idle
+        more = [EchoClient(address, timeout_s=1.0) for _ in range(2)]
+        for p in more:  # (they take the two idle places)
+            await p.round_trip()
+        late = socket.create_connection(address)
+        await asyncio.sleep(0.05)
+        late.settimeout(1.0)
+        assert await asyncio.to_thread(late.recv, 1) == b"" and server.refused == 1
+        monkeypatch.setattr(echo, "IDLE_EVICT_S", 0.0)
+        again = EchoClient(address, timeout_s=1.0)
+        assert 0 < await again.round_trip() < 0.5  # the longest idle peer gave way
+        assert server.connections == 4
+        for s in [*flood, late]:
             s.close()
-        peer.close()
+        for p in [*peers, *more, again]:
+            p.close()
         await server.close()
 
     asyncio.run(main())
+    assert echo.connection_cap(100) == echo.MAX_CONNECTIONS
+    assert echo.connection_cap(10_000) == 20_000
 
 
 def test_refused_connection_is_a_connect_failure() -> None:
