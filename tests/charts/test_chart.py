@@ -260,7 +260,8 @@ def test_probe_node_patch_policy(default: list[dict[str, Any]], render: Render) 
     assert binding["spec"] == {"policyName": "hulk-probe-node-patch", "validationActions": ["Deny"]}
     off = render(set_values=["probe.nodePatchPolicy.enabled=false"])
     assert [o["metadata"]["name"] for o in by_kind(off, "ValidatingAdmissionPolicy")] == [
-        "hulk-operator-writes"
+        "hulk-operator-writes",
+        "hulk-job-namespaces",
     ]
 
 
@@ -273,8 +274,16 @@ def test_operator_write_policy(default: list[dict[str, Any]], render: Render) ->
     assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
     binding = named(default, "ValidatingAdmissionPolicyBinding", "hulk-operator-writes")
     assert binding["spec"] == {"policyName": "hulk-operator-writes", "validationActions": ["Deny"]}
+    # no HulkTrainingJob in a kube-* namespace, where the operator writes no pods
+    jobs = named(default, "ValidatingAdmissionPolicy", "hulk-job-namespaces")
+    [rule] = jobs["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["hulktrainingjobs"], ["CREATE"])
+    assert "startsWith('kube-')" in jobs["spec"]["validations"][0]["expression"]
+    assert named(default, "ValidatingAdmissionPolicyBinding", "hulk-job-namespaces")
     off = render(set_values=["operator.writePolicy.enabled=false"])
-    assert "hulk-operator-writes" not in {o["metadata"]["name"] for o in off}
+    assert not {"hulk-operator-writes", "hulk-job-namespaces"} & {
+        o["metadata"]["name"] for o in off
+    }
     assert not [o for o in render(set_values=["operator.enabled=false"]) if "operator-writes"
                 in o["metadata"]["name"]]  # fmt: skip
 

@@ -763,6 +763,20 @@ def test_operator_may_write_only_pods_and_services_its_jobs_own(
             said = _http_status(lambda e=exposed: ops.create_namespaced_service(namespace, e))
             assert said == 403, (name, said)
         assert _http_status(lambda: ops.create_namespaced_service(namespace, service)) == 200
+        # nothing in kube-system, owned or not, by the policy (RBAC would allow it); and no
+        # job there, which would hold servers while its pods were refused (a security review)
+        from kubernetes.client.exceptions import ApiException
+
+        with pytest.raises(ApiException) as refused:
+            ops.create_namespaced_pod("kube-system", _gated_pod("sys", owner))
+        assert refused.value.status == 403, refused.value
+        assert "writes no pods or Services in namespace 'kube-system'" in str(refused.value.body)
+        with pytest.raises(ApiException) as refused:
+            custom.create_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, job)
+        assert refused.value.status == 403, refused.value
+        assert "HulkTrainingJobs do not run in namespace 'kube-system'" in str(
+            refused.value.body
+        ), refused.value.body
         # ... but a job's headless Service orphaned by `kubectl delete --cascade=orphan`
         # (no ownerReferences at all) is adopted again, as kube.ensure_service does and
         # docs/operator.md promises (before, refused: a review); nothing that merely looks
