@@ -235,6 +235,15 @@ def stage_memory(job: Job, layers: int, in_flight: int, split: int = 1) -> float
     return layers * per_layer / split
 
 
+def stage_need(job: Job, jp: JobPlan, k: int) -> float:
+    """Bytes each server of ``jp``'s stage ``k`` needs (``stage_memory``): its layers, the
+    micro-batches in flight there under 1F1B, its share of a tensor-parallel split."""
+    st = jp.stages[k]
+    in_flight = min(jp.micro_batches, len(jp.stages) - k)
+    split = len(st.nodes) if st.parallelism == "tensor" else 1
+    return stage_memory(job, st.num_layers, in_flight, split)
+
+
 def ring_time(net: Network, ids: Sequence[int], nbytes: float) -> float:
     """Ring all-reduce of ``nbytes`` among servers ``ids``, the ring going in the order the
     plan lists them (Thakur, Rabenseifner and Gropp 2005), paced by its slowest hop."""
@@ -439,7 +448,6 @@ class CostModel:
         micro-batch, each boundary's crossing and pace, the gradient all-reduce."""
         net = self.net
         b, s, h = job.micro_batch_size, job.model.sequence_length, job.model.hidden_size
-        m = jp.micro_batches
         p = len(jp.stages)
         flop_per_layer = FLOPS_PER_PARAM_TOKEN * params_per_layer(job) * b * s
         msg = b * s * h * BYTES_PER_VALUE
@@ -451,20 +459,16 @@ class CostModel:
         ids_by_stage = [net.ids(st.nodes) for st in jp.stages]
         for k, st in enumerate(jp.stages):
             ids = ids_by_stage[k]
-            in_flight = min(m, p - k)
             if st.parallelism == "tensor":
-                t = len(ids)
-                c = float(self.flops[ids].min()) * t
+                c = float(self.flops[ids].min()) * len(ids)
                 comm = st.num_layers * 4 * ring_time(net, ids, msg)
                 stage_t.append(flop_per_layer * st.num_layers / c + comm)
-                need = stage_memory(job, st.num_layers, in_flight, t)
             else:
                 c = float(self.flops[ids].min())
                 stage_t.append(flop_per_layer * st.num_layers / c)
-                need = stage_memory(job, st.num_layers, in_flight)
                 grads = params_per_layer(job) * st.num_layers * BYTES_PER_VALUE
                 dp = max(dp, ring_time(net, ids, grads))
-            if need > float(self.capacity[ids].min()):
+            if stage_need(job, jp, k) > float(self.capacity[ids].min()):
                 memory_ok = False
             if k + 1 < p:
                 nxt = ids_by_stage[k + 1]
@@ -615,11 +619,8 @@ def check_memory(jp: JobPlan, job: Job, cluster: Cluster) -> None:
     share of ``job`` (its layers' training state and the micro-batches in flight there, as
     the cost model counts them; before, ``validate_plan`` passed such a plan, which the cost
     model scores ``inf``: a library trial)."""
-    p = len(jp.stages)
     for k, st in enumerate(jp.stages):
-        in_flight = min(jp.micro_batches, p - k)
-        split = len(st.nodes) if st.parallelism == "tensor" else 1
-        need = stage_memory(job, st.num_layers, in_flight, split)
+        need = stage_need(job, jp, k)
         for n in st.nodes:
             has = server_capacity(cluster.servers[cluster.index[n]])
             if need > has:

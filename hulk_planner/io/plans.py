@@ -97,9 +97,9 @@ def _plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     for i, u in enumerate(list_field(doc, "unplaced", "")):
         w = f"unplaced[{i}]"
         name = _name(u, w, "give the name of the job that was not placed")
-        if any(jp.name == name for jp in jobs) or any(x.name == name for x in unplaced):
-            where = "jobs" if any(jp.name == name for jp in jobs) else "unplaced"
-            said = "listed twice" if where == "unplaced" else "also placed (in jobs)"
+        placed = any(jp.name == name for jp in jobs)
+        if placed or any(x.name == name for x in unplaced):
+            said = "also placed (in jobs)" if placed else "listed twice"
             raise InvalidRequest(f"{w}.name", f"{name!r} is {said}", "keep one")
         reason = u.get("reason")
         if reason is not None and not isinstance(reason, str):
