@@ -50,7 +50,11 @@ OPERATOR_RULES = {
     ("", "limitranges"): {"list", "watch"},  # GPU maximums per pod: planned within
     ("hulk.dev", "nodelatencies"): {"list"},  # (listed alone: indexes.latencies_now)
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},  # the global default's
-    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
+    # kopf watches every peering object and heeds its own; create: crd.ensure_peering
+    ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "create"},
+    # its keep-alive written into its own peering object only (resourceNames): another
+    # operator's, written with a higher priority, pauses that operator
+    ("kopf.dev", "clusterkopfpeerings", "hulk"): {"get", "patch"},
     # the other scope's peering objects, read only: crd.overlapping_peers warns of a live
     # operator serving named namespaces (before, not granted: the read was refused, the
     # warning never came; a review)
@@ -70,9 +74,11 @@ CLUSTER_READS = {
 }
 OPERATOR_NAMESPACED_RULES = {
     **{k: v for k, v in OPERATOR_RULES.items() if k[1] not in CLUSTER_READS},
-    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch", "create"},
+    ("kopf.dev", "kopfpeerings"): {"list", "watch", "create"},
+    ("kopf.dev", "kopfpeerings", "hulk"): {"get", "patch"},
 }
 del OPERATOR_NAMESPACED_RULES[("kopf.dev", "clusterkopfpeerings")]
+del OPERATOR_NAMESPACED_RULES[("kopf.dev", "clusterkopfpeerings", "hulk")]
 OPERATOR_CLUSTER_READS = {
     **{k: v for k, v in OPERATOR_RULES.items() if k[1] in CLUSTER_READS},
     ("", "pods"): {"list"},
@@ -176,14 +182,18 @@ def test_crds_can_be_left_out_and_unkept(render: Render) -> None:
 # ---- RBAC ---------------------------------------------------------------------------------
 
 
-def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
-    out: dict[tuple[str, str], set[str]] = {}
+def rules_of(role: dict[str, Any]) -> dict[tuple[str, ...], set[str]]:
+    """(group, resource) -> verbs; a rule bound to one object: (group, resource, name)."""
+    out: dict[tuple[str, ...], set[str]] = {}
     for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        assert "nonResourceURLs" not in rule
+        names = rule.get("resourceNames") or [None]
+        assert len(names) == 1, names
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                assert (group, resource) not in out, f"{resource} listed twice"
-                out[(group, resource)] = set(rule["verbs"])
+                key = (group, resource) if names[0] is None else (group, resource, names[0])
+                assert key not in out, f"{key} listed twice"
+                out[key] = set(rule["verbs"])
     return out
 
 
@@ -191,7 +201,7 @@ def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     ("component", "expected"), [("operator", OPERATOR_RULES), ("probe", PROBE_RULES)]
 )
 def test_rbac_is_exactly_what_each_component_needs(
-    default: list[dict[str, Any]], component: str, expected: dict[tuple[str, str], set[str]]
+    default: list[dict[str, Any]], component: str, expected: dict[tuple[str, ...], set[str]]
 ) -> None:
     role = named(default, "ClusterRole", f"hulk-{component}")
     assert rules_of(role) == expected
@@ -416,6 +426,23 @@ def test_peering_off_runs_standalone_without_peering_object(render: Render) -> N
             ("ClusterRole", "hulk-operator", ("kopf.dev", "clusterkopfpeerings"), {"get", "list"}),
             ("ClusterRole", "hulk-operator", ("kopf.dev", "kopfpeerings"), {"get", "list"}),
         ]
+
+
+def test_the_operator_writes_only_its_own_peering_object(render: Render) -> None:
+    """Its keep-alive goes into the peering object of its --peering name, and RBAC binds
+    get and patch to that name (before, any peering object: a keep-alive of a higher
+    priority written into another kopf operator's would pause that operator; a security
+    review), in either scope and under a name set in values."""
+    for values, kind, where in [
+        ([], "clusterkopfpeerings", "ClusterRole"),
+        (["operator.watchNamespaces={team-a}"], "kopfpeerings", "Role"),
+    ]:
+        objs = render(set_values=[*values, "operator.peering.name=team-peers"])
+        assert "--peering=team-peers" in container(objs, "Deployment", "hulk-operator")["args"]
+        [role] = [r for r in by_kind(objs, where) if r["metadata"]["name"] == "hulk-operator"]
+        rules = rules_of(role)
+        assert rules[("kopf.dev", kind, "team-peers")] == {"get", "patch"}
+        assert not {"get", "patch", "update"} & rules[("kopf.dev", kind)]
 
 
 def test_probe_daemonset_uses_host_network_and_tolerates_gpu_nodes(
