@@ -445,6 +445,40 @@ def test_the_operator_writes_only_its_own_peering_object(render: Render) -> None
         assert not {"get", "patch", "update"} & rules[("kopf.dev", kind)]
 
 
+def test_the_probe_may_live_in_a_namespace_of_its_own(
+    render: Render, default: list[dict[str, Any]]
+) -> None:
+    """probe.namespace moves the probe's DaemonSet, ServiceAccount and metrics Service, and
+    the names its ClusterRoleBinding, node policies and ServiceMonitor give them; the
+    operator's stay in the release's namespace (the default keeps both there)."""
+    sm = ["metrics.serviceMonitor.enabled=true"]
+    objs = render(set_values=[*sm, "probe.namespace=hulk-probe"])
+    where = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("namespace") for o in objs}
+    for key in [("DaemonSet", "hulk-probe"), ("ServiceAccount", "hulk-probe"),
+                ("Service", "hulk-probe-metrics")]:  # fmt: skip
+        assert where[key] == "hulk-probe", key
+    operators = [
+        ("Deployment", "hulk-operator"),
+        ("ServiceAccount", "hulk-operator"),
+        ("Service", "hulk-operator-metrics"),
+        ("ServiceMonitor", "hulk-probe"),
+    ]
+    for key in operators:
+        assert where[key] == "hulk-system", key
+    binding = named(objs, "ClusterRoleBinding", "hulk-probe")
+    assert binding["subjects"][0]["namespace"] == "hulk-probe"
+    text = json.dumps(by_kind(objs, "ValidatingAdmissionPolicy"))
+    assert "system:serviceaccount:hulk-probe:hulk-probe" in text
+    assert "system:serviceaccount:hulk-system:hulk-probe" not in text
+    monitor = named(objs, "ServiceMonitor", "hulk-probe")["spec"]
+    assert monitor["namespaceSelector"] == {"matchNames": ["hulk-probe"]}
+    assert "namespaceSelector" not in named(objs, "ServiceMonitor", "hulk-operator")["spec"]
+    # by default, the release's namespace for both
+    assert named(default, "DaemonSet", "hulk-probe")["metadata"]["namespace"] == "hulk-system"
+    plain = render(set_values=sm)
+    assert "namespaceSelector" not in named(plain, "ServiceMonitor", "hulk-probe")["spec"]
+
+
 def test_probe_daemonset_uses_host_network_and_tolerates_gpu_nodes(
     default: list[dict[str, Any]],
 ) -> None:
@@ -694,6 +728,7 @@ def test_values_file_documents_every_field() -> None:
         ("metrics.prometheusRule.slowerFor=5s1m", "at '/metrics/prometheusRule/slowerFor'"),
         ("metrics.serviceMonitor.scrapeTimeout=10s1m", "/metrics/serviceMonitor/scrapeTimeout"),
         ("metrics.serviceMonitor.probeInterval=s", "at '/metrics/serviceMonitor/probeInterval'"),
+        ("probe.namespace=Hulk_Probe", "at '/probe/namespace'"),
     ],
 )
 def test_a_bad_value_is_refused_naming_it(

@@ -565,15 +565,21 @@ def _http_status(call: Callable[[], Any]) -> int:
 def test_probe_may_patch_only_its_own_address_annotation(
     installed: dict[str, Any], sandbox: Sandbox
 ) -> None:
+    namespace = installed["namespace"]
+    user = f"system:serviceaccount:{namespace}:{installed['release']}-probe"
+    _probe_node_policy_holds(installed["api"], sandbox, user)
+
+
+def _probe_node_policy_holds(admin: Any, sandbox: Sandbox, user: str) -> None:
+    """As the probe's ServiceAccount ``user`` on a node (the node name in its token's
+    extra), a Node patch may set or withdraw that node's hulk.dev/probe-address
+    annotation and nothing else, and no other node's; without the node name, nothing."""
     from kubernetes import client
 
-    namespace = installed["namespace"]
-    admin = installed["api"]
     nodes: Any = client.CoreV1Api(admin).list_node().items
     own, other = nodes[0].metadata, nodes[1].metadata
     own_name, other_name = str(own.name), str(other.name)
     saved = {str(m.name): (m.annotations or {}).get(ANNOTATION) for m in (own, other)}
-    user = f"system:serviceaccount:{namespace}:{installed['release']}-probe"
     try:
         with sandbox.api_client() as probe, sandbox.api_client() as nodeless:
             for api in (probe, nodeless):
@@ -612,6 +618,61 @@ def test_probe_may_patch_only_its_own_address_annotation(
                     }
                 },
             )
+
+
+def test_the_probe_runs_in_a_namespace_of_its_own(
+    sandbox: Sandbox, render: Render, tmp_path: Path
+) -> None:
+    """probe.namespace: the DaemonSet, its ServiceAccount and metrics Service live there (a
+    namespace at the "privileged" Pod Security level, which the operator's then need not
+    be; before, both shared the release's, and the operator's pod sat in a privileged
+    namespace: a security review), and its RBAC binding and node policies name that
+    ServiceAccount: the DaemonSet's pods are made there under it, its token may publish
+    its own node's address and nothing else, and the same name in the release's namespace
+    gets none of its rights."""
+    from kubernetes import client
+
+    with (
+        sandbox.api_client() as api,
+        own_namespace(api, "chartp") as home,
+        own_namespace(api, "probe") as probe_ns,
+    ):
+        release = f"hulk-{home.removeprefix('chartp-')}"
+        objs = render(
+            namespace=home,
+            release=release,
+            set_values=[OTHER_FEW_NODES, f"probe.namespace={probe_ns}", "operator.enabled=false"],
+        )
+        placed = {(o["kind"], o["metadata"].get("namespace")) for o in objs}
+        for kind in ("DaemonSet", "ServiceAccount", "Service"):
+            assert (kind, probe_ns) in placed and (kind, home) not in placed, kind
+        applier = Applier(api, tmp_path / "discovery.json")
+        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+        preexisting = {c["metadata"]["name"] for c in crds if applier.exists(c)}
+        core: Any = client.CoreV1Api(api)
+        try:
+            applier.apply_crds(crds)
+            for obj in objs:
+                if obj["kind"] != "CustomResourceDefinition" and not _is_hook(obj):
+                    applier.apply(obj)
+            tokyo = core.list_node(label_selector="topology.kubernetes.io/region=tokyo").items
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                pods = core.list_namespaced_pod(probe_ns).items
+                if len(pods) == len(tokyo) and all(p.spec.node_name for p in pods):
+                    break
+                time.sleep(0.5)
+            assert sorted(p.spec.node_name for p in pods) == sorted(n.metadata.name for n in tokyo)
+            assert {p.spec.service_account_name for p in pods} == {f"{release}-probe"}
+            user = f"system:serviceaccount:{probe_ns}:{release}-probe"
+            stranger = f"system:serviceaccount:{home}:{release}-probe"
+            for call in PROBE_CALLS:
+                assert _review(api, user, *call), call
+                assert not _review(api, stranger, *call), call
+            _probe_node_policy_holds(api, sandbox, user)
+        finally:
+            applier.clean_up(home, keep_crds=preexisting)
+            core.delete_collection_namespaced_pod(probe_ns, grace_period_seconds=0)
 
 
 def _latency_write(api: Any, node: str, how: str) -> int:

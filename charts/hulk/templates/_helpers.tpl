@@ -82,6 +82,13 @@ Image reference. Call with (dict "ctx" $ "image" .Values.operator.image).
 {{/*
 Name of the kopf peering object.
 */}}
+{{- /* The namespace of the probe's DaemonSet, ServiceAccount and metrics Service
+(probe.namespace, default the release's): with hostNetwork it must allow the "privileged"
+Pod Security level, which the operator's namespace then need not. */}}
+{{- define "hulk.probeNamespace" -}}
+{{- default .Release.Namespace .Values.probe.namespace }}
+{{- end }}
+
 {{- define "hulk.peeringName" -}}
 {{- default (include "hulk.fullname" .) .Values.operator.peering.name }}
 {{- end }}
