@@ -16,8 +16,12 @@
 #
 # Building needs the internet: PyPI, and download.pytorch.org for torch's CPU wheels (the
 # PyTorch project's own index for them; pass --build-arg TORCH_INDEX_URL=... to use a
-# mirror). Pins follow requirements/dev.txt. For reproducible builds pin the base image by
-# digest too (python:3.11-slim-bookworm@sha256:...).
+# mirror). Pins follow requirements/dev.txt. Every package from PyPI, transitive ones
+# included, comes from docker/requirements-*.lock, pinned and hashed (pip --require-hashes:
+# a file that differs from the one locked fails the build); docker/lock.sh writes them
+# from docker/requirements-*.txt. torch is pinned by version (TORCH_VERSION), not by hash:
+# its CPU index is not PyPI; pass a mirror that you trust. For reproducible builds pin the
+# base image by digest too (python:3.11-slim-bookworm@sha256:...).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -38,9 +42,9 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE} AS probe-venv
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-COPY docker/requirements-probe.txt /tmp/requirements.txt
+COPY docker/requirements-probe.lock /tmp/requirements.lock
 RUN python -m venv /opt/hulk \
-    && /opt/hulk/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+    && /opt/hulk/bin/pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock
 COPY --from=wheel /wheels /wheels
 # --no-deps: Hulk's wheel declares numpy, matplotlib, networkx for the planner; the probe
 # needs none of them.
@@ -55,8 +59,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/hulk \
     && /opt/hulk/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" \
         "torch==${TORCH_VERSION}"
-COPY docker/requirements-operator.txt /tmp/requirements.txt
-RUN /opt/hulk/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+# (torch's own dependencies installed above at other versions are replaced by the locked)
+COPY docker/requirements-operator.lock /tmp/requirements.lock
+RUN /opt/hulk/bin/pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock
 COPY --from=wheel /wheels /wheels
 RUN /opt/hulk/bin/pip install --no-cache-dir --no-deps /wheels/*.whl
 

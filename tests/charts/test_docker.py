@@ -28,6 +28,29 @@ def pins(path: Path) -> dict[str, str]:
     return out
 
 
+def locked(path: Path) -> dict[str, tuple[str, int]]:
+    """A docker/requirements-*.lock (pip-compile --generate-hashes): name -> (version,
+    number of hashes)."""
+    out: dict[str, tuple[str, int]] = {}
+    name = ""
+    for line in path.read_text().splitlines():
+        text = line.split("#", 1)[0].strip().rstrip("\\").strip()
+        if not text:
+            continue
+        if text.startswith("--hash=sha256:"):
+            assert name, f"{path.name}: a hash before any package"
+            assert re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", text), text
+            out[name] = (out[name][0], out[name][1] + 1)
+            continue
+        name, _, version = text.partition("==")
+        name = name.lower()
+        assert version and re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version), (
+            f"{path.name}: {text!r} is not pinned"
+        )
+        out[name] = (version, 0)
+    return out
+
+
 def stage(name: str) -> str:
     """The text of one build stage."""
     text = DOCKERFILE.read_text()
@@ -63,6 +86,26 @@ def test_image_pins_follow_dev_requirements(image: str) -> None:
     if image == "operator":
         torch = re.search(r"ARG TORCH_VERSION=(\S+)", DOCKERFILE.read_text())
         assert torch and torch.group(1) == dev["torch"]
+
+
+@pytest.mark.parametrize("image", ["probe", "operator"])
+def test_images_install_pypi_packages_from_a_hashed_lock(image: str) -> None:
+    """The lock holds each pin of docker/requirements-<image>.txt at its version, and every
+    package in it, transitive ones too, is pinned with its files' hashes, which pip checks
+    (--require-hashes; before, only the top-level packages were pinned, and nothing was
+    hashed: a security review). The lock is written by docker/lock.sh; a pin changed in
+    the .txt alone fails here."""
+    lock = locked(ROOT / "docker" / f"requirements-{image}.lock")
+    for name, version in pins(ROOT / "docker" / f"requirements-{image}.txt").items():
+        assert lock.get(name, ("missing", 0))[0] == version, f"{name}: run docker/lock.sh"
+    assert len(lock) > 10  # (the transitive ones: kubernetes alone brings more)
+    unhashed = [name for name, (_, hashes) in lock.items() if not hashes]
+    assert unhashed == []
+    assert "torch" not in lock  # (from PyTorch's CPU index, installed before)
+    text = stage(f"{image}-venv")
+    assert f"COPY docker/requirements-{image}.lock /tmp/requirements.lock" in text
+    assert "--require-hashes -r /tmp/requirements.lock" in text
+    assert f"requirements-{image}.txt" not in text
 
 
 def test_probe_image_stays_small() -> None:
