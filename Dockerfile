@@ -16,12 +16,14 @@
 #
 # Building needs the internet: PyPI, and download.pytorch.org for torch's CPU wheels (the
 # PyTorch project's own index for them; pass --build-arg TORCH_INDEX_URL=... to use a
-# mirror). Pins follow requirements/dev.txt. Every package from PyPI, transitive ones
-# included, comes from docker/requirements-*.lock, pinned and hashed (pip --require-hashes:
-# a file that differs from the one locked fails the build); docker/lock.sh writes them
-# from docker/requirements-*.txt. torch is pinned by version (TORCH_VERSION), not by hash:
-# its CPU index is not PyPI; pass a mirror that you trust. For reproducible builds pin the
-# base image by digest too (python:3.11-slim-bookworm@sha256:...).
+# mirror). Pins follow requirements/dev.txt. Every package from PyPI, transitive ones,
+# torch's own requirements and the wheel's build backend included, comes from
+# docker/requirements-*.lock, pinned and hashed (pip --require-hashes: a file that differs
+# from the one locked fails the build); docker/lock.sh writes them from
+# docker/requirements-*.txt, for the Python of PYTHON_IMAGE (3.11: lock again after
+# changing it). torch itself is pinned by version (TORCH_VERSION), not by hash: its CPU
+# index is not PyPI; pass a mirror that you trust. For reproducible builds pin the base
+# image by digest too (python:3.11-slim-bookworm@sha256:...).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -30,13 +32,16 @@ FROM ${PYTHON_IMAGE} AS wheel
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+# the build backend, hashed; the wheel is built with it alone (--no-build-isolation)
+COPY docker/requirements-build.lock /tmp/requirements-build.lock
+RUN pip install --no-cache-dir --require-hashes -r /tmp/requirements-build.lock
 COPY pyproject.toml README.md ./
 COPY hulk/ hulk/
 COPY hulk_planner/ hulk_planner/
 COPY hulk_operator/ hulk_operator/
 COPY hulk_probe/ hulk_probe/
 COPY hulk_sandbox/ hulk_sandbox/
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 # ---- the probe's virtual environment -------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS probe-venv
@@ -56,14 +61,17 @@ ARG TORCH_VERSION=2.15.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/hulk \
-    && /opt/hulk/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" \
-        "torch==${TORCH_VERSION}"
-# (torch's own dependencies installed above at other versions are replaced by the locked)
+# The lock first, torch's own requirements in it (docker/requirements-torch.txt), then
+# torch alone (--no-deps): nothing comes unhashed from its index but torch itself.
 COPY docker/requirements-operator.lock /tmp/requirements.lock
-RUN /opt/hulk/bin/pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock
+RUN python -m venv /opt/hulk \
+    && /opt/hulk/bin/pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock \
+    && /opt/hulk/bin/pip install --no-cache-dir --no-deps --index-url "${TORCH_INDEX_URL}" \
+        "torch==${TORCH_VERSION}"
 COPY --from=wheel /wheels /wheels
-RUN /opt/hulk/bin/pip install --no-cache-dir --no-deps /wheels/*.whl
+# pip check: every requirement of torch and of Hulk's wheel is met by the lock
+RUN /opt/hulk/bin/pip install --no-cache-dir --no-deps /wheels/*.whl \
+    && /opt/hulk/bin/pip check
 
 # ---- common runtime base: non-root user, caches under /tmp ---------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

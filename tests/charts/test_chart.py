@@ -897,6 +897,22 @@ def test_more_than_one_standalone_operator_is_refused(chart_tools: dict[str, str
     assert "operator.replicas > 1 needs operator.peering.enabled" in out.stderr
 
 
+def test_peering_flags_in_extra_args_are_refused_naming_the_values(
+    chart_tools: dict[str, str],
+) -> None:
+    """The RBAC rules bind the operator's writes to the peering name the chart gives it;
+    a --peering in operator.extraArgs (parsed last, it wins) would start an operator the
+    rules refuse (a review)."""
+    for arg in ("--peering=other", "--standalone"):
+        out = subprocess.run(
+            [chart_tools["HELM"], "template", "hulk", str(CHART), "-n", "hulk-system",
+             "--set", f"operator.extraArgs={{{arg}}}"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert out.returncode != 0
+        assert f"operator.extraArgs: {arg}: set operator.peering.name" in out.stderr
+
+
 def test_more_than_one_replica_of_one_fixed_peering_priority_is_refused(
     chart_tools: dict[str, str],
 ) -> None:

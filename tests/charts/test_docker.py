@@ -98,14 +98,40 @@ def test_images_install_pypi_packages_from_a_hashed_lock(image: str) -> None:
     lock = locked(ROOT / "docker" / f"requirements-{image}.lock")
     for name, version in pins(ROOT / "docker" / f"requirements-{image}.txt").items():
         assert lock.get(name, ("missing", 0))[0] == version, f"{name}: run docker/lock.sh"
+    # the tests' versions wherever requirements/dev.txt pins one (before, the probe's lock
+    # had a newer pyyaml than the tests run: a review)
+    dev = pins(ROOT / "requirements" / "dev.txt")
+    assert {n: v for n, (v, _) in lock.items() if n in dev} == {n: dev[n] for n in lock if n in dev}
     assert len(lock) > 10  # (the transitive ones: kubernetes alone brings more)
     unhashed = [name for name, (_, hashes) in lock.items() if not hashes]
     assert unhashed == []
-    assert "torch" not in lock  # (from PyTorch's CPU index, installed before)
+    assert "torch" not in lock  # (from PyTorch's CPU index, installed after it)
     text = stage(f"{image}-venv")
     assert f"COPY docker/requirements-{image}.lock /tmp/requirements.lock" in text
     assert "--require-hashes -r /tmp/requirements.lock" in text
     assert f"requirements-{image}.txt" not in text
+    if image == "operator":
+        # torch's own requirements are locked, and torch comes after the lock, alone
+        # (before, its index supplied them unhashed: a review)
+        wanted = (ROOT / "docker" / "requirements-torch.txt").read_text().splitlines()
+        for line in wanted:
+            name = re.split(r"[<>=\s#]", line.strip(), maxsplit=1)[0].lower()
+            assert not name or name in lock, f"{name} (torch's) is not locked"
+        assert text.index("--require-hashes") < text.index('"torch==${TORCH_VERSION}"')
+        assert '--no-deps --index-url "${TORCH_INDEX_URL}"' in text
+        assert "pip check" in text
+
+
+def test_the_wheel_is_built_with_a_hashed_backend_alone() -> None:
+    """pyproject.toml's build backend comes from docker/requirements-build.lock, hashed, and
+    the wheel is built with it alone (before, pip fetched setuptools unpinned and unhashed
+    into an isolated build: a review)."""
+    lock = locked(ROOT / "docker" / "requirements-build.lock")
+    assert "setuptools" in lock and all(hashes for _, hashes in lock.values())
+    text = stage("wheel")
+    assert "--require-hashes -r /tmp/requirements-build.lock" in text
+    assert "--no-build-isolation" in text
+    assert text.index("requirements-build.lock") < text.index("pip wheel")
 
 
 def test_probe_image_stays_small() -> None:

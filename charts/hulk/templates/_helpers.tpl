@@ -79,9 +79,6 @@ Image reference. Call with (dict "ctx" $ "image" .Values.operator.image).
 {{- end }}
 {{- end }}
 
-{{/*
-Name of the kopf peering object.
-*/}}
 {{- /* The namespace of the probe's DaemonSet, ServiceAccount and metrics Service
 (probe.namespace, default the release's): with hostNetwork it must allow the "privileged"
 Pod Security level, which the operator's namespace then need not. */}}
@@ -89,6 +86,9 @@ Pod Security level, which the operator's namespace then need not. */}}
 {{- default .Release.Namespace .Values.probe.namespace }}
 {{- end }}
 
+{{/*
+Name of the kopf peering object.
+*/}}
 {{- define "hulk.peeringName" -}}
 {{- default (include "hulk.fullname" .) .Values.operator.peering.name }}
 {{- end }}
