@@ -21,6 +21,7 @@ from hulk_operator.errors import (
     ServiceTaken,
     forbidden_pods,
     namespace_terminating,
+    quota_lag,
     rejected_template,
 )
 from hulk_operator.failures import (
@@ -125,10 +126,13 @@ async def make_pods(
                 live = [p.name for p in ctx.pods.get(entry.key, []) if not p.deleting]
                 meant = recovery.pod_diff(live, list(desired))
                 conds = _replanned(ctx, replanned, plan, meant, conds, gen, step)
+            new["phase"] = st.PLACING
+            if quota_lag(exc):  # the job's own pods just deleted still count: tried again
+                new["conditions"] = conds
+                return new
             ready = st.condition(status, st.READY) or {}
             if ready.get("message") != refused:
                 ctx.event("Warning", PODS_FORBIDDEN, refused)
-            new["phase"] = st.PLACING
             new["conditions"] = st.set_condition(
                 conds, st.READY, False, PODS_FORBIDDEN, refused, gen
             )

@@ -15,7 +15,7 @@ from hulk_operator import manifests, recovery, regrow
 from hulk_operator import status as st
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry
-from hulk_operator.errors import PODS_FORBIDDEN, SERVICE_MARK
+from hulk_operator.errors import AFTER_DELETES, PODS_FORBIDDEN, SERVICE_MARK
 from hulk_planner.model import JobPlan
 
 ENDED = ("Failed", "Succeeded")  # the phases of a stage pod that will not run again
@@ -177,13 +177,18 @@ async def sync_pods(
             await _tell_orphans(ctx, entry)
         for n in create:  # tried now: not again for 10 s, created or refused (backoff)
             ctx.recent[n] = now
-        made = await asyncio.to_thread(
-            kube.create_pods,
-            ctx.api,
-            [desired[n] for n in create],
-            ctx.config.create_delay_s,
-            ctx.stopped,
-        )
+        try:
+            made = await asyncio.to_thread(
+                kube.create_pods,
+                ctx.api,
+                [desired[n] for n in create],
+                ctx.config.create_delay_s,
+                ctx.stopped,
+            )
+        except Exception as exc:
+            if doomed:  # (a quota may still count them: errors.quota_lag)
+                setattr(exc, AFTER_DELETES, True)
+            raise
         if ctx.stopped():
             return diff  # (the job is going: no gate is lifted)
         taken = [n for n in create if n not in made and n not in pods]

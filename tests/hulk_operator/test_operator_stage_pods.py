@@ -65,3 +65,64 @@ def test_new_pods_wait_for_the_old_pods_of_their_hostnames_for_a_while() -> None
     assert not waits_on_old(gated, {"bert-2-0"}, since=100.0, now=101.0)  # another stage's
     assert not waits_on_old(gated, set(), since=100.0, now=101.0)
     assert not waits_on_old(gated, {"bert-1-0"}, since=100.0, now=100.0 + HOLD_S)
+
+
+def test_a_quota_refusal_right_after_the_jobs_own_pods_were_deleted_is_tried_again(
+    monkeypatch: Any,
+) -> None:
+    """A quota counts a deleted pod until its controller sees it gone: stage pods made just
+    after the same reconciliation deleted the job's old ones (a re-plan within a lowered
+    pods quota) can be refused for pods that are already going. That refusal is marked
+    (``errors.quota_lag``: tried again before it is told); the next try deletes nothing,
+    and its refusal is told (before, the first was told at once: a flaky CI run)."""
+    import asyncio
+    import json
+    from types import SimpleNamespace
+
+    from kubernetes.client.exceptions import ApiException
+
+    from hulk_operator import kube
+    from hulk_operator.config import OperatorConfig
+    from hulk_operator.context import PodEntry
+    from hulk_operator.errors import quota_lag
+    from hulk_operator.stage_pods import sync_pods
+
+    deleted: list[str] = []
+    monkeypatch.setattr(kube, "delete_pods", lambda api, ns, names, *a: deleted.extend(names))
+    monkeypatch.setattr(kube, "ensure_service", lambda api, svc: False)
+    said = 'pods "new-0" is forbidden: exceeded quota: fewer, requested: pods=1, used: pods=4'
+
+    def refuse(*_: Any) -> list[str]:
+        exc = ApiException(status=403, reason="Forbidden")
+        exc.body = json.dumps({"kind": "Status", "message": said, "code": 403})
+        raise exc
+
+    monkeypatch.setattr(kube, "create_pods", refuse)
+    job = entry(Job("j", ModelSpec(1_000_000_000, 48, 2048, 1024), 64, 4))
+    ns = job.key[0]
+    kept = PodEntry("keep-0", "b", "Running", False, False)  # (a stage the plan keeps)
+    ctx: Any = SimpleNamespace(
+        api=None,
+        nodes=dict.fromkeys("ab"),
+        stopped=lambda: False,
+        pods={job.key: [PodEntry("old-0", "a", "Running", False, False), kept]},
+        recent={},
+        config=OperatorConfig(),
+        event=lambda *a: None,
+    )
+    desired = {n: {"metadata": {"name": n, "namespace": ns}} for n in ("keep-0", "new-0")}
+    try:
+        asyncio.run(sync_pods(ctx, job, SPEC, desired))
+        raise AssertionError("not refused")
+    except ApiException as exc:
+        assert quota_lag(exc)
+    assert deleted == ["old-0"]
+    # the next try: the old pod is going (nothing deleted now), and a refusal is told
+    ctx.pods = {job.key: [PodEntry("old-0", "a", "Running", False, True), kept]}
+    ctx.recent = {}
+    try:
+        asyncio.run(sync_pods(ctx, job, SPEC, desired))
+        raise AssertionError("not refused")
+    except ApiException as exc:
+        assert not quota_lag(exc) and "exceeded quota" in str(exc.body)
+    assert deleted == ["old-0"]
