@@ -861,8 +861,13 @@ def test_a_refused_jobs_missing_pod_is_made_again_from_the_spec_it_was_planned_f
             "job's spec is refused (see Planned): none is made again, as a server of the plan "
             "is deleted: fix the spec, or edit it back, and the job is planned again as needed"
         ), c
-        said = [e.message for e in kube.events("StagesMissing")]
-        assert missing in said and c["message"] in said  # (listed by name: kopf's random)
+        # (listed by name: kopf's random; waited for: kopf posts its Event after the
+        # status patch that told the condition, and a CI run read the Events between them)
+        wait(
+            "both StagesMissing Events",
+            lambda: {missing, c["message"]} <= {e.message for e in kube.events("StagesMissing")},
+            10,
+        )
         assert kube.job("kept")["status"]["phase"] == "Running"  # (it runs on, as it can)
         assert len(kube.events("Replanned")) == 2
         # deleted, its pod on the deleted node goes at once: no kubelet would confirm it
