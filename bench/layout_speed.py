@@ -1,9 +1,10 @@
 """Layouts per second: how fast ``layout.layout_job`` lays a job over a server set, the
 search's inner loop, with the cost model's plain-Python scoring of small grids and with
 numpy alone (``Network.rows`` off, as above ``topology.ROWS_MAX_SERVERS`` servers), and
-with its lower bounds on a candidate's step (``_step_floor``, ``_may_fit``) against every
-candidate scored, and with its memo of candidates scored before (``layout._MEMOS``: the same
-fastest servers, order and replicas, for the same job on the same cost model) against none.
+with its lower bounds on a candidate's step and fit (``_step_floor``, ``_links_floor``,
+``_may_fit``, ``_may_fit_servers``) against every candidate scored, and with its memo of
+candidates scored before (``layout._MEMOS``: the same fastest servers, order and replicas,
+for the same job on the same cost model) against none.
 
     python bench/layout_speed.py [--sets 1500] [--seed 0] [--repeats 3]
 
@@ -44,7 +45,9 @@ def unbounded(cluster: Cluster, cases: list[Case]) -> tuple[float, list]:
     """``rate`` with every candidate scored (the bounds off)."""
     with (
         mock.patch.object(layout, "_step_floor", lambda *_: 0.0),
+        mock.patch.object(layout, "_links_floor", lambda *_: 0.0),
         mock.patch.object(layout, "_may_fit", lambda *_: True),
+        mock.patch.object(layout, "_may_fit_servers", lambda *_: True),
     ):
         return rate(CostModel(cluster), cases)
 

@@ -16,9 +16,11 @@ to decide *how*:
    soonest, never past a stage's memory (``cost.stage_memory``).
 4. Score the candidates with the cost model and keep the fastest: the most promising
    first (lowest lower bound on its step, ``_step_floor``), until the best so far beats
-   every bound left, and none whose layers cannot fit (``_may_fit``). The bounds are
-   exact, so the layout is the one scoring every candidate would give (tested), 1.3-2x
-   as fast (``bench/layout_speed.py``). A candidate scored before for the same job on the
+   every bound left, and none whose layers cannot fit (``_may_fit``; of the servers it
+   takes, ``_may_fit_servers``) nor whose links alone, its stages ordered, make it slower
+   than the best so far (``_links_floor``). The bounds are exact, so the layout is the one
+   scoring every candidate would give (tested), and several times as fast
+   (``bench/layout_speed.py``). A candidate scored before for the same job on the
    same cost model (the same servers, order and replicas: a search's next set often
    differs by one slow server) is taken from a memo (``_Memo``).
 5. Where none fits and links are missing (the chains of the fastest servers break), a path
@@ -60,11 +62,37 @@ _STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96
 def order_servers(cost: CostModel, names: Sequence[str]) -> list[str]:
     """Servers in pipeline order: regions along a short path, fastest servers first."""
     net = cost.net
-    ids = net.ids(list(names))
-    path = net.region_path(frozenset(int(net.region[i]) for i in ids))
-    pos = {r: k for k, r in enumerate(path)}
-    ids.sort(key=lambda i: (pos[int(net.region[i])], -cost.flops[i], i))
-    return [net.names[i] for i in ids]
+    return [net.names[i] for i in _order_ids(cost, net.ids(list(names)))]
+
+
+def _order_ids(cost: CostModel, ids: list[int]) -> list[int]:
+    """``order_servers`` by server ids (sorted in place): each server's region and its rank
+    among all servers by speed (fastest first, then by id) read from lists made once per
+    cost model (``_ranks``), where numpy's scalar reads cost most of the sort."""
+    region, rank = _ranks(cost)
+    path = cost.net.region_path(frozenset([region[i] for i in ids]))
+    n = len(rank)
+    pos = {r: k * n for k, r in enumerate(path)}
+    ids.sort(key=lambda i: pos[region[i]] + rank[i])
+    return ids
+
+
+def _ranks(cost: CostModel) -> tuple[list[int], list[int]]:
+    """Each server's region id and its rank by (-speed, id), per cost model."""
+    ranks = _RANKS.get(cost)
+    if ranks is None:
+        flops = cost.flops_list
+        by_speed = sorted(range(len(flops)), key=lambda i: (-flops[i], i))
+        rank = [0] * len(flops)
+        for k, i in enumerate(by_speed):
+            rank[i] = k
+        ranks = _RANKS[cost] = (cost.net.region.tolist(), rank)
+    return ranks
+
+
+_RANKS: weakref.WeakKeyDictionary[CostModel, tuple[list[int], list[int]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def linked_order(
@@ -222,6 +250,10 @@ def _balance(
         arr = np.asarray(grid)
         speed = cost.flops[arr].min(axis=1).tolist()
         room = cost.capacity[arr].min(axis=1).tolist()
+    elif all(len(row) == 1 for row in grid):  # one replica: no minimum to take
+        flops, capacity = cost.flops_list, cost.capacity_list
+        speed = [flops[row[0]] for row in grid]
+        room = [capacity[row[0]] for row in grid]
     else:  # plain Python: numpy's per-call overhead dominates on the search's small grids
         flops, capacity = cost.flops_list, cost.capacity_list
         speed = [min([flops[i] for i in row]) for row in grid]
@@ -252,12 +284,17 @@ def _balance(
     return counts
 
 
-def make_job_plan(job: Job, stages: Sequence[Sequence[str]], counts: Sequence[int]) -> JobPlan:
+def make_job_plan(
+    job: Job,
+    stages: Sequence[Sequence[str]],
+    counts: Sequence[int],
+    predicted: float = math.nan,
+) -> JobPlan:
     out, start = [], 0
     for nodes, n in zip(stages, counts, strict=True):
         out.append(Stage((start, start + n), tuple(nodes), "data"))
         start += n
-    return JobPlan(job.name, tuple(out), micro_batches(job, len(stages[0])))
+    return JobPlan(job.name, tuple(out), micro_batches(job, len(stages[0])), predicted)
 
 
 def _candidates(n: int, layers: int) -> list[tuple[int, int]]:
@@ -310,6 +347,53 @@ def _step_floor(job: Job, net: Network, speeds: Sequence[float], p: int, r: int)
     return t * (1 - 1e-9)
 
 
+def _links_floor(
+    job: Job,
+    net: Network,
+    tables: tuple[list[list[float]], list[list[float]]] | None,
+    speeds: Sequence[float],
+    rows: Sequence[Sequence[int]],
+    m: int,
+) -> float:
+    """``_step_floor`` of a candidate once its stages (``rows``, in pipeline order) are
+    known, with the links between them as the cost model scores them in place of the
+    shortest and fastest link of the cluster: the crossings of the stage boundaries
+    (``link_t``, each both ways) and the slowest transfer in the pace. The step's other
+    terms are bounded as ``_step_floor`` bounds them (layers are not balanced yet), so no
+    layout of these stages scores below it. Where a job crosses slow links, this is most
+    of its step: a candidate whose links alone make it slower than the best so far is not
+    balanced and scored. ``tables``: ``Network.rows`` (plain Python), or None (numpy,
+    as the cost model scores large clusters)."""
+    p, r = len(rows), len(rows[0])
+    b, s, h = job.micro_batch_size, job.model.sequence_length, job.model.hidden_size
+    layers, rate = job.model.layers, net.fastest_gbps * 1e9 / 8
+    work = FLOPS_PER_PARAM_TOKEN * params_per_layer(job) * b * s * layers
+    msg = b * s * h * BYTES_PER_VALUE
+    slowest = speeds[r - 1 : r * p : r]
+    crossings = widest = 0.0
+    if tables is None:
+        grid = np.asarray(rows)
+        lats, bws = net.pairs(grid[:-1], grid[1:])
+        transfers = msg / (bws * 1e9 / 8)
+        crossings = float((lats / 1e3 + transfers).max(axis=1).sum())
+        widest = float(transfers.max())
+    else:
+        lat, bw = tables
+        for here, there in pairwise(rows):
+            worst = worst_bw = 0.0
+            for a, z in zip(here, there, strict=True):
+                transfer = msg / (bw[a][z] * 1e9 / 8)
+                worst = max(worst, lat[a][z] / 1e3 + transfer)
+                worst_bw = max(worst_bw, transfer)
+            crossings += worst
+            widest = max(widest, worst_bw)
+    t = work / slowest[0] + 2 * crossings + (m - 1) * max(work / sum(slowest), widest)
+    if r > 1:
+        grads = params_per_layer(job) * -(-layers // p) * BYTES_PER_VALUE
+        t += 2 * (r - 1) * net.nearest_ms / 1e3 + 2 * (r - 1) / r * grads / rate
+    return t * (1 - 1e-9)
+
+
 def _may_fit(job: Job, rooms: Sequence[float], p: int, r: int) -> bool:
     """False if no ``p`` stages of ``r`` servers with GPU memory ``rooms`` (largest first)
     can hold the job's layers, each stage as many as its smallest server holds with one
@@ -317,6 +401,17 @@ def _may_fit(job: Job, rooms: Sequence[float], p: int, r: int) -> bool:
     smallest are at most the r-th, 2r-th, ... largest."""
     per_layer = params_per_layer(job) * BYTES_PER_PARAM + activation_bytes_per_layer(job)
     return sum(int(room // per_layer) for room in rooms[r - 1 : r * p : r]) >= job.model.layers
+
+
+def _may_fit_servers(job: Job, rooms: list[float], p: int, r: int) -> bool:
+    """``_may_fit`` of the servers a candidate takes (``rooms``: their GPU memory, ``r * p``
+    of them): False also where the smallest cannot hold one layer with one micro-batch in
+    flight (its stage, whichever it is, then holds none). Where the fastest servers are not
+    the roomiest, most candidates ``_balance`` finds no room for are told here, before
+    their servers are ordered."""
+    rooms.sort(reverse=True)
+    per_layer = params_per_layer(job) * BYTES_PER_PARAM + activation_bytes_per_layer(job)
+    return rooms[-1] >= per_layer and _may_fit(job, rooms, p, r)
 
 
 def _rows(ids: list[int], r: int) -> list[list[int]]:
@@ -358,13 +453,14 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     if not names:
         return None
     net = cost.net
-    order = net.ids(order_servers(cost, list(names)))
+    order = _order_ids(cost, net.ids(list(names)))
     # Candidates: the whole set, and the region holding most of the set's compute alone
     # (a job often runs best inside one region, leaving its far servers unused).
     subsets = [order]
     per_region: dict[int, list[int]] = {}
+    region = _ranks(cost)[0]
     for i in order:
-        per_region.setdefault(int(net.region[i]), []).append(i)
+        per_region.setdefault(region[i], []).append(i)
     if len(per_region) > 1:
         subsets.append(max(per_region.values(), key=lambda ids: float(cost.flops[ids].sum())))
     best: tuple[float, int, list[int], int, list[int]] | None = None
@@ -376,9 +472,17 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         key = (tuple(chosen), r)
         if key in scored_before:  # for this job on another set
             scored = scored_before[key]
+        elif not _may_fit_servers(job, [capacity[i] for i in chosen], p, r):
+            scored = None  # as ``_balance`` would find, without ordering the servers
+            memo.put(scored_before, key, scored)
         else:
             rows = _rows(linked_order(net, chosen), r)
             m = micro_batches(job, r)
+            speeds = speeds_of.get(rank)
+            if best is not None and speeds is not None and p > 1:
+                if _links_floor(job, net, tables, speeds, rows, m) >= best[0]:
+                    return  # its links alone make it slower than the best (not memoised:
+                    # against another set's best it may win)
             counts = _balance(cost, job, rows, m)
             scored = None if counts is None else (cost.data_seconds(job, rows, counts, m), counts)
             memo.put(scored_before, key, scored)
@@ -391,12 +495,16 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     flops, capacity = cost.flops_list, cost.capacity_list
     queue: list[tuple[float, int, list[int], list[int], int, int]] = []
     ranks = itertools.count()
+    tables = net.rows  # (None on large clusters: numpy's tables instead)
+    speeds_of: dict[int, list[float]] = {}
     for subset in subsets:
-        by_speed = sorted(subset, key=lambda i: -flops[i])
+        by_speed = sorted(subset, key=flops.__getitem__, reverse=True)  # (stable: ties
+        # keep the pipeline order, as with the key -flops)
         speeds = [flops[i] for i in by_speed]
         rooms = sorted([capacity[i] for i in subset], reverse=True)
         for r, p in _candidates(len(subset), job.model.layers):
             rank = next(ranks)
+            speeds_of[rank] = speeds
             if _may_fit(job, rooms, p, r):
                 queue.append((_step_floor(job, net, speeds, p, r), rank, subset, by_speed, r, p))
     queue.sort(key=lambda q: q[:2])
@@ -439,7 +547,7 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     t, _, chosen, r, counts = best
     rows = _rows(linked_order(net, chosen), r)  # (the order cached where it reorders)
     stages = [[net.names[i] for i in row] for row in rows]
-    return replace(make_job_plan(job, stages, counts), predicted_iteration_seconds=t)
+    return make_job_plan(job, stages, counts, t)
 
 
 def repair_job(

@@ -14,6 +14,7 @@ resumed from the examples already written. A ``--data`` file that holds anything
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import math
@@ -256,7 +257,11 @@ def _writable_dir(flag: str, folder: Path) -> None:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        why = f"cannot write in {str(folder)!r} ({exc.strerror or exc})"
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.ENOENT and folder.is_dir():  # (/proc: "No such file or
+            # directory" of a directory that exists; a trial)
+            reason = "it takes no new files: a virtual file system such as /proc or /sys"
+        why = f"cannot write in {str(folder)!r} ({reason})"
         raise InvalidRequest(flag, why, "choose a writable path") from exc
 
 

@@ -3965,9 +3965,15 @@ def test_a_node_made_again_under_its_name_is_a_lost_server(
         ), event.message
         wait("Running again", lambda: kube.phase(name) == "Running", 60)
         assert not old & {p.metadata.uid for p in kube.live_pods(name)}
-        if not fewer_gpus:  # the same server, a new pod
-            assert plan_nodes(kube.job(name)) == [victim]
+        (now,) = plan_nodes(kube.job(name))
+        if not fewer_gpus:  # a new pod: on the same server, or (the new node not yet Ready
+            # at the re-plan: kwok marks it a moment after its creation, and a CI run
+            # re-planned in between) on another, as any server not Ready is left out
             assert "; 1 pod(s) replaced, 0 left running" in event.message, event.message
+            assert now == victim or f"stage 0: {victim} -> {now}" in event.message, (
+                now,
+                event.message,
+            )
         time.sleep(2 * CONFIG.reconcile_interval_s)
         assert kube.job(name)["status"]["replans"] == 1  # once: the new pod is its node's
         assert len(kube.events("Replanned")) == 1

@@ -418,3 +418,53 @@ def test_a_refused_edits_job_does_not_make_a_stage_pod_that_exited_0_again(
         refused=True,
     )
     assert did.made == [] and got["phase"] == st.SUCCEEDED
+
+
+@pytest.mark.parametrize("after_deletes", [True, False], ids=["after-deletes", "alone"])
+def test_a_quota_refusal_after_the_jobs_own_deletes_waits_a_try_before_it_is_told(
+    monkeypatch: pytest.MonkeyPatch, after_deletes: bool
+) -> None:
+    """``make_pods`` with stage pods refused by a ResourceQuota: where the same sync had just
+    deleted the job's own pods (``errors.quota_lag``: the quota still counts them) the job
+    waits, Placing, with no Warning nor condition, and is tried again; a refusal alone is
+    told (a ``PodsForbidden`` Warning, Ready False for it)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from hulk_operator import pod_step
+    from hulk_operator.errors import AFTER_DELETES, PODS_FORBIDDEN
+
+    said = 'pods "p-1" is forbidden: exceeded quota: fewer, requested: pods=1, used: pods=4'
+
+    async def refuse(*_: Any, **__: Any) -> Any:
+        exc = ApiException(status=403, reason="Forbidden")
+        exc.body = json.dumps({"kind": "Status", "message": said, "code": 403})
+        if after_deletes:
+            setattr(exc, AFTER_DELETES, True)
+        raise exc
+
+    monkeypatch.setattr(pod_step, "desired_pods", lambda *a: {"p-1": {}})
+    monkeypatch.setattr(pod_step, "sync_pods", refuse)
+    told: list[tuple[str, str]] = []
+    job = entry(paper_jobs()[3])
+    plan = JobPlan(job.key[1], (Stage((0, 24), ("a",)),), 8)
+    ctx: Any = SimpleNamespace(
+        api=None,
+        nodes=dict.fromkeys("ab"),
+        built_pods={},
+        stopped=lambda: False,
+        pods={job.key: []},
+        config=OperatorConfig(),
+        event=lambda kind, reason, msg: told.append((kind, reason)),
+        placer=SimpleNamespace(refusals=SimpleNamespace(pods_refused=lambda *a: 0.0)),
+    )
+    status = {"phase": st.PLACING, "plan": {"podTemplate": {}}}
+    step = Step(plan, {"a": 8}, [], None)
+    got = asyncio.run(make_pods(ctx, job, {}, {"template": {}}, status, step, {}))
+    assert got["phase"] == st.PLACING
+    ready = st.condition({"conditions": got["conditions"]}, st.READY)
+    if after_deletes:  # tried again after the pause: nothing told yet
+        assert told == [] and ready is None, (told, got)
+    else:
+        assert told == [("Warning", PODS_FORBIDDEN)]
+        assert ready is not None and ready["reason"] == PODS_FORBIDDEN, got
+        assert said in ready["message"]

@@ -29,7 +29,9 @@ from hulk_planner.generate import random_cluster
 from hulk_planner.layout import (
     _balance,
     _candidates,
+    _links_floor,
     _may_fit,
+    _may_fit_servers,
     _step_floor,
     balance_layers,
     layout_job,
@@ -426,10 +428,12 @@ def _case(seed: int, n: int) -> tuple[CostModel, Job, list[str]]:
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 80))
 def test_step_floor_is_below_every_layout_the_model_scores(seed: int, n: int) -> None:
-    """The layout skips a candidate whose ``_step_floor`` is at or above the best step so
-    far and one ``_may_fit`` refuses: the floor must be at or below the cost model's step
-    of the candidate as laid out, and a refused candidate must be one whose layers do not
-    fit. Every candidate of the set is laid out here as the layout does."""
+    """The layout skips a candidate whose ``_step_floor`` (or, its stages known,
+    ``_links_floor``) is at or above the best step so far and one ``_may_fit`` (or
+    ``_may_fit_servers``, of the servers it takes) refuses: the floors must be at or below
+    the cost model's step of the candidate as laid out, and a refused candidate must be one
+    whose layers do not fit. Every candidate of the set is laid out here as the layout
+    does."""
     cost, job, names = _case(seed, n)
     ids = cost.net.ids(order_servers(cost, names))
     flops, capacity = cost.flops_list, cost.capacity_list
@@ -444,9 +448,14 @@ def test_step_floor_is_below_every_layout_the_model_scores(seed: int, n: int) ->
         counts = _balance(cost, job, rows, m)
         if not _may_fit(job, rooms, p, r):
             assert counts is None, (r, p)
+        if not _may_fit_servers(job, [capacity[i] for i in chosen], p, r):
+            assert counts is None, (r, p)
         if counts is not None:
             t = cost.data_seconds(job, rows, counts, m)
             assert _step_floor(job, cost.net, speeds, p, r) <= t, (r, p)
+            if p > 1:  # the second bound, its links known (plain Python, numpy)
+                assert _links_floor(job, cost.net, cost.net.rows, speeds, rows, m) <= t, (r, p)
+                assert _links_floor(job, cost.net, None, speeds, rows, m) <= t, (r, p)
 
 
 @settings(max_examples=30, deadline=None)
@@ -458,9 +467,11 @@ def test_the_bounds_change_no_layout(seed: int, n: int) -> None:
     pruned = layout_job(cost, job, names)
     with (
         mock.patch.object(layout, "_step_floor", lambda *_: 0.0),
+        mock.patch.object(layout, "_links_floor", lambda *_: 0.0),
         mock.patch.object(layout, "_may_fit", lambda *_: True),
+        mock.patch.object(layout, "_may_fit_servers", lambda *_: True),
     ):
-        every = layout_job(cost, job, names)
+        every = layout_job(CostModel(cost.cluster), job, names)  # (no memo of the first)
     assert pruned == every
 
 
@@ -495,6 +506,7 @@ def test_the_bounds_skip_candidates_on_a_region_of_a_large_cluster() -> None:
         with (
             mock.patch.object(layout, "_step_floor", lambda *_: 0.0),
             mock.patch.object(layout, "_may_fit", lambda *_: True),
+            mock.patch.object(layout, "_may_fit_servers", lambda *_: True),
         ):
             every = layout_job(CostModel(c), job, names)
     assert pruned == every

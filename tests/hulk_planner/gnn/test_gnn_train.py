@@ -257,7 +257,10 @@ def test_an_interruption_says_what_the_same_command_does_next(
         (["--seed", str(2**32)], "--seed: must be 0 to 2**32 - 1"),
         (["--output", "/proc/no/such/dir/w.pt"], "--output: cannot write in '/proc/no/such/dir'"),
         (["--output", "out/w.json"], "--output: 'out/w.json' ends in .json, the name of the"),
-        (["--data", "/proc/d.jsonl"], "--data: cannot write in '/proc'"),
+        (
+            ["--data", "/proc/d.jsonl"],
+            "--data: cannot write in '/proc' (it takes no new files: a virtual file system",
+        ),
         (["--output", "/tmp"], "--output: '/tmp' is a directory (give a file path"),
         (["--output", ""], "--output: '.' is a directory (give a file path"),
     ],
