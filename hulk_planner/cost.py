@@ -244,6 +244,30 @@ def stage_need(job: Job, jp: JobPlan, k: int) -> float:
     return stage_memory(job, st.num_layers, in_flight, split)
 
 
+def link_terms(
+    lat: Sequence[Sequence[float]],
+    bw: Sequence[Sequence[float]],
+    rows: Sequence[Sequence[int]],
+    msg: float,
+) -> tuple[list[float], list[float]]:
+    """Each stage boundary's crossing of a pipeline of replicated stages (``rows``: server
+    ids, stage by stage), in plain Python on ``Network.rows``' tables: its slowest
+    replica's latency plus transfer of ``msg`` bytes, and its slowest transfer alone (the
+    link terms of ``data_seconds_rows``; ``layout._links_floor`` bounds candidates with
+    them)."""
+    link_t: list[float] = []
+    link_bw: list[float] = []
+    for here, there in pairwise(rows):
+        worst = worst_bw = 0.0
+        for a, z in zip(here, there, strict=True):
+            transfer = msg / (bw[a][z] * 1e9 / 8)
+            worst = max(worst, lat[a][z] / 1e3 + transfer)
+            worst_bw = max(worst_bw, transfer)
+        link_t.append(worst)
+        link_bw.append(worst_bw)
+    return link_t, link_bw
+
+
 def ring_time(net: Network, ids: Sequence[int], nbytes: float) -> float:
     """Ring all-reduce of ``nbytes`` among servers ``ids``, the ring going in the order the
     plan lists them (Thakur, Rabenseifner and Gropp 2005), paced by its slowest hop."""
@@ -339,14 +363,7 @@ class CostModel:
                 flop_per_layer * n / min([flops[i] for i in row])
                 for row, n in zip(rows, layers, strict=True)
             ]
-            for here, there in pairwise(rows):
-                worst = worst_bw = 0.0
-                for a, z in zip(here, there, strict=True):
-                    transfer = msg / (bw[a][z] * 1e9 / 8)
-                    worst = max(worst, lat[a][z] / 1e3 + transfer)
-                    worst_bw = max(worst_bw, transfer)
-                link_t.append(worst)
-                link_bw.append(worst_bw)
+            link_t, link_bw = link_terms(lat, bw, rows, msg)
         dp = 0.0
         if r > 1:
             for row, n in zip(rows, layers, strict=True):

@@ -49,6 +49,7 @@ from hulk_planner.cost import (
     SMALL_GRID,
     CostModel,
     activation_bytes_per_layer,
+    link_terms,
     memory_need_bytes,
     micro_batches,
     params_per_layer,
@@ -370,7 +371,6 @@ def _links_floor(
     work = FLOPS_PER_PARAM_TOKEN * params_per_layer(job) * b * s * layers
     msg = b * s * h * BYTES_PER_VALUE
     slowest = speeds[r - 1 : r * p : r]
-    crossings = widest = 0.0
     if tables is None:
         grid = np.asarray(rows)
         lats, bws = net.pairs(grid[:-1], grid[1:])
@@ -378,15 +378,8 @@ def _links_floor(
         crossings = float((lats / 1e3 + transfers).max(axis=1).sum())
         widest = float(transfers.max())
     else:
-        lat, bw = tables
-        for here, there in pairwise(rows):
-            worst = worst_bw = 0.0
-            for a, z in zip(here, there, strict=True):
-                transfer = msg / (bw[a][z] * 1e9 / 8)
-                worst = max(worst, lat[a][z] / 1e3 + transfer)
-                worst_bw = max(worst_bw, transfer)
-            crossings += worst
-            widest = max(widest, worst_bw)
+        link_t, link_bw = link_terms(*tables, rows, msg)
+        crossings, widest = sum(link_t), max(link_bw, default=0.0)
     t = work / slowest[0] + 2 * crossings + (m - 1) * max(work / sum(slowest), widest)
     if r > 1:
         grads = params_per_layer(job) * -(-layers // p) * BYTES_PER_VALUE
@@ -467,7 +460,11 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     memo = _MEMOS.get(cost) or _MEMOS.setdefault(cost, _Memo())
     scored_before = memo.jobs.setdefault(job, {})
 
-    def consider(chosen: list[int], p: int, r: int, rank: int) -> None:
+    def consider(
+        chosen: list[int], p: int, r: int, rank: int, speeds: list[float] | None = None
+    ) -> None:
+        """Score ``chosen`` as ``p`` stages of ``r``; ``speeds``: its subset's, fastest
+        first, where it is a candidate of the queue (the second bound needs them)."""
         nonlocal best
         key = (tuple(chosen), r)
         if key in scored_before:  # for this job on another set
@@ -478,7 +475,6 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         else:
             rows = _rows(linked_order(net, chosen), r)
             m = micro_batches(job, r)
-            speeds = speeds_of.get(rank)
             if best is not None and speeds is not None and p > 1:
                 if _links_floor(job, net, tables, speeds, rows, m) >= best[0]:
                     return  # its links alone make it slower than the best (not memoised:
@@ -493,10 +489,9 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
     # bound) first, until the best so far beats every bound left; ties go to the earlier
     # candidate, as if each were scored in turn.
     flops, capacity = cost.flops_list, cost.capacity_list
-    queue: list[tuple[float, int, list[int], list[int], int, int]] = []
+    queue: list[tuple[float, int, list[int], list[int], list[float], int, int]] = []
     ranks = itertools.count()
     tables = net.rows  # (None on large clusters: numpy's tables instead)
-    speeds_of: dict[int, list[float]] = {}
     for subset in subsets:
         by_speed = sorted(subset, key=flops.__getitem__, reverse=True)  # (stable: ties
         # keep the pipeline order, as with the key -flops)
@@ -504,15 +499,15 @@ def layout_job(cost: CostModel, job: Job, names: Collection[str]) -> JobPlan | N
         rooms = sorted([capacity[i] for i in subset], reverse=True)
         for r, p in _candidates(len(subset), job.model.layers):
             rank = next(ranks)
-            speeds_of[rank] = speeds
             if _may_fit(job, rooms, p, r):
-                queue.append((_step_floor(job, net, speeds, p, r), rank, subset, by_speed, r, p))
+                bound = _step_floor(job, net, speeds, p, r)
+                queue.append((bound, rank, subset, by_speed, speeds, r, p))
     queue.sort(key=lambda q: q[:2])
-    for bound, rank, subset, by_speed, r, p in queue:
+    for bound, rank, subset, by_speed, speeds, r, p in queue:
         if best is not None and bound >= best[0]:
             break  # no layout left can beat the best
         keep = set(by_speed[: r * p])
-        consider([i for i in subset if i in keep], p, r, rank)
+        consider([i for i in subset if i in keep], p, r, rank, speeds)
     need = memory_need_bytes(job)
     if (best is None or not math.isfinite(best[0])) and float(cost.capacity[order].sum()) >= need:
         # Nothing fits with the fastest servers first. Under 1F1B the first stages keep the
