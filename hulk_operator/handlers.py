@@ -26,6 +26,9 @@ from hulk_operator import status as st
 from hulk_operator.context import Context, PodEntry
 from hulk_operator.entries import JobEntry, Key, object_entry
 from hulk_operator.errors import classify, to_kopf
+
+# (the pod watch that records stage pods deleted once they exited 0: registered by this import)
+from hulk_operator.exits import told_status
 from hulk_operator.indexes import (
     build_snapshot,
     one,
@@ -137,6 +140,8 @@ def hulktrainingjob_delete(
     if pods and not orphan:
         kube.delete_pods(memo.api, namespace or "", pods, force=gone)
     memo.placer.forget(key)
+    if (exits := memo.get("exits")) is not None:
+        exits.forget(key)
     memo.setdefault("unseen_edits", {}).pop(key, None)  # (a job made again under its name)
     memo.setdefault("env_told", {}).pop(key, None)
     if (said := memo.get("disruption")) is not None:  # (its Warning: once told)
@@ -220,6 +225,8 @@ async def hulktrainingjob_reconcile(
     # (not a stage pod this operator deleted with grace 0 that the index still holds: it
     # is gone, and one of its name may be made again)
     pods = {key: [p for p in hulk_pods.get(key, []) if not gone(memo.recent, p)]}
+    # (with the pods that exited 0 and were deleted before a tick saw them so: ``exits``)
+    seen = memo.exits.status_of(key, status, pods[key])
     disrupted = memo.node_view.disrupted(hulk_nodes, memo.config.disruption_threshold)
     settled_at = recovery.say_disruption(memo.disruption, disrupted, logger, time.time())
 
@@ -276,13 +283,14 @@ async def hulktrainingjob_reconcile(
         built_pods=memo.built_pods,
     )
     try:
-        new = await reconcile(ctx, entry, body, status)
+        new = await reconcile(ctx, entry, body, seen)
     except Exception as exc:
         if classify(exc).permanent:
             raise to_kopf(exc) from exc
         raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=2.0) from exc
     if edited_since(body, entry):  # an edit came meanwhile: what was worked out is stale,
         return  # and would write over the update handler's conditions (a user trial)
+    told_status(seen, status, new)
     if new:
         new = st.conditions_seen(new, status, entry.generation)
     changed = st.diff(status, new)

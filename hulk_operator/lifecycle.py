@@ -19,6 +19,7 @@ import kopf
 from hulk_operator import crd, kube
 from hulk_operator.config import OperatorConfig
 from hulk_operator.entries import Key
+from hulk_operator.exits import Exits
 from hulk_operator.indexes import Listings, NodeView
 from hulk_operator.metrics import Metrics
 from hulk_operator.pauses import PAUSED_NOW
@@ -163,6 +164,7 @@ async def operator_startup(
     memo.listings = Listings()  # (shared: each job's copy of the memo holds the same)
     memo.node_view = NodeView()  # (shared too)
     memo.built_pods = {}  # job key -> its stage pods as last built (``stage_pods``; shared)
+    memo.exits = Exits()  # stage pods deleted once they exited 0 (``exits``; shared)
     weights = f", GNN weights {default_weights()}" if cfg.planner in USES_GNN else ""
     if cfg.same_region_latency_ms > cfg.cross_region_latency_ms:  # (taken silently: a trial)
         logger.warning(

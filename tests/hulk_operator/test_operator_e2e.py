@@ -2689,6 +2689,40 @@ def test_stages_deleted_or_lost_after_others_finished_are_not_made_again(
             sandbox.add_node(paper_cluster().server(node))
 
 
+def test_a_stage_pod_deleted_as_it_exits_0_still_counts_as_exited_0(
+    kube: Kube, operator: Any
+) -> None:
+    """A stage pod that exits 0 and is deleted at once, before a tick of the job sees it
+    exited 0 (a cleanup script, a node going with its finished pod): the pod watch saw its
+    deletion with phase Succeeded (``exits``). Before, its stage was taken as gone
+    unfinished and made again alone (StageRecreated), to wait at the rendezvous for peers
+    that had exited; now the run is finishing, rank 0 counted as exited 0, and the job is
+    Succeeded once the other stages exit 0."""
+    kube.apply(manifest("lead", model={"preset": "t5-11b"}))
+    wait("Running", lambda: kube.all_running(["lead"]), 60)
+    pods = sorted(kube.live_pods("lead"), key=lambda p: p.spec.hostname != "lead-0-0")
+    assert len(pods) > 1
+    first = pods[0].metadata.name
+    # exits 0 and is deleted in the same moment (a tick comes once a second)
+    kube.core.patch_namespaced_pod_status(first, kube.ns, {"status": {"phase": "Succeeded"}})
+    kube.core.delete_namespaced_pod(first, kube.ns, grace_period_seconds=0)
+    wait("rank 0 recorded", lambda: kube.job("lead")["status"].get("succeededPods") == [first])
+    time.sleep(3 * CONFIG.reconcile_interval_s)  # three ticks: not made again
+    assert first not in {p.metadata.name for p in kube.pods("lead")}
+    assert kube.events("StageRecreated") == [] and kube.events("Replanned") == []
+    ready = condition(kube.job("lead"), "Ready")
+    assert (kube.phase("lead"), ready["reason"]) == ("Running", "StagesFinishing"), ready
+    for p in pods[1:]:
+        kube.core.patch_namespaced_pod_status(
+            p.metadata.name, kube.ns, {"status": {"phase": "Succeeded"}}
+        )
+    wait("lead Succeeded", lambda: kube.phase("lead") == "Succeeded", 30)
+    job = kube.job("lead")
+    assert sorted(job["status"]["succeededPods"]) == sorted(p.metadata.name for p in pods)
+    assert condition(job, "Complete")["status"] == "True"
+    assert not job["status"].get("stageRestarts") and not job["status"].get("replans")
+
+
 def test_killing_the_operator_mid_placement_leaves_no_duplicate_or_orphan(
     sandbox: Any, namespace: str, kube: Kube, tmp_path: Any
 ) -> None:
