@@ -19,8 +19,8 @@ to decide *how*:
    every bound left, and none whose layers cannot fit (``_may_fit``; of the servers it
    takes, ``_may_fit_servers``) nor whose links alone, its stages ordered, make it slower
    than the best so far (``_links_floor``). The bounds are exact, so the layout is the one
-   scoring every candidate would give (tested), 1.3-2.9x as fast (``bench/layout_speed.py``;
-   1.1-1.3x the layout before ``_links_floor``, ``--against``). A candidate scored before
+   scoring every candidate would give (tested), 1.3-2.6x as fast (``bench/layout_speed.py``;
+   1.0-1.3x the layout before ``_links_floor``, ``--against``). A candidate scored before
    for the same job on the same cost model (the same servers, order and replicas: a
    search's next set often differs by one slow server) is taken from a memo (``_Memo``).
 5. Where none fits and links are missing (the chains of the fastest servers break), a path
