@@ -32,15 +32,15 @@ from hulk_operator.entries import Key
 class Exits:
     """The operator's record (one, in its memo, shared by the jobs' ticks)."""
 
-    # job -> uid -> name: the stage pods the job's ticks have seen in its current run
-    run: dict[Key, dict[str, str]] = field(default_factory=dict)
+    # job -> uids: the stage pods the job's ticks have seen in its current run
+    run: dict[Key, set[str]] = field(default_factory=dict)
     # job -> names: pods of its current run deleted (or being deleted) after exiting 0
     gone: dict[Key, set[str]] = field(default_factory=dict)
 
     def deleted(self, key: Key, uid: str, name: str) -> bool:
         """A stage pod of ``key`` deleted with phase Succeeded: recorded (True) where it is
         of the job's current run."""
-        if not uid or uid not in self.run.get(key, {}):
+        if not uid or uid not in self.run.get(key, ()):
             return False
         self.gone.setdefault(key, set()).add(name)
         return True
@@ -55,8 +55,7 @@ class Exits:
         if status.get("plan") is None:
             self.forget(key)
             return status
-        seen = self.run.setdefault(key, {})
-        seen.update((p.uid, p.name) for p in pods if p.uid and not p.deleting)
+        self.run.setdefault(key, set()).update(p.uid for p in pods if p.uid and not p.deleting)
         gone = self.gone.get(key)
         recorded = status.get(st.SUCCEEDED_PODS) or []
         if not gone or gone.issubset(recorded):
